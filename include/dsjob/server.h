@@ -1,0 +1,128 @@
+/*
+ * libdsjobserver: a Gearman-protocol job server as a library. A program or a
+ * test makes a config, creates a server from it, binds it (port 0 picks a
+ * free port), reads back its address, and runs it: in a thread of its own
+ * (dsjob_server_start + dsjob_server_join), in the calling thread
+ * (dsjob_server_run), or on an event_base the caller runs
+ * (dsjob_server_attach). dsjobd is a thin main on this API.
+ *
+ * Thread-safety: dsjob_server_stop and dsjob_server_reopen_log may be called
+ * from any thread and from a signal handler; every other call belongs to the
+ * thread that created the server, and no call may race dsjob_server_free.
+ */
+#ifndef DSJOB_SERVER_H
+#define DSJOB_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dsjob/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dsjob_server;
+struct event_base;
+
+#define DSJOB_SERVER_MAX_LISTEN 8
+#define DSJOB_SERVER_MAX_ADMIN_ALLOW 16
+
+/* Log levels, named as gearmand's --verbose names them. */
+enum dsjob_log_level {
+    DSJOB_LOG_FATAL = 0,
+    DSJOB_LOG_ALERT,
+    DSJOB_LOG_CRITICAL,
+    DSJOB_LOG_ERROR,
+    DSJOB_LOG_WARNING,
+    DSJOB_LOG_NOTICE,
+    DSJOB_LOG_INFO,
+    DSJOB_LOG_DEBUG,
+};
+
+/*
+ * Server settings. Fill with dsjob_server_config_init, then change fields.
+ * Strings are borrowed: they must outlive dsjob_server_new, which copies them.
+ */
+struct dsjob_server_config {
+    size_t size;                       /* sizeof(struct dsjob_server_config), set by init */
+    const char *listen[DSJOB_SERVER_MAX_LISTEN]; /* addresses to bind; default "127.0.0.1" */
+    int nlisten;                       /* entries used in listen[] */
+    int port;                          /* TCP port; 0 picks a free one; -1 no TCP at all */
+    const char *unix_socket;           /* path of a unix socket to listen on, or NULL */
+    int backlog;                       /* listen(2) backlog */
+    bool keepalive;                    /* SO_KEEPALIVE on accepted TCP connections */
+    size_t max_packet_size;            /* largest packet payload accepted, bytes */
+    size_t max_output_buffer;          /* bytes queued to one slow peer before it is dropped */
+    unsigned max_connections;          /* connections held at once; 0 means no limit */
+    unsigned job_retries;              /* attempts before a job is failed; 0 = unlimited */
+    bool round_robin;                  /* rotate a worker's functions after each grab */
+    const char *job_handle_prefix;     /* handles are PREFIX:N; default "H:<hostname>" */
+    const char *log_file;              /* "stderr", "none" or a path */
+    enum dsjob_log_level verbose;      /* most verbose level logged */
+    const char *admin_allow[DSJOB_SERVER_MAX_ADMIN_ALLOW]; /* ADDR[/BITS] allowed to administer */
+    int nadmin_allow;                  /* 0: loopback and the unix socket only */
+};
+
+/* dsjob_server_log_level reads a level name (any case) or number; -1 if unknown. */
+DSJOB_API int dsjob_server_log_level(const char *name);
+
+/* dsjob_server_config_init fills cfg with the defaults documented in dsjobd(8). */
+DSJOB_API void dsjob_server_config_init(struct dsjob_server_config *cfg);
+
+/*
+ * dsjob_server_new checks cfg and makes a server that is not yet listening.
+ * Returns NULL on failure and, when errbuf is not NULL, writes why into it.
+ * The caller frees the result with dsjob_server_free.
+ */
+DSJOB_API struct dsjob_server *dsjob_server_new(const struct dsjob_server_config *cfg,
+                                                char *errbuf, size_t errlen);
+
+/* dsjob_server_bind opens the log and the listening sockets. DSJOB_OK or an error. */
+DSJOB_API int dsjob_server_bind(struct dsjob_server *srv);
+
+/* dsjob_server_port returns the bound TCP port (after bind), or -1 if none. */
+DSJOB_API int dsjob_server_port(const struct dsjob_server *srv);
+
+/*
+ * dsjob_server_address writes "host:port" of the first TCP listener (or the
+ * unix socket path) into buf. DSJOB_OK, or DSJOB_ERR_STATE before bind.
+ */
+DSJOB_API int dsjob_server_address(const struct dsjob_server *srv, char *buf, size_t len);
+
+/* dsjob_server_run binds if needed and serves in the calling thread until stopped. */
+DSJOB_API int dsjob_server_run(struct dsjob_server *srv);
+
+/* dsjob_server_start binds if needed and serves in a new thread; see dsjob_server_join. */
+DSJOB_API int dsjob_server_start(struct dsjob_server *srv);
+
+/*
+ * dsjob_server_attach binds if needed and registers the server's events on
+ * base, which the caller runs (borrowed: base must outlive the server).
+ */
+DSJOB_API int dsjob_server_attach(struct dsjob_server *srv, struct event_base *base);
+
+/*
+ * dsjob_server_stop asks the server to stop; async-signal-safe. graceful:
+ * stop accepting and grabbing, let running jobs finish, then stop.
+ */
+DSJOB_API void dsjob_server_stop(struct dsjob_server *srv, bool graceful);
+
+/* dsjob_server_reopen_log asks the server to reopen its log file; async-signal-safe. */
+DSJOB_API void dsjob_server_reopen_log(struct dsjob_server *srv);
+
+/* dsjob_server_join waits for the thread of dsjob_server_start; returns its result. */
+DSJOB_API int dsjob_server_join(struct dsjob_server *srv);
+
+/* dsjob_server_errmsg returns the last error's text; valid until the next call. */
+DSJOB_API const char *dsjob_server_errmsg(const struct dsjob_server *srv);
+
+/* dsjob_server_free stops nothing: call it after the server has stopped. NULL is a no-op. */
+DSJOB_API void dsjob_server_free(struct dsjob_server *srv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,282 @@
+/*
+ * Admin commands. Each reply is written whole into the connection's output
+ * in the loop turn that read the line; listings end with a line holding a
+ * single ".". Commands that stop or change the server (shutdown, cancel
+ * job, drop function, maxqueue) are refused to peers outside --admin-allow
+ * (loopback and the unix socket by default): gearmand lets anyone do them.
+ */
+#include "config.h"
+#include "admin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "proto/textcmd.h"
+#include "queue.h"
+#include "srv.h"
+
+#define WORD(cmd, i) (cmd)->word[(cmd)->first_arg + (i)]
+#define WORD_LEN(cmd, i) (cmd)->word_len[(cmd)->first_arg + (i)]
+
+static void
+admin_status(struct conn *c)
+{
+    struct func *f;
+
+    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+        conn_printf(c, "%s\t%u\t%u\t%u\n", f->name, queue_total(f), f->nrunning, f->nworkers);
+    conn_write(c, ".\n", 2);
+}
+
+static void
+admin_prioritystatus(struct conn *c)
+{
+    struct func *f;
+
+    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+        conn_printf(c, "%s\t%u\t%u\t%u\t%u\n", f->name, f->nqueued[JOB_PRIO_HIGH],
+                    f->nqueued[JOB_PRIO_NORMAL], f->nqueued[JOB_PRIO_LOW], f->nworkers);
+    conn_write(c, ".\n", 2);
+}
+
+static void
+admin_workers(struct conn *c)
+{
+    struct conn *w;
+
+    TAILQ_FOREACH(w, &c->srv->conns, link) {
+        struct ability *a;
+
+        conn_printf(c, "%d %s %s :", w->fd, w->ip, w->client_id ? w->client_id : "-");
+        TAILQ_FOREACH(a, &w->worker.abilities, by_worker)
+            conn_printf(c, " %s", a->func->name);
+        conn_write(c, "\n", 1);
+    }
+    conn_write(c, ".\n", 2);
+}
+
+static void
+admin_show_jobs(struct conn *c, bool unique)
+{
+    struct func *f;
+    int p;
+
+    /* Queued jobs only, as gearmand lists them: handle, retries, ignore, queued. */
+    TAILQ_FOREACH(f, &c->srv->queue.func_order, order) {
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j;
+
+            TAILQ_FOREACH(j, &f->jobs[p], link) {
+                if (unique)
+                    conn_printf(c, "%s\n", job_unique(j));
+                else
+                    conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), j->attempts, 0u,
+                                1u);
+            }
+        }
+    }
+    conn_write(c, ".\n", 2);
+}
+
+static bool
+admin_parse_uint(const char *s, size_t len, unsigned *out)
+{
+    unsigned long long v = 0;
+    size_t i;
+
+    if (len == 0 || len > 10)
+        return false;
+    for (i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        return false;
+    *out = (unsigned)v;
+    return true;
+}
+
+static void
+admin_maxqueue(struct conn *c, const struct textcmd *cmd)
+{
+    unsigned argc = textcmd_argc(cmd);
+    unsigned max[JOB_NPRIO] = {0, 0, 0};
+    struct func *f;
+    int p;
+
+    if (argc != 1 && argc != 2 && argc != 4) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+        return;
+    }
+    if (argc == 2 && !admin_parse_uint(WORD(cmd, 1), WORD_LEN(cmd, 1), &max[0])) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS maxqueue+limit+must+be+a+number\r\n");
+        return;
+    }
+    if (argc == 2)
+        max[1] = max[2] = max[0];
+    for (p = 0; argc == 4 && p < JOB_NPRIO; p++) {
+        if (!admin_parse_uint(WORD(cmd, 1 + p), WORD_LEN(cmd, 1 + p), &max[p])) {
+            conn_printf(c, "ERR INVALID_ARGUMENTS maxqueue+limits+must+be+numbers\r\n");
+            return;
+        }
+    }
+    f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
+    if (f == NULL) {
+        conn_printf(c, "ERR MEMORY out+of+memory\r\n");
+        return;
+    }
+    for (p = 0; p < JOB_NPRIO; p++)
+        f->max_queue[p] = max[p];
+    conn_printf(c, "OK\n");
+}
+
+static void
+admin_cancel(struct conn *c, const struct textcmd *cmd)
+{
+    struct job *j;
+
+    if (textcmd_argc(cmd) != 1) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+        return;
+    }
+    j = queue_find_job(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
+    if (j == NULL) {
+        conn_printf(c, "ERR UNKNOWN_JOB Job+does+not+exist\r\n");
+        return;
+    }
+    if (dispatch_cancel(c, j) < 0) {
+        conn_printf(c, "ERR JOB_RUNNING Job+is+running+and+cannot+be+cancelled\r\n");
+        return;
+    }
+    conn_printf(c, "OK\n");
+}
+
+static void
+admin_create(struct conn *c, const struct textcmd *cmd)
+{
+    if (textcmd_argc(cmd) != 1) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+        return;
+    }
+    if (queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true) == NULL) {
+        conn_printf(c, "ERR MEMORY out+of+memory\r\n");
+        return;
+    }
+    conn_printf(c, "OK\n");
+}
+
+static void
+admin_drop(struct conn *c, const struct textcmd *cmd)
+{
+    struct func *f;
+    struct job *j;
+
+    if (textcmd_argc(cmd) != 1) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+        return;
+    }
+    f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
+    if (f == NULL) {
+        conn_printf(c, "ERR UNKNOWN_JOB Function+not+found\r\n");
+        return;
+    }
+    if (f->nworkers > 0 || f->nrunning > 0) {
+        conn_printf(c, "ERR WORKERS_CONNECTED Function+has+workers+connected\r\n");
+        return;
+    }
+    while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)
+        dispatch_cancel(c, j);
+    queue_drop_func(&c->srv->queue, f);
+    conn_printf(c, "OK\n");
+}
+
+static void
+admin_shutdown(struct conn *c, const struct textcmd *cmd)
+{
+    bool graceful = textcmd_argc(cmd) == 1 && WORD_LEN(cmd, 0) == 8 &&
+                    memcmp(WORD(cmd, 0), "graceful", 8) == 0;
+
+    if (textcmd_argc(cmd) > 1 || (textcmd_argc(cmd) == 1 && !graceful)) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+shutdown+[graceful]\r\n");
+        return;
+    }
+    log_notice(&c->srv->log, "%s: shutdown%s requested", c->peer, graceful ? " graceful" : "");
+    conn_printf(c, "OK\n");
+    srv_stop(c->srv, graceful);
+}
+
+/* Commands that stop or change the server need an allowed peer. */
+static bool
+admin_privileged(enum textcmd_kind kind)
+{
+    return kind == TEXTCMD_SHUTDOWN || kind == TEXTCMD_CANCEL_JOB ||
+           kind == TEXTCMD_DROP_FUNCTION || kind == TEXTCMD_MAXQUEUE;
+}
+
+void
+admin_line(struct conn *c, const char *line, size_t len)
+{
+    struct textcmd cmd;
+
+    textcmd_parse(line, len, &cmd);
+    if (admin_privileged(cmd.kind) && !c->admin_ok) {
+        log_warn(&c->srv->log, "%s: refused admin command '%.*s': peer not in --admin-allow",
+                 c->peer, (int)cmd.word_len[0], cmd.word[0]);
+        conn_printf(c, "ERR PERMISSION_DENIED %.*s+is+not+allowed+from+%s+(see+--admin-allow)\r\n",
+                    (int)cmd.word_len[0], cmd.word[0], c->ip);
+        return;
+    }
+    switch (cmd.kind) {
+    case TEXTCMD_EMPTY:
+        break;
+    case TEXTCMD_STATUS:
+        admin_status(c);
+        break;
+    case TEXTCMD_PRIORITYSTATUS:
+        admin_prioritystatus(c);
+        break;
+    case TEXTCMD_WORKERS:
+        admin_workers(c);
+        break;
+    case TEXTCMD_VERSION:
+        conn_printf(c, "OK %s\n", DSJOB_VERSION_STRING);
+        break;
+    case TEXTCMD_GETPID:
+        conn_printf(c, "OK %ld\n", (long)getpid());
+        break;
+    case TEXTCMD_VERBOSE:
+        conn_printf(c, "OK %s\n", log_level_name(c->srv->log.level));
+        break;
+    case TEXTCMD_MAXQUEUE:
+        admin_maxqueue(c, &cmd);
+        break;
+    case TEXTCMD_SHOW_JOBS:
+        admin_show_jobs(c, false);
+        break;
+    case TEXTCMD_SHOW_UNIQUE_JOBS:
+        admin_show_jobs(c, true);
+        break;
+    case TEXTCMD_CANCEL_JOB:
+        admin_cancel(c, &cmd);
+        break;
+    case TEXTCMD_CREATE_FUNCTION:
+        admin_create(c, &cmd);
+        break;
+    case TEXTCMD_DROP_FUNCTION:
+        admin_drop(c, &cmd);
+        break;
+    case TEXTCMD_SHUTDOWN:
+        admin_shutdown(c, &cmd);
+        break;
+    case TEXTCMD_UNKNOWN:
+        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n",
+                    (int)cmd.word_len[0], cmd.word[0]);
+        break;
+    }
+}

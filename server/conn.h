@@ -1,0 +1,92 @@
+/*
+ * A connection: a bufferevent, the framing loop that turns its input into
+ * packets and admin lines, and the helpers that write replies. Only conn.c
+ * touches sockets. A closed connection is detached from every queue at
+ * once but freed later, by the server's reaper, so no callback ever runs on
+ * freed memory.
+ */
+#ifndef DSJOB_SERVER_CONN_H
+#define DSJOB_SERVER_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "job.h"
+#include "proto/packet.h"
+#include "queue.h"
+
+struct srv;
+struct bufferevent;
+
+enum conn_state {
+    CONN_ACTIVE,   /* reading and writing */
+    CONN_FLUSHING, /* closed for reading: sends what it has queued, then goes */
+    CONN_CLOSED,   /* detached from everything, waiting for the reaper */
+    CONN_STATE_COUNT
+};
+
+struct conn {
+    struct srv *srv;              /* the server (borrowed) */
+    struct bufferevent *bev;      /* the socket, owned (closes the fd when freed) */
+    TAILQ_ENTRY(conn) link;       /* in srv->conns, or srv->closing */
+    struct qworker worker;        /* the queue's view of it as a worker */
+    struct waiter_list waiting;   /* foreground jobs it waits for */
+    enum conn_state state;        /* see conn_set_state */
+    int fd;                       /* the socket, for the workers listing */
+    char ip[64];                  /* peer address, as admin "workers" shows it */
+    char peer[80];                /* "ip:port", for log lines */
+    char *client_id;              /* from SET_CLIENT_ID, or NULL */
+    bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
+    bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
+    bool read_paused;             /* input left unread until output drains */
+};
+
+/*
+ * conn_new wraps an accepted socket fd (ownership passes to the conn, even
+ * on failure, where fd is closed). Returns NULL on failure.
+ */
+struct conn *conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen);
+
+/* conn_free frees a CLOSED connection; only the reaper calls it. */
+void conn_free(struct conn *c);
+
+/*
+ * conn_close detaches c from every job and queue and stops reading. With
+ * flush, what is already queued for it is still sent (an ERROR before a
+ * close); without, it goes at once. Safe on a connection already closed.
+ */
+void conn_close(struct conn *c, bool flush);
+
+/* conn_set_state moves c to a new state, asserting the move is legal. */
+void conn_set_state(struct conn *c, enum conn_state state);
+
+/* conn_state_name names a state, for log lines. */
+const char *conn_state_name(enum conn_state state);
+
+/* conn_send queues a response packet of nargs arguments (copied). */
+void conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *const *args,
+               const size_t *lens);
+
+/* conn_send_raw queues a response packet whose payload is given whole. */
+void conn_send_raw(struct conn *c, enum packet_type type, const void *payload, size_t len);
+
+/* conn_send_error queues an ERROR packet: code (e.g. "ERR_QUEUE_FULL") and text. */
+void conn_send_error(struct conn *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* conn_write queues raw bytes (admin replies). */
+void conn_write(struct conn *c, const void *data, size_t len);
+
+/* conn_printf queues formatted text (admin replies). */
+void conn_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* conn_of_worker returns the connection a qworker is embedded in. */
+static inline struct conn *
+conn_of_worker(struct qworker *w)
+{
+    return (struct conn *)((char *)w - offsetof(struct conn, worker));
+}
+
+#endif

@@ -1,0 +1,720 @@
+/*
+ * What each binary packet does. The handler table is indexed by packet type
+ * and names who may send it; dispatch_packet checks the magic and that the
+ * type is one the server takes, so handlers see only well-formed requests
+ * (the codec has already split the arguments). Handlers change the queue
+ * and write replies; anything that must go to another connection (results
+ * to waiting clients, NOOPs to sleeping workers) is written here too, into
+ * that connection's output buffer, within the same loop turn.
+ */
+#include "config.h"
+#include "dispatch.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "conn.h"
+#include "job.h"
+#include "queue.h"
+#include "srv.h"
+
+typedef void dispatch_fn(struct conn *c, const struct packet *p);
+
+struct dispatch_entry {
+    dispatch_fn *fn; /* handler, or NULL for types the server does not take */
+};
+
+#define ARG(p, i) ((const char *)(p)->arg[i])
+
+/* Give every waiting client of j a packet, then forget them. */
+static void
+waiters_send(struct job *j, enum packet_type type, unsigned nargs, const void *const *args,
+             const size_t *lens)
+{
+    struct waiter *w;
+
+    TAILQ_FOREACH(w, &j->waiters, by_job)
+        conn_send(w->client, type, nargs, args, lens);
+}
+
+static void
+waiters_release(struct job *j)
+{
+    struct waiter *w;
+
+    while ((w = TAILQ_FIRST(&j->waiters)) != NULL) {
+        TAILQ_REMOVE(&j->waiters, w, by_job);
+        TAILQ_REMOVE(&w->client->waiting, w, by_client);
+        free(w);
+    }
+}
+
+static int
+waiter_attach(struct conn *c, struct job *j)
+{
+    struct waiter *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return -1;
+    w->client = c;
+    w->job = j;
+    TAILQ_INSERT_TAIL(&j->waiters, w, by_job);
+    TAILQ_INSERT_TAIL(&c->waiting, w, by_client);
+    return 0;
+}
+
+static void
+job_stop_timer(struct job *j)
+{
+    if (j->timeout_ev != NULL) {
+        event_free(j->timeout_ev);
+        j->timeout_ev = NULL;
+    }
+}
+
+/* The job is over: tell no one more, take it out of the queue. */
+static void
+job_finish(struct srv *srv, struct job *j)
+{
+    job_stop_timer(j);
+    waiters_release(j);
+    queue_remove(&srv->queue, j);
+    if (srv->draining)
+        srv_check_drained(srv);
+}
+
+static void
+job_fail(struct srv *srv, struct job *j)
+{
+    const void *args[1] = {job_handle(j)};
+    size_t lens[1] = {j->handle_len};
+
+    waiters_send(j, PACKET_WORK_FAIL, 1, args, lens);
+    job_finish(srv, j);
+}
+
+void
+dispatch_wake(struct job *j)
+{
+    struct qworker *w = queue_wake_one(j->func);
+
+    if (w != NULL)
+        conn_send(conn_of_worker(w), PACKET_NOOP, 0, NULL, NULL);
+}
+
+/*
+ * A running job came back undone (its worker left or timed out): run it
+ * again, or fail it once --job-retries attempts have been used.
+ */
+static void
+job_retry(struct srv *srv, struct job *j, const char *why)
+{
+    unsigned limit = srv->cfg.job_retries;
+
+    job_stop_timer(j);
+    if (j->cancelled) {
+        job_finish(srv, j);
+        return;
+    }
+    if (limit != 0 && j->attempts + 1 >= limit) {
+        log_warn(&srv->log, "job %s of '%s' failed after %u attempts (--job-retries %u): %s",
+                 job_handle(j), j->func->name, j->attempts + 1, limit, why);
+        job_fail(srv, j);
+        return;
+    }
+    log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
+    queue_requeue(&srv->queue, j);
+    if (!j->background && TAILQ_EMPTY(&j->waiters)) {
+        queue_remove(&srv->queue, j); /* nobody is left to want it */
+        return;
+    }
+    dispatch_wake(j);
+    if (srv->draining)
+        srv_check_drained(srv);
+}
+
+void
+dispatch_detach(struct conn *c)
+{
+    struct srv *srv = c->srv;
+    struct waiter *w;
+    struct job *j;
+
+    while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
+        j = w->job;
+        TAILQ_REMOVE(&c->waiting, w, by_client);
+        TAILQ_REMOVE(&j->waiters, w, by_job);
+        free(w);
+        /* A foreground job nobody waits for any more is dropped before it runs. */
+        if (!j->background && TAILQ_EMPTY(&j->waiters) &&
+            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED))
+            queue_remove(&srv->queue, j);
+    }
+    queue_awake(&c->worker);
+    queue_reset_abilities(&srv->queue, &c->worker);
+    while ((j = TAILQ_FIRST(&c->worker.held)) != NULL)
+        job_retry(srv, j, "its worker disconnected");
+}
+
+int
+dispatch_cancel(struct conn *by, struct job *j)
+{
+    struct srv *srv = by->srv;
+
+    (void)by;
+    if (j->state == JOB_RUNNING) {
+        j->cancelled = true;
+        return -1;
+    }
+    job_fail(srv, j);
+    return 0;
+}
+
+/* --- worker abilities and sleep ----------------------------------------- */
+
+static struct func *
+func_arg(struct conn *c, const struct packet *p)
+{
+    struct func *f = queue_func(&c->srv->queue, ARG(p, 0), p->arg_len[0], true);
+
+    if (f == NULL)
+        conn_send_error(c, "ERR_MEMORY", "out of memory");
+    return f;
+}
+
+static void
+can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
+{
+    if (queue_can_do(&c->srv->queue, &c->worker, f, timeout_ms) < 0) {
+        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        return;
+    }
+    /* A sleeping worker that learns a new function may have work right away. */
+    if (c->worker.asleep && queue_has_work(&c->worker)) {
+        queue_awake(&c->worker);
+        conn_send(c, PACKET_NOOP, 0, NULL, NULL);
+    }
+}
+
+static void
+h_can_do(struct conn *c, const struct packet *p)
+{
+    struct func *f = func_arg(c, p);
+
+    if (f != NULL)
+        can_do(c, f, 0);
+}
+
+static void
+h_can_do_timeout(struct conn *c, const struct packet *p)
+{
+    struct func *f;
+    char num[16];
+    unsigned long ms;
+    char *end;
+
+    if (p->arg_len[1] == 0 || p->arg_len[1] >= sizeof(num)) {
+        conn_send_error(c, "ERR_INVALID_TIMEOUT", "CAN_DO_TIMEOUT: bad timeout");
+        return;
+    }
+    memcpy(num, p->arg[1], p->arg_len[1]);
+    num[p->arg_len[1]] = '\0';
+    errno = 0;
+    ms = strtoul(num, &end, 10);
+    if (*end != '\0' || errno != 0 || ms > UINT32_MAX) {
+        conn_send_error(c, "ERR_INVALID_TIMEOUT", "CAN_DO_TIMEOUT: bad timeout '%s'", num);
+        return;
+    }
+    f = func_arg(c, p);
+    if (f != NULL)
+        can_do(c, f, (uint32_t)ms);
+}
+
+static void
+h_cant_do(struct conn *c, const struct packet *p)
+{
+    struct func *f = queue_func(&c->srv->queue, ARG(p, 0), p->arg_len[0], false);
+
+    if (f != NULL)
+        queue_cant_do(&c->srv->queue, &c->worker, f);
+}
+
+static void
+h_reset_abilities(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    queue_reset_abilities(&c->srv->queue, &c->worker);
+}
+
+static void
+h_pre_sleep(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
+    if (queue_has_work(&c->worker) && !c->srv->draining) {
+        conn_send(c, PACKET_NOOP, 0, NULL, NULL);
+        return;
+    }
+    queue_sleep(&c->worker);
+}
+
+static void
+job_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct job *j = arg;
+    struct srv *srv = conn_of_worker(j->worker)->srv;
+
+    (void)fd;
+    (void)what;
+    log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j),
+               j->func->name);
+    job_retry(srv, j, "CAN_DO_TIMEOUT expired");
+}
+
+static void
+grab(struct conn *c, enum packet_type assign)
+{
+    struct srv *srv = c->srv;
+    struct ability *a;
+    struct job *j;
+
+    queue_awake(&c->worker);
+    j = srv->draining ? NULL : queue_grab(&srv->queue, &c->worker);
+    if (j == NULL) {
+        conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
+        return;
+    }
+    a = queue_ability_of(&c->worker, j->func);
+    if (a != NULL && a->timeout_ms > 0) {
+        struct timeval tv = {a->timeout_ms / 1000, (a->timeout_ms % 1000) * 1000};
+
+        j->timeout_ev = evtimer_new(srv->base, job_timeout_cb, j);
+        if (j->timeout_ev != NULL)
+            evtimer_add(j->timeout_ev, &tv);
+    }
+    {
+        const void *args[5];
+        size_t lens[5];
+        unsigned n = 0;
+
+        args[n] = job_handle(j), lens[n++] = j->handle_len;
+        args[n] = j->func->name, lens[n++] = j->func->name_len;
+        if (assign != PACKET_JOB_ASSIGN)
+            args[n] = job_unique(j), lens[n++] = j->unique_len;
+        if (assign == PACKET_JOB_ASSIGN_ALL)
+            args[n] = job_reducer(j), lens[n++] = j->reducer_len;
+        args[n] = job_data(j), lens[n++] = j->data_len;
+        conn_send(c, assign, n, args, lens);
+    }
+    log_debug(&srv->log, "%s: assigned %s of '%s'", c->peer, job_handle(j), j->func->name);
+}
+
+static void
+h_grab_job(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    grab(c, PACKET_JOB_ASSIGN);
+}
+
+static void
+h_grab_job_uniq(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    grab(c, PACKET_JOB_ASSIGN_UNIQ);
+}
+
+static void
+h_grab_job_all(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    grab(c, PACKET_JOB_ASSIGN_ALL);
+}
+
+/* --- submitting ----------------------------------------------------------- */
+
+struct submit {
+    enum job_prio prio;      /* priority */
+    bool background;         /* no client waits */
+    int64_t when;            /* epoch seconds, 0 for now */
+    const char *reducer;     /* SUBMIT_REDUCE_JOB reducer, or NULL */
+    size_t reducer_len;      /* its length */
+};
+
+static void
+submit(struct conn *c, const struct packet *p, const struct submit *s)
+{
+    struct srv *srv = c->srv;
+    const char *unique = ARG(p, 1);
+    size_t unique_len = p->arg_len[1];
+    const unsigned char *data = p->arg[p->nargs - 1];
+    size_t data_len = p->arg_len[p->nargs - 1];
+    char handle[JOB_HANDLE_MAX + 24];
+    struct func *f;
+    struct job *j;
+    int n;
+
+    if (p->arg_len[0] == 0) {
+        conn_send_error(c, "ERR_INVALID_FUNCTION", "%s: empty function name", packet_name(p->type));
+        return;
+    }
+    f = func_arg(c, p);
+    if (f == NULL)
+        return;
+    /* gearmand's rule: unique "-" means "coalesce on the payload". */
+    if (unique_len == 1 && unique[0] == '-') {
+        unique = (const char *)data;
+        unique_len = data_len;
+    }
+    if (unique_len > 0 && (j = queue_find_unique(f, unique, unique_len)) != NULL) {
+        if (!s->background && waiter_attach(c, j) < 0) {
+            conn_send_error(c, "ERR_MEMORY", "out of memory");
+            return;
+        }
+        conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
+        return;
+    }
+    if (queue_full(f, s->prio)) {
+        log_notice(&srv->log, "%s: queue of '%s' is full (maxqueue %u)", c->peer, f->name,
+                   f->max_queue[s->prio]);
+        conn_send_error(c, "ERR_QUEUE_FULL",
+                        "queue of function '%s' is at its maxqueue limit of %u jobs", f->name,
+                        f->max_queue[s->prio]);
+        return;
+    }
+    n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
+    j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data,
+                data_len);
+    if (j == NULL) {
+        conn_send_error(c, "ERR_MEMORY", "out of memory for a job of %zu bytes", data_len);
+        return;
+    }
+    j->prio = (uint8_t)s->prio;
+    j->background = s->background;
+    j->when = s->when;
+    j->id = srv->next_job_id;
+    j->seq = srv->next_seq++;
+    if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
+        job_unref(j);
+        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        return;
+    }
+    srv->next_job_id++;
+    if (!s->background && waiter_attach(c, j) < 0) {
+        queue_remove(&srv->queue, j);
+        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        return;
+    }
+    conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
+    if (j->state == JOB_SCHEDULED)
+        srv_epoch_arm(srv);
+    else
+        dispatch_wake(j);
+}
+
+static void
+h_submit(struct conn *c, const struct packet *p)
+{
+    struct submit s = {JOB_PRIO_NORMAL, false, 0, NULL, 0};
+
+    switch (p->type) {
+    case PACKET_SUBMIT_JOB_HIGH_BG: s.background = true; /* fall through */
+    case PACKET_SUBMIT_JOB_HIGH: s.prio = JOB_PRIO_HIGH; break;
+    case PACKET_SUBMIT_JOB_LOW_BG: s.background = true; /* fall through */
+    case PACKET_SUBMIT_JOB_LOW: s.prio = JOB_PRIO_LOW; break;
+    case PACKET_SUBMIT_JOB_BG: s.background = true; break;
+    default: break;
+    }
+    submit(c, p, &s);
+}
+
+static void
+h_submit_epoch(struct conn *c, const struct packet *p)
+{
+    struct submit s = {JOB_PRIO_NORMAL, true, 0, NULL, 0};
+    char num[24];
+    char *end;
+    long long when;
+
+    if (p->arg_len[2] == 0 || p->arg_len[2] >= sizeof(num)) {
+        conn_send_error(c, "ERR_INVALID_EPOCH", "SUBMIT_JOB_EPOCH: bad epoch time");
+        return;
+    }
+    memcpy(num, p->arg[2], p->arg_len[2]);
+    num[p->arg_len[2]] = '\0';
+    errno = 0;
+    when = strtoll(num, &end, 10);
+    if (*end != '\0' || errno != 0 || when < 0) {
+        conn_send_error(c, "ERR_INVALID_EPOCH", "SUBMIT_JOB_EPOCH: bad epoch time '%s'", num);
+        return;
+    }
+    s.when = when;
+    submit(c, p, &s);
+}
+
+static void
+h_submit_reduce(struct conn *c, const struct packet *p)
+{
+    struct submit s = {JOB_PRIO_NORMAL, p->type == PACKET_SUBMIT_REDUCE_JOB_BACKGROUND, 0,
+                       ARG(p, 2), p->arg_len[2]};
+
+    submit(c, p, &s);
+}
+
+static void
+h_submit_sched(struct conn *c, const struct packet *p)
+{
+    (void)p;
+    conn_send_error(c, "ERR_NOT_SUPPORTED", "SUBMIT_JOB_SCHED is not supported");
+}
+
+/* --- reports from workers ------------------------------------------------- */
+
+/* The job named by the first argument, if c is running it; else an ERROR. */
+static struct job *
+held_job(struct conn *c, const struct packet *p)
+{
+    struct job *j = queue_find_job(&c->srv->queue, ARG(p, 0), p->arg_len[0]);
+
+    if (j == NULL || j->state != JOB_RUNNING || j->worker != &c->worker) {
+        log_notice(&c->srv->log, "%s: %s for a job it does not hold: %.*s", c->peer,
+                   packet_name(p->type), (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]),
+                   ARG(p, 0));
+        conn_send_error(c, "ERR_JOB_NOT_FOUND", "%s: no such job held by this worker",
+                        packet_name(p->type));
+        return NULL;
+    }
+    return j;
+}
+
+static uint32_t
+parse_u32(const unsigned char *s, size_t len)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    for (i = 0; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        v = v * 10 + (uint64_t)(s[i] - '0');
+        if (v > UINT32_MAX)
+            return UINT32_MAX;
+    }
+    return (uint32_t)v;
+}
+
+static void
+forward(struct job *j, const struct packet *p)
+{
+    const void *args[PACKET_MAX_ARGS];
+    unsigned i;
+
+    for (i = 0; i < p->nargs; i++)
+        args[i] = p->arg[i];
+    waiters_send(j, (enum packet_type)p->type, p->nargs, args, p->arg_len);
+}
+
+static void
+h_work_status(struct conn *c, const struct packet *p)
+{
+    struct job *j = held_job(c, p);
+
+    if (j == NULL)
+        return;
+    j->numerator = parse_u32(p->arg[1], p->arg_len[1]);
+    j->denominator = parse_u32(p->arg[2], p->arg_len[2]);
+    if (!j->cancelled)
+        forward(j, p);
+}
+
+static void
+h_work_data(struct conn *c, const struct packet *p)
+{
+    struct job *j = held_job(c, p);
+
+    if (j != NULL && !j->cancelled)
+        forward(j, p);
+}
+
+static void
+h_work_done(struct conn *c, const struct packet *p)
+{
+    struct job *j = held_job(c, p);
+
+    if (j == NULL)
+        return;
+    if (!j->cancelled)
+        forward(j, p);
+    job_finish(c->srv, j);
+}
+
+static void
+h_work_exception(struct conn *c, const struct packet *p)
+{
+    struct job *j = held_job(c, p);
+    struct waiter *w;
+
+    if (j == NULL)
+        return;
+    /* Clients that asked get the exception; the rest a clean WORK_FAIL. */
+    TAILQ_FOREACH(w, &j->waiters, by_job) {
+        if (j->cancelled)
+            break;
+        if (w->client->exceptions) {
+            const void *args[2] = {p->arg[0], p->arg[1]};
+
+            conn_send(w->client, PACKET_WORK_EXCEPTION, 2, args, p->arg_len);
+        } else {
+            conn_send_raw(w->client, PACKET_WORK_FAIL, p->arg[0], p->arg_len[0]);
+        }
+    }
+    job_finish(c->srv, j);
+}
+
+/* --- status and odds and ends --------------------------------------------- */
+
+static void
+h_get_status(struct conn *c, const struct packet *p)
+{
+    struct job *j = queue_find_job(&c->srv->queue, ARG(p, 0), p->arg_len[0]);
+    char num[16], den[16];
+    const void *args[5];
+    size_t lens[5];
+    bool known = j != NULL;
+    bool running = known && j->state == JOB_RUNNING;
+
+    snprintf(num, sizeof(num), "%" PRIu32, known ? j->numerator : 0);
+    snprintf(den, sizeof(den), "%" PRIu32, known ? j->denominator : 0);
+    args[0] = p->arg[0], lens[0] = p->arg_len[0];
+    args[1] = known ? "1" : "0", lens[1] = 1;
+    args[2] = running ? "1" : "0", lens[2] = 1;
+    args[3] = num, lens[3] = strlen(num);
+    args[4] = den, lens[4] = strlen(den);
+    conn_send(c, PACKET_STATUS_RES, 5, args, lens);
+}
+
+static void
+h_get_status_unique(struct conn *c, const struct packet *p)
+{
+    struct job *j = NULL;
+    struct func *f;
+    char num[16], den[16], waiting[16];
+    const void *args[6];
+    size_t lens[6];
+    bool running;
+
+    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+        if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL)
+            break;
+    running = j != NULL && j->state == JOB_RUNNING;
+    snprintf(num, sizeof(num), "%" PRIu32, j ? j->numerator : 0);
+    snprintf(den, sizeof(den), "%" PRIu32, j ? j->denominator : 0);
+    snprintf(waiting, sizeof(waiting), "%u", j ? job_nwaiters(j) : 0);
+    args[0] = p->arg[0], lens[0] = p->arg_len[0];
+    args[1] = j ? "1" : "0", lens[1] = 1;
+    args[2] = running ? "1" : "0", lens[2] = 1;
+    args[3] = num, lens[3] = strlen(num);
+    args[4] = den, lens[4] = strlen(den);
+    args[5] = waiting, lens[5] = strlen(waiting);
+    conn_send(c, PACKET_STATUS_RES_UNIQUE, 6, args, lens);
+}
+
+static void
+h_echo(struct conn *c, const struct packet *p)
+{
+    conn_send_raw(c, PACKET_ECHO_RES, p->arg[0], p->arg_len[0]);
+}
+
+static void
+h_set_client_id(struct conn *c, const struct packet *p)
+{
+    char *id = malloc(p->arg_len[0] + 1);
+    size_t i;
+
+    if (id == NULL) {
+        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        return;
+    }
+    /* Keep the id printable: it is shown one per line by the workers command. */
+    for (i = 0; i < p->arg_len[0]; i++)
+        id[i] = (p->arg[0][i] < 0x21 || p->arg[0][i] > 0x7e) ? '_' : (char)p->arg[0][i];
+    id[p->arg_len[0]] = '\0';
+    free(c->client_id);
+    c->client_id = id;
+}
+
+static void
+h_option_req(struct conn *c, const struct packet *p)
+{
+    if (p->arg_len[0] == 10 && memcmp(p->arg[0], "exceptions", 10) == 0) {
+        c->exceptions = true;
+        conn_send_raw(c, PACKET_OPTION_RES, p->arg[0], p->arg_len[0]);
+        return;
+    }
+    conn_send_error(c, "ERR_UNKNOWN_OPTION", "unknown option '%.*s'",
+                    (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0));
+}
+
+static void
+h_ignore(struct conn *c, const struct packet *p)
+{
+    (void)c;
+    (void)p;
+}
+
+static const struct dispatch_entry dispatch_table[PACKET_TYPE_COUNT] = {
+    [PACKET_CAN_DO] = {h_can_do},
+    [PACKET_CANT_DO] = {h_cant_do},
+    [PACKET_RESET_ABILITIES] = {h_reset_abilities},
+    [PACKET_PRE_SLEEP] = {h_pre_sleep},
+    [PACKET_SUBMIT_JOB] = {h_submit},
+    [PACKET_GRAB_JOB] = {h_grab_job},
+    [PACKET_WORK_STATUS] = {h_work_status},
+    [PACKET_WORK_COMPLETE] = {h_work_done},
+    [PACKET_WORK_FAIL] = {h_work_done},
+    [PACKET_GET_STATUS] = {h_get_status},
+    [PACKET_ECHO_REQ] = {h_echo},
+    [PACKET_SUBMIT_JOB_BG] = {h_submit},
+    [PACKET_SUBMIT_JOB_HIGH] = {h_submit},
+    [PACKET_SET_CLIENT_ID] = {h_set_client_id},
+    [PACKET_CAN_DO_TIMEOUT] = {h_can_do_timeout},
+    [PACKET_ALL_YOURS] = {h_ignore},
+    [PACKET_WORK_EXCEPTION] = {h_work_exception},
+    [PACKET_OPTION_REQ] = {h_option_req},
+    [PACKET_WORK_DATA] = {h_work_data},
+    [PACKET_WORK_WARNING] = {h_work_data},
+    [PACKET_GRAB_JOB_UNIQ] = {h_grab_job_uniq},
+    [PACKET_SUBMIT_JOB_HIGH_BG] = {h_submit},
+    [PACKET_SUBMIT_JOB_LOW] = {h_submit},
+    [PACKET_SUBMIT_JOB_LOW_BG] = {h_submit},
+    [PACKET_SUBMIT_JOB_SCHED] = {h_submit_sched},
+    [PACKET_SUBMIT_JOB_EPOCH] = {h_submit_epoch},
+    [PACKET_SUBMIT_REDUCE_JOB] = {h_submit_reduce},
+    [PACKET_SUBMIT_REDUCE_JOB_BACKGROUND] = {h_submit_reduce},
+    [PACKET_GRAB_JOB_ALL] = {h_grab_job_all},
+    [PACKET_GET_STATUS_UNIQUE] = {h_get_status_unique},
+};
+
+void
+dispatch_packet(struct conn *c, const struct packet *p)
+{
+    const struct dispatch_entry *e = p->type < PACKET_TYPE_COUNT ? &dispatch_table[p->type] : NULL;
+
+    if (p->magic != PACKET_REQ) {
+        log_notice(&c->srv->log, "%s: %s packet with response magic", c->peer,
+                   packet_name(p->type));
+        conn_send_error(c, "ERR_INVALID_MAGIC", "%s: requests must carry \\0REQ magic",
+                        packet_name(p->type));
+        return;
+    }
+    if (e == NULL || e->fn == NULL) {
+        log_notice(&c->srv->log, "%s: unexpected packet type %" PRIu32 " (%s)", c->peer,
+                   p->type, packet_name(p->type));
+        conn_send_error(c, "ERR_INVALID_COMMAND", "packet type %" PRIu32 " (%s) is not a request",
+                        p->type, packet_name(p->type));
+        return;
+    }
+    e->fn(c, p);
+}

@@ -1,0 +1,437 @@
+/*
+ * dsjobd: options, daemonizing, pid and port files, signals; the server
+ * itself is libdsjobserver. Option names follow gearmand's, so dsjobd can
+ * take its place in an init script; options gearmand has and dsjobd does
+ * not need (--threads, --worker-wakeup) are accepted and ignored with a
+ * note in the log.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dsjob/server.h>
+
+static struct dsjob_server *the_server; /* for the signal handlers */
+
+static void
+usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: dsjobd [OPTION]...\n"
+            "A Gearman-protocol job server.\n"
+            "\n"
+            "  -L, --listen ADDR          address to listen on (repeatable; default 127.0.0.1)\n"
+            "  -p, --port PORT            TCP port (default 4730; 0 picks a free port)\n"
+            "      --port-file FILE       write the bound port to FILE\n"
+            "      --unix-socket PATH     also listen on a unix socket\n"
+            "  -b, --backlog N            listen backlog (default 32)\n"
+            "      --keepalive            enable TCP keepalive on connections\n"
+            "  -d, --daemon               run in the background\n"
+            "  -P, --pid-file FILE        write the process id to FILE\n"
+            "  -u, --user USER            switch to USER after binding\n"
+            "  -l, --log-file DEST        stderr (default), none, or a file path\n"
+            "      --verbose LEVEL        FATAL ALERT CRITICAL ERROR WARNING NOTICE INFO DEBUG\n"
+            "                             (default ERROR)\n"
+            "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
+            "  -R, --round-robin          rotate a worker's functions after each job\n"
+            "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
+            "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
+            "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
+            "      --max-connections N    connections held at once (default 0: no limit)\n"
+            "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
+            "                             maxqueue (repeatable; default loopback and the unix socket)\n"
+            "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
+            "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
+            "  -h, --help                 show this help\n"
+            "  -V, --version              show the version\n"
+            "\n"
+            "Signals: TERM and INT stop, USR1 stops gracefully, HUP reopens the log file.\n");
+}
+
+enum {
+    OPT_PORT_FILE = 256,
+    OPT_UNIX_SOCKET,
+    OPT_KEEPALIVE,
+    OPT_VERBOSE,
+    OPT_HANDLE_PREFIX,
+    OPT_MAX_PACKET,
+    OPT_MAX_OUTPUT,
+    OPT_MAX_CONNS,
+    OPT_ADMIN_ALLOW,
+};
+
+static const struct option long_options[] = {
+    {"listen", required_argument, NULL, 'L'},
+    {"port", required_argument, NULL, 'p'},
+    {"port-file", required_argument, NULL, OPT_PORT_FILE},
+    {"unix-socket", required_argument, NULL, OPT_UNIX_SOCKET},
+    {"backlog", required_argument, NULL, 'b'},
+    {"keepalive", no_argument, NULL, OPT_KEEPALIVE},
+    {"daemon", no_argument, NULL, 'd'},
+    {"pid-file", required_argument, NULL, 'P'},
+    {"user", required_argument, NULL, 'u'},
+    {"log-file", required_argument, NULL, 'l'},
+    {"verbose", required_argument, NULL, OPT_VERBOSE},
+    {"job-retries", required_argument, NULL, 'j'},
+    {"round-robin", no_argument, NULL, 'R'},
+    {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
+    {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
+    {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+    {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"threads", required_argument, NULL, 't'},
+    {"worker-wakeup", required_argument, NULL, 'w'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void
+die_usage(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "dsjobd: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'dsjobd --help'.\n");
+    exit(2);
+}
+
+static unsigned long long
+parse_number(const char *opt, const char *s, unsigned long long max, bool sizes)
+{
+    unsigned long long v;
+    char *end;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (end == s || errno != 0 || s[0] == '-')
+        goto bad;
+    if (sizes && *end != '\0') {
+        unsigned shift = 0;
+
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        default: goto bad;
+        }
+        if (end[1] != '\0' || v > (max >> shift))
+            goto bad;
+        v <<= shift;
+        end++;
+    }
+    if (*end != '\0' || v > max)
+        goto bad;
+    return v;
+
+bad:
+    fprintf(stderr, "dsjobd: %s: invalid value '%s'\n", opt, s);
+    exit(2);
+}
+
+/* Paths given relative to the start directory stay valid after a daemon's chdir("/"). */
+static char *
+absolute(const char *path)
+{
+    char cwd[PATH_MAX];
+    char *out;
+
+    if (path == NULL || path[0] == '/' || getcwd(cwd, sizeof(cwd)) == NULL)
+        return path ? strdup(path) : NULL;
+    out = malloc(strlen(cwd) + strlen(path) + 2);
+    if (out != NULL)
+        sprintf(out, "%s/%s", cwd, path);
+    return out;
+}
+
+static int
+write_file_atomically(const char *path, const char *text)
+{
+    char tmp[PATH_MAX];
+    FILE *fp;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return -1;
+    fp = fopen(tmp, "w");
+    if (fp == NULL)
+        return -1;
+    if (fputs(text, fp) < 0 || fclose(fp) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return rename(tmp, path);
+}
+
+static void
+on_stop(int sig)
+{
+    dsjob_server_stop(the_server, sig == SIGUSR1);
+}
+
+static void
+on_hup(int sig)
+{
+    (void)sig;
+    dsjob_server_reopen_log(the_server);
+}
+
+static void
+install_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+/*
+ * Fork into the background. The parent waits until the child reports, on a
+ * pipe, that it is serving (exit 0) or why it could not (message, exit 1),
+ * so that "dsjobd -d" fails visibly when the port is taken.
+ */
+static int
+daemonize(void)
+{
+    int fds[2];
+    pid_t pid;
+    char msg[600];
+    ssize_t n;
+
+    if (pipe(fds) < 0) {
+        perror("dsjobd: pipe");
+        exit(1);
+    }
+    pid = fork();
+    if (pid < 0) {
+        perror("dsjobd: fork");
+        exit(1);
+    }
+    if (pid > 0) {
+        close(fds[1]);
+        n = read(fds[0], msg, sizeof(msg) - 1);
+        if (n > 0 && msg[0] == 'K')
+            exit(0);
+        if (n > 0) {
+            msg[n] = '\0';
+            fprintf(stderr, "%s\n", msg + 1);
+        } else {
+            fprintf(stderr, "dsjobd: the daemon exited before it was ready\n");
+        }
+        exit(1);
+    }
+    close(fds[0]);
+    setsid();
+    if (chdir("/") < 0) {
+        /* Staying in the start directory is harmless. */
+    }
+    return fds[1];
+}
+
+static void
+report_ready(int fd, const char *err)
+{
+    char msg[600];
+    ssize_t n;
+
+    if (fd < 0) {
+        if (err != NULL)
+            fprintf(stderr, "%s\n", err);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%c%s", err ? 'E' : 'K', err ? err : "");
+    n = write(fd, msg, strlen(msg));
+    (void)n;
+    close(fd);
+}
+
+static int
+drop_privileges(const char *user, char *err, size_t errlen)
+{
+    struct passwd *pw = getpwnam(user);
+
+    if (pw == NULL) {
+        snprintf(err, errlen, "dsjobd: --user: no such user '%s'", user);
+        return -1;
+    }
+    if (setgid(pw->pw_gid) < 0 || initgroups(pw->pw_name, pw->pw_gid) < 0 ||
+        setuid(pw->pw_uid) < 0) {
+        snprintf(err, errlen, "dsjobd: --user %s: %s", user, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct dsjob_server_config cfg;
+    char *pid_file = NULL, *port_file = NULL, *log_file = NULL, *unix_socket = NULL;
+    const char *user = NULL;
+    bool daemon_mode = false, listen_given = false;
+    char err[600];
+    int ready_fd = -1;
+    int opt, rc;
+
+    dsjob_server_config_init(&cfg);
+    while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:hV", long_options, NULL)) != -1) {
+        switch (opt) {
+        case 'L':
+            if (!listen_given)
+                cfg.nlisten = 0;
+            listen_given = true;
+            if (cfg.nlisten == DSJOB_SERVER_MAX_LISTEN)
+                die_usage("too many --listen addresses (at most %d)", DSJOB_SERVER_MAX_LISTEN);
+            cfg.listen[cfg.nlisten++] = optarg;
+            break;
+        case 'p': cfg.port = (int)parse_number("--port", optarg, 65535, false); break;
+        case OPT_PORT_FILE: port_file = absolute(optarg); break;
+        case OPT_UNIX_SOCKET: cfg.unix_socket = optarg; break;
+        case 'b': cfg.backlog = (int)parse_number("--backlog", optarg, 65535, false); break;
+        case OPT_KEEPALIVE: cfg.keepalive = true; break;
+        case 'd': daemon_mode = true; break;
+        case 'P': pid_file = absolute(optarg); break;
+        case 'u': user = optarg; break;
+        case 'l':
+            free(log_file);
+            log_file = strcmp(optarg, "stderr") && strcmp(optarg, "none") ? absolute(optarg)
+                                                                           : strdup(optarg);
+            cfg.log_file = log_file;
+            break;
+        case OPT_VERBOSE:
+            rc = dsjob_server_log_level(optarg);
+            if (rc < 0)
+                die_usage("--verbose: unknown level '%s'", optarg);
+            cfg.verbose = (enum dsjob_log_level)rc;
+            break;
+        case 'j':
+            cfg.job_retries = (unsigned)parse_number("--job-retries", optarg, UINT32_MAX, false);
+            break;
+        case 'R': cfg.round_robin = true; break;
+        case OPT_HANDLE_PREFIX: cfg.job_handle_prefix = optarg; break;
+        case OPT_MAX_PACKET:
+            cfg.max_packet_size =
+                (size_t)parse_number("--max-packet-size", optarg, UINT32_MAX, true);
+            break;
+        case OPT_MAX_OUTPUT:
+            cfg.max_output_buffer =
+                (size_t)parse_number("--max-output-buffer", optarg, SIZE_MAX, true);
+            break;
+        case OPT_MAX_CONNS:
+            cfg.max_connections =
+                (unsigned)parse_number("--max-connections", optarg, UINT32_MAX, false);
+            break;
+        case OPT_ADMIN_ALLOW:
+            if (cfg.nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)
+                die_usage("too many --admin-allow ranges (at most %d)", DSJOB_SERVER_MAX_ADMIN_ALLOW);
+            cfg.admin_allow[cfg.nadmin_allow++] = optarg;
+            break;
+        case 't':
+        case 'w':
+            parse_number(opt == 't' ? "--threads" : "--worker-wakeup", optarg, 1024, false);
+            break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("dsjobd %s\n", DSJOB_VERSION_STRING); return 0;
+        default:
+            /* getopt_long has printed which option it did not know. */
+            fprintf(stderr, "Try 'dsjobd --help'.\n");
+            return 2;
+        }
+    }
+    if (optind < argc)
+        die_usage("unexpected argument '%s'", argv[optind]);
+    if (cfg.unix_socket != NULL && (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
+        return 1;
+
+    the_server = dsjob_server_new(&cfg, err, sizeof(err));
+    if (the_server == NULL) {
+        fprintf(stderr, "dsjobd: %s\n", err);
+        return 2;
+    }
+    if (daemon_mode)
+        ready_fd = daemonize();
+    install_signals();
+    rc = dsjob_server_bind(the_server);
+    if (rc != DSJOB_OK) {
+        snprintf(err, sizeof(err), "dsjobd: %s", dsjob_server_errmsg(the_server));
+        report_ready(ready_fd, err);
+        return 1;
+    }
+    if (pid_file != NULL) {
+        char text[32];
+
+        snprintf(text, sizeof(text), "%ld\n", (long)getpid());
+        if (write_file_atomically(pid_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write pid file '%s': %s", pid_file,
+                     strerror(errno));
+            report_ready(ready_fd, err);
+            return 1;
+        }
+    }
+    if (port_file != NULL) {
+        char text[32];
+
+        snprintf(text, sizeof(text), "%d\n", dsjob_server_port(the_server));
+        if (write_file_atomically(port_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write port file '%s': %s", port_file,
+                     strerror(errno));
+            report_ready(ready_fd, err);
+            return 1;
+        }
+    }
+    if (user != NULL && drop_privileges(user, err, sizeof(err)) < 0) {
+        report_ready(ready_fd, err);
+        return 1;
+    }
+    if (daemon_mode) {
+        int null = open("/dev/null", O_RDWR);
+
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            if (strcmp(cfg.log_file, "stderr") != 0)
+                dup2(null, 2);
+            if (null > 2)
+                close(null);
+        }
+    }
+    report_ready(ready_fd, NULL);
+    rc = dsjob_server_run(the_server);
+    if (rc != DSJOB_OK)
+        fprintf(stderr, "dsjobd: %s\n", dsjob_server_errmsg(the_server));
+    if (pid_file != NULL)
+        unlink(pid_file);
+    dsjob_server_free(the_server);
+    free(pid_file);
+    free(port_file);
+    free(log_file);
+    free(unix_socket);
+    return rc == DSJOB_OK ? 0 : 1;
+}

@@ -1,0 +1,431 @@
+/*
+ * Queue state. Every operation on the job path is O(1) in the number of
+ * queued jobs: lists are intrusive TAILQs, lookups go through hash tables
+ * that grow, and the only walk is over one worker's abilities (a handful).
+ * A worker's sleep is recorded once per function it can do, so waking the
+ * right sleeper for a new job pops a list head rather than scanning every
+ * connection, and each new job wakes one sleeper, not all of them.
+ */
+#include "config.h"
+#include "queue.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool
+job_time_less(const void *a, const void *b)
+{
+    const struct job *x = a;
+    const struct job *y = b;
+
+    return x->when < y->when || (x->when == y->when && x->seq < y->seq);
+}
+
+static void
+job_set_heap_pos(void *elem, size_t pos)
+{
+    ((struct job *)elem)->heap_pos = pos;
+}
+
+void
+queue_init(struct queue *q, bool round_robin)
+{
+    hmap_init(&q->funcs);
+    hmap_init(&q->jobs);
+    TAILQ_INIT(&q->func_order);
+    heap_init(&q->scheduled, job_time_less, job_set_heap_pos);
+    q->round_robin = round_robin;
+    q->njobs = 0;
+}
+
+static void
+func_free(struct func *f)
+{
+    hmap_release(&f->uniques);
+    free(f);
+}
+
+void
+queue_release(struct queue *q)
+{
+    struct hnode *n;
+    size_t bucket = 0;
+    struct func *f;
+
+    /* Jobs first: queue_remove needs their functions. */
+    while ((n = hmap_next(&q->jobs, NULL, &bucket)) != NULL) {
+        struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
+        struct waiter *w;
+
+        while ((w = TAILQ_FIRST(&j->waiters)) != NULL)
+            TAILQ_REMOVE(&j->waiters, w, by_job); /* waiters belong to their conns */
+        queue_remove(q, j);
+        bucket = 0;
+    }
+    while ((f = TAILQ_FIRST(&q->func_order)) != NULL) {
+        TAILQ_REMOVE(&q->func_order, f, order);
+        func_free(f);
+    }
+    hmap_release(&q->funcs);
+    hmap_release(&q->jobs);
+    heap_release(&q->scheduled);
+}
+
+struct func *
+queue_func(struct queue *q, const char *name, size_t len, bool create)
+{
+    struct hnode *n = hmap_find(&q->funcs, name, len);
+    struct func *f;
+    int p;
+
+    if (n != NULL)
+        return (struct func *)n;
+    if (!create)
+        return NULL;
+    f = calloc(1, sizeof(*f) + len + 1);
+    if (f == NULL)
+        return NULL;
+    memcpy(f->name, name, len);
+    f->name[len] = '\0';
+    f->name_len = len;
+    for (p = 0; p < JOB_NPRIO; p++)
+        TAILQ_INIT(&f->jobs[p]);
+    hmap_init(&f->uniques);
+    TAILQ_INIT(&f->workers);
+    TAILQ_INIT(&f->sleepers);
+    if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
+        func_free(f);
+        return NULL;
+    }
+    TAILQ_INSERT_TAIL(&q->func_order, f, order);
+    return f;
+}
+
+void
+queue_drop_func(struct queue *q, struct func *f)
+{
+    assert(f->nworkers == 0 && queue_total(f) == 0);
+    hmap_remove(&q->funcs, &f->node);
+    TAILQ_REMOVE(&q->func_order, f, order);
+    func_free(f);
+}
+
+struct job *
+queue_first_idle(const struct queue *q, const struct func *f)
+{
+    size_t i;
+    int p;
+
+    for (p = 0; p < JOB_NPRIO; p++)
+        if (!TAILQ_EMPTY(&f->jobs[p]))
+            return TAILQ_FIRST(&f->jobs[p]);
+    for (i = 0; i < q->scheduled.len; i++) {
+        struct job *j = q->scheduled.elems[i];
+
+        if (j->func == f)
+            return j;
+    }
+    return NULL;
+}
+
+struct job *
+queue_find_job(const struct queue *q, const char *handle, size_t len)
+{
+    struct hnode *n = hmap_find(&q->jobs, handle, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_handle)) : NULL;
+}
+
+struct job *
+queue_find_unique(const struct func *f, const void *unique, size_t len)
+{
+    struct hnode *n = hmap_find(&f->uniques, unique, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
+unsigned
+queue_total(const struct func *f)
+{
+    return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW] +
+           f->nscheduled + f->nrunning;
+}
+
+bool
+queue_full(const struct func *f, enum job_prio prio)
+{
+    return f->max_queue[prio] > 0 && f->nqueued[prio] >= f->max_queue[prio];
+}
+
+static void
+queue_push(struct func *f, struct job *j, bool head)
+{
+    if (head)
+        TAILQ_INSERT_HEAD(&f->jobs[j->prio], j, link);
+    else
+        TAILQ_INSERT_TAIL(&f->jobs[j->prio], j, link);
+    f->nqueued[j->prio]++;
+    j->state = JOB_QUEUED;
+}
+
+int
+queue_add(struct queue *q, struct func *f, struct job *j, int64_t now)
+{
+    assert(j->state == JOB_NEW);
+    j->func = f;
+    if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
+        return -1;
+    if (j->unique_len > 0 &&
+        hmap_insert(&f->uniques, &j->by_unique, job_unique(j), j->unique_len) < 0)
+        goto out_unindex_handle;
+    if (j->when > now) {
+        if (heap_insert(&q->scheduled, j) < 0)
+            goto out_unindex_unique;
+        j->state = JOB_SCHEDULED;
+        f->nscheduled++;
+    } else {
+        queue_push(f, j, false);
+    }
+    q->njobs++;
+    return 0;
+
+out_unindex_unique:
+    if (j->unique_len > 0)
+        hmap_remove(&f->uniques, &j->by_unique);
+out_unindex_handle:
+    hmap_remove(&q->jobs, &j->by_handle);
+    return -1;
+}
+
+void
+queue_remove(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(TAILQ_EMPTY(&j->waiters));
+    switch ((enum job_state)j->state) {
+    case JOB_QUEUED:
+        TAILQ_REMOVE(&f->jobs[j->prio], j, link);
+        f->nqueued[j->prio]--;
+        break;
+    case JOB_RUNNING:
+        TAILQ_REMOVE(&j->worker->held, j, link);
+        j->worker->nheld--;
+        j->worker = NULL;
+        f->nrunning--;
+        break;
+    case JOB_SCHEDULED:
+        heap_remove(&q->scheduled, j->heap_pos);
+        f->nscheduled--;
+        break;
+    case JOB_NEW:
+        return;
+    }
+    if (j->unique_len > 0)
+        hmap_remove(&f->uniques, &j->by_unique);
+    hmap_remove(&q->jobs, &j->by_handle);
+    q->njobs--;
+    j->state = JOB_NEW;
+    job_unref(j);
+}
+
+struct ability *
+queue_ability_of(const struct qworker *w, const struct func *f)
+{
+    struct ability *a;
+
+    TAILQ_FOREACH(a, &w->abilities, by_worker)
+        if (a->func == f)
+            return a;
+    return NULL;
+}
+
+struct job *
+queue_grab(struct queue *q, struct qworker *w)
+{
+    struct ability *a;
+    int p;
+
+    TAILQ_FOREACH(a, &w->abilities, by_worker) {
+        struct func *f = a->func;
+
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j = TAILQ_FIRST(&f->jobs[p]);
+
+            if (j == NULL)
+                continue;
+            TAILQ_REMOVE(&f->jobs[p], j, link);
+            f->nqueued[p]--;
+            f->nrunning++;
+            j->state = JOB_RUNNING;
+            j->worker = w;
+            TAILQ_INSERT_TAIL(&w->held, j, link);
+            w->nheld++;
+            if (q->round_robin && TAILQ_NEXT(a, by_worker) != NULL) {
+                TAILQ_REMOVE(&w->abilities, a, by_worker);
+                TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
+            }
+            return j;
+        }
+    }
+    return NULL;
+}
+
+void
+queue_requeue(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    (void)q;
+    assert(j->state == JOB_RUNNING);
+    TAILQ_REMOVE(&j->worker->held, j, link);
+    j->worker->nheld--;
+    j->worker = NULL;
+    f->nrunning--;
+    j->attempts++;
+    j->numerator = 0;
+    j->denominator = 0;
+    queue_push(f, j, true);
+}
+
+int64_t
+queue_next_due(const struct queue *q)
+{
+    const struct job *j = heap_peek(&q->scheduled);
+
+    return j ? j->when : 0;
+}
+
+int64_t
+queue_due(struct queue *q, int64_t now, void (*due)(struct job *, void *), void *arg)
+{
+    struct job *j;
+
+    while ((j = heap_peek(&q->scheduled)) != NULL && j->when <= now) {
+        heap_remove(&q->scheduled, 0);
+        j->func->nscheduled--;
+        queue_push(j->func, j, false);
+        if (due)
+            due(j, arg);
+    }
+    return queue_next_due(q);
+}
+
+void
+queue_worker_init(struct qworker *w)
+{
+    TAILQ_INIT(&w->abilities);
+    TAILQ_INIT(&w->held);
+    w->nabilities = 0;
+    w->nheld = 0;
+    w->asleep = false;
+}
+
+int
+queue_can_do(struct queue *q, struct qworker *w, struct func *f, uint32_t timeout_ms)
+{
+    struct ability *a = queue_ability_of(w, f);
+
+    (void)q;
+    if (a != NULL) {
+        a->timeout_ms = timeout_ms;
+        return 0;
+    }
+    a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return -1;
+    a->worker = w;
+    a->func = f;
+    a->timeout_ms = timeout_ms;
+    TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
+    TAILQ_INSERT_TAIL(&f->workers, a, by_func);
+    w->nabilities++;
+    f->nworkers++;
+    if (w->asleep)
+        TAILQ_INSERT_TAIL(&f->sleepers, a, sleeping);
+    return 0;
+}
+
+static void
+ability_free(struct qworker *w, struct ability *a)
+{
+    struct func *f = a->func;
+
+    if (w->asleep)
+        TAILQ_REMOVE(&f->sleepers, a, sleeping);
+    TAILQ_REMOVE(&w->abilities, a, by_worker);
+    TAILQ_REMOVE(&f->workers, a, by_func);
+    w->nabilities--;
+    f->nworkers--;
+    free(a);
+}
+
+void
+queue_cant_do(struct queue *q, struct qworker *w, struct func *f)
+{
+    struct ability *a = queue_ability_of(w, f);
+
+    (void)q;
+    if (a != NULL)
+        ability_free(w, a);
+}
+
+void
+queue_reset_abilities(struct queue *q, struct qworker *w)
+{
+    struct ability *a;
+
+    (void)q;
+    while ((a = TAILQ_FIRST(&w->abilities)) != NULL)
+        ability_free(w, a);
+}
+
+bool
+queue_has_work(const struct qworker *w)
+{
+    const struct ability *a;
+
+    TAILQ_FOREACH(a, &w->abilities, by_worker) {
+        const struct func *f = a->func;
+
+        if (f->nqueued[JOB_PRIO_HIGH] || f->nqueued[JOB_PRIO_NORMAL] || f->nqueued[JOB_PRIO_LOW])
+            return true;
+    }
+    return false;
+}
+
+void
+queue_sleep(struct qworker *w)
+{
+    struct ability *a;
+
+    if (w->asleep)
+        return;
+    TAILQ_FOREACH(a, &w->abilities, by_worker)
+        TAILQ_INSERT_TAIL(&a->func->sleepers, a, sleeping);
+    w->asleep = true;
+}
+
+void
+queue_awake(struct qworker *w)
+{
+    struct ability *a;
+
+    if (!w->asleep)
+        return;
+    TAILQ_FOREACH(a, &w->abilities, by_worker)
+        TAILQ_REMOVE(&a->func->sleepers, a, sleeping);
+    w->asleep = false;
+}
+
+struct qworker *
+queue_wake_one(struct func *f)
+{
+    struct ability *a = TAILQ_FIRST(&f->sleepers);
+
+    if (a == NULL)
+        return NULL;
+    queue_awake(a->worker);
+    return a->worker;
+}

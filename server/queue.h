@@ -1,0 +1,165 @@
+/*
+ * The job queues: functions by name, each with three FIFO lists (high,
+ * normal, low), a unique-key index and the workers that can do it; jobs by
+ * handle; the epoch heap of jobs waiting for their time; and the sleeping
+ * workers to wake. Plain data structures, no I/O: callers decide what to
+ * send (a NOOP to the worker queue_wake_one returns, a JOB_ASSIGN for the
+ * job queue_grab returns), so every rule here is unit-tested without a loop.
+ */
+#ifndef DSJOB_SERVER_QUEUE_H
+#define DSJOB_SERVER_QUEUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "heap.h"
+#include "hmap.h"
+#include "job.h"
+
+struct func;
+
+/* One function a worker can do. */
+struct ability {
+    struct qworker *worker;         /* the worker (borrowed) */
+    struct func *func;              /* the function (borrowed) */
+    TAILQ_ENTRY(ability) by_func;   /* in func->workers */
+    TAILQ_ENTRY(ability) by_worker; /* in worker->abilities, in grab order */
+    TAILQ_ENTRY(ability) sleeping;  /* in func->sleepers while the worker sleeps */
+    uint32_t timeout_ms;            /* CAN_DO_TIMEOUT, 0 for none */
+};
+TAILQ_HEAD(ability_list, ability);
+
+/* The queue's view of a worker connection; embedded in struct conn. */
+struct qworker {
+    struct ability_list abilities;  /* what it can do, in grab order */
+    struct job_list held;           /* jobs it is running */
+    unsigned nabilities;            /* entries in abilities */
+    unsigned nheld;                 /* entries in held */
+    bool asleep;                    /* sent PRE_SLEEP, not woken since */
+};
+
+struct func {
+    struct hnode node;                  /* in queue.funcs */
+    TAILQ_ENTRY(func) order;            /* in queue.func_order, by creation */
+    struct job_list jobs[JOB_NPRIO];    /* queued jobs, FIFO per priority */
+    unsigned nqueued[JOB_NPRIO];        /* entries in jobs[] */
+    unsigned nscheduled;                /* its jobs waiting in the epoch heap */
+    unsigned nrunning;                  /* its jobs held by workers */
+    unsigned max_queue[JOB_NPRIO];      /* maxqueue limits; 0 for none */
+    struct hmap uniques;                /* queued, scheduled and running jobs by unique key */
+    struct ability_list workers;        /* every worker that can do it */
+    struct ability_list sleepers;       /* of those, the ones asleep */
+    unsigned nworkers;                  /* entries in workers */
+    size_t name_len;                    /* name bytes */
+    char name[];                        /* NUL-terminated */
+};
+TAILQ_HEAD(func_list, func);
+
+struct queue {
+    struct hmap funcs;                  /* struct func by name */
+    struct func_list func_order;        /* the same, oldest first */
+    struct hmap jobs;                   /* struct job by handle */
+    struct heap scheduled;              /* SCHEDULED jobs by time */
+    bool round_robin;                   /* rotate a worker's abilities after a grab */
+    size_t njobs;                       /* jobs in queue.jobs */
+};
+
+void queue_init(struct queue *q, bool round_robin);
+
+/* queue_release unrefs every job and frees every function. */
+void queue_release(struct queue *q);
+
+/* queue_func finds a function by name; creates it if create. NULL if absent or no memory. */
+struct func *queue_func(struct queue *q, const char *name, size_t len, bool create);
+
+/* queue_drop_func frees a function that has no workers and no jobs. */
+void queue_drop_func(struct queue *q, struct func *f);
+
+/* queue_first_idle returns a queued or scheduled job of f (to empty it), or NULL. */
+struct job *queue_first_idle(const struct queue *q, const struct func *f);
+
+/* queue_find_job finds a job by handle, or NULL. */
+struct job *queue_find_job(const struct queue *q, const char *handle, size_t len);
+
+/* queue_find_unique finds a job of f with this unique key, or NULL. */
+struct job *queue_find_unique(const struct func *f, const void *unique, size_t len);
+
+/* queue_total counts f's jobs: queued, scheduled and running. */
+unsigned queue_total(const struct func *f);
+
+/* queue_full tells whether f's maxqueue limit for prio is reached. */
+bool queue_full(const struct func *f, enum job_prio prio);
+
+/*
+ * queue_add takes over a reference to a JOB_NEW job of f and indexes it by
+ * handle and unique key. A job with a time after now goes to the epoch heap,
+ * any other to the tail of its priority list. Returns 0, or -1 if out of
+ * memory (the reference stays with the caller).
+ */
+int queue_add(struct queue *q, struct func *f, struct job *j, int64_t now);
+
+/*
+ * queue_remove takes a job out of wherever it is (list, heap, worker) and
+ * out of the indexes, and drops the queue's reference. The caller must have
+ * detached its waiters first.
+ */
+void queue_remove(struct queue *q, struct job *j);
+
+/*
+ * queue_grab gives worker w the next job it can do: over its abilities in
+ * order (rotated after each grab with round_robin), the first high, else
+ * normal, else low job. The job becomes RUNNING and is held by w. NULL if
+ * there is none.
+ */
+struct job *queue_grab(struct queue *q, struct qworker *w);
+
+/* queue_ability_of returns w's ability for f, or NULL. */
+struct ability *queue_ability_of(const struct qworker *w, const struct func *f);
+
+/*
+ * queue_requeue puts a RUNNING job back at the head of its priority list
+ * (it was first in line once already) and counts one attempt.
+ */
+void queue_requeue(struct queue *q, struct job *j);
+
+/*
+ * queue_due moves every scheduled job whose time is <= now to the tail of
+ * its list, in time order, calling due(job, arg) for each. Returns the time
+ * of the next scheduled job, or 0 if none is left.
+ */
+int64_t queue_due(struct queue *q, int64_t now, void (*due)(struct job *, void *), void *arg);
+
+/* queue_next_due returns the earliest scheduled time, or 0. */
+int64_t queue_next_due(const struct queue *q);
+
+/* Workers. */
+void queue_worker_init(struct qworker *w);
+
+/* queue_can_do adds (or updates the timeout of) w's ability for f. 0, or -1 if out of memory. */
+int queue_can_do(struct queue *q, struct qworker *w, struct func *f, uint32_t timeout_ms);
+
+/* queue_cant_do removes w's ability for f, if it has one. */
+void queue_cant_do(struct queue *q, struct qworker *w, struct func *f);
+
+/* queue_reset_abilities removes all of w's abilities. */
+void queue_reset_abilities(struct queue *q, struct qworker *w);
+
+/* queue_has_work tells whether some function w can do has a queued job. */
+bool queue_has_work(const struct qworker *w);
+
+/* queue_sleep marks w asleep: queue_wake_one may pick it. */
+void queue_sleep(struct qworker *w);
+
+/* queue_awake marks w awake (it sent something other than PRE_SLEEP, or was woken). */
+void queue_awake(struct qworker *w);
+
+/*
+ * queue_wake_one picks the sleeping worker that has slept longest among
+ * those that can do f, marks it awake, and returns it (the caller sends it
+ * a NOOP). NULL if no worker of f sleeps.
+ */
+struct qworker *queue_wake_one(struct func *f);
+
+#endif

@@ -1,0 +1,580 @@
+/*
+ * Server lifecycle and the events that belong to no connection. A server
+ * is made from a config (strings copied), bound (log and listeners opened,
+ * so its port is known before it serves), then run on its own base in the
+ * calling thread or a thread of its own, or attached to a base the caller
+ * runs. Stop requests arrive through a pipe so that they are safe from
+ * signal handlers and other threads; the loop reads them and acts.
+ */
+#include "config.h"
+#include "srv.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "listener.h"
+
+struct dsjob_server {
+    struct srv srv; /* the whole server; the public type is only its wrapper */
+};
+
+int64_t
+srv_now(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec;
+}
+
+int
+dsjob_server_log_level(const char *name)
+{
+    return log_level_parse(name);
+}
+
+void
+dsjob_server_config_init(struct dsjob_server_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->size = sizeof(*cfg);
+    cfg->listen[0] = "127.0.0.1";
+    cfg->nlisten = 1;
+    cfg->port = 4730;
+    cfg->backlog = 32;
+    cfg->max_packet_size = 64u << 20;
+    cfg->max_output_buffer = 256u << 20;
+    cfg->max_connections = 0;
+    cfg->job_retries = 0;
+    cfg->log_file = "stderr";
+    cfg->verbose = DSJOB_LOG_ERROR;
+}
+
+static int
+parse_netmask(const char *s, struct netmask *m)
+{
+    char addr[INET6_ADDRSTRLEN + 8];
+    const char *slash = strchr(s, '/');
+    size_t len = slash ? (size_t)(slash - s) : strlen(s);
+    unsigned long bits;
+    char *end;
+
+    if (len >= sizeof(addr))
+        return -1;
+    memcpy(addr, s, len);
+    addr[len] = '\0';
+    memset(m, 0, sizeof(*m));
+    if (inet_pton(AF_INET, addr, m->addr) == 1) {
+        m->family = AF_INET;
+        m->bits = 32;
+    } else if (inet_pton(AF_INET6, addr, m->addr) == 1) {
+        m->family = AF_INET6;
+        m->bits = 128;
+    } else {
+        return -1;
+    }
+    if (slash != NULL) {
+        bits = strtoul(slash + 1, &end, 10);
+        if (slash[1] == '\0' || *end != '\0' || bits > m->bits)
+            return -1;
+        m->bits = (unsigned)bits;
+    }
+    return 0;
+}
+
+static bool
+netmask_match(const struct netmask *m, int family, const unsigned char *addr)
+{
+    unsigned full = m->bits / 8, rest = m->bits % 8;
+
+    if (m->family != family)
+        return false;
+    if (memcmp(m->addr, addr, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    return ((m->addr[full] ^ addr[full]) & (0xff << (8 - rest))) == 0;
+}
+
+bool
+srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
+{
+    const unsigned char *addr;
+    unsigned char v4[4];
+    int family = sa->sa_family;
+    int i;
+
+    if (family == AF_UNIX)
+        return true;
+    if (family == AF_INET) {
+        addr = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+    } else if (family == AF_INET6) {
+        addr = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        /* An IPv4 peer on a dual-stack socket is judged as IPv4. */
+        if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)addr)) {
+            memcpy(v4, addr + 12, 4);
+            addr = v4;
+            family = AF_INET;
+        }
+    } else {
+        return false;
+    }
+    if (srv->nadmin_allow == 0) {
+        if (family == AF_INET)
+            return addr[0] == 127;
+        return IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)addr);
+    }
+    for (i = 0; i < srv->nadmin_allow; i++)
+        if (netmask_match(&srv->admin_allow[i], family, addr))
+            return true;
+    return false;
+}
+
+/* Copy every string of the config into one allocation owned by srv. */
+static int
+copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
+{
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 4];
+    size_t n = 0, total = 0, i;
+    char *at;
+    int k;
+
+    srv->cfg = *cfg;
+    for (k = 0; k < srv->cfg.nlisten; k++)
+        strs[n++] = &srv->cfg.listen[k];
+    for (k = 0; k < srv->cfg.nadmin_allow; k++)
+        strs[n++] = &srv->cfg.admin_allow[k];
+    strs[n++] = &srv->cfg.unix_socket;
+    strs[n++] = &srv->cfg.job_handle_prefix;
+    strs[n++] = &srv->cfg.log_file;
+    for (i = 0; i < n; i++)
+        if (*strs[i] != NULL)
+            total += strlen(*strs[i]) + 1;
+    srv->cfg_strings = at = malloc(total + 1);
+    if (at == NULL)
+        return -1;
+    for (i = 0; i < n; i++) {
+        size_t len;
+
+        if (*strs[i] == NULL)
+            continue;
+        len = strlen(*strs[i]) + 1;
+        memcpy(at, *strs[i], len);
+        *strs[i] = at;
+        at += len;
+    }
+    return 0;
+}
+
+struct dsjob_server *
+dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t errlen)
+{
+    struct dsjob_server *ds;
+    struct srv *srv;
+    char host[128];
+    int i;
+
+#define FAIL(...)                                   \
+    do {                                            \
+        if (errbuf != NULL && errlen > 0)           \
+            snprintf(errbuf, errlen, __VA_ARGS__);  \
+        goto out_free;                              \
+    } while (0)
+
+    if (cfg->size != sizeof(*cfg)) {
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "config size %zu does not match the library's %zu",
+                     cfg->size, sizeof(*cfg));
+        return NULL;
+    }
+    ds = calloc(1, sizeof(*ds));
+    if (ds == NULL) {
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    srv = &ds->srv;
+    srv->ctl_pipe[0] = srv->ctl_pipe[1] = -1;
+    srv->port = -1;
+    TAILQ_INIT(&srv->conns);
+    TAILQ_INIT(&srv->closing);
+    if (copy_config(srv, cfg) < 0)
+        FAIL("out of memory");
+    if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN)
+        FAIL("bad number of listen addresses: %d", srv->cfg.nlisten);
+    if (srv->cfg.port > 65535)
+        FAIL("port %d is out of range", srv->cfg.port);
+    if (srv->cfg.max_packet_size < 1024)
+        FAIL("--max-packet-size must be at least 1024 bytes");
+    if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)
+        FAIL("--max-output-buffer (%zu) must be at least --max-packet-size (%zu)",
+             srv->cfg.max_output_buffer, srv->cfg.max_packet_size);
+    if (srv->cfg.backlog <= 0)
+        FAIL("backlog must be positive");
+    if (srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW)
+        FAIL("bad number of --admin-allow ranges: %d", srv->cfg.nadmin_allow);
+    for (i = 0; i < srv->cfg.nadmin_allow; i++)
+        if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
+            FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);
+    srv->nadmin_allow = srv->cfg.nadmin_allow;
+    if (srv->cfg.job_handle_prefix != NULL) {
+        if (strlen(srv->cfg.job_handle_prefix) > JOB_HANDLE_MAX - 24)
+            FAIL("--job-handle-prefix is longer than %d bytes", JOB_HANDLE_MAX - 24);
+        snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "%s",
+                 srv->cfg.job_handle_prefix);
+    } else {
+        if (gethostname(host, sizeof(host)) < 0)
+            snprintf(host, sizeof(host), "localhost");
+        host[sizeof(host) - 1] = '\0';
+        snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "H:%s", host);
+    }
+    srv->next_job_id = 1;
+    queue_init(&srv->queue, srv->cfg.round_robin);
+    return ds;
+
+out_free:
+    free(srv->cfg_strings);
+    free(ds);
+    return NULL;
+#undef FAIL
+}
+
+static void
+reaper_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    struct conn *c;
+
+    (void)fd;
+    (void)what;
+    while ((c = TAILQ_FIRST(&srv->closing)) != NULL) {
+        TAILQ_REMOVE(&srv->closing, c, link);
+        conn_free(c);
+    }
+}
+
+void
+srv_schedule_reap(struct srv *srv)
+{
+    event_active(srv->reaper_ev, EV_TIMEOUT, 0);
+}
+
+static void
+epoch_due(struct job *j, void *arg)
+{
+    (void)arg;
+    dispatch_wake(j);
+}
+
+static void
+epoch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+
+    (void)fd;
+    (void)what;
+    srv->epoch_armed = 0;
+    queue_due(&srv->queue, srv_now(), epoch_due, NULL);
+    srv_epoch_arm(srv);
+}
+
+void
+srv_epoch_arm(struct srv *srv)
+{
+    int64_t next = queue_next_due(&srv->queue);
+    struct timeval tv;
+    struct timeval now;
+
+    if (next == 0 || (srv->epoch_armed != 0 && srv->epoch_armed <= next))
+        return;
+    gettimeofday(&now, NULL);
+    /* Fire at the start of the due second, not up to a second late. */
+    if (next > now.tv_sec) {
+        int64_t usec = (next - now.tv_sec) * 1000000 - now.tv_usec;
+
+        tv.tv_sec = (time_t)(usec / 1000000);
+        tv.tv_usec = (suseconds_t)(usec % 1000000);
+    } else {
+        tv.tv_sec = 0;
+        tv.tv_usec = 0;
+    }
+    evtimer_add(srv->epoch_ev, &tv);
+    srv->epoch_armed = next;
+}
+
+static void
+srv_exit_loop(struct srv *srv)
+{
+    if (srv->stopped)
+        return;
+    srv->stopped = true;
+    listener_close_all(srv);
+    event_base_loopexit(srv->base, NULL);
+}
+
+void
+srv_check_drained(struct srv *srv)
+{
+    struct func *f;
+
+    TAILQ_FOREACH(f, &srv->queue.func_order, order)
+        if (f->nrunning > 0)
+            return;
+    log_notice(&srv->log, "graceful stop: no job is running");
+    srv_exit_loop(srv);
+}
+
+void
+srv_stop(struct srv *srv, bool graceful)
+{
+    int i;
+
+    if (!graceful) {
+        log_notice(&srv->log, "stopping");
+        srv_exit_loop(srv);
+        return;
+    }
+    if (!srv->draining) {
+        log_notice(&srv->log, "graceful stop: no new connections or grabs");
+        srv->draining = true;
+        for (i = 0; i < srv->nlisteners; i++)
+            evconnlistener_disable(srv->listeners[i]);
+    }
+    srv_check_drained(srv);
+}
+
+static void
+ctl_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    char cmds[64];
+    ssize_t n, i;
+
+    (void)what;
+    while ((n = read(fd, cmds, sizeof(cmds))) > 0) {
+        for (i = 0; i < n; i++) {
+            switch (cmds[i]) {
+            case 's': srv_stop(srv, false); break;
+            case 'g': srv_stop(srv, true); break;
+            case 'h':
+                if (log_reopen(&srv->log) < 0)
+                    log_err(&srv->log, "cannot reopen log '%s': %s", srv->log.path,
+                            strerror(errno));
+                else
+                    log_notice(&srv->log, "log reopened");
+                break;
+            }
+        }
+    }
+}
+
+static int
+srv_setup(struct srv *srv, struct event_base *base)
+{
+    if (srv->base != NULL)
+        return 0;
+    srv->base = base ? base : event_base_new();
+    srv->own_base = base == NULL;
+    if (srv->base == NULL) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make an event base");
+        return DSJOB_ERR_NOMEM;
+    }
+    if (pipe2(srv->ctl_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));
+        return DSJOB_ERR_SYS;
+    }
+    srv->reaper_ev = event_new(srv->base, -1, 0, reaper_cb, srv);
+    srv->epoch_ev = evtimer_new(srv->base, epoch_cb, srv);
+    srv->ctl_ev = event_new(srv->base, srv->ctl_pipe[0], EV_READ | EV_PERSIST, ctl_cb, srv);
+    if (srv->reaper_ev == NULL || srv->epoch_ev == NULL || srv->ctl_ev == NULL ||
+        event_add(srv->ctl_ev, NULL) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
+        return DSJOB_ERR_NOMEM;
+    }
+    return 0;
+}
+
+static int
+srv_bind(struct srv *srv, struct event_base *base)
+{
+    int rc;
+
+    if (srv->bound)
+        return 0;
+    rc = srv_setup(srv, base);
+    if (rc != 0)
+        return rc;
+    if (log_open(&srv->log, srv->cfg.log_file, srv->cfg.verbose) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot open log file '%s': %s",
+                 srv->cfg.log_file, strerror(errno));
+        return DSJOB_ERR_SYS;
+    }
+    if (listener_open_all(srv) < 0) {
+        log_err(&srv->log, "%s", srv->errmsg);
+        listener_close_all(srv);
+        return DSJOB_ERR_SYS;
+    }
+    srv->bound = true;
+    return 0;
+}
+
+int
+dsjob_server_bind(struct dsjob_server *ds)
+{
+    return srv_bind(&ds->srv, NULL);
+}
+
+int
+dsjob_server_port(const struct dsjob_server *ds)
+{
+    return ds->srv.bound ? ds->srv.port : -1;
+}
+
+int
+dsjob_server_address(const struct dsjob_server *ds, char *buf, size_t len)
+{
+    if (!ds->srv.bound)
+        return DSJOB_ERR_STATE;
+    snprintf(buf, len, "%s", ds->srv.address);
+    return DSJOB_OK;
+}
+
+int
+dsjob_server_attach(struct dsjob_server *ds, struct event_base *base)
+{
+    if (base == NULL)
+        return DSJOB_ERR_ARG;
+    if (ds->srv.base != NULL && ds->srv.base != base)
+        return DSJOB_ERR_STATE;
+    return srv_bind(&ds->srv, base);
+}
+
+int
+dsjob_server_run(struct dsjob_server *ds)
+{
+    struct srv *srv = &ds->srv;
+    int rc = srv_bind(srv, NULL);
+
+    if (rc != 0)
+        return rc;
+    log_notice(&srv->log, "dsjobd %s serving", DSJOB_VERSION_STRING);
+    if (event_base_dispatch(srv->base) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "event loop failed");
+        return DSJOB_ERR_SYS;
+    }
+    log_notice(&srv->log, "stopped");
+    return DSJOB_OK;
+}
+
+static void *
+srv_thread(void *arg)
+{
+    struct dsjob_server *ds = arg;
+
+    ds->srv.result = dsjob_server_run(ds);
+    return NULL;
+}
+
+int
+dsjob_server_start(struct dsjob_server *ds)
+{
+    struct srv *srv = &ds->srv;
+    int rc = srv_bind(srv, NULL);
+
+    if (rc != 0)
+        return rc;
+    if (srv->threaded)
+        return DSJOB_ERR_STATE;
+    rc = pthread_create(&srv->thread, NULL, srv_thread, ds);
+    if (rc != 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "pthread_create: %s", strerror(rc));
+        return DSJOB_ERR_SYS;
+    }
+    srv->threaded = true;
+    return DSJOB_OK;
+}
+
+int
+dsjob_server_join(struct dsjob_server *ds)
+{
+    if (!ds->srv.threaded)
+        return DSJOB_ERR_STATE;
+    pthread_join(ds->srv.thread, NULL);
+    ds->srv.threaded = false;
+    return ds->srv.result;
+}
+
+static void
+ctl_send(struct srv *srv, char cmd)
+{
+    int saved = errno;
+
+    if (srv->ctl_pipe[1] >= 0 && write(srv->ctl_pipe[1], &cmd, 1) < 0) {
+        /* Pipe full: an earlier request is already waiting to be read. */
+    }
+    errno = saved;
+}
+
+void
+dsjob_server_stop(struct dsjob_server *ds, bool graceful)
+{
+    ctl_send(&ds->srv, graceful ? 'g' : 's');
+}
+
+void
+dsjob_server_reopen_log(struct dsjob_server *ds)
+{
+    ctl_send(&ds->srv, 'h');
+}
+
+const char *
+dsjob_server_errmsg(const struct dsjob_server *ds)
+{
+    return ds->srv.errmsg;
+}
+
+void
+dsjob_server_free(struct dsjob_server *ds)
+{
+    struct srv *srv;
+    struct conn *c;
+
+    if (ds == NULL)
+        return;
+    srv = &ds->srv;
+    if (srv->threaded)
+        dsjob_server_join(ds);
+    listener_close_all(srv);
+    while ((c = TAILQ_FIRST(&srv->conns)) != NULL)
+        conn_close(c, false);
+    if (srv->reaper_ev != NULL)
+        reaper_cb(-1, 0, srv);
+    queue_release(&srv->queue);
+    if (srv->reaper_ev)
+        event_free(srv->reaper_ev);
+    if (srv->epoch_ev)
+        event_free(srv->epoch_ev);
+    if (srv->ctl_ev)
+        event_free(srv->ctl_ev);
+    if (srv->ctl_pipe[0] >= 0)
+        close(srv->ctl_pipe[0]);
+    if (srv->ctl_pipe[1] >= 0)
+        close(srv->ctl_pipe[1]);
+    if (srv->own_base && srv->base != NULL)
+        event_base_free(srv->base);
+    log_release(&srv->log);
+    free(srv->cfg_strings);
+    free(ds);
+}

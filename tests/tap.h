@@ -1,0 +1,27 @@
+/*
+ * A small TAP producer for the test programs: plan, ok, is_int, is_str,
+ * diag, skip, done_testing. Output goes to stdout and is read by automake's
+ * tap-driver.sh. A test program that cannot run (a peer is missing) calls
+ * tap_skip_all(), which prints "1..0 # SKIP reason" and exits 0.
+ */
+#ifndef DSJOB_TESTS_TAP_H
+#define DSJOB_TESTS_TAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+void tap_plan(int n);
+void tap_skip_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+bool tap_ok(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool tap_is_int(long long got, long long want, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool tap_is_str(const char *got, const char *want, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len,
+                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void tap_skip(int n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+int tap_done(void); /* prints the plan if none was given; returns the exit status */
+
+#endif

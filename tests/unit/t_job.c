@@ -1,0 +1,43 @@
+/*
+ * Jobs: one allocation with handle, unique, reducer and payload (NULs
+ * included) in place; references; limits.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "server/job.h"
+#include "tap.h"
+
+int
+main(void)
+{
+    static const char data[] = "pay\0load";
+    char longh[JOB_HANDLE_MAX + 2];
+    struct job *j;
+
+    j = job_new("H:h:1", 5, "u-1", 3, "red", 3, data, sizeof(data) - 1);
+    tap_ok(j != NULL, "job_new");
+    tap_is_str(job_handle(j), "H:h:1", "handle");
+    tap_is_str(job_unique(j), "u-1", "unique");
+    tap_is_str(job_reducer(j), "red", "reducer");
+    tap_is_mem(job_data(j), j->data_len, data, sizeof(data) - 1, "payload with its NUL");
+    tap_is_int(j->refs, 1, "one reference");
+    tap_is_int(j->state, JOB_NEW, "new");
+    tap_ok(job_ref(j) == j && j->refs == 2, "job_ref");
+    job_unref(j);
+    tap_is_int(j->refs, 1, "job_unref");
+    tap_is_int(job_nwaiters(j), 0, "no waiters");
+    job_unref(j);
+    job_unref(NULL);
+    tap_ok(1, "job_unref(NULL) is a no-op");
+
+    j = job_new("H:h:2", 5, NULL, 0, NULL, 0, NULL, 0);
+    tap_ok(j != NULL && j->data_len == 0 && job_unique(j)[0] == '\0', "empty unique and data");
+    job_unref(j);
+
+    memset(longh, 'h', sizeof(longh));
+    tap_ok(job_new(longh, sizeof(longh), NULL, 0, NULL, 0, NULL, 0) == NULL,
+           "a handle over JOB_HANDLE_MAX is refused");
+    return tap_done();
+}

@@ -1,0 +1,252 @@
+/*
+ * Queue rules without a loop or a socket: priorities and FIFO, grab order
+ * across functions (registration order and round-robin), unique index,
+ * requeue at the head, epoch heap order, and that a new job wakes exactly
+ * one of the workers sleeping on its function.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "server/queue.h"
+#include "tap.h"
+
+static int handle_n;
+
+static struct job *
+mkjob(struct queue *q, struct func *f, enum job_prio prio, const char *unique, int64_t when)
+{
+    char handle[32];
+    struct job *j;
+
+    snprintf(handle, sizeof(handle), "H:t:%d", ++handle_n);
+    j = job_new(handle, strlen(handle), unique, strlen(unique), NULL, 0, handle, strlen(handle));
+    j->prio = (uint8_t)prio;
+    j->when = when;
+    j->seq = (uint64_t)handle_n;
+    if (queue_add(q, f, j, 1000) < 0)
+        tap_bail("queue_add failed");
+    return j;
+}
+
+static void
+test_priority_fifo(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *low, *n1, *n2, *high;
+    struct job *got[4];
+    int i;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    tap_ok(f != NULL && queue_func(&q, "f", 1, false) == f, "function made once, found again");
+    low = mkjob(&q, f, JOB_PRIO_LOW, "", 0);
+    n1 = mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
+    n2 = mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
+    high = mkjob(&q, f, JOB_PRIO_HIGH, "", 0);
+    tap_is_int(queue_total(f), 4, "four queued");
+    tap_ok(queue_grab(&q, &w) == NULL, "a worker with no abilities gets nothing");
+    queue_can_do(&q, &w, f, 0);
+    tap_is_int(f->nworkers, 1, "one worker registered");
+    for (i = 0; i < 4; i++)
+        got[i] = queue_grab(&q, &w);
+    tap_ok(got[0] == high && got[1] == n1 && got[2] == n2 && got[3] == low,
+           "high, then normal in FIFO order, then low");
+    tap_ok(queue_grab(&q, &w) == NULL, "then nothing");
+    tap_is_int(f->nrunning, 4, "four running");
+    tap_is_int(w.nheld, 4, "held by the worker");
+    queue_requeue(&q, n2);
+    tap_is_int(n2->attempts, 1, "requeue counts an attempt");
+    tap_ok(queue_grab(&q, &w) == n2, "a requeued job goes first");
+    for (i = 0; i < 4; i++)
+        queue_remove(&q, got[i]);
+    tap_is_int(queue_total(f), 0, "removed jobs are gone");
+    tap_ok(queue_find_job(&q, "H:t:1", 5) == NULL, "and unindexed");
+    queue_reset_abilities(&q, &w);
+    tap_is_int(f->nworkers, 0, "reset abilities");
+    queue_release(&q);
+}
+
+static void
+test_function_order(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *a, *b;
+    struct job *a1, *a2, *b1, *b2;
+    int pass;
+
+    for (pass = 0; pass < 2; pass++) {
+        bool rr = pass == 1;
+        struct job *g1, *g2, *g3, *g4;
+
+        queue_init(&q, rr);
+        queue_worker_init(&w);
+        a = queue_func(&q, "a", 1, true);
+        b = queue_func(&q, "b", 1, true);
+        a1 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        a2 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        b1 = mkjob(&q, b, JOB_PRIO_HIGH, "", 0);
+        b2 = mkjob(&q, b, JOB_PRIO_NORMAL, "", 0);
+        queue_can_do(&q, &w, a, 0);
+        queue_can_do(&q, &w, b, 0);
+        g1 = queue_grab(&q, &w);
+        g2 = queue_grab(&q, &w);
+        g3 = queue_grab(&q, &w);
+        g4 = queue_grab(&q, &w);
+        if (!rr)
+            tap_ok(g1 == a1 && g2 == a2 && g3 == b1 && g4 == b2,
+                   "registration order: every job of the first function first (as gearmand)");
+        else
+            tap_ok(g1 == a1 && g2 == b1 && g3 == a2 && g4 == b2,
+                   "round-robin: functions take turns");
+        queue_reset_abilities(&q, &w);
+        queue_release(&q);
+    }
+}
+
+static void
+test_unique(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f, *g;
+    struct job *j;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    g = queue_func(&q, "g", 1, true);
+    j = mkjob(&q, f, JOB_PRIO_NORMAL, "k1", 0);
+    tap_ok(queue_find_unique(f, "k1", 2) == j, "found by unique");
+    tap_ok(queue_find_unique(g, "k1", 2) == NULL, "unique keys are per function");
+    queue_can_do(&q, &w, f, 0);
+    tap_ok(queue_grab(&q, &w) == j, "grabbed");
+    tap_ok(queue_find_unique(f, "k1", 2) == j, "a running job still coalesces");
+    queue_remove(&q, j);
+    tap_ok(queue_find_unique(f, "k1", 2) == NULL, "a finished job does not");
+    mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
+    tap_is_int((long long)f->uniques.count, 0, "an empty unique is not indexed");
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
+static void
+test_epoch(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *late, *soon, *now;
+    int64_t next;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    late = mkjob(&q, f, JOB_PRIO_NORMAL, "", 3000);
+    soon = mkjob(&q, f, JOB_PRIO_NORMAL, "", 2000);
+    now = mkjob(&q, f, JOB_PRIO_NORMAL, "", 500);
+    tap_is_int(late->state, JOB_SCHEDULED, "a future job is scheduled");
+    tap_is_int(now->state, JOB_QUEUED, "a past time is queued at once");
+    tap_is_int(queue_next_due(&q), 2000, "next due is the earliest");
+    queue_can_do(&q, &w, f, 0);
+    tap_ok(queue_grab(&q, &w) == now, "only the due job can be grabbed");
+    tap_ok(queue_grab(&q, &w) == NULL, "scheduled jobs wait");
+    next = queue_due(&q, 2500, NULL, NULL);
+    tap_is_int(next, 3000, "after 2500 the next is 3000");
+    tap_ok(queue_grab(&q, &w) == soon, "the job due at 2000 runs");
+    next = queue_due(&q, 3000, NULL, NULL);
+    tap_is_int(next, 0, "nothing left scheduled");
+    tap_ok(queue_grab(&q, &w) == late, "then the one at 3000");
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
+static void
+test_wake(void)
+{
+    struct queue q;
+    struct qworker w1, w2, w3;
+    struct func *f, *g;
+
+    queue_init(&q, false);
+    queue_worker_init(&w1);
+    queue_worker_init(&w2);
+    queue_worker_init(&w3);
+    f = queue_func(&q, "f", 1, true);
+    g = queue_func(&q, "g", 1, true);
+    queue_can_do(&q, &w1, f, 0);
+    queue_can_do(&q, &w2, g, 0);
+    queue_can_do(&q, &w2, f, 0);
+    queue_can_do(&q, &w3, g, 0);
+    tap_ok(queue_wake_one(f) == NULL, "nobody sleeps yet");
+    queue_sleep(&w1);
+    queue_sleep(&w2);
+    queue_sleep(&w3);
+    tap_ok(queue_wake_one(f) == &w1, "the longest sleeper of f wakes first");
+    tap_ok(!w1.asleep && w2.asleep && w3.asleep, "and only it");
+    tap_ok(queue_wake_one(f) == &w2, "a second job wakes the next");
+    tap_ok(queue_wake_one(f) == NULL, "no sleeper of f is left");
+    tap_ok(queue_wake_one(g) == &w3, "w2 woke for f, so g wakes w3");
+    tap_ok(queue_wake_one(g) == NULL, "w2 is not woken twice");
+    queue_sleep(&w2);
+    queue_cant_do(&q, &w2, g);
+    tap_ok(queue_wake_one(g) == NULL, "CANT_DO takes a sleeper off that function");
+    tap_ok(queue_wake_one(f) == &w2, "but not off the others");
+    tap_ok(!queue_has_work(&w1), "no work for w1");
+    mkjob(&q, f, JOB_PRIO_LOW, "", 0);
+    tap_ok(queue_has_work(&w1), "a queued job is work");
+    queue_reset_abilities(&q, &w1);
+    queue_reset_abilities(&q, &w2);
+    queue_reset_abilities(&q, &w3);
+    queue_release(&q);
+}
+
+static void
+test_many(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    int i, n = 100000, ok = 1;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    handle_n = 0;
+    for (i = 0; i < n; i++)
+        mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
+    tap_is_int((long long)q.njobs, n, "100000 jobs queued");
+    tap_ok(queue_find_job(&q, "H:t:77777", 9) != NULL, "any one found by handle");
+    queue_can_do(&q, &w, f, 0);
+    for (i = 0; i < n; i++) {
+        struct job *j = queue_grab(&q, &w);
+        char want[32];
+
+        snprintf(want, sizeof(want), "H:t:%d", i + 1);
+        if (j == NULL || strcmp(job_handle(j), want) != 0)
+            ok = 0;
+        if (j != NULL)
+            queue_remove(&q, j);
+    }
+    tap_ok(ok, "drained in submission order");
+    tap_is_int((long long)q.njobs, 0, "empty");
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
+int
+main(void)
+{
+    test_priority_fifo();
+    test_function_order();
+    test_unique();
+    test_epoch();
+    test_wake();
+    test_many();
+    return tap_done();
+}
