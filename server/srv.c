@@ -26,6 +26,8 @@
 #include "dispatch.h"
 #include "listener.h"
 
+#define SRV_STOP_FLUSH 2 /* seconds peers get to read their last replies at a stop */
+
 struct dsjob_server {
     struct srv srv; /* the whole server; the public type is only its wrapper */
 };
@@ -263,6 +265,8 @@ reaper_cb(evutil_socket_t fd, short what, void *arg)
         TAILQ_REMOVE(&srv->closing, c, link);
         conn_free(c);
     }
+    if (srv->stopped && TAILQ_EMPTY(&srv->conns) && srv->base != NULL)
+        event_base_loopexit(srv->base, NULL);
 }
 
 void
@@ -315,13 +319,38 @@ srv_epoch_arm(struct srv *srv)
 }
 
 static void
+stop_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+
+    (void)fd;
+    (void)what;
+    log_notice(&srv->log, "peers did not read their last replies in time: stopping anyway");
+    event_base_loopexit(srv->base, NULL);
+}
+
+/*
+ * Stop: close the listeners and every connection, letting each take what
+ * is already queued for it (a result that ended a graceful stop, the OK of
+ * a shutdown command), then leave the loop once all are gone, or after
+ * SRV_STOP_FLUSH seconds.
+ */
+static void
 srv_exit_loop(struct srv *srv)
 {
+    struct timeval tv = {SRV_STOP_FLUSH, 0};
+    struct conn *c, *next;
+
     if (srv->stopped)
         return;
     srv->stopped = true;
     listener_close_all(srv);
-    event_base_loopexit(srv->base, NULL);
+    for (c = TAILQ_FIRST(&srv->conns); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        conn_close(c, true);
+    }
+    event_base_once(srv->base, -1, EV_TIMEOUT, stop_deadline_cb, srv, &tv);
+    srv_schedule_reap(srv);
 }
 
 void

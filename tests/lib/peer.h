@@ -1,0 +1,86 @@
+/*
+ * Test helpers that speak the Gearman protocol over raw, blocking loopback
+ * sockets with timeouts, and start dsjobd as a child process: enough to
+ * send exactly the bytes a test wants (good or bad) and read exactly what
+ * comes back. Every read is bounded by a timeout, so a test never hangs.
+ */
+#ifndef DSJOB_TESTS_PEER_H
+#define DSJOB_TESTS_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/packet.h"
+
+#define PEER_TIMEOUT_MS 5000
+
+/* A received packet; payload is owned by the struct (peer_pkt_release). */
+struct peer_pkt {
+    uint32_t type;                   /* packet type, or 0 on failure */
+    unsigned char *payload;          /* the payload, NUL-terminated for convenience */
+    size_t size;                     /* payload bytes */
+    unsigned nargs;                  /* arguments split by the codec */
+    const unsigned char *arg[PACKET_MAX_ARGS]; /* into payload */
+    size_t arg_len[PACKET_MAX_ARGS];
+};
+
+/* A dsjobd child started by daemon_start. */
+struct daemon {
+    pid_t pid;        /* the child, or 0 when DSJOBD_TEST_ADDR names an outside daemon */
+    int port;         /* its TCP port */
+    char dir[256];    /* its temporary directory (log, port file) */
+};
+
+/*
+ * daemon_start runs $DSJOBD on 127.0.0.1, port 0, with the NULL-terminated
+ * extra arguments, and waits (at most 5 s) for its port file. Bails out of
+ * the test if it cannot.
+ */
+void daemon_start(struct daemon *d, const char *const *extra);
+
+/* daemon_stop sends SIGTERM and waits; returns the exit status (or -1). */
+int daemon_stop(struct daemon *d);
+
+/* daemon_alive tells whether the child is still running. */
+bool daemon_alive(struct daemon *d);
+
+/* peer_connect connects to 127.0.0.1:port; bails out on failure. */
+int peer_connect(int port);
+
+/* peer_send_raw writes len bytes; returns 0 or -1. */
+int peer_send_raw(int fd, const void *buf, size_t len);
+
+/* peer_send sends a REQ packet with nargs string arguments (strlen each). */
+int peer_send(int fd, uint32_t type, unsigned nargs, ...);
+
+/* peer_send_bin sends a REQ packet with given args and lengths. */
+int peer_send_bin(int fd, uint32_t type, unsigned nargs, const void *const *args,
+                  const size_t *lens);
+
+/*
+ * peer_recv reads one RES packet within timeout_ms. Returns its type, 0 on
+ * timeout or error, -1 if the server closed the connection.
+ */
+int peer_recv(int fd, struct peer_pkt *p, int timeout_ms);
+
+void peer_pkt_release(struct peer_pkt *p);
+
+/* peer_closed tells whether the server closed fd (EOF within timeout_ms). */
+bool peer_closed(int fd, int timeout_ms);
+
+/*
+ * peer_admin sends an admin line (newline added) and reads the reply into
+ * buf: one line, or up to the "." line when multi is true. Returns bytes read.
+ */
+size_t peer_admin(int fd, const char *line, bool multi, char *buf, size_t cap);
+
+/*
+ * peer_run_job runs one foreground job end to end on fresh connections: a
+ * worker registers func, a client submits payload, the worker completes it
+ * with the payload reversed; returns true if the client got that result.
+ */
+bool peer_run_job(int port, const char *func, const char *payload);
+
+#endif
