@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,22 @@ srv_setup(struct srv *srv, struct event_base *base)
     return 0;
 }
 
+/*
+ * A peer that goes away while we write to it must cost an EPIPE, not the
+ * process: libevent writes without MSG_NOSIGNAL. A handler the program
+ * installed itself is left alone.
+ */
+static void
+ignore_sigpipe(void)
+{
+    struct sigaction sa;
+
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &sa, NULL);
+    }
+}
+
 static int
 srv_bind(struct srv *srv, struct event_base *base)
 {
@@ -442,6 +459,7 @@ srv_bind(struct srv *srv, struct event_base *base)
 
     if (srv->bound)
         return 0;
+    ignore_sigpipe();
     rc = srv_setup(srv, base);
     if (rc != 0)
         return rc;

@@ -79,7 +79,11 @@ DSJOB_API void dsjob_server_config_init(struct dsjob_server_config *cfg);
 DSJOB_API struct dsjob_server *dsjob_server_new(const struct dsjob_server_config *cfg,
                                                 char *errbuf, size_t errlen);
 
-/* dsjob_server_bind opens the log and the listening sockets. DSJOB_OK or an error. */
+/*
+ * dsjob_server_bind opens the log and the listening sockets. DSJOB_OK or an
+ * error. If SIGPIPE still has its default action it is set to ignored, so
+ * that a peer closing mid-write cannot kill the process.
+ */
 DSJOB_API int dsjob_server_bind(struct dsjob_server *srv);
 
 /* dsjob_server_port returns the bound TCP port (after bind), or -1 if none. */
