@@ -34,6 +34,7 @@
 
 #define CONN_PAUSE_OUTPUT (1024 * 1024) /* stop reading a peer with this much unsent */
 #define CONN_FLUSH_TIMEOUT 5            /* seconds a closing peer gets to read its ERROR */
+#define CONN_LINGER_BYTES (1024 * 1024) /* input discarded while closing before we give up */
 
 static const char *const conn_state_names[] = {
     [CONN_ACTIVE] = "active",
@@ -46,6 +47,7 @@ _Static_assert(sizeof(conn_state_names) / sizeof(conn_state_names[0]) == CONN_ST
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+static void conn_linger(struct conn *c);
 
 const char *
 conn_state_name(enum conn_state state)
@@ -278,6 +280,39 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     conn_process(arg);
 }
 
+/* Input that arrives while lingering is read and thrown away. */
+static void
+conn_discard_cb(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    c->lingered += evbuffer_get_length(in);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    if (c->lingered > CONN_LINGER_BYTES)
+        conn_retire(c);
+}
+
+/*
+ * All that was owed has been written: half-close, and read until the peer
+ * closes too (or CONN_FLUSH_TIMEOUT passes). Closing a socket with unread
+ * input makes the kernel send a reset, which can destroy the ERROR we just
+ * sent before the peer reads it; a peer still sending when we gave up on
+ * it is exactly the peer that needs to read why.
+ */
+static void
+conn_linger(struct conn *c)
+{
+    struct timeval tv = {CONN_FLUSH_TIMEOUT, 0};
+
+    shutdown(c->fd, SHUT_WR);
+    bufferevent_disable(c->bev, EV_WRITE);
+    bufferevent_setcb(c->bev, conn_discard_cb, NULL, conn_event_cb, c);
+    bufferevent_set_timeouts(c->bev, &tv, NULL);
+    bufferevent_enable(c->bev, EV_READ);
+    conn_discard_cb(c->bev, c);
+}
+
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
@@ -286,7 +321,7 @@ conn_write_cb(struct bufferevent *bev, void *arg)
     (void)bev;
     if (c->state == CONN_FLUSHING) {
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-            conn_retire(c);
+            conn_linger(c);
         return;
     }
     if (c->state == CONN_ACTIVE && c->read_paused) {

@@ -41,6 +41,7 @@ struct conn {
     bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool read_paused;             /* input left unread until output drains */
+    size_t lingered;              /* input bytes thrown away while closing */
 };
 
 /*
