@@ -1,0 +1,421 @@
+/*
+ * Job semantics of a real dsjobd, driven by raw peers so that each packet
+ * is visible: wake-ups (one sleeper per job, NOOP at PRE_SLEEP when work is
+ * waiting), epoch jobs run by a timer, requeue when a worker dies, the
+ * --job-retries limit, coalescing (unique keys and gearmand's "-"),
+ * exceptions vs a clean WORK_FAIL, status by handle and by unique, a
+ * foreground job dropped when its client leaves, maxqueue, the admin
+ * permission rule, --max-connections, and shutdown.
+ */
+#include "config.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/peer.h"
+#include "tap.h"
+
+static int port;
+
+static bool
+arg_is(const struct peer_pkt *p, unsigned i, const char *s)
+{
+    return i < p->nargs && p->arg_len[i] == strlen(s) && memcmp(p->arg[i], s, p->arg_len[i]) == 0;
+}
+
+/* Receive one packet, check its type, keep its first argument in out. */
+static bool
+recv_type(int fd, int type, char *out, size_t cap, int timeout_ms)
+{
+    struct peer_pkt p;
+    int t = peer_recv(fd, &p, timeout_ms);
+
+    if (out != NULL && t > 0 && p.nargs > 0)
+        snprintf(out, cap, "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+    peer_pkt_release(&p);
+    return t == type;
+}
+
+/* Nothing arrives on fd within ms. */
+static bool
+quiet(int fd, int ms)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+
+    return poll(&pfd, 1, ms) == 0;
+}
+
+static int
+worker(const char *func)
+{
+    int fd = peer_connect(port);
+
+    peer_send(fd, PACKET_CAN_DO, 1, func);
+    return fd;
+}
+
+static int
+sleeping_worker(const char *func)
+{
+    int fd = worker(func);
+
+    peer_send(fd, PACKET_GRAB_JOB, 0);
+    recv_type(fd, PACKET_NO_JOB, NULL, 0, PEER_TIMEOUT_MS);
+    peer_send(fd, PACKET_PRE_SLEEP, 0);
+    return fd;
+}
+
+static void
+submit(int fd, uint32_t type, const char *func, const char *unique, const char *data,
+       char *handle, size_t cap)
+{
+    peer_send(fd, type, 3, func, unique, data);
+    if (!recv_type(fd, PACKET_JOB_CREATED, handle, cap, PEER_TIMEOUT_MS))
+        tap_diag("no JOB_CREATED for %s", func);
+}
+
+static void
+test_wake_one(void)
+{
+    int w[3], c = peer_connect(port), i, woken = 0;
+    char h[128];
+
+    for (i = 0; i < 3; i++)
+        w[i] = sleeping_worker("wake");
+    usleep(100000);
+    submit(c, PACKET_SUBMIT_JOB_BG, "wake", "", "x", h, sizeof(h));
+    for (i = 0; i < 3; i++)
+        if (recv_type(w[i], PACKET_NOOP, NULL, 0, i == 0 ? 2000 : 300))
+            woken++;
+    tap_is_int(woken, 1, "one new job wakes one of three sleeping workers");
+    peer_send(w[0], PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w[0], PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "the woken worker gets it");
+    peer_send(w[1], PACKET_GRAB_JOB, 0);
+    recv_type(w[1], PACKET_NO_JOB, NULL, 0, PEER_TIMEOUT_MS);
+    submit(c, PACKET_SUBMIT_JOB_BG, "wake", "", "y", h, sizeof(h));
+    peer_send(w[1], PACKET_PRE_SLEEP, 0);
+    tap_ok(recv_type(w[1], PACKET_NOOP, NULL, 0, PEER_TIMEOUT_MS),
+           "PRE_SLEEP while a job waits is answered with NOOP at once");
+    for (i = 0; i < 3; i++)
+        close(w[i]);
+    close(c);
+}
+
+static void
+test_epoch(void)
+{
+    int w = sleeping_worker("epoch"), c = peer_connect(port);
+    char when[32], h[128], got[128];
+    struct timespec t0, t1;
+
+    snprintf(when, sizeof(when), "%ld", (long)time(NULL) + 2);
+    peer_send(c, PACKET_SUBMIT_JOB_EPOCH, 4, "epoch", "", when, "later");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, h, sizeof(h), PEER_TIMEOUT_MS), "SUBMIT_JOB_EPOCH: JOB_CREATED");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tap_ok(quiet(w, 500), "the job does not wake anyone before its time");
+    tap_ok(recv_type(w, PACKET_NOOP, NULL, 0, 4000), "at its time the sleeping worker is woken (no other job needed)");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    tap_diag("woken %.2f s after submit", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) && strcmp(got, h) == 0,
+           "and gets the epoch job");
+    close(w);
+    close(c);
+}
+
+static void
+test_requeue(void)
+{
+    int w1 = worker("rq"), w2, c = peer_connect(port);
+    char h[128], got[128];
+    struct peer_pkt p;
+
+    submit(c, PACKET_SUBMIT_JOB, "rq", "", "payload", h, sizeof(h));
+    peer_send(w1, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w1, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "worker 1 takes the job");
+    close(w1); /* dies mid-job */
+    w2 = worker("rq");
+    usleep(100000);
+    peer_send(w2, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w2, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) && strcmp(got, h) == 0,
+           "after worker 1 dies, worker 2 gets the same job");
+    peer_send(w2, PACKET_WORK_COMPLETE, 2, h, "ok");
+    tap_is_int(peer_recv(c, &p, PEER_TIMEOUT_MS), PACKET_WORK_COMPLETE, "the client gets the result");
+    peer_pkt_release(&p);
+    close(w2);
+    close(c);
+}
+
+static void
+test_coalesce(void)
+{
+    int c1 = peer_connect(port), c2 = peer_connect(port), c3 = peer_connect(port);
+    int w = worker("co");
+    char h1[128], h2[128], h3[128], h4[128];
+    struct peer_pkt p;
+
+    submit(c1, PACKET_SUBMIT_JOB, "co", "key", "a", h1, sizeof(h1));
+    submit(c2, PACKET_SUBMIT_JOB, "co", "key", "b", h2, sizeof(h2));
+    tap_is_str(h2, h1, "same function and unique: same handle");
+    submit(c3, PACKET_SUBMIT_JOB, "co", "-", "same data", h3, sizeof(h3));
+    submit(c3, PACKET_SUBMIT_JOB_BG, "co", "-", "same data", h4, sizeof(h4));
+    tap_is_str(h4, h3, "unique \"-\" coalesces on equal payloads");
+    submit(c3, PACKET_SUBMIT_JOB_BG, "co", "-", "other data", h4, sizeof(h4));
+    tap_ok(strcmp(h4, h3) != 0, "but not on different ones");
+    submit(c3, PACKET_SUBMIT_JOB_BG, "co", "", "x", h4, sizeof(h4));
+    submit(c3, PACKET_SUBMIT_JOB_BG, "co", "", "x", h2, sizeof(h2));
+    tap_ok(strcmp(h4, h2) != 0, "an empty unique never coalesces");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h4, sizeof(h4), PEER_TIMEOUT_MS);
+    tap_is_str(h4, h1, "the worker gets the coalesced job once");
+    peer_send(w, PACKET_WORK_DATA, 2, h1, "chunk");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h1, "result");
+    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA && arg_is(&p, 1, "chunk"), "client 1 gets WORK_DATA");
+    peer_pkt_release(&p);
+    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"), "client 1 gets the result");
+    peer_pkt_release(&p);
+    tap_ok(peer_recv(c2, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA, "client 2 gets WORK_DATA too");
+    peer_pkt_release(&p);
+    tap_ok(peer_recv(c2, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"), "client 2 gets the same result");
+    peer_pkt_release(&p);
+    close(c1);
+    close(c2);
+    close(c3);
+    close(w);
+}
+
+static void
+test_exception(void)
+{
+    int ce = peer_connect(port), cf = peer_connect(port), w = worker("exc");
+    char h[128], h2[128];
+    struct peer_pkt p;
+
+    peer_send(ce, PACKET_OPTION_REQ, 1, "exceptions");
+    tap_ok(peer_recv(ce, &p, PEER_TIMEOUT_MS) == PACKET_OPTION_RES && arg_is(&p, 0, "exceptions"),
+           "OPTION_REQ exceptions: OPTION_RES exceptions");
+    peer_pkt_release(&p);
+    peer_send(ce, PACKET_OPTION_REQ, 1, "nonsense");
+    tap_ok(recv_type(ce, PACKET_ERROR, NULL, 0, PEER_TIMEOUT_MS), "an unknown option: ERROR");
+    submit(ce, PACKET_SUBMIT_JOB, "exc", "u", "d", h, sizeof(h));
+    submit(cf, PACKET_SUBMIT_JOB, "exc", "u", "d", h2, sizeof(h2));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_EXCEPTION, 2, h, "it broke");
+    tap_ok(peer_recv(ce, &p, PEER_TIMEOUT_MS) == PACKET_WORK_EXCEPTION && arg_is(&p, 1, "it broke"),
+           "a client that asked gets WORK_EXCEPTION with its text");
+    peer_pkt_release(&p);
+    tap_ok(peer_recv(cf, &p, PEER_TIMEOUT_MS) == PACKET_WORK_FAIL && p.size == strlen(h) &&
+               memcmp(p.arg[0], h, strlen(h)) == 0,
+           "one that did not gets a clean WORK_FAIL: the handle, no stray NUL");
+    peer_pkt_release(&p);
+    close(ce);
+    close(cf);
+    close(w);
+}
+
+static void
+test_status(void)
+{
+    int c = peer_connect(port), w = worker("st");
+    char h[128];
+    struct peer_pkt p;
+
+    peer_send(c, PACKET_GET_STATUS, 1, "H:nope:0");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 0, "H:nope:0") &&
+               arg_is(&p, 1, "0") && arg_is(&p, 2, "0") && arg_is(&p, 3, "0") && arg_is(&p, 4, "0"),
+           "GET_STATUS of an unknown handle: 0 0 0 0");
+    peer_pkt_release(&p);
+    submit(c, PACKET_SUBMIT_JOB_BG, "st", "skey", "d", h, sizeof(h));
+    peer_send(c, PACKET_GET_STATUS, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") && arg_is(&p, 2, "0"),
+           "queued: known, not running");
+    peer_pkt_release(&p);
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_STATUS, 3, h, "3", "7");
+    usleep(50000);
+    peer_send(c, PACKET_GET_STATUS, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") && arg_is(&p, 2, "1") &&
+               arg_is(&p, 3, "3") && arg_is(&p, 4, "7"),
+           "running with WORK_STATUS 3/7: 1 1 3 7");
+    peer_pkt_release(&p);
+    peer_send(c, PACKET_GET_STATUS_UNIQUE, 1, "skey");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES_UNIQUE && arg_is(&p, 0, "skey") &&
+               arg_is(&p, 1, "1") && arg_is(&p, 2, "1") && arg_is(&p, 3, "3") && arg_is(&p, 4, "7") &&
+               arg_is(&p, 5, "0"),
+           "GET_STATUS_UNIQUE: known, running, 3/7, no waiting clients");
+    peer_pkt_release(&p);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
+    usleep(50000);
+    peer_send(c, PACKET_GET_STATUS, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "0"),
+           "done: unknown again");
+    peer_pkt_release(&p);
+    close(c);
+    close(w);
+}
+
+static void
+test_client_gone(void)
+{
+    int c = peer_connect(port), a = peer_connect(port);
+    char h[128], buf[4096];
+
+    submit(c, PACKET_SUBMIT_JOB, "gone", "", "d", h, sizeof(h));
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "gone\t1\t0\t0\n") != NULL, "a foreground job is queued");
+    close(c);
+    usleep(100000);
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "gone\t0\t0\t0\n") != NULL, "its client leaves before a worker took it: dropped");
+    close(a);
+}
+
+static void
+test_maxqueue(void)
+{
+    int c = peer_connect(port);
+    char buf[512], h[128];
+    struct peer_pkt p;
+
+    peer_admin(c, "maxqueue mq 1", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\n", "maxqueue mq 1: OK");
+    submit(c, PACKET_SUBMIT_JOB_BG, "mq", "", "1", h, sizeof(h));
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mq", "", "2");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "ERR_QUEUE_FULL") &&
+               p.nargs == 2 && memmem(p.arg[1], p.arg_len[1], "maxqueue", 8) != NULL,
+           "a second job: ERROR ERR_QUEUE_FULL naming the maxqueue limit");
+    peer_pkt_release(&p);
+    peer_admin(c, "maxqueue mq 0 0 5", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\n", "maxqueue with three limits: OK");
+    peer_send(c, PACKET_SUBMIT_JOB_LOW_BG, 3, "mq", "", "3");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS), "low priority has its own limit");
+    close(c);
+}
+
+static void
+test_admin_denied(void)
+{
+    static const char *const args[] = {"--admin-allow", "10.0.0.0/8", NULL};
+    struct daemon d;
+    int c;
+    char buf[512];
+
+    daemon_start(&d, args);
+    c = peer_connect(d.port);
+    peer_admin(c, "shutdown", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR PERMISSION_DENIED", 21) == 0,
+           "with --admin-allow 10.0.0.0/8, shutdown from 127.0.0.1 is refused: %.60s", buf);
+    peer_admin(c, "drop function x", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR PERMISSION_DENIED", 21) == 0, "so is drop function");
+    peer_admin(c, "cancel job H:x:1", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR PERMISSION_DENIED", 21) == 0, "and cancel job");
+    peer_admin(c, "maxqueue x 1", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR PERMISSION_DENIED", 21) == 0, "and maxqueue");
+    peer_admin(c, "status", true, buf, sizeof(buf));
+    tap_ok(strcmp(buf, ".\n") == 0, "status is still open to everyone");
+    tap_ok(daemon_alive(&d), "the server is still up");
+    close(c);
+    daemon_stop(&d);
+}
+
+static void
+test_max_connections(void)
+{
+    static const char *const args[] = {"--max-connections", "2", NULL};
+    struct daemon d;
+    int a, b, c;
+    struct peer_pkt p;
+
+    daemon_start(&d, args);
+    a = peer_connect(d.port);
+    b = peer_connect(d.port);
+    usleep(100000);
+    c = peer_connect(d.port);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "ERR_TOO_MANY_CONNECTIONS") &&
+               memmem(p.arg[1], p.arg_len[1], "--max-connections 2", 19) != NULL,
+           "the third connection over --max-connections 2 is told which limit");
+    peer_pkt_release(&p);
+    tap_ok(peer_closed(c, PEER_TIMEOUT_MS), "and closed");
+    close(c);
+    close(b);
+    close(a);
+    usleep(100000);
+    tap_ok(peer_run_job(d.port, "mc", "fits"), "once they leave, new connections are served");
+    daemon_stop(&d);
+}
+
+static void
+test_retries(void)
+{
+    static const char *const args[] = {"--job-retries", "2", NULL};
+    struct daemon d;
+    int c, w, i;
+    char h[128];
+    struct peer_pkt p;
+
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(port);
+    submit(c, PACKET_SUBMIT_JOB, "poison", "", "d", h, sizeof(h));
+    for (i = 0; i < 2; i++) {
+        w = worker("poison");
+        peer_send(w, PACKET_GRAB_JOB, 0);
+        tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "attempt %d taken", i + 1);
+        close(w);
+    }
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_WORK_FAIL && arg_is(&p, 0, h),
+           "--job-retries 2: after two lost attempts the client gets WORK_FAIL");
+    peer_pkt_release(&p);
+    close(c);
+    daemon_stop(&d);
+}
+
+static void
+test_shutdown(void)
+{
+    struct daemon d;
+    int c;
+    char buf[256];
+
+    daemon_start(&d, NULL);
+    c = peer_connect(d.port);
+    peer_admin(c, "shutdown", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\n", "shutdown from loopback: OK");
+    tap_ok(peer_closed(c, PEER_TIMEOUT_MS), "then the connection closes");
+    close(c);
+    usleep(200000);
+    tap_ok(!daemon_alive(&d), "and the server has exited");
+    daemon_stop(&d);
+}
+
+int
+main(void)
+{
+    struct daemon d;
+
+    alarm(120);
+    daemon_start(&d, NULL);
+    port = d.port;
+    test_wake_one();
+    test_epoch();
+    test_requeue();
+    test_coalesce();
+    test_exception();
+    test_status();
+    test_client_gone();
+    test_maxqueue();
+    tap_ok(daemon_alive(&d), "dsjobd still running after all of that");
+    daemon_stop(&d);
+    test_admin_denied();
+    test_max_connections();
+    test_retries();
+    test_shutdown();
+    return tap_done();
+}
