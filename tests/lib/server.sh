@@ -15,11 +15,11 @@
 
 : "${DSJOBD:=${top_builddir:-.}/server/dsjobd}"
 
+# The test's scratch directory, made when this file is sourced (in the test's
+# own shell, so that "$(test_tmpdir)" in a subshell names the same one).
+TEST_TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/dsjob-test.XXXXXX")
+trap 'server_stop_all; rm -rf "$TEST_TMPDIR"' EXIT
 test_tmpdir() {
-    if [ -z "${TEST_TMPDIR:-}" ]; then
-        TEST_TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/dsjob-test.XXXXXX")
-        trap 'server_stop_all; rm -rf "$TEST_TMPDIR"' EXIT
-    fi
     echo "$TEST_TMPDIR"
 }
 
@@ -45,7 +45,7 @@ wait_port() { # wait_port PORT: until something accepts on 127.0.0.1:PORT, at mo
 
 server_start() {
     kind=$1; shift
-    dir=$(test_tmpdir)
+    dir=$TEST_TMPDIR
     SERVER_KIND=$kind
     SERVER_LOG="$dir/$kind.$$.$(date +%s%N).log"
     case $kind in
