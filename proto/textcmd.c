@@ -1,13 +1,17 @@
 /*
- * Admin line parser. gearmand splits an admin line on spaces and compares
- * the first one or two words against its command names; so do we, which
- * keeps "show jobs" and "show  jobs" meaning the same thing to both.
+ * Admin line parser. gearmand 1.1.20 splits an admin line on spaces (a tab
+ * is part of a word) and compares the first words with its command names
+ * regardless of case; so do we, which keeps "show jobs", "show  jobs" and
+ * "SHOW JOBS" meaning the same thing to both. Unlike gearmand, a line with
+ * many words is not a reason to drop the connection: extra words are
+ * ignored (doc/gearmand-observed.md 2.1).
  */
 #include "config.h"
 #include "textcmd.h"
 
 #include <stdbool.h>
 #include <string.h>
+#include <strings.h>
 
 struct textcmd_name {
     const char *w1;         /* first word */
@@ -35,7 +39,7 @@ static bool
 word_is(const struct textcmd *cmd, unsigned i, const char *s)
 {
     return i < cmd->nwords && cmd->word_len[i] == strlen(s) &&
-           memcmp(cmd->word[i], s, cmd->word_len[i]) == 0;
+           strncasecmp(cmd->word[i], s, cmd->word_len[i]) == 0;
 }
 
 void
@@ -48,12 +52,12 @@ textcmd_parse(const char *line, size_t len, struct textcmd *cmd)
     if (len > 0 && line[len - 1] == '\r')
         len--;
     while (i < len && cmd->nwords < TEXTCMD_MAX_WORDS) {
-        while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        while (i < len && line[i] == ' ')
             i++;
         if (i == len)
             break;
         cmd->word[cmd->nwords] = line + i;
-        while (i < len && line[i] != ' ' && line[i] != '\t')
+        while (i < len && line[i] != ' ')
             i++;
         cmd->word_len[cmd->nwords] = (size_t)(line + i - cmd->word[cmd->nwords]);
         cmd->nwords++;
@@ -81,6 +85,10 @@ textcmd_parse(const char *line, size_t len, struct textcmd *cmd)
             cmd->first_arg = 3;
         }
         return;
+    }
+    if (cmd->nwords >= 2 && word_is(cmd, 0, "show")) {
+        cmd->kind = TEXTCMD_SHOW_UNKNOWN; /* gearmand: ERR UNKNOWN_SHOW_ARGUMENTS */
+        cmd->first_arg = 1;
     }
 }
 

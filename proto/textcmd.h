@@ -26,6 +26,7 @@ enum textcmd_kind {
     TEXTCMD_DROP_FUNCTION,    /* drop function NAME */
     TEXTCMD_PRIORITYSTATUS,
     TEXTCMD_SHUTDOWN,         /* shutdown [graceful] */
+    TEXTCMD_SHOW_UNKNOWN,     /* show followed by something else */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */
@@ -40,8 +41,8 @@ struct textcmd {
 /*
  * textcmd_parse splits the len bytes of line (no newline; a trailing CR is
  * ignored) into words separated by blanks and names the command. Words past
- * TEXTCMD_MAX_WORDS are dropped. Command words match case-sensitively, as in
- * gearmand.
+ * TEXTCMD_MAX_WORDS are dropped. Command words match regardless of case, as
+ * in gearmand.
  */
 void textcmd_parse(const char *line, size_t len, struct textcmd *cmd);
 

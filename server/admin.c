@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -44,12 +45,13 @@ admin_prioritystatus(struct conn *c)
     conn_write(c, ".\n", 2);
 }
 
+/* gearmand lists the newest connection first, each worker's newest function first. */
 static void
 admin_workers(struct conn *c)
 {
     struct conn *w;
 
-    TAILQ_FOREACH(w, &c->srv->conns, link) {
+    TAILQ_FOREACH_REVERSE(w, &c->srv->conns, conn_list, link) {
         struct ability *a;
 
         conn_printf(c, "%d %s %s :", w->fd, w->ip, w->client_id ? w->client_id : "-");
@@ -61,79 +63,94 @@ admin_workers(struct conn *c)
 }
 
 static void
+show_job(struct conn *c, const struct job *j, bool unique)
+{
+    if (unique)
+        conn_printf(c, "%s\n", job_unique(j));
+    else /* handle, attempts, ignored (cancelled), and gearmand's "queued" column */
+        conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), j->attempts,
+                    j->cancelled ? 1u : 0u, j->background ? 1u : 0u);
+}
+
+/* Queued, scheduled and running jobs, as gearmand lists them (no header line). */
+static void
 admin_show_jobs(struct conn *c, bool unique)
 {
+    struct queue *q = &c->srv->queue;
     struct func *f;
+    struct conn *w;
+    size_t i;
     int p;
 
-    /* Queued jobs only, as gearmand lists them: handle, retries, ignore, queued. */
-    TAILQ_FOREACH(f, &c->srv->queue.func_order, order) {
+    TAILQ_FOREACH(f, &q->func_order, order) {
         for (p = 0; p < JOB_NPRIO; p++) {
             struct job *j;
 
-            TAILQ_FOREACH(j, &f->jobs[p], link) {
-                if (unique)
-                    conn_printf(c, "%s\n", job_unique(j));
-                else
-                    conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), j->attempts, 0u,
-                                1u);
-            }
+            TAILQ_FOREACH(j, &f->jobs[p], link)
+                show_job(c, j, unique);
         }
+    }
+    for (i = 0; i < q->scheduled.len; i++)
+        show_job(c, q->scheduled.elems[i], unique);
+    TAILQ_FOREACH(w, &c->srv->conns, link) {
+        struct job *j;
+
+        TAILQ_FOREACH(j, &w->worker.held, link)
+            show_job(c, j, unique);
     }
     conn_write(c, ".\n", 2);
 }
 
-static bool
-admin_parse_uint(const char *s, size_t len, unsigned *out)
+/* A maxqueue limit: as in gearmand, anything but a positive number means none. */
+static unsigned
+admin_limit(const char *s, size_t len)
 {
     unsigned long long v = 0;
     size_t i;
 
     if (len == 0 || len > 10)
-        return false;
+        return 0;
     for (i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
-            return false;
+            return 0;
         v = v * 10 + (unsigned)(s[i] - '0');
     }
-    if (v > UINT32_MAX)
-        return false;
-    *out = (unsigned)v;
-    return true;
+    return v > UINT32_MAX ? 0 : (unsigned)v;
 }
 
+#define INCOMPLETE(cmd) \
+    "ERR INVALID_ARGUMENTS An+incomplete+set+of+arguments+was+sent+to+this+command+" cmd "\r\n"
+
+/*
+ * maxqueue FUNCTION [ALL | HIGH NORMAL [LOW]]: no limit resets all three;
+ * one sets all three; two set high and normal and clear low (gearmand).
+ */
 static void
 admin_maxqueue(struct conn *c, const struct textcmd *cmd)
 {
     unsigned argc = textcmd_argc(cmd);
     unsigned max[JOB_NPRIO] = {0, 0, 0};
     struct func *f;
-    int p;
+    unsigned p;
 
-    if (argc != 1 && argc != 2 && argc != 4) {
-        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+    if (argc == 0) {
+        conn_printf(c, INCOMPLETE("maxqueue"));
         return;
     }
-    if (argc == 2 && !admin_parse_uint(WORD(cmd, 1), WORD_LEN(cmd, 1), &max[0])) {
-        conn_printf(c, "ERR INVALID_ARGUMENTS maxqueue+limit+must+be+a+number\r\n");
-        return;
-    }
-    if (argc == 2)
-        max[1] = max[2] = max[0];
-    for (p = 0; argc == 4 && p < JOB_NPRIO; p++) {
-        if (!admin_parse_uint(WORD(cmd, 1 + p), WORD_LEN(cmd, 1 + p), &max[p])) {
-            conn_printf(c, "ERR INVALID_ARGUMENTS maxqueue+limits+must+be+numbers\r\n");
-            return;
-        }
+    if (argc == 2) {
+        max[0] = max[1] = max[2] = admin_limit(WORD(cmd, 1), WORD_LEN(cmd, 1));
+    } else {
+        for (p = 0; p < JOB_NPRIO && 1 + p < argc; p++)
+            max[p] = admin_limit(WORD(cmd, 1 + p), WORD_LEN(cmd, 1 + p));
     }
     f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
     if (f == NULL) {
-        conn_printf(c, "ERR MEMORY out+of+memory\r\n");
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
         return;
     }
     for (p = 0; p < JOB_NPRIO; p++)
         f->max_queue[p] = max[p];
-    conn_printf(c, "OK\n");
+    conn_printf(c, "OK\r\n");
 }
 
 static void
@@ -142,72 +159,74 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
     struct job *j;
 
     if (textcmd_argc(cmd) != 1) {
-        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+commandcancel\r\n");
         return;
     }
     j = queue_find_job(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
     if (j == NULL) {
-        conn_printf(c, "ERR UNKNOWN_JOB Job+does+not+exist\r\n");
+        conn_printf(c, "ERR UNKNOWN_JOB\r\n");
         return;
     }
-    if (dispatch_cancel(c, j) < 0) {
-        conn_printf(c, "ERR JOB_RUNNING Job+is+running+and+cannot+be+cancelled\r\n");
-        return;
-    }
-    conn_printf(c, "OK\n");
+    log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j),
+               j->func->name);
+    dispatch_cancel(c->srv, j);
+    conn_printf(c, "OK\r\n");
 }
 
 static void
 admin_create(struct conn *c, const struct textcmd *cmd)
 {
-    if (textcmd_argc(cmd) != 1) {
-        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+    if (textcmd_argc(cmd) < 1) {
+        conn_printf(c, INCOMPLETE("create"));
         return;
     }
     if (queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true) == NULL) {
-        conn_printf(c, "ERR MEMORY out+of+memory\r\n");
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
         return;
     }
-    conn_printf(c, "OK\n");
+    conn_printf(c, "OK\r\n");
 }
 
+/* Unlike gearmand, the dropped function's queued jobs go too: nothing is left orphaned. */
 static void
 admin_drop(struct conn *c, const struct textcmd *cmd)
 {
     struct func *f;
     struct job *j;
 
-    if (textcmd_argc(cmd) != 1) {
-        conn_printf(c, "ERR INVALID_ARGUMENTS An+invalid+number+of+arguments+was+given.\r\n");
+    if (textcmd_argc(cmd) < 1) {
+        conn_printf(c, INCOMPLETE("drop"));
         return;
     }
     f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
     if (f == NULL) {
-        conn_printf(c, "ERR UNKNOWN_JOB Function+not+found\r\n");
+        conn_printf(c, "ERR function not found\r\n");
         return;
     }
     if (f->nworkers > 0 || f->nrunning > 0) {
-        conn_printf(c, "ERR WORKERS_CONNECTED Function+has+workers+connected\r\n");
+        conn_printf(c, "ERR there are still connected workers or executing clients\r\n");
         return;
     }
+    log_notice(&c->srv->log, "%s: dropped function '%s' with %u jobs", c->peer, f->name,
+               queue_total(f));
     while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)
-        dispatch_cancel(c, j);
+        dispatch_cancel(c->srv, j);
     queue_drop_func(&c->srv->queue, f);
-    conn_printf(c, "OK\n");
+    conn_printf(c, "OK\r\n");
 }
 
 static void
 admin_shutdown(struct conn *c, const struct textcmd *cmd)
 {
-    bool graceful = textcmd_argc(cmd) == 1 && WORD_LEN(cmd, 0) == 8 &&
-                    memcmp(WORD(cmd, 0), "graceful", 8) == 0;
+    bool graceful = textcmd_argc(cmd) >= 1 && WORD_LEN(cmd, 0) == 8 &&
+                    strncasecmp(WORD(cmd, 0), "graceful", 8) == 0;
 
-    if (textcmd_argc(cmd) > 1 || (textcmd_argc(cmd) == 1 && !graceful)) {
+    if (textcmd_argc(cmd) >= 1 && !graceful) {
         conn_printf(c, "ERR INVALID_ARGUMENTS usage:+shutdown+[graceful]\r\n");
         return;
     }
     log_notice(&c->srv->log, "%s: shutdown%s requested", c->peer, graceful ? " graceful" : "");
-    conn_printf(c, "OK\n");
+    conn_printf(c, "OK\r\n");
     srv_stop(c->srv, graceful);
 }
 
@@ -234,6 +253,10 @@ admin_line(struct conn *c, const char *line, size_t len)
     }
     switch (cmd.kind) {
     case TEXTCMD_EMPTY:
+        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command\r\n");
+        break;
+    case TEXTCMD_SHOW_UNKNOWN:
+        conn_printf(c, "ERR UNKNOWN_SHOW_ARGUMENTS\r\n");
         break;
     case TEXTCMD_STATUS:
         admin_status(c);

@@ -107,6 +107,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
     TAILQ_INIT(&c->waiting);
     conn_describe_peer(c, sa);
     c->admin_ok = sa->sa_family == AF_UNIX || srv_admin_allowed(srv, sa);
+    c->exceptions = srv->cfg.exceptions;
     c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c->bev == NULL) {
         close(fd);
@@ -226,18 +227,18 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
                        "%s: %s packet of %u bytes is over --max-packet-size %zu: closing",
                        c->peer, packet_name(p.type), (unsigned)p.size,
                        c->srv->cfg.max_packet_size);
-            conn_send_error(c, "ERR_PACKET_TOO_LARGE",
+            conn_send_error(c, "PACKET_TOO_LARGE",
                             "packet of %u bytes is over the limit (--max-packet-size %zu)",
                             (unsigned)p.size, c->srv->cfg.max_packet_size);
         } else {
             log_notice(&c->srv->log, "%s: %s: closing", c->peer, why);
-            conn_send_error(c, "ERR_BAD_MAGIC", "%s: framing lost, closing", why);
+            conn_send_error(c, "INVALID_MAGIC", "%s: framing lost, closing", why);
         }
         conn_close(c, true);
         return false;
     case PACKET_BAD:
         log_notice(&c->srv->log, "%s: %s: %s", c->peer, packet_name(p.type), why);
-        conn_send_error(c, "ERR_INVALID_PACKET", "%s: %s", packet_name(p.type), why);
+        conn_send_error(c, "INVALID_PACKET", "%s: %s", packet_name(p.type), why);
         break;
     case PACKET_OK:
         dispatch_packet(c, &p);

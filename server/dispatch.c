@@ -118,7 +118,7 @@ job_retry(struct srv *srv, struct job *j, const char *why)
 
     job_stop_timer(j);
     if (j->cancelled) {
-        job_finish(srv, j);
+        job_fail(srv, j); /* not run again; clients that attached since hear why */
         return;
     }
     if (limit != 0 && j->attempts + 1 >= limit) {
@@ -161,18 +161,20 @@ dispatch_detach(struct conn *c)
         job_retry(srv, j, "its worker disconnected");
 }
 
-int
-dispatch_cancel(struct conn *by, struct job *j)
+void
+dispatch_cancel(struct srv *srv, struct job *j)
 {
-    struct srv *srv = by->srv;
+    const void *args[1] = {job_handle(j)};
+    size_t lens[1] = {j->handle_len};
 
-    (void)by;
-    if (j->state == JOB_RUNNING) {
-        j->cancelled = true;
-        return -1;
+    if (j->state != JOB_RUNNING) {
+        job_fail(srv, j);
+        return;
     }
-    job_fail(srv, j);
-    return 0;
+    /* The worker may finish it, but nobody hears of it any more. */
+    waiters_send(j, PACKET_WORK_FAIL, 1, args, lens);
+    waiters_release(j);
+    j->cancelled = true;
 }
 
 /* --- worker abilities and sleep ----------------------------------------- */
@@ -183,7 +185,7 @@ func_arg(struct conn *c, const struct packet *p)
     struct func *f = queue_func(&c->srv->queue, ARG(p, 0), p->arg_len[0], true);
 
     if (f == NULL)
-        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
     return f;
 }
 
@@ -191,7 +193,7 @@ static void
 can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
 {
     if (queue_can_do(&c->srv->queue, &c->worker, f, timeout_ms) < 0) {
-        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     /* A sleeping worker that learns a new function may have work right away. */
@@ -219,7 +221,7 @@ h_can_do_timeout(struct conn *c, const struct packet *p)
     char *end;
 
     if (p->arg_len[1] == 0 || p->arg_len[1] >= sizeof(num)) {
-        conn_send_error(c, "ERR_INVALID_TIMEOUT", "CAN_DO_TIMEOUT: bad timeout");
+        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout");
         return;
     }
     memcpy(num, p->arg[1], p->arg_len[1]);
@@ -227,12 +229,28 @@ h_can_do_timeout(struct conn *c, const struct packet *p)
     errno = 0;
     ms = strtoul(num, &end, 10);
     if (*end != '\0' || errno != 0 || ms > UINT32_MAX) {
-        conn_send_error(c, "ERR_INVALID_TIMEOUT", "CAN_DO_TIMEOUT: bad timeout '%s'", num);
+        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout '%s'", num);
         return;
     }
+    /* gearmand 1.1.20 reads milliseconds and raises 1-999 to a second. */
+    if (ms > 0 && ms < 1000)
+        ms = 1000;
     f = func_arg(c, p);
     if (f != NULL)
         can_do(c, f, (uint32_t)ms);
+}
+
+/* A worker that can no longer do f gives back the jobs of f it holds (as gearmand). */
+static void
+give_back(struct conn *c, const struct func *f, const char *why)
+{
+    struct job *j, *next;
+
+    for (j = TAILQ_FIRST(&c->worker.held); j != NULL; j = next) {
+        next = TAILQ_NEXT(j, link);
+        if (f == NULL || j->func == f)
+            job_retry(c->srv, j, why);
+    }
 }
 
 static void
@@ -240,8 +258,10 @@ h_cant_do(struct conn *c, const struct packet *p)
 {
     struct func *f = queue_func(&c->srv->queue, ARG(p, 0), p->arg_len[0], false);
 
-    if (f != NULL)
-        queue_cant_do(&c->srv->queue, &c->worker, f);
+    if (f == NULL)
+        return;
+    queue_cant_do(&c->srv->queue, &c->worker, f);
+    give_back(c, f, "its worker sent CANT_DO");
 }
 
 static void
@@ -249,6 +269,7 @@ h_reset_abilities(struct conn *c, const struct packet *p)
 {
     (void)p;
     queue_reset_abilities(&c->srv->queue, &c->worker);
+    give_back(c, NULL, "its worker sent RESET_ABILITIES");
 }
 
 static void
@@ -297,6 +318,9 @@ grab(struct conn *c, enum packet_type assign)
         if (j->timeout_ev != NULL)
             evtimer_add(j->timeout_ev, &tv);
     }
+    /* GRAB_JOB_ALL sends the reducer only for a job that has one, as gearmand does. */
+    if (assign == PACKET_JOB_ASSIGN_ALL && j->reducer_len == 0)
+        assign = PACKET_JOB_ASSIGN_UNIQ;
     {
         const void *args[5];
         size_t lens[5];
@@ -359,7 +383,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     int n;
 
     if (p->arg_len[0] == 0) {
-        conn_send_error(c, "ERR_INVALID_FUNCTION", "%s: empty function name", packet_name(p->type));
+        conn_send_error(c, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
         return;
     }
     f = func_arg(c, p);
@@ -372,7 +396,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     }
     if (unique_len > 0 && (j = queue_find_unique(f, unique, unique_len)) != NULL) {
         if (!s->background && waiter_attach(c, j) < 0) {
-            conn_send_error(c, "ERR_MEMORY", "out of memory");
+            conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
             return;
         }
         conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
@@ -381,16 +405,16 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     if (queue_full(f, s->prio)) {
         log_notice(&srv->log, "%s: queue of '%s' is full (maxqueue %u)", c->peer, f->name,
                    f->max_queue[s->prio]);
-        conn_send_error(c, "ERR_QUEUE_FULL",
-                        "queue of function '%s' is at its maxqueue limit of %u jobs", f->name,
-                        f->max_queue[s->prio]);
+        conn_send_error(c, "QUEUE_ERROR",
+                        "Job queue is full: function '%s' is at its maxqueue limit of %u jobs",
+                        f->name, f->max_queue[s->prio]);
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data,
                 data_len);
     if (j == NULL) {
-        conn_send_error(c, "ERR_MEMORY", "out of memory for a job of %zu bytes", data_len);
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes", data_len);
         return;
     }
     j->prio = (uint8_t)s->prio;
@@ -400,13 +424,13 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->seq = srv->next_seq++;
     if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
         job_unref(j);
-        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     srv->next_job_id++;
     if (!s->background && waiter_attach(c, j) < 0) {
         queue_remove(&srv->queue, j);
-        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
@@ -441,7 +465,7 @@ h_submit_epoch(struct conn *c, const struct packet *p)
     long long when;
 
     if (p->arg_len[2] == 0 || p->arg_len[2] >= sizeof(num)) {
-        conn_send_error(c, "ERR_INVALID_EPOCH", "SUBMIT_JOB_EPOCH: bad epoch time");
+        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time");
         return;
     }
     memcpy(num, p->arg[2], p->arg_len[2]);
@@ -449,7 +473,7 @@ h_submit_epoch(struct conn *c, const struct packet *p)
     errno = 0;
     when = strtoll(num, &end, 10);
     if (*end != '\0' || errno != 0 || when < 0) {
-        conn_send_error(c, "ERR_INVALID_EPOCH", "SUBMIT_JOB_EPOCH: bad epoch time '%s'", num);
+        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time '%s'", num);
         return;
     }
     s.when = when;
@@ -469,7 +493,7 @@ static void
 h_submit_sched(struct conn *c, const struct packet *p)
 {
     (void)p;
-    conn_send_error(c, "ERR_NOT_SUPPORTED", "SUBMIT_JOB_SCHED is not supported");
+    conn_send_error(c, "INVALID_COMMAND", "Command not expected: SUBMIT_JOB_SCHED is not supported");
 }
 
 /* --- reports from workers ------------------------------------------------- */
@@ -479,16 +503,23 @@ static struct job *
 held_job(struct conn *c, const struct packet *p)
 {
     struct job *j = queue_find_job(&c->srv->queue, ARG(p, 0), p->arg_len[0]);
+    const char *text;
 
-    if (j == NULL || j->state != JOB_RUNNING || j->worker != &c->worker) {
-        log_notice(&c->srv->log, "%s: %s for a job it does not hold: %.*s", c->peer,
-                   packet_name(p->type), (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]),
-                   ARG(p, 0));
-        conn_send_error(c, "ERR_JOB_NOT_FOUND", "%s: no such job held by this worker",
-                        packet_name(p->type));
-        return NULL;
+    if (j != NULL && j->state == JOB_RUNNING && j->worker == &c->worker)
+        return j;
+    log_notice(&c->srv->log, "%s: %s for a job it does not hold: %.*s", c->peer,
+               packet_name(p->type), (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0));
+    /* gearmand's texts, which clients may show or match. */
+    switch (p->type) {
+    case PACKET_WORK_DATA:
+    case PACKET_WORK_WARNING: text = "Job does not exist on server"; break;
+    case PACKET_WORK_EXCEPTION:
+        text = "An exception was received for a job that does not exist";
+        break;
+    default: text = "Job given in work result not found"; break;
     }
-    return j;
+    conn_send_error(c, "JOB_NOT_FOUND", "%s", text);
+    return NULL;
 }
 
 static uint32_t
@@ -525,8 +556,7 @@ h_work_status(struct conn *c, const struct packet *p)
         return;
     j->numerator = parse_u32(p->arg[1], p->arg_len[1]);
     j->denominator = parse_u32(p->arg[2], p->arg_len[2]);
-    if (!j->cancelled)
-        forward(j, p);
+    forward(j, p);
 }
 
 static void
@@ -534,7 +564,7 @@ h_work_data(struct conn *c, const struct packet *p)
 {
     struct job *j = held_job(c, p);
 
-    if (j != NULL && !j->cancelled)
+    if (j != NULL)
         forward(j, p);
 }
 
@@ -545,8 +575,7 @@ h_work_done(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    if (!j->cancelled)
-        forward(j, p);
+    forward(j, p);
     job_finish(c->srv, j);
 }
 
@@ -560,8 +589,6 @@ h_work_exception(struct conn *c, const struct packet *p)
         return;
     /* Clients that asked get the exception; the rest a clean WORK_FAIL. */
     TAILQ_FOREACH(w, &j->waiters, by_job) {
-        if (j->cancelled)
-            break;
         if (w->client->exceptions) {
             const void *args[2] = {p->arg[0], p->arg[1]};
 
@@ -634,7 +661,7 @@ h_set_client_id(struct conn *c, const struct packet *p)
     size_t i;
 
     if (id == NULL) {
-        conn_send_error(c, "ERR_MEMORY", "out of memory");
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     /* Keep the id printable: it is shown one per line by the workers command. */
@@ -653,7 +680,7 @@ h_option_req(struct conn *c, const struct packet *p)
         conn_send_raw(c, PACKET_OPTION_RES, p->arg[0], p->arg_len[0]);
         return;
     }
-    conn_send_error(c, "ERR_UNKNOWN_OPTION", "unknown option '%.*s'",
+    conn_send_error(c, "UNKNOWN_OPTION", "Server does not recognize given option '%.*s'",
                     (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0));
 }
 
@@ -705,14 +732,14 @@ dispatch_packet(struct conn *c, const struct packet *p)
     if (p->magic != PACKET_REQ) {
         log_notice(&c->srv->log, "%s: %s packet with response magic", c->peer,
                    packet_name(p->type));
-        conn_send_error(c, "ERR_INVALID_MAGIC", "%s: requests must carry \\0REQ magic",
-                        packet_name(p->type));
+        conn_send_error(c, "INVALID_MAGIC", "Request magic expected");
         return;
     }
     if (e == NULL || e->fn == NULL) {
         log_notice(&c->srv->log, "%s: unexpected packet type %" PRIu32 " (%s)", c->peer,
                    p->type, packet_name(p->type));
-        conn_send_error(c, "ERR_INVALID_COMMAND", "packet type %" PRIu32 " (%s) is not a request",
+        conn_send_error(c, "INVALID_COMMAND",
+                        "Command not expected: packet type %" PRIu32 " (%s) is not a request",
                         p->type, packet_name(p->type));
         return;
     }

@@ -9,6 +9,7 @@
 
 struct conn;
 struct job;
+struct srv;
 
 /* dispatch_packet acts on one decoded packet from c. */
 void dispatch_packet(struct conn *c, const struct packet *p);
@@ -22,11 +23,11 @@ void dispatch_packet(struct conn *c, const struct packet *p);
 void dispatch_detach(struct conn *c);
 
 /*
- * dispatch_cancel removes a job that is queued or scheduled, telling its
- * waiting clients WORK_FAIL; a running job is marked so that its result is
- * dropped. Returns 0, or -1 if the job is running and was only marked.
+ * dispatch_cancel tells a job's waiting clients WORK_FAIL and removes the
+ * job if it is queued or scheduled; a running job is marked cancelled, so
+ * that what its worker reports later reaches nobody.
  */
-int dispatch_cancel(struct conn *by, struct job *j);
+void dispatch_cancel(struct srv *srv, struct job *j);
 
 /* dispatch_wake sends NOOP to one sleeping worker of j's function, if any. */
 void dispatch_wake(struct job *j);

@@ -65,7 +65,7 @@ struct job {
     uint8_t prio;                  /* enum job_prio */
     uint8_t state;                 /* enum job_state */
     bool background;               /* no client waits for it */
-    bool cancelled;                /* cancelled while running: drop the result */
+    bool cancelled;                /* cancelled while running: never run again */
     char buf[];                    /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);

@@ -31,7 +31,7 @@ static void
 refuse(struct srv *srv, evutil_socket_t fd)
 {
     unsigned char buf[256];
-    const char *code = "ERR_TOO_MANY_CONNECTIONS";
+    const char *code = "TOO_MANY_CONNECTIONS";
     char text[128];
     const void *args[2];
     size_t lens[2];

@@ -48,6 +48,7 @@ usage(FILE *fp)
             "                             (default ERROR)\n"
             "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
             "  -R, --round-robin          rotate a worker's functions after each job\n"
+            "      --exceptions           forward WORK_EXCEPTION to every client\n"
             "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
             "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
             "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
@@ -72,6 +73,7 @@ enum {
     OPT_MAX_OUTPUT,
     OPT_MAX_CONNS,
     OPT_ADMIN_ALLOW,
+    OPT_EXCEPTIONS,
 };
 
 static const struct option long_options[] = {
@@ -88,6 +90,7 @@ static const struct option long_options[] = {
     {"verbose", required_argument, NULL, OPT_VERBOSE},
     {"job-retries", required_argument, NULL, 'j'},
     {"round-robin", no_argument, NULL, 'R'},
+    {"exceptions", no_argument, NULL, OPT_EXCEPTIONS},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
@@ -335,6 +338,7 @@ main(int argc, char **argv)
             cfg.job_retries = (unsigned)parse_number("--job-retries", optarg, UINT32_MAX, false);
             break;
         case 'R': cfg.round_robin = true; break;
+        case OPT_EXCEPTIONS: cfg.exceptions = true; break;
         case OPT_HANDLE_PREFIX: cfg.job_handle_prefix = optarg; break;
         case OPT_MAX_PACKET:
             cfg.max_packet_size =

@@ -155,7 +155,8 @@ queue_total(const struct func *f)
 bool
 queue_full(const struct func *f, enum job_prio prio)
 {
-    return f->max_queue[prio] > 0 && f->nqueued[prio] >= f->max_queue[prio];
+    /* As in gearmand, each priority's limit bounds the function's whole total. */
+    return f->max_queue[prio] > 0 && queue_total(f) >= f->max_queue[prio];
 }
 
 static void
@@ -338,7 +339,8 @@ queue_can_do(struct queue *q, struct qworker *w, struct func *f, uint32_t timeou
     a->worker = w;
     a->func = f;
     a->timeout_ms = timeout_ms;
-    TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
+    /* Newest first: gearmand 1.1.20 drains the function registered last first. */
+    TAILQ_INSERT_HEAD(&w->abilities, a, by_worker);
     TAILQ_INSERT_TAIL(&f->workers, a, by_func);
     w->nabilities++;
     f->nworkers++;

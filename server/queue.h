@@ -33,7 +33,7 @@ TAILQ_HEAD(ability_list, ability);
 
 /* The queue's view of a worker connection; embedded in struct conn. */
 struct qworker {
-    struct ability_list abilities;  /* what it can do, in grab order */
+    struct ability_list abilities;  /* what it can do, newest first: the grab order */
     struct job_list held;           /* jobs it is running */
     unsigned nabilities;            /* entries in abilities */
     unsigned nheld;                 /* entries in held */
@@ -89,7 +89,11 @@ struct job *queue_find_unique(const struct func *f, const void *unique, size_t l
 /* queue_total counts f's jobs: queued, scheduled and running. */
 unsigned queue_total(const struct func *f);
 
-/* queue_full tells whether f's maxqueue limit for prio is reached. */
+/*
+ * queue_full tells whether f's maxqueue limit for prio is reached: the limit
+ * is compared with all of f's jobs (queued, scheduled, running), as gearmand
+ * compares it.
+ */
 bool queue_full(const struct func *f, enum job_prio prio);
 
 /*
@@ -108,9 +112,9 @@ int queue_add(struct queue *q, struct func *f, struct job *j, int64_t now);
 void queue_remove(struct queue *q, struct job *j);
 
 /*
- * queue_grab gives worker w the next job it can do: over its abilities in
- * order (rotated after each grab with round_robin), the first high, else
- * normal, else low job. The job becomes RUNNING and is held by w. NULL if
+ * queue_grab gives worker w the next job it can do: over its abilities,
+ * newest registration first as in gearmand (with round_robin, the function
+ * just served moves to the back), the first high, else normal, else low job. The job becomes RUNNING and is held by w. NULL if
  * there is none.
  */
 struct job *queue_grab(struct queue *q, struct qworker *w);
@@ -137,7 +141,10 @@ int64_t queue_next_due(const struct queue *q);
 /* Workers. */
 void queue_worker_init(struct qworker *w);
 
-/* queue_can_do adds (or updates the timeout of) w's ability for f. 0, or -1 if out of memory. */
+/*
+ * queue_can_do adds w's ability for f, at the front of its grab order, or
+ * updates its timeout if w already has it. 0, or -1 if out of memory.
+ */
 int queue_can_do(struct queue *q, struct qworker *w, struct func *f, uint32_t timeout_ms);
 
 /* queue_cant_do removes w's ability for f, if it has one. */

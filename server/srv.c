@@ -369,18 +369,16 @@ srv_check_drained(struct srv *srv)
 void
 srv_stop(struct srv *srv, bool graceful)
 {
-    int i;
-
     if (!graceful) {
         log_notice(&srv->log, "stopping");
         srv_exit_loop(srv);
         return;
     }
     if (!srv->draining) {
+        /* Closed, not paused: a new client is refused at once, as by gearmand. */
         log_notice(&srv->log, "graceful stop: no new connections or grabs");
         srv->draining = true;
-        for (i = 0; i < srv->nlisteners; i++)
-            evconnlistener_disable(srv->listeners[i]);
+        listener_close_all(srv);
     }
     srv_check_drained(srv);
 }

@@ -58,6 +58,7 @@ struct dsjob_server_config {
     unsigned max_connections;          /* connections held at once; 0 means no limit */
     unsigned job_retries;              /* attempts before a job is failed; 0 = unlimited */
     bool round_robin;                  /* rotate a worker's functions after each grab */
+    bool exceptions;                   /* forward WORK_EXCEPTION to every client, asked or not */
     const char *job_handle_prefix;     /* handles are PREFIX:N; default "H:<hostname>" */
     const char *log_file;              /* "stderr", "none" or a path */
     enum dsjob_log_level verbose;      /* most verbose level logged */

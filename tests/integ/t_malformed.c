@@ -69,7 +69,7 @@ bad_magic(void)
     int fd = peer_connect(port);
 
     peer_send_raw(fd, "\0REX\0\0\0\x10\0\0\0\0", 12);
-    expect_error(fd, "ERR_BAD_MAGIC", "wrong magic");
+    expect_error(fd, "INVALID_MAGIC", "wrong magic");
     tap_ok(peer_closed(fd, PEER_TIMEOUT_MS), "wrong magic: connection closed");
     close(fd);
     others_unharmed("wrong magic");
@@ -83,7 +83,7 @@ too_large(void)
 
     packet_encode_header(hdr, PACKET_REQ, PACKET_SUBMIT_JOB_BG, 1u << 20); /* limit is 64K here */
     peer_send_raw(fd, hdr, sizeof(hdr));
-    expect_error(fd, "ERR_PACKET_TOO_LARGE", "declared size over --max-packet-size");
+    expect_error(fd, "PACKET_TOO_LARGE", "declared size over --max-packet-size");
     tap_ok(peer_closed(fd, PEER_TIMEOUT_MS), "oversized: connection closed");
     close(fd);
     others_unharmed("oversized");
@@ -95,10 +95,10 @@ too_few_args(void)
     int fd = peer_connect(port);
 
     peer_send(fd, PACKET_SUBMIT_JOB, 1, "fonly");
-    expect_error(fd, "ERR_INVALID_PACKET", "SUBMIT_JOB with one argument");
+    expect_error(fd, "INVALID_PACKET", "SUBMIT_JOB with one argument");
     tap_ok(echo_works(fd), "too few arguments: framing holds, the connection still works");
     peer_send(fd, PACKET_WORK_STATUS, 2, "H:x:1", "3");
-    expect_error(fd, "ERR_INVALID_PACKET", "WORK_STATUS with two arguments");
+    expect_error(fd, "INVALID_PACKET", "WORK_STATUS with two arguments");
     close(fd);
     others_unharmed("too few arguments");
 }
@@ -109,11 +109,11 @@ unknown_type(void)
     int fd = peer_connect(port);
 
     peer_send(fd, 99, 1, "whatever");
-    expect_error(fd, "ERR_INVALID_COMMAND", "unknown packet type 99");
+    expect_error(fd, "INVALID_COMMAND", "unknown packet type 99");
     peer_send(fd, PACKET_NOOP, 0);
-    expect_error(fd, "ERR_INVALID_COMMAND", "a server-only type (NOOP) from a peer");
+    expect_error(fd, "INVALID_COMMAND", "a server-only type (NOOP) from a peer");
     peer_send(fd, 5, 0);
-    expect_error(fd, "ERR_INVALID_COMMAND", "the unused type 5");
+    expect_error(fd, "INVALID_COMMAND", "the unused type 5");
     tap_ok(echo_works(fd), "unknown types: the connection still works");
     close(fd);
     others_unharmed("unknown type");
@@ -138,9 +138,9 @@ not_held(void)
     peer_pkt_release(&p);
 
     peer_send(fd, PACKET_WORK_COMPLETE, 2, handle, "forged");
-    expect_error(fd, "ERR_JOB_NOT_FOUND", "WORK_COMPLETE for a job another worker holds");
+    expect_error(fd, "JOB_NOT_FOUND", "WORK_COMPLETE for a job another worker holds");
     peer_send(fd, PACKET_WORK_FAIL, 1, "H:nosuch:1");
-    expect_error(fd, "ERR_JOB_NOT_FOUND", "WORK_FAIL for an unknown handle");
+    expect_error(fd, "JOB_NOT_FOUND", "WORK_FAIL for an unknown handle");
     tap_ok(echo_works(fd), "not held: the connection still works");
     peer_send(victim_worker, PACKET_WORK_COMPLETE, 2, handle, "real");
     tap_is_int(peer_recv(victim_client, &p, PEER_TIMEOUT_MS), PACKET_WORK_COMPLETE,
@@ -174,7 +174,7 @@ response_magic(void)
     size_t n = packet_encode(buf, sizeof(buf), PACKET_RES, PACKET_ECHO_REQ, 1, args, lens);
 
     peer_send_raw(fd, buf, n);
-    expect_error(fd, "ERR_INVALID_MAGIC", "a request with \\0RES magic");
+    expect_error(fd, "INVALID_MAGIC", "a request with \\0RES magic");
     tap_ok(echo_works(fd), "response magic: the connection still works");
     close(fd);
 }

@@ -285,15 +285,15 @@ test_maxqueue(void)
     struct peer_pkt p;
 
     peer_admin(c, "maxqueue mq 1", false, buf, sizeof(buf));
-    tap_is_str(buf, "OK\n", "maxqueue mq 1: OK");
+    tap_is_str(buf, "OK\r\n", "maxqueue mq 1: OK");
     submit(c, PACKET_SUBMIT_JOB_BG, "mq", "", "1", h, sizeof(h));
     peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mq", "", "2");
-    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "ERR_QUEUE_FULL") &&
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "QUEUE_ERROR") &&
                p.nargs == 2 && memmem(p.arg[1], p.arg_len[1], "maxqueue", 8) != NULL,
-           "a second job: ERROR ERR_QUEUE_FULL naming the maxqueue limit");
+           "a second job: ERROR QUEUE_ERROR naming the maxqueue limit");
     peer_pkt_release(&p);
     peer_admin(c, "maxqueue mq 0 0 5", false, buf, sizeof(buf));
-    tap_is_str(buf, "OK\n", "maxqueue with three limits: OK");
+    tap_is_str(buf, "OK\r\n", "maxqueue with three limits: OK");
     peer_send(c, PACKET_SUBMIT_JOB_LOW_BG, 3, "mq", "", "3");
     tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS), "low priority has its own limit");
     close(c);
@@ -338,7 +338,7 @@ test_max_connections(void)
     b = peer_connect(d.port);
     usleep(100000);
     c = peer_connect(d.port);
-    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "ERR_TOO_MANY_CONNECTIONS") &&
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "TOO_MANY_CONNECTIONS") &&
                memmem(p.arg[1], p.arg_len[1], "--max-connections 2", 19) != NULL,
            "the third connection over --max-connections 2 is told which limit");
     peer_pkt_release(&p);
@@ -387,7 +387,7 @@ test_shutdown(void)
     daemon_start(&d, NULL);
     c = peer_connect(d.port);
     peer_admin(c, "shutdown", false, buf, sizeof(buf));
-    tap_is_str(buf, "OK\n", "shutdown from loopback: OK");
+    tap_is_str(buf, "OK\r\n", "shutdown from loopback: OK");
     tap_ok(peer_closed(c, PEER_TIMEOUT_MS), "then the connection closes");
     close(c);
     usleep(200000);

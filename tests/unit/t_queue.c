@@ -99,10 +99,10 @@ test_function_order(void)
         g3 = queue_grab(&q, &w);
         g4 = queue_grab(&q, &w);
         if (!rr)
-            tap_ok(g1 == a1 && g2 == a2 && g3 == b1 && g4 == b2,
-                   "registration order: every job of the first function first (as gearmand)");
+            tap_ok(g1 == b1 && g2 == b2 && g3 == a1 && g4 == a2,
+                   "default: every job of the function registered last first (as gearmand)");
         else
-            tap_ok(g1 == a1 && g2 == b1 && g3 == a2 && g4 == b2,
+            tap_ok(g1 == b1 && g2 == a1 && g3 == b2 && g4 == a2,
                    "round-robin: functions take turns");
         queue_reset_abilities(&q, &w);
         queue_release(&q);

@@ -32,13 +32,16 @@ main(void)
     tap_is_int(kind("verbose"), TEXTCMD_VERBOSE, "verbose");
     tap_is_int(kind("show jobs"), TEXTCMD_SHOW_JOBS, "show jobs");
     tap_is_int(kind("show unique jobs"), TEXTCMD_SHOW_UNIQUE_JOBS, "show unique jobs");
-    tap_is_int(kind("show unique"), TEXTCMD_UNKNOWN, "show unique (no jobs) is unknown");
+    tap_is_int(kind("show unique"), TEXTCMD_SHOW_UNKNOWN, "show unique (no jobs): bad show arguments");
+    tap_is_int(kind("show foo"), TEXTCMD_SHOW_UNKNOWN, "show foo: bad show arguments");
     tap_is_int(kind("show"), TEXTCMD_UNKNOWN, "show alone is unknown");
     tap_is_int(kind("prioritystatus"), TEXTCMD_PRIORITYSTATUS, "prioritystatus");
     tap_is_int(kind("shutdown graceful"), TEXTCMD_SHUTDOWN, "shutdown graceful");
-    tap_is_int(kind("STATUS"), TEXTCMD_UNKNOWN, "commands are case-sensitive");
+    tap_is_int(kind("STATUS"), TEXTCMD_STATUS, "commands match regardless of case (gearmand)");
+    tap_is_int(kind("Show Unique JOBS"), TEXTCMD_SHOW_UNIQUE_JOBS, "two- and three-word ones too");
+    tap_is_int(kind("status\tx"), TEXTCMD_UNKNOWN, "a tab is part of a word (gearmand)");
     tap_is_int(kind(""), TEXTCMD_EMPTY, "empty line");
-    tap_is_int(kind(" \t\r"), TEXTCMD_EMPTY, "blank line");
+    tap_is_int(kind("  \r"), TEXTCMD_EMPTY, "blank line");
     tap_is_int(kind("statusx"), TEXTCMD_UNKNOWN, "a longer word is not the command");
 
     line = "maxqueue  reverse 1 2 3";
