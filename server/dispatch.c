@@ -375,6 +375,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     struct srv *srv = c->srv;
     const char *unique = ARG(p, 1);
     size_t unique_len = p->arg_len[1];
+    bool by_data = unique_len == 1 && unique[0] == '-';
     const unsigned char *data = p->arg[p->nargs - 1];
     size_t data_len = p->arg_len[p->nargs - 1];
     char handle[JOB_HANDLE_MAX + 24];
@@ -389,12 +390,14 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     f = func_arg(c, p);
     if (f == NULL)
         return;
-    /* gearmand's rule: unique "-" means "coalesce on the payload". */
-    if (unique_len == 1 && unique[0] == '-') {
-        unique = (const char *)data;
-        unique_len = data_len;
-    }
-    if (unique_len > 0 && (j = queue_find_unique(f, unique, unique_len)) != NULL) {
+    /*
+     * gearmand's rule: unique "-" means "coalesce on the payload". The job
+     * keeps "-" as its unique (workers see "-"); the index uses the payload.
+     */
+    if (unique_len > 0 &&
+        (j = by_data ? queue_find_unique(f, data, data_len)
+                     : queue_find_unique(f, unique, unique_len)) != NULL &&
+        j->unique_is_data == by_data) {
         if (!s->background && waiter_attach(c, j) < 0) {
             conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
             return;
@@ -418,6 +421,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     j->prio = (uint8_t)s->prio;
+    j->unique_is_data = by_data;
     j->background = s->background;
     j->when = s->when;
     j->id = srv->next_job_id;

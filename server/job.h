@@ -66,6 +66,7 @@ struct job {
     uint8_t state;                 /* enum job_state */
     bool background;               /* no client waits for it */
     bool cancelled;                /* cancelled while running: never run again */
+    bool unique_is_data;           /* unique "-": coalesce on the payload (gearmand) */
     char buf[];                    /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);

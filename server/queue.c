@@ -178,7 +178,9 @@ queue_add(struct queue *q, struct func *f, struct job *j, int64_t now)
     if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
         return -1;
     if (j->unique_len > 0 &&
-        hmap_insert(&f->uniques, &j->by_unique, job_unique(j), j->unique_len) < 0)
+        hmap_insert(&f->uniques, &j->by_unique, j->unique_is_data ? (const void *)job_data(j)
+                                                                  : (const void *)job_unique(j),
+                    j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
     if (j->when > now) {
         if (heap_insert(&q->scheduled, j) < 0)

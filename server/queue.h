@@ -98,7 +98,7 @@ bool queue_full(const struct func *f, enum job_prio prio);
 
 /*
  * queue_add takes over a reference to a JOB_NEW job of f and indexes it by
- * handle and unique key. A job with a time after now goes to the epoch heap,
+ * handle and unique key (its payload, if unique_is_data). A job with a time after now goes to the epoch heap,
  * any other to the tail of its priority list. Returns 0, or -1 if out of
  * memory (the reference stays with the caller).
  */

@@ -190,6 +190,27 @@ test_coalesce(void)
 }
 
 static void
+test_dash_unique(void)
+{
+    int c = peer_connect(port), w = worker("dash");
+    char h[128];
+    struct peer_pkt p;
+
+    submit(c, PACKET_SUBMIT_JOB_BG, "dash", "-", "payload", h, sizeof(h));
+    peer_send(w, PACKET_GRAB_JOB_UNIQ, 0);
+    tap_ok(peer_recv(w, &p, PEER_TIMEOUT_MS) == PACKET_JOB_ASSIGN_UNIQ && arg_is(&p, 2, "-") &&
+               arg_is(&p, 3, "payload"),
+           "a job submitted with unique \"-\" shows \"-\" to its worker, as in gearmand");
+    peer_pkt_release(&p);
+    peer_send(c, PACKET_GET_STATUS_UNIQUE, 1, "-");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES_UNIQUE && arg_is(&p, 1, "0"),
+           "GET_STATUS_UNIQUE \"-\" finds nothing (gearmand)");
+    peer_pkt_release(&p);
+    close(c);
+    close(w);
+}
+
+static void
 test_exception(void)
 {
     int ce = peer_connect(port), cf = peer_connect(port), w = worker("exc");
@@ -407,6 +428,7 @@ main(void)
     test_epoch();
     test_requeue();
     test_coalesce();
+    test_dash_unique();
     test_exception();
     test_status();
     test_client_gone();
