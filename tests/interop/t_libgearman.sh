@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs lg_interop, the libgearman interop checks (see lg_interop.c), against
+# gearmand 1.1.20, the reference, and dsjobd, in one TAP stream: starts both
+# servers on loopback ports and passes them as KIND:PORT; a server that is
+# not installed or not built is passed as KIND:- and its checks are skipped.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+
+LG_INTEROP=${LG_INTEROP:-$top_builddir/tests/interop/lg_interop}
+if [ ! -x "$LG_INTEROP" ]; then
+    echo "1..0 # SKIP lg_interop not built (needs libgearman-dev)"
+    exit 0
+fi
+
+args=""
+if [ -n "$GEARMAND" ] && [ -x "$GEARMAND" ]; then
+    server_start gearmand "--pid-file=$T/gearmand.pid" || { echo "Bail out! gearmand did not start"; exit 1; }
+    args="gearmand:$SERVER_PORT"
+else
+    args="gearmand:-"
+fi
+if [ -x "$DSJOBD" ]; then
+    server_start dsjobd || { echo "Bail out! dsjobd did not start"; exit 1; }
+    args="$args dsjobd:$SERVER_PORT"
+else
+    args="$args dsjobd:-"
+fi
+
+# shellcheck disable=SC2086
+timeout 120 "$LG_INTEROP" $args
+rc=$?
+[ $rc -eq 124 ] && echo "Bail out! lg_interop did not finish in 120 s"
+exit $rc
