@@ -28,7 +28,12 @@ static const struct packet_info packet_table[PACKET_TYPE_COUNT] = {
     [PACKET_NO_JOB] = {"NO_JOB", 0, S},
     [PACKET_JOB_ASSIGN] = {"JOB_ASSIGN", 3, S},
     [PACKET_WORK_STATUS] = {"WORK_STATUS", 3, W | S},
-    [PACKET_WORK_COMPLETE] = {"WORK_COMPLETE", 2, W | S},
+    /*
+     * A result packet whose data is empty may arrive without the NUL before
+     * it: Perl's Gearman::Worker sends WORK_COMPLETE that way for a job
+     * that returned "" or "0". Read the missing data as empty.
+     */
+    [PACKET_WORK_COMPLETE] = {"WORK_COMPLETE", 2, W | S, 1},
     [PACKET_WORK_FAIL] = {"WORK_FAIL", 1, W | S},
     [PACKET_GET_STATUS] = {"GET_STATUS", 1, C},
     [PACKET_ECHO_REQ] = {"ECHO_REQ", 1, C | W},
@@ -40,11 +45,11 @@ static const struct packet_info packet_table[PACKET_TYPE_COUNT] = {
     [PACKET_SET_CLIENT_ID] = {"SET_CLIENT_ID", 1, C | W},
     [PACKET_CAN_DO_TIMEOUT] = {"CAN_DO_TIMEOUT", 2, W},
     [PACKET_ALL_YOURS] = {"ALL_YOURS", 0, W},
-    [PACKET_WORK_EXCEPTION] = {"WORK_EXCEPTION", 2, W | S},
+    [PACKET_WORK_EXCEPTION] = {"WORK_EXCEPTION", 2, W | S, 1},
     [PACKET_OPTION_REQ] = {"OPTION_REQ", 1, C | W},
     [PACKET_OPTION_RES] = {"OPTION_RES", 1, S},
-    [PACKET_WORK_DATA] = {"WORK_DATA", 2, W | S},
-    [PACKET_WORK_WARNING] = {"WORK_WARNING", 2, W | S},
+    [PACKET_WORK_DATA] = {"WORK_DATA", 2, W | S, 1},
+    [PACKET_WORK_WARNING] = {"WORK_WARNING", 2, W | S, 1},
     [PACKET_GRAB_JOB_UNIQ] = {"GRAB_JOB_UNIQ", 0, W},
     [PACKET_JOB_ASSIGN_UNIQ] = {"JOB_ASSIGN_UNIQ", 4, S},
     [PACKET_SUBMIT_JOB_HIGH_BG] = {"SUBMIT_JOB_HIGH_BG", 3, C},
@@ -99,19 +104,31 @@ put_be32(unsigned char *p, uint32_t v)
 
 /*
  * Split the payload into info->nargs arguments: all but the last end at a
- * NUL, the last runs to the end. Returns false if there are too few NULs.
+ * NUL, the last runs to the end. Returns false if there are too few NULs,
+ * unless the ones missing are past info->min_nargs (then they are empty).
  */
 static bool
-split_args(struct packet *p, unsigned nargs)
+split_args(struct packet *p, const struct packet_info *info)
 {
     const unsigned char *at = p->payload;
     const unsigned char *end = p->payload + p->size;
+    unsigned nargs = info->nargs;
     unsigned i;
 
     p->nargs = nargs;
     for (i = 0; i + 1 < nargs; i++) {
         const unsigned char *nul = at < end ? memchr(at, '\0', (size_t)(end - at)) : NULL;
 
+        if (nul == NULL && info->min_nargs > 0 && i + 1 >= info->min_nargs) {
+            /* The rest is the last present argument, and the missing ones are empty. */
+            p->arg[i] = at;
+            p->arg_len[i] = (size_t)(end - at);
+            for (i++; i < nargs; i++) {
+                p->arg[i] = end;
+                p->arg_len[i] = 0;
+            }
+            return true;
+        }
         if (nul == NULL)
             return false;
         p->arg[i] = at;
@@ -162,7 +179,7 @@ packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct pack
     info = packet_info(p->type);
     if (info == NULL)
         return PACKET_OK;
-    if (!split_args(p, info->nargs)) {
+    if (!split_args(p, info)) {
         *why = "too few arguments";
         return PACKET_BAD;
     }

@@ -72,6 +72,7 @@ struct packet_info {
     const char *name;  /* "SUBMIT_JOB", as the protocol names it */
     unsigned nargs;    /* arguments; the last one runs to the end of the payload */
     unsigned senders;  /* enum packet_sender bits */
+    unsigned min_nargs; /* arguments that must be present; missing later ones are empty */
 };
 
 /* Magic of a packet: requests come from clients and workers, responses from the server. */

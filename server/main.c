@@ -2,8 +2,7 @@
  * dsjobd: options, daemonizing, pid and port files, signals; the server
  * itself is libdsjobserver. Option names follow gearmand's, so dsjobd can
  * take its place in an init script; options gearmand has and dsjobd does
- * not need (--threads, --worker-wakeup) are accepted and ignored with a
- * note in the log.
+ * not need (--threads, --worker-wakeup) are checked and then ignored.
  */
 #include "config.h"
 

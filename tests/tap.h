@@ -20,6 +20,12 @@ bool tap_is_str(const char *got, const char *want, const char *fmt, ...)
 bool tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len,
                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void tap_skip(int n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * tap_todo reports a test that is known to fail for the reason given:
+ * "not ok N - desc # TODO reason" does not count as a failure.
+ */
+bool tap_todo(bool cond, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 int tap_done(void); /* prints the plan if none was given; returns the exit status */

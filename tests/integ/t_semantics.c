@@ -151,6 +151,28 @@ test_requeue(void)
     close(c);
 }
 
+/* Perl's Gearman::Worker completes a job that returned "" with just the handle. */
+static void
+test_complete_without_data(void)
+{
+    int w = worker("nodata"), c = peer_connect(port);
+    char h[128];
+    struct peer_pkt p;
+
+    submit(c, PACKET_SUBMIT_JOB, "nodata", "", "x", h, sizeof(h));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_COMPLETE, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 0, h) &&
+               p.arg_len[1] == 0,
+           "WORK_COMPLETE with no data argument completes the job with empty data");
+    peer_pkt_release(&p);
+    peer_send(w, PACKET_ECHO_REQ, 1, "e");
+    tap_ok(recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS), "and the worker is not sent an ERROR");
+    close(w);
+    close(c);
+}
+
 static void
 test_coalesce(void)
 {
@@ -427,6 +449,7 @@ main(void)
     test_wake_one();
     test_epoch();
     test_requeue();
+    test_complete_without_data();
     test_coalesce();
     test_dash_unique();
     test_exception();

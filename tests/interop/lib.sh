@@ -111,12 +111,9 @@ skip_n() {
     done
 }
 
-# Arguments for server_start: gearmand's default pid file is in /var.
+# Extra arguments for server_start (server.sh gives gearmand its own pid file).
 server_args() {
-    case $1 in
-    gearmand) echo "--pid-file=$T/gearmand.pid" ;;
-    *) ;;
-    esac
+    :
 }
 
 run_servers() {

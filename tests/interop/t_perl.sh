@@ -17,7 +17,7 @@ fi
 
 args=""
 if [ -n "$GEARMAND" ] && [ -x "$GEARMAND" ]; then
-    server_start gearmand "--pid-file=$T/gearmand.pid" || { echo "Bail out! gearmand did not start"; exit 1; }
+    server_start gearmand || { echo "Bail out! gearmand did not start"; exit 1; }
     args="gearmand:$SERVER_PORT"
 else
     args="gearmand:-"

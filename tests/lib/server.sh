@@ -14,6 +14,7 @@
 # GEARADMIN, top_srcdir, top_builddir.
 
 : "${DSJOBD:=${top_builddir:-.}/server/dsjobd}"
+: "${GEARMAND:=/usr/sbin/gearmand}"
 
 # The test's scratch directory, made when this file is sourced (in the test's
 # own shell, so that "$(test_tmpdir)" in a subshell names the same one).
@@ -62,7 +63,7 @@ server_start() {
         [ -n "${GEARMAND:-}" ] && [ -x "$GEARMAND" ] || return 77
         SERVER_PORT=$(free_port)
         "$GEARMAND" --listen=127.0.0.1 --port="$SERVER_PORT" --threads=0 \
-            --log-file="$SERVER_LOG" "$@" &
+            --log-file="$SERVER_LOG" --pid-file="$SERVER_LOG.pid" "$@" &
         SERVER_PID=$!
         wait_port "$SERVER_PORT" || { echo "Bail out! gearmand did not listen"; return 1; }
         ;;

@@ -118,6 +118,13 @@ test_decode_invalid(void)
     n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_STATUS, "H:1\0" "5", 5);
     tap_is_int(packet_decode(buf, n, 1024, &p, &need, &why), PACKET_BAD,
                "WORK_STATUS without a denominator is bad");
+    n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_COMPLETE, "H:x:1", 5);
+    tap_is_int(packet_decode(buf, n, 1024, &p, &need, &why), PACKET_OK,
+               "WORK_COMPLETE with only a handle is read as empty data (Perl's worker sends it)");
+    tap_ok(p.nargs == 2 && p.arg_len[0] == 5 && p.arg_len[1] == 0, "handle, then empty data");
+    n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_COMPLETE, "", 0);
+    tap_is_int(packet_decode(buf, n, 1024, &p, &need, &why), PACKET_OK,
+               "an empty WORK_COMPLETE: empty handle (the server finds no such job)");
     n = mk(buf, sizeof(buf), "\0REQ", PACKET_SUBMIT_JOB_EPOCH, "f\0u\0", 4);
     tap_is_int(packet_decode(buf, n, 1024, &p, &need, &why), PACKET_BAD,
                "SUBMIT_JOB_EPOCH without data is bad");
