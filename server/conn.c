@@ -105,6 +105,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
     c->state = CONN_ACTIVE;
     queue_worker_init(&c->worker);
     TAILQ_INIT(&c->waiting);
+    TAILQ_INIT(&c->acks);
     conn_describe_peer(c, sa);
     c->admin_ok = sa->sa_family == AF_UNIX || srv_admin_allowed(srv, sa);
     c->exceptions = srv->cfg.exceptions;
@@ -248,6 +249,21 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
     return true;
 }
 
+/* Must the next message wait for the answers c is owed? (Keeps c's replies in order.) */
+static bool
+conn_must_wait(struct conn *c, struct evbuffer *in, unsigned char first, size_t avail)
+{
+    unsigned char hdr[PACKET_HEADER_SIZE];
+
+    if (first != '\0')
+        return storage_must_wait(c, 0);
+    if (avail < PACKET_HEADER_SIZE)
+        return true; /* its type is not known yet: wait, it costs nothing */
+    evbuffer_copyout(in, hdr, sizeof(hdr));
+    return storage_must_wait(c, (uint32_t)hdr[4] << 24 | (uint32_t)hdr[5] << 16 |
+                                    (uint32_t)hdr[6] << 8 | hdr[7]);
+}
+
 static void
 conn_process(struct conn *c)
 {
@@ -269,9 +285,22 @@ conn_process(struct conn *c)
             break;
         }
         evbuffer_copyout(in, &first, 1);
+        if (c->nacks > 0 && conn_must_wait(c, in, first, avail)) {
+            c->ack_blocked = true; /* conn_resume picks up from here */
+            break;
+        }
         if (!(first == '\0' ? conn_read_packet(c, in, avail) : conn_read_line(c, in, avail)))
             break;
     }
+}
+
+void
+conn_resume(struct conn *c)
+{
+    if (!c->ack_blocked || c->state != CONN_ACTIVE)
+        return;
+    c->ack_blocked = false;
+    conn_process(c);
 }
 
 static void

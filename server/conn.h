@@ -16,6 +16,7 @@
 #include "job.h"
 #include "proto/packet.h"
 #include "queue.h"
+#include "storage.h"
 
 struct srv;
 struct bufferevent;
@@ -42,6 +43,9 @@ struct conn {
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool read_paused;             /* input left unread until output drains */
     size_t lingered;              /* input bytes thrown away while closing */
+    struct ack_list acks;         /* answers owed once the store commits */
+    unsigned nacks;               /* entries in acks */
+    bool ack_blocked;             /* input waits until acks are answered */
 };
 
 /*
@@ -59,6 +63,9 @@ void conn_free(struct conn *c);
  * close); without, it goes at once. Safe on a connection already closed.
  */
 void conn_close(struct conn *c, bool flush);
+
+/* conn_resume reads on after c's owed answers went out (storage.c). */
+void conn_resume(struct conn *c);
 
 /* conn_set_state moves c to a new state, asserting the move is legal. */
 void conn_set_state(struct conn *c, enum conn_state state);

@@ -22,6 +22,7 @@
 #include "job.h"
 #include "queue.h"
 #include "srv.h"
+#include "storage.h"
 
 typedef void dispatch_fn(struct conn *c, const struct packet *p);
 
@@ -83,13 +84,14 @@ job_finish(struct srv *srv, struct job *j)
 {
     job_stop_timer(j);
     waiters_release(j);
+    storage_remove(srv, j);
     queue_remove(&srv->queue, j);
     if (srv->draining)
         srv_check_drained(srv);
 }
 
-static void
-job_fail(struct srv *srv, struct job *j)
+void
+dispatch_fail(struct srv *srv, struct job *j)
 {
     const void *args[1] = {job_handle(j)};
     size_t lens[1] = {j->handle_len};
@@ -118,13 +120,13 @@ job_retry(struct srv *srv, struct job *j, const char *why)
 
     job_stop_timer(j);
     if (j->cancelled) {
-        job_fail(srv, j); /* not run again; clients that attached since hear why */
+        dispatch_fail(srv, j); /* not run again; clients that attached since hear why */
         return;
     }
     if (limit != 0 && j->attempts + 1 >= limit) {
         log_warn(&srv->log, "job %s of '%s' failed after %u attempts (--job-retries %u): %s",
                  job_handle(j), j->func->name, j->attempts + 1, limit, why);
-        job_fail(srv, j);
+        dispatch_fail(srv, j);
         return;
     }
     log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
@@ -145,6 +147,7 @@ dispatch_detach(struct conn *c)
     struct waiter *w;
     struct job *j;
 
+    storage_forget_client(srv, c);
     while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
         j = w->job;
         TAILQ_REMOVE(&c->waiting, w, by_client);
@@ -168,7 +171,7 @@ dispatch_cancel(struct srv *srv, struct job *j)
     size_t lens[1] = {j->handle_len};
 
     if (j->state != JOB_RUNNING) {
-        job_fail(srv, j);
+        dispatch_fail(srv, j);
         return;
     }
     /* The worker may finish it, but nobody hears of it any more. */
@@ -381,6 +384,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     char handle[JOB_HANDLE_MAX + 24];
     struct func *f;
     struct job *j;
+    bool durable;
     int n;
 
     if (p->arg_len[0] == 0) {
@@ -394,10 +398,15 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
      * gearmand's rule: unique "-" means "coalesce on the payload". The job
      * keeps "-" as its unique (workers see "-"); the index uses the payload.
      */
+    durable = s->background && srv->storage.durable;
     if (unique_len > 0 &&
         (j = by_data ? queue_find_unique(f, data, data_len)
                      : queue_find_unique(f, unique, unique_len)) != NULL &&
         j->unique_is_data == by_data) {
+        if (durable) {
+            storage_submit(srv, c, j, true); /* answered in order, after the commit */
+            return;
+        }
         if (!s->background && waiter_attach(c, j) < 0) {
             conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
             return;
@@ -406,11 +415,17 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     if (queue_full(f, s->prio)) {
+        char text[300];
+
         log_notice(&srv->log, "%s: queue of '%s' is full (maxqueue %u)", c->peer, f->name,
                    f->max_queue[s->prio]);
-        conn_send_error(c, "QUEUE_ERROR",
-                        "Job queue is full: function '%s' is at its maxqueue limit of %u jobs",
-                        f->name, f->max_queue[s->prio]);
+        snprintf(text, sizeof(text),
+                 "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
+                 f->max_queue[s->prio]);
+        if (durable)
+            storage_refuse(srv, c, "QUEUE_ERROR", text);
+        else
+            conn_send_error(c, "QUEUE_ERROR", "%s", text);
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
@@ -426,6 +441,11 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->when = s->when;
     j->id = srv->next_job_id;
     j->seq = srv->next_seq++;
+    j->func = f;
+    if (durable) {
+        storage_submit(srv, c, j, false);
+        return;
+    }
     if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
         job_unref(j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");

@@ -29,6 +29,9 @@ void dispatch_detach(struct conn *c);
  */
 void dispatch_cancel(struct srv *srv, struct job *j);
 
+/* dispatch_fail tells j's waiting clients WORK_FAIL and ends the job. */
+void dispatch_fail(struct srv *srv, struct job *j);
+
 /* dispatch_wake sends NOOP to one sleeping worker of j's function, if any. */
 void dispatch_wake(struct job *j);
 

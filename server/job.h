@@ -31,6 +31,7 @@ enum job_state {
     JOB_QUEUED,    /* in its function's queue, waiting for a worker */
     JOB_RUNNING,   /* held by a worker */
     JOB_SCHEDULED, /* waiting in the epoch heap for its time */
+    JOB_PENDING,   /* indexed, waiting for the store to commit it */
 };
 
 /* A client connection waiting for a foreground job's result. */
@@ -67,6 +68,7 @@ struct job {
     bool background;               /* no client waits for it */
     bool cancelled;                /* cancelled while running: never run again */
     bool unique_is_data;           /* unique "-": coalesce on the payload (gearmand) */
+    bool stored;                   /* written to the store: remove it there when done */
     char buf[];                    /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);

@@ -54,6 +54,13 @@ usage(FILE *fp)
             "      --max-connections N    connections held at once (default 0: no limit)\n"
             "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
             "                             maxqueue (repeatable; default loopback and the unix socket)\n"
+            "  -q, --store TYPE           none (default), sqlite; also --queue-type, and gearmand's\n"
+            "                             builtin and libsqlite3\n"
+            "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store sqlite)\n"
+            "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
+            "      --store-sync LEVEL     off, normal (default: survives a crash) or full (power loss)\n"
+            "      --store-batch N        background submits per commit at most (default 10000)\n"
+            "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
             "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
             "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
             "  -h, --help                 show this help\n"
@@ -73,6 +80,11 @@ enum {
     OPT_MAX_CONNS,
     OPT_ADMIN_ALLOW,
     OPT_EXCEPTIONS,
+    OPT_WORK_DIR,
+    OPT_SQLITE_DB,
+    OPT_STORE_SYNC,
+    OPT_STORE_BATCH,
+    OPT_STORE_INTERVAL,
 };
 
 static const struct option long_options[] = {
@@ -90,6 +102,13 @@ static const struct option long_options[] = {
     {"job-retries", required_argument, NULL, 'j'},
     {"round-robin", no_argument, NULL, 'R'},
     {"exceptions", no_argument, NULL, OPT_EXCEPTIONS},
+    {"store", required_argument, NULL, 'q'},
+    {"queue-type", required_argument, NULL, 'q'},
+    {"work-dir", required_argument, NULL, OPT_WORK_DIR},
+    {"libsqlite3-db", required_argument, NULL, OPT_SQLITE_DB},
+    {"store-sync", required_argument, NULL, OPT_STORE_SYNC},
+    {"store-batch", required_argument, NULL, OPT_STORE_BATCH},
+    {"store-commit-interval", required_argument, NULL, OPT_STORE_INTERVAL},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
@@ -296,6 +315,8 @@ main(int argc, char **argv)
 {
     struct dsjob_server_config cfg;
     char *pid_file = NULL, *port_file = NULL, *log_file = NULL, *unix_socket = NULL;
+    char *work_dir = NULL, *store_db = NULL;
+    bool store_given = false;
     const char *user = NULL;
     bool daemon_mode = false, listen_given = false;
     char err[600];
@@ -303,7 +324,7 @@ main(int argc, char **argv)
     int opt, rc;
 
     dsjob_server_config_init(&cfg);
-    while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:hV", long_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:q:hV", long_options, NULL)) != -1) {
         switch (opt) {
         case 'L':
             if (!listen_given)
@@ -338,6 +359,28 @@ main(int argc, char **argv)
             break;
         case 'R': cfg.round_robin = true; break;
         case OPT_EXCEPTIONS: cfg.exceptions = true; break;
+        case 'q': cfg.store = optarg; store_given = true; break;
+        case OPT_WORK_DIR: cfg.work_dir = work_dir = absolute(optarg); break;
+        case OPT_SQLITE_DB: cfg.store_db = store_db = absolute(optarg); break;
+        case OPT_STORE_SYNC:
+            if (strcmp(optarg, "off") == 0)
+                cfg.store_sync = 0;
+            else if (strcmp(optarg, "normal") == 0)
+                cfg.store_sync = 1;
+            else if (strcmp(optarg, "full") == 0)
+                cfg.store_sync = 2;
+            else
+                die_usage("--store-sync: '%s' is not off, normal or full", optarg);
+            break;
+        case OPT_STORE_BATCH:
+            cfg.store_batch = (unsigned)parse_number("--store-batch", optarg, 1000000, false);
+            if (cfg.store_batch == 0)
+                die_usage("--store-batch: must be at least %d", 1);
+            break;
+        case OPT_STORE_INTERVAL:
+            cfg.store_commit_interval_ms =
+                (unsigned)parse_number("--store-commit-interval", optarg, 10000, false);
+            break;
         case OPT_HANDLE_PREFIX: cfg.job_handle_prefix = optarg; break;
         case OPT_MAX_PACKET:
             cfg.max_packet_size =
@@ -370,6 +413,9 @@ main(int argc, char **argv)
     }
     if (optind < argc)
         die_usage("unexpected argument '%s'", argv[optind]);
+    /* A place for the database says which store is wanted. */
+    if (!store_given && (cfg.work_dir != NULL || cfg.store_db != NULL))
+        cfg.store = "sqlite";
     if (cfg.unix_socket != NULL && (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
         return 1;
 
@@ -436,5 +482,7 @@ main(int argc, char **argv)
     free(port_file);
     free(log_file);
     free(unix_socket);
+    free(work_dir);
+    free(store_db);
     return rc == DSJOB_OK ? 0 : 1;
 }

@@ -170,8 +170,39 @@ queue_push(struct func *f, struct job *j, bool head)
     j->state = JOB_QUEUED;
 }
 
+/* Put an indexed job where it waits: the epoch heap, or the tail of its list. */
+static int
+queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
+{
+    if (j->when > now) {
+        if (heap_insert(&q->scheduled, j) < 0)
+            return -1;
+        j->state = JOB_SCHEDULED;
+        f->nscheduled++;
+    } else {
+        queue_push(f, j, false);
+    }
+    return 0;
+}
+
+int
+queue_commit(struct queue *q, struct job *j, int64_t now)
+{
+    assert(j->state == JOB_PENDING);
+    if (queue_place(q, j->func, j, now) < 0)
+        return -1;
+    j->func->npending--;
+    return 0;
+}
+
 int
 queue_add(struct queue *q, struct func *f, struct job *j, int64_t now)
+{
+    return queue_add_as(q, f, j, now, false);
+}
+
+int
+queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool pending)
 {
     assert(j->state == JOB_NEW);
     j->func = f;
@@ -182,13 +213,11 @@ queue_add(struct queue *q, struct func *f, struct job *j, int64_t now)
                                                                   : (const void *)job_unique(j),
                     j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
-    if (j->when > now) {
-        if (heap_insert(&q->scheduled, j) < 0)
-            goto out_unindex_unique;
-        j->state = JOB_SCHEDULED;
-        f->nscheduled++;
-    } else {
-        queue_push(f, j, false);
+    if (pending) {
+        j->state = JOB_PENDING;
+        f->npending++;
+    } else if (queue_place(q, f, j, now) < 0) {
+        goto out_unindex_unique;
     }
     q->njobs++;
     return 0;
@@ -221,6 +250,9 @@ queue_remove(struct queue *q, struct job *j)
     case JOB_SCHEDULED:
         heap_remove(&q->scheduled, j->heap_pos);
         f->nscheduled--;
+        break;
+    case JOB_PENDING:
+        f->npending--;
         break;
     case JOB_NEW:
         return;

@@ -46,6 +46,7 @@ struct func {
     struct job_list jobs[JOB_NPRIO];    /* queued jobs, FIFO per priority */
     unsigned nqueued[JOB_NPRIO];        /* entries in jobs[] */
     unsigned nscheduled;                /* its jobs waiting in the epoch heap */
+    unsigned npending;                  /* its jobs waiting for the store to commit them */
     unsigned nrunning;                  /* its jobs held by workers */
     unsigned max_queue[JOB_NPRIO];      /* maxqueue limits; 0 for none */
     struct hmap uniques;                /* queued, scheduled and running jobs by unique key */
@@ -103,6 +104,16 @@ bool queue_full(const struct func *f, enum job_prio prio);
  * memory (the reference stays with the caller).
  */
 int queue_add(struct queue *q, struct func *f, struct job *j, int64_t now);
+
+/*
+ * queue_add_as is queue_add, except that with pending the job is only
+ * indexed (so that its unique key coalesces) and waits, JOB_PENDING, for
+ * queue_commit: the store has not yet made it durable.
+ */
+int queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool pending);
+
+/* queue_commit places a JOB_PENDING job in its list or the epoch heap. 0, or -1 (no memory). */
+int queue_commit(struct queue *q, struct job *j, int64_t now);
 
 /*
  * queue_remove takes a job out of wherever it is (list, heap, worker) and

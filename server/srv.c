@@ -26,6 +26,7 @@
 #include "conn.h"
 #include "dispatch.h"
 #include "listener.h"
+#include "storage.h"
 
 #define SRV_STOP_FLUSH 2 /* seconds peers get to read their last replies at a stop */
 
@@ -63,6 +64,10 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->job_retries = 0;
     cfg->log_file = "stderr";
     cfg->verbose = DSJOB_LOG_ERROR;
+    cfg->store = "none";
+    cfg->store_sync = 1;
+    cfg->store_batch = 10000;
+    cfg->store_commit_interval_ms = 0;
 }
 
 static int
@@ -149,7 +154,7 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 4];
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 8];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -162,6 +167,9 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.unix_socket;
     strs[n++] = &srv->cfg.job_handle_prefix;
     strs[n++] = &srv->cfg.log_file;
+    strs[n++] = &srv->cfg.store;
+    strs[n++] = &srv->cfg.work_dir;
+    strs[n++] = &srv->cfg.store_db;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;
@@ -226,6 +234,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
              srv->cfg.max_output_buffer, srv->cfg.max_packet_size);
     if (srv->cfg.backlog <= 0)
         FAIL("backlog must be positive");
+    if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
+        FAIL("--store-sync must be off, normal or full");
     if (srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW)
         FAIL("bad number of --admin-allow ranges: %d", srv->cfg.nadmin_allow);
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
@@ -346,6 +356,7 @@ srv_exit_loop(struct srv *srv)
         return;
     srv->stopped = true;
     listener_close_all(srv);
+    storage_flush(srv); /* answer the last batch's submitters before they are closed */
     for (c = TAILQ_FIRST(&srv->conns); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
         conn_close(c, true);
@@ -465,6 +476,10 @@ srv_bind(struct srv *srv, struct event_base *base)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot open log file '%s': %s",
                  srv->cfg.log_file, strerror(errno));
         return DSJOB_ERR_SYS;
+    }
+    if (storage_open(srv) < 0) {
+        log_err(&srv->log, "%s", srv->errmsg);
+        return DSJOB_ERR_STORE;
     }
     if (listener_open_all(srv) < 0) {
         log_err(&srv->log, "%s", srv->errmsg);
@@ -606,6 +621,7 @@ dsjob_server_free(struct dsjob_server *ds)
         conn_close(c, false);
     if (srv->reaper_ev != NULL)
         reaper_cb(-1, 0, srv);
+    storage_close(srv);
     queue_release(&srv->queue);
     if (srv->reaper_ev)
         event_free(srv->reaper_ev);

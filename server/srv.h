@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "queue.h"
+#include "storage.h"
 
 struct conn;
 struct event;
@@ -42,6 +43,7 @@ struct srv {
     char address[300];                  /* "host:port" of the first listener */
     struct queue queue;                 /* functions and jobs */
     struct log log;                     /* where log lines go */
+    struct storage storage;             /* the store and the answers waiting for it */
     struct conn_list conns;             /* open connections */
     struct conn_list closing;           /* closed, waiting to be freed */
     unsigned nconns;                    /* entries in conns */

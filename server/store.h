@@ -1,0 +1,90 @@
+/*
+ * The persistence interface: a versioned table of functions that a store
+ * backend fills in, in the shape of sqlite3_io_methods. Only background
+ * jobs are stored. Adds and removes go into an open batch; flush commits
+ * the batch, and only after a flush returns DSJOB_OK may the server tell
+ * the submitters of the batch's jobs that they exist (JOB_CREATED). So one
+ * commit covers every background submit of a loop turn.
+ *
+ * Changing this struct: append fields only, and bump STORE_OPS_VERSION.
+ */
+#ifndef DSJOB_SERVER_STORE_H
+#define DSJOB_SERVER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_OPS_VERSION 1
+#define STORE_ERRLEN 512
+
+struct store; /* a backend's own state */
+
+/* What a store keeps of a job. Pointers are borrowed for the call's length. */
+struct store_job {
+    uint64_t id;                /* the number in the handle; the store's key */
+    uint64_t seq;               /* submission order */
+    const char *handle;         /* the whole handle */
+    size_t handle_len;
+    const char *func;           /* function name */
+    size_t func_len;
+    const void *unique;         /* unique key ("-" when unique_is_data) */
+    size_t unique_len;
+    const void *reducer;        /* SUBMIT_REDUCE_JOB reducer, or empty */
+    size_t reducer_len;
+    const void *data;           /* payload */
+    size_t data_len;
+    int prio;                   /* enum job_prio */
+    int64_t when;               /* epoch seconds, 0 for now */
+    bool unique_is_data;        /* unique "-" */
+};
+
+/* Settings a backend may read; unused ones are ignored. */
+struct store_config {
+    const char *work_dir;       /* sqlite: directory of dsjobd.db */
+    const char *db_path;        /* sqlite: the database file itself, if given */
+    int sync;                   /* sqlite: 0 off, 1 normal, 2 full */
+    const char *servers;        /* memcached: host:port,... */
+    const char *prefix;         /* memcached: key prefix */
+};
+
+/* Called by replay once per stored job, in submission order; non-zero stops it. */
+typedef int store_replay_fn(const struct store_job *sj, void *arg);
+
+struct store_ops {
+    int version;                /* STORE_OPS_VERSION */
+    const char *name;           /* "none", "sqlite", "memcached" */
+    /* open: make *out. On failure return an enum dsjob_err and say why in err. */
+    int (*open)(struct store **out, const struct store_config *cfg, char *err);
+    /* add: put a job in the open batch. */
+    int (*add)(struct store *st, const struct store_job *sj, char *err);
+    /* remove: put the deletion of job id in the open batch. */
+    int (*remove)(struct store *st, uint64_t id, char *err);
+    /*
+     * flush: commit the open batch. DSJOB_OK: every add and remove before
+     * it is durable. Otherwise none of the batch's adds are stored (their
+     * jobs must be refused) and its removes stay pending for the next
+     * flush; the store keeps working once the cause (a full disk) is gone.
+     */
+    int (*flush)(struct store *st, char *err);
+    /* replay: call fn for every stored job, in submission order. */
+    int (*replay)(struct store *st, store_replay_fn *fn, void *arg, char *err);
+    /* close: flush what is pending (best effort) and free st. NULL is a no-op. */
+    void (*close)(struct store *st);
+};
+
+/* The backends built into this dsjobd. */
+extern const struct store_ops store_null_ops;
+#ifdef HAVE_SQLITE
+extern const struct store_ops store_sqlite_ops;
+#endif
+
+/*
+ * store_find names a backend ("none", "sqlite", "memcached", or gearmand's
+ * "builtin", "libsqlite3", "libmemcached"). NULL, with err saying whether
+ * the name is unknown or the backend was not built (and which configure
+ * flag builds it).
+ */
+const struct store_ops *store_find(const char *name, char *err);
+
+#endif

@@ -1,0 +1,699 @@
+/*
+ * The "sqlite" store: background jobs in one SQLite table, one row per job.
+ * Writes are group-committed: the first add or remove after a flush opens a
+ * transaction (BEGIN IMMEDIATE), later ones join it through prepared
+ * statements, and flush ends it with one COMMIT, so durability costs one
+ * commit per loop turn however many jobs arrived in it. The database runs
+ * in WAL mode, so a reader never blocks the writer, and with synchronous
+ * NORMAL a commit survives a crash of the process (FULL also survives a
+ * power loss). An unknown, newer or corrupt database is refused by open,
+ * never reset.
+ */
+#include "config.h"
+#include "store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <sqlite3.h>
+
+#include <dsjob/common.h>
+
+#define DB_NAME "dsjobd.db"
+#define BUSY_TIMEOUT_MS 5000
+
+/*
+ * The schema, version SCHEMA_VERSION in PRAGMA user_version. A fresh
+ * database (user_version 0, no tables) gets it; a newer one is refused.
+ *
+ * To change it: bump SCHEMA_VERSION, change SCHEMA_SQL to the new shape
+ * (which is what fresh databases get), and add a step to schema_upgrade()
+ * that takes a database of the previous version to the new one inside
+ * the open transaction (ALTER TABLE, or CREATE a new table, INSERT ...
+ * SELECT, DROP the old, RENAME), ending in PRAGMA user_version = new.
+ * Keep every older step, so that any old database climbs one version at
+ * a time. Never reuse a number. A dsjobd that is older than the database
+ * refuses it, so a downgrade needs a copy taken before the upgrade.
+ */
+#define SCHEMA_VERSION 1
+#define SCHEMA_SQL                                                           \
+    "CREATE TABLE jobs ("                                                    \
+    " id INTEGER PRIMARY KEY," /* the number in the handle */               \
+    " seq INTEGER NOT NULL," /* submission order, replayed in it */         \
+    " handle TEXT NOT NULL,"                                                 \
+    " func TEXT NOT NULL,"                                                   \
+    " unique_key BLOB NOT NULL," /* "-" when unique_is_data */            \
+    " unique_is_data INTEGER NOT NULL,"                                      \
+    " reducer BLOB NOT NULL," /* empty unless SUBMIT_REDUCE_JOB */          \
+    " prio INTEGER NOT NULL," /* enum job_prio */                           \
+    " run_at INTEGER NOT NULL," /* epoch seconds, 0 for now */              \
+    " data BLOB NOT NULL);"
+
+#define JOB_COLUMNS \
+    "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data"
+
+enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
+    COL_ID,
+    COL_SEQ,
+    COL_HANDLE,
+    COL_FUNC,
+    COL_UNIQUE,
+    COL_UNIQUE_IS_DATA,
+    COL_REDUCER,
+    COL_PRIO,
+    COL_RUN_AT,
+    COL_DATA,
+};
+
+struct store {
+    sqlite3 *db;                /* the connection */
+    char *path;                 /* the database file, for messages */
+    sqlite3_stmt *ins;          /* INSERT of one job */
+    sqlite3_stmt *del;          /* DELETE of one job by id */
+    sqlite3_stmt *sel;          /* every job in seq order */
+    bool failed;                /* a write of the open batch failed */
+    char failure[STORE_ERRLEN]; /* why, for flush to report */
+    uint64_t *removes;          /* ids removed since the last good commit */
+    size_t nremoves;            /* how many */
+    size_t removes_cap;         /* room in removes */
+};
+
+/* Test seams (like beanstalkd's falloc), declared again in t_store_sqlite.c. */
+int store_sqlite_test_limit_pages(struct store *st, long pages);
+int store_sqlite_test_fail_commits(struct store *st, bool on);
+
+static int
+say(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* say writes a message to err and returns code, so errors are one line. */
+static int
+say(char *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, STORE_ERRLEN, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* db_error is sqlite's message for rc: errmsg if it is about rc, else the generic text. */
+static const char *
+db_error(sqlite3 *db, int rc)
+{
+    if ((sqlite3_errcode(db) & 0xff) == (rc & 0xff))
+        return sqlite3_errmsg(db);
+    return sqlite3_errstr(rc);
+}
+
+static int
+db_exec(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* query_int runs sql, which yields one integer, into *out. */
+static int
+query_int(sqlite3 *db, const char *sql, long long *out)
+{
+    sqlite3_stmt *stmt;
+    int rc;
+
+    rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int64(stmt, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(stmt);
+    return rc;
+}
+
+/* mkdir_p creates dir and its missing parents, like mkdir -p. */
+static int
+mkdir_p(const char *dir, char *err)
+{
+    struct stat sb;
+    char *path, *s;
+    int rc = DSJOB_OK;
+
+    path = strdup(dir);
+    if (path == NULL)
+        return say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory", dir);
+    for (s = path + 1; *s != '\0'; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(path, 0750) != 0 && errno != EEXIST)
+            goto fail;
+        *s = '/';
+    }
+    if (mkdir(path, 0750) != 0 && errno != EEXIST)
+        goto fail;
+    if (stat(path, &sb) != 0)
+        goto fail;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        goto fail;
+    }
+    goto free_path;
+fail:
+    rc = say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir, strerror(errno));
+free_path:
+    free(path);
+    return rc;
+}
+
+/* db_path_of picks the database file: cfg->db_path, or dsjobd.db in cfg->work_dir. */
+static int
+db_path_of(const struct store_config *cfg, char **out, char *err)
+{
+    const char *dir = cfg->work_dir;
+    size_t len;
+    int rc;
+
+    if (cfg->db_path != NULL && cfg->db_path[0] != '\0') {
+        *out = strdup(cfg->db_path);
+    } else if (dir != NULL && dir[0] != '\0') {
+        rc = mkdir_p(dir, err);
+        if (rc != DSJOB_OK)
+            return rc;
+        len = strlen(dir);
+        *out = malloc(len + sizeof("/" DB_NAME));
+        if (*out != NULL)
+            sprintf(*out, "%s%s" DB_NAME, dir, dir[len - 1] == '/' ? "" : "/");
+    } else {
+        return say(err, DSJOB_ERR_ARG, "store 'sqlite' needs a work directory or a database path");
+    }
+    if (*out == NULL)
+        return say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
+    return DSJOB_OK;
+}
+
+/*
+ * check_version reads user_version, the first read of the file, so a file
+ * that is not a database is found before anything is written to it.
+ */
+static int
+check_version(struct store *st, long long *version, char *err)
+{
+    long long ntables;
+    int rc;
+
+    rc = query_int(st->db, "PRAGMA user_version", version);
+    if (rc != SQLITE_OK)
+        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+                   db_error(st->db, rc));
+    if (sqlite3_db_readonly(st->db, "main") == 1)
+        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': file is read-only", st->path);
+    if (*version > SCHEMA_VERSION)
+        return say(err, DSJOB_ERR_STORE,
+                   "cannot open store '%s': schema version %lld is newer than this dsjobd's %d",
+                   st->path, *version, SCHEMA_VERSION);
+    if (*version < 0)
+        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': not a dsjob store (version %lld)",
+                   st->path, *version);
+    if (*version > 0)
+        return DSJOB_OK;
+    rc = query_int(st->db, "SELECT count(*) FROM sqlite_master", &ntables);
+    if (rc != SQLITE_OK)
+        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+                   db_error(st->db, rc));
+    if (ntables != 0)
+        return say(err, DSJOB_ERR_STORE,
+                   "cannot open store '%s': not a dsjob store (schema version 0 but %lld tables)",
+                   st->path, ntables);
+    return DSJOB_OK;
+}
+
+/* set_wal switches to WAL and checks that it took: it cannot on some file systems. */
+static int
+set_wal(struct store *st, char *err)
+{
+    sqlite3_stmt *stmt;
+    const char *mode;
+    int rc;
+
+    rc = sqlite3_prepare_v2(st->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) {
+        say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': %s", st->path,
+            db_error(st->db, rc));
+        goto finalize;
+    }
+    mode = (const char *)sqlite3_column_text(stmt, 0);
+    if (mode == NULL || strcasecmp(mode, "wal") != 0) {
+        say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': journal mode is '%s'",
+            st->path, mode ? mode : "");
+        goto finalize;
+    }
+    rc = SQLITE_OK;
+finalize:
+    sqlite3_finalize(stmt);
+    return rc == SQLITE_OK ? DSJOB_OK : DSJOB_ERR_STORE;
+}
+
+static int
+set_sync(struct store *st, int sync, char *err)
+{
+    static const char *const sql[] = {
+        "PRAGMA synchronous=OFF",
+        "PRAGMA synchronous=NORMAL",
+        "PRAGMA synchronous=FULL",
+    };
+    int rc;
+
+    if (sync < 0 || sync > 2)
+        return say(err, DSJOB_ERR_ARG, "invalid store sync level %d (0 off, 1 normal, 2 full)",
+                   sync);
+    rc = db_exec(st->db, sql[sync]);
+    if (rc != SQLITE_OK)
+        return say(err, DSJOB_ERR_STORE, "cannot set sync level on store '%s': %s", st->path,
+                   db_error(st->db, rc));
+    return DSJOB_OK;
+}
+
+/*
+ * schema_upgrade takes the database from version to SCHEMA_VERSION. Only
+ * 0 (fresh) exists so far; a step for each later version goes here.
+ */
+static int
+schema_upgrade(struct store *st, long long version, char *err)
+{
+    char set_version[64];
+    int rc;
+
+    if (version == SCHEMA_VERSION)
+        return DSJOB_OK;
+    snprintf(set_version, sizeof(set_version), "PRAGMA user_version = %d", SCHEMA_VERSION);
+    rc = db_exec(st->db, "BEGIN IMMEDIATE");
+    if (rc == SQLITE_OK && version == 0)
+        rc = db_exec(st->db, SCHEMA_SQL);
+    if (rc == SQLITE_OK)
+        rc = db_exec(st->db, set_version);
+    if (rc == SQLITE_OK)
+        rc = db_exec(st->db, "COMMIT");
+    if (rc == SQLITE_OK)
+        return DSJOB_OK;
+    say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
+        db_error(st->db, rc));
+    if (!sqlite3_get_autocommit(st->db))
+        db_exec(st->db, "ROLLBACK");
+    return DSJOB_ERR_STORE;
+}
+
+static int
+prepare_all(struct store *st, char *err)
+{
+    static const char ins[] = "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?)";
+    static const char del[] = "DELETE FROM jobs WHERE id = ?";
+    static const char sel[] = "SELECT " JOB_COLUMNS " FROM jobs ORDER BY seq, id";
+    int rc;
+
+    rc = sqlite3_prepare_v2(st->db, ins, -1, &st->ins, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, del, -1, &st->del, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, sel, -1, &st->sel, NULL);
+    if (rc != SQLITE_OK)
+        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+                   db_error(st->db, rc));
+    return DSJOB_OK;
+}
+
+/* db_connect opens st->path and makes it a store: version, WAL, sync, schema, statements. */
+static int
+db_connect(struct store *st, const struct store_config *cfg, char *err)
+{
+    long long version;
+    int rc;
+
+    rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK)
+        return say(err, rc == SQLITE_NOMEM ? DSJOB_ERR_NOMEM : DSJOB_ERR_STORE,
+                   "cannot open store '%s': %s", st->path,
+                   st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+    sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    rc = check_version(st, &version, err);
+    if (rc == DSJOB_OK)
+        rc = set_wal(st, err);
+    if (rc == DSJOB_OK)
+        rc = set_sync(st, cfg->sync, err);
+    if (rc == DSJOB_OK)
+        rc = schema_upgrade(st, version, err);
+    if (rc == DSJOB_OK)
+        rc = prepare_all(st, err);
+    return rc;
+}
+
+static void
+finalize_all(struct store *st)
+{
+    sqlite3_finalize(st->ins);
+    sqlite3_finalize(st->del);
+    sqlite3_finalize(st->sel);
+    st->ins = st->del = st->sel = NULL;
+}
+
+static int
+sqlite_open(struct store **out, const struct store_config *cfg, char *err)
+{
+    struct store *st;
+    int rc;
+
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
+    rc = db_path_of(cfg, &st->path, err);
+    if (rc != DSJOB_OK)
+        goto free_st;
+    rc = db_connect(st, cfg, err);
+    if (rc != DSJOB_OK)
+        goto close_db;
+    *out = st;
+    return DSJOB_OK;
+close_db:
+    finalize_all(st);
+    sqlite3_close(st->db);
+    free(st->path);
+free_st:
+    free(st);
+    return rc;
+}
+
+/*
+ * Failure of a batch. The first failed write of a batch (BEGIN, an INSERT,
+ * a DELETE, or the COMMIT) sinks the whole batch: sqlite may already have
+ * rolled the transaction back (SQLITE_FULL can), so nothing written before
+ * it can be trusted to commit. From then on adds are refused at once, as
+ * their jobs would be lost anyway; removes are only remembered; and the
+ * next flush rolls back and reports the first failure. Removes made since
+ * the last good commit are kept in st->removes and done again at the start
+ * of the next batch, so a finished job cannot come back at a restart.
+ * Nothing is left over: the batch after a failure starts clean, and
+ * succeeds as soon as the cause (a full disk) is gone.
+ */
+static void
+batch_fail(struct store *st, const char *what, int rc)
+{
+    if (st->failed)
+        return; /* the first cause is the one worth reporting */
+    snprintf(st->failure, sizeof(st->failure), "cannot %s store '%s': %s", what, st->path,
+             db_error(st->db, rc));
+    st->failed = true;
+}
+
+/* batch_abandon rolls the failed batch back and reports why; its removes stay pending. */
+static int
+batch_abandon(struct store *st, char *err)
+{
+    if (!sqlite3_get_autocommit(st->db))
+        db_exec(st->db, "ROLLBACK");
+    st->failed = false;
+    return say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+delete_id(struct store *st, uint64_t id)
+{
+    int rc;
+
+    rc = sqlite3_bind_int64(st->del, 1, (sqlite3_int64)id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st->del);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "remove job from", rc);
+    sqlite3_reset(st->del);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* batch_open makes sure a batch transaction is open; false if the batch has failed. */
+static bool
+batch_open(struct store *st)
+{
+    size_t i;
+    int rc;
+
+    if (st->failed)
+        return false;
+    if (!sqlite3_get_autocommit(st->db))
+        return true;
+    rc = db_exec(st->db, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK) {
+        batch_fail(st, "begin a batch in", rc);
+        return false;
+    }
+    /* Removes a failed batch could not commit go first, before this batch's adds. */
+    for (i = 0; i < st->nremoves; i++)
+        if (delete_id(st, st->removes[i]) != 0)
+            return false;
+    return true;
+}
+
+/* bind_bytes binds len bytes (maybe NULs, maybe none) so that the column is never NULL. */
+static int
+bind_bytes(sqlite3_stmt *stmt, int col, const void *p, size_t len, bool text)
+{
+    if (len > INT_MAX)
+        return SQLITE_TOOBIG;
+    if (p == NULL)
+        p = "";
+    /* STATIC: the bytes stay valid until sqlite3_clear_bindings, before add returns. */
+    if (text)
+        return sqlite3_bind_text(stmt, col + 1, p, (int)len, SQLITE_STATIC);
+    return sqlite3_bind_blob(stmt, col + 1, p, (int)len, SQLITE_STATIC);
+}
+
+static int
+bind_job(sqlite3_stmt *stmt, const struct store_job *sj)
+{
+    int rc;
+
+    rc = sqlite3_bind_int64(stmt, COL_ID + 1, (sqlite3_int64)sj->id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_SEQ + 1, (sqlite3_int64)sj->seq);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_HANDLE, sj->handle, sj->handle_len, true);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_FUNC, sj->func, sj->func_len, true);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_UNIQUE, sj->unique, sj->unique_len, false);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(stmt, COL_UNIQUE_IS_DATA + 1, sj->unique_is_data);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_REDUCER, sj->reducer, sj->reducer_len, false);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(stmt, COL_PRIO + 1, sj->prio);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_RUN_AT + 1, sj->when);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_DATA, sj->data, sj->data_len, false);
+    return rc;
+}
+
+/*
+ * add: a plain INSERT, not INSERT OR REPLACE: an id already stored is a
+ * server bug, and refusing the new job is safer than dropping the old.
+ */
+static int
+sqlite_add(struct store *st, const struct store_job *sj, char *err)
+{
+    int rc;
+
+    if (!batch_open(st))
+        goto refuse;
+    rc = bind_job(st->ins, sj);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st->ins);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "add job to", rc);
+    sqlite3_reset(st->ins);
+    sqlite3_clear_bindings(st->ins);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+refuse:
+    return say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+remember_remove(struct store *st, uint64_t id)
+{
+    uint64_t *grown;
+    size_t cap;
+
+    if (st->nremoves == st->removes_cap) {
+        cap = st->removes_cap ? st->removes_cap * 2 : 64;
+        grown = realloc(st->removes, cap * sizeof(*grown));
+        if (grown == NULL)
+            return -1;
+        st->removes = grown;
+        st->removes_cap = cap;
+    }
+    st->removes[st->nremoves++] = id;
+    return 0;
+}
+
+/*
+ * remove: the id is remembered until a commit covers it, so DSJOB_OK even
+ * when the batch has failed; that failure is flush's to report. Deleting
+ * an id that is not stored deletes nothing, which is fine.
+ */
+static int
+sqlite_remove(struct store *st, uint64_t id, char *err)
+{
+    if (remember_remove(st, id) != 0) {
+        /* Not remembered: still delete in this batch, and say it may be lost. */
+        if (batch_open(st))
+            delete_id(st, id);
+        return say(err, DSJOB_ERR_NOMEM, "cannot remove job %llu from store '%s': out of memory",
+                   (unsigned long long)id, st->path);
+    }
+    if (batch_open(st))
+        delete_id(st, id);
+    return DSJOB_OK;
+}
+
+/*
+ * flush: commit the open batch. With no batch open it still commits the
+ * removes a failed batch left pending, so they land even when no new job
+ * arrives; otherwise there is nothing to do.
+ */
+static int
+sqlite_flush(struct store *st, char *err)
+{
+    int rc;
+
+    if (!st->failed && sqlite3_get_autocommit(st->db)) {
+        if (st->nremoves == 0)
+            return DSJOB_OK;
+        batch_open(st);
+    }
+    if (!st->failed) {
+        rc = db_exec(st->db, "COMMIT");
+        if (rc != SQLITE_OK)
+            batch_fail(st, "commit to", rc);
+    }
+    if (st->failed)
+        return batch_abandon(st, err);
+    st->nremoves = 0;
+    return DSJOB_OK;
+}
+
+/* col_bytes gives a column's bytes, "" for empty ones (sqlite gives NULL for those). */
+static const void *
+col_bytes(sqlite3_stmt *stmt, int col, size_t *len)
+{
+    const void *p = sqlite3_column_blob(stmt, col);
+
+    *len = (size_t)sqlite3_column_bytes(stmt, col);
+    return p != NULL ? p : "";
+}
+
+static void
+row_to_job(sqlite3_stmt *stmt, struct store_job *sj)
+{
+    memset(sj, 0, sizeof(*sj));
+    sj->id = (uint64_t)sqlite3_column_int64(stmt, COL_ID);
+    sj->seq = (uint64_t)sqlite3_column_int64(stmt, COL_SEQ);
+    sj->handle = col_bytes(stmt, COL_HANDLE, &sj->handle_len);
+    sj->func = col_bytes(stmt, COL_FUNC, &sj->func_len);
+    sj->unique = col_bytes(stmt, COL_UNIQUE, &sj->unique_len);
+    sj->unique_is_data = sqlite3_column_int(stmt, COL_UNIQUE_IS_DATA) != 0;
+    sj->reducer = col_bytes(stmt, COL_REDUCER, &sj->reducer_len);
+    sj->prio = sqlite3_column_int(stmt, COL_PRIO);
+    sj->when = sqlite3_column_int64(stmt, COL_RUN_AT);
+    sj->data = col_bytes(stmt, COL_DATA, &sj->data_len);
+}
+
+/* replay: every stored job in seq order; fn stopping it early is not an error. */
+static int
+sqlite_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
+{
+    struct store_job sj;
+    int rc;
+
+    while ((rc = sqlite3_step(st->sel)) == SQLITE_ROW) {
+        row_to_job(st->sel, &sj);
+        if (fn(&sj, arg) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path, db_error(st->db, rc));
+    sqlite3_reset(st->sel);
+    return rc == SQLITE_DONE ? DSJOB_OK : DSJOB_ERR_STORE;
+}
+
+static void
+sqlite_close(struct store *st)
+{
+    char err[STORE_ERRLEN];
+
+    if (st == NULL)
+        return;
+    (void)sqlite_flush(st, err); /* best effort: nobody is left to tell */
+    finalize_all(st);
+    sqlite3_close(st->db);
+    free(st->removes);
+    free(st->path);
+    free(st);
+}
+
+/*
+ * store_sqlite_test_limit_pages caps the database at pages pages (PRAGMA
+ * max_page_count; sqlite will not go below the current size), so that a
+ * test sees SQLITE_FULL as on a full disk. Returns the cap now in force,
+ * or -1. For tests only.
+ */
+int
+store_sqlite_test_limit_pages(struct store *st, long pages)
+{
+    char sql[64];
+    long long now;
+
+    snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %ld", pages);
+    if (query_int(st->db, sql, &now) != SQLITE_OK)
+        return -1;
+    return now > INT_MAX ? INT_MAX : (int)now;
+}
+
+static int
+refuse_commit(void *arg)
+{
+    (void)arg;
+    return 1; /* non-zero turns the COMMIT into a ROLLBACK */
+}
+
+/*
+ * store_sqlite_test_fail_commits makes every COMMIT fail (on) or work
+ * again (off), through sqlite3_commit_hook, so that a test reaches the
+ * path where the adds succeeded and the commit did not. For tests only.
+ */
+int
+store_sqlite_test_fail_commits(struct store *st, bool on)
+{
+    sqlite3_commit_hook(st->db, on ? refuse_commit : NULL, NULL);
+    return 0;
+}
+
+const struct store_ops store_sqlite_ops = {
+    .version = STORE_OPS_VERSION,
+    .name = "sqlite",
+    .open = sqlite_open,
+    .add = sqlite_add,
+    .remove = sqlite_remove,
+    .flush = sqlite_flush,
+    .replay = sqlite_replay,
+    .close = sqlite_close,
+};
