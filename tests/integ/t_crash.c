@@ -1,0 +1,178 @@
+/*
+ * The durability promise under kill -9: a client pipelines background
+ * submits into dsjobd with the SQLite store and records every handle it
+ * was acknowledged; dsjobd is killed with SIGKILL while submits are still
+ * flowing; a new dsjobd on the same work directory is drained by a
+ * worker. Every acknowledged job must run after the restart (none was
+ * running at the kill, so none may run twice), and jobs completed before
+ * the kill must not come back.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/peer.h"
+#include "tap.h"
+
+#define TOTAL 40000      /* background submits at most */
+#define SENT_BEFORE 20000 /* submits sent before the kill, at least */
+#define KILL_AFTER 10000 /* acknowledgements seen before the kill, at least */
+#define DONE_BEFORE 100 /* jobs completed before the flood */
+
+struct seen {
+    char (*handle)[32]; /* handles, in order */
+    size_t n;
+};
+
+static int
+cmp_handle(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+static void
+seen_add(struct seen *s, const unsigned char *h, size_t len)
+{
+    snprintf(s->handle[s->n++], 32, "%.*s", (int)len, (const char *)h);
+}
+
+/* Drain function f on port with one worker until NO_JOB; record handles. */
+static void
+drain(int port, const char *f, struct seen *out)
+{
+    int w = peer_connect(port);
+    struct peer_pkt p;
+
+    peer_send(w, PACKET_CAN_DO, 1, f);
+    for (;;) {
+        int t;
+
+        peer_send(w, PACKET_GRAB_JOB_UNIQ, 0);
+        t = peer_recv(w, &p, PEER_TIMEOUT_MS);
+        if (t != PACKET_JOB_ASSIGN_UNIQ) {
+            peer_pkt_release(&p);
+            break;
+        }
+        seen_add(out, p.arg[0], p.arg_len[0]);
+        peer_send_bin(w, PACKET_WORK_COMPLETE, 1, (const void *const *)&p.arg[0], &p.arg_len[0]);
+        peer_pkt_release(&p);
+    }
+    close(w);
+}
+
+int
+main(void)
+{
+    char dir[] = "/tmp/dsjob-crash.XXXXXX", wd[300];
+    const char *args[] = {"--work-dir", wd, NULL};
+    struct seen acked = {calloc(TOTAL, 32), 0};
+    struct seen before = {calloc(DONE_BEFORE, 32), 0};
+    struct seen after = {calloc(TOTAL + DONE_BEFORE, 32), 0};
+    struct daemon d;
+    int c, sent = 0, i, missing = 0, dup = 0, back = 0;
+    bool killed = false;
+    char payload[64];
+    struct peer_pkt p;
+
+    alarm(120);
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, sizeof(wd), "%s/var", dir);
+    daemon_start(&d, args);
+
+    /* Jobs that finish before the crash must stay finished. */
+    c = peer_connect(d.port);
+    for (i = 0; i < DONE_BEFORE; i++) {
+        snprintf(payload, sizeof(payload), "early %d", i);
+        peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "crash", "", payload);
+        if (peer_recv(c, &p, PEER_TIMEOUT_MS) != PACKET_JOB_CREATED)
+            tap_bail("no JOB_CREATED for an early job");
+        peer_pkt_release(&p);
+    }
+    drain(d.port, "crash", &before);
+    tap_is_int((long long)before.n, DONE_BEFORE, "%d jobs submitted and completed before the flood",
+               DONE_BEFORE);
+
+    /*
+     * The flood: pipelined submits in bursts, reading acknowledgements as
+     * they come. Once KILL_AFTER are in, one more burst goes out and dsjobd
+     * is killed straight after, with that burst still being read and
+     * committed; acknowledgements already on the wire are still counted.
+     */
+    while (!killed) {
+        struct pollfd pfd = {c, POLLIN, 0};
+        bool ready = acked.n >= KILL_AFTER && sent >= SENT_BEFORE;
+        int burst, n = ready ? 2000 : 500;
+
+        for (burst = 0; burst < n && sent < TOTAL; burst++, sent++) {
+            snprintf(payload, sizeof(payload), "job %d", sent);
+            if (peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "crash", "", payload) < 0)
+                break;
+        }
+        if (ready || sent >= TOTAL) {
+            kill(d.pid, SIGKILL);
+            killed = true;
+        }
+        while (poll(&pfd, 1, killed ? 2000 : 0) > 0) {
+            int t = peer_recv(c, &p, PEER_TIMEOUT_MS);
+
+            if (t == PACKET_JOB_CREATED)
+                seen_add(&acked, p.arg[0], p.arg_len[0]);
+            peer_pkt_release(&p);
+            if (t <= 0)
+                goto flood_over;
+        }
+    }
+flood_over:
+    close(c);
+    tap_ok(killed && sent >= SENT_BEFORE, "dsjobd was killed with SIGKILL after %zu acknowledgements, %d submits sent",
+           acked.n, sent);
+    tap_ok(sent > (int)acked.n, "submits were still in flight at the kill (%d sent, %zu acknowledged)",
+           sent, acked.n);
+    waitpid(d.pid, NULL, 0);
+    d.pid = 0;
+
+    daemon_start(&d, args);
+    drain(d.port, "crash", &after);
+    tap_ok(after.n >= acked.n, "after the restart %zu jobs ran (%zu were acknowledged)", after.n,
+           acked.n);
+    qsort(after.handle, after.n, 32, cmp_handle);
+    for (i = 0; i < (int)acked.n; i++)
+        if (bsearch(acked.handle[i], after.handle, after.n, 32, cmp_handle) == NULL)
+            missing++;
+    for (i = 1; i < (int)after.n; i++)
+        if (strcmp(after.handle[i - 1], after.handle[i]) == 0)
+            dup++;
+    for (i = 0; i < (int)before.n; i++)
+        if (bsearch(before.handle[i], after.handle, after.n, 32, cmp_handle) != NULL)
+            back++;
+    tap_diag("%zu jobs were stored but their acknowledgement was cut off by the kill",
+             after.n - acked.n);
+    tap_is_int(missing, 0, "every acknowledged job ran after the restart (none lost)");
+    tap_is_int(dup, 0, "none ran twice (none was running at the kill)");
+    tap_is_int(back, 0, "no job completed before the kill came back");
+    tap_is_int(daemon_stop(&d), 0, "the restarted dsjobd stops cleanly");
+    daemon_start(&d, args);
+    drain(d.port, "crash", &before);
+    tap_is_int((long long)before.n, DONE_BEFORE, "a second restart finds nothing left to run");
+    daemon_stop(&d);
+    {
+        char cmd[400];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            tap_diag("could not remove %s", dir);
+    }
+    free(acked.handle);
+    free(before.handle);
+    free(after.handle);
+    return tap_done();
+}
