@@ -25,6 +25,8 @@
 #include "queue.h"
 #include "srv.h"
 
+#define STORAGE_RETRY_SECS 1 /* a failed commit is tried again this soon */
+
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 
 static void
@@ -277,8 +279,13 @@ storage_flush(struct srv *srv)
     if (ok) {
         sg->commits++;
     } else {
+        struct timeval retry = {STORAGE_RETRY_SECS, 0};
+
         sg->failures++;
         log_err(&srv->log, "store: commit of %u jobs failed: %s", sg->nacks, err);
+        /* Deletions of that batch are still owed: try again even if nothing new comes. */
+        sg->scheduled = true;
+        evtimer_add(sg->flush_ev, &retry);
     }
     /* Answers may start new batches (a resumed client submits again): take this one out first. */
     TAILQ_INIT(&done);

@@ -51,25 +51,41 @@ struct store_config {
 /* Called by replay once per stored job, in submission order; non-zero stops it. */
 typedef int store_replay_fn(const struct store_job *sj, void *arg);
 
+/*
+ * Every op that takes err writes a message of at most STORE_ERRLEN bytes
+ * into it on failure: lower case, the file or server named.
+ */
 struct store_ops {
     int version;                /* STORE_OPS_VERSION */
     const char *name;           /* "none", "sqlite", "memcached" */
     /* open: make *out. On failure return an enum dsjob_err and say why in err. */
     int (*open)(struct store **out, const struct store_config *cfg, char *err);
-    /* add: put a job in the open batch. */
+    /*
+     * add: put a job in the open batch. A failure refuses that job; the
+     * batch's other adds are confirmed, or not, by flush alone.
+     */
     int (*add)(struct store *st, const struct store_job *sj, char *err);
-    /* remove: put the deletion of job id in the open batch. */
+    /*
+     * remove: put the deletion of job id in the open batch. A remove is
+     * never lost once it returned DSJOB_OK: a failed batch keeps it for the
+     * next one. Removing an id that is not stored is not an error.
+     */
     int (*remove)(struct store *st, uint64_t id, char *err);
     /*
      * flush: commit the open batch. DSJOB_OK: every add and remove before
      * it is durable. Otherwise none of the batch's adds are stored (their
-     * jobs must be refused) and its removes stay pending for the next
-     * flush; the store keeps working once the cause (a full disk) is gone.
+     * jobs must be refused) and its removes stay pending: the server must
+     * flush again later even if nothing new arrives. The store keeps
+     * working once the cause (a full disk) is gone.
      */
     int (*flush)(struct store *st, char *err);
-    /* replay: call fn for every stored job, in submission order. */
+    /* replay: call fn for every stored job, in submission order; DSJOB_OK also if fn stopped it. */
     int (*replay)(struct store *st, store_replay_fn *fn, void *arg, char *err);
-    /* close: flush what is pending (best effort) and free st. NULL is a no-op. */
+    /*
+     * close: flush what is pending (best effort: removes that do not land
+     * then mean those jobs run again after a restart) and free st. NULL is
+     * a no-op.
+     */
     void (*close)(struct store *st);
 };
 

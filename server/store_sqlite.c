@@ -13,14 +13,17 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -83,6 +86,7 @@ struct store {
     uint64_t *removes;          /* ids removed since the last good commit */
     size_t nremoves;            /* how many */
     size_t removes_cap;         /* room in removes */
+    int lock_fd;                /* flock()ed: one dsjobd per database */
 };
 
 /* Test seams (like beanstalkd's falloc), declared again in t_store_sqlite.c. */
@@ -365,6 +369,24 @@ finalize_all(struct store *st)
     st->ins = st->del = st->sel = NULL;
 }
 
+/*
+ * Two servers replaying one database would each run every job. sqlite's
+ * own locks only make them take turns, so hold an flock() on the file for
+ * as long as the store is open (sqlite uses fcntl locks, which flock does
+ * not disturb).
+ */
+static int
+take_lock(struct store *st, char *err)
+{
+    st->lock_fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    if (st->lock_fd < 0)
+        return say(err, DSJOB_ERR_STORE, "cannot lock store '%s': %s", st->path, strerror(errno));
+    if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return say(err, DSJOB_ERR_STORE, "store '%s' is in use by another process: %s", st->path,
+                   errno == EWOULDBLOCK ? "locked" : strerror(errno));
+    return DSJOB_OK;
+}
+
 static int
 sqlite_open(struct store **out, const struct store_config *cfg, char *err)
 {
@@ -377,12 +399,18 @@ sqlite_open(struct store **out, const struct store_config *cfg, char *err)
     rc = db_path_of(cfg, &st->path, err);
     if (rc != DSJOB_OK)
         goto free_st;
+    st->lock_fd = -1;
     rc = db_connect(st, cfg, err);
+    if (rc != DSJOB_OK)
+        goto close_db;
+    rc = take_lock(st, err);
     if (rc != DSJOB_OK)
         goto close_db;
     *out = st;
     return DSJOB_OK;
 close_db:
+    if (st->lock_fd >= 0)
+        close(st->lock_fd);
     finalize_all(st);
     sqlite3_close(st->db);
     free(st->path);
@@ -645,6 +673,8 @@ sqlite_close(struct store *st)
     (void)sqlite_flush(st, err); /* best effort: nobody is left to tell */
     finalize_all(st);
     sqlite3_close(st->db);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd);
     free(st->removes);
     free(st->path);
     free(st);
