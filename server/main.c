@@ -54,13 +54,15 @@ usage(FILE *fp)
             "      --max-connections N    connections held at once (default 0: no limit)\n"
             "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
             "                             maxqueue (repeatable; default loopback and the unix socket)\n"
-            "  -q, --store TYPE           none (default), sqlite; also --queue-type, and gearmand's\n"
-            "                             builtin and libsqlite3\n"
+            "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
+            "                             gearmand's builtin, libsqlite3 and libmemcached\n"
             "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store sqlite)\n"
             "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
             "      --store-sync LEVEL     off, normal (default: survives a crash) or full (power loss)\n"
             "      --store-batch N        background submits per commit at most (default 10000)\n"
             "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
+            "      --memcached-servers H:P,...  memcached store's servers (also --libmemcached-servers)\n"
+            "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
             "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
             "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
             "  -h, --help                 show this help\n"
@@ -85,6 +87,8 @@ enum {
     OPT_STORE_SYNC,
     OPT_STORE_BATCH,
     OPT_STORE_INTERVAL,
+    OPT_MC_SERVERS,
+    OPT_MC_PREFIX,
 };
 
 static const struct option long_options[] = {
@@ -109,6 +113,9 @@ static const struct option long_options[] = {
     {"store-sync", required_argument, NULL, OPT_STORE_SYNC},
     {"store-batch", required_argument, NULL, OPT_STORE_BATCH},
     {"store-commit-interval", required_argument, NULL, OPT_STORE_INTERVAL},
+    {"memcached-servers", required_argument, NULL, OPT_MC_SERVERS},
+    {"libmemcached-servers", required_argument, NULL, OPT_MC_SERVERS},
+    {"memcached-prefix", required_argument, NULL, OPT_MC_PREFIX},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
@@ -377,6 +384,8 @@ main(int argc, char **argv)
             if (cfg.store_batch == 0)
                 die_usage("--store-batch: must be at least %d", 1);
             break;
+        case OPT_MC_SERVERS: cfg.memcached_servers = optarg; break;
+        case OPT_MC_PREFIX: cfg.memcached_prefix = optarg; break;
         case OPT_STORE_INTERVAL:
             cfg.store_commit_interval_ms =
                 (unsigned)parse_number("--store-commit-interval", optarg, 10000, false);
@@ -416,6 +425,8 @@ main(int argc, char **argv)
     /* A place for the database says which store is wanted. */
     if (!store_given && (cfg.work_dir != NULL || cfg.store_db != NULL))
         cfg.store = "sqlite";
+    else if (!store_given && cfg.memcached_servers != NULL)
+        cfg.store = "memcached";
     if (cfg.unix_socket != NULL && (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
         return 1;
 

@@ -68,6 +68,7 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->store_sync = 1;
     cfg->store_batch = 10000;
     cfg->store_commit_interval_ms = 0;
+    cfg->memcached_prefix = "dsjob";
 }
 
 static int
@@ -154,7 +155,7 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 8];
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 10];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -170,6 +171,8 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.store;
     strs[n++] = &srv->cfg.work_dir;
     strs[n++] = &srv->cfg.store_db;
+    strs[n++] = &srv->cfg.memcached_servers;
+    strs[n++] = &srv->cfg.memcached_prefix;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;

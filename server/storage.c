@@ -100,6 +100,8 @@ storage_open(struct srv *srv)
     scfg.work_dir = srv->cfg.work_dir;
     scfg.db_path = srv->cfg.store_db;
     scfg.sync = srv->cfg.store_sync;
+    scfg.servers = srv->cfg.memcached_servers;
+    scfg.prefix = srv->cfg.memcached_prefix;
     if (sg->ops->open(&sg->st, &scfg, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "%s", err);
         sg->ops = NULL;

@@ -94,6 +94,9 @@ extern const struct store_ops store_null_ops;
 #ifdef HAVE_SQLITE
 extern const struct store_ops store_sqlite_ops;
 #endif
+#ifdef HAVE_MEMCACHED_STORE
+extern const struct store_ops store_memcached_ops;
+#endif
 
 /*
  * store_find names a backend ("none", "sqlite", "memcached", or gearmand's

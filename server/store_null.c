@@ -85,8 +85,14 @@ store_find(const char *name, char *err)
 #endif
     }
     if (strcmp(name, "memcached") == 0 || strcmp(name, "libmemcached") == 0) {
-        snprintf(err, STORE_ERRLEN, "store 'memcached' is not available yet in this dsjobd");
+#ifdef HAVE_MEMCACHED_STORE
+        return &store_memcached_ops;
+#else
+        snprintf(err, STORE_ERRLEN,
+                 "store 'memcached' was not built: install libmemcached-dev and configure "
+                 "--with-memcached");
         return NULL;
+#endif
     }
     snprintf(err, STORE_ERRLEN, "unknown store '%s' (none, sqlite, memcached)", name);
     return NULL;

@@ -70,6 +70,8 @@ struct dsjob_server_config {
     int store_sync;                    /* sqlite synchronous: 0 off, 1 normal (default), 2 full */
     unsigned store_batch;              /* background submits per commit at most */
     unsigned store_commit_interval_ms; /* wait this long to group a commit; 0: one loop turn */
+    const char *memcached_servers;     /* memcached: "host:port,host:port" */
+    const char *memcached_prefix;      /* memcached: prefix of every key written */
 };
 
 /* dsjob_server_log_level reads a level name (any case) or number; -1 if unknown. */
