@@ -94,7 +94,7 @@ extern const struct store_ops store_null_ops;
 #ifdef HAVE_SQLITE
 extern const struct store_ops store_sqlite_ops;
 #endif
-#ifdef HAVE_MEMCACHED_STORE
+#ifdef HAVE_MEMCACHED
 extern const struct store_ops store_memcached_ops;
 #endif
 

@@ -85,7 +85,7 @@ store_find(const char *name, char *err)
 #endif
     }
     if (strcmp(name, "memcached") == 0 || strcmp(name, "libmemcached") == 0) {
-#ifdef HAVE_MEMCACHED_STORE
+#ifdef HAVE_MEMCACHED
         return &store_memcached_ops;
 #else
         snprintf(err, STORE_ERRLEN,

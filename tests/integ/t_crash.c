@@ -5,7 +5,9 @@
  * flowing; a new dsjobd on the same work directory is drained by a
  * worker. Every acknowledged job must run after the restart (none was
  * running at the kill, so none may run twice), and jobs completed before
- * the kill must not come back.
+ * the kill must not come back. Run as "t_crash --memcached HOST:PORT" it
+ * does the same against the memcached store (memcached itself is not
+ * restarted: that store does not survive a memcached restart).
  */
 #include "config.h"
 
@@ -69,10 +71,10 @@ drain(int port, const char *f, struct seen *out)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
-    char dir[] = "/tmp/dsjob-crash.XXXXXX", wd[300];
-    const char *args[] = {"--work-dir", wd, NULL};
+    char dir[] = "/tmp/dsjob-crash.XXXXXX", wd[300], prefix[64];
+    const char *args[5] = {"--work-dir", wd, NULL, NULL, NULL};
     struct seen acked = {calloc(TOTAL, 32), 0};
     struct seen before = {calloc(DONE_BEFORE, 32), 0};
     struct seen after = {calloc(TOTAL + DONE_BEFORE, 32), 0};
@@ -86,6 +88,14 @@ main(void)
     if (mkdtemp(dir) == NULL)
         tap_bail("mkdtemp: %s", strerror(errno));
     snprintf(wd, sizeof(wd), "%s/var", dir);
+    if (argc == 3 && strcmp(argv[1], "--memcached") == 0) {
+        snprintf(prefix, sizeof(prefix), "crash%ld", (long)getpid());
+        args[0] = "--memcached-servers";
+        args[1] = argv[2];
+        args[2] = "--memcached-prefix";
+        args[3] = prefix;
+        tap_diag("store: memcached at %s, prefix %s", argv[2], prefix);
+    }
     daemon_start(&d, args);
 
     /* Jobs that finish before the crash must stay finished. */
