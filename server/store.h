@@ -73,10 +73,14 @@ struct store_ops {
     int (*remove)(struct store *st, uint64_t id, char *err);
     /*
      * flush: commit the open batch. DSJOB_OK: every add and remove before
-     * it is durable. Otherwise none of the batch's adds are stored (their
-     * jobs must be refused) and its removes stay pending: the server must
-     * flush again later even if nothing new arrives. The store keeps
-     * working once the cause (a full disk) is gone.
+     * it is durable. Otherwise the batch's jobs must be refused, and its
+     * removes stay pending: the server must flush again later even if
+     * nothing new arrives. A backend that cannot know whether a failed
+     * commit landed (memcached, when a reply is lost) may have stored the
+     * refused jobs; they then run once more after a restart, which
+     * at-least-once allows. The store keeps working once the cause (a full
+     * disk, a server back up) is gone. replay skips jobs whose remove is
+     * still pending.
      */
     int (*flush)(struct store *st, char *err);
     /* replay: call fn for every stored job, in submission order; DSJOB_OK also if fn stopped it. */
