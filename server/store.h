@@ -102,6 +102,16 @@ extern const struct store_ops store_sqlite_ops;
 extern const struct store_ops store_memcached_ops;
 #endif
 
+/* store_say writes a message of at most STORE_ERRLEN bytes to err and returns code. */
+int store_say(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * store_ids_push appends id to a growing array (*ids, *n used, *cap room),
+ * as backends keep the removes a failed batch left pending. 0, or -1 if out
+ * of memory (nothing changed).
+ */
+int store_ids_push(uint64_t **ids, size_t *n, size_t *cap, uint64_t id);
+
 /*
  * store_find names a backend ("none", "sqlite", "memcached", or gearmand's
  * "builtin", "libsqlite3", "libmemcached"). NULL, with err saying whether

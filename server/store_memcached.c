@@ -115,20 +115,6 @@ struct store {
 /* Test seam, declared again in t_store_memcached.c. */
 int store_memcached_test_chunk_ids(struct store *st, size_t n);
 
-static int
-say(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* say writes a message to err and returns code, so errors are one line. */
-static int
-say(char *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, STORE_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* ---- little-endian encoding ---- */
 
@@ -377,7 +363,7 @@ fail_on(struct store *st, char *err, const char *what, const char *key, size_t k
 {
     char server[300], why[300];
 
-    return say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
+    return store_say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
                server_of(st, key, keylen, server, sizeof(server)), reason(st, rc, why, sizeof(why)));
 }
 
@@ -485,12 +471,12 @@ read_head(struct store *st, char *err)
         return fail_on(st, err, "read the index from", key, keylen, rc);
     server_of(st, key, keylen, server, sizeof(server));
     if (check_magic(v, len) == -2)
-        ret = say(err, DSJOB_ERR_STORE,
+        ret = store_say(err, DSJOB_ERR_STORE,
                   "cannot open memcached store: key '%s' on server '%s' has format version %u, "
                   "newer than this dsjobd's %d", key, server, v[MAGIC_LEN], FORMAT_VERSION);
     else if (check_magic(v, len) != 0 || len != HEAD_LEN ||
              get_u64(v + BODY) > get_u64(v + BODY + 8))
-        ret = say(err, DSJOB_ERR_STORE,
+        ret = store_say(err, DSJOB_ERR_STORE,
                   "cannot open memcached store: key '%s' on server '%s' is not a dsjob index",
                   key, server);
     else
@@ -535,7 +521,7 @@ write_chunks(struct store *st, const uint64_t *adds, size_t nadd, const uint64_t
 
     buf = malloc(CHUNK_HEADER + st->chunk_ids * 8);
     if (buf == NULL)
-        return say(err, DSJOB_ERR_NOMEM, "cannot write to memcached store: out of memory");
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot write to memcached store: out of memory");
     do {
         n = total - done < st->chunk_ids ? total - done : st->chunk_ids;
         na = done < nadd ? (nadd - done < n ? nadd - done : n) : 0;
@@ -568,7 +554,7 @@ apply_chunk(struct store *st, const unsigned char *v, size_t len, const char *ke
     uint32_t nadd, nrem, i;
 
     if (check_magic(v, len) == -2)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot open memcached store: key '%s' on server '%s' has format version %u, "
                    "newer than this dsjobd's %d", key,
                    server_of(st, key, strlen(key), server, sizeof(server)), v[MAGIC_LEN],
@@ -576,14 +562,14 @@ apply_chunk(struct store *st, const unsigned char *v, size_t len, const char *ke
     if (check_magic(v, len) != 0 || len < CHUNK_HEADER ||
         (len - CHUNK_HEADER) / 8 != (uint64_t)get_u32(v + BODY) + get_u32(v + BODY + 4) ||
         (len - CHUNK_HEADER) % 8 != 0)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot open memcached store: key '%s' on server '%s' is not a dsjob index chunk",
                    key, server_of(st, key, strlen(key), server, sizeof(server)));
     nadd = get_u32(v + BODY);
     nrem = get_u32(v + BODY + 4);
     for (i = 0; i < nadd; i++)
         if (idset_add(&st->live, get_u64(v + CHUNK_HEADER + 8 * i)) != 0)
-            return say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+            return store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
     for (i = nadd; i < nadd + nrem; i++)
         idset_del(&st->live, get_u64(v + CHUNK_HEADER + 8 * i));
     return DSJOB_OK;
@@ -634,7 +620,7 @@ mget_fail(struct store *st, char *err, const char *what, memcached_return_t rc)
 {
     char server[300], why[300];
 
-    return say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
+    return store_say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
                server_failed(st, server, sizeof(server)), reason(st, rc, why, sizeof(why)));
 }
 
@@ -660,7 +646,7 @@ load_index(struct store *st, char *err)
     lens = calloc(MGET_KEYS, sizeof(*lens));
     if (mget_buf_init(&b) != 0 || vals == NULL || lens == NULL ||
         memcached_result_create(st->mc, &result) == NULL) {
-        ret = say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+        ret = store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
         goto free_bufs;
     }
     for (at = st->first; at < st->next && ret == DSJOB_OK; at += n) {
@@ -684,7 +670,7 @@ load_index(struct store *st, char *err)
             lens[k] = memcached_result_length(res);
             vals[k] = malloc(lens[k] + 1);
             if (vals[k] == NULL) {
-                ret = say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+                ret = store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
                 continue; /* drain the replies */
             }
             memcpy(vals[k], memcached_result_value(res), lens[k]);
@@ -767,7 +753,7 @@ compact(struct store *st)
 static int
 bad_servers(char *err, const char *servers, const char *why)
 {
-    return say(err, DSJOB_ERR_ARG, "invalid --memcached-servers '%s': %s (want host:port,...)",
+    return store_say(err, DSJOB_ERR_ARG, "invalid --memcached-servers '%s': %s (want host:port,...)",
                servers ? servers : "", why);
 }
 
@@ -844,11 +830,11 @@ check_prefix(const char *prefix, char *err)
     const char *p;
 
     if (strlen(prefix) > MAX_PREFIX)
-        return say(err, DSJOB_ERR_ARG, "invalid --memcached-prefix: longer than %d bytes",
+        return store_say(err, DSJOB_ERR_ARG, "invalid --memcached-prefix: longer than %d bytes",
                    MAX_PREFIX);
     for (p = prefix; *p != '\0'; p++)
         if (*p <= ' ' || *p >= 0x7f)
-            return say(err, DSJOB_ERR_ARG,
+            return store_say(err, DSJOB_ERR_ARG,
                        "invalid --memcached-prefix '%s': memcached keys cannot hold spaces or "
                        "control characters", prefix);
     return DSJOB_OK;
@@ -870,7 +856,7 @@ check_servers(struct store *st, char *err)
             continue;
         if (rc == MEMCACHED_SUCCESS)
             rc = MEMCACHED_CONNECTION_FAILURE;
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot open memcached store: server '%s:%u' does not answer: %s",
                    memcached_server_name(in), (unsigned)memcached_server_port(in),
                    reason(st, memcached_server_error_return(in) != MEMCACHED_SUCCESS
@@ -878,7 +864,7 @@ check_servers(struct store *st, char *err)
                           why, sizeof(why)));
     }
     if (rc != MEMCACHED_SUCCESS)
-        return say(err, DSJOB_ERR_STORE, "cannot open memcached store on '%s': %s", st->servers,
+        return store_say(err, DSJOB_ERR_STORE, "cannot open memcached store on '%s': %s", st->servers,
                    reason(st, rc, why, sizeof(why)));
     return DSJOB_OK;
 }
@@ -942,12 +928,12 @@ mc_open(struct store **out, const struct store_config *cfg, char *err)
         return rc;
     st = calloc(1, sizeof(*st));
     if (st == NULL)
-        return say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
     st->servers = strdup(cfg->servers ? cfg->servers : "");
     st->prefix = strdup(prefix);
     st->mc = memcached_create(NULL);
     if (st->servers == NULL || st->prefix == NULL || st->mc == NULL) {
-        rc = say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+        rc = store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
         goto fail;
     }
     rc = add_servers(st->mc, cfg->servers, err);
@@ -996,12 +982,12 @@ mc_add(struct store *st, const struct store_job *sj, char *err)
     if (len + keylen + ITEM_OVERHEAD > st->item_max ||
         sj->handle_len > UINT32_MAX || sj->func_len > UINT32_MAX || sj->unique_len > UINT32_MAX ||
         sj->reducer_len > UINT32_MAX || sj->data_len > UINT32_MAX)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot add job %" PRIu64 " to memcached server '%s': its record of %zu bytes "
                    "is larger than memcached's item size (%zu bytes, memcached -I)",
                    sj->id, server_of(st, key, keylen, server, sizeof(server)), len, st->item_max);
     if (idset_has(&st->live, sj->id))
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot add job %" PRIu64 " to memcached store: that id is already stored",
                    sj->id);
     if (st->nadds == st->adds_cap) {
@@ -1022,7 +1008,7 @@ mc_add(struct store *st, const struct store_job *sj, char *err)
     st->nadds++;
     return DSJOB_OK;
 nomem:
-    return say(err, DSJOB_ERR_NOMEM, "cannot add job %" PRIu64 " to memcached store: out of memory",
+    return store_say(err, DSJOB_ERR_NOMEM, "cannot add job %" PRIu64 " to memcached store: out of memory",
                sj->id);
 }
 
@@ -1030,19 +1016,9 @@ nomem:
 static int
 mc_remove(struct store *st, uint64_t id, char *err)
 {
-    uint64_t *grown;
-    size_t cap;
-
-    if (st->nremoves == st->removes_cap) {
-        cap = st->removes_cap ? st->removes_cap * 2 : 64;
-        grown = realloc(st->removes, cap * sizeof(*grown));
-        if (grown == NULL)
-            return say(err, DSJOB_ERR_NOMEM,
-                       "cannot remove job %" PRIu64 " from memcached store: out of memory", id);
-        st->removes = grown;
-        st->removes_cap = cap;
-    }
-    st->removes[st->nremoves++] = id;
+    if (store_ids_push(&st->removes, &st->nremoves, &st->removes_cap, id) < 0)
+        return store_say(err, DSJOB_ERR_NOMEM,
+                         "cannot remove job %" PRIu64 " from memcached store: out of memory", id);
     return DSJOB_OK;
 }
 
@@ -1086,7 +1062,7 @@ mc_flush(struct store *st, char *err)
         return DSJOB_OK;
     ids = malloc((st->nadds + 1) * sizeof(*ids));
     if (ids == NULL) {
-        rc = say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
+        rc = store_say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
         goto refuse;
     }
     for (i = 0; i < st->nadds; i++) {
@@ -1167,12 +1143,12 @@ check_record(struct store *st, const char *key, size_t keylen, struct fetched *f
     rc = decode_job(f->rec, f->len, &sj);
     server_of(st, key, keylen, server, sizeof(server));
     if (rc == -2)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot read memcached store: key '%.*s' on server '%s' has format version "
                    "%u, newer than this dsjobd's %d", (int)keylen, key, server, f->rec[MAGIC_LEN],
                    FORMAT_VERSION);
     if (rc != 0 || key_job(st, sj.id, want) != keylen || memcmp(want, key, keylen) != 0)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot read memcached store: key '%.*s' on server '%s' is not a dsjob job record",
                    (int)keylen, key, server);
     f->seq = sj.seq;
@@ -1197,7 +1173,7 @@ fetch_jobs(struct store *st, const uint64_t *ids, size_t nids, struct fetched **
 
     fs = malloc((nids + 1) * sizeof(*fs));
     if (mget_buf_init(&b) != 0 || fs == NULL || memcached_result_create(st->mc, &result) == NULL) {
-        ret = say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
+        ret = store_say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
         goto done;
     }
     for (at = 0; at < nids && ret == DSJOB_OK; at += n) {
@@ -1214,7 +1190,7 @@ fetch_jobs(struct store *st, const uint64_t *ids, size_t nids, struct fetched **
             f->len = memcached_result_length(res);
             f->rec = malloc(f->len + 1);
             if (f->rec == NULL) {
-                ret = say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
+                ret = store_say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
                 continue;
             }
             memcpy(f->rec, memcached_result_value(res), f->len);
@@ -1277,7 +1253,7 @@ mc_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
         gone = malloc(st->nremoves * sizeof(*gone));
     if (ids == NULL || (st->nremoves > 0 && gone == NULL)) {
         free(ids);
-        return say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot read memcached store: out of memory");
     }
     if (gone != NULL) {
         memcpy(gone, st->removes, st->nremoves * sizeof(*gone));

@@ -93,20 +93,6 @@ struct store {
 int store_sqlite_test_limit_pages(struct store *st, long pages);
 int store_sqlite_test_fail_commits(struct store *st, bool on);
 
-static int
-say(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* say writes a message to err and returns code, so errors are one line. */
-static int
-say(char *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, STORE_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 /* db_error is sqlite's message for rc: errmsg if it is about rc, else the generic text. */
 static const char *
@@ -152,7 +138,7 @@ mkdir_p(const char *dir, char *err)
 
     path = strdup(dir);
     if (path == NULL)
-        return say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory", dir);
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory", dir);
     for (s = path + 1; *s != '\0'; s++) {
         if (*s != '/')
             continue;
@@ -171,7 +157,7 @@ mkdir_p(const char *dir, char *err)
     }
     goto free_path;
 fail:
-    rc = say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir, strerror(errno));
+    rc = store_say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir, strerror(errno));
 free_path:
     free(path);
     return rc;
@@ -196,10 +182,10 @@ db_path_of(const struct store_config *cfg, char **out, char *err)
         if (*out != NULL)
             sprintf(*out, "%s%s" DB_NAME, dir, dir[len - 1] == '/' ? "" : "/");
     } else {
-        return say(err, DSJOB_ERR_ARG, "store 'sqlite' needs a work directory or a database path");
+        return store_say(err, DSJOB_ERR_ARG, "store 'sqlite' needs a work directory or a database path");
     }
     if (*out == NULL)
-        return say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
     return DSJOB_OK;
 }
 
@@ -215,25 +201,25 @@ check_version(struct store *st, long long *version, char *err)
 
     rc = query_int(st->db, "PRAGMA user_version", version);
     if (rc != SQLITE_OK)
-        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                    db_error(st->db, rc));
     if (sqlite3_db_readonly(st->db, "main") == 1)
-        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': file is read-only", st->path);
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': file is read-only", st->path);
     if (*version > SCHEMA_VERSION)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot open store '%s': schema version %lld is newer than this dsjobd's %d",
                    st->path, *version, SCHEMA_VERSION);
     if (*version < 0)
-        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': not a dsjob store (version %lld)",
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': not a dsjob store (version %lld)",
                    st->path, *version);
     if (*version > 0)
         return DSJOB_OK;
     rc = query_int(st->db, "SELECT count(*) FROM sqlite_master", &ntables);
     if (rc != SQLITE_OK)
-        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                    db_error(st->db, rc));
     if (ntables != 0)
-        return say(err, DSJOB_ERR_STORE,
+        return store_say(err, DSJOB_ERR_STORE,
                    "cannot open store '%s': not a dsjob store (schema version 0 but %lld tables)",
                    st->path, ntables);
     return DSJOB_OK;
@@ -251,13 +237,13 @@ set_wal(struct store *st, char *err)
     if (rc == SQLITE_OK)
         rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW) {
-        say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': %s", st->path,
+        store_say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': %s", st->path,
             db_error(st->db, rc));
         goto finalize;
     }
     mode = (const char *)sqlite3_column_text(stmt, 0);
     if (mode == NULL || strcasecmp(mode, "wal") != 0) {
-        say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': journal mode is '%s'",
+        store_say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': journal mode is '%s'",
             st->path, mode ? mode : "");
         goto finalize;
     }
@@ -278,11 +264,11 @@ set_sync(struct store *st, int sync, char *err)
     int rc;
 
     if (sync < 0 || sync > 2)
-        return say(err, DSJOB_ERR_ARG, "invalid store sync level %d (0 off, 1 normal, 2 full)",
+        return store_say(err, DSJOB_ERR_ARG, "invalid store sync level %d (0 off, 1 normal, 2 full)",
                    sync);
     rc = db_exec(st->db, sql[sync]);
     if (rc != SQLITE_OK)
-        return say(err, DSJOB_ERR_STORE, "cannot set sync level on store '%s': %s", st->path,
+        return store_say(err, DSJOB_ERR_STORE, "cannot set sync level on store '%s': %s", st->path,
                    db_error(st->db, rc));
     return DSJOB_OK;
 }
@@ -309,7 +295,7 @@ schema_upgrade(struct store *st, long long version, char *err)
         rc = db_exec(st->db, "COMMIT");
     if (rc == SQLITE_OK)
         return DSJOB_OK;
-    say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
+    store_say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
         db_error(st->db, rc));
     if (!sqlite3_get_autocommit(st->db))
         db_exec(st->db, "ROLLBACK");
@@ -330,7 +316,7 @@ prepare_all(struct store *st, char *err)
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, sel, -1, &st->sel, NULL);
     if (rc != SQLITE_OK)
-        return say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                    db_error(st->db, rc));
     return DSJOB_OK;
 }
@@ -344,7 +330,7 @@ db_connect(struct store *st, const struct store_config *cfg, char *err)
 
     rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc != SQLITE_OK)
-        return say(err, rc == SQLITE_NOMEM ? DSJOB_ERR_NOMEM : DSJOB_ERR_STORE,
+        return store_say(err, rc == SQLITE_NOMEM ? DSJOB_ERR_NOMEM : DSJOB_ERR_STORE,
                    "cannot open store '%s': %s", st->path,
                    st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
@@ -380,9 +366,9 @@ take_lock(struct store *st, char *err)
 {
     st->lock_fd = open(st->path, O_RDONLY | O_CLOEXEC);
     if (st->lock_fd < 0)
-        return say(err, DSJOB_ERR_STORE, "cannot lock store '%s': %s", st->path, strerror(errno));
+        return store_say(err, DSJOB_ERR_STORE, "cannot lock store '%s': %s", st->path, strerror(errno));
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0)
-        return say(err, DSJOB_ERR_STORE, "store '%s' is in use by another process: %s", st->path,
+        return store_say(err, DSJOB_ERR_STORE, "store '%s' is in use by another process: %s", st->path,
                    errno == EWOULDBLOCK ? "locked" : strerror(errno));
     return DSJOB_OK;
 }
@@ -395,7 +381,7 @@ sqlite_open(struct store **out, const struct store_config *cfg, char *err)
 
     st = calloc(1, sizeof(*st));
     if (st == NULL)
-        return say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
     rc = db_path_of(cfg, &st->path, err);
     if (rc != DSJOB_OK)
         goto free_st;
@@ -448,7 +434,7 @@ batch_abandon(struct store *st, char *err)
     if (!sqlite3_get_autocommit(st->db))
         db_exec(st->db, "ROLLBACK");
     st->failed = false;
-    return say(err, DSJOB_ERR_STORE, "%s", st->failure);
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
 }
 
 static int
@@ -550,25 +536,13 @@ sqlite_add(struct store *st, const struct store_job *sj, char *err)
     if (rc == SQLITE_DONE)
         return DSJOB_OK;
 refuse:
-    return say(err, DSJOB_ERR_STORE, "%s", st->failure);
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
 }
 
 static int
 remember_remove(struct store *st, uint64_t id)
 {
-    uint64_t *grown;
-    size_t cap;
-
-    if (st->nremoves == st->removes_cap) {
-        cap = st->removes_cap ? st->removes_cap * 2 : 64;
-        grown = realloc(st->removes, cap * sizeof(*grown));
-        if (grown == NULL)
-            return -1;
-        st->removes = grown;
-        st->removes_cap = cap;
-    }
-    st->removes[st->nremoves++] = id;
-    return 0;
+    return store_ids_push(&st->removes, &st->nremoves, &st->removes_cap, id);
 }
 
 /*
@@ -583,7 +557,7 @@ sqlite_remove(struct store *st, uint64_t id, char *err)
         /* Not remembered: still delete in this batch, and say it may be lost. */
         if (batch_open(st))
             delete_id(st, id);
-        return say(err, DSJOB_ERR_NOMEM, "cannot remove job %llu from store '%s': out of memory",
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot remove job %llu from store '%s': out of memory",
                    (unsigned long long)id, st->path);
     }
     if (batch_open(st))
@@ -658,7 +632,7 @@ sqlite_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
         }
     }
     if (rc != SQLITE_DONE)
-        say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path, db_error(st->db, rc));
+        store_say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path, db_error(st->db, rc));
     sqlite3_reset(st->sel);
     return rc == SQLITE_DONE ? DSJOB_OK : DSJOB_ERR_STORE;
 }
