@@ -69,6 +69,7 @@ struct job {
     bool cancelled;                /* cancelled while running: never run again */
     bool unique_is_data;           /* unique "-": coalesce on the payload (gearmand) */
     bool stored;                   /* written to the store: remove it there when done */
+    bool refused;                  /* the store refused it: coalesced submits are told */
     char buf[];                    /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);

@@ -359,7 +359,7 @@ srv_exit_loop(struct srv *srv)
         return;
     srv->stopped = true;
     listener_close_all(srv);
-    storage_flush(srv); /* answer the last batch's submitters before they are closed */
+    storage_drain(srv); /* answer the last batches' submitters before they are closed */
     for (c = TAILQ_FIRST(&srv->conns); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
         conn_close(c, true);

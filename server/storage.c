@@ -1,21 +1,28 @@
 /*
  * Persistence glue. The store backend only keeps bytes; this module decides
- * when: a background job is added to the open batch when it is submitted,
- * and the batch is committed once per loop turn (an event made active at
- * the first add runs after the turn's other callbacks), after
- * --store-commit-interval milliseconds if one is set, or at once when
- * --store-batch answers are waiting. Only then are the batch's jobs queued
- * and their submitters told JOB_CREATED, in the order they asked. If the
- * commit fails (a full disk), the batch's submitters get an ERROR and its
- * jobs are dropped; nothing stored before is touched, and the next batch
- * tries again.
+ * when. A background job is copied into the open batch when it is
+ * submitted, and the batch is handed over once per loop turn (an event
+ * made active at the first add runs after the turn's other callbacks),
+ * after --store-commit-interval milliseconds if one is set, or at once
+ * when --store-batch answers are waiting. A writer thread, the only
+ * thread that touches the backend after replay, writes and commits the
+ * batch on the other core while the loop goes on serving: foreground jobs
+ * do not wait behind SQLite. The loop keeps filling the next batch
+ * meanwhile. When the writer is done it says so through a pipe; then, on
+ * the loop, the batch's jobs are queued and their submitters told
+ * JOB_CREATED, in the order they asked. If the commit fails (a full disk),
+ * the batch's submitters get an ERROR and its jobs are dropped; nothing
+ * stored before is touched, and the next batch tries again.
  */
 #include "config.h"
 #include "storage.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -28,26 +35,42 @@
 #define STORAGE_RETRY_SECS 1 /* a failed commit is tried again this soon */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
+static void done_cb(evutil_socket_t fd, short what, void *arg);
+static void *writer_main(void *arg);
 
-static void
-to_store_job(const struct job *j, struct store_job *sj)
+/* An add for the writer: the job's fields copied, since the job may go meanwhile. */
+static struct store_op *
+op_add_new(const struct job *j)
 {
-    memset(sj, 0, sizeof(*sj));
+    size_t len = j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len;
+    struct store_op *op = malloc(sizeof(*op) + len + 1);
+    struct store_job *sj;
+    char *at;
+
+    if (op == NULL)
+        return NULL;
+    memset(op, 0, sizeof(*op));
+    sj = &op->sj;
     sj->id = j->id;
     sj->seq = j->seq;
-    sj->handle = job_handle(j);
-    sj->handle_len = j->handle_len;
-    sj->func = j->func->name;
-    sj->func_len = j->func->name_len;
-    sj->unique = job_unique(j);
-    sj->unique_len = j->unique_len;
-    sj->reducer = job_reducer(j);
-    sj->reducer_len = j->reducer_len;
-    sj->data = job_data(j);
-    sj->data_len = j->data_len;
     sj->prio = j->prio;
     sj->when = j->when;
     sj->unique_is_data = j->unique_is_data;
+    at = op->buf;
+#define COPY(field, src, n)            \
+    do {                               \
+        sj->field = at;                \
+        sj->field##_len = (n);         \
+        memcpy(at, (src), (n));        \
+        at += (n);                     \
+    } while (0)
+    COPY(handle, job_handle(j), j->handle_len);
+    COPY(func, j->func->name, j->func->name_len);
+    COPY(unique, job_unique(j), j->unique_len);
+    COPY(reducer, job_reducer(j), j->reducer_len);
+    COPY(data, job_data(j), j->data_len);
+#undef COPY
+    return op;
 }
 
 /* Put one replayed job back in its queue, with its handle and order. */
@@ -90,7 +113,9 @@ storage_open(struct srv *srv)
     char err[STORE_ERRLEN] = "";
     size_t before = srv->queue.njobs;
 
-    TAILQ_INIT(&sg->acks);
+    TAILQ_INIT(&sg->open.acks);
+    sg->open.tail = &sg->open.ops;
+    sg->done_pipe[0] = sg->done_pipe[1] = -1;
     sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
     if (sg->ops == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "--store: %s", err);
@@ -123,7 +148,39 @@ storage_open(struct srv *srv)
         log_notice(&srv->log, "store %s: replayed %zu jobs", sg->ops->name,
                    srv->queue.njobs - before);
     srv_epoch_arm(srv);
+    if (!sg->durable)
+        return 0;
+    /* From here on only the writer thread touches the backend. */
+    if (pipe2(sg->done_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));
+        return -1;
+    }
+    sg->done_ev = event_new(srv->base, sg->done_pipe[0], EV_READ | EV_PERSIST, done_cb, srv);
+    if (sg->done_ev == NULL || event_add(sg->done_ev, NULL) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's event");
+        return -1;
+    }
+    pthread_mutex_init(&sg->lock, NULL);
+    pthread_cond_init(&sg->wake, NULL);
+    if (pthread_create(&sg->writer, NULL, writer_main, sg) != 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot start the store's writer thread");
+        return -1;
+    }
+    sg->writer_running = true;
     return 0;
+}
+
+static bool
+batch_empty(const struct batch *b)
+{
+    return b->ops == NULL && TAILQ_EMPTY(&b->acks);
+}
+
+static void
+batch_append(struct batch *b, struct store_op *op)
+{
+    *b->tail = op;
+    b->tail = &op->next;
 }
 
 static void
@@ -131,7 +188,7 @@ schedule(struct srv *srv)
 {
     struct storage *sg = &srv->storage;
 
-    if (sg->nacks >= sg->batch_max) {
+    if (sg->open.nacks >= sg->batch_max) {
         storage_flush(srv);
         return;
     }
@@ -148,17 +205,18 @@ schedule(struct srv *srv)
 }
 
 static struct ack *
-ack_new(struct srv *srv, struct conn *c, struct job *j)
+ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
 {
     struct ack *a = calloc(1, sizeof(*a));
 
     if (a == NULL)
         return NULL;
     a->job = j ? job_ref(j) : NULL;
+    a->op = op;
     a->client = c;
-    TAILQ_INSERT_TAIL(&srv->storage.acks, a, link);
+    TAILQ_INSERT_TAIL(&srv->storage.open.acks, a, link);
     TAILQ_INSERT_TAIL(&c->acks, a, by_client);
-    srv->storage.nacks++;
+    srv->storage.open.nacks++;
     c->nacks++;
     return a;
 }
@@ -173,7 +231,7 @@ storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
         conn_send_error(c, code, "%s", text);
         return;
     }
-    a = ack_new(srv, c, NULL);
+    a = ack_new(srv, c, NULL, NULL);
     if (a == NULL || (a->error = malloc(clen + 1 + tlen)) == NULL) {
         conn_send_error(c, code, "%s", text); /* out of memory: order matters less */
         return;
@@ -189,27 +247,24 @@ void
 storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
     struct storage *sg = &srv->storage;
-    struct store_job sj;
-    char err[STORE_ERRLEN] = "";
+    struct store_op *op = NULL;
 
     if (!existing) {
-        to_store_job(j, &sj);
-        if (sg->ops->add(sg->st, &sj, err) != DSJOB_OK) {
-            log_err(&srv->log, "store: cannot add job %s: %s", job_handle(j), err);
-            job_unref(j);
-            storage_refuse(srv, c, "STORE_ERROR", err);
-            return;
-        }
-        j->stored = true;
-        if (queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
-            sg->ops->remove(sg->st, j->id, err);
+        op = op_add_new(j);
+        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
+            free(op);
             job_unref(j);
             storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
             return;
         }
+        j->stored = true;
+        batch_append(&sg->open, op);
         srv->next_job_id++;
+    } else if (j->refused) {
+        storage_refuse(srv, c, "STORE_ERROR", "job not stored");
+        return;
     }
-    if (ack_new(srv, c, j) == NULL) {
+    if (ack_new(srv, c, j, op) == NULL) {
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
@@ -220,13 +275,20 @@ void
 storage_remove(struct srv *srv, struct job *j)
 {
     struct storage *sg = &srv->storage;
-    char err[STORE_ERRLEN] = "";
+    struct store_op *op;
 
     if (!j->stored)
         return;
     j->stored = false;
-    if (sg->ops->remove(sg->st, j->id, err) != DSJOB_OK)
-        log_err(&srv->log, "store: cannot remove job %s: %s", job_handle(j), err);
+    op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        log_err(&srv->log, "store: out of memory to remove job %s: it will run again after a restart",
+                job_handle(j));
+        return;
+    }
+    op->is_remove = true;
+    op->sj.id = j->id;
+    batch_append(&sg->open, op);
     schedule(srv);
 }
 
@@ -236,6 +298,10 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
 {
     struct job *j = a->job;
 
+    if (a->op != NULL && a->op->failed) {
+        ok = false;
+        err = a->op->why;
+    }
     if (j != NULL && j->state == JOB_PENDING) {
         if (ok && queue_commit(&srv->queue, j, srv_now()) == 0) {
             if (j->state == JOB_SCHEDULED)
@@ -244,9 +310,12 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
                 dispatch_wake(j);
         } else {
             j->stored = false; /* not in the store: nothing to delete */
+            j->refused = true; /* later acks of a coalesced submit say so too */
             dispatch_fail(srv, j);
             ok = false;
         }
+    } else if (j != NULL && j->refused) {
+        ok = false;
     }
     if (a->client == NULL)
         return;
@@ -262,42 +331,81 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
     }
 }
 
-void
-storage_flush(struct srv *srv)
+/*
+ * The writer thread: wait for a batch, apply its adds and removes to the
+ * backend, commit, and tell the loop through the pipe. It reads the batch
+ * and writes only its result fields; the loop does not touch the batch
+ * until it is told.
+ */
+static void *
+writer_main(void *arg)
+{
+    struct storage *sg = arg;
+
+    pthread_mutex_lock(&sg->lock);
+    for (;;) {
+        struct batch *b;
+        struct store_op *op;
+        char byte = 1;
+
+        while (sg->handed == NULL && !sg->quit)
+            pthread_cond_wait(&sg->wake, &sg->lock);
+        if (sg->handed == NULL)
+            break;
+        b = sg->handed;
+        sg->handed = NULL;
+        pthread_mutex_unlock(&sg->lock);
+        for (op = b->ops; op != NULL; op = op->next) {
+            int rc = op->is_remove ? sg->ops->remove(sg->st, op->sj.id, op->why)
+                                   : sg->ops->add(sg->st, &op->sj, op->why);
+
+            op->failed = rc != DSJOB_OK;
+        }
+        b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
+        pthread_mutex_lock(&sg->lock);
+        b->finished = true;
+        pthread_cond_broadcast(&sg->wake);
+        if (write(sg->done_pipe[1], &byte, 1) < 0) {
+            /* A full pipe already holds a wake-up for the loop. */
+        }
+    }
+    pthread_mutex_unlock(&sg->lock);
+    return NULL;
+}
+
+/* On the loop: the writer finished the batch in flight; answer its submitters. */
+static void
+batch_finish(struct srv *srv)
 {
     struct storage *sg = &srv->storage;
-    struct ack_list done;
-    char err[STORE_ERRLEN] = "";
+    struct batch *b = sg->inflight;
+    struct store_op *op, *next;
     struct ack *a;
-    bool ok;
 
-    if (sg->scheduled) {
-        event_del(sg->flush_ev);
-        sg->scheduled = false;
-    }
-    if (sg->ops == NULL)
-        return;
-    ok = sg->ops->flush(sg->st, err) == DSJOB_OK;
-    if (ok) {
+    sg->inflight = NULL;
+    if (b->ok) {
         sg->commits++;
     } else {
         struct timeval retry = {STORAGE_RETRY_SECS, 0};
 
         sg->failures++;
-        log_err(&srv->log, "store: commit of %u jobs failed: %s", sg->nacks, err);
+        log_err(&srv->log, "store: commit of %u jobs failed: %s", b->nacks, b->why);
         /* Deletions of that batch are still owed: try again even if nothing new comes. */
-        sg->scheduled = true;
-        evtimer_add(sg->flush_ev, &retry);
+        sg->retry = true;
+        if (!sg->scheduled) {
+            sg->scheduled = true;
+            evtimer_add(sg->flush_ev, &retry);
+        }
     }
-    /* Answers may start new batches (a resumed client submits again): take this one out first. */
-    TAILQ_INIT(&done);
-    TAILQ_CONCAT(&done, &sg->acks, link);
-    sg->nacks = 0;
-    while ((a = TAILQ_FIRST(&done)) != NULL) {
+    for (op = b->ops; op != NULL; op = op->next)
+        if (op->failed && !op->is_remove)
+            log_err(&srv->log, "store: job %.*s refused: %s", (int)op->sj.handle_len,
+                    op->sj.handle, op->why);
+    while ((a = TAILQ_FIRST(&b->acks)) != NULL) {
         struct conn *c = a->client;
 
-        TAILQ_REMOVE(&done, a, link);
-        ack_resolve(srv, a, ok, err);
+        TAILQ_REMOVE(&b->acks, a, link);
+        ack_resolve(srv, a, b->ok, b->why);
         if (c != NULL) {
             TAILQ_REMOVE(&c->acks, a, by_client);
             c->nacks--;
@@ -308,6 +416,94 @@ storage_flush(struct srv *srv)
         /* Its last answer is out: what it sent meanwhile can be read now. */
         if (c != NULL && c->nacks == 0)
             conn_resume(c);
+    }
+    for (op = b->ops; op != NULL; op = next) {
+        next = op->next;
+        free(op);
+    }
+    free(b);
+    /* What gathered while the writer was busy goes next. */
+    if (sg->want_flush || (!batch_empty(&sg->open) && !sg->scheduled))
+        storage_flush(srv);
+}
+
+static void
+done_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    char buf[64];
+
+    (void)what;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    pthread_mutex_lock(&srv->storage.lock);
+    if (srv->storage.inflight == NULL || !srv->storage.inflight->finished) {
+        pthread_mutex_unlock(&srv->storage.lock);
+        return;
+    }
+    pthread_mutex_unlock(&srv->storage.lock);
+    batch_finish(srv);
+}
+
+void
+storage_flush(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    struct batch *b;
+
+    if (sg->scheduled) {
+        event_del(sg->flush_ev);
+        sg->scheduled = false;
+    }
+    if (!sg->writer_running)
+        return;
+    if (sg->inflight != NULL) {
+        sg->want_flush = true; /* batch_finish hands this one over */
+        return;
+    }
+    if (batch_empty(&sg->open) && !sg->retry)
+        return;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        log_err(&srv->log, "store: out of memory for a batch; trying again");
+        schedule(srv);
+        return;
+    }
+    /* Move the open batch into b and start a fresh one. */
+    b->ops = sg->open.ops;
+    TAILQ_INIT(&b->acks);
+    TAILQ_CONCAT(&b->acks, &sg->open.acks, link);
+    b->nacks = sg->open.nacks;
+    sg->open.ops = NULL;
+    sg->open.tail = &sg->open.ops;
+    sg->open.nacks = 0;
+    sg->want_flush = false;
+    sg->retry = false;
+    sg->inflight = b;
+    pthread_mutex_lock(&sg->lock);
+    sg->handed = b;
+    pthread_cond_broadcast(&sg->wake);
+    pthread_mutex_unlock(&sg->lock);
+}
+
+void
+storage_drain(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    int rounds;
+
+    /* Two rounds: the batch in flight, then what gathered behind it. */
+    for (rounds = 0; rounds < 3 && sg->writer_running; rounds++) {
+        if (sg->inflight == NULL)
+            storage_flush(srv);
+        if (sg->inflight == NULL)
+            return;
+        pthread_mutex_lock(&sg->lock);
+        while (!sg->inflight->finished)
+            pthread_cond_wait(&sg->wake, &sg->lock);
+        pthread_mutex_unlock(&sg->lock);
+        sg->want_flush = false;
+        batch_finish(srv);
     }
 }
 
@@ -342,13 +538,31 @@ storage_close(struct srv *srv)
 
     if (sg->ops == NULL)
         return;
-    storage_flush(srv);
+    storage_drain(srv);
+    if (sg->writer_running) {
+        pthread_mutex_lock(&sg->lock);
+        sg->quit = true;
+        pthread_cond_broadcast(&sg->wake);
+        pthread_mutex_unlock(&sg->lock);
+        pthread_join(sg->writer, NULL);
+        sg->writer_running = false;
+        pthread_mutex_destroy(&sg->lock);
+        pthread_cond_destroy(&sg->wake);
+    }
     sg->ops->close(sg->st);
     sg->ops = NULL;
     sg->st = NULL;
     if (sg->flush_ev != NULL)
         event_free(sg->flush_ev);
     sg->flush_ev = NULL;
+    if (sg->done_ev != NULL)
+        event_free(sg->done_ev);
+    sg->done_ev = NULL;
+    if (sg->done_pipe[0] >= 0)
+        close(sg->done_pipe[0]);
+    if (sg->done_pipe[1] >= 0)
+        close(sg->done_pipe[1]);
+    sg->done_pipe[0] = sg->done_pipe[1] = -1;
 }
 
 bool

@@ -6,11 +6,14 @@
  * --store-batch) shares one commit, and so do the deletions of finished
  * jobs. Answers to one connection keep their order: once a connection has
  * a background submit waiting for a commit, its later requests other than
- * background submits wait too (conn.c asks storage_must_wait).
+ * background submits wait too (conn.c asks storage_must_wait). The
+ * backend is written by a thread of its own, so commits do not hold up
+ * the loop.
  */
 #ifndef DSJOB_SERVER_STORAGE_H
 #define DSJOB_SERVER_STORAGE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -22,26 +25,58 @@ struct event;
 struct job;
 struct srv;
 
-/* One answer owed to a submitter once the current batch commits. */
+/* One change for the writer thread: a job to add (its fields copied) or an id to remove. */
+struct store_op {
+    struct store_op *next;        /* next in the batch, in order */
+    bool is_remove;               /* remove sj.id, else add sj */
+    bool failed;                  /* set by the writer: the backend refused it */
+    char why[STORE_ERRLEN];       /* set by the writer: why */
+    struct store_job sj;          /* for an add, pointers into buf */
+    char buf[];                   /* the job's bytes */
+};
+
+/* One answer owed to a submitter once the batch holding its job commits. */
 struct ack {
     struct job *job;              /* referenced; JOB_CREATED names it */
+    struct store_op *op;          /* the add of a new job, or NULL */
     struct conn *client;          /* who to answer, or NULL once it has gone */
     char *error;                  /* "CODE\0text" to send instead of JOB_CREATED, or NULL */
     size_t error_len;             /* its length */
-    TAILQ_ENTRY(ack) link;        /* in storage.acks, in submission order */
+    TAILQ_ENTRY(ack) link;        /* in its batch's list, in submission order */
     TAILQ_ENTRY(ack) by_client;   /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
 
+/* The changes of one commit and the answers waiting for it. */
+struct batch {
+    struct store_op *ops;         /* adds and removes, in order */
+    struct store_op **tail;       /* where the next goes */
+    struct ack_list acks;         /* answers owed, in order */
+    unsigned nacks;               /* entries in acks */
+    bool finished;                /* set by the writer (under lock): ok and why are final */
+    bool ok;                      /* the commit succeeded */
+    char why[STORE_ERRLEN];       /* why not */
+};
+
 struct storage {
     const struct store_ops *ops;  /* the backend; store_null_ops when not durable */
-    struct store *st;             /* its state */
-    struct ack_list acks;         /* answers waiting for the next commit */
-    unsigned nacks;               /* entries in acks */
-    unsigned batch_max;           /* --store-batch: commit at once past this many */
+    struct store *st;             /* its state: the writer's alone once it runs */
+    struct batch open;            /* being filled by the loop */
+    struct batch *inflight;       /* handed to the writer, or NULL */
+    struct batch *handed;         /* under lock: the batch the writer is to take */
+    unsigned batch_max;           /* --store-batch: hand over at once past this many */
     unsigned interval_ms;         /* --store-commit-interval; 0: at the end of the loop turn */
-    struct event *flush_ev;       /* commits the batch */
+    struct event *flush_ev;       /* hands the open batch over */
+    struct event *done_ev;        /* reads done_pipe */
+    int done_pipe[2];             /* the writer's "batch done" to the loop */
+    pthread_t writer;             /* the writer thread */
+    pthread_mutex_t lock;         /* guards handed, finished, quit */
+    pthread_cond_t wake;          /* signals the writer, and the loop in storage_drain */
+    bool writer_running;          /* writer started (durable stores only) */
+    bool quit;                    /* under lock: the writer should end */
     bool scheduled;               /* flush_ev is pending */
+    bool want_flush;              /* flush asked for while a batch was in flight */
+    bool retry;                   /* the last commit failed: flush even if empty */
     bool durable;                 /* a backend other than none */
     uint64_t commits;             /* batches committed */
     uint64_t failures;            /* batches that failed */
@@ -68,8 +103,15 @@ void storage_refuse(struct srv *srv, struct conn *c, const char *code, const cha
 /* storage_remove deletes a finished stored job in the next batch. */
 void storage_remove(struct srv *srv, struct job *j);
 
-/* storage_flush commits the batch now and sends what it owed. */
+/*
+ * storage_flush hands the open batch to the writer now (or, if one is in
+ * flight, as soon as that one is done). Its answers go out when the writer
+ * reports back.
+ */
 void storage_flush(struct srv *srv);
+
+/* storage_drain blocks until everything handed or open is committed and answered (at a stop). */
+void storage_drain(struct srv *srv);
 
 /* storage_forget_client drops the answers owed to a connection that is closing. */
 void storage_forget_client(struct srv *srv, struct conn *c);
