@@ -110,6 +110,15 @@ main(int argc, char **argv)
     drain(d.port, "crash", &before);
     tap_is_int((long long)before.n, DONE_BEFORE, "%d jobs submitted and completed before the flood",
                DONE_BEFORE);
+    /*
+     * Batches commit in order, so once a later submit is acknowledged the
+     * deletions of those jobs are committed too. (Without this barrier a
+     * job finished just before the kill may rightly run again.)
+     */
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "barrier", "", "b");
+    tap_is_int(peer_recv(c, &p, PEER_TIMEOUT_MS * 4), PACKET_JOB_CREATED,
+               "a later submit is acknowledged: the early jobs' deletions are committed");
+    peer_pkt_release(&p);
 
     /*
      * The flood: pipelined submits in bursts, reading acknowledgements as
@@ -173,6 +182,37 @@ flood_over:
     daemon_start(&d, args);
     drain(d.port, "crash", &before);
     tap_is_int((long long)before.n, DONE_BEFORE, "a second restart finds nothing left to run");
+
+    /* A replayed job keeps its unique key, its priority and its handle. */
+    {
+        char h1[64] = "", h2[64] = "";
+
+        c = peer_connect(d.port);
+        peer_send(c, PACKET_SUBMIT_JOB_LOW_BG, 3, "crash", "ukey", "low");
+        if (peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_JOB_CREATED)
+            snprintf(h1, sizeof(h1), "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+        peer_pkt_release(&p);
+        peer_send(c, PACKET_SUBMIT_JOB_HIGH_BG, 3, "crash", "", "high");
+        peer_recv(c, &p, PEER_TIMEOUT_MS);
+        peer_pkt_release(&p);
+        close(c);
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, NULL, 0);
+        d.pid = 0;
+        daemon_start(&d, args);
+        c = peer_connect(d.port);
+        peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "crash", "ukey", "again");
+        if (peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_JOB_CREATED)
+            snprintf(h2, sizeof(h2), "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+        peer_pkt_release(&p);
+        tap_ok(h1[0] != '\0' && strcmp(h1, h2) == 0,
+               "after a restart a submit with a replayed job's unique key coalesces onto it (%s)", h1);
+        close(c);
+        after.n = 0;
+        drain(d.port, "crash", &after);
+        tap_ok(after.n == 2 && strcmp(after.handle[1], h1) == 0,
+               "replayed priorities hold: the high job runs before the low one");
+    }
     daemon_stop(&d);
     {
         char cmd[400];

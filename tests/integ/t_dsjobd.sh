@@ -56,4 +56,17 @@ ok $? "the admin protocol answers on it"
 kill -TERM "$SERVER_PID"; wait "$SERVER_PID"; rc=$?
 is "$rc" 0 "SIGTERM: exit 0"
 [ ! -e "$dir/s.sock" ]; ok $? "the unix socket is removed at exit"
+# A store that cannot be used stops dsjobd at startup, naming the file; it is never reset.
+if "$DSJOBD" --help | grep -q -- "--work-dir"; then
+    mkdir -p "$dir/bad"
+    head -c 4096 /dev/urandom > "$dir/bad/dsjobd.db"
+    cp "$dir/bad/dsjobd.db" "$dir/bad.orig"
+    out=$("$DSJOBD" -L 127.0.0.1 -p 0 -l stderr --work-dir "$dir/bad" 2>&1); rc=$?
+    is "$rc" 1 "a corrupt store: exit 1"
+    echo "$out" | grep -q "$dir/bad/dsjobd.db.*not a database"; ok $? "naming the file: $(echo "$out" | tail -1)"
+    cmp -s "$dir/bad/dsjobd.db" "$dir/bad.orig"; ok $? "and the file is left as it was"
+    out=$("$DSJOBD" -L 127.0.0.1 -p 0 -l stderr -q nosuch 2>&1); rc=$?
+    is "$rc" 1 "an unknown store: exit 1"
+    echo "$out" | grep -q "unknown store 'nosuch'"; ok $? "saying so"
+fi
 done_testing

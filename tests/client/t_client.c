@@ -1,0 +1,314 @@
+/*
+ * libdsjobclient's blocking calls against a real server, with our worker
+ * in a child process: foreground results, failure and exception, progress
+ * callbacks, background handles and their status, echo, epoch jobs,
+ * priorities, consistent hashing and round-robin across two servers,
+ * failover when the first server is down, and the errors when none is up.
+ * The suite runs against dsjobd, then against gearmand 1.1.20 when it is
+ * installed, so that the expectations are the reference's.
+ */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dsjob/client.h>
+
+#include "common.h"
+#include "lib/peer.h"
+#include "tap.h"
+
+struct progress {
+    int status;           /* WORK_STATUS seen */
+    unsigned last_num;    /* the last numerator */
+    char data[64];        /* WORK_DATA bytes */
+    int warnings;         /* WORK_WARNING seen */
+};
+
+static void
+on_status(unsigned num, unsigned den, void *user)
+{
+    struct progress *pr = user;
+
+    pr->status++;
+    pr->last_num = num;
+}
+
+static void
+on_data(const void *data, size_t len, void *user)
+{
+    struct progress *pr = user;
+    size_t have = strlen(pr->data);
+
+    if (have + len < sizeof(pr->data))
+        memcpy(pr->data + have, data, len);
+}
+
+static void
+on_warning(const void *data, size_t len, void *user)
+{
+    ((struct progress *)user)->warnings++;
+}
+
+static struct dsjob_client *
+client_for(int port)
+{
+    struct dsjob_client *c = dsjob_client_new();
+
+    dsjob_client_add_server(c, addr_of(port));
+    dsjob_client_set_timeout(c, 2000, 10000);
+    return c;
+}
+
+/* Counts queued jobs of func in the server's admin "status" (TOTAL column). */
+static int
+admin_total(int port, const char *func)
+{
+    char buf[4096], *line;
+    int fd = peer_connect(port);
+    size_t flen = strlen(func);
+
+    peer_admin(fd, "status", true, buf, sizeof(buf));
+    close(fd);
+    for (line = buf; line != NULL && *line != '\0'; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, func, flen) == 0 && line[flen] == '\t')
+            return atoi(line + flen + 1);
+    }
+    return 0;
+}
+
+static void
+suite_one(const char *kind, int port)
+{
+    struct dsjob_client *c = client_for(port);
+    struct dsjob_client_callbacks cb = {on_status, on_data, on_warning};
+    struct progress pr;
+    struct dsjob_status st;
+    const char *const servers[] = {addr_of(port), NULL};
+    pid_t w = worker_fork(servers);
+    char handle[128], unique[80];
+    void *res = NULL;
+    size_t len = 0;
+    int err;
+    static const unsigned char bin[] = {'a', 0, 'b', 0, 0, 'c'};
+
+    err = dsjob_client_submit(c, "rev", NULL, "hello", 5, DSJOB_PRIO_NORMAL, &res, &len);
+    tap_is_int(err, DSJOB_OK, "%s: foreground submit completes (%s)", kind, dsjob_client_errmsg(c));
+    tap_is_mem(res, len, "olleh", 5, "%s: the result is the worker's bytes", kind);
+    dsjob_free(res);
+
+    err = dsjob_client_submit(c, "echo", "", bin, sizeof(bin), DSJOB_PRIO_HIGH, &res, &len);
+    tap_ok(err == DSJOB_OK && len == sizeof(bin) && memcmp(res, bin, len) == 0,
+           "%s: a payload with NULs comes back intact (high priority)", kind);
+    dsjob_free(res);
+
+    err = dsjob_client_submit(c, "echo", NULL, "", 0, DSJOB_PRIO_LOW, &res, &len);
+    tap_ok(err == DSJOB_OK && len == 0 && res != NULL, "%s: an empty result at low priority", kind);
+    dsjob_free(res);
+
+    err = dsjob_client_submit(c, "fail", NULL, "x", 1, DSJOB_PRIO_NORMAL, &res, &len);
+    tap_is_int(err, DSJOB_ERR_JOB_FAILED, "%s: WORK_FAIL gives DSJOB_ERR_JOB_FAILED", kind);
+    tap_ok(res == NULL, "%s: no result after a failure", kind);
+
+    err = dsjob_client_submit(c, "exc", NULL, "xyz", 3, DSJOB_PRIO_NORMAL, &res, &len);
+    tap_is_int(err, DSJOB_ERR_JOB_EXCEPTION, "%s: WORK_EXCEPTION gives DSJOB_ERR_JOB_EXCEPTION", kind);
+    tap_is_str(dsjob_client_errmsg(c), "boom:xyz", "%s: the exception text is in errmsg", kind);
+
+    memset(&pr, 0, sizeof(pr));
+    dsjob_client_set_callbacks(c, &cb, &pr);
+    err = dsjob_client_submit(c, "progress", NULL, "p", 1, DSJOB_PRIO_NORMAL, &res, &len);
+    tap_ok(err == DSJOB_OK && len == 4 && memcmp(res, "done", 4) == 0, "%s: progress job completes", kind);
+    tap_ok(pr.status == 2 && pr.last_num == 2, "%s: both WORK_STATUS reach the callback (%d)", kind, pr.status);
+    tap_is_str(pr.data, "chunk", "%s: WORK_DATA reaches the callback", kind);
+    tap_is_int(pr.warnings, 1, "%s: WORK_WARNING reaches the callback", kind);
+    dsjob_free(res);
+    dsjob_client_set_callbacks(c, NULL, NULL);
+
+    snprintf(unique, sizeof(unique), "bg-%s-%ld", kind, (long)getpid());
+    err = dsjob_client_submit_bg(c, "nobody", unique, "d", 1, DSJOB_PRIO_NORMAL, handle, sizeof(handle));
+    tap_ok(err == DSJOB_OK && handle[0] != '\0', "%s: background submit returns a handle (%s)", kind, handle);
+    err = dsjob_client_status(c, handle, &st);
+    tap_ok(err == DSJOB_OK && st.known == 1 && st.running == 0, "%s: status by handle: known, queued", kind);
+    err = dsjob_client_status_unique(c, unique, &st);
+    tap_ok(err == DSJOB_OK && st.known == 1 && st.waiting == 0, "%s: status by unique: known, no client waiting", kind);
+    {
+        char h2[128];
+
+        err = dsjob_client_submit_bg(c, "nobody", unique, "other", 5, DSJOB_PRIO_HIGH, h2, sizeof(h2));
+        tap_ok(err == DSJOB_OK && strcmp(h2, handle) == 0, "%s: same unique coalesces onto the same handle", kind);
+    }
+    err = dsjob_client_status(c, "H:nosuch:999", &st);
+    tap_ok(err == DSJOB_OK && st.known == 0, "%s: unknown handle: known 0", kind);
+    err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_LOW, handle, sizeof(handle));
+    tap_is_int(err, DSJOB_OK, "%s: background low-priority job to a live worker", kind);
+    err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle, 2);
+    tap_is_int(err, DSJOB_ERR_ARG, "%s: a handle buffer too small is DSJOB_ERR_ARG", kind);
+
+    err = dsjob_client_submit_epoch(c, "nobody", NULL, "later", 5, (int64_t)time(NULL) + 3600, handle,
+                                    sizeof(handle));
+    tap_ok(err == DSJOB_OK && handle[0] != '\0', "%s: epoch submit returns a handle", kind);
+
+    tap_is_int(dsjob_client_echo(c, "ping\0pong", 9), DSJOB_OK, "%s: echo with a NUL", kind);
+    tap_is_int(dsjob_client_submit(c, "", NULL, "x", 1, DSJOB_PRIO_NORMAL, NULL, NULL), DSJOB_ERR_ARG,
+               "%s: empty function name is DSJOB_ERR_ARG", kind);
+    memset(unique, 'u', 65);
+    unique[65] = '\0';
+    tap_is_int(dsjob_client_submit_bg(c, "nobody", unique, "x", 1, DSJOB_PRIO_NORMAL, NULL, 0), DSJOB_ERR_ARG,
+               "%s: a unique longer than 64 bytes is refused before sending", kind);
+
+    dsjob_client_free(c);
+    tap_is_int(worker_reap(w), 0, "%s: our worker stops cleanly on SIGTERM", kind);
+}
+
+/* Failover, round-robin and consistent hashing with two servers of one kind. */
+static void
+suite_two(const char *kind, int port_a, int port_b)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    const char *const servers[] = {addr_of(port_a), addr_of(port_b), NULL};
+    pid_t w = worker_fork(servers);
+    int dead = free_port(), i, ok_all = 1, a_before, b_before;
+    char h1[128], h2[128], key[32];
+    void *res;
+    size_t len;
+
+    dsjob_client_set_timeout(c, 2000, 10000);
+    dsjob_client_add_server(c, addr_of(dead));
+    dsjob_client_add_server(c, addr_of(port_a));
+    for (i = 0; i < 6; i++) {
+        int err = dsjob_client_submit(c, "rev", NULL, "ab", 2, DSJOB_PRIO_NORMAL, &res, &len);
+
+        if (err != DSJOB_OK || len != 2 || memcmp(res, "ba", 2) != 0)
+            ok_all = 0;
+        dsjob_free(res);
+    }
+    tap_ok(ok_all, "%s: with the first server down every submit fails over and completes", kind);
+    for (i = 0, ok_all = 1; i < 10; i++) {
+        snprintf(key, sizeof(key), "fo-%d", i);
+        if (dsjob_client_submit(c, "rev", key, "xy", 2, DSJOB_PRIO_NORMAL, &res, &len) != DSJOB_OK)
+            ok_all = 0;
+        dsjob_free(res);
+    }
+    tap_ok(ok_all, "%s: jobs with unique keys that hash to the dead server fail over too", kind);
+    dsjob_client_free(c);
+
+    c = dsjob_client_new();
+    dsjob_client_set_timeout(c, 2000, 10000);
+    dsjob_client_add_server(c, addr_of(port_a));
+    dsjob_client_add_server(c, addr_of(port_b));
+    a_before = admin_total(port_a, "nobody2");
+    b_before = admin_total(port_b, "nobody2");
+    for (i = 0; i < 4; i++)
+        dsjob_client_submit_bg(c, "nobody2", NULL, "rr", 2, DSJOB_PRIO_NORMAL, NULL, 0);
+    tap_ok(admin_total(port_a, "nobody2") - a_before == 2 && admin_total(port_b, "nobody2") - b_before == 2,
+           "%s: jobs without a unique key alternate between the servers", kind);
+    for (i = 0, ok_all = 1; i < 20; i++) {
+        struct dsjob_client *c2 = dsjob_client_new();
+
+        /* A second client with the servers in the other order picks the same one. */
+        dsjob_client_add_server(c2, addr_of(port_b));
+        dsjob_client_add_server(c2, addr_of(port_a));
+        snprintf(key, sizeof(key), "ch-%d-%ld", i, (long)getpid());
+        if (dsjob_client_submit_bg(c, "nobody3", key, "1", 1, DSJOB_PRIO_NORMAL, h1, sizeof(h1)) != DSJOB_OK ||
+            dsjob_client_submit_bg(c2, "nobody3", key, "2", 1, DSJOB_PRIO_NORMAL, h2, sizeof(h2)) != DSJOB_OK ||
+            strcmp(h1, h2) != 0)
+            ok_all = 0;
+        dsjob_client_free(c2);
+    }
+    tap_ok(ok_all, "%s: a unique key hashes to one server whatever the order: same handle", kind);
+    tap_ok(admin_total(port_a, "nobody3") > 0 && admin_total(port_b, "nobody3") > 0,
+           "%s: the keys spread over both servers (%d, %d)", kind, admin_total(port_a, "nobody3"),
+           admin_total(port_b, "nobody3"));
+    dsjob_client_free(c);
+    tap_is_int(worker_reap(w), 0, "%s: the two-server worker stops cleanly", kind);
+}
+
+static void
+suite_errors(void)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    char h[64];
+    int err;
+
+    tap_is_int(dsjob_client_add_server(c, "nocolon"), DSJOB_ERR_ARG, "an address without a port is refused");
+    tap_is_int(dsjob_client_add_server(c, "host:port"), DSJOB_ERR_ARG, "a non-numeric port is refused");
+    tap_is_int(dsjob_client_submit(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, NULL, NULL), DSJOB_ERR_ARG,
+               "a submit without servers is DSJOB_ERR_ARG");
+    dsjob_client_add_server(c, addr_of(free_port()));
+    dsjob_client_add_server(c, "/nonexistent/dsjob.sock");
+    err = dsjob_client_submit_bg(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, h, sizeof(h));
+    tap_ok(err == DSJOB_ERR_SYS, "no server reachable: DSJOB_ERR_SYS (%s)", dsjob_strerror(err));
+    tap_ok(strstr(dsjob_client_errmsg(c), "connect") != NULL, "errmsg says what failed: %s",
+           dsjob_client_errmsg(c));
+    tap_ok(dsjob_client_echo(c, "x", 1) != DSJOB_OK, "echo fails too");
+    dsjob_client_free(c);
+    dsjob_client_free(NULL);
+    tap_ok(1, "dsjob_client_free(NULL) is a no-op");
+}
+
+static void
+suite_unix(void)
+{
+    struct daemon d;
+    char path[300], arg[320];
+    const char *extra[] = {"--unix-socket", path, NULL};
+    struct dsjob_client *c;
+
+    snprintf(path, sizeof(path), "/tmp/dsjob-tc-%ld.sock", (long)getpid());
+    (void)arg;
+    daemon_start(&d, extra);
+    c = dsjob_client_new();
+    dsjob_client_add_server(c, path);
+    tap_is_int(dsjob_client_echo(c, "unix", 4), DSJOB_OK, "dsjobd: echo over a unix socket");
+    {
+        const char *const servers[] = {path, NULL};
+        pid_t w = worker_fork(servers);
+        void *res = NULL;
+        size_t len = 0;
+
+        dsjob_client_set_timeout(c, 2000, 10000);
+        tap_ok(dsjob_client_submit(c, "rev", NULL, "unix", 4, DSJOB_PRIO_NORMAL, &res, &len) == DSJOB_OK &&
+                   len == 4 && memcmp(res, "xinu", 4) == 0,
+               "dsjobd: client and worker over a unix socket");
+        dsjob_free(res);
+        worker_reap(w);
+    }
+    dsjob_client_free(c);
+    daemon_stop(&d);
+    unlink(path);
+}
+
+int
+main(void)
+{
+    struct daemon d, d2;
+    struct gearmand g, g2;
+
+    alarm(240);
+    signal(SIGPIPE, SIG_IGN);
+    suite_errors();
+    daemon_start(&d, NULL);
+    daemon_start(&d2, NULL);
+    suite_one("dsjobd", d.port);
+    suite_two("dsjobd", d.port, d2.port);
+    daemon_stop(&d2);
+    daemon_stop(&d);
+    suite_unix();
+    if (gearmand_start(&g)) {
+        if (gearmand_start(&g2)) {
+            suite_one("gearmand", g.port);
+            suite_two("gearmand", g.port, g2.port);
+            gearmand_stop(&g2);
+        } else {
+            tap_skip(1, "second gearmand did not start");
+        }
+        gearmand_stop(&g);
+    } else {
+        tap_skip(1, "gearmand not installed");
+    }
+    return tap_done();
+}
