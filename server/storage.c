@@ -32,7 +32,8 @@
 #include "queue.h"
 #include "srv.h"
 
-#define STORAGE_RETRY_SECS 1 /* a failed commit is tried again this soon */
+#define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
+#define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -192,9 +193,15 @@ schedule(struct srv *srv)
         storage_flush(srv);
         return;
     }
+    if (sg->scheduled && sg->lazy) {
+        /* A submitter waits now: do not let it wait for the deletions' timer. */
+        event_del(sg->flush_ev);
+        sg->scheduled = false;
+    }
     if (sg->scheduled)
         return;
     sg->scheduled = true;
+    sg->lazy = false;
     if (sg->interval_ms > 0) {
         struct timeval tv = {sg->interval_ms / 1000, (sg->interval_ms % 1000) * 1000};
 
@@ -289,7 +296,19 @@ storage_remove(struct srv *srv, struct job *j)
     op->is_remove = true;
     op->sj.id = j->id;
     batch_append(&sg->open, op);
-    schedule(srv);
+    /*
+     * Nobody waits for a deletion: gather them for STORAGE_REMOVE_DELAY_MS,
+     * so that a drain costs one commit per few milliseconds, not one per
+     * job. The price, within at-least-once, is that a job finished in the
+     * last few milliseconds before a crash runs again.
+     */
+    if (!sg->scheduled) {
+        struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+
+        sg->scheduled = true;
+        sg->lazy = true;
+        evtimer_add(sg->flush_ev, &tv);
+    }
 }
 
 /* Answer one submitter after the commit: ok says whether it succeeded. */

@@ -75,6 +75,7 @@ struct storage {
     bool writer_running;          /* writer started (durable stores only) */
     bool quit;                    /* under lock: the writer should end */
     bool scheduled;               /* flush_ev is pending */
+    bool lazy;                    /* ...on the deletions' timer, which a submit cuts short */
     bool want_flush;              /* flush asked for while a batch was in flight */
     bool retry;                   /* the last commit failed: flush even if empty */
     bool durable;                 /* a backend other than none */
