@@ -35,6 +35,7 @@
 #define CONN_PAUSE_OUTPUT (1024 * 1024) /* stop reading a peer with this much unsent */
 #define CONN_FLUSH_TIMEOUT 5            /* seconds a closing peer gets to read its ERROR */
 #define CONN_LINGER_BYTES (1024 * 1024) /* input discarded while closing before we give up */
+#define CONN_SMALL_PACKET 4096          /* payloads up to this are encoded in one piece */
 
 static const char *const conn_state_names[] = {
     [CONN_ACTIVE] = "active",
@@ -412,6 +413,18 @@ conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *con
     if (!conn_room(c, PACKET_HEADER_SIZE + size))
         return;
     out = bufferevent_get_output(c->bev);
+    /*
+     * Small packets (nearly all) are built in place and added with one
+     * call: an evbuffer_add per argument and per NUL was a third of the
+     * server's instructions per job (callgrind, bench fg1).
+     */
+    if (size <= CONN_SMALL_PACKET) {
+        unsigned char buf[PACKET_HEADER_SIZE + CONN_SMALL_PACKET];
+        size_t n = packet_encode(buf, sizeof(buf), PACKET_RES, type, nargs, args, lens);
+
+        evbuffer_add(out, buf, n);
+        return;
+    }
     packet_encode_header(hdr, PACKET_RES, type, (uint32_t)size);
     evbuffer_add(out, hdr, sizeof(hdr));
     for (i = 0; i < nargs; i++) {

@@ -1,0 +1,791 @@
+/*
+ * loadgen: drives one Gearman job server on 127.0.0.1 through a back end
+ * (libgearman today; our libdsjobclient later) and prints one result line
+ * of key=value pairs per measurement, for bench/run to collect. Scenarios:
+ * fg and fg1 (foreground echo jobs, K or 1 in flight per client), bg-submit
+ * (pipelined background submits, no workers; also the server's RSS per
+ * queued job), bg-drain (submit N, then W workers drain them) and
+ * connections (many idle connections, then a job round trip). With --pid it
+ * reads the server's CPU time and RSS from /proc at the edges of the
+ * measured window, so the figures do not include start-up or the load
+ * generator's own cost. Every run is bounded by job counts, a time limit
+ * and an alarm() watchdog.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep; built without config.h */
+
+#include "loadgen.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+
+#define FUNCTION "bench_echo"
+#define MAX_CLIENTS 1024
+#define MAX_WORKERS 256
+#define MAX_INFLIGHT 4096
+#define MAX_JOBS 10000000ULL
+#define MAX_CONNS 60000
+#define MAX_PAYLOAD (1024 * 1024)
+#define MAX_SECS 600.0
+#define CONN_BATCH 32 /* connections opened at once, below a 32 backlog */
+
+/*
+ * The back ends a run can choose with -b. The second one, our own
+ * libdsjobclient/libdsjobworker (issue 6, item 1), goes here once those
+ * libraries exist: write bench/lg_dsjob.c implementing struct lg_backend
+ * and add it to this table and to the cc line in bench/run.
+ */
+static const struct lg_backend *const backends[] = {
+    &lg_gearman_backend,
+    /* &lg_dsjob_backend, */
+};
+
+struct opts {
+    const char *scenario;
+    const char *label;     /* server name printed in the result line */
+    const struct lg_backend *be;
+    in_port_t port;
+    int clients;
+    int inflight;
+    int workers;
+    uint64_t jobs;
+    double secs;           /* fg: measured seconds */
+    double warmup;         /* fg: seconds before the window opens */
+    double max_secs;       /* bg: stop submitting or draining after this */
+    size_t payload;
+    int batch;
+    int conns;
+    pid_t pid;             /* server process for /proc, 0: none */
+};
+
+static struct opts o = {
+    .label = "server",
+    .be = &lg_gearman_backend,
+    .clients = -1,
+    .inflight = -1,
+    .workers = -1,
+    .jobs = 200000,
+    .secs = 3.0,
+    .warmup = 0.5,
+    .max_secs = 120.0,
+    .payload = 64,
+    .batch = 500,
+    .conns = 10000,
+};
+
+static struct lg_shared sh;
+static unsigned char *payload;
+
+double
+lg_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void
+lg_lat_add(struct lg_lat *l, double us)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 4096;
+        uint32_t *v = realloc(l->v, cap * sizeof(*v));
+
+        if (v == NULL)
+            return; /* drop the sample rather than the run */
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = us < 0 ? 0 : us > 4e9 ? 4000000000u : (uint32_t)us;
+}
+
+static void
+die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "loadgen: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+static void
+sleep_s(double s)
+{
+    struct timespec ts;
+
+    if (s <= 0)
+        return;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The server's user+system CPU seconds, or -1 without --pid. */
+static double
+proc_cpu(void)
+{
+    char path[64], buf[1024];
+    unsigned long long ut, st;
+    FILE *f;
+    char *p;
+    size_t n;
+
+    if (o.pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)o.pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields after the command name, which may hold spaces: state is 3 */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                                   "%*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The server's resident set in kB, or -1 without --pid. */
+static long
+proc_rss_kb(void)
+{
+    char path[64], line[256];
+    long kb = -1;
+    FILE *f;
+
+    if (o.pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)o.pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Prints the start of a result line: scenario, server and parameters. */
+static void
+print_head(const char *scenario)
+{
+    printf("scenario=%s server=%s backend=%s payload=%zu", scenario, o.label,
+           o.be->name, o.payload);
+}
+
+static void
+print_cpu(double cpu, uint64_t jobs)
+{
+    if (cpu >= 0 && jobs > 0)
+        printf(" server_cpu_s=%.2f server_cpu_us_per_job=%.2f", cpu,
+               cpu * 1e6 / (double)jobs);
+}
+
+/* Threads ------------------------------------------------------------- */
+
+static char thread_err[256];
+static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+keep_err(const char *e)
+{
+    pthread_mutex_lock(&err_lock);
+    if (thread_err[0] == '\0')
+        snprintf(thread_err, sizeof(thread_err), "%s", e);
+    pthread_mutex_unlock(&err_lock);
+    atomic_fetch_add(&sh.errors, 1);
+}
+
+static void *
+fg_thread(void *p)
+{
+    char err[256];
+
+    if (o.be->fg_client(p, err, sizeof(err)) != 0)
+        keep_err(err);
+    return NULL;
+}
+
+static void *
+bg_thread(void *p)
+{
+    char err[256];
+
+    if (o.be->bg_client(p, err, sizeof(err)) != 0)
+        keep_err(err);
+    return NULL;
+}
+
+static void *
+worker_thread(void *p)
+{
+    char err[256];
+
+    if (o.be->worker(p, err, sizeof(err)) != 0)
+        keep_err(err);
+    return NULL;
+}
+
+static atomic_int workers_ready;
+static struct lg_worker_args *wargs;
+static pthread_t *wtid;
+
+static void
+workers_start(int n)
+{
+    double deadline = lg_now() + 10;
+
+    atomic_store(&workers_ready, 0);
+    atomic_store(&sh.stop_workers, false);
+    wargs = calloc((size_t)n, sizeof(*wargs));
+    wtid = calloc((size_t)n, sizeof(*wtid));
+    if (wargs == NULL || wtid == NULL)
+        die("%s", "out of memory");
+    for (int i = 0; i < n; i++) {
+        wargs[i] = (struct lg_worker_args){ .port = o.port,
+                                            .function = FUNCTION,
+                                            .sh = &sh,
+                                            .ready = &workers_ready };
+        if (pthread_create(&wtid[i], NULL, worker_thread, &wargs[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    while (atomic_load(&workers_ready) < n && lg_now() < deadline)
+        sleep_s(0.005);
+}
+
+static void
+workers_join(int n)
+{
+    atomic_store(&sh.stop_workers, true);
+    for (int i = 0; i < n; i++)
+        pthread_join(wtid[i], NULL);
+    free(wargs);
+    free(wtid);
+}
+
+/* Scenarios ------------------------------------------------------------ */
+
+static int
+run_fg(const char *name)
+{
+    struct lg_fg_args *a = calloc((size_t)o.clients, sizeof(*a));
+    pthread_t *tid = calloc((size_t)o.clients, sizeof(*tid));
+    uint64_t c0, c1, nlat = 0;
+    double t0, t1, cpu0, cpu1;
+    uint32_t *all;
+
+    if (a == NULL || tid == NULL)
+        die("%s", "out of memory");
+    workers_start(o.workers);
+    for (int i = 0; i < o.clients; i++) {
+        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
+                                    .payload = payload, .len = o.payload,
+                                    .inflight = o.inflight, .sh = &sh };
+        if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    sleep_s(o.warmup);
+    /* The window: completions, CPU and samples between t0 and t1. */
+    cpu0 = proc_cpu();
+    t0 = lg_now();
+    c0 = atomic_load(&sh.completed);
+    atomic_store(&sh.measuring, true);
+    sleep_s(o.secs);
+    atomic_store(&sh.measuring, false);
+    c1 = atomic_load(&sh.completed);
+    t1 = lg_now();
+    cpu1 = proc_cpu();
+    atomic_store(&sh.stop, true);
+    for (int i = 0; i < o.clients; i++)
+        pthread_join(tid[i], NULL);
+    workers_join(o.workers);
+
+    for (int i = 0; i < o.clients; i++)
+        nlat += a[i].lat.n;
+    all = malloc((nlat ? nlat : 1) * sizeof(*all));
+    if (all == NULL)
+        die("%s", "out of memory");
+    nlat = 0;
+    for (int i = 0; i < o.clients; i++) {
+        memcpy(all + nlat, a[i].lat.v, a[i].lat.n * sizeof(*all));
+        nlat += a[i].lat.n;
+        free(a[i].lat.v);
+    }
+    qsort(all, nlat, sizeof(*all), cmp_u32);
+
+    print_head(name);
+    printf(" clients=%d inflight=%d workers=%d jobs=%llu secs=%.3f "
+           "jobs_per_s=%.0f",
+           o.clients, o.inflight, o.workers, (unsigned long long)(c1 - c0),
+           t1 - t0, (double)(c1 - c0) / (t1 - t0));
+    if (nlat > 0)
+        printf(" p50_us=%u p99_us=%u", all[nlat / 2],
+               all[(size_t)((double)nlat * 0.99)]);
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, c1 - c0);
+    printf(" rss_kb=%ld errors=%llu\n", proc_rss_kb(),
+           (unsigned long long)atomic_load(&sh.errors));
+
+    free(all);
+    free(a);
+    free(tid);
+    return atomic_load(&sh.errors) ? 1 : 0;
+}
+
+/*
+ * Submits o.jobs background jobs from o.clients connections and prints the
+ * bg-submit line (rate overall and over the last tenth, server CPU, RSS
+ * growth per queued job). Returns the number acknowledged.
+ */
+static uint64_t
+submit_phase(void)
+{
+    struct lg_bg_args *a = calloc((size_t)o.clients, sizeof(*a));
+    pthread_t *tid = calloc((size_t)o.clients, sizeof(*tid));
+    uint64_t per = o.jobs / (uint64_t)o.clients, acked, mark;
+    double t0, t1, t90 = -1, a90 = 0, cpu0, cpu1;
+    long rss0, rss1;
+
+    if (a == NULL || tid == NULL)
+        die("%s", "out of memory");
+    rss0 = proc_rss_kb();
+    cpu0 = proc_cpu();
+    t0 = lg_now();
+    for (int i = 0; i < o.clients; i++) {
+        a[i] = (struct lg_bg_args){ .port = o.port, .function = FUNCTION,
+                                    .payload = payload, .len = o.payload,
+                                    .n = per + (i == 0 ? o.jobs % per : 0),
+                                    .batch = o.batch, .id = (unsigned)i,
+                                    .sh = &sh };
+        if (pthread_create(&tid[i], NULL, bg_thread, &a[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    /* Watch progress to time the last tenth, and enforce max_secs. */
+    mark = o.jobs - o.jobs / 10;
+    for (;;) {
+        acked = atomic_load(&sh.acked);
+        if (t90 < 0 && acked >= mark) {
+            t90 = lg_now();
+            a90 = (double)acked;
+        }
+        if (acked >= o.jobs || atomic_load(&sh.errors) > 0)
+            break;
+        if (lg_now() - t0 > o.max_secs) {
+            atomic_store(&sh.stop, true);
+            break;
+        }
+        sleep_s(0.002);
+    }
+    for (int i = 0; i < o.clients; i++)
+        pthread_join(tid[i], NULL);
+    t1 = lg_now();
+    cpu1 = proc_cpu();
+    rss1 = proc_rss_kb();
+    acked = atomic_load(&sh.acked);
+
+    print_head("bg-submit");
+    printf(" clients=%d batch=%d jobs=%llu secs=%.3f jobs_per_s=%.0f",
+           o.clients, o.batch, (unsigned long long)acked, t1 - t0,
+           (double)acked / (t1 - t0));
+    if (t90 > 0 && t1 > t90 && acked > a90)
+        printf(" last10_jobs_per_s=%.0f", ((double)acked - a90) / (t1 - t90));
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, acked);
+    if (rss0 >= 0 && acked > 0)
+        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_job=%.0f", rss0,
+               rss1, (double)(rss1 - rss0) * 1024.0 / (double)acked);
+    printf(" timed_out=%d errors=%llu\n", atomic_load(&sh.stop) ? 1 : 0,
+           (unsigned long long)atomic_load(&sh.errors));
+    fflush(stdout);
+    free(a);
+    free(tid);
+    return acked;
+}
+
+static int
+run_bg_submit(void)
+{
+    submit_phase();
+    return atomic_load(&sh.errors) || atomic_load(&sh.stop) ? 1 : 0;
+}
+
+static int
+run_bg_drain(void)
+{
+    uint64_t queued = submit_phase(), done;
+    double t0, t1, cpu0, cpu1;
+    int timed_out = 0;
+
+    if (atomic_load(&sh.errors) || queued == 0)
+        return 1;
+    atomic_store(&sh.stop, false);
+    atomic_store(&sh.worked, 0);
+    cpu0 = proc_cpu();
+    t0 = lg_now();
+    workers_start(o.workers);
+    while ((done = atomic_load(&sh.worked)) < queued) {
+        if (lg_now() - t0 > o.max_secs || atomic_load(&sh.errors)) {
+            timed_out = 1;
+            break;
+        }
+        sleep_s(0.002);
+    }
+    t1 = lg_now();
+    cpu1 = proc_cpu();
+    atomic_store(&sh.stop, true);
+    workers_join(o.workers);
+
+    print_head("bg-drain");
+    printf(" workers=%d jobs=%llu secs=%.3f jobs_per_s=%.0f", o.workers,
+           (unsigned long long)done, t1 - t0, (double)done / (t1 - t0));
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done);
+    printf(" timed_out=%d errors=%llu\n", timed_out,
+           (unsigned long long)atomic_load(&sh.errors));
+    return timed_out || atomic_load(&sh.errors) ? 1 : 0;
+}
+
+/* connections: raw sockets, so the held connections cost the load
+ * generator one descriptor each and nothing else. */
+
+static const unsigned char echo_req[] = { 0, 'R', 'E', 'Q', 0, 0, 0, 16,
+                                          0, 0, 0, 1,   'x' };
+#define ECHO_RES_LEN 13 /* header 12 + 1 byte of data */
+
+static int
+conn_open(void)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
+    struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+    if (fd < 0)
+        return -1;
+    inet_pton(AF_INET, LG_HOST, &sa.sin_addr);
+    /* closed with a reset, so 10,000 sockets leave no TIME_WAIT behind */
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        write(fd, echo_req, sizeof(echo_req)) != (ssize_t)sizeof(echo_req)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads one ECHO_RES from each of fds[0..n), at most 10 s in all. */
+static int
+conns_answered(const int *fds, int n)
+{
+    double deadline = lg_now() + 10;
+
+    for (int i = 0; i < n; i++) {
+        unsigned char buf[ECHO_RES_LEN];
+        size_t got = 0;
+
+        while (got < sizeof(buf)) {
+            struct pollfd p = { .fd = fds[i], .events = POLLIN };
+            int ms = (int)((deadline - lg_now()) * 1000);
+            ssize_t r;
+
+            if (ms <= 0 || poll(&p, 1, ms) != 1)
+                return -1;
+            r = read(fds[i], buf + got, sizeof(buf) - got);
+            if (r <= 0)
+                return -1;
+            got += (size_t)r;
+        }
+        if (memcmp(buf, "\0RES", 4) != 0 || buf[7] != 17)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+run_connections(void)
+{
+    int *fds = calloc((size_t)o.conns, sizeof(*fds)), n = 0, rc = 0;
+    struct rlimit rl;
+    double t0, t1, us = 0;
+    long rss0, rss1;
+    char err[256] = "";
+
+    if (fds == NULL)
+        die("%s", "out of memory");
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur < (rlim_t)o.conns + 64) {
+        fprintf(stderr, "loadgen: fd limit %llu is below %d connections; "
+                "raise it with ulimit -n\n", (unsigned long long)rl.rlim_cur,
+                o.conns);
+        return 2;
+    }
+    workers_start(1);
+    /* a first job, so the server's job path is warm before the baseline */
+    if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &us, err,
+                      sizeof(err)) != 0) {
+        fprintf(stderr, "loadgen: first round trip: %s\n", err);
+        rc = 1;
+        goto out;
+    }
+    rss0 = proc_rss_kb();
+    t0 = lg_now();
+    while (n < o.conns) {
+        int b = o.conns - n < CONN_BATCH ? o.conns - n : CONN_BATCH, k;
+
+        for (k = 0; k < b; k++) {
+            fds[n + k] = conn_open();
+            if (fds[n + k] < 0)
+                break;
+        }
+        if (k < b || conns_answered(fds + n, b) != 0) {
+            fprintf(stderr, "loadgen: connection %d: %s\n", n + k,
+                    strerror(errno));
+            n += k;
+            rc = 1;
+            break;
+        }
+        n += b;
+        if (lg_now() - t0 > o.max_secs) {
+            rc = 1;
+            break;
+        }
+    }
+    t1 = lg_now();
+    sleep_s(0.2); /* let the server settle after the last accept */
+    rss1 = proc_rss_kb();
+    if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &us, err,
+                      sizeof(err)) != 0) {
+        fprintf(stderr, "loadgen: round trip with %d held: %s\n", n, err);
+        rc = 1;
+    }
+    print_head("connections");
+    printf(" conns=%d open_secs=%.3f round_trip=%s round_trip_us=%.0f", n,
+           t1 - t0, rc == 0 ? "ok" : "failed", us);
+    if (rss0 >= 0 && n > 0)
+        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_conn=%.0f", rss0,
+               rss1, (double)(rss1 - rss0) * 1024.0 / (double)n);
+    printf("\n");
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+out:
+    atomic_store(&sh.stop, true);
+    workers_join(1);
+    free(fds);
+    return rc;
+}
+
+/* Options -------------------------------------------------------------- */
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+        "usage: loadgen SCENARIO -p PORT [OPTION]...\n"
+        "       loadgen free-port | wait-port PORT\n"
+        "Drives a Gearman job server on " LG_HOST " and prints key=value "
+        "result lines.\n\n"
+        "Scenarios: fg, fg1, bg-submit, bg-drain, memory (= bg-submit), "
+        "connections\n\n"
+        "  -p, --port PORT      server port on " LG_HOST " (required)\n"
+        "  -b, --backend NAME   client library: gearman (default)\n"
+        "  -c, --clients N      client connections (fg 16, bg 2)\n"
+        "  -k, --inflight K     jobs in flight per fg client (fg 32, fg1 1)\n"
+        "  -w, --workers W      worker connections (fg 4, bg-drain 8)\n"
+        "  -n, --jobs N         background jobs (default 200000)\n"
+        "  -t, --secs S         fg measured seconds (default 3)\n"
+        "      --warmup S       fg seconds before measuring (default 0.5)\n"
+        "      --max-secs S     bg phase time limit (default 120)\n"
+        "  -s, --size BYTES     payload size (default 64)\n"
+        "      --batch B        bg submits per pipelined batch (default 500)\n"
+        "      --conns N        connections to hold (default 10000)\n"
+        "      --pid PID        server process, for CPU and RSS from /proc\n"
+        "      --label NAME     server name in the result lines\n");
+}
+
+/* Prints a loopback port that was free a moment ago (gearmand has no
+ * --port-file, so bench/run must choose its port). */
+static int
+free_port(void)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    inet_pton(AF_INET, LG_HOST, &sa.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        perror("loadgen: free-port");
+        return 1;
+    }
+    printf("%d\n", ntohs(sa.sin_port));
+    close(fd);
+    return 0;
+}
+
+/* Waits until something accepts on LG_HOST:port, at most 5 s. */
+static int
+wait_port(const char *arg)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET,
+                              .sin_port = htons((in_port_t)atoi(arg)) };
+    double deadline = lg_now() + 5;
+
+    inet_pton(AF_INET, LG_HOST, &sa.sin_addr);
+    while (lg_now() < deadline) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            close(fd);
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
+        sleep_s(0.05);
+    }
+    return 1;
+}
+
+static double
+num(const char *s, double lo, double hi, const char *what)
+{
+    char *end;
+    double v = strtod(s, &end);
+
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        die("bad value for %s", what);
+    return v;
+}
+
+static void
+parse(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "port", required_argument, NULL, 'p' },
+        { "backend", required_argument, NULL, 'b' },
+        { "clients", required_argument, NULL, 'c' },
+        { "inflight", required_argument, NULL, 'k' },
+        { "workers", required_argument, NULL, 'w' },
+        { "jobs", required_argument, NULL, 'n' },
+        { "secs", required_argument, NULL, 't' },
+        { "size", required_argument, NULL, 's' },
+        { "warmup", required_argument, NULL, 1 },
+        { "max-secs", required_argument, NULL, 2 },
+        { "batch", required_argument, NULL, 3 },
+        { "conns", required_argument, NULL, 4 },
+        { "pid", required_argument, NULL, 5 },
+        { "label", required_argument, NULL, 6 },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+
+    while ((c = getopt_long(argc, argv, "p:b:c:k:w:n:t:s:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'p': o.port = (in_port_t)num(optarg, 1, 65535, "--port"); break;
+        case 'b':
+            o.be = NULL;
+            for (size_t i = 0; i < sizeof(backends) / sizeof(*backends); i++)
+                if (strcmp(backends[i]->name, optarg) == 0)
+                    o.be = backends[i];
+            if (o.be == NULL)
+                die("back end '%s' is not built (only gearman so far)", optarg);
+            break;
+        case 'c': o.clients = (int)num(optarg, 1, MAX_CLIENTS, "--clients"); break;
+        case 'k': o.inflight = (int)num(optarg, 1, MAX_INFLIGHT, "--inflight"); break;
+        case 'w': o.workers = (int)num(optarg, 1, MAX_WORKERS, "--workers"); break;
+        case 'n': o.jobs = (uint64_t)num(optarg, 1, MAX_JOBS, "--jobs"); break;
+        case 't': o.secs = num(optarg, 0.1, MAX_SECS, "--secs"); break;
+        case 's': o.payload = (size_t)num(optarg, 0, MAX_PAYLOAD, "--size"); break;
+        case 1: o.warmup = num(optarg, 0, MAX_SECS, "--warmup"); break;
+        case 2: o.max_secs = num(optarg, 1, MAX_SECS, "--max-secs"); break;
+        case 3: o.batch = (int)num(optarg, 1, 100000, "--batch"); break;
+        case 4: o.conns = (int)num(optarg, 1, MAX_CONNS, "--conns"); break;
+        case 5: o.pid = (pid_t)num(optarg, 1, 1 << 30, "--pid"); break;
+        case 6: o.label = optarg; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+    if (optind != argc - 1 || o.port == 0) {
+        usage(stderr);
+        exit(2);
+    }
+    o.scenario = argv[optind];
+}
+
+/* Fills in the defaults that depend on the scenario. */
+static void
+defaults(void)
+{
+    bool fg = strcmp(o.scenario, "fg") == 0, fg1 = strcmp(o.scenario, "fg1") == 0;
+
+    if (o.clients < 0)
+        o.clients = fg || fg1 ? 16 : 2;
+    if (o.inflight < 0)
+        o.inflight = fg1 ? 1 : 32;
+    if (o.workers < 0)
+        o.workers = fg || fg1 ? 4 : 8;
+    if ((uint64_t)o.clients > o.jobs)
+        o.clients = (int)o.jobs;
+}
+
+int
+main(int argc, char **argv)
+{
+    double limit;
+    int rc = 2;
+
+    if (argc == 2 && strcmp(argv[1], "free-port") == 0)
+        return free_port();
+    if (argc == 3 && strcmp(argv[1], "wait-port") == 0)
+        return wait_port(argv[2]);
+    parse(argc, argv);
+    defaults();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    payload = malloc(o.payload ? o.payload : 1);
+    if (payload == NULL)
+        die("%s", "out of memory");
+    for (size_t i = 0; i < o.payload; i++)
+        payload[i] = (unsigned char)('a' + i % 26);
+
+    /* The watchdog: no scenario outlives its own limits by much. */
+    limit = o.warmup + o.secs + 2 * o.max_secs + 60;
+    alarm((unsigned)limit);
+
+    if (strcmp(o.scenario, "fg") == 0 || strcmp(o.scenario, "fg1") == 0)
+        rc = run_fg(o.scenario);
+    else if (strcmp(o.scenario, "bg-submit") == 0 ||
+             strcmp(o.scenario, "memory") == 0)
+        rc = run_bg_submit();
+    else if (strcmp(o.scenario, "bg-drain") == 0)
+        rc = run_bg_drain();
+    else if (strcmp(o.scenario, "connections") == 0)
+        rc = run_connections();
+    else
+        die("unknown scenario '%s'", o.scenario);
+    if (thread_err[0] != '\0')
+        fprintf(stderr, "loadgen: %s: %s\n", o.label, thread_err);
+    free(payload);
+    return rc;
+}
