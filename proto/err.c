@@ -20,6 +20,8 @@ dsjob_strerror(int err)
     case DSJOB_ERR_NOTFOUND: return "not found";
     case DSJOB_ERR_STATE: return "invalid state";
     case DSJOB_ERR_STORE: return "store failed";
+    case DSJOB_ERR_JOB_FAILED: return "job failed";
+    case DSJOB_ERR_JOB_EXCEPTION: return "job raised an exception";
     }
     return "unknown error";
 }

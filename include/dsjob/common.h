@@ -34,10 +34,24 @@ enum dsjob_err {
     DSJOB_ERR_NOTFOUND, /* no such job, function or server */
     DSJOB_ERR_STATE,    /* the call does not fit the object's state */
     DSJOB_ERR_STORE,    /* the persistent store failed */
+    DSJOB_ERR_JOB_FAILED,    /* the job ended with WORK_FAIL */
+    DSJOB_ERR_JOB_EXCEPTION, /* the job ended with WORK_EXCEPTION (text in the errmsg) */
 };
 
 /* dsjob_strerror returns a static, never-NULL text for an enum dsjob_err value. */
 DSJOB_API const char *dsjob_strerror(int err);
+
+#include <stddef.h>
+
+/*
+ * dsjob_malloc and dsjob_free are the libraries' allocator: what a dsjob_
+ * call returns for the caller to free is freed with dsjob_free (NULL is a
+ * no-op). dsjob_set_alloc_funcs replaces both for the whole process (NULLs
+ * restore malloc and free); call it before any other dsjob_ call.
+ */
+DSJOB_API void *dsjob_malloc(size_t size);
+DSJOB_API void dsjob_free(void *ptr);
+DSJOB_API void dsjob_set_alloc_funcs(void *(*malloc_fn)(size_t), void (*free_fn)(void *));
 
 /* dsjob_version returns the library's version string, e.g. "0.1.0". */
 DSJOB_API const char *dsjob_version(void);

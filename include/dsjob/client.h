@@ -1,0 +1,274 @@
+/*
+ * libdsjobclient: submit jobs to Gearman job servers (dsjobd, gearmand) and
+ * follow them. A struct dsjob_client holds a list of servers and one lazy
+ * connection to each; blocking calls submit a job and wait for its result,
+ * or submit it in the background and return its handle. A struct
+ * dsjob_taskset pipelines many jobs over the same servers and drives them
+ * all from one poll() loop, calling back as they progress.
+ *
+ * Server choice: a job with a non-empty unique key goes to the server that a
+ * consistent hash of the key picks (a ring of 160 points per server, FNV-1a,
+ * so coalescing works across clients and few keys move when a server is
+ * added); a job without one goes to the servers in turn. When a connection
+ * fails the job is submitted to the next server: delivery is at least once,
+ * and a foreground job whose server dies after accepting it may run twice.
+ *
+ * Thread-safety: a handle (client or task set) belongs to one thread at a
+ * time; different handles may be used from different threads. There is no
+ * global state apart from dsjob_set_alloc_funcs().
+ *
+ * Memory: strings and buffers passed in are borrowed for the duration of
+ * the call and copied if kept; buffers handed out are either borrowed from
+ * the handle (valid as stated) or "caller frees with dsjob_free()".
+ */
+#ifndef DSJOB_CLIENT_H
+#define DSJOB_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dsjob/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dsjob_client;
+struct dsjob_taskset;
+struct dsjob_task;
+
+/* The priority of a job. */
+enum dsjob_priority {
+    DSJOB_PRIO_NORMAL = 0,
+    DSJOB_PRIO_HIGH,
+    DSJOB_PRIO_LOW,
+};
+
+/* What GET_STATUS / GET_STATUS_UNIQUE said about a job. */
+struct dsjob_status {
+    int known;             /* 1 if a server knows the job (queued or running) */
+    int running;           /* 1 if a worker holds it */
+    unsigned numerator;    /* the last WORK_STATUS numerator, 0 if none */
+    unsigned denominator;  /* the last WORK_STATUS denominator, 0 if none */
+    unsigned waiting;      /* foreground clients attached (by unique only; 0 by handle) */
+};
+
+/*
+ * Progress callbacks of a blocking foreground submit, all optional (NULL).
+ * data and warning bytes are borrowed for the duration of the call. user is
+ * the pointer given to dsjob_client_set_callbacks.
+ */
+struct dsjob_client_callbacks {
+    void (*status)(unsigned numerator, unsigned denominator, void *user);
+    void (*data)(const void *data, size_t len, void *user);
+    void (*warning)(const void *data, size_t len, void *user);
+};
+
+/* dsjob_client_new returns a client with no servers, or NULL when out of memory. */
+DSJOB_API struct dsjob_client *dsjob_client_new(void);
+
+/* dsjob_client_free closes every connection and frees c; NULL does nothing. */
+DSJOB_API void dsjob_client_free(struct dsjob_client *c);
+
+/*
+ * dsjob_client_add_server adds a server: "host:port" (a name, an IPv4
+ * address or "[v6]:port") or the path of a unix socket (starting with '/').
+ * addr is borrowed. Nothing is connected until a call needs the server.
+ * Returns DSJOB_OK, DSJOB_ERR_ARG (unparsable address), DSJOB_ERR_NOMEM.
+ */
+DSJOB_API int dsjob_client_add_server(struct dsjob_client *c, const char *addr);
+
+/*
+ * dsjob_client_set_timeout sets the connect timeout and the I/O timeout in
+ * milliseconds (0 or negative: wait for ever). The I/O timeout bounds every
+ * wait for the server: to accept bytes, or to send the next packet, so a
+ * foreground job that reports nothing for io_ms times out. Defaults: 5000
+ * and 0 (no limit). A task set created afterwards inherits them.
+ */
+DSJOB_API void dsjob_client_set_timeout(struct dsjob_client *c, int connect_ms, int io_ms);
+
+/*
+ * dsjob_client_set_callbacks sets the progress callbacks of later blocking
+ * submits (cb is copied; NULL removes them) and the user pointer they get.
+ */
+DSJOB_API void dsjob_client_set_callbacks(struct dsjob_client *c,
+                                          const struct dsjob_client_callbacks *cb, void *user);
+
+/*
+ * dsjob_client_errmsg returns the detail of the last failed call on c: the
+ * server's ERROR text, a job's exception text, or a system error. Borrowed:
+ * valid until the next call on c. Never NULL ("" after a success).
+ */
+DSJOB_API const char *dsjob_client_errmsg(const struct dsjob_client *c);
+
+/*
+ * dsjob_client_submit runs a foreground job and waits for its end. func is
+ * the function name, unique the unique key (NULL or "" for none; "-" makes
+ * the server coalesce on the payload), data/len the payload (borrowed).
+ * On DSJOB_OK, *result (caller frees with dsjob_free(); NUL-terminated for
+ * convenience, the terminator not counted) and *result_len hold the
+ * WORK_COMPLETE bytes; result may be NULL to discard them. Returns
+ * DSJOB_ERR_JOB_FAILED on WORK_FAIL, DSJOB_ERR_JOB_EXCEPTION on
+ * WORK_EXCEPTION (its text in errmsg), DSJOB_ERR_SERVER when the server
+ * answered ERROR (text in errmsg), DSJOB_ERR_TIMEOUT, DSJOB_ERR_ARG, and
+ * the last connection error when no server could be used. Progress
+ * packets go to the callbacks of dsjob_client_set_callbacks.
+ */
+DSJOB_API int dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique,
+                                  const void *data, size_t len, enum dsjob_priority prio,
+                                  void **result, size_t *result_len);
+
+/*
+ * dsjob_client_submit_bg submits a background job and returns once a
+ * server has accepted it. The handle is written NUL-terminated into
+ * handle_buf (handle_cap bytes; may be NULL with cap 0 to discard it;
+ * DSJOB_ERR_ARG when it does not fit, although the job was submitted).
+ * Returns as dsjob_client_submit for errors.
+ */
+DSJOB_API int dsjob_client_submit_bg(struct dsjob_client *c, const char *func, const char *unique,
+                                     const void *data, size_t len, enum dsjob_priority prio,
+                                     char *handle_buf, size_t handle_cap);
+
+/*
+ * dsjob_client_submit_epoch submits a background job that the server runs
+ * at the given time (seconds since the epoch; SUBMIT_JOB_EPOCH). Arguments
+ * and results as dsjob_client_submit_bg.
+ */
+DSJOB_API int dsjob_client_submit_epoch(struct dsjob_client *c, const char *func,
+                                        const char *unique, const void *data, size_t len,
+                                        int64_t epoch, char *handle_buf, size_t handle_cap);
+
+/*
+ * dsjob_client_status asks about a job by handle (borrowed). A handle does
+ * not name its server, so every server is asked in turn until one knows the
+ * job. Fills *st (known = 0 when none does). Returns DSJOB_OK, or the
+ * connection error when no server answered at all.
+ */
+DSJOB_API int dsjob_client_status(struct dsjob_client *c, const char *handle,
+                                  struct dsjob_status *st);
+
+/*
+ * dsjob_client_status_unique asks about a job by unique key (borrowed;
+ * GET_STATUS_UNIQUE): the server the key hashes to first, then the others.
+ * Fills *st, waiting included. Returns as dsjob_client_status.
+ */
+DSJOB_API int dsjob_client_status_unique(struct dsjob_client *c, const char *unique,
+                                         struct dsjob_status *st);
+
+/*
+ * dsjob_client_echo sends data (borrowed) to every server and checks that
+ * each echoes it back. Returns DSJOB_OK, DSJOB_ERR_PROTO when an answer
+ * differs, or the first server's error (errmsg names the server).
+ */
+DSJOB_API int dsjob_client_echo(struct dsjob_client *c, const void *data, size_t len);
+
+/*
+ * Callbacks of a task set, all optional (NULL). t is the task (borrowed,
+ * valid until dsjob_taskset_free), user the pointer given to
+ * dsjob_taskset_add. Bytes are borrowed for the duration of the call.
+ * Exactly one of complete, fail and exception ends a foreground task; a
+ * background task ends with created. A task that no server would take
+ * ends with fail, and dsjob_task_error() tells why.
+ */
+struct dsjob_task_callbacks {
+    void (*created)(struct dsjob_task *t, const char *handle, void *user);
+    void (*status)(struct dsjob_task *t, unsigned numerator, unsigned denominator, void *user);
+    void (*data)(struct dsjob_task *t, const void *data, size_t len, void *user);
+    void (*warning)(struct dsjob_task *t, const void *data, size_t len, void *user);
+    void (*complete)(struct dsjob_task *t, const void *result, size_t len, void *user);
+    void (*fail)(struct dsjob_task *t, void *user);
+    void (*exception)(struct dsjob_task *t, const char *text, size_t len, void *user);
+};
+
+/* Flags of dsjob_taskset_add. */
+enum dsjob_task_flags {
+    DSJOB_TASK_BACKGROUND = 1 << 0, /* done once the server has accepted it */
+};
+
+/*
+ * dsjob_taskset_new makes an empty task set that sends to c's servers
+ * (c is borrowed and must outlive the set; the set has connections of its
+ * own, so c may be used between runs). cb is copied (NULL: no callbacks).
+ * Returns NULL when out of memory or when c has no server.
+ */
+DSJOB_API struct dsjob_taskset *dsjob_taskset_new(struct dsjob_client *c,
+                                                  const struct dsjob_task_callbacks *cb);
+
+/* dsjob_taskset_free closes the set's connections and frees every task; NULL does nothing. */
+DSJOB_API void dsjob_taskset_free(struct dsjob_taskset *ts);
+
+/*
+ * dsjob_taskset_add queues one job (arguments as dsjob_client_submit, all
+ * copied; flags from enum dsjob_task_flags). The submit is only encoded
+ * here; dsjob_taskset_run sends it. user is given back to the callbacks.
+ * *task (may be NULL) receives the task, owned by the set. Returns
+ * DSJOB_OK, DSJOB_ERR_ARG, DSJOB_ERR_NOMEM.
+ */
+DSJOB_API int dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique,
+                                const void *data, size_t len, enum dsjob_priority prio,
+                                unsigned flags, void *user, struct dsjob_task **task);
+
+/*
+ * dsjob_taskset_run sends every queued submit and processes answers from
+ * all servers in one poll() loop until every task has ended or timeout_ms
+ * passed (0 or negative: no limit). Tasks whose connection fails are
+ * submitted again to the next server (at least once). Returns DSJOB_OK
+ * when every task completed, DSJOB_ERR_JOB_FAILED when all ended but some
+ * did not complete (see dsjob_taskset_failed), DSJOB_ERR_TIMEOUT with
+ * tasks still running (run may be called again), DSJOB_ERR_NOMEM.
+ */
+DSJOB_API int dsjob_taskset_run(struct dsjob_taskset *ts, int timeout_ms);
+
+/* dsjob_taskset_count returns the number of tasks added. */
+DSJOB_API size_t dsjob_taskset_count(const struct dsjob_taskset *ts);
+
+/* dsjob_taskset_nfailed returns how many tasks have ended without completing. */
+DSJOB_API size_t dsjob_taskset_nfailed(const struct dsjob_taskset *ts);
+
+/*
+ * dsjob_taskset_failed returns the i-th task (0 <= i < nfailed, in the
+ * order they ended) that ended with fail, exception or an error; NULL
+ * when i is out of range. Borrowed from the set.
+ */
+DSJOB_API struct dsjob_task *dsjob_taskset_failed(const struct dsjob_taskset *ts, size_t i);
+
+/* dsjob_task_user returns the pointer given to dsjob_taskset_add. */
+DSJOB_API void *dsjob_task_user(const struct dsjob_task *t);
+
+/* dsjob_task_handle returns the job handle, "" before JOB_CREATED. Borrowed from the set. */
+DSJOB_API const char *dsjob_task_handle(const struct dsjob_task *t);
+
+/* dsjob_task_unique returns the unique key given ("" for none). Borrowed from the set. */
+DSJOB_API const char *dsjob_task_unique(const struct dsjob_task *t);
+
+/*
+ * dsjob_task_done tells whether the task has ended (completed, failed,
+ * raised an exception, or, in the background, been accepted).
+ */
+DSJOB_API int dsjob_task_done(const struct dsjob_task *t);
+
+/*
+ * dsjob_task_error returns DSJOB_OK for a task that completed (or is still
+ * running), DSJOB_ERR_JOB_FAILED, DSJOB_ERR_JOB_EXCEPTION, DSJOB_ERR_SERVER
+ * (the server refused it), or the connection error that made every server
+ * unusable for it.
+ */
+DSJOB_API int dsjob_task_error(const struct dsjob_task *t);
+
+/*
+ * dsjob_task_errmsg returns the exception text, the server's ERROR text or
+ * the connection error, "" if none. Borrowed from the set.
+ */
+DSJOB_API const char *dsjob_task_errmsg(const struct dsjob_task *t);
+
+/*
+ * dsjob_task_result returns the WORK_COMPLETE bytes of a completed task and
+ * their length in *len (may be NULL), or NULL. Borrowed from the set.
+ */
+DSJOB_API const void *dsjob_task_result(const struct dsjob_task *t, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,632 @@
+/*
+ * The blocking half of libdsjobclient: the client handle, its servers and
+ * their hash ring, and the calls that submit one job (or ask one question)
+ * and wait for the answer on one connection. Each call picks a first
+ * server, and on a connection failure closes it and goes on to the next,
+ * so a call fails only when every server failed. Packets that belong to
+ * nothing the call waits for (OPTION_RES, stray results) are skipped.
+ */
+#include "config.h"
+#include "libclient/client_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dsjob/client.h>
+
+/* FNV-1a over the bytes, then murmur3's finaliser so that close keys spread. */
+static uint32_t
+ring_hash(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint32_t h = 2166136261u;
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 16777619u;
+    }
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+static int
+ring_cmp(const void *a, const void *b)
+{
+    const struct ring_point *x = a, *y = b;
+
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return x->server < y->server ? -1 : x->server > y->server;
+}
+
+/* Rebuilds the ring for the current servers; the old ring stays on failure. */
+static int
+ring_build(struct dsjob_client *c)
+{
+    struct ring_point *r = dsjob_malloc(c->nlinks * RING_POINTS * sizeof(*r));
+    size_t i, k;
+
+    if (r == NULL)
+        return DSJOB_ERR_NOMEM;
+    for (i = 0; i < c->nlinks; i++) {
+        for (k = 0; k < RING_POINTS; k++) {
+            char key[300];
+            int n = snprintf(key, sizeof(key), "%s-%zu", c->links[i].addr, k);
+
+            r[i * RING_POINTS + k].hash = ring_hash(key, (size_t)n);
+            r[i * RING_POINTS + k].server = i;
+        }
+    }
+    qsort(r, c->nlinks * RING_POINTS, sizeof(*r), ring_cmp);
+    dsjob_free(c->ring);
+    c->ring = r;
+    return DSJOB_OK;
+}
+
+size_t
+client_pick(struct dsjob_client *c, const char *unique)
+{
+    size_t lo = 0, hi, n = c->nlinks * RING_POINTS;
+    uint32_t h;
+
+    if (c->nlinks <= 1)
+        return 0;
+    if (unique == NULL || *unique == '\0') {
+        size_t i = c->rr;
+
+        c->rr = (c->rr + 1) % c->nlinks;
+        return i;
+    }
+    h = ring_hash(unique, strlen(unique));
+    hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (c->ring[mid].hash < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return c->ring[lo == n ? 0 : lo].server;
+}
+
+int
+client_prepare_hello(struct link *l)
+{
+    static const char opt[] = "exceptions";
+    const void *args[1] = {opt};
+    size_t lens[1] = {sizeof(opt) - 1};
+    int err;
+
+    if (l->hello)
+        return DSJOB_OK;
+    err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
+    if (err == DSJOB_OK)
+        l->hello = true;
+    return err;
+}
+
+uint32_t
+client_submit_type(bool background, enum dsjob_priority prio)
+{
+    switch (prio) {
+    case DSJOB_PRIO_HIGH: return background ? PACKET_SUBMIT_JOB_HIGH_BG : PACKET_SUBMIT_JOB_HIGH;
+    case DSJOB_PRIO_LOW: return background ? PACKET_SUBMIT_JOB_LOW_BG : PACKET_SUBMIT_JOB_LOW;
+    case DSJOB_PRIO_NORMAL: break;
+    }
+    return background ? PACKET_SUBMIT_JOB_BG : PACKET_SUBMIT_JOB;
+}
+
+bool
+client_failover(int err)
+{
+    return err == DSJOB_ERR_SYS || err == DSJOB_ERR_CLOSED || err == DSJOB_ERR_NOTFOUND ||
+           err == DSJOB_ERR_PROTO;
+}
+
+struct dsjob_client *
+dsjob_client_new(void)
+{
+    struct dsjob_client *c = dsjob_malloc(sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    memset(c, 0, sizeof(*c));
+    c->connect_ms = 5000;
+    c->io_ms = 0;
+    return c;
+}
+
+void
+dsjob_client_free(struct dsjob_client *c)
+{
+    size_t i;
+
+    if (c == NULL)
+        return;
+    for (i = 0; i < c->nlinks; i++)
+        link_release(&c->links[i]);
+    dsjob_free(c->links);
+    dsjob_free(c->ring);
+    dsjob_free(c);
+}
+
+/* Sets c->errmsg and returns err, for return client_err(...). */
+static int
+client_err(struct dsjob_client *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+client_err(struct dsjob_client *c, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int
+dsjob_client_add_server(struct dsjob_client *c, const char *addr)
+{
+    struct link l;
+    int err;
+
+    c->errmsg[0] = '\0';
+    err = link_init(&l, addr);
+    if (err != DSJOB_OK)
+        return client_err(c, err, "bad server address '%s'", addr ? addr : "(null)");
+    if (c->nlinks == c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 4;
+        struct link *nl = dsjob_malloc(ncap * sizeof(*nl));
+
+        if (nl == NULL) {
+            link_release(&l);
+            return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+        }
+        if (c->nlinks > 0)
+            memcpy(nl, c->links, c->nlinks * sizeof(*nl));
+        dsjob_free(c->links);
+        c->links = nl;
+        c->cap = ncap;
+    }
+    c->links[c->nlinks++] = l;
+    if (ring_build(c) != DSJOB_OK) {
+        link_release(&c->links[--c->nlinks]);
+        return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    }
+    return DSJOB_OK;
+}
+
+void
+dsjob_client_set_timeout(struct dsjob_client *c, int connect_ms, int io_ms)
+{
+    c->connect_ms = connect_ms;
+    c->io_ms = io_ms;
+}
+
+void
+dsjob_client_set_callbacks(struct dsjob_client *c, const struct dsjob_client_callbacks *cb,
+                           void *user)
+{
+    if (cb != NULL)
+        c->cb = *cb;
+    else
+        memset(&c->cb, 0, sizeof(c->cb));
+    c->cb_user = user;
+}
+
+const char *
+dsjob_client_errmsg(const struct dsjob_client *c)
+{
+    return c->errmsg;
+}
+
+/* Parses an unsigned decimal argument as gearmand's atoi would (garbage -> 0). */
+static unsigned
+arg_uint(const unsigned char *p, size_t len)
+{
+    unsigned long v = 0;
+    size_t i;
+
+    for (i = 0; i < len && p[i] >= '0' && p[i] <= '9'; i++)
+        v = v * 10 + (unsigned)(p[i] - '0');
+    return (unsigned)v;
+}
+
+static bool
+arg_is(const struct packet *p, unsigned i, const char *s, size_t len)
+{
+    return p->nargs > i && p->arg_len[i] == len && memcmp(p->arg[i], s, len) == 0;
+}
+
+/* Records an ERROR packet's code and text in errmsg; returns DSJOB_ERR_SERVER. */
+static int
+client_server_error(struct dsjob_client *c, struct link *l, const struct packet *p)
+{
+    return client_err(c, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", l->addr,
+                      (int)(p->nargs > 0 ? p->arg_len[0] : 0), p->nargs > 0 ? (const char *)p->arg[0] : "",
+                      (int)(p->nargs > 1 ? p->arg_len[1] : 0), p->nargs > 1 ? (const char *)p->arg[1] : "");
+}
+
+/* Connects l and flushes what is queued; closes it on failure. */
+static int
+client_send(struct dsjob_client *c, struct link *l)
+{
+    int err = link_connect(l, c->connect_ms);
+
+    if (err == DSJOB_OK)
+        err = link_flush(l, link_deadline(c->io_ms));
+    if (err != DSJOB_OK) {
+        client_err(c, err, "%s", l->err);
+        link_close(l);
+    }
+    return err;
+}
+
+/*
+ * Waits on l for the JOB_CREATED that answers our submit, copying the
+ * handle into handle (cap bytes). Returns DSJOB_OK, DSJOB_ERR_SERVER, or
+ * an I/O error (l is then closed).
+ */
+static int
+client_wait_created(struct dsjob_client *c, struct link *l, char *handle, size_t cap)
+{
+    struct packet p;
+    int err;
+
+    for (;;) {
+        err = link_recv(l, &p, link_deadline(c->io_ms));
+        if (err != DSJOB_OK) {
+            client_err(c, err, "%s", l->err);
+            link_close(l);
+            return err;
+        }
+        if (p.type == PACKET_ERROR)
+            return client_server_error(c, l, &p);
+        if (p.type == PACKET_JOB_CREATED) {
+            size_t n = p.arg_len[0] < cap - 1 ? p.arg_len[0] : cap - 1;
+
+            memcpy(handle, p.arg[0], n);
+            handle[n] = '\0';
+            return DSJOB_OK;
+        }
+    }
+}
+
+/* Copies a result into a new dsjob_malloc buffer with a NUL after it. */
+static void *
+copy_bytes(const void *src, size_t len)
+{
+    unsigned char *b = dsjob_malloc(len + 1);
+
+    if (b == NULL)
+        return NULL;
+    if (len > 0)
+        memcpy(b, src, len);
+    b[len] = '\0';
+    return b;
+}
+
+/*
+ * Follows a created foreground job on l to its end, calling the progress
+ * callbacks. Returns DSJOB_OK with the result, JOB_FAILED, JOB_EXCEPTION,
+ * or an I/O error (l is then closed).
+ */
+static int
+client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void **result,
+                size_t *result_len)
+{
+    size_t hlen = strlen(handle);
+    struct packet p;
+    int err;
+
+    for (;;) {
+        err = link_recv(l, &p, link_deadline(c->io_ms));
+        if (err != DSJOB_OK) {
+            client_err(c, err, "%s", l->err);
+            link_close(l);
+            return err;
+        }
+        if (p.type == PACKET_ERROR)
+            return client_server_error(c, l, &p);
+        /* gearmand's WORK_FAIL after an exception has a stray NUL after the handle. */
+        if (p.type == PACKET_WORK_FAIL && p.arg_len[0] == hlen + 1 && p.arg[0][hlen] == '\0')
+            p.arg_len[0] = hlen;
+        if (!arg_is(&p, 0, handle, hlen))
+            continue;
+        switch (p.type) {
+        case PACKET_WORK_STATUS:
+            if (c->cb.status != NULL)
+                c->cb.status(arg_uint(p.arg[1], p.arg_len[1]), arg_uint(p.arg[2], p.arg_len[2]),
+                             c->cb_user);
+            break;
+        case PACKET_WORK_DATA:
+            if (c->cb.data != NULL)
+                c->cb.data(p.arg[1], p.arg_len[1], c->cb_user);
+            break;
+        case PACKET_WORK_WARNING:
+            if (c->cb.warning != NULL)
+                c->cb.warning(p.arg[1], p.arg_len[1], c->cb_user);
+            break;
+        case PACKET_WORK_COMPLETE:
+            if (result != NULL) {
+                *result = copy_bytes(p.arg[1], p.arg_len[1]);
+                if (*result == NULL)
+                    return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+            }
+            if (result_len != NULL)
+                *result_len = p.arg_len[1];
+            return DSJOB_OK;
+        case PACKET_WORK_FAIL:
+            return client_err(c, DSJOB_ERR_JOB_FAILED, "job %s failed", handle);
+        case PACKET_WORK_EXCEPTION:
+            return client_err(c, DSJOB_ERR_JOB_EXCEPTION, "%.*s", (int)p.arg_len[1],
+                              (const char *)p.arg[1]);
+        default:
+            break;
+        }
+    }
+}
+
+static int
+check_job_args(struct dsjob_client *c, const char *func, const char *unique, const void *data,
+               size_t len)
+{
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (func == NULL || *func == '\0')
+        return client_err(c, DSJOB_ERR_ARG, "empty function name");
+    if (data == NULL && len > 0)
+        return client_err(c, DSJOB_ERR_ARG, "NULL data with a length");
+    if (unique != NULL && strlen(unique) > CLIENT_MAX_UNIQUE)
+        return client_err(c, DSJOB_ERR_ARG, "unique key longer than %d bytes", CLIENT_MAX_UNIQUE);
+    return DSJOB_OK;
+}
+
+/*
+ * Submits one job of the given packet type (args already laid out) to the
+ * servers in turn from the picked one, and follows it: to JOB_CREATED for a
+ * background job, to its end for a foreground one.
+ */
+static int
+client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned nargs,
+           const void *const *args, const size_t *lens, bool background, void **result,
+           size_t *result_len, char *handle_buf, size_t handle_cap)
+{
+    size_t first = client_pick(c, unique), k;
+    char handle[256];
+    int err = DSJOB_ERR_NOTFOUND;
+
+    for (k = 0; k < c->nlinks; k++) {
+        struct link *l = &c->links[(first + k) % c->nlinks];
+
+        if (client_prepare_hello(l) != DSJOB_OK ||
+            link_queue(l, type, nargs, args, lens) != DSJOB_OK) {
+            link_close(l);
+            return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+        }
+        err = link_connect(l, c->connect_ms);
+        if (err != DSJOB_OK) {
+            /* Nothing reached this server: always worth trying the next. */
+            client_err(c, err, "%s", l->err);
+            link_close(l);
+            continue;
+        }
+        err = client_send(c, l);
+        if (err == DSJOB_OK)
+            err = client_wait_created(c, l, handle, sizeof(handle));
+        if (err == DSJOB_OK && !background)
+            err = client_wait_end(c, l, handle, result, result_len);
+        if (err == DSJOB_OK || !client_failover(err))
+            break;
+    }
+    if (err == DSJOB_ERR_TIMEOUT && k < c->nlinks) {
+        /* The stream's state is unknown: start afresh next time. */
+        link_close(&c->links[(first + k) % c->nlinks]);
+    }
+    if (err != DSJOB_OK)
+        return err;
+    if (handle_buf != NULL && handle_cap > 0) {
+        if (strlen(handle) >= handle_cap)
+            return client_err(c, DSJOB_ERR_ARG, "handle '%s' does not fit", handle);
+        memcpy(handle_buf, handle, strlen(handle) + 1);
+    }
+    return DSJOB_OK;
+}
+
+int
+dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique,
+                    const void *data, size_t len, enum dsjob_priority prio, void **result,
+                    size_t *result_len)
+{
+    const void *args[3] = {func, unique ? unique : "", data ? data : ""};
+    size_t lens[3];
+    int err;
+
+    c->errmsg[0] = '\0';
+    if (result != NULL)
+        *result = NULL;
+    if (result_len != NULL)
+        *result_len = 0;
+    err = check_job_args(c, func, unique, data, len);
+    if (err != DSJOB_OK)
+        return err;
+    lens[0] = strlen(func);
+    lens[1] = unique ? strlen(unique) : 0;
+    lens[2] = len;
+    return client_run(c, client_submit_type(false, prio), unique, 3, args, lens, false, result,
+                      result_len, NULL, 0);
+}
+
+int
+dsjob_client_submit_bg(struct dsjob_client *c, const char *func, const char *unique,
+                       const void *data, size_t len, enum dsjob_priority prio, char *handle_buf,
+                       size_t handle_cap)
+{
+    const void *args[3] = {func, unique ? unique : "", data ? data : ""};
+    size_t lens[3];
+    int err;
+
+    c->errmsg[0] = '\0';
+    err = check_job_args(c, func, unique, data, len);
+    if (err != DSJOB_OK)
+        return err;
+    lens[0] = strlen(func);
+    lens[1] = unique ? strlen(unique) : 0;
+    lens[2] = len;
+    return client_run(c, client_submit_type(true, prio), unique, 3, args, lens, true, NULL, NULL,
+                      handle_buf, handle_cap);
+}
+
+int
+dsjob_client_submit_epoch(struct dsjob_client *c, const char *func, const char *unique,
+                          const void *data, size_t len, int64_t epoch, char *handle_buf,
+                          size_t handle_cap)
+{
+    char when[32];
+    const void *args[4] = {func, unique ? unique : "", when, data ? data : ""};
+    size_t lens[4];
+    int err;
+
+    c->errmsg[0] = '\0';
+    err = check_job_args(c, func, unique, data, len);
+    if (err != DSJOB_OK)
+        return err;
+    if (epoch < 0)
+        return client_err(c, DSJOB_ERR_ARG, "negative epoch time");
+    lens[0] = strlen(func);
+    lens[1] = unique ? strlen(unique) : 0;
+    lens[2] = (size_t)snprintf(when, sizeof(when), "%lld", (long long)epoch);
+    lens[3] = len;
+    return client_run(c, PACKET_SUBMIT_JOB_EPOCH, unique, 4, args, lens, true, NULL, NULL,
+                      handle_buf, handle_cap);
+}
+
+/*
+ * Sends one request to server i and waits for a packet of type want,
+ * skipping others. Returns DSJOB_OK with *p, DSJOB_ERR_SERVER, or an I/O
+ * error (the link is then closed).
+ */
+static int
+client_ask(struct dsjob_client *c, size_t i, uint32_t type, const void *arg, size_t len,
+           uint32_t want, struct packet *p)
+{
+    struct link *l = &c->links[i];
+    const void *args[1] = {arg};
+    size_t lens[1] = {len};
+    int err;
+
+    if (client_prepare_hello(l) != DSJOB_OK || link_queue(l, type, 1, args, lens) != DSJOB_OK) {
+        link_close(l);
+        return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    }
+    err = client_send(c, l);
+    while (err == DSJOB_OK) {
+        err = link_recv(l, p, link_deadline(c->io_ms));
+        if (err != DSJOB_OK) {
+            client_err(c, err, "%s", l->err);
+            link_close(l);
+            break;
+        }
+        if (p->type == PACKET_ERROR)
+            return client_server_error(c, l, p);
+        if (p->type == want)
+            return DSJOB_OK;
+    }
+    return err;
+}
+
+/* Asks the servers in turn from first; fills st from the first that knows the job. */
+static int
+client_status_any(struct dsjob_client *c, size_t first, uint32_t type, const char *key,
+                  struct dsjob_status *st)
+{
+    uint32_t want = type == PACKET_GET_STATUS ? PACKET_STATUS_RES : PACKET_STATUS_RES_UNIQUE;
+    int err = DSJOB_ERR_NOTFOUND, answered = 0;
+    size_t k;
+
+    memset(st, 0, sizeof(*st));
+    c->errmsg[0] = '\0';
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (key == NULL)
+        return client_err(c, DSJOB_ERR_ARG, "NULL key");
+    for (k = 0; k < c->nlinks; k++) {
+        struct packet p;
+        size_t klen = strlen(key);
+
+        err = client_ask(c, (first + k) % c->nlinks, type, key, klen, want, &p);
+        if (err != DSJOB_OK)
+            continue;
+        answered = 1;
+        if (p.nargs < 5 || !arg_is(&p, 0, key, klen))
+            continue;
+        if (arg_uint(p.arg[1], p.arg_len[1]) == 0)
+            continue;
+        st->known = 1;
+        st->running = arg_uint(p.arg[2], p.arg_len[2]) != 0;
+        st->numerator = arg_uint(p.arg[3], p.arg_len[3]);
+        st->denominator = arg_uint(p.arg[4], p.arg_len[4]);
+        if (want == PACKET_STATUS_RES_UNIQUE && p.nargs > 5)
+            st->waiting = arg_uint(p.arg[5], p.arg_len[5]);
+        c->errmsg[0] = '\0';
+        return DSJOB_OK;
+    }
+    if (answered) {
+        c->errmsg[0] = '\0';
+        return DSJOB_OK;
+    }
+    return err;
+}
+
+int
+dsjob_client_status(struct dsjob_client *c, const char *handle, struct dsjob_status *st)
+{
+    return client_status_any(c, 0, PACKET_GET_STATUS, handle, st);
+}
+
+int
+dsjob_client_status_unique(struct dsjob_client *c, const char *unique, struct dsjob_status *st)
+{
+    size_t first = 0;
+
+    if (c->nlinks > 1 && unique != NULL && *unique != '\0') {
+        size_t saved = c->rr;
+
+        first = client_pick(c, unique);
+        c->rr = saved;
+    }
+    return client_status_any(c, first, PACKET_GET_STATUS_UNIQUE, unique, st);
+}
+
+int
+dsjob_client_echo(struct dsjob_client *c, const void *data, size_t len)
+{
+    size_t i;
+    int err;
+
+    c->errmsg[0] = '\0';
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (data == NULL && len > 0)
+        return client_err(c, DSJOB_ERR_ARG, "NULL data with a length");
+    for (i = 0; i < c->nlinks; i++) {
+        struct packet p;
+
+        err = client_ask(c, i, PACKET_ECHO_REQ, data ? data : "", len, PACKET_ECHO_RES, &p);
+        if (err != DSJOB_OK)
+            return err;
+        if (p.arg_len[0] != len || (len > 0 && memcmp(p.arg[0], data, len) != 0))
+            return client_err(c, DSJOB_ERR_PROTO, "%s: echo differs", c->links[i].addr);
+    }
+    return DSJOB_OK;
+}

@@ -1,0 +1,58 @@
+/*
+ * Internals of libdsjobclient shared by the blocking client (client.c) and
+ * the task set (taskset.c): the client structure, the consistent-hash ring
+ * that picks a server for a unique key, and the per-connection preamble.
+ */
+#ifndef DSJOB_LIBCLIENT_CLIENT_INT_H
+#define DSJOB_LIBCLIENT_CLIENT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dsjob/client.h>
+
+#include "libclient/link.h"
+
+#define CLIENT_ERR_LEN 512
+#define RING_POINTS 160 /* points per server on the hash ring */
+#define CLIENT_MAX_UNIQUE 64 /* longest unique key gearmand accepts */
+
+struct ring_point {
+    uint32_t hash;   /* position on the ring */
+    size_t server;   /* index into dsjob_client.links */
+};
+
+struct dsjob_client {
+    struct link *links;            /* one per server, in the order added (owned) */
+    size_t nlinks;                 /* servers added */
+    size_t cap;                    /* allocated links */
+    struct ring_point *ring;       /* sorted by hash, RING_POINTS per server (owned) */
+    size_t rr;                     /* next server for a job without a unique key */
+    int connect_ms;                /* connect timeout, <= 0: none */
+    int io_ms;                     /* I/O timeout, <= 0: none */
+    struct dsjob_client_callbacks cb; /* progress callbacks of blocking submits */
+    void *cb_user;                 /* their user pointer */
+    char errmsg[CLIENT_ERR_LEN];   /* detail of the last failure */
+};
+
+/*
+ * client_pick returns the index of the first server to try for a job:
+ * by consistent hash for a non-empty unique, else the next in turn.
+ */
+size_t client_pick(struct dsjob_client *c, const char *unique);
+
+/*
+ * client_prepare_hello queues the per-connection preamble (OPTION_REQ
+ * "exceptions") on l unless it is queued already; call it before queueing
+ * anything, so that it goes first on every new connection.
+ */
+int client_prepare_hello(struct link *l);
+
+/* client_submit_type maps (background?, priority) to the SUBMIT packet type. */
+uint32_t client_submit_type(bool background, enum dsjob_priority prio);
+
+/* client_failover tells whether an error means "try the next server". */
+bool client_failover(int err);
+
+#endif

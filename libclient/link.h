@@ -1,0 +1,126 @@
+/*
+ * One connection from a client or a worker to one job server, shared by
+ * libdsjobclient and libdsjobworker: the address, the socket, an output
+ * buffer that packets are queued into (so many can be pipelined), and an
+ * input buffer that packets are decoded from with the proto codec. The
+ * socket is non-blocking once connected; the blocking helpers wait with
+ * poll() up to a deadline. Nothing here knows what the packets mean.
+ */
+#ifndef DSJOB_LIBCLIENT_LINK_H
+#define DSJOB_LIBCLIENT_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/packet.h"
+
+#define LINK_ERR_LEN 256
+#define LINK_MAX_PACKET (64u * 1024 * 1024) /* largest packet accepted from a server */
+
+struct link {
+    char *addr;              /* "host:port" or "/path" as given (owned) */
+    int fd;                  /* the socket, or -1 when not connected */
+    unsigned char *out;      /* queued bytes not yet written (owned) */
+    size_t out_off;          /* bytes of out already written */
+    size_t out_len;          /* bytes of out in use */
+    size_t out_cap;          /* allocated size of out */
+    unsigned char *in;       /* bytes read and not yet consumed (owned) */
+    size_t in_off;           /* bytes of in already consumed */
+    size_t in_len;           /* bytes of in in use */
+    size_t in_cap;           /* allocated size of in */
+    size_t in_pending;       /* size of the packet last returned, consumed on the next call */
+    bool hello;              /* the owner's per-connection preamble is queued */
+    char err[LINK_ERR_LEN];  /* why the last call failed */
+};
+
+/* link_now_ms returns a monotonic clock in milliseconds. */
+int64_t link_now_ms(void);
+
+/*
+ * link_deadline turns a timeout (ms; negative or 0 means none) into an
+ * absolute link_now_ms() deadline, or -1 for none.
+ */
+int64_t link_deadline(int timeout_ms);
+
+/*
+ * link_wait_ms returns how long poll() may wait for a deadline from
+ * link_deadline: -1 for none, 0 when it has passed.
+ */
+int link_wait_ms(int64_t deadline);
+
+/*
+ * link_init sets up an unconnected link to addr (copied): "host:port",
+ * "[v6addr]:port", or a path starting with '/' for a unix socket. Returns
+ * DSJOB_ERR_ARG for an address it cannot parse, DSJOB_ERR_NOMEM.
+ */
+int link_init(struct link *l, const char *addr);
+
+/* link_release closes the socket and frees the buffers and the address. */
+void link_release(struct link *l);
+
+/*
+ * link_connect connects the socket within connect_ms (<= 0: no limit). A
+ * connected link returns DSJOB_OK at once. On failure the link stays closed,
+ * l->err says why, and the result is DSJOB_ERR_SYS, DSJOB_ERR_TIMEOUT or
+ * DSJOB_ERR_NOTFOUND (the host did not resolve).
+ */
+int link_connect(struct link *l, int connect_ms);
+
+/* link_close closes the socket and drops every queued and unread byte. */
+void link_close(struct link *l);
+
+/*
+ * link_queue encodes a REQ packet with nargs arguments (borrowed) and
+ * appends it to the output buffer; nothing is written yet. Returns
+ * DSJOB_OK or DSJOB_ERR_NOMEM.
+ */
+int link_queue(struct link *l, uint32_t type, unsigned nargs, const void *const *args,
+               const size_t *lens);
+
+/* link_want_write tells whether queued bytes are waiting to be written. */
+bool link_want_write(const struct link *l);
+
+/*
+ * link_write_some writes what the socket takes now without blocking.
+ * Returns DSJOB_OK (possibly with bytes left) or DSJOB_ERR_SYS/CLOSED.
+ */
+int link_write_some(struct link *l);
+
+/*
+ * link_read_some reads what the socket has now without blocking. Returns
+ * DSJOB_OK (possibly having read nothing), DSJOB_ERR_CLOSED on EOF,
+ * DSJOB_ERR_SYS, DSJOB_ERR_NOMEM.
+ */
+int link_read_some(struct link *l);
+
+/*
+ * link_next decodes the next whole packet already read. Returns 1 with *p
+ * filled (its pointers borrow the input buffer and stay valid until the next
+ * call on l), 0 when more bytes are needed, or a negative -DSJOB_ERR_PROTO
+ * when the server sent something that is not a packet (l->err says what).
+ */
+int link_next(struct link *l, struct packet *p);
+
+/*
+ * link_flush writes every queued byte, waiting up to deadline (from
+ * link_deadline). Returns DSJOB_OK, DSJOB_ERR_TIMEOUT, DSJOB_ERR_SYS or
+ * DSJOB_ERR_CLOSED.
+ */
+int link_flush(struct link *l, int64_t deadline);
+
+/*
+ * link_recv flushes, then waits up to deadline for the next packet and
+ * returns it in *p as link_next does. Returns DSJOB_OK, DSJOB_ERR_TIMEOUT,
+ * DSJOB_ERR_CLOSED, DSJOB_ERR_SYS, DSJOB_ERR_PROTO, DSJOB_ERR_NOMEM.
+ */
+int link_recv(struct link *l, struct packet *p, int64_t deadline);
+
+/*
+ * link_set_err formats the reason of the last failure into l->err and
+ * returns err unchanged, so that a caller can write return link_set_err(...).
+ */
+int link_set_err(struct link *l, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
