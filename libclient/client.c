@@ -109,8 +109,17 @@ client_prepare_hello(struct link *l)
         return DSJOB_OK;
     err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
     if (err == DSJOB_OK)
-        l->hello = true;
+        l->hello = l->hello_wait = true;
     return err;
+}
+
+bool
+client_hello_answer(struct link *l, const struct packet *p)
+{
+    if (!l->hello_wait || (p->type != PACKET_OPTION_RES && p->type != PACKET_ERROR))
+        return false;
+    l->hello_wait = false;
+    return true;
 }
 
 uint32_t
@@ -159,8 +168,7 @@ dsjob_client_free(struct dsjob_client *c)
 }
 
 /* Sets c->errmsg and returns err, for return client_err(...). */
-static int
-client_err(struct dsjob_client *c, int err, const char *fmt, ...)
+static int client_err(struct dsjob_client *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
@@ -252,9 +260,10 @@ arg_is(const struct packet *p, unsigned i, const char *s, size_t len)
 static int
 client_server_error(struct dsjob_client *c, struct link *l, const struct packet *p)
 {
-    return client_err(c, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", l->addr,
-                      (int)(p->nargs > 0 ? p->arg_len[0] : 0), p->nargs > 0 ? (const char *)p->arg[0] : "",
-                      (int)(p->nargs > 1 ? p->arg_len[1] : 0), p->nargs > 1 ? (const char *)p->arg[1] : "");
+    return client_err(
+        c, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", l->addr, (int)(p->nargs > 0 ? p->arg_len[0] : 0),
+        p->nargs > 0 ? (const char *)p->arg[0] : "", (int)(p->nargs > 1 ? p->arg_len[1] : 0),
+        p->nargs > 1 ? (const char *)p->arg[1] : "");
 }
 
 /* Connects l and flushes what is queued; closes it on failure. */
@@ -290,6 +299,8 @@ client_wait_created(struct dsjob_client *c, struct link *l, char *handle, size_t
             link_close(l);
             return err;
         }
+        if (client_hello_answer(l, &p))
+            continue;
         if (p.type == PACKET_ERROR)
             return client_server_error(c, l, &p);
         if (p.type == PACKET_JOB_CREATED) {
@@ -336,6 +347,8 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
             link_close(l);
             return err;
         }
+        if (client_hello_answer(l, &p))
+            continue;
         if (p.type == PACKET_ERROR)
             return client_server_error(c, l, &p);
         /* gearmand's WORK_FAIL after an exception has a stray NUL after the handle. */
@@ -366,13 +379,11 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
             if (result_len != NULL)
                 *result_len = p.arg_len[1];
             return DSJOB_OK;
-        case PACKET_WORK_FAIL:
-            return client_err(c, DSJOB_ERR_JOB_FAILED, "job %s failed", handle);
+        case PACKET_WORK_FAIL: return client_err(c, DSJOB_ERR_JOB_FAILED, "job %s failed", handle);
         case PACKET_WORK_EXCEPTION:
             return client_err(c, DSJOB_ERR_JOB_EXCEPTION, "%.*s", (int)p.arg_len[1],
                               (const char *)p.arg[1]);
-        default:
-            break;
+        default: break;
         }
     }
 }
@@ -444,9 +455,8 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
 }
 
 int
-dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique,
-                    const void *data, size_t len, enum dsjob_priority prio, void **result,
-                    size_t *result_len)
+dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique, const void *data,
+                    size_t len, enum dsjob_priority prio, void **result, size_t *result_len)
 {
     const void *args[3] = {func, unique ? unique : "", data ? data : ""};
     size_t lens[3];
@@ -537,6 +547,8 @@ client_ask(struct dsjob_client *c, size_t i, uint32_t type, const void *arg, siz
             link_close(l);
             break;
         }
+        if (client_hello_answer(l, p))
+            continue;
         if (p->type == PACKET_ERROR)
             return client_server_error(c, l, p);
         if (p->type == want)

@@ -15,25 +15,25 @@
 #include "libclient/link.h"
 
 #define CLIENT_ERR_LEN 512
-#define RING_POINTS 160 /* points per server on the hash ring */
+#define RING_POINTS 160      /* points per server on the hash ring */
 #define CLIENT_MAX_UNIQUE 64 /* longest unique key gearmand accepts */
 
 struct ring_point {
-    uint32_t hash;   /* position on the ring */
-    size_t server;   /* index into dsjob_client.links */
+    uint32_t hash; /* position on the ring */
+    size_t server; /* index into dsjob_client.links */
 };
 
 struct dsjob_client {
-    struct link *links;            /* one per server, in the order added (owned) */
-    size_t nlinks;                 /* servers added */
-    size_t cap;                    /* allocated links */
-    struct ring_point *ring;       /* sorted by hash, RING_POINTS per server (owned) */
-    size_t rr;                     /* next server for a job without a unique key */
-    int connect_ms;                /* connect timeout, <= 0: none */
-    int io_ms;                     /* I/O timeout, <= 0: none */
+    struct link *links;               /* one per server, in the order added (owned) */
+    size_t nlinks;                    /* servers added */
+    size_t cap;                       /* allocated links */
+    struct ring_point *ring;          /* sorted by hash, RING_POINTS per server (owned) */
+    size_t rr;                        /* next server for a job without a unique key */
+    int connect_ms;                   /* connect timeout, <= 0: none */
+    int io_ms;                        /* I/O timeout, <= 0: none */
     struct dsjob_client_callbacks cb; /* progress callbacks of blocking submits */
-    void *cb_user;                 /* their user pointer */
-    char errmsg[CLIENT_ERR_LEN];   /* detail of the last failure */
+    void *cb_user;                    /* their user pointer */
+    char errmsg[CLIENT_ERR_LEN];      /* detail of the last failure */
 };
 
 /*
@@ -48,6 +48,12 @@ size_t client_pick(struct dsjob_client *c, const char *unique);
  * anything, so that it goes first on every new connection.
  */
 int client_prepare_hello(struct link *l);
+
+/*
+ * client_hello_answer tells whether p answers the preamble (OPTION_RES, or
+ * an ERROR from a server without the option) and consumes that answer.
+ */
+bool client_hello_answer(struct link *l, const struct packet *p);
 
 /* client_submit_type maps (background?, priority) to the SUBMIT packet type. */
 uint32_t client_submit_type(bool background, enum dsjob_priority prio);

@@ -114,6 +114,7 @@ link_close(struct link *l)
     l->out_off = l->out_len = 0;
     l->in_off = l->in_len = l->in_pending = 0;
     l->hello = false;
+    l->hello_wait = false;
 }
 
 /* Waits for a non-blocking connect on fd to finish; returns DSJOB_OK or an error. */
@@ -330,16 +331,14 @@ link_next(struct link *l, struct packet *p)
         return 0;
     st = packet_decode(l->in + l->in_off, l->in_len - l->in_off, LINK_MAX_PACKET, p, &need, &why);
     switch (st) {
-    case PACKET_NEED_MORE:
-        return 0;
+    case PACKET_NEED_MORE: return 0;
     case PACKET_OK:
         if (p->magic != PACKET_RES)
             return -link_set_err(l, DSJOB_ERR_PROTO, "'%s' sent a request packet", l->addr);
         l->in_pending = need;
         return 1;
     case PACKET_BAD:
-    case PACKET_FATAL:
-        break;
+    case PACKET_FATAL: break;
     }
     return -link_set_err(l, DSJOB_ERR_PROTO, "bad packet from '%s': %s", l->addr,
                          why ? why : "malformed");

@@ -19,19 +19,20 @@
 #define LINK_MAX_PACKET (64u * 1024 * 1024) /* largest packet accepted from a server */
 
 struct link {
-    char *addr;              /* "host:port" or "/path" as given (owned) */
-    int fd;                  /* the socket, or -1 when not connected */
-    unsigned char *out;      /* queued bytes not yet written (owned) */
-    size_t out_off;          /* bytes of out already written */
-    size_t out_len;          /* bytes of out in use */
-    size_t out_cap;          /* allocated size of out */
-    unsigned char *in;       /* bytes read and not yet consumed (owned) */
-    size_t in_off;           /* bytes of in already consumed */
-    size_t in_len;           /* bytes of in in use */
-    size_t in_cap;           /* allocated size of in */
-    size_t in_pending;       /* size of the packet last returned, consumed on the next call */
-    bool hello;              /* the owner's per-connection preamble is queued */
-    char err[LINK_ERR_LEN];  /* why the last call failed */
+    char *addr;             /* "host:port" or "/path" as given (owned) */
+    int fd;                 /* the socket, or -1 when not connected */
+    unsigned char *out;     /* queued bytes not yet written (owned) */
+    size_t out_off;         /* bytes of out already written */
+    size_t out_len;         /* bytes of out in use */
+    size_t out_cap;         /* allocated size of out */
+    unsigned char *in;      /* bytes read and not yet consumed (owned) */
+    size_t in_off;          /* bytes of in already consumed */
+    size_t in_len;          /* bytes of in in use */
+    size_t in_cap;          /* allocated size of in */
+    size_t in_pending;      /* size of the packet last returned, consumed on the next call */
+    bool hello;             /* the owner's per-connection preamble is queued */
+    bool hello_wait;        /* the preamble's answer is still due */
+    char err[LINK_ERR_LEN]; /* why the last call failed */
 };
 
 /* link_now_ms returns a monotonic clock in milliseconds. */

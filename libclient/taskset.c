@@ -21,50 +21,49 @@
 #include <dsjob/client.h>
 
 struct dsjob_task {
-    struct dsjob_taskset *ts;   /* the set that owns the task */
-    void *user;                 /* given to the callbacks */
-    char *func;                 /* function name (owned) */
-    char *unique;               /* unique key, "" for none (owned) */
-    unsigned char *data;        /* payload (owned) */
-    size_t len;                 /* payload bytes */
-    bool background;            /* done at JOB_CREATED */
-    uint32_t type;              /* the SUBMIT packet type */
-    size_t server;              /* index of the server it was last sent to */
-    size_t tries;               /* servers that have failed it */
-    bool running;               /* JOB_CREATED seen on the current server */
-    bool done;                  /* ended */
-    char *handle;               /* "" or the job handle (owned) */
-    int err;                    /* enum dsjob_err it ended with */
-    char *errmsg;               /* detail of err, NULL for none (owned) */
-    unsigned char *result;      /* WORK_COMPLETE bytes (owned) */
-    size_t result_len;          /* their length */
-    uint32_t hash;              /* hash of (server, handle) while in the table */
-    struct dsjob_task *hnext;   /* next in the hash bucket */
-    struct dsjob_task *qnext;   /* next in its server's JOB_CREATED FIFO */
+    struct dsjob_taskset *ts; /* the set that owns the task */
+    void *user;               /* given to the callbacks */
+    char *func;               /* function name (owned) */
+    char *unique;             /* unique key, "" for none (owned) */
+    unsigned char *data;      /* payload (owned) */
+    size_t len;               /* payload bytes */
+    bool background;          /* done at JOB_CREATED */
+    uint32_t type;            /* the SUBMIT packet type */
+    size_t server;            /* index of the server it was last sent to */
+    size_t tries;             /* servers that have failed it */
+    bool running;             /* JOB_CREATED seen on the current server */
+    bool done;                /* ended */
+    char *handle;             /* "" or the job handle (owned) */
+    int err;                  /* enum dsjob_err it ended with */
+    char *errmsg;             /* detail of err, NULL for none (owned) */
+    unsigned char *result;    /* WORK_COMPLETE bytes (owned) */
+    size_t result_len;        /* their length */
+    uint32_t hash;            /* hash of (server, handle) while in the table */
+    struct dsjob_task *hnext; /* next in the hash bucket */
+    struct dsjob_task *qnext; /* next in its server's JOB_CREATED FIFO */
 };
 
 struct ts_link {
-    struct link l;              /* the connection */
-    struct dsjob_task *qhead;   /* oldest task waiting for JOB_CREATED */
-    struct dsjob_task *qtail;   /* newest */
-    size_t running;             /* tasks of this server in the hash table */
-    bool hello_wait;            /* the OPTION_REQ is not answered yet */
+    struct link l;            /* the connection */
+    struct dsjob_task *qhead; /* oldest task waiting for JOB_CREATED */
+    struct dsjob_task *qtail; /* newest */
+    size_t running;           /* tasks of this server in the hash table */
 };
 
 struct dsjob_taskset {
-    struct dsjob_client *c;     /* servers, ring, timeouts (borrowed) */
+    struct dsjob_client *c;         /* servers, ring, timeouts (borrowed) */
     struct dsjob_task_callbacks cb; /* the callbacks */
-    struct ts_link *links;      /* one per server of c (owned) */
-    size_t nlinks;              /* c->nlinks when the set was made */
-    struct dsjob_task **tasks;  /* every task, in the order added (owned) */
-    size_t ntasks;              /* tasks added */
-    size_t tasks_cap;           /* allocated */
-    size_t pending;             /* tasks not done */
-    struct dsjob_task **failed; /* tasks that ended without completing (borrowed) */
-    size_t nfailed;             /* how many */
-    struct dsjob_task **buckets; /* hash table of running tasks */
-    size_t nbuckets;            /* a power of two */
-    size_t nhashed;             /* tasks in the table */
+    struct ts_link *links;          /* one per server of c (owned) */
+    size_t nlinks;                  /* c->nlinks when the set was made */
+    struct dsjob_task **tasks;      /* every task, in the order added (owned) */
+    size_t ntasks;                  /* tasks added */
+    size_t tasks_cap;               /* allocated */
+    size_t pending;                 /* tasks not done */
+    struct dsjob_task **failed;     /* tasks that ended without completing (borrowed) */
+    size_t nfailed;                 /* how many */
+    struct dsjob_task **buckets;    /* hash table of running tasks */
+    size_t nbuckets;                /* a power of two */
+    size_t nhashed;                 /* tasks in the table */
 };
 
 static char *
@@ -159,11 +158,8 @@ task_send(struct dsjob_taskset *ts, struct dsjob_task *t, size_t i)
     const void *args[3] = {t->func, t->unique, t->data};
     size_t lens[3] = {strlen(t->func), strlen(t->unique), t->len};
 
-    if (!tl->l.hello) {
-        if (client_prepare_hello(&tl->l) != DSJOB_OK)
-            return DSJOB_ERR_NOMEM;
-        tl->hello_wait = true;
-    }
+    if (client_prepare_hello(&tl->l) != DSJOB_OK)
+        return DSJOB_ERR_NOMEM;
     if (link_queue(&tl->l, t->type, 3, args, lens) != DSJOB_OK)
         return DSJOB_ERR_NOMEM;
     t->server = i;
@@ -263,9 +259,9 @@ tasks_reserve(struct dsjob_taskset *ts)
 }
 
 int
-dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique,
-                  const void *data, size_t len, enum dsjob_priority prio, unsigned flags,
-                  void *user, struct dsjob_task **task)
+dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique, const void *data,
+                  size_t len, enum dsjob_priority prio, unsigned flags, void *user,
+                  struct dsjob_task **task)
 {
     struct dsjob_task *t;
     size_t ulen = unique ? strlen(unique) : 0;
@@ -321,7 +317,6 @@ link_failed(struct dsjob_taskset *ts, size_t i, int err)
     snprintf(msg, sizeof(msg), "%s", tl->l.err);
     link_close(&tl->l);
     tl->qhead = tl->qtail = NULL;
-    tl->hello_wait = false;
     for (k = 0; k < ts->ntasks; k++) {
         struct dsjob_task *t = ts->tasks[k];
 
@@ -394,10 +389,6 @@ on_error(struct dsjob_taskset *ts, size_t i, const struct packet *p)
     char msg[CLIENT_ERR_LEN];
     int n;
 
-    if (tl->hello_wait) {
-        tl->hello_wait = false;
-        return;
-    }
     t = fifo_pop(tl);
     if (t == NULL)
         return;
@@ -456,8 +447,7 @@ deliver(struct dsjob_taskset *ts, struct dsjob_task *t, const struct packet *p)
         if (ts->cb.exception != NULL)
             ts->cb.exception(t, t->errmsg ? t->errmsg : "", p->arg_len[1], t->user);
         return DSJOB_OK;
-    default:
-        return DSJOB_OK;
+    default: return DSJOB_OK;
     }
 }
 
@@ -489,17 +479,15 @@ link_process(struct dsjob_taskset *ts, size_t i)
     int r;
 
     while ((r = link_next(l, &p)) > 0) {
+        if (client_hello_answer(l, &p))
+            continue;
         switch (p.type) {
-        case PACKET_OPTION_RES:
-            ts->links[i].hello_wait = false;
-            break;
+        case PACKET_OPTION_RES: break;
         case PACKET_JOB_CREATED:
             if (on_created(ts, i, &p) != DSJOB_OK)
                 return DSJOB_ERR_NOMEM;
             break;
-        case PACKET_ERROR:
-            on_error(ts, i, &p);
-            break;
+        case PACKET_ERROR: on_error(ts, i, &p); break;
         case PACKET_WORK_STATUS:
         case PACKET_WORK_DATA:
         case PACKET_WORK_WARNING:
@@ -507,13 +495,13 @@ link_process(struct dsjob_taskset *ts, size_t i)
         case PACKET_WORK_FAIL:
         case PACKET_WORK_EXCEPTION:
             /* gearmand's WORK_FAIL after an exception has a stray NUL after the handle. */
-            if (p.type == PACKET_WORK_FAIL && p.arg_len[0] > 0 && p.arg[0][p.arg_len[0] - 1] == '\0')
+            if (p.type == PACKET_WORK_FAIL && p.arg_len[0] > 0 &&
+                p.arg[0][p.arg_len[0] - 1] == '\0')
                 p.arg_len[0]--;
             if (on_work(ts, i, &p) != DSJOB_OK)
                 return DSJOB_ERR_NOMEM;
             break;
-        default:
-            break;
+        default: break;
         }
     }
     if (r < 0)

@@ -36,48 +36,47 @@ enum wlink_state {
 };
 
 struct wlink {
-    struct link l;            /* the connection */
-    enum wlink_state state;   /* see enum wlink_state */
-    int64_t next_try;         /* link_now_ms() of the next connect attempt */
-    int backoff_ms;           /* delay before the attempt after a failure */
+    struct link l;          /* the connection */
+    enum wlink_state state; /* see enum wlink_state */
+    int64_t next_try;       /* link_now_ms() of the next connect attempt */
+    int backoff_ms;         /* delay before the attempt after a failure */
 };
 
 struct wfunc {
-    char *name;               /* function name (owned) */
-    dsjob_worker_fn fn;       /* its callback */
-    void *user;               /* the callback's pointer */
-    int timeout_ms;           /* > 0: CAN_DO_TIMEOUT */
+    char *name;         /* function name (owned) */
+    dsjob_worker_fn fn; /* its callback */
+    void *user;         /* the callback's pointer */
+    int timeout_ms;     /* > 0: CAN_DO_TIMEOUT */
 };
 
 struct dsjob_worker {
-    struct wlink *links;      /* one per server (owned) */
-    size_t nlinks;            /* servers */
-    struct wfunc *funcs;      /* registered functions (owned) */
-    size_t nfuncs;            /* how many */
-    char *id;                 /* SET_CLIENT_ID, NULL for none (owned) */
-    int connect_ms;           /* connect timeout */
-    int io_ms;                /* I/O timeout for reports and results */
-    int stop_pipe[2];         /* self-pipe written by dsjob_worker_stop */
-    volatile sig_atomic_t stop; /* set by dsjob_worker_stop */
+    struct wlink *links;         /* one per server (owned) */
+    size_t nlinks;               /* servers */
+    struct wfunc *funcs;         /* registered functions (owned) */
+    size_t nfuncs;               /* how many */
+    char *id;                    /* SET_CLIENT_ID, NULL for none (owned) */
+    int connect_ms;              /* connect timeout */
+    int io_ms;                   /* I/O timeout for reports and results */
+    int stop_pipe[2];            /* self-pipe written by dsjob_worker_stop */
+    volatile sig_atomic_t stop;  /* set by dsjob_worker_stop */
     char errmsg[WORKER_ERR_LEN]; /* detail of the last failure */
 };
 
 struct dsjob_job {
-    struct dsjob_worker *w;   /* the worker running it */
-    struct wlink *wl;         /* the connection it came on */
-    char *handle;             /* into mem */
-    char *func;               /* into mem */
-    char *unique;             /* into mem */
-    char *payload;            /* into mem, NUL after it */
-    size_t len;               /* payload bytes */
-    char *mem;                /* one allocation holding the four strings (owned) */
-    unsigned char *result;    /* result or exception text (owned) */
-    size_t result_len;        /* its length */
-    int err;                  /* first report that failed */
+    struct dsjob_worker *w; /* the worker running it */
+    struct wlink *wl;       /* the connection it came on */
+    char *handle;           /* into mem */
+    char *func;             /* into mem */
+    char *unique;           /* into mem */
+    char *payload;          /* into mem, NUL after it */
+    size_t len;             /* payload bytes */
+    char *mem;              /* one allocation holding the four strings (owned) */
+    unsigned char *result;  /* result or exception text (owned) */
+    size_t result_len;      /* its length */
+    int err;                /* first report that failed */
 };
 
-static int
-worker_err(struct dsjob_worker *w, int err, const char *fmt, ...)
+static int worker_err(struct dsjob_worker *w, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
@@ -426,8 +425,7 @@ wlink_process(struct dsjob_worker *w, struct wlink *wl, bool *ran)
             worker_err(w, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", wl->l.addr, (int)p.arg_len[0],
                        (const char *)p.arg[0], (int)p.arg_len[1], (const char *)p.arg[1]);
             break;
-        default:
-            break;
+        default: break;
         }
     }
     return DSJOB_OK;

@@ -46,11 +46,11 @@ enum dsjob_priority {
 
 /* What GET_STATUS / GET_STATUS_UNIQUE said about a job. */
 struct dsjob_status {
-    int known;             /* 1 if a server knows the job (queued or running) */
-    int running;           /* 1 if a worker holds it */
-    unsigned numerator;    /* the last WORK_STATUS numerator, 0 if none */
-    unsigned denominator;  /* the last WORK_STATUS denominator, 0 if none */
-    unsigned waiting;      /* foreground clients attached (by unique only; 0 by handle) */
+    int known;            /* 1 if a server knows the job (queued or running) */
+    int running;          /* 1 if a worker holds it */
+    unsigned numerator;   /* the last WORK_STATUS numerator, 0 if none */
+    unsigned denominator; /* the last WORK_STATUS denominator, 0 if none */
+    unsigned waiting;     /* foreground clients attached (by unique only; 0 by handle) */
 };
 
 /*

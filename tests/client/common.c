@@ -90,7 +90,8 @@ gearmand_start(struct gearmand *g)
         bin = "/usr/sbin/gearmand";
     if (access(bin, X_OK) != 0)
         return false;
-    snprintf(g->dir, sizeof(g->dir), "%s/dsjob-gm.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g->dir, sizeof(g->dir), "%s/dsjob-gm.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(g->dir) == NULL)
         return false;
     g->port = free_port();

@@ -11,9 +11,9 @@
 
 /* A gearmand child started by gearmand_start. */
 struct gearmand {
-    pid_t pid;       /* the child, 0 if none */
-    int port;        /* its port */
-    char dir[256];   /* its log and pid files */
+    pid_t pid;     /* the child, 0 if none */
+    int port;      /* its port */
+    char dir[256]; /* its log and pid files */
 };
 
 /*

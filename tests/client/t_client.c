@@ -23,10 +23,10 @@
 #include "tap.h"
 
 struct progress {
-    int status;           /* WORK_STATUS seen */
-    unsigned last_num;    /* the last numerator */
-    char data[64];        /* WORK_DATA bytes */
-    int warnings;         /* WORK_WARNING seen */
+    int status;        /* WORK_STATUS seen */
+    unsigned last_num; /* the last numerator */
+    char data[64];     /* WORK_DATA bytes */
+    int warnings;      /* WORK_WARNING seen */
 };
 
 static void
@@ -74,7 +74,8 @@ admin_total(int port, const char *func)
 
     peer_admin(fd, "status", true, buf, sizeof(buf));
     close(fd);
-    for (line = buf; line != NULL && *line != '\0'; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (line = buf; line != NULL && *line != '\0';
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         if (strncmp(line, func, flen) == 0 && line[flen] == '\t')
             return atoi(line + flen + 1);
     }
@@ -115,31 +116,40 @@ suite_one(const char *kind, int port)
     tap_ok(res == NULL, "%s: no result after a failure", kind);
 
     err = dsjob_client_submit(c, "exc", NULL, "xyz", 3, DSJOB_PRIO_NORMAL, &res, &len);
-    tap_is_int(err, DSJOB_ERR_JOB_EXCEPTION, "%s: WORK_EXCEPTION gives DSJOB_ERR_JOB_EXCEPTION", kind);
+    tap_is_int(err, DSJOB_ERR_JOB_EXCEPTION, "%s: WORK_EXCEPTION gives DSJOB_ERR_JOB_EXCEPTION",
+               kind);
     tap_is_str(dsjob_client_errmsg(c), "boom:xyz", "%s: the exception text is in errmsg", kind);
 
     memset(&pr, 0, sizeof(pr));
     dsjob_client_set_callbacks(c, &cb, &pr);
     err = dsjob_client_submit(c, "progress", NULL, "p", 1, DSJOB_PRIO_NORMAL, &res, &len);
-    tap_ok(err == DSJOB_OK && len == 4 && memcmp(res, "done", 4) == 0, "%s: progress job completes", kind);
-    tap_ok(pr.status == 2 && pr.last_num == 2, "%s: both WORK_STATUS reach the callback (%d)", kind, pr.status);
+    tap_ok(err == DSJOB_OK && len == 4 && memcmp(res, "done", 4) == 0, "%s: progress job completes",
+           kind);
+    tap_ok(pr.status == 2 && pr.last_num == 2, "%s: both WORK_STATUS reach the callback (%d)", kind,
+           pr.status);
     tap_is_str(pr.data, "chunk", "%s: WORK_DATA reaches the callback", kind);
     tap_is_int(pr.warnings, 1, "%s: WORK_WARNING reaches the callback", kind);
     dsjob_free(res);
     dsjob_client_set_callbacks(c, NULL, NULL);
 
     snprintf(unique, sizeof(unique), "bg-%s-%ld", kind, (long)getpid());
-    err = dsjob_client_submit_bg(c, "nobody", unique, "d", 1, DSJOB_PRIO_NORMAL, handle, sizeof(handle));
-    tap_ok(err == DSJOB_OK && handle[0] != '\0', "%s: background submit returns a handle (%s)", kind, handle);
+    err = dsjob_client_submit_bg(c, "nobody", unique, "d", 1, DSJOB_PRIO_NORMAL, handle,
+                                 sizeof(handle));
+    tap_ok(err == DSJOB_OK && handle[0] != '\0', "%s: background submit returns a handle (%s)",
+           kind, handle);
     err = dsjob_client_status(c, handle, &st);
-    tap_ok(err == DSJOB_OK && st.known == 1 && st.running == 0, "%s: status by handle: known, queued", kind);
+    tap_ok(err == DSJOB_OK && st.known == 1 && st.running == 0,
+           "%s: status by handle: known, queued", kind);
     err = dsjob_client_status_unique(c, unique, &st);
-    tap_ok(err == DSJOB_OK && st.known == 1 && st.waiting == 0, "%s: status by unique: known, no client waiting", kind);
+    tap_ok(err == DSJOB_OK && st.known == 1 && st.waiting == 0,
+           "%s: status by unique: known, no client waiting", kind);
     {
         char h2[128];
 
-        err = dsjob_client_submit_bg(c, "nobody", unique, "other", 5, DSJOB_PRIO_HIGH, h2, sizeof(h2));
-        tap_ok(err == DSJOB_OK && strcmp(h2, handle) == 0, "%s: same unique coalesces onto the same handle", kind);
+        err = dsjob_client_submit_bg(c, "nobody", unique, "other", 5, DSJOB_PRIO_HIGH, h2,
+                                     sizeof(h2));
+        tap_ok(err == DSJOB_OK && strcmp(h2, handle) == 0,
+               "%s: same unique coalesces onto the same handle", kind);
     }
     err = dsjob_client_status(c, "H:nosuch:999", &st);
     tap_ok(err == DSJOB_OK && st.known == 0, "%s: unknown handle: known 0", kind);
@@ -148,17 +158,17 @@ suite_one(const char *kind, int port)
     err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle, 2);
     tap_is_int(err, DSJOB_ERR_ARG, "%s: a handle buffer too small is DSJOB_ERR_ARG", kind);
 
-    err = dsjob_client_submit_epoch(c, "nobody", NULL, "later", 5, (int64_t)time(NULL) + 3600, handle,
-                                    sizeof(handle));
+    err = dsjob_client_submit_epoch(c, "nobody", NULL, "later", 5, (int64_t)time(NULL) + 3600,
+                                    handle, sizeof(handle));
     tap_ok(err == DSJOB_OK && handle[0] != '\0', "%s: epoch submit returns a handle", kind);
 
     tap_is_int(dsjob_client_echo(c, "ping\0pong", 9), DSJOB_OK, "%s: echo with a NUL", kind);
-    tap_is_int(dsjob_client_submit(c, "", NULL, "x", 1, DSJOB_PRIO_NORMAL, NULL, NULL), DSJOB_ERR_ARG,
-               "%s: empty function name is DSJOB_ERR_ARG", kind);
+    tap_is_int(dsjob_client_submit(c, "", NULL, "x", 1, DSJOB_PRIO_NORMAL, NULL, NULL),
+               DSJOB_ERR_ARG, "%s: empty function name is DSJOB_ERR_ARG", kind);
     memset(unique, 'u', 65);
     unique[65] = '\0';
-    tap_is_int(dsjob_client_submit_bg(c, "nobody", unique, "x", 1, DSJOB_PRIO_NORMAL, NULL, 0), DSJOB_ERR_ARG,
-               "%s: a unique longer than 64 bytes is refused before sending", kind);
+    tap_is_int(dsjob_client_submit_bg(c, "nobody", unique, "x", 1, DSJOB_PRIO_NORMAL, NULL, 0),
+               DSJOB_ERR_ARG, "%s: a unique longer than 64 bytes is refused before sending", kind);
 
     dsjob_client_free(c);
     tap_is_int(worker_reap(w), 0, "%s: our worker stops cleanly on SIGTERM", kind);
@@ -204,7 +214,8 @@ suite_two(const char *kind, int port_a, int port_b)
     b_before = admin_total(port_b, "nobody2");
     for (i = 0; i < 4; i++)
         dsjob_client_submit_bg(c, "nobody2", NULL, "rr", 2, DSJOB_PRIO_NORMAL, NULL, 0);
-    tap_ok(admin_total(port_a, "nobody2") - a_before == 2 && admin_total(port_b, "nobody2") - b_before == 2,
+    tap_ok(admin_total(port_a, "nobody2") - a_before == 2 &&
+               admin_total(port_b, "nobody2") - b_before == 2,
            "%s: jobs without a unique key alternate between the servers", kind);
     for (i = 0, ok_all = 1; i < 20; i++) {
         struct dsjob_client *c2 = dsjob_client_new();
@@ -213,8 +224,10 @@ suite_two(const char *kind, int port_a, int port_b)
         dsjob_client_add_server(c2, addr_of(port_b));
         dsjob_client_add_server(c2, addr_of(port_a));
         snprintf(key, sizeof(key), "ch-%d-%ld", i, (long)getpid());
-        if (dsjob_client_submit_bg(c, "nobody3", key, "1", 1, DSJOB_PRIO_NORMAL, h1, sizeof(h1)) != DSJOB_OK ||
-            dsjob_client_submit_bg(c2, "nobody3", key, "2", 1, DSJOB_PRIO_NORMAL, h2, sizeof(h2)) != DSJOB_OK ||
+        if (dsjob_client_submit_bg(c, "nobody3", key, "1", 1, DSJOB_PRIO_NORMAL, h1, sizeof(h1)) !=
+                DSJOB_OK ||
+            dsjob_client_submit_bg(c2, "nobody3", key, "2", 1, DSJOB_PRIO_NORMAL, h2, sizeof(h2)) !=
+                DSJOB_OK ||
             strcmp(h1, h2) != 0)
             ok_all = 0;
         dsjob_client_free(c2);
@@ -234,10 +247,12 @@ suite_errors(void)
     char h[64];
     int err;
 
-    tap_is_int(dsjob_client_add_server(c, "nocolon"), DSJOB_ERR_ARG, "an address without a port is refused");
-    tap_is_int(dsjob_client_add_server(c, "host:port"), DSJOB_ERR_ARG, "a non-numeric port is refused");
-    tap_is_int(dsjob_client_submit(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, NULL, NULL), DSJOB_ERR_ARG,
-               "a submit without servers is DSJOB_ERR_ARG");
+    tap_is_int(dsjob_client_add_server(c, "nocolon"), DSJOB_ERR_ARG,
+               "an address without a port is refused");
+    tap_is_int(dsjob_client_add_server(c, "host:port"), DSJOB_ERR_ARG,
+               "a non-numeric port is refused");
+    tap_is_int(dsjob_client_submit(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, NULL, NULL),
+               DSJOB_ERR_ARG, "a submit without servers is DSJOB_ERR_ARG");
     dsjob_client_add_server(c, addr_of(free_port()));
     dsjob_client_add_server(c, "/nonexistent/dsjob.sock");
     err = dsjob_client_submit_bg(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, h, sizeof(h));
@@ -271,7 +286,8 @@ suite_unix(void)
         size_t len = 0;
 
         dsjob_client_set_timeout(c, 2000, 10000);
-        tap_ok(dsjob_client_submit(c, "rev", NULL, "unix", 4, DSJOB_PRIO_NORMAL, &res, &len) == DSJOB_OK &&
+        tap_ok(dsjob_client_submit(c, "rev", NULL, "unix", 4, DSJOB_PRIO_NORMAL, &res, &len) ==
+                       DSJOB_OK &&
                    len == 4 && memcmp(res, "xinu", 4) == 0,
                "dsjobd: client and worker over a unix socket");
         dsjob_free(res);

@@ -24,14 +24,14 @@
 #define NJOBS 10000
 
 struct counts {
-    int created;      /* created callbacks */
-    int complete;     /* complete callbacks */
-    int fail;         /* fail callbacks */
-    int exception;    /* exception callbacks */
-    int wrong;        /* results that did not match the task's pointer */
-    int status;       /* status callbacks */
-    int data;         /* data callbacks */
-    int warning;      /* warning callbacks */
+    int created;   /* created callbacks */
+    int complete;  /* complete callbacks */
+    int fail;      /* fail callbacks */
+    int exception; /* exception callbacks */
+    int wrong;     /* results that did not match the task's pointer */
+    int status;    /* status callbacks */
+    int data;      /* data callbacks */
+    int warning;   /* warning callbacks */
 };
 
 static struct counts n;
@@ -122,11 +122,13 @@ suite(const char *kind, int port)
     }
     tap_is_int((long long)dsjob_taskset_count(ts), NJOBS, "%s: %d tasks added", kind, NJOBS);
     err = dsjob_taskset_run(ts, 60000);
-    tap_is_int(err, DSJOB_ERR_JOB_FAILED, "%s: run ends with DSJOB_ERR_JOB_FAILED since some failed", kind);
+    tap_is_int(err, DSJOB_ERR_JOB_FAILED,
+               "%s: run ends with DSJOB_ERR_JOB_FAILED since some failed", kind);
     tap_is_int(n.created, NJOBS, "%s: every task was created", kind);
     tap_is_int(n.complete, NJOBS - want_fail - want_exc, "%s: every other task completed", kind);
     tap_is_int(n.fail, want_fail, "%s: every WORK_FAIL reached the fail callback", kind);
-    tap_is_int(n.exception, want_exc, "%s: every WORK_EXCEPTION reached the exception callback", kind);
+    tap_is_int(n.exception, want_exc, "%s: every WORK_EXCEPTION reached the exception callback",
+               kind);
     tap_is_int(n.wrong, 0, "%s: each result went to its own task", kind);
     tap_is_int((long long)dsjob_taskset_nfailed(ts), want_fail + want_exc,
                "%s: the failed list holds every failed job, not only the first", kind);
@@ -141,7 +143,8 @@ suite(const char *kind, int port)
             listed_ok = 0;
     }
     tap_ok(listed_ok, "%s: each listed task says why it failed", kind);
-    tap_ok(dsjob_taskset_failed(ts, dsjob_taskset_nfailed(ts)) == NULL, "%s: past the end is NULL", kind);
+    tap_ok(dsjob_taskset_failed(ts, dsjob_taskset_nfailed(ts)) == NULL, "%s: past the end is NULL",
+           kind);
     dsjob_taskset_free(ts);
 
     /* Progress callbacks and background tasks in one set. */
@@ -149,12 +152,13 @@ suite(const char *kind, int port)
     memset(&n, 0, sizeof(n));
     dsjob_taskset_add(ts, "progress", NULL, "p", 1, DSJOB_PRIO_HIGH, 0, NULL, NULL);
     for (i = 0; i < 5; i++)
-        dsjob_taskset_add(ts, "nobody", NULL, "bg", 2, DSJOB_PRIO_LOW, DSJOB_TASK_BACKGROUND, NULL, NULL);
+        dsjob_taskset_add(ts, "nobody", NULL, "bg", 2, DSJOB_PRIO_LOW, DSJOB_TASK_BACKGROUND, NULL,
+                          NULL);
     err = dsjob_taskset_run(ts, 10000);
     tap_is_int(err, DSJOB_OK, "%s: progress and background tasks all end", kind);
     tap_ok(n.status == 2 && n.data == 1 && n.warning == 1 && n.complete == 1 && n.created == 6,
-           "%s: status, data, warning and created callbacks (%d %d %d %d %d)", kind, n.status, n.data,
-           n.warning, n.complete, n.created);
+           "%s: status, data, warning and created callbacks (%d %d %d %d %d)", kind, n.status,
+           n.data, n.warning, n.complete, n.created);
     dsjob_taskset_free(ts);
 
     /* A server that refuses a submit (a full queue: maxqueue). */
@@ -168,19 +172,23 @@ suite(const char *kind, int port)
         peer_admin(fd, "maxqueue full 2", false, buf, sizeof(buf));
         close(fd);
         ts = dsjob_taskset_new(c, &cbs);
-        dsjob_taskset_add(ts, "full", NULL, "1", 1, DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, NULL, &t1);
-        dsjob_taskset_add(ts, "full", NULL, "2", 1, DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, NULL, &t2);
+        dsjob_taskset_add(ts, "full", NULL, "1", 1, DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, NULL,
+                          &t1);
+        dsjob_taskset_add(ts, "full", NULL, "2", 1, DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, NULL,
+                          &t2);
         err = dsjob_taskset_run(ts, 10000);
         tap_ok(err == DSJOB_ERR_JOB_FAILED && dsjob_task_error(t1) == DSJOB_OK &&
                    dsjob_task_error(t2) == DSJOB_ERR_SERVER,
-               "%s: an ERROR answer fails only the task it answers (%s)", kind, dsjob_task_errmsg(t2));
+               "%s: an ERROR answer fails only the task it answers (%s)", kind,
+               dsjob_task_errmsg(t2));
         dsjob_taskset_free(ts);
     }
 
     /* Timeout: a job no worker does. */
     ts = dsjob_taskset_new(c, &cbs);
     dsjob_taskset_add(ts, "nobody-fg", NULL, "x", 1, DSJOB_PRIO_NORMAL, 0, NULL, NULL);
-    tap_is_int(dsjob_taskset_run(ts, 300), DSJOB_ERR_TIMEOUT, "%s: run times out with a task left", kind);
+    tap_is_int(dsjob_taskset_run(ts, 300), DSJOB_ERR_TIMEOUT, "%s: run times out with a task left",
+               kind);
     dsjob_taskset_free(ts);
     dsjob_client_free(c);
 
@@ -196,12 +204,12 @@ suite(const char *kind, int port)
         int len = snprintf(payload, sizeof(payload), "%d", i * 13 % 7 == 0 ? 1 : i * 13);
 
         snprintf(key, sizeof(key), "fo-%s-%d", kind, i);
-        dsjob_taskset_add(ts, "echo", i % 2 ? key : NULL, payload, (size_t)len, DSJOB_PRIO_NORMAL, 0,
-                          NULL, NULL);
+        dsjob_taskset_add(ts, "echo", i % 2 ? key : NULL, payload, (size_t)len, DSJOB_PRIO_NORMAL,
+                          0, NULL, NULL);
     }
     err = dsjob_taskset_run(ts, 20000);
-    tap_ok(err == DSJOB_OK && n.complete == 200, "%s: with the first server down all 200 tasks fail over (%d)",
-           kind, n.complete);
+    tap_ok(err == DSJOB_OK && n.complete == 200,
+           "%s: with the first server down all 200 tasks fail over (%d)", kind, n.complete);
     dsjob_taskset_free(ts);
     dsjob_client_free(c);
 

@@ -23,12 +23,12 @@
 #include "tap.h"
 
 struct seen {
-    char func[64];      /* dsjob_job_function */
-    char unique[80];    /* dsjob_job_unique */
-    char handle[128];   /* dsjob_job_handle */
-    char payload[64];   /* dsjob_job_payload */
-    size_t len;         /* its length */
-    int calls;          /* callback runs */
+    char func[64];    /* dsjob_job_function */
+    char unique[80];  /* dsjob_job_unique */
+    char handle[128]; /* dsjob_job_handle */
+    char payload[64]; /* dsjob_job_payload */
+    size_t len;       /* its length */
+    int calls;        /* callback runs */
 };
 
 static int
@@ -57,11 +57,15 @@ suite_inproc(const char *kind, int port)
     int err;
 
     memset(&s, 0, sizeof(s));
-    tap_is_int(dsjob_worker_work(w, 100), DSJOB_ERR_STATE, "%s: work without servers: DSJOB_ERR_STATE", kind);
-    tap_is_int(dsjob_worker_add_server(w, "bad"), DSJOB_ERR_ARG, "%s: a bad address is refused", kind);
+    tap_is_int(dsjob_worker_work(w, 100), DSJOB_ERR_STATE,
+               "%s: work without servers: DSJOB_ERR_STATE", kind);
+    tap_is_int(dsjob_worker_add_server(w, "bad"), DSJOB_ERR_ARG, "%s: a bad address is refused",
+               kind);
     dsjob_worker_add_server(w, addr_of(port));
-    tap_is_int(dsjob_worker_register(w, "", fn_record, &s, 0), DSJOB_ERR_ARG, "%s: empty name refused", kind);
-    tap_is_int(dsjob_worker_register(w, "inproc", fn_record, &s, 0), DSJOB_OK, "%s: register", kind);
+    tap_is_int(dsjob_worker_register(w, "", fn_record, &s, 0), DSJOB_ERR_ARG,
+               "%s: empty name refused", kind);
+    tap_is_int(dsjob_worker_register(w, "inproc", fn_record, &s, 0), DSJOB_OK, "%s: register",
+               kind);
     tap_is_int(dsjob_worker_register(w, "inproc", fn_record, &s, 0), DSJOB_ERR_ARG,
                "%s: registering twice is refused", kind);
     tap_is_int(dsjob_worker_work(w, 300), DSJOB_ERR_TIMEOUT, "%s: no job: work times out", kind);
@@ -69,9 +73,11 @@ suite_inproc(const char *kind, int port)
     dsjob_client_add_server(c, addr_of(port));
     dsjob_client_set_timeout(c, 2000, 5000);
     snprintf(unique, sizeof(unique), "uq-%s-%ld", kind, (long)getpid());
-    dsjob_client_submit_bg(c, "inproc", unique, "pay\0load", 8, DSJOB_PRIO_NORMAL, handle, sizeof(handle));
+    dsjob_client_submit_bg(c, "inproc", unique, "pay\0load", 8, DSJOB_PRIO_NORMAL, handle,
+                           sizeof(handle));
     err = dsjob_worker_work(w, 5000);
-    tap_is_int(err, DSJOB_OK, "%s: a sleeping worker is woken and runs the job (%s)", kind, dsjob_worker_errmsg(w));
+    tap_is_int(err, DSJOB_OK, "%s: a sleeping worker is woken and runs the job (%s)", kind,
+               dsjob_worker_errmsg(w));
     tap_is_str(s.func, "inproc", "%s: the job's function", kind);
     tap_is_str(s.unique, unique, "%s: the job's unique key", kind);
     tap_is_str(s.handle, handle, "%s: the job's handle is the one the client got", kind);
@@ -80,7 +86,8 @@ suite_inproc(const char *kind, int port)
     tap_is_int(st.known, 0, "%s: after the result the server forgets the job", kind);
 
     dsjob_worker_stop(w);
-    tap_is_int(dsjob_worker_work(w, 1000), DSJOB_ERR_STATE, "%s: after stop, work returns DSJOB_ERR_STATE", kind);
+    tap_is_int(dsjob_worker_work(w, 1000), DSJOB_ERR_STATE,
+               "%s: after stop, work returns DSJOB_ERR_STATE", kind);
     tap_is_int(dsjob_worker_run(w), DSJOB_OK, "%s: after stop, run returns DSJOB_OK", kind);
     dsjob_worker_free(w);
     dsjob_worker_free(NULL);
@@ -137,8 +144,8 @@ suite_restart(void)
 }
 
 static struct {
-    int complete;       /* complete callbacks */
-    char result[16];    /* the result */
+    int complete;    /* complete callbacks */
+    char result[16]; /* the result */
 } slow;
 
 static void
@@ -165,14 +172,16 @@ suite_stop_and_timeout(const char *kind, int port, bool with_timeout_check)
     dsjob_taskset_add(ts, "slow", NULL, "1000", 4, DSJOB_PRIO_NORMAL, 0, NULL, NULL);
     tap_is_int(dsjob_taskset_run(ts, 400), DSJOB_ERR_TIMEOUT, "%s: the slow job is running", kind);
     kill(w, SIGTERM);
-    tap_is_int(dsjob_taskset_run(ts, 5000), DSJOB_OK, "%s: after SIGTERM the running job still completes", kind);
+    tap_is_int(dsjob_taskset_run(ts, 5000), DSJOB_OK,
+               "%s: after SIGTERM the running job still completes", kind);
     tap_is_str(slow.result, "slept", "%s: with its result", kind);
     for (i = 0; i < 100; i++) {
         if (waitpid(w, &status, WNOHANG) == w)
             break;
         sleep_ms(50);
     }
-    tap_ok(i < 100 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: then the worker exits 0", kind);
+    tap_ok(i < 100 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: then the worker exits 0",
+           kind);
     if (i == 100)
         worker_reap(w);
     dsjob_taskset_free(ts);
@@ -181,8 +190,10 @@ suite_stop_and_timeout(const char *kind, int port, bool with_timeout_check)
         w = worker_fork(servers);
         t0 = (int64_t)time(NULL);
         err = dsjob_client_submit(c, "hang", NULL, "x", 1, DSJOB_PRIO_NORMAL, NULL, NULL);
-        tap_is_int(err, DSJOB_ERR_JOB_FAILED, "%s: CAN_DO_TIMEOUT 1000 ms: the server takes the 3 s job back "
-                   "and with --job-retries 1 fails it", kind);
+        tap_is_int(err, DSJOB_ERR_JOB_FAILED,
+                   "%s: CAN_DO_TIMEOUT 1000 ms: the server takes the 3 s job back "
+                   "and with --job-retries 1 fails it",
+                   kind);
         tap_ok((int64_t)time(NULL) - t0 < 3, "%s: ... before the job could have finished", kind);
         worker_reap(w);
     }

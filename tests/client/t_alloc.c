@@ -1,0 +1,210 @@
+/*
+ * Allocation failure, in the spirit of jansson's test_chaos: through
+ * dsjob_set_alloc_funcs, fail the Nth allocation of a whole blocking
+ * submit, of a task set run and of a worker's job, for every N until the
+ * call needs no more; each must fail cleanly (an error, no crash, and
+ * under the sanitizer build no leak) or succeed. Then one handle per
+ * thread, four threads at once: the libraries keep no shared state.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dsjob/client.h>
+#include <dsjob/worker.h>
+
+#include "common.h"
+#include "lib/peer.h"
+#include "tap.h"
+
+static long alloc_left = -1; /* allocations before one fails; -1: never */
+static long alloc_count;     /* allocations made */
+
+static void *
+chaos_malloc(size_t n)
+{
+    alloc_count++;
+    if (alloc_left == 0)
+        return NULL;
+    if (alloc_left > 0)
+        alloc_left--;
+    return malloc(n);
+}
+
+static int port;
+
+/* One whole foreground submit; returns its result code (or NOMEM for a NULL handle). */
+static int
+one_submit(void)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    void *res = NULL;
+    size_t len;
+    int err;
+
+    if (c == NULL)
+        return DSJOB_ERR_NOMEM;
+    err = dsjob_client_add_server(c, addr_of(port));
+    dsjob_client_set_timeout(c, 2000, 5000);
+    if (err == DSJOB_OK)
+        err = dsjob_client_submit(c, "rev", "chaos", "abc", 3, DSJOB_PRIO_NORMAL, &res, &len);
+    if (err == DSJOB_OK && (len != 3 || memcmp(res, "cba", 3) != 0))
+        err = DSJOB_ERR_PROTO;
+    dsjob_free(res);
+    dsjob_client_free(c);
+    return err;
+}
+
+static int
+one_taskset(void)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    struct dsjob_taskset *ts;
+    int err = DSJOB_OK, i;
+
+    if (c == NULL)
+        return DSJOB_ERR_NOMEM;
+    if (dsjob_client_add_server(c, addr_of(port)) != DSJOB_OK) {
+        dsjob_client_free(c);
+        return DSJOB_ERR_NOMEM;
+    }
+    ts = dsjob_taskset_new(c, NULL);
+    if (ts == NULL) {
+        dsjob_client_free(c);
+        return DSJOB_ERR_NOMEM;
+    }
+    for (i = 0; i < 20 && err == DSJOB_OK; i++)
+        err = dsjob_taskset_add(ts, "rev", NULL, "xy", 2, DSJOB_PRIO_NORMAL, 0, NULL, NULL);
+    if (err == DSJOB_OK)
+        err = dsjob_taskset_run(ts, 5000);
+    dsjob_taskset_free(ts);
+    dsjob_client_free(c);
+    return err;
+}
+
+static int
+fn_copy(struct dsjob_job *job, void *user)
+{
+    size_t len;
+    const void *p = dsjob_job_payload(job, &len);
+
+    return dsjob_job_set_result(job, p, len) == DSJOB_OK ? DSJOB_WORK_COMPLETE : DSJOB_WORK_FAIL;
+}
+
+/*
+ * Runs fn with the Nth allocation failing for N = 0, 1, ...; returns the N
+ * where it needed no more. strict: a failed allocation must show as an
+ * error (a task set or a worker may absorb one in a task's or job's result).
+ */
+static long
+chaos(int (*fn)(void), const char *what, bool strict, int *bad)
+{
+    long n;
+
+    for (n = 0; n < 2000; n++) {
+        int err;
+
+        alloc_count = 0;
+        alloc_left = n;
+        err = fn();
+        alloc_left = -1;
+        if (alloc_count <= n) {
+            if (err != DSJOB_OK)
+                (*bad)++;
+            return n;
+        }
+        /* An allocation failed: the call must say so, not succeed by accident or hang. */
+        if (err == DSJOB_OK && strict)
+            (*bad)++;
+    }
+    tap_diag("%s: still allocating after 2000", what);
+    (*bad)++;
+    return n;
+}
+
+static int
+worker_chaos(void)
+{
+    struct dsjob_worker *w;
+    int err;
+
+    long saved = alloc_left, count = alloc_count;
+    struct dsjob_client *c;
+
+    /* A job for it to do, submitted with the allocator working. */
+    alloc_left = -1;
+    c = dsjob_client_new();
+    dsjob_client_add_server(c, addr_of(port));
+    dsjob_client_submit_bg(c, "chaos_w", NULL, "p", 1, DSJOB_PRIO_NORMAL, NULL, 0);
+    dsjob_client_free(c);
+    alloc_left = saved;
+    alloc_count = count;
+    w = dsjob_worker_new();
+    if (w == NULL)
+        return DSJOB_ERR_NOMEM;
+    err = dsjob_worker_add_server(w, addr_of(port));
+    if (err == DSJOB_OK)
+        err = dsjob_worker_register(w, "chaos_w", fn_copy, NULL, 0);
+    if (err == DSJOB_OK)
+        err = dsjob_worker_work(w, 300);
+    dsjob_worker_free(w);
+    return err == DSJOB_ERR_TIMEOUT ? DSJOB_OK : err;
+}
+
+static void *
+thread_main(void *arg)
+{
+    int *fails = arg, i;
+
+    for (i = 0; i < 50; i++)
+        if (one_submit() != DSJOB_OK)
+            (*fails)++;
+    return NULL;
+}
+
+int
+main(void)
+{
+    struct daemon d;
+    pid_t w;
+    int bad = 0, fails[4] = {0, 0, 0, 0}, i;
+    long n;
+    pthread_t th[4];
+    const char *servers[2] = {NULL, NULL};
+
+    alarm(200);
+    signal(SIGPIPE, SIG_IGN);
+    daemon_start(&d, NULL);
+    port = d.port;
+    servers[0] = addr_of(port);
+    w = worker_fork(servers);
+    dsjob_set_alloc_funcs(chaos_malloc, free);
+
+    n = chaos(one_submit, "submit", true, &bad);
+    tap_ok(bad == 0,
+           "submit: each of its %ld allocations failing gives an error, and then it works", n);
+    bad = 0;
+    n = chaos(one_taskset, "taskset", false, &bad);
+    tap_ok(bad == 0, "task set of 20: each of its %ld allocations may fail without a crash", n);
+    bad = 0;
+    n = chaos(worker_chaos, "worker", false, &bad);
+    tap_ok(bad == 0, "worker: each of its %ld allocations may fail without a crash", n);
+
+    dsjob_set_alloc_funcs(NULL, NULL);
+    for (i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, thread_main, &fails[i]);
+    for (i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    tap_ok(fails[0] + fails[1] + fails[2] + fails[3] == 0,
+           "4 threads, one client each, 200 jobs: all complete");
+
+    worker_reap(w);
+    daemon_stop(&d);
+    return tap_done();
+}
