@@ -1,10 +1,21 @@
 /*
- * Connections. The read callback is the framing loop: while the input holds
- * a whole packet or admin line, hand it to dispatch or admin, then consume
- * it. The first byte of each message picks the protocol (NUL: a binary
- * packet; anything else: an admin text line), so one connection may carry
- * both, as with gearmand. Reading pauses while the connection's own output
- * is over CONN_PAUSE_OUTPUT bytes and resumes when it drains, so a peer that
+ * Connections. Each has an input and an output evbuffer and two events on
+ * its socket: a persistent read event, and a write event added only while
+ * the kernel would not take all the output. Replies are not written where
+ * they are made: conn_send appends to the output and puts the connection on
+ * the server's flush list, and one deferred event writes every listed
+ * connection after the callbacks of this loop turn, with one writev each.
+ * So a job's JOB_CREATED, the NOOP that wakes a worker and the replies to a
+ * burst of pipelined requests leave in as few system calls as possible, and
+ * a socket that takes everything never costs an epoll_ctl (bufferevents
+ * toggled write interest around every packet: 6 epoll_ctl per job).
+ *
+ * The read callback is the framing loop: while the input holds a whole
+ * packet or admin line, hand it to dispatch or admin, then consume it. The
+ * first byte of each message picks the protocol (NUL: a binary packet;
+ * anything else: an admin text line), so one connection may carry both, as
+ * with gearmand. Reading pauses while the connection's own output is over
+ * CONN_PAUSE_OUTPUT bytes and resumes when it drains, so a peer that
  * pipelines requests but does not read replies holds bounded memory; output
  * queued to a peer by others (results, NOOPs) is bounded by
  * --max-output-buffer, past which that peer is dropped with a log line.
@@ -20,11 +31,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "admin.h"
@@ -36,6 +47,7 @@
 #define CONN_FLUSH_TIMEOUT 5            /* seconds a closing peer gets to read its ERROR */
 #define CONN_LINGER_BYTES (1024 * 1024) /* input discarded while closing before we give up */
 #define CONN_SMALL_PACKET 4096          /* payloads up to this are encoded in one piece */
+#define CONN_READ_SIZE 16384            /* bytes asked of one read */
 
 static const char *const conn_state_names[] = {
     [CONN_ACTIVE] = "active",
@@ -45,10 +57,11 @@ static const char *const conn_state_names[] = {
 _Static_assert(sizeof(conn_state_names) / sizeof(conn_state_names[0]) == CONN_STATE_COUNT,
                "a name for every conn_state");
 
-static void conn_read_cb(struct bufferevent *bev, void *arg);
-static void conn_write_cb(struct bufferevent *bev, void *arg);
-static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_linger(struct conn *c);
+static void conn_retire(struct conn *c);
+static void conn_process(struct conn *c);
 
 const char *
 conn_state_name(enum conn_state state)
@@ -91,6 +104,22 @@ conn_describe_peer(struct conn *c, const struct sockaddr *sa)
     snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, port);
 }
 
+static void
+conn_release(struct conn *c)
+{
+    if (c->rev != NULL)
+        event_free(c->rev);
+    if (c->wev != NULL)
+        event_free(c->wev);
+    if (c->in != NULL)
+        evbuffer_free(c->in);
+    if (c->out != NULL)
+        evbuffer_free(c->out);
+    close(c->fd);
+    free(c->client_id);
+    free(c);
+}
+
 struct conn *
 conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
 {
@@ -110,14 +139,15 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
     conn_describe_peer(c, sa);
     c->admin_ok = sa->sa_family == AF_UNIX || srv_admin_allowed(srv, sa);
     c->exceptions = srv->cfg.exceptions;
-    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (c->bev == NULL) {
-        close(fd);
-        free(c);
+    c->in = evbuffer_new();
+    c->out = evbuffer_new();
+    c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+    c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+    if (c->in == NULL || c->out == NULL || c->rev == NULL || c->wev == NULL ||
+        event_add(c->rev, NULL) < 0) {
+        conn_release(c);
         return NULL;
     }
-    bufferevent_setcb(c->bev, conn_read_cb, NULL, conn_event_cb, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
     log_info(&srv->log, "%s: connected (fd %d)", c->peer, fd);
@@ -130,9 +160,108 @@ conn_free(struct conn *c)
     if (c == NULL)
         return;
     assert(c->state == CONN_CLOSED);
-    bufferevent_free(c->bev);
-    free(c->client_id);
-    free(c);
+    conn_release(c);
+}
+
+/* Put c on the flush list: its output is written after this turn's callbacks. */
+static void
+conn_want_flush(struct conn *c)
+{
+    struct srv *srv = c->srv;
+
+    if (c->flush_queued || c->write_blocked)
+        return; /* already listed, or the write event will do it */
+    c->flush_queued = true;
+    TAILQ_INSERT_TAIL(&srv->flushq, c, flush_link);
+    if (TAILQ_FIRST(&srv->flushq) == c)
+        event_active(srv->flush_ev, EV_TIMEOUT, 0);
+}
+
+static void
+conn_unlist(struct conn *c)
+{
+    if (c->flush_queued) {
+        TAILQ_REMOVE(&c->srv->flushq, c, flush_link);
+        c->flush_queued = false;
+    }
+}
+
+/*
+ * Write what c owes. Returns false if c was closed (write error). What the
+ * kernel would not take waits for the write event; a closing connection
+ * whose output is all out goes on to linger; a paused reader resumes once
+ * its output is under half the pause mark.
+ */
+static bool
+conn_flush(struct conn *c)
+{
+    size_t left = evbuffer_get_length(c->out);
+
+    while (left > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            log_info(&c->srv->log, "%s: %s", c->peer, strerror(errno));
+            if (c->state == CONN_ACTIVE)
+                conn_close(c, false);
+            else
+                conn_retire(c);
+            return false;
+        }
+        left = evbuffer_get_length(c->out);
+    }
+    if (left > 0 && !c->write_blocked) {
+        struct timeval tv = {CONN_FLUSH_TIMEOUT, 0};
+
+        c->write_blocked = true;
+        event_add(c->wev, c->state == CONN_FLUSHING ? &tv : NULL);
+    } else if (left == 0 && c->write_blocked) {
+        c->write_blocked = false;
+        event_del(c->wev);
+    }
+    if (c->state == CONN_FLUSHING && left == 0) {
+        conn_linger(c);
+        return true;
+    }
+    if (c->state == CONN_ACTIVE && c->read_paused && left <= CONN_PAUSE_OUTPUT / 2) {
+        c->read_paused = false;
+        event_add(c->rev, NULL);
+        conn_process(c);
+    }
+    return true;
+}
+
+void
+conn_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    struct conn *c;
+
+    (void)fd;
+    (void)what;
+    /* conn_flush may resume a reader whose replies list it again: fine, it is at the tail. */
+    while ((c = TAILQ_FIRST(&srv->flushq)) != NULL) {
+        conn_unlist(c);
+        conn_flush(c);
+    }
+}
+
+static void
+conn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    (void)fd;
+    if (what & EV_TIMEOUT) {
+        log_notice(&c->srv->log, "%s: timed out while closing", c->peer);
+        conn_retire(c);
+        return;
+    }
+    conn_flush(c);
 }
 
 static void
@@ -140,9 +269,12 @@ conn_retire(struct conn *c)
 {
     struct srv *srv = c->srv;
 
+    if (c->state == CONN_CLOSED)
+        return;
     conn_set_state(c, CONN_CLOSED);
-    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-    bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+    conn_unlist(c);
+    event_del(c->rev);
+    event_del(c->wev);
     TAILQ_REMOVE(&srv->conns, c, link);
     srv->nconns--;
     TAILQ_INSERT_TAIL(&srv->closing, c, link);
@@ -152,24 +284,22 @@ conn_retire(struct conn *c)
 void
 conn_close(struct conn *c, bool flush)
 {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-
     if (c->state == CONN_CLOSED)
         return;
     if (c->state == CONN_ACTIVE) {
         log_info(&c->srv->log, "%s: closing", c->peer);
         dispatch_detach(c);
     }
-    if (flush && evbuffer_get_length(out) > 0) {
-        struct timeval tv = {CONN_FLUSH_TIMEOUT, 0};
-
+    if (flush && evbuffer_get_length(c->out) > 0) {
         if (c->state == CONN_ACTIVE)
             conn_set_state(c, CONN_FLUSHING);
-        bufferevent_disable(c->bev, EV_READ);
-        bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-        bufferevent_set_timeouts(c->bev, NULL, &tv);
-        bufferevent_setcb(c->bev, NULL, conn_write_cb, conn_event_cb, c);
-        bufferevent_enable(c->bev, EV_WRITE);
+        event_del(c->rev);
+        if (c->write_blocked) {
+            struct timeval tv = {CONN_FLUSH_TIMEOUT, 0};
+
+            event_add(c->wev, &tv); /* now with the closing deadline */
+        }
+        conn_want_flush(c);
         return;
     }
     conn_retire(c);
@@ -184,7 +314,8 @@ conn_read_line(struct conn *c, struct evbuffer *in, size_t avail)
     const char *line;
 
     eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-    if (eol.pos < 0) {
+    if (eol.pos < 0 || eol.pos > TEXTCMD_MAX_LINE) {
+        /* Too long whether or not its end has been read yet. */
         if (avail > TEXTCMD_MAX_LINE) {
             log_notice(&c->srv->log, "%s: admin line longer than %d bytes", c->peer,
                        TEXTCMD_MAX_LINE);
@@ -268,8 +399,7 @@ conn_must_wait(struct conn *c, struct evbuffer *in, unsigned char first, size_t 
 static void
 conn_process(struct conn *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct evbuffer *in = c->in;
 
     while (c->state == CONN_ACTIVE) {
         size_t avail = evbuffer_get_length(in);
@@ -277,12 +407,10 @@ conn_process(struct conn *c)
 
         if (avail == 0)
             break;
-        if (evbuffer_get_length(out) > CONN_PAUSE_OUTPUT) {
+        if (evbuffer_get_length(c->out) > CONN_PAUSE_OUTPUT) {
             /* Wait for the peer to read what it asked for before reading more. */
             c->read_paused = true;
-            bufferevent_disable(c->bev, EV_READ);
-            bufferevent_setwatermark(c->bev, EV_WRITE, CONN_PAUSE_OUTPUT / 2, 0);
-            bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+            event_del(c->rev);
             break;
         }
         evbuffer_copyout(in, &first, 1);
@@ -304,24 +432,83 @@ conn_resume(struct conn *c)
     conn_process(c);
 }
 
-static void
-conn_read_cb(struct bufferevent *bev, void *arg)
+/*
+ * Read once into the input buffer (no FIONREAD: a fixed-size read into the
+ * buffer's own space). Returns the bytes read, 0 at end of file, -1 on an
+ * error, or -2 if there was nothing to read after all.
+ */
+static ssize_t
+conn_fill(struct conn *c)
 {
-    (void)bev;
-    conn_process(arg);
+    struct evbuffer_iovec vec[2];
+    struct iovec iov[2];
+    int nvec, i;
+    size_t left;
+    ssize_t n;
+
+    nvec = evbuffer_reserve_space(c->in, CONN_READ_SIZE, vec, 2);
+    if (nvec <= 0)
+        return -1;
+    for (i = 0; i < nvec; i++) {
+        iov[i].iov_base = vec[i].iov_base;
+        iov[i].iov_len = vec[i].iov_len;
+    }
+    do
+        n = readv(c->fd, iov, nvec);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+        evbuffer_commit_space(c->in, vec, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return -2;
+        return n;
+    }
+    left = (size_t)n;
+    for (i = 0; i < nvec && left > 0; i++) {
+        if (vec[i].iov_len > left)
+            vec[i].iov_len = left;
+        left -= vec[i].iov_len;
+    }
+    nvec = i;
+    evbuffer_commit_space(c->in, vec, nvec);
+    return n;
 }
 
-/* Input that arrives while lingering is read and thrown away. */
 static void
-conn_discard_cb(struct bufferevent *bev, void *arg)
+conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    ssize_t n;
 
-    c->lingered += evbuffer_get_length(in);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    if (c->lingered > CONN_LINGER_BYTES)
+    (void)fd;
+    if (what & EV_TIMEOUT) {
+        log_notice(&c->srv->log, "%s: timed out while closing", c->peer);
         conn_retire(c);
+        return;
+    }
+    n = conn_fill(c);
+    if (n == -2)
+        return;
+    if (n <= 0) {
+        if (n == 0)
+            log_info(&c->srv->log, "%s: peer closed", c->peer);
+        else
+            log_info(&c->srv->log, "%s: %s", c->peer, strerror(errno));
+        if (c->state == CONN_ACTIVE)
+            conn_close(c, false);
+        else
+            conn_retire(c);
+        return;
+    }
+    if (c->lingering) {
+        /* Input that arrives while lingering is read and thrown away. */
+        c->lingered += (size_t)n;
+        evbuffer_drain(c->in, evbuffer_get_length(c->in));
+        if (c->lingered > CONN_LINGER_BYTES)
+            conn_retire(c);
+        return;
+    }
+    if (c->state == CONN_ACTIVE)
+        conn_process(c);
 }
 
 /*
@@ -336,50 +523,13 @@ conn_linger(struct conn *c)
 {
     struct timeval tv = {CONN_FLUSH_TIMEOUT, 0};
 
-    shutdown(c->fd, SHUT_WR);
-    bufferevent_disable(c->bev, EV_WRITE);
-    bufferevent_setcb(c->bev, conn_discard_cb, NULL, conn_event_cb, c);
-    bufferevent_set_timeouts(c->bev, &tv, NULL);
-    bufferevent_enable(c->bev, EV_READ);
-    conn_discard_cb(c->bev, c);
-}
-
-static void
-conn_write_cb(struct bufferevent *bev, void *arg)
-{
-    struct conn *c = arg;
-
-    (void)bev;
-    if (c->state == CONN_FLUSHING) {
-        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-            conn_linger(c);
+    if (c->lingering)
         return;
-    }
-    if (c->state == CONN_ACTIVE && c->read_paused) {
-        c->read_paused = false;
-        bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-        bufferevent_setcb(c->bev, conn_read_cb, NULL, conn_event_cb, c);
-        bufferevent_enable(c->bev, EV_READ);
-        conn_process(c);
-    }
-}
-
-static void
-conn_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-    struct conn *c = arg;
-
-    (void)bev;
-    if (what & BEV_EVENT_EOF)
-        log_info(&c->srv->log, "%s: peer closed", c->peer);
-    else if (what & BEV_EVENT_TIMEOUT)
-        log_notice(&c->srv->log, "%s: timed out while closing", c->peer);
-    else if (what & BEV_EVENT_ERROR)
-        log_info(&c->srv->log, "%s: %s", c->peer, strerror(EVUTIL_SOCKET_ERROR()));
-    if (c->state == CONN_ACTIVE)
-        conn_close(c, false);
-    else if (c->state == CONN_FLUSHING)
-        conn_retire(c);
+    c->lingering = true;
+    shutdown(c->fd, SHUT_WR);
+    c->lingered += evbuffer_get_length(c->in);
+    evbuffer_drain(c->in, evbuffer_get_length(c->in));
+    event_add(c->rev, &tv);
 }
 
 /* True if c can take more output; drops c (logging which limit) if not. */
@@ -390,7 +540,7 @@ conn_room(struct conn *c, size_t more)
 
     if (c->state != CONN_ACTIVE)
         return false;
-    queued = evbuffer_get_length(bufferevent_get_output(c->bev));
+    queued = evbuffer_get_length(c->out);
     if (queued + more > c->srv->cfg.max_output_buffer) {
         log_warn(&c->srv->log,
                  "%s: %zu bytes unread is over --max-output-buffer %zu: dropping the peer",
@@ -398,6 +548,7 @@ conn_room(struct conn *c, size_t more)
         conn_close(c, false);
         return false;
     }
+    conn_want_flush(c);
     return true;
 }
 
@@ -412,7 +563,7 @@ conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *con
 
     if (!conn_room(c, PACKET_HEADER_SIZE + size))
         return;
-    out = bufferevent_get_output(c->bev);
+    out = c->out;
     /*
      * Small packets (nearly all) are built in place and added with one
      * call: an evbuffer_add per argument and per NUL was a third of the
@@ -466,7 +617,7 @@ void
 conn_write(struct conn *c, const void *data, size_t len)
 {
     if (conn_room(c, len))
-        evbuffer_add(bufferevent_get_output(c->bev), data, len);
+        evbuffer_add(c->out, data, len);
 }
 
 void
@@ -477,6 +628,6 @@ conn_printf(struct conn *c, const char *fmt, ...)
     if (!conn_room(c, 0))
         return;
     va_start(ap, fmt);
-    evbuffer_add_vprintf(bufferevent_get_output(c->bev), fmt, ap);
+    evbuffer_add_vprintf(c->out, fmt, ap);
     va_end(ap);
 }

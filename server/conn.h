@@ -1,5 +1,5 @@
 /*
- * A connection: a bufferevent, the framing loop that turns its input into
+ * A connection: a socket with its buffers and events, the framing loop that turns its input into
  * packets and admin lines, and the helpers that write replies. Only conn.c
  * touches sockets. A closed connection is detached from every queue at
  * once but freed later, by the server's reaper, so no callback ever runs on
@@ -13,13 +13,16 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
+#include <event2/util.h>
+
 #include "job.h"
 #include "proto/packet.h"
 #include "queue.h"
 #include "storage.h"
 
 struct srv;
-struct bufferevent;
+struct evbuffer;
+struct event;
 
 enum conn_state {
     CONN_ACTIVE,   /* reading and writing */
@@ -30,12 +33,19 @@ enum conn_state {
 
 struct conn {
     struct srv *srv;              /* the server (borrowed) */
-    struct bufferevent *bev;      /* the socket, owned (closes the fd when freed) */
+    struct evbuffer *in;          /* bytes read and not yet consumed, owned */
+    struct evbuffer *out;         /* bytes owed to the peer, owned */
+    struct event *rev;            /* persistent read event, owned */
+    struct event *wev;            /* write event, added only while write_blocked */
     TAILQ_ENTRY(conn) link;       /* in srv->conns, or srv->closing */
+    TAILQ_ENTRY(conn) flush_link; /* in srv->flushq while flush_queued */
+    bool flush_queued;            /* output waits for the end of the loop turn */
+    bool write_blocked;           /* the kernel took less than all: wev is armed */
+    bool lingering;               /* all sent and half-closed: input is discarded */
     struct qworker worker;        /* the queue's view of it as a worker */
     struct waiter_list waiting;   /* foreground jobs it waits for */
     enum conn_state state;        /* see conn_set_state */
-    int fd;                       /* the socket, for the workers listing */
+    int fd;                       /* the socket, owned (closed when freed) */
     char ip[64];                  /* peer address, as admin "workers" shows it */
     char peer[80];                /* "ip:port", for log lines */
     char *client_id;              /* from SET_CLIENT_ID, or NULL */
@@ -63,6 +73,9 @@ void conn_free(struct conn *c);
  * close); without, it goes at once. Safe on a connection already closed.
  */
 void conn_close(struct conn *c, bool flush);
+
+/* conn_flush_cb writes every connection on srv->flushq (the srv's flush_ev). */
+void conn_flush_cb(evutil_socket_t fd, short what, void *arg);
 
 /* conn_resume reads on after c's owed answers went out (storage.c). */
 void conn_resume(struct conn *c);

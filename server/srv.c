@@ -224,6 +224,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     srv->port = -1;
     TAILQ_INIT(&srv->conns);
     TAILQ_INIT(&srv->closing);
+    TAILQ_INIT(&srv->flushq);
     if (copy_config(srv, cfg) < 0)
         FAIL("out of memory");
     if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN)
@@ -438,9 +439,10 @@ srv_setup(struct srv *srv, struct event_base *base)
         return DSJOB_ERR_SYS;
     }
     srv->reaper_ev = event_new(srv->base, -1, 0, reaper_cb, srv);
+    srv->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, srv);
     srv->epoch_ev = evtimer_new(srv->base, epoch_cb, srv);
     srv->ctl_ev = event_new(srv->base, srv->ctl_pipe[0], EV_READ | EV_PERSIST, ctl_cb, srv);
-    if (srv->reaper_ev == NULL || srv->epoch_ev == NULL || srv->ctl_ev == NULL ||
+    if (srv->reaper_ev == NULL || srv->flush_ev == NULL || srv->epoch_ev == NULL || srv->ctl_ev == NULL ||
         event_add(srv->ctl_ev, NULL) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         return DSJOB_ERR_NOMEM;
@@ -450,7 +452,7 @@ srv_setup(struct srv *srv, struct event_base *base)
 
 /*
  * A peer that goes away while we write to it must cost an EPIPE, not the
- * process: libevent writes without MSG_NOSIGNAL. A handler the program
+ * process: writev has no MSG_NOSIGNAL. A handler the program
  * installed itself is left alone.
  */
 static void
@@ -628,6 +630,8 @@ dsjob_server_free(struct dsjob_server *ds)
     queue_release(&srv->queue);
     if (srv->reaper_ev)
         event_free(srv->reaper_ev);
+    if (srv->flush_ev)
+        event_free(srv->flush_ev);
     if (srv->epoch_ev)
         event_free(srv->epoch_ev);
     if (srv->ctl_ev)

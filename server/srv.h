@@ -24,6 +24,7 @@ struct event;
 struct event_base;
 struct evconnlistener;
 TAILQ_HEAD(conn_list, conn);
+TAILQ_HEAD(conn_flush_list, conn);
 
 /* An address range allowed to administer: family, address and prefix bits. */
 struct netmask {
@@ -48,6 +49,8 @@ struct srv {
     struct conn_list closing;           /* closed, waiting to be freed */
     unsigned nconns;                    /* entries in conns */
     struct event *reaper_ev;            /* frees closing connections */
+    struct conn_flush_list flushq;      /* connections with output not yet tried */
+    struct event *flush_ev;             /* writes flushq, after this turn's callbacks */
     struct event *epoch_ev;             /* fires when the next epoch job is due */
     int64_t epoch_armed;                /* time epoch_ev is set for, 0 if not */
     struct event *ctl_ev;               /* reads ctl_pipe */
