@@ -8,14 +8,24 @@
  * connection's buffer for the next call. A connection that fails goes
  * down and is retried with exponential backoff; on reconnect every
  * function is announced again.
+ *
+ * The connections live in a struct wctx. The worker's own one serves
+ * dsjob_worker_work; dsjob_worker_run with a concurrency of N adds N - 1
+ * threads with a wctx each, made and freed by that call, so that the
+ * threads share nothing writable but the stop and halt flags. The stop
+ * pipe is never drained once stopped: it stays readable and so wakes
+ * every thread's poll, however many there are.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,45 +59,69 @@ struct wfunc {
     int timeout_ms;     /* > 0: CAN_DO_TIMEOUT */
 };
 
-struct dsjob_worker {
+/* One thread's connections: one per server. */
+struct wctx {
+    struct dsjob_worker *w;      /* the worker it belongs to */
     struct wlink *links;         /* one per server (owned) */
     size_t nlinks;               /* servers */
-    struct wfunc *funcs;         /* registered functions (owned) */
-    size_t nfuncs;               /* how many */
-    char *id;                    /* SET_CLIENT_ID, NULL for none (owned) */
-    int connect_ms;              /* connect timeout */
-    int io_ms;                   /* I/O timeout for reports and results */
-    int stop_pipe[2];            /* self-pipe written by dsjob_worker_stop */
-    volatile sig_atomic_t stop;  /* set by dsjob_worker_stop */
-    char errmsg[WORKER_ERR_LEN]; /* detail of the last failure */
+    char errmsg[WORKER_ERR_LEN]; /* detail of this context's last failure */
+};
+
+struct dsjob_worker {
+    struct wctx main;    /* connections of work(), and of run()'s first thread */
+    struct wfunc *funcs; /* registered functions (owned) */
+    size_t nfuncs;       /* how many */
+    char *id;            /* SET_CLIENT_ID, NULL for none (owned) */
+    int connect_ms;      /* connect timeout */
+    int io_ms;           /* I/O timeout for reports and results */
+    int concurrency;     /* threads of dsjob_worker_run, >= 1 */
+    int stop_pipe[2];    /* self-pipe written by dsjob_worker_stop and halt_all */
+    atomic_int stop;     /* set by dsjob_worker_stop, for good (lock-free: signal-safe) */
+    atomic_int halt;     /* a thread of run failed: the others end too */
+    atomic_int failed;   /* 1 + index of the first thread of run that failed, 0 none */
+};
+
+/* A thread of dsjob_worker_run beyond the caller's own. */
+struct wthread {
+    struct wctx x; /* its connections */
+    pthread_t tid; /* the thread */
+    int index;     /* 1 + its place in run's array: 0 is the caller's context */
+    int err;       /* what its loop returned */
 };
 
 struct dsjob_job {
-    struct dsjob_worker *w; /* the worker running it */
-    struct wlink *wl;       /* the connection it came on */
-    char *handle;           /* into mem */
-    char *func;             /* into mem */
-    char *unique;           /* into mem */
-    char *payload;          /* into mem, NUL after it */
-    size_t len;             /* payload bytes */
-    char *mem;              /* one allocation holding the four strings (owned) */
-    unsigned char *result;  /* result or exception text (owned) */
-    size_t result_len;      /* its length */
-    int err;                /* first report that failed */
+    struct wctx *x;        /* the connections of the thread running it */
+    struct wlink *wl;      /* the connection it came on */
+    char *handle;          /* into mem */
+    char *func;            /* into mem */
+    char *unique;          /* into mem */
+    char *payload;         /* into mem, NUL after it */
+    size_t len;            /* payload bytes */
+    char *mem;             /* one allocation holding the four strings (owned) */
+    unsigned char *result; /* result or exception text (owned) */
+    size_t result_len;     /* its length */
+    int err;               /* first report that failed */
 };
 
-static int worker_err(struct dsjob_worker *w, int err, const char *fmt, ...)
+static int ctx_err(struct wctx *x, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
-worker_err(struct dsjob_worker *w, int err, const char *fmt, ...)
+ctx_err(struct wctx *x, int err, const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(w->errmsg, sizeof(w->errmsg), fmt, ap);
+    vsnprintf(x->errmsg, sizeof(x->errmsg), fmt, ap);
     va_end(ap);
     return err;
+}
+
+/* The loops of work and run end: stopped for good, or another thread failed. */
+static bool
+quitting(struct dsjob_worker *w)
+{
+    return atomic_load(&w->stop) || atomic_load(&w->halt);
 }
 
 static char *
@@ -113,8 +147,13 @@ dsjob_worker_new(void)
         dsjob_free(w);
         return NULL;
     }
+    w->main.w = w;
     w->connect_ms = 5000;
     w->io_ms = 30000;
+    w->concurrency = 1;
+    atomic_init(&w->stop, 0);
+    atomic_init(&w->halt, 0);
+    atomic_init(&w->failed, 0);
     return w;
 }
 
@@ -125,11 +164,11 @@ dsjob_worker_free(struct dsjob_worker *w)
 
     if (w == NULL)
         return;
-    for (i = 0; i < w->nlinks; i++)
-        link_release(&w->links[i].l);
+    for (i = 0; i < w->main.nlinks; i++)
+        link_release(&w->main.links[i].l);
     for (i = 0; i < w->nfuncs; i++)
         dsjob_free(w->funcs[i].name);
-    dsjob_free(w->links);
+    dsjob_free(w->main.links);
     dsjob_free(w->funcs);
     dsjob_free(w->id);
     close(w->stop_pipe[0]);
@@ -140,26 +179,27 @@ dsjob_worker_free(struct dsjob_worker *w)
 int
 dsjob_worker_add_server(struct dsjob_worker *w, const char *addr)
 {
+    struct wctx *x = &w->main;
     struct wlink *nl;
     int err;
 
-    w->errmsg[0] = '\0';
-    nl = dsjob_malloc((w->nlinks + 1) * sizeof(*nl));
+    x->errmsg[0] = '\0';
+    nl = dsjob_malloc((x->nlinks + 1) * sizeof(*nl));
     if (nl == NULL)
-        return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
-    memset(&nl[w->nlinks], 0, sizeof(*nl));
-    err = link_init(&nl[w->nlinks].l, addr);
+        return ctx_err(x, DSJOB_ERR_NOMEM, "out of memory");
+    memset(&nl[x->nlinks], 0, sizeof(*nl));
+    err = link_init(&nl[x->nlinks].l, addr);
     if (err != DSJOB_OK) {
         dsjob_free(nl);
-        return worker_err(w, err, "bad server address '%s'", addr ? addr : "(null)");
+        return ctx_err(x, err, "bad server address '%s'", addr ? addr : "(null)");
     }
-    if (w->nlinks > 0)
-        memcpy(nl, w->links, w->nlinks * sizeof(*nl));
-    nl[w->nlinks].state = WLINK_DOWN;
-    nl[w->nlinks].backoff_ms = BACKOFF_MIN_MS;
-    dsjob_free(w->links);
-    w->links = nl;
-    w->nlinks++;
+    if (x->nlinks > 0)
+        memcpy(nl, x->links, x->nlinks * sizeof(*nl));
+    nl[x->nlinks].state = WLINK_DOWN;
+    nl[x->nlinks].backoff_ms = BACKOFF_MIN_MS;
+    dsjob_free(x->links);
+    x->links = nl;
+    x->nlinks++;
     return DSJOB_OK;
 }
 
@@ -170,10 +210,19 @@ dsjob_worker_set_timeout(struct dsjob_worker *w, int connect_ms, int io_ms)
     w->io_ms = io_ms;
 }
 
+int
+dsjob_worker_set_concurrency(struct dsjob_worker *w, int n)
+{
+    if (n < 1)
+        return ctx_err(&w->main, DSJOB_ERR_ARG, "concurrency %d is not a positive number", n);
+    w->concurrency = n;
+    return DSJOB_OK;
+}
+
 const char *
 dsjob_worker_errmsg(const struct dsjob_worker *w)
 {
-    return w->errmsg;
+    return w->main.errmsg;
 }
 
 /* Queues the announcement of one function on a connected link. */
@@ -197,19 +246,19 @@ dsjob_worker_set_id(struct dsjob_worker *w, const char *id)
     size_t i;
 
     if (id == NULL)
-        return worker_err(w, DSJOB_ERR_ARG, "NULL id");
+        return ctx_err(&w->main, DSJOB_ERR_ARG, "NULL id");
     copy = dup_str(id);
     if (copy == NULL)
-        return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+        return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
     dsjob_free(w->id);
     w->id = copy;
-    for (i = 0; i < w->nlinks; i++) {
+    for (i = 0; i < w->main.nlinks; i++) {
         const void *args[1] = {w->id};
         size_t lens[1] = {strlen(w->id)};
 
-        if (w->links[i].state != WLINK_DOWN &&
-            link_queue(&w->links[i].l, PACKET_SET_CLIENT_ID, 1, args, lens) != DSJOB_OK)
-            return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+        if (w->main.links[i].state != WLINK_DOWN &&
+            link_queue(&w->main.links[i].l, PACKET_SET_CLIENT_ID, 1, args, lens) != DSJOB_OK)
+            return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
     }
     return DSJOB_OK;
 }
@@ -221,21 +270,21 @@ dsjob_worker_register(struct dsjob_worker *w, const char *name, dsjob_worker_fn 
     struct wfunc *nf;
     size_t i;
 
-    w->errmsg[0] = '\0';
+    w->main.errmsg[0] = '\0';
     if (name == NULL || *name == '\0' || fn == NULL)
-        return worker_err(w, DSJOB_ERR_ARG, "empty function name or NULL callback");
+        return ctx_err(&w->main, DSJOB_ERR_ARG, "empty function name or NULL callback");
     for (i = 0; i < w->nfuncs; i++)
         if (strcmp(w->funcs[i].name, name) == 0)
-            return worker_err(w, DSJOB_ERR_ARG, "function '%s' already registered", name);
+            return ctx_err(&w->main, DSJOB_ERR_ARG, "function '%s' already registered", name);
     nf = dsjob_malloc((w->nfuncs + 1) * sizeof(*nf));
     if (nf == NULL)
-        return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+        return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
     if (w->nfuncs > 0)
         memcpy(nf, w->funcs, w->nfuncs * sizeof(*nf));
     nf[w->nfuncs].name = dup_str(name);
     if (nf[w->nfuncs].name == NULL) {
         dsjob_free(nf);
-        return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+        return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
     }
     nf[w->nfuncs].fn = fn;
     nf[w->nfuncs].user = user;
@@ -243,13 +292,13 @@ dsjob_worker_register(struct dsjob_worker *w, const char *name, dsjob_worker_fn 
     dsjob_free(w->funcs);
     w->funcs = nf;
     w->nfuncs++;
-    for (i = 0; i < w->nlinks; i++) {
-        struct wlink *wl = &w->links[i];
+    for (i = 0; i < w->main.nlinks; i++) {
+        struct wlink *wl = &w->main.links[i];
 
         if (wl->state == WLINK_DOWN)
             continue;
         if (queue_can_do(wl, &w->funcs[w->nfuncs - 1]) != DSJOB_OK)
-            return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+            return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
         if (wl->state == WLINK_SLEEPING)
             wl->state = WLINK_IDLE; /* a job of the new function may be waiting */
     }
@@ -258,9 +307,9 @@ dsjob_worker_register(struct dsjob_worker *w, const char *name, dsjob_worker_fn 
 
 /* Takes a link down after a failure and schedules the next attempt. */
 static void
-wlink_down(struct dsjob_worker *w, struct wlink *wl, int err)
+wlink_down(struct wctx *x, struct wlink *wl, int err)
 {
-    worker_err(w, err, "%s", wl->l.err);
+    ctx_err(x, err, "%s", wl->l.err);
     link_close(&wl->l);
     wl->state = WLINK_DOWN;
     wl->next_try = link_now_ms() + wl->backoff_ms;
@@ -269,13 +318,14 @@ wlink_down(struct dsjob_worker *w, struct wlink *wl, int err)
 
 /* Connects a down link whose time has come and announces every function. */
 static int
-wlink_up(struct dsjob_worker *w, struct wlink *wl)
+wlink_up(struct wctx *x, struct wlink *wl)
 {
+    const struct dsjob_worker *w = x->w;
     int err = link_connect(&wl->l, w->connect_ms);
     size_t i;
 
     if (err != DSJOB_OK) {
-        wlink_down(w, wl, err);
+        wlink_down(x, wl, err);
         return DSJOB_OK;
     }
     if (w->id != NULL) {
@@ -325,10 +375,10 @@ job_send(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, s
         return job->err ? job->err : DSJOB_ERR_CLOSED;
     err = link_queue(&job->wl->l, type, nargs, args, lens);
     if (err == DSJOB_OK)
-        err = link_flush(&job->wl->l, link_deadline(job->w->io_ms));
+        err = link_flush(&job->wl->l, link_deadline(job->x->w->io_ms));
     if (err != DSJOB_OK) {
         job->err = err;
-        wlink_down(job->w, job->wl, err);
+        wlink_down(job->x, job->wl, err);
     }
     return err;
 }
@@ -338,10 +388,10 @@ job_send(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, s
  * on wl and sends its result. Returns DSJOB_OK or DSJOB_ERR_NOMEM.
  */
 static int
-run_job(struct dsjob_worker *w, struct wlink *wl, const struct packet *p, bool unique)
+run_job(struct wctx *x, struct wlink *wl, const struct packet *p, bool unique)
 {
     struct dsjob_job job;
-    const struct wfunc *f = find_func(w, p->arg[1], p->arg_len[1]);
+    const struct wfunc *f = find_func(x->w, p->arg[1], p->arg_len[1]);
     size_t hl = p->arg_len[0], fl = p->arg_len[1];
     size_t ul = unique ? p->arg_len[2] : 0;
     unsigned di = unique ? 3 : 2;
@@ -350,7 +400,7 @@ run_job(struct dsjob_worker *w, struct wlink *wl, const struct packet *p, bool u
     int r;
 
     memset(&job, 0, sizeof(job));
-    job.w = w;
+    job.x = x;
     job.wl = wl;
     job.mem = m = dsjob_malloc(hl + fl + ul + dl + 4);
     if (m == NULL)
@@ -390,14 +440,14 @@ run_job(struct dsjob_worker *w, struct wlink *wl, const struct packet *p, bool u
  * stops there, leaving later packets for the next call).
  */
 static int
-wlink_process(struct dsjob_worker *w, struct wlink *wl, bool *ran)
+wlink_process(struct wctx *x, struct wlink *wl, bool *ran)
 {
     struct packet p;
     int r;
 
     while (wl->state != WLINK_DOWN && (r = link_next(&wl->l, &p)) != 0) {
         if (r < 0) {
-            wlink_down(w, wl, -r);
+            wlink_down(x, wl, -r);
             return DSJOB_OK;
         }
         wl->backoff_ms = BACKOFF_MIN_MS;
@@ -412,7 +462,7 @@ wlink_process(struct dsjob_worker *w, struct wlink *wl, bool *ran)
             break;
         case PACKET_JOB_ASSIGN_UNIQ:
         case PACKET_JOB_ASSIGN:
-            if (w->stop) {
+            if (quitting(x->w)) {
                 /* Give the job back: the server requeues it when we close. */
                 link_close(&wl->l);
                 wl->state = WLINK_DOWN;
@@ -420,10 +470,10 @@ wlink_process(struct dsjob_worker *w, struct wlink *wl, bool *ran)
                 return DSJOB_OK;
             }
             *ran = true;
-            return run_job(w, wl, &p, p.type == PACKET_JOB_ASSIGN_UNIQ);
+            return run_job(x, wl, &p, p.type == PACKET_JOB_ASSIGN_UNIQ);
         case PACKET_ERROR:
-            worker_err(w, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", wl->l.addr, (int)p.arg_len[0],
-                       (const char *)p.arg[0], (int)p.arg_len[1], (const char *)p.arg[1]);
+            ctx_err(x, DSJOB_ERR_SERVER, "%s: %.*s: %.*s", wl->l.addr, (int)p.arg_len[0],
+                    (const char *)p.arg[0], (int)p.arg_len[1], (const char *)p.arg[1]);
             break;
         default: break;
         }
@@ -431,49 +481,74 @@ wlink_process(struct dsjob_worker *w, struct wlink *wl, bool *ran)
     return DSJOB_OK;
 }
 
-int
-dsjob_worker_work(struct dsjob_worker *w, int timeout_ms)
+/* Closes every connection: a server requeues what it assigned and we did not run. */
+static void
+ctx_close(struct wctx *x)
 {
+    size_t i;
+
+    for (i = 0; i < x->nlinks; i++) {
+        link_close(&x->links[i].l);
+        x->links[i].state = WLINK_DOWN;
+        x->links[i].next_try = link_now_ms();
+    }
+}
+
+/*
+ * The body of dsjob_worker_work on one context: waits up to timeout_ms for
+ * a job on x's connections and runs it.
+ */
+static int
+ctx_work(struct wctx *x, int timeout_ms)
+{
+    struct dsjob_worker *w = x->w;
     int64_t deadline = link_deadline(timeout_ms);
     struct pollfd *pfd;
     int err = DSJOB_OK;
 
-    w->errmsg[0] = '\0';
-    if (w->nlinks == 0 || w->nfuncs == 0)
-        return worker_err(w, DSJOB_ERR_STATE, "no server or no function");
-    pfd = dsjob_malloc((w->nlinks + 1) * sizeof(*pfd));
+    x->errmsg[0] = '\0';
+    if (x->nlinks == 0 || w->nfuncs == 0)
+        return ctx_err(x, DSJOB_ERR_STATE, "no server or no function");
+    pfd = dsjob_malloc((x->nlinks + 1) * sizeof(*pfd));
     if (pfd == NULL)
-        return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+        return ctx_err(x, DSJOB_ERR_NOMEM, "out of memory");
     for (;;) {
         int64_t now = link_now_ms(), wake = deadline;
         bool ran = false;
         size_t i;
         int wait, r;
 
-        if (w->stop) {
+        if (quitting(w)) {
+            /* Stopped for good: nothing more will be grabbed on these. */
+            if (atomic_load(&w->stop))
+                ctx_close(x);
             err = DSJOB_ERR_STATE;
             break;
         }
-        for (i = 0; i < w->nlinks && !ran; i++) {
-            struct wlink *wl = &w->links[i];
+        for (i = 0; i < x->nlinks && !ran; i++) {
+            struct wlink *wl = &x->links[i];
 
-            if (wl->state == WLINK_DOWN && now >= wl->next_try && wlink_up(w, wl) != DSJOB_OK)
+            if (wl->state == WLINK_DOWN && now >= wl->next_try && wlink_up(x, wl) != DSJOB_OK)
                 goto out_nomem;
             if (wl->state == WLINK_DOWN)
                 continue;
-            if (wlink_process(w, wl, &ran) != DSJOB_OK)
+            if (wlink_process(x, wl, &ran) != DSJOB_OK)
                 goto out_nomem;
-            if (wl->state == WLINK_IDLE && !ran && !w->stop &&
+            if (wl->state == WLINK_IDLE && !ran && !quitting(w) &&
                 wlink_send0(wl, PACKET_GRAB_JOB_UNIQ, WLINK_GRABBING) != DSJOB_OK)
                 goto out_nomem;
         }
         if (ran)
             break;
+        /*
+         * The stop pipe is never drained: once written it wakes every
+         * thread's poll, and quitting() above ends the loop.
+         */
         pfd[0].fd = w->stop_pipe[0];
         pfd[0].events = POLLIN;
         pfd[0].revents = 0;
-        for (i = 0; i < w->nlinks; i++) {
-            struct wlink *wl = &w->links[i];
+        for (i = 0; i < x->nlinks; i++) {
+            struct wlink *wl = &x->links[i];
 
             pfd[i + 1].fd = wl->state == WLINK_DOWN ? -1 : wl->l.fd;
             pfd[i + 1].events = POLLIN | (link_want_write(&wl->l) ? POLLOUT : 0);
@@ -486,21 +561,15 @@ dsjob_worker_work(struct dsjob_worker *w, int timeout_ms)
             err = DSJOB_ERR_TIMEOUT;
             break;
         }
-        r = poll(pfd, (nfds_t)(w->nlinks + 1), wait);
+        r = poll(pfd, (nfds_t)(x->nlinks + 1), wait);
         if (r < 0 && errno != EINTR) {
-            err = worker_err(w, DSJOB_ERR_SYS, "poll: %s", strerror(errno));
+            err = ctx_err(x, DSJOB_ERR_SYS, "poll: %s", strerror(errno));
             break;
         }
         if (r <= 0)
             continue;
-        if (pfd[0].revents & POLLIN) {
-            char buf[64];
-
-            while (read(w->stop_pipe[0], buf, sizeof(buf)) > 0)
-                ;
-        }
-        for (i = 0; i < w->nlinks; i++) {
-            struct wlink *wl = &w->links[i];
+        for (i = 0; i < x->nlinks; i++) {
+            struct wlink *wl = &x->links[i];
             int e = DSJOB_OK;
 
             if (pfd[i + 1].fd < 0 || pfd[i + 1].revents == 0)
@@ -514,28 +583,177 @@ dsjob_worker_work(struct dsjob_worker *w, int timeout_ms)
              * connection: the server requeues a job we did not finish.
              */
             if (e != DSJOB_OK)
-                wlink_down(w, wl, e);
+                wlink_down(x, wl, e);
         }
     }
     dsjob_free(pfd);
     return err;
 out_nomem:
     dsjob_free(pfd);
-    return worker_err(w, DSJOB_ERR_NOMEM, "out of memory");
+    return ctx_err(x, DSJOB_ERR_NOMEM, "out of memory");
+}
+
+int
+dsjob_worker_work(struct dsjob_worker *w, int timeout_ms)
+{
+    return ctx_work(&w->main, timeout_ms);
+}
+
+/* Wakes every thread of run and makes them end, leaving w->stop alone. */
+static void
+halt_all(struct dsjob_worker *w)
+{
+    ssize_t n;
+
+    atomic_store(&w->halt, 1);
+    n = write(w->stop_pipe[1], "h", 1);
+    (void)n;
+}
+
+/* One thread's loop of run: jobs until stopped or halted (DSJOB_OK), or the first error. */
+static int
+run_loop(struct wctx *x)
+{
+    int err;
+
+    for (;;) {
+        err = ctx_work(x, 0);
+        if (err == DSJOB_ERR_STATE && quitting(x->w))
+            return DSJOB_OK;
+        if (err != DSJOB_OK && err != DSJOB_ERR_TIMEOUT)
+            return err;
+    }
+}
+
+/*
+ * A thread of run failed: the first to get here records index + 1 (0 is
+ * the caller's context) in w->failed, and every thread is made to end.
+ */
+static void
+run_failed(struct dsjob_worker *w, int index)
+{
+    int none = 0;
+
+    atomic_compare_exchange_strong(&w->failed, &none, index + 1);
+    halt_all(w);
+}
+
+static void *
+thread_main(void *arg)
+{
+    struct wthread *t = arg;
+
+    t->err = run_loop(&t->x);
+    if (t->err != DSJOB_OK)
+        run_failed(t->x.w, t->index);
+    return NULL;
+}
+
+/* Gives each thread its own unconnected links to the worker's servers. */
+static int
+threads_init(struct dsjob_worker *w, struct wthread *t, size_t n)
+{
+    size_t i, j;
+
+    for (i = 0; i < n; i++) {
+        t[i].x.w = w;
+        t[i].index = (int)i + 1;
+        t[i].x.links = dsjob_malloc(w->main.nlinks * sizeof(struct wlink));
+        if (t[i].x.links == NULL)
+            return DSJOB_ERR_NOMEM;
+        memset(t[i].x.links, 0, w->main.nlinks * sizeof(struct wlink));
+        for (j = 0; j < w->main.nlinks; j++) {
+            struct wlink *wl = &t[i].x.links[j];
+
+            if (link_init(&wl->l, w->main.links[j].l.addr) != DSJOB_OK) {
+                t[i].x.nlinks = j;
+                return DSJOB_ERR_NOMEM;
+            }
+            wl->state = WLINK_DOWN;
+            wl->backoff_ms = BACKOFF_MIN_MS;
+        }
+        t[i].x.nlinks = w->main.nlinks;
+    }
+    return DSJOB_OK;
+}
+
+static void
+threads_release(struct wthread *t, size_t n)
+{
+    size_t i, j;
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < t[i].x.nlinks; j++)
+            link_release(&t[i].x.links[j].l);
+        dsjob_free(t[i].x.links);
+    }
+    dsjob_free(t);
+}
+
+/*
+ * Runs concurrency - 1 threads of their own and the caller's context in
+ * this thread; returns when all have ended. Signals are blocked in the
+ * threads made here, so that a program's handlers keep running in its own
+ * threads.
+ */
+static int
+run_threads(struct dsjob_worker *w)
+{
+    size_t n = (size_t)w->concurrency - 1, started = 0, i;
+    struct wthread *t = n < SIZE_MAX / sizeof(*t) ? dsjob_malloc(n * sizeof(*t)) : NULL;
+    sigset_t all, old;
+    int err = DSJOB_OK, failed, rc = 0;
+    char buf[64];
+
+    if (t == NULL)
+        return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
+    memset(t, 0, n * sizeof(*t));
+    if (threads_init(w, t, n) != DSJOB_OK) {
+        threads_release(t, n);
+        return ctx_err(&w->main, DSJOB_ERR_NOMEM, "out of memory");
+    }
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (; started < n; started++) {
+        rc = pthread_create(&t[started].tid, NULL, thread_main, &t[started]);
+        if (rc != 0)
+            break;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        halt_all(w);
+        err = ctx_err(&w->main, DSJOB_ERR_SYS, "pthread_create: %s", strerror(rc));
+    } else if ((err = run_loop(&w->main)) != DSJOB_OK) {
+        run_failed(w, 0);
+    }
+    for (i = 0; i < started; i++)
+        pthread_join(t[i].tid, NULL);
+    failed = atomic_load(&w->failed);
+    if (rc == 0 && failed > 0) {
+        struct wctx *fx = failed == 1 ? &w->main : &t[failed - 2].x;
+
+        err = failed == 1 ? err : t[failed - 2].err;
+        if (fx != &w->main)
+            memcpy(w->main.errmsg, fx->errmsg, sizeof(w->main.errmsg));
+    }
+    threads_release(t, n);
+    /* Every thread has ended: the halt may be undone for the next run. */
+    atomic_store(&w->failed, 0);
+    if (atomic_load(&w->halt)) {
+        atomic_store(&w->halt, 0);
+        if (!atomic_load(&w->stop))
+            while (read(w->stop_pipe[0], buf, sizeof(buf)) > 0)
+                ;
+    }
+    return err;
 }
 
 int
 dsjob_worker_run(struct dsjob_worker *w)
 {
-    int err;
-
-    for (;;) {
-        err = dsjob_worker_work(w, 0);
-        if (err == DSJOB_ERR_STATE && w->stop)
-            return DSJOB_OK;
-        if (err != DSJOB_OK && err != DSJOB_ERR_TIMEOUT)
-            return err;
-    }
+    if (w->concurrency > 1 && w->main.nlinks > 0 && w->nfuncs > 0)
+        return run_threads(w);
+    return run_loop(&w->main);
 }
 
 void
@@ -544,7 +762,7 @@ dsjob_worker_stop(struct dsjob_worker *w)
     int saved = errno;
     ssize_t n;
 
-    w->stop = 1;
+    atomic_store(&w->stop, 1);
     n = write(w->stop_pipe[1], "s", 1);
     (void)n;
     errno = saved;

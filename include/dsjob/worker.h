@@ -6,13 +6,15 @@
  * jobs with GRAB_JOB_UNIQ, and when there is none sends PRE_SLEEP and
  * waits in poll() for the server's NOOP. A server that goes away is
  * reconnected with exponential backoff (100 ms doubling to 10 s) and the
- * functions are announced again. Jobs run one at a time, in the thread
- * that called dsjob_worker_work or dsjob_worker_run; for N jobs at once use
- * N worker handles in N threads.
+ * functions are announced again. dsjob_worker_work runs one job in the
+ * calling thread; dsjob_worker_run runs jobs until stopped, N at once with
+ * dsjob_worker_set_concurrency (N threads, each with its own connections).
  *
  * Thread-safety: a worker belongs to one thread, except dsjob_worker_stop,
- * which may be called from any thread or from a signal handler. There is no
- * global state apart from dsjob_set_alloc_funcs().
+ * which may be called from any thread or from a signal handler. With a
+ * concurrency above 1, the callbacks of dsjob_worker_run run in several
+ * threads at once (see dsjob_worker_set_concurrency). There is no global
+ * state apart from dsjob_set_alloc_funcs().
  *
  * Memory: strings and buffers passed in are borrowed for the duration of
  * the call and copied if kept; what a struct dsjob_job returns is borrowed
@@ -90,33 +92,58 @@ DSJOB_API int dsjob_worker_register(struct dsjob_worker *w, const char *name, ds
                                     void *user, int timeout_ms);
 
 /*
+ * dsjob_worker_set_concurrency sets how many jobs dsjob_worker_run does at
+ * once (default 1). With n > 1, run starts n - 1 threads and works in the
+ * calling thread too; each thread has its own connection to every server
+ * and announces the same functions and id on it, so a server sees n
+ * workers. The callbacks are the same, so they then run concurrently, in
+ * any of the n threads: whatever they share through user must be
+ * thread-safe, and they must not call dsjob_worker_ functions on w (except
+ * dsjob_worker_stop). dsjob_worker_work is not affected: it always runs
+ * one job, in the calling thread, on the worker's own connections. Call
+ * it before run, not during. Returns DSJOB_OK, or DSJOB_ERR_ARG for n < 1.
+ */
+DSJOB_API int dsjob_worker_set_concurrency(struct dsjob_worker *w, int n);
+
+/*
  * dsjob_worker_work waits for one job from any server, runs its callback
- * and sends the result. timeout_ms bounds the wait for a job (0 or
- * negative: none). Returns DSJOB_OK after a job ran (even if it failed),
- * DSJOB_ERR_TIMEOUT when no job came, DSJOB_ERR_STATE when
- * dsjob_worker_stop was called (or no function or server is set),
- * DSJOB_ERR_NOMEM. A server that cannot be reached is no error: the
- * worker keeps trying it with backoff (dsjob_worker_errmsg says why).
+ * and sends the result, in the calling thread, whatever the concurrency.
+ * timeout_ms bounds the wait for a job (0 or negative: none). Returns
+ * DSJOB_OK after a job ran (even if it failed), DSJOB_ERR_TIMEOUT when no
+ * job came, DSJOB_ERR_STATE when dsjob_worker_stop was called (or no
+ * function or server is set), DSJOB_ERR_NOMEM. A server that cannot be
+ * reached is no error: the worker keeps trying it with backoff
+ * (dsjob_worker_errmsg says why).
  */
 DSJOB_API int dsjob_worker_work(struct dsjob_worker *w, int timeout_ms);
 
 /*
- * dsjob_worker_run runs jobs until dsjob_worker_stop. Returns DSJOB_OK
- * once stopped, or the first error other than a timeout.
+ * dsjob_worker_run runs jobs until dsjob_worker_stop, one at a time in the
+ * calling thread, or with a concurrency of n in n threads (the calling one
+ * and n - 1 that it starts with every signal blocked and joins before it
+ * returns). Returns DSJOB_OK once stopped, or the first error other than a
+ * timeout (DSJOB_ERR_NOMEM, DSJOB_ERR_SYS, DSJOB_ERR_STATE without a
+ * server or function). An error in one thread ends the others as a stop
+ * does (each finishes its running job), but only for this call: run may
+ * be called again. dsjob_worker_errmsg then says what failed.
  */
 DSJOB_API int dsjob_worker_run(struct dsjob_worker *w);
 
 /*
- * dsjob_worker_stop asks the worker to stop: a running job finishes and
- * its result is sent, no more jobs are grabbed, and work/run return.
- * Async-signal-safe (it sets a flag and writes one byte to a pipe); may be
- * called from another thread. Stays in effect until dsjob_worker_free.
+ * dsjob_worker_stop asks the worker to stop: every running job finishes
+ * and its result is sent, no more jobs are grabbed, and work/run close
+ * their connections (a server requeues any job assigned and not run) and
+ * return, run once all its threads have ended. Async-signal-safe
+ * (it sets a flag and writes one byte to a pipe); may be called from any
+ * thread, a callback included. Stays in effect until dsjob_worker_free.
  */
 DSJOB_API void dsjob_worker_stop(struct dsjob_worker *w);
 
 /*
  * dsjob_worker_errmsg returns the detail of the last failure (a connect
- * error, a server's ERROR). Borrowed: valid until the next call on w.
+ * error, a server's ERROR); after dsjob_worker_run with a concurrency
+ * above 1, that of the thread whose error run returned. Borrowed: valid
+ * until the next call on w.
  */
 DSJOB_API const char *dsjob_worker_errmsg(const struct dsjob_worker *w);
 
