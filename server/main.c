@@ -37,7 +37,7 @@ usage(FILE *fp)
             "  -p, --port PORT            TCP port (default 4730; 0 picks a free port)\n"
             "      --port-file FILE       write the bound port to FILE\n"
             "      --unix-socket PATH     also listen on a unix socket\n"
-            "  -b, --backlog N            listen backlog (default 32)\n"
+            "  -b, --backlog N            listen backlog (default 1024)\n"
             "      --keepalive            enable TCP keepalive on connections\n"
             "  -d, --daemon               run in the background\n"
             "  -P, --pid-file FILE        write the process id to FILE\n"

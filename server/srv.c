@@ -57,7 +57,7 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->listen[0] = "127.0.0.1";
     cfg->nlisten = 1;
     cfg->port = 4730;
-    cfg->backlog = 32;
+    cfg->backlog = 1024;
     cfg->max_packet_size = 64u << 20;
     cfg->max_output_buffer = 256u << 20;
     cfg->max_connections = 0;

@@ -37,7 +37,7 @@ chaos_malloc(size_t n)
     return malloc(n);
 }
 
-static int port;
+static char addr[32]; /* the daemon's host:port, written before any thread starts */
 
 /* One whole foreground submit; returns its result code (or NOMEM for a NULL handle). */
 static int
@@ -50,7 +50,7 @@ one_submit(void)
 
     if (c == NULL)
         return DSJOB_ERR_NOMEM;
-    err = dsjob_client_add_server(c, addr_of(port));
+    err = dsjob_client_add_server(c, addr);
     dsjob_client_set_timeout(c, 2000, 5000);
     if (err == DSJOB_OK)
         err = dsjob_client_submit(c, "rev", "chaos", "abc", 3, DSJOB_PRIO_NORMAL, &res, &len);
@@ -70,7 +70,7 @@ one_taskset(void)
 
     if (c == NULL)
         return DSJOB_ERR_NOMEM;
-    if (dsjob_client_add_server(c, addr_of(port)) != DSJOB_OK) {
+    if (dsjob_client_add_server(c, addr) != DSJOB_OK) {
         dsjob_client_free(c);
         return DSJOB_ERR_NOMEM;
     }
@@ -140,7 +140,7 @@ worker_chaos(void)
     /* A job for it to do, submitted with the allocator working. */
     alloc_left = -1;
     c = dsjob_client_new();
-    dsjob_client_add_server(c, addr_of(port));
+    dsjob_client_add_server(c, addr);
     dsjob_client_submit_bg(c, "chaos_w", NULL, "p", 1, DSJOB_PRIO_NORMAL, NULL, 0);
     dsjob_client_free(c);
     alloc_left = saved;
@@ -148,7 +148,7 @@ worker_chaos(void)
     w = dsjob_worker_new();
     if (w == NULL)
         return DSJOB_ERR_NOMEM;
-    err = dsjob_worker_add_server(w, addr_of(port));
+    err = dsjob_worker_add_server(w, addr);
     if (err == DSJOB_OK)
         err = dsjob_worker_register(w, "chaos_w", fn_copy, NULL, 0);
     if (err == DSJOB_OK)
@@ -162,9 +162,14 @@ thread_main(void *arg)
 {
     int *fails = arg, i;
 
-    for (i = 0; i < 50; i++)
-        if (one_submit() != DSJOB_OK)
-            (*fails)++;
+    for (i = 0; i < 50; i++) {
+        int err = one_submit();
+
+        if (err != DSJOB_OK) {
+            if ((*fails)++ == 0)
+                tap_diag("job %d of a thread: %s", i, dsjob_strerror(err));
+        }
+    }
     return NULL;
 }
 
@@ -181,8 +186,8 @@ main(void)
     alarm(200);
     signal(SIGPIPE, SIG_IGN);
     daemon_start(&d, NULL);
-    port = d.port;
-    servers[0] = addr_of(port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", d.port);
+    servers[0] = addr;
     w = worker_fork(servers);
     dsjob_set_alloc_funcs(chaos_malloc, free);
 

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -74,6 +77,10 @@ daemon_start(struct daemon *d, const char *const *extra)
     if (d->pid < 0)
         tap_bail("fork: %s", strerror(errno));
     if (d->pid == 0) {
+#ifdef __linux__
+        /* A test killed by its watchdog must not leave its daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
         execv(bin, (char *const *)argv);
         _exit(127);
     }
