@@ -148,17 +148,19 @@ lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
     gearman_return_t ret;
     int rc = 0;
 
+    double t0 = lg_now();
+
+    a->done = 0;
     if (c == NULL)
         return -1;
     while (sent < a->n && !atomic_load(&a->sh->stop)) {
         uint64_t b = a->n - sent;
 
+        lg_pace(a, t0, sent);
         if (b > (uint64_t)a->batch)
             b = (uint64_t)a->batch;
         for (uint64_t i = 0; i < b; i++) {
-            /* 36 characters, the size of the UUID libgearman would make */
-            snprintf(unique, sizeof(unique), "%08x-0000-4000-8000-%012llx",
-                     a->id, (unsigned long long)(sent + i));
+            lg_unique(unique, sizeof(unique), a->id, sent + i);
             if (gearman_client_add_task_background(c, NULL, NULL, a->function,
                                                    unique, a->payload, a->len,
                                                    &ret) == NULL) {
@@ -174,6 +176,7 @@ lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
             goto out;
         }
         sent += b;
+        a->done = sent;
         atomic_fetch_add(&a->sh->acked, b);
     }
 out:
@@ -196,6 +199,7 @@ echo_fn(gearman_job_st *job, void *context, size_t *result_size,
     memcpy(r, gearman_job_workload(job), n);
     *result_size = n;
     *ret_ptr = GEARMAN_SUCCESS;
+    lg_mark_unique(a->sh, gearman_job_unique(job));
     atomic_fetch_add(&a->sh->worked, 1);
     return r;
 }

@@ -1,10 +1,12 @@
 /*
  * loadgen: drives one Gearman job server on 127.0.0.1 through a back end
- * (libgearman today; our libdsjobclient later) and prints one result line
- * of key=value pairs per measurement, for bench/run to collect. Scenarios:
- * fg and fg1 (foreground echo jobs, K or 1 in flight per client), bg-submit
- * (pipelined background submits, no workers; also the server's RSS per
- * queued job), bg-drain (submit N, then W workers drain them) and
+ * (libgearman, or our libdsjobclient/libdsjobworker) and prints one result
+ * line of key=value pairs per measurement, for bench/run to collect.
+ * Scenarios: fg and fg1 (foreground echo jobs, K or 1 in flight per
+ * client), bg-submit (pipelined background submits, no workers; also the
+ * server's RSS per queued job), bg-drain and durable (submit N, then W
+ * workers drain them, and check that every acknowledged job ran), mixed
+ * (foreground latency without and then with a background flood) and
  * connections (many idle connections, then a job round trip). With --pid it
  * reads the server's CPU time and RSS from /proc at the edges of the
  * measured window, so the figures do not include start-up or the load
@@ -31,6 +33,7 @@
 #include <netinet/tcp.h>
 
 #define FUNCTION "bench_echo"
+#define FLOOD_FUNCTION "bench_flood" /* mixed: background jobs no worker takes */
 #define MAX_CLIENTS 1024
 #define MAX_WORKERS 256
 #define MAX_INFLIGHT 4096
@@ -41,14 +44,15 @@
 #define CONN_BATCH 32 /* connections opened at once, below a 32 backlog */
 
 /*
- * The back ends a run can choose with -b. The second one, our own
- * libdsjobclient/libdsjobworker (issue 6, item 1), goes here once those
- * libraries exist: write bench/lg_dsjob.c implementing struct lg_backend
- * and add it to this table and to the cc line in bench/run.
+ * The back ends a run can choose with -b. lg_dsjob.c is compiled in when
+ * bench/run finds the built libdsjobclient and libdsjobworker
+ * (-DLG_HAVE_DSJOB).
  */
 static const struct lg_backend *const backends[] = {
     &lg_gearman_backend,
-    /* &lg_dsjob_backend, */
+#ifdef LG_HAVE_DSJOB
+    &lg_dsjob_backend,
+#endif
 };
 
 struct opts {
@@ -66,6 +70,8 @@ struct opts {
     size_t payload;
     int batch;
     int conns;
+    int flood;             /* mixed: background flood connections */
+    double flood_rate;     /* mixed: their submits/s in all, 0: no limit */
     pid_t pid;             /* server process for /proc, 0: none */
 };
 
@@ -75,16 +81,19 @@ static struct opts o = {
     .clients = -1,
     .inflight = -1,
     .workers = -1,
-    .jobs = 200000,
+    .jobs = 0,             /* 0: the scenario's default */
     .secs = 3.0,
     .warmup = 0.5,
     .max_secs = 120.0,
     .payload = 64,
     .batch = 500,
     .conns = 10000,
+    .flood = 2,
 };
 
 static struct lg_shared sh;
+static atomic_uint_fast64_t distinct; /* jobs of sh.seen that ran at least once */
+static uint64_t acked_upto[MAX_CLIENTS]; /* per submitter: jobs 0..n-1 acknowledged */
 static unsigned char *payload;
 
 double
@@ -109,6 +118,53 @@ lg_lat_add(struct lg_lat *l, double us)
         l->cap = cap;
     }
     l->v[l->n++] = us < 0 ? 0 : us > 4e9 ? 4000000000u : (uint32_t)us;
+}
+
+void
+lg_unique(char *buf, size_t cap, unsigned id, uint64_t index)
+{
+    snprintf(buf, cap, "%08x-0000-4000-8000-%012llx", id, (unsigned long long)index);
+}
+
+void
+lg_mark_unique(struct lg_shared *s, const char *unique)
+{
+    unsigned long id;
+    unsigned long long index;
+    char *end;
+
+    if (s->seen == NULL)
+        return;
+    if (unique == NULL || strlen(unique) != 36 || unique[8] != '-')
+        goto unknown;
+    id = strtoul(unique, &end, 16);
+    if (end != unique + 8)
+        goto unknown;
+    index = strtoull(unique + 24, &end, 16);
+    if (*end != '\0' || id >= s->seen_ids || index >= s->seen_per)
+        goto unknown;
+    if (atomic_fetch_add(&s->seen[id * s->seen_per + index], 1) == 0)
+        atomic_fetch_add(&distinct, 1);
+    return;
+unknown:
+    atomic_fetch_add(&s->unknown, 1);
+}
+
+static void sleep_s(double s);
+
+void
+lg_pace(const struct lg_bg_args *a, double t0, uint64_t sent)
+{
+    double wait;
+
+    if (a->rate <= 0)
+        return;
+    wait = t0 + (double)sent / a->rate - lg_now();
+    /* in slices, so that a stop request is not kept waiting */
+    while (wait > 0 && !atomic_load(&a->sh->stop)) {
+        sleep_s(wait < 0.05 ? wait : 0.05);
+        wait -= 0.05;
+    }
 }
 
 static void
@@ -197,12 +253,25 @@ print_head(const char *scenario)
            o.be->name, o.payload);
 }
 
+/* The load generator's own CPU seconds, all threads. */
+static double
+self_cpu(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Prints the server's CPU (cpu, -1: unknown) and the client's (self) per job. */
 static void
-print_cpu(double cpu, uint64_t jobs)
+print_cpu(double cpu, uint64_t jobs, double self)
 {
     if (cpu >= 0 && jobs > 0)
         printf(" server_cpu_s=%.2f server_cpu_us_per_job=%.2f", cpu,
                cpu * 1e6 / (double)jobs);
+    if (jobs > 0)
+        printf(" client_cpu_us_per_job=%.2f", self * 1e6 / (double)jobs);
 }
 
 /* Threads ------------------------------------------------------------- */
@@ -295,7 +364,7 @@ run_fg(const char *name)
     struct lg_fg_args *a = calloc((size_t)o.clients, sizeof(*a));
     pthread_t *tid = calloc((size_t)o.clients, sizeof(*tid));
     uint64_t c0, c1, nlat = 0;
-    double t0, t1, cpu0, cpu1;
+    double t0, t1, cpu0, cpu1, self0, self1;
     uint32_t *all;
 
     if (a == NULL || tid == NULL)
@@ -311,6 +380,7 @@ run_fg(const char *name)
     sleep_s(o.warmup);
     /* The window: completions, CPU and samples between t0 and t1. */
     cpu0 = proc_cpu();
+    self0 = self_cpu();
     t0 = lg_now();
     c0 = atomic_load(&sh.completed);
     atomic_store(&sh.measuring, true);
@@ -319,6 +389,7 @@ run_fg(const char *name)
     c1 = atomic_load(&sh.completed);
     t1 = lg_now();
     cpu1 = proc_cpu();
+    self1 = self_cpu();
     atomic_store(&sh.stop, true);
     for (int i = 0; i < o.clients; i++)
         pthread_join(tid[i], NULL);
@@ -345,7 +416,7 @@ run_fg(const char *name)
     if (nlat > 0)
         printf(" p50_us=%u p99_us=%u", all[nlat / 2],
                all[(size_t)((double)nlat * 0.99)]);
-    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, c1 - c0);
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, c1 - c0, self1 - self0);
     printf(" rss_kb=%ld errors=%llu\n", proc_rss_kb(),
            (unsigned long long)atomic_load(&sh.errors));
 
@@ -361,12 +432,12 @@ run_fg(const char *name)
  * growth per queued job). Returns the number acknowledged.
  */
 static uint64_t
-submit_phase(void)
+submit_phase(const char *name)
 {
     struct lg_bg_args *a = calloc((size_t)o.clients, sizeof(*a));
     pthread_t *tid = calloc((size_t)o.clients, sizeof(*tid));
     uint64_t per = o.jobs / (uint64_t)o.clients, acked, mark;
-    double t0, t1, t90 = -1, a90 = 0, cpu0, cpu1;
+    double t0, t1, t90 = -1, a90 = 0, cpu0, cpu1, self0 = self_cpu();
     long rss0, rss1;
 
     if (a == NULL || tid == NULL)
@@ -399,20 +470,22 @@ submit_phase(void)
         }
         sleep_s(0.002);
     }
-    for (int i = 0; i < o.clients; i++)
+    for (int i = 0; i < o.clients; i++) {
         pthread_join(tid[i], NULL);
+        acked_upto[i] = a[i].done;
+    }
     t1 = lg_now();
     cpu1 = proc_cpu();
     rss1 = proc_rss_kb();
     acked = atomic_load(&sh.acked);
 
-    print_head("bg-submit");
+    print_head(name);
     printf(" clients=%d batch=%d jobs=%llu secs=%.3f jobs_per_s=%.0f",
            o.clients, o.batch, (unsigned long long)acked, t1 - t0,
            (double)acked / (t1 - t0));
     if (t90 > 0 && t1 > t90 && acked > a90)
         printf(" last10_jobs_per_s=%.0f", ((double)acked - a90) / (t1 - t90));
-    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, acked);
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, acked, self_cpu() - self0);
     if (rss0 >= 0 && acked > 0)
         printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_job=%.0f", rss0,
                rss1, (double)(rss1 - rss0) * 1024.0 / (double)acked);
@@ -427,43 +500,328 @@ submit_phase(void)
 static int
 run_bg_submit(void)
 {
-    submit_phase();
+    submit_phase("bg-submit");
     return atomic_load(&sh.errors) || atomic_load(&sh.stop) ? 1 : 0;
 }
 
+/* A loopback TCP connection to the server, or -1. */
 static int
-run_bg_drain(void)
+tcp_connect(void)
 {
-    uint64_t queued = submit_phase(), done;
-    double t0, t1, cpu0, cpu1;
-    int timed_out = 0;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
 
+    if (fd < 0)
+        return -1;
+    inet_pton(AF_INET, LG_HOST, &sa.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * Asks the server's text admin protocol ("status") how many jobs of
+ * `function` it still holds, queued or running: 0 when the function is not
+ * listed, -1 when the answer did not come within 5 s.
+ */
+static long
+admin_held(const char *function)
+{
+    char buf[65536], *line;
+    size_t got = 0, flen = strlen(function);
+    double deadline = lg_now() + 5;
+    int fd = tcp_connect();
+    long held = 0;
+
+    if (fd < 0 || write(fd, "status\n", 7) != 7)
+        goto fail;
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        int ms = (int)((deadline - lg_now()) * 1000);
+        ssize_t r;
+
+        if (ms <= 0 || poll(&p, 1, ms) != 1)
+            goto fail;
+        r = read(fd, buf + got, sizeof(buf) - 1 - got);
+        if (r <= 0)
+            goto fail;
+        got += (size_t)r;
+        buf[got] = '\0';
+        if (strcmp(buf, ".\n") == 0 || (got >= 3 && strcmp(buf + got - 3, "\n.\n") == 0))
+            break;
+        if (got == sizeof(buf) - 1)
+            goto fail;
+    }
+    close(fd);
+    /* lines of "function\ttotal\trunning\tavailable_workers" */
+    for (line = buf; *line != '\0' && *line != '.'; line = strchr(line, '\n') + 1) {
+        if (strncmp(line, function, flen) == 0 && line[flen] == '\t')
+            held = strtol(line + flen + 1, NULL, 10);
+        if (strchr(line, '\n') == NULL)
+            break;
+    }
+    return held;
+fail:
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/*
+ * bg-drain and durable: submits o.jobs background jobs (the SUB line), then
+ * o.workers workers drain them (the DRAIN line). The workers count every
+ * run by unique key, so the drain line can say whether every acknowledged
+ * job ran (lost=0), how many ran twice, and whether the server still holds
+ * any. A drain that loses an acknowledged job fails the run.
+ */
+static int
+run_drain(const char *sub, const char *drain)
+{
+    uint64_t queued, done, last = 0, lost = 0, dups = 0, unacked = 0;
+    uint64_t per = o.jobs / (uint64_t)o.clients;
+    double t0, t1, t_prog, cpu0, cpu1, self0, self1;
+    int timed_out = 0, verified;
+    long held;
+
+    sh.seen_ids = (unsigned)o.clients;
+    sh.seen_per = per + o.jobs % per;
+    sh.seen = calloc((size_t)(sh.seen_ids * sh.seen_per), sizeof(*sh.seen));
+    if (sh.seen == NULL)
+        die("%s", "out of memory");
+    queued = submit_phase(sub);
     if (atomic_load(&sh.errors) || queued == 0)
         return 1;
     atomic_store(&sh.stop, false);
     atomic_store(&sh.worked, 0);
     cpu0 = proc_cpu();
+    self0 = self_cpu();
     t0 = lg_now();
     workers_start(o.workers);
-    while ((done = atomic_load(&sh.worked)) < queued) {
+    /*
+     * Until every acknowledged job has run once (duplicates do not count),
+     * or the server holds none of them any more while some never ran.
+     */
+    t_prog = t0;
+    while ((done = atomic_load(&distinct)) < queued) {
         if (lg_now() - t0 > o.max_secs || atomic_load(&sh.errors)) {
             timed_out = 1;
             break;
+        }
+        if (done != last) {
+            last = done;
+            t_prog = lg_now();
+        } else if (lg_now() - t_prog > 1 && admin_held(FUNCTION) == 0) {
+            break;
+        } else if (lg_now() - t_prog > 1) {
+            t_prog = lg_now();
         }
         sleep_s(0.002);
     }
     t1 = lg_now();
     cpu1 = proc_cpu();
+    self1 = self_cpu();
     atomic_store(&sh.stop, true);
     workers_join(o.workers);
+    done = atomic_load(&sh.worked);
 
-    print_head("bg-drain");
+    for (unsigned id = 0; id < sh.seen_ids; id++) {
+        for (uint64_t i = 0; i < sh.seen_per; i++) {
+            unsigned v = atomic_load(&sh.seen[id * sh.seen_per + i]);
+
+            if (i < acked_upto[id] && v == 0)
+                lost++;
+            else if (i >= acked_upto[id] && v > 0)
+                unacked++;
+            if (v > 1)
+                dups += v - 1;
+        }
+    }
+    held = admin_held(FUNCTION);
+    verified = !timed_out && lost == 0 && held == 0 && atomic_load(&sh.unknown) == 0;
+
+    print_head(drain);
     printf(" workers=%d jobs=%llu secs=%.3f jobs_per_s=%.0f", o.workers,
            (unsigned long long)done, t1 - t0, (double)done / (t1 - t0));
-    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done);
-    printf(" timed_out=%d errors=%llu\n", timed_out,
+    print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done, self1 - self0);
+    /* a drain cut short by --max-secs has not lost what it did not reach */
+    printf(" acked=%llu %s=%llu duplicates=%llu unacked_ran=%llu unknown=%llu "
+           "held_after=%ld verified=%s timed_out=%d errors=%llu\n",
+           (unsigned long long)queued, timed_out ? "undrained" : "lost",
+           (unsigned long long)lost, (unsigned long long)dups, (unsigned long long)unacked,
+           (unsigned long long)atomic_load(&sh.unknown), held, verified ? "yes" : "no",
+           timed_out, (unsigned long long)atomic_load(&sh.errors));
+    if (!timed_out && !verified)
+        fprintf(stderr, "loadgen: %s: %s: %llu acknowledged jobs did not run, the server "
+                "holds %ld\n", o.label, drain, (unsigned long long)lost, held);
+    free(sh.seen);
+    sh.seen = NULL;
+    return timed_out || !verified || atomic_load(&sh.errors) ? 1 : 0;
+}
+
+/* Copies the samples of a[i] from index from[i] on (to[i] if not NULL: up to) into one sorted array. */
+static uint32_t *
+lat_collect(struct lg_fg_args *a, const size_t *from, const size_t *to, size_t *n)
+{
+    size_t total = 0, k = 0;
+    uint32_t *all;
+
+    for (int i = 0; i < o.clients; i++)
+        total += (to ? to[i] : a[i].lat.n) - (from ? from[i] : 0);
+    all = malloc((total ? total : 1) * sizeof(*all));
+    if (all == NULL)
+        die("%s", "out of memory");
+    for (int i = 0; i < o.clients; i++) {
+        size_t f = from ? from[i] : 0, t = to ? to[i] : a[i].lat.n;
+
+        memcpy(all + k, a[i].lat.v + f, (t - f) * sizeof(*all));
+        k += t - f;
+    }
+    qsort(all, total, sizeof(*all), cmp_u32);
+    *n = total;
+    return all;
+}
+
+/* One measured window of the mixed scenario. */
+struct window {
+    uint64_t jobs;   /* foreground jobs completed */
+    double secs;     /* its length */
+    double cpu;      /* server CPU seconds, -1 unknown */
+    double self;     /* load generator CPU seconds */
+    uint64_t flood;  /* background submits acknowledged in it */
+    double stall;    /* longest time without a new acknowledgement, seconds */
+};
+
+static void
+window_run(struct window *w, struct lg_shared *flood)
+{
+    double t0, cpu0;
+    uint64_t c0, f0;
+
+    cpu0 = proc_cpu();
+    w->self = self_cpu();
+    t0 = lg_now();
+    c0 = atomic_load(&sh.completed);
+    f0 = atomic_load(&flood->acked);
+    atomic_store(&sh.measuring, true);
+    /* watch the flood's acknowledgements for gaps (a stalled commit) */
+    w->stall = 0;
+    w->flood = 0;
+    for (double t = t0, last = t0, end = t0 + o.secs; t < end; t = lg_now()) {
+        uint64_t f = atomic_load(&flood->acked);
+
+        if (f != f0 + w->flood) {
+            w->flood = f - f0;
+            last = t;
+        }
+        if (t - last > w->stall)
+            w->stall = t - last;
+        sleep_s(0.001);
+    }
+    atomic_store(&sh.measuring, false);
+    w->jobs = atomic_load(&sh.completed) - c0;
+    w->flood = atomic_load(&flood->acked) - f0;
+    w->secs = lg_now() - t0;
+    w->cpu = proc_cpu();
+    w->cpu = w->cpu >= 0 && cpu0 >= 0 ? w->cpu - cpu0 : -1;
+    w->self = self_cpu() - w->self;
+}
+
+/*
+ * mixed: o.clients foreground clients (o.inflight each, o.workers workers)
+ * run throughout; the first window has no other traffic, the second runs
+ * while o.flood connections submit background jobs of another function
+ * (no worker takes them, so they pile up in the store) as fast as the
+ * server acknowledges them. Prints both windows' latency and the ratios.
+ */
+static int
+run_mixed(void)
+{
+    struct lg_fg_args *a = calloc((size_t)o.clients, sizeof(*a));
+    pthread_t *tid = calloc((size_t)o.clients, sizeof(*tid));
+    struct lg_bg_args *fa = calloc((size_t)o.flood, sizeof(*fa));
+    pthread_t *ftid = calloc((size_t)o.flood, sizeof(*ftid));
+    size_t *mark1 = calloc((size_t)o.clients, sizeof(*mark1));
+    size_t *mark2 = calloc((size_t)o.clients, sizeof(*mark2));
+    static struct lg_shared fsh; /* the flood's counters and stop flag */
+    struct window quiet, busy;
+    uint32_t *lq, *lb;
+    size_t nq, nb;
+    int rc;
+
+    if (a == NULL || tid == NULL || fa == NULL || ftid == NULL || mark1 == NULL ||
+        mark2 == NULL)
+        die("%s", "out of memory");
+    workers_start(o.workers);
+    for (int i = 0; i < o.clients; i++) {
+        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
+                                    .payload = payload, .len = o.payload,
+                                    .inflight = o.inflight, .sh = &sh };
+        if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    sleep_s(o.warmup);
+    window_run(&quiet, &fsh);
+    for (int i = 0; i < o.clients; i++)
+        mark1[i] = a[i].lat.n;
+    for (int i = 0; i < o.flood; i++) {
+        fa[i] = (struct lg_bg_args){ .port = o.port, .function = FLOOD_FUNCTION,
+                                     .payload = payload, .len = o.payload,
+                                     .n = o.jobs / (uint64_t)o.flood, .batch = o.batch,
+                                     .id = (unsigned)i, .sh = &fsh,
+                                     .rate = o.flood_rate / o.flood };
+        if (pthread_create(&ftid[i], NULL, bg_thread, &fa[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    sleep_s(o.warmup); /* the flood reaches its pace, the store its first commits */
+    for (int i = 0; i < o.clients; i++)
+        mark2[i] = a[i].lat.n;
+    window_run(&busy, &fsh);
+    atomic_store(&fsh.stop, true);
+    for (int i = 0; i < o.flood; i++)
+        pthread_join(ftid[i], NULL);
+    atomic_store(&sh.stop, true);
+    for (int i = 0; i < o.clients; i++)
+        pthread_join(tid[i], NULL);
+    workers_join(o.workers);
+
+    lq = lat_collect(a, NULL, mark1, &nq);
+    lb = lat_collect(a, mark2, NULL, &nb);
+    print_head("mixed");
+    printf(" clients=%d inflight=%d workers=%d flood_clients=%d flood_batch=%d "
+           "flood_rate=%.0f secs=%.3f",
+           o.clients, o.inflight, o.workers, o.flood, o.batch, o.flood_rate, quiet.secs);
+    printf(" jobs_per_s=%.0f", (double)quiet.jobs / quiet.secs);
+    if (nq > 0)
+        printf(" p50_us=%u p99_us=%u", lq[nq / 2], lq[(size_t)((double)nq * 0.99)]);
+    print_cpu(quiet.cpu, quiet.jobs, quiet.self);
+    printf(" flood_jobs_per_s=%.0f flood_submits_per_s=%.0f flood_stall_ms=%.0f",
+           (double)busy.jobs / busy.secs, (double)busy.flood / busy.secs, busy.stall * 1e3);
+    if (nb > 0)
+        printf(" flood_p50_us=%u flood_p99_us=%u", lb[nb / 2], lb[(size_t)((double)nb * 0.99)]);
+    if (busy.cpu >= 0)
+        printf(" flood_server_cpu_s=%.2f", busy.cpu);
+    if (nq > 0 && nb > 0)
+        printf(" p50_ratio=%.2f p99_ratio=%.2f", (double)lb[nb / 2] / (double)lq[nq / 2],
+               (double)lb[(size_t)((double)nb * 0.99)] / (double)lq[(size_t)((double)nq * 0.99)]);
+    printf(" flood_errors=%llu rss_kb=%ld errors=%llu\n",
+           (unsigned long long)atomic_load(&fsh.errors), proc_rss_kb(),
            (unsigned long long)atomic_load(&sh.errors));
-    return timed_out || atomic_load(&sh.errors) ? 1 : 0;
+    rc = atomic_load(&sh.errors) || atomic_load(&fsh.errors) || atomic_load(&fsh.acked) == 0;
+    if (atomic_load(&fsh.acked) == 0)
+        fprintf(stderr, "loadgen: %s: mixed: no background submit was acknowledged\n", o.label);
+    for (int i = 0; i < o.clients; i++)
+        free(a[i].lat.v);
+    free(lq);
+    free(lb);
+    free(a);
+    free(tid);
+    free(fa);
+    free(ftid);
+    free(mark1);
+    free(mark2);
+    return rc;
 }
 
 /* connections: raw sockets, so the held connections cost the load
@@ -606,15 +964,24 @@ usage(FILE *f)
         "Drives a Gearman job server on " LG_HOST " and prints key=value "
         "result lines.\n\n"
         "Scenarios: fg, fg1, bg-submit, bg-drain, memory (= bg-submit), "
+        "durable (= bg-drain,\nnamed for a server with a store), mixed, "
         "connections\n\n"
         "  -p, --port PORT      server port on " LG_HOST " (required)\n"
-        "  -b, --backend NAME   client library: gearman (default)\n"
-        "  -c, --clients N      client connections (fg 16, bg 2)\n"
-        "  -k, --inflight K     jobs in flight per fg client (fg 32, fg1 1)\n"
-        "  -w, --workers W      worker connections (fg 4, bg-drain 8)\n"
-        "  -n, --jobs N         background jobs (default 200000)\n"
-        "  -t, --secs S         fg measured seconds (default 3)\n"
+        "  -b, --backend NAME   client library: gearman (default)"
+#ifdef LG_HAVE_DSJOB
+        " or dsjob"
+#endif
+        "\n"
+        "  -c, --clients N      client connections (fg 16, mixed 8, bg 2)\n"
+        "  -k, --inflight K     jobs in flight per fg client (fg 32, fg1 and mixed 1)\n"
+        "  -w, --workers W      worker connections (fg and mixed 4, drains 8)\n"
+        "  -n, --jobs N         background jobs (default 200000; mixed: the\n"
+        "                       flood's limit, default 1000000)\n"
+        "  -t, --secs S         fg measured seconds, mixed: per window (default 3)\n"
         "      --warmup S       fg seconds before measuring (default 0.5)\n"
+        "      --flood C        mixed: background flood connections (default 2)\n"
+        "      --flood-rate R   mixed: the flood's submits/s in all (default 0: as\n"
+        "                       fast as the server acknowledges them)\n"
         "      --max-secs S     bg phase time limit (default 120)\n"
         "  -s, --size BYTES     payload size (default 64)\n"
         "      --batch B        bg submits per pipelined batch (default 500)\n"
@@ -695,6 +1062,8 @@ parse(int argc, char **argv)
         { "conns", required_argument, NULL, 4 },
         { "pid", required_argument, NULL, 5 },
         { "label", required_argument, NULL, 6 },
+        { "flood", required_argument, NULL, 7 },
+        { "flood-rate", required_argument, NULL, 8 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -709,7 +1078,7 @@ parse(int argc, char **argv)
                 if (strcmp(backends[i]->name, optarg) == 0)
                     o.be = backends[i];
             if (o.be == NULL)
-                die("back end '%s' is not built (only gearman so far)", optarg);
+                die("back end '%s' is not built in (see loadgen --help)", optarg);
             break;
         case 'c': o.clients = (int)num(optarg, 1, MAX_CLIENTS, "--clients"); break;
         case 'k': o.inflight = (int)num(optarg, 1, MAX_INFLIGHT, "--inflight"); break;
@@ -723,6 +1092,8 @@ parse(int argc, char **argv)
         case 4: o.conns = (int)num(optarg, 1, MAX_CONNS, "--conns"); break;
         case 5: o.pid = (pid_t)num(optarg, 1, 1 << 30, "--pid"); break;
         case 6: o.label = optarg; break;
+        case 7: o.flood = (int)num(optarg, 1, MAX_CLIENTS, "--flood"); break;
+        case 8: o.flood_rate = num(optarg, 0, 1e8, "--flood-rate"); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -739,13 +1110,18 @@ static void
 defaults(void)
 {
     bool fg = strcmp(o.scenario, "fg") == 0, fg1 = strcmp(o.scenario, "fg1") == 0;
+    bool mixed = strcmp(o.scenario, "mixed") == 0;
 
+    if (o.jobs == 0)
+        o.jobs = mixed ? 1000000 : 200000;
     if (o.clients < 0)
-        o.clients = fg || fg1 ? 16 : 2;
+        o.clients = fg || fg1 ? 16 : mixed ? 8 : 2;
     if (o.inflight < 0)
-        o.inflight = fg1 ? 1 : 32;
+        o.inflight = fg1 || mixed ? 1 : 32;
     if (o.workers < 0)
-        o.workers = fg || fg1 ? 4 : 8;
+        o.workers = fg || fg1 || mixed ? 4 : 8;
+    if ((uint64_t)o.flood > o.jobs)
+        o.flood = (int)o.jobs;
     if ((uint64_t)o.clients > o.jobs)
         o.clients = (int)o.jobs;
 }
@@ -770,7 +1146,7 @@ main(int argc, char **argv)
         payload[i] = (unsigned char)('a' + i % 26);
 
     /* The watchdog: no scenario outlives its own limits by much. */
-    limit = o.warmup + o.secs + 2 * o.max_secs + 60;
+    limit = 2 * (o.warmup + o.secs) + 2 * o.max_secs + 60;
     alarm((unsigned)limit);
 
     if (strcmp(o.scenario, "fg") == 0 || strcmp(o.scenario, "fg1") == 0)
@@ -779,7 +1155,11 @@ main(int argc, char **argv)
              strcmp(o.scenario, "memory") == 0)
         rc = run_bg_submit();
     else if (strcmp(o.scenario, "bg-drain") == 0)
-        rc = run_bg_drain();
+        rc = run_drain("bg-submit", "bg-drain");
+    else if (strcmp(o.scenario, "durable") == 0)
+        rc = run_drain("durable-submit", "durable-drain");
+    else if (strcmp(o.scenario, "mixed") == 0)
+        rc = run_mixed();
     else if (strcmp(o.scenario, "connections") == 0)
         rc = run_connections();
     else

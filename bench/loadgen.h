@@ -2,10 +2,10 @@
  * The load generator's back-end interface. A back end is the client and
  * worker library that drives the server: the scenarios in loadgen.c only
  * start threads, keep time and count, and each thread calls one of these
- * operations with its own connection. Two back ends are meant to exist:
- * libgearman (lg_gearman.c, so that the harness cannot favour dsjobd) and
- * our own libdsjobclient/libdsjobworker (not written yet; see the marked
- * place in loadgen.c). Every operation is bounded: it returns once its job
+ * operations with its own connection. Two back ends exist: libgearman
+ * (lg_gearman.c, so that the harness cannot favour dsjobd) and our own
+ * libdsjobclient/libdsjobworker (lg_dsjob.c, without libgearman's
+ * client-side cost). Every operation is bounded: it returns once its job
  * count is reached or *stop becomes true, and uses I/O timeouts.
  */
 #ifndef DSJOB_BENCH_LOADGEN_H
@@ -37,6 +37,10 @@ struct lg_shared {
     atomic_uint_fast64_t worked;    /* jobs done by workers */
     atomic_uint_fast64_t acked;     /* background submits acknowledged */
     atomic_uint_fast64_t errors;    /* failed jobs or calls */
+    atomic_uint *seen;      /* NULL, or runs per job: [id * seen_per + index] */
+    unsigned seen_ids;      /* submitter ids covered by seen */
+    uint64_t seen_per;      /* job indexes covered per id */
+    atomic_uint_fast64_t unknown; /* jobs run whose unique key is not in seen */
 };
 
 /* One foreground client connection keeping `inflight` jobs outstanding. */
@@ -60,6 +64,8 @@ struct lg_bg_args {
     int batch;             /* submits written before reading the replies */
     unsigned id;           /* makes the unique keys distinct per client */
     struct lg_shared *sh;  /* acked counts acknowledged submits */
+    double rate;           /* submits per second at most, 0: no limit */
+    uint64_t done;         /* out: jobs 0..done-1 were acknowledged */
 };
 
 /* One worker connection; echoes the payload back until sh->stop_workers. */
@@ -82,9 +88,29 @@ struct lg_backend {
 };
 
 extern const struct lg_backend lg_gearman_backend;
+extern const struct lg_backend lg_dsjob_backend;
 
 /* Shared helpers from loadgen.c. */
 double lg_now(void);                             /* monotonic seconds */
 void lg_lat_add(struct lg_lat *l, double us);    /* appends, grows */
+
+/*
+ * lg_unique writes the unique key of background job `index` of submitter
+ * `id`: 36 characters, the size of the UUID libgearman would make.
+ */
+void lg_unique(char *buf, size_t cap, unsigned id, uint64_t index);
+
+/*
+ * lg_mark_unique counts one run of the job with that unique key (borrowed;
+ * NULL or one not made by lg_unique counts as unknown), so a drain can check
+ * that every acknowledged job ran. Thread-safe; no-op while sh->seen is NULL.
+ */
+void lg_mark_unique(struct lg_shared *sh, const char *unique);
+
+/*
+ * lg_pace sleeps until a submitter that started at t0 (lg_now()) may send
+ * job number `sent`, so that it keeps to a->rate; no-op when a->rate is 0.
+ */
+void lg_pace(const struct lg_bg_args *a, double t0, uint64_t sent);
 
 #endif
