@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t
+uint32_t
 hmap_hash(const void *key, size_t len)
 {
     const unsigned char *p = key;
@@ -19,35 +19,36 @@ hmap_hash(const void *key, size_t len)
         h ^= p[i];
         h *= 0x100000001b3ULL;
     }
-    return h;
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 void
-hmap_init(struct hmap *m)
+hmap_init(struct hmap *m, hmap_key_fn *key)
 {
     m->buckets = NULL;
     m->nbuckets = 0;
     m->count = 0;
+    m->key = key;
 }
 
 void
 hmap_release(struct hmap *m)
 {
     free(m->buckets);
-    hmap_init(m);
+    hmap_init(m, m->key);
 }
 
 struct hnode *
 hmap_find(const struct hmap *m, const void *key, size_t len)
 {
-    uint64_t h;
+    uint32_t h;
     struct hnode *n;
 
-    if (m->nbuckets == 0)
+    if (m->nbuckets == 0 || len > UINT32_MAX)
         return NULL;
     h = hmap_hash(key, len);
     for (n = m->buckets[h & (m->nbuckets - 1)]; n != NULL; n = n->next)
-        if (n->hash == h && n->klen == len && memcmp(n->key, key, len) == 0)
+        if (n->hash == h && n->klen == len && memcmp(m->key(n), key, len) == 0)
             return n;
     return NULL;
 }
@@ -84,11 +85,12 @@ hmap_insert(struct hmap *m, struct hnode *node, const void *key, size_t len)
 {
     size_t at;
 
+    if (len > UINT32_MAX)
+        return -1;
     if (m->count >= m->nbuckets && hmap_grow(m) < 0 && m->nbuckets == 0)
         return -1;
     node->hash = hmap_hash(key, len);
-    node->key = key;
-    node->klen = len;
+    node->klen = (uint32_t)len;
     at = node->hash & (m->nbuckets - 1);
     node->next = m->buckets[at];
     m->buckets[at] = node;

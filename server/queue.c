@@ -28,11 +28,32 @@ job_set_heap_pos(void *elem, size_t pos)
     ((struct job *)elem)->heap_pos = pos;
 }
 
+/* The key functions of the three kinds of index. */
+static const void *
+func_key(const struct hnode *n)
+{
+    return ((const struct func *)n)->name;
+}
+
+static const void *
+job_handle_key(const struct hnode *n)
+{
+    return job_handle((const struct job *)((const char *)n - offsetof(struct job, by_handle)));
+}
+
+static const void *
+job_unique_key(const struct hnode *n)
+{
+    const struct job *j = (const struct job *)((const char *)n - offsetof(struct job, by_unique));
+
+    return j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j);
+}
+
 void
 queue_init(struct queue *q, bool round_robin)
 {
-    hmap_init(&q->funcs);
-    hmap_init(&q->jobs);
+    hmap_init(&q->funcs, func_key);
+    hmap_init(&q->jobs, job_handle_key);
     TAILQ_INIT(&q->func_order);
     heap_init(&q->scheduled, job_time_less, job_set_heap_pos);
     q->round_robin = round_robin;
@@ -91,7 +112,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     f->name_len = len;
     for (p = 0; p < JOB_NPRIO; p++)
         TAILQ_INIT(&f->jobs[p]);
-    hmap_init(&f->uniques);
+    hmap_init(&f->uniques, job_unique_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
