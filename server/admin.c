@@ -68,7 +68,7 @@ show_job(struct conn *c, const struct job *j, bool unique)
     if (unique)
         conn_printf(c, "%s\n", job_unique(j));
     else /* handle, attempts, ignored (cancelled), and gearmand's "queued" column */
-        conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), j->attempts,
+        conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), job_attempts(j),
                     j->cancelled ? 1u : 0u, j->background ? 1u : 0u);
 }
 

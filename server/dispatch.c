@@ -39,7 +39,9 @@ waiters_send(struct job *j, enum packet_type type, unsigned nargs, const void *c
 {
     struct waiter *w;
 
-    TAILQ_FOREACH(w, &j->waiters, by_job)
+    if (j->ext == NULL)
+        return;
+    TAILQ_FOREACH(w, &j->ext->waiters, by_job)
         conn_send(w->client, type, nargs, args, lens);
 }
 
@@ -48,8 +50,10 @@ waiters_release(struct job *j)
 {
     struct waiter *w;
 
-    while ((w = TAILQ_FIRST(&j->waiters)) != NULL) {
-        TAILQ_REMOVE(&j->waiters, w, by_job);
+    if (j->ext == NULL)
+        return;
+    while ((w = TAILQ_FIRST(&j->ext->waiters)) != NULL) {
+        TAILQ_REMOVE(&j->ext->waiters, w, by_job);
         TAILQ_REMOVE(&w->client->waiting, w, by_client);
         free(w);
     }
@@ -58,13 +62,16 @@ waiters_release(struct job *j)
 static int
 waiter_attach(struct conn *c, struct job *j)
 {
-    struct waiter *w = calloc(1, sizeof(*w));
+    struct waiter *w;
 
+    if (job_ext(j) == NULL)
+        return -1;
+    w = calloc(1, sizeof(*w));
     if (w == NULL)
         return -1;
     w->client = c;
     w->job = j;
-    TAILQ_INSERT_TAIL(&j->waiters, w, by_job);
+    TAILQ_INSERT_TAIL(&j->ext->waiters, w, by_job);
     TAILQ_INSERT_TAIL(&c->waiting, w, by_client);
     return 0;
 }
@@ -72,9 +79,9 @@ waiter_attach(struct conn *c, struct job *j)
 static void
 job_stop_timer(struct job *j)
 {
-    if (j->timeout_ev != NULL) {
-        event_free(j->timeout_ev);
-        j->timeout_ev = NULL;
+    if (j->ext != NULL && j->ext->timeout_ev != NULL) {
+        event_free(j->ext->timeout_ev);
+        j->ext->timeout_ev = NULL;
     }
 }
 
@@ -123,15 +130,15 @@ job_retry(struct srv *srv, struct job *j, const char *why)
         dispatch_fail(srv, j); /* not run again; clients that attached since hear why */
         return;
     }
-    if (limit != 0 && j->attempts + 1 >= limit) {
+    if (limit != 0 && job_attempts(j) + 1 >= limit) {
         log_warn(&srv->log, "job %s of '%s' failed after %u attempts (--job-retries %u): %s",
-                 job_handle(j), j->func->name, j->attempts + 1, limit, why);
+                 job_handle(j), j->func->name, job_attempts(j) + 1, limit, why);
         dispatch_fail(srv, j);
         return;
     }
     log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
     queue_requeue(&srv->queue, j);
-    if (!j->background && TAILQ_EMPTY(&j->waiters)) {
+    if (!j->background && !job_has_waiters(j)) {
         queue_remove(&srv->queue, j); /* nobody is left to want it */
         return;
     }
@@ -151,10 +158,10 @@ dispatch_detach(struct conn *c)
     while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
         j = w->job;
         TAILQ_REMOVE(&c->waiting, w, by_client);
-        TAILQ_REMOVE(&j->waiters, w, by_job);
+        TAILQ_REMOVE(&j->ext->waiters, w, by_job);
         free(w);
         /* A foreground job nobody waits for any more is dropped before it runs. */
-        if (!j->background && TAILQ_EMPTY(&j->waiters) &&
+        if (!j->background && !job_has_waiters(j) &&
             (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED))
             queue_remove(&srv->queue, j);
     }
@@ -291,7 +298,7 @@ static void
 job_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct job *j = arg;
-    struct srv *srv = conn_of_worker(j->worker)->srv;
+    struct srv *srv = conn_of_worker(j->ext->worker)->srv;
 
     (void)fd;
     (void)what;
@@ -317,9 +324,10 @@ grab(struct conn *c, enum packet_type assign)
     if (a != NULL && a->timeout_ms > 0) {
         struct timeval tv = {a->timeout_ms / 1000, (a->timeout_ms % 1000) * 1000};
 
-        j->timeout_ev = evtimer_new(srv->base, job_timeout_cb, j);
-        if (j->timeout_ev != NULL)
-            evtimer_add(j->timeout_ev, &tv);
+        /* queue_grab gave the running job its job_ext. */
+        j->ext->timeout_ev = evtimer_new(srv->base, job_timeout_cb, j);
+        if (j->ext->timeout_ev != NULL)
+            evtimer_add(j->ext->timeout_ev, &tv);
     }
     /* GRAB_JOB_ALL sends the reducer only for a job that has one, as gearmand does. */
     if (assign == PACKET_JOB_ASSIGN_ALL && j->reducer_len == 0)
@@ -438,7 +446,11 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->prio = (uint8_t)s->prio;
     j->unique_is_data = by_data;
     j->background = s->background;
-    j->when = s->when;
+    if (job_set_when(j, s->when) < 0) {
+        job_unref(j);
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        return;
+    }
     j->id = srv->next_job_id;
     j->seq = srv->next_seq++;
     j->func = f;
@@ -529,7 +541,7 @@ held_job(struct conn *c, const struct packet *p)
     struct job *j = queue_find_job(&c->srv->queue, ARG(p, 0), p->arg_len[0]);
     const char *text;
 
-    if (j != NULL && j->state == JOB_RUNNING && j->worker == &c->worker)
+    if (j != NULL && j->state == JOB_RUNNING && j->ext->worker == &c->worker)
         return j;
     log_notice(&c->srv->log, "%s: %s for a job it does not hold: %.*s", c->peer,
                packet_name(p->type), (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0));
@@ -578,8 +590,8 @@ h_work_status(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    j->numerator = parse_u32(p->arg[1], p->arg_len[1]);
-    j->denominator = parse_u32(p->arg[2], p->arg_len[2]);
+    j->ext->numerator = parse_u32(p->arg[1], p->arg_len[1]);
+    j->ext->denominator = parse_u32(p->arg[2], p->arg_len[2]);
     forward(j, p);
 }
 
@@ -612,7 +624,7 @@ h_work_exception(struct conn *c, const struct packet *p)
     if (j == NULL)
         return;
     /* Clients that asked get the exception; the rest a clean WORK_FAIL. */
-    TAILQ_FOREACH(w, &j->waiters, by_job) {
+    TAILQ_FOREACH(w, &j->ext->waiters, by_job) {
         if (w->client->exceptions) {
             const void *args[2] = {p->arg[0], p->arg[1]};
 
@@ -636,8 +648,8 @@ h_get_status(struct conn *c, const struct packet *p)
     bool known = j != NULL;
     bool running = known && j->state == JOB_RUNNING;
 
-    snprintf(num, sizeof(num), "%" PRIu32, known ? j->numerator : 0);
-    snprintf(den, sizeof(den), "%" PRIu32, known ? j->denominator : 0);
+    snprintf(num, sizeof(num), "%" PRIu32, known && j->ext ? j->ext->numerator : 0);
+    snprintf(den, sizeof(den), "%" PRIu32, known && j->ext ? j->ext->denominator : 0);
     args[0] = p->arg[0], lens[0] = p->arg_len[0];
     args[1] = known ? "1" : "0", lens[1] = 1;
     args[2] = running ? "1" : "0", lens[2] = 1;
@@ -660,8 +672,8 @@ h_get_status_unique(struct conn *c, const struct packet *p)
         if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL)
             break;
     running = j != NULL && j->state == JOB_RUNNING;
-    snprintf(num, sizeof(num), "%" PRIu32, j ? j->numerator : 0);
-    snprintf(den, sizeof(den), "%" PRIu32, j ? j->denominator : 0);
+    snprintf(num, sizeof(num), "%" PRIu32, j && j->ext ? j->ext->numerator : 0);
+    snprintf(den, sizeof(den), "%" PRIu32, j && j->ext ? j->ext->denominator : 0);
     snprintf(waiting, sizeof(waiting), "%u", j ? job_nwaiters(j) : 0);
     args[0] = p->arg[0], lens[0] = p->arg_len[0];
     args[1] = j ? "1" : "0", lens[1] = 1;

@@ -1,6 +1,8 @@
 /*
  * Jobs. Everything variable-length lives in the job's own allocation, after
  * the struct, so a queued job costs one malloc however large its payload.
+ * The job_ext is a second, small allocation made only for jobs that run,
+ * have waiting clients or a time to run at; it lives until the job goes.
  */
 #include "config.h"
 #include "job.h"
@@ -16,20 +18,21 @@ job_new(const char *handle, size_t handle_len, const void *unique, size_t unique
     struct job *j;
     char *at;
 
-    if (handle_len > JOB_HANDLE_MAX || unique_len > UINT32_MAX || reducer_len > UINT16_MAX)
+    if (handle_len > JOB_HANDLE_MAX || unique_len > UINT32_MAX || reducer_len > UINT16_MAX ||
+        data_len > UINT32_MAX)
         return NULL;
-    j = malloc(sizeof(*j) + handle_len + unique_len + reducer_len + data_len + 4);
+    /* Not sizeof(*j): buf may start inside the struct's tail padding. */
+    j = malloc(offsetof(struct job, buf) + handle_len + unique_len + reducer_len + data_len + 4);
     if (j == NULL)
         return NULL;
-    memset(j, 0, sizeof(*j));
-    TAILQ_INIT(&j->waiters);
+    memset(j, 0, offsetof(struct job, buf));
     j->refs = 1;
     j->state = JOB_NEW;
     j->prio = JOB_PRIO_NORMAL;
     j->handle_len = (uint8_t)handle_len;
     j->unique_len = (uint32_t)unique_len;
     j->reducer_len = (uint16_t)reducer_len;
-    j->data_len = data_len;
+    j->data_len = (uint32_t)data_len;
     at = j->buf;
     memcpy(at, handle, handle_len);
     at[handle_len] = '\0';
@@ -48,6 +51,29 @@ job_new(const char *handle, size_t handle_len, const void *unique, size_t unique
     return j;
 }
 
+struct job_ext *
+job_ext(struct job *j)
+{
+    if (j->ext == NULL) {
+        j->ext = calloc(1, sizeof(*j->ext));
+        if (j->ext == NULL)
+            return NULL;
+        TAILQ_INIT(&j->ext->waiters);
+    }
+    return j->ext;
+}
+
+int
+job_set_when(struct job *j, int64_t when)
+{
+    if (when == 0 && j->ext == NULL)
+        return 0;
+    if (job_ext(j) == NULL)
+        return -1;
+    j->ext->when = when;
+    return 0;
+}
+
 struct job *
 job_ref(struct job *j)
 {
@@ -62,8 +88,9 @@ job_unref(struct job *j)
         return;
     assert(j->refs > 0);
     if (--j->refs == 0) {
-        assert(TAILQ_EMPTY(&j->waiters));
-        assert(j->timeout_ev == NULL);
+        assert(!job_has_waiters(j));
+        assert(j->ext == NULL || j->ext->timeout_ev == NULL);
+        free(j->ext);
         free(j);
     }
 }
@@ -74,7 +101,9 @@ job_nwaiters(const struct job *j)
     const struct waiter *w;
     unsigned n = 0;
 
-    TAILQ_FOREACH(w, &j->waiters, by_job)
+    if (j->ext == NULL)
+        return 0;
+    TAILQ_FOREACH(w, &j->ext->waiters, by_job)
         n++;
     return n;
 }

@@ -3,6 +3,12 @@
  * and payload. Jobs are refcounted: the queue holds one reference while the
  * job exists for clients; anything that must keep a finished job alive for
  * a while (a pending store batch, a reply being built) takes another.
+ *
+ * A queued background job is what a deep queue holds hundreds of thousands
+ * of, so struct job keeps only what every job needs. What only running,
+ * foreground or scheduled jobs need (the worker, the waiting clients, the
+ * timeout, the status, the epoch time and heap slot, the attempts) lives in
+ * a struct job_ext allocated the first time the job needs it.
  */
 #ifndef DSJOB_SERVER_JOB_H
 #define DSJOB_SERVER_JOB_H
@@ -43,42 +49,48 @@ struct waiter {
 };
 TAILQ_HEAD(waiter_list, waiter);
 
+/* The part of a job that a plain queued background job does without. */
+struct job_ext {
+    struct qworker *worker;     /* the worker holding it, while RUNNING */
+    struct waiter_list waiters; /* foreground clients to tell */
+    struct event *timeout_ev;   /* CAN_DO_TIMEOUT timer while running, or NULL */
+    int64_t when;               /* epoch seconds to run at; 0 for now */
+    size_t heap_pos;            /* index in the epoch heap while SCHEDULED */
+    uint32_t numerator;         /* last WORK_STATUS */
+    uint32_t denominator;       /* last WORK_STATUS */
+    uint32_t attempts;          /* times a worker took it and did not finish */
+};
+
 struct job {
-    struct hnode by_handle;        /* in queue.jobs */
-    struct hnode by_unique;        /* in func->uniques, when unique_len > 0 */
-    TAILQ_ENTRY(job) link;         /* in a func queue, or a worker's held list */
-    struct func *func;             /* its function (borrowed; functions outlive jobs) */
-    struct qworker *worker;        /* the worker holding it, while RUNNING */
-    struct waiter_list waiters;    /* foreground clients to tell */
-    struct event *timeout_ev;      /* CAN_DO_TIMEOUT timer while running, or NULL */
-    int64_t when;                  /* epoch seconds to run at; 0 for now */
-    uint64_t id;                   /* the number in the handle */
-    uint64_t seq;                  /* submission order, kept across restarts */
-    size_t heap_pos;               /* index in the epoch heap while SCHEDULED */
-    size_t data_len;               /* payload bytes */
-    uint32_t unique_len;           /* unique key bytes */
-    uint32_t numerator;            /* last WORK_STATUS */
-    uint32_t denominator;          /* last WORK_STATUS */
-    uint32_t attempts;             /* times a worker took it and did not finish */
-    uint32_t refs;                 /* references held */
-    uint16_t reducer_len;          /* reducer name bytes (SUBMIT_REDUCE_JOB) */
-    uint8_t handle_len;            /* handle bytes */
-    uint8_t prio;                  /* enum job_prio */
-    uint8_t state;                 /* enum job_state */
-    bool background;               /* no client waits for it */
-    bool cancelled;                /* cancelled while running: never run again */
-    bool unique_is_data;           /* unique "-": coalesce on the payload (gearmand) */
-    bool stored;                   /* written to the store: remove it there when done */
-    bool refused;                  /* the store refused it: coalesced submits are told */
-    char buf[];                    /* handle NUL unique NUL reducer NUL data */
+    struct hnode by_handle;  /* in queue.jobs */
+    struct hnode by_unique;  /* in func->uniques, when unique_len > 0 */
+    TAILQ_ENTRY(job) link;   /* in a func queue, or a worker's held list */
+    struct func *func;       /* its function (borrowed; functions outlive jobs) */
+    struct job_ext *ext;     /* owned: the rest of its state, or NULL while not needed */
+    uint64_t id;             /* the number in the handle */
+    uint64_t seq;            /* submission order, kept across restarts */
+    uint32_t data_len;       /* payload bytes */
+    uint32_t unique_len;     /* unique key bytes */
+    uint32_t refs;           /* references held */
+    uint16_t reducer_len;    /* reducer name bytes (SUBMIT_REDUCE_JOB) */
+    uint8_t handle_len;      /* handle bytes */
+    unsigned prio : 2;       /* enum job_prio */
+    unsigned state : 3;      /* enum job_state */
+    bool background : 1;     /* no client waits for it */
+    bool cancelled : 1;      /* cancelled while running: never run again */
+    bool unique_is_data : 1; /* unique "-": coalesce on the payload (gearmand) */
+    bool stored : 1;         /* written to the store: remove it there when done */
+    bool refused : 1;        /* the store refused it: coalesced submits are told */
+    char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);
 
 #define JOB_HANDLE_MAX 200
 
 /*
- * job_new makes a job with one reference. handle, unique, reducer and data
- * are copied. Returns NULL if out of memory or the handle is too long.
+ * job_new makes a job with one reference and no job_ext. handle, unique,
+ * reducer and data are copied. Returns NULL if out of memory or a length is
+ * over its field (a handle over JOB_HANDLE_MAX, data over UINT32_MAX).
  */
 struct job *job_new(const char *handle, size_t handle_len, const void *unique,
                     size_t unique_len, const void *reducer, size_t reducer_len,
@@ -109,9 +121,49 @@ job_data(const struct job *j)
            j->reducer_len + 1;
 }
 
+/*
+ * job_ext returns j's job_ext, allocating a zeroed one the first time.
+ * NULL if out of memory (j is unchanged).
+ */
+struct job_ext *job_ext(struct job *j);
+
+/* job_worker returns the worker holding j, or NULL. */
+static inline struct qworker *
+job_worker(const struct job *j)
+{
+    return j->ext ? j->ext->worker : NULL;
+}
+
+/* job_when returns the epoch time j runs at, 0 for now. */
+static inline int64_t
+job_when(const struct job *j)
+{
+    return j->ext ? j->ext->when : 0;
+}
+
+/* job_set_when sets the epoch time j runs at. 0, or -1 if out of memory. */
+int job_set_when(struct job *j, int64_t when);
+
+/* job_attempts returns how many times a worker took j and did not finish it. */
+static inline uint32_t
+job_attempts(const struct job *j)
+{
+    return j->ext ? j->ext->attempts : 0;
+}
+
+/* job_has_waiters tells whether any client waits for j. */
+static inline bool
+job_has_waiters(const struct job *j)
+{
+    return j->ext != NULL && !TAILQ_EMPTY(&j->ext->waiters);
+}
+
 struct job *job_ref(struct job *j);
 
-/* job_unref drops a reference; the last one frees the job. NULL is a no-op. */
+/*
+ * job_unref drops a reference; the last one frees the job and its job_ext.
+ * NULL is a no-op.
+ */
 void job_unref(struct job *j);
 
 /* job_nwaiters counts the clients attached to a job. */

@@ -19,13 +19,14 @@ job_time_less(const void *a, const void *b)
     const struct job *x = a;
     const struct job *y = b;
 
-    return x->when < y->when || (x->when == y->when && x->seq < y->seq);
+    /* Only SCHEDULED jobs are in the heap, and each has its job_ext. */
+    return x->ext->when < y->ext->when || (x->ext->when == y->ext->when && x->seq < y->seq);
 }
 
 static void
 job_set_heap_pos(void *elem, size_t pos)
 {
-    ((struct job *)elem)->heap_pos = pos;
+    ((struct job *)elem)->ext->heap_pos = pos;
 }
 
 /* The key functions of the three kinds of index. */
@@ -79,8 +80,8 @@ queue_release(struct queue *q)
         struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
         struct waiter *w;
 
-        while ((w = TAILQ_FIRST(&j->waiters)) != NULL)
-            TAILQ_REMOVE(&j->waiters, w, by_job); /* waiters belong to their conns */
+        while (j->ext != NULL && (w = TAILQ_FIRST(&j->ext->waiters)) != NULL)
+            TAILQ_REMOVE(&j->ext->waiters, w, by_job); /* waiters belong to their conns */
         queue_remove(q, j);
         bucket = 0;
     }
@@ -195,7 +196,7 @@ queue_push(struct func *f, struct job *j, bool head)
 static int
 queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
 {
-    if (j->when > now) {
+    if (job_when(j) > now) {
         if (heap_insert(&q->scheduled, j) < 0)
             return -1;
         j->state = JOB_SCHEDULED;
@@ -256,20 +257,20 @@ queue_remove(struct queue *q, struct job *j)
 {
     struct func *f = j->func;
 
-    assert(TAILQ_EMPTY(&j->waiters));
+    assert(!job_has_waiters(j));
     switch ((enum job_state)j->state) {
     case JOB_QUEUED:
         TAILQ_REMOVE(&f->jobs[j->prio], j, link);
         f->nqueued[j->prio]--;
         break;
     case JOB_RUNNING:
-        TAILQ_REMOVE(&j->worker->held, j, link);
-        j->worker->nheld--;
-        j->worker = NULL;
+        TAILQ_REMOVE(&j->ext->worker->held, j, link);
+        j->ext->worker->nheld--;
+        j->ext->worker = NULL;
         f->nrunning--;
         break;
     case JOB_SCHEDULED:
-        heap_remove(&q->scheduled, j->heap_pos);
+        heap_remove(&q->scheduled, j->ext->heap_pos);
         f->nscheduled--;
         break;
     case JOB_PENDING:
@@ -311,11 +312,14 @@ queue_grab(struct queue *q, struct qworker *w)
 
             if (j == NULL)
                 continue;
+            /* Out of memory for its job_ext: it stays first in line for the next grab. */
+            if (job_ext(j) == NULL)
+                return NULL;
             TAILQ_REMOVE(&f->jobs[p], j, link);
             f->nqueued[p]--;
             f->nrunning++;
             j->state = JOB_RUNNING;
-            j->worker = w;
+            j->ext->worker = w;
             TAILQ_INSERT_TAIL(&w->held, j, link);
             w->nheld++;
             if (q->round_robin && TAILQ_NEXT(a, by_worker) != NULL) {
@@ -335,13 +339,13 @@ queue_requeue(struct queue *q, struct job *j)
 
     (void)q;
     assert(j->state == JOB_RUNNING);
-    TAILQ_REMOVE(&j->worker->held, j, link);
-    j->worker->nheld--;
-    j->worker = NULL;
+    TAILQ_REMOVE(&j->ext->worker->held, j, link);
+    j->ext->worker->nheld--;
+    j->ext->worker = NULL;
     f->nrunning--;
-    j->attempts++;
-    j->numerator = 0;
-    j->denominator = 0;
+    j->ext->attempts++;
+    j->ext->numerator = 0;
+    j->ext->denominator = 0;
     queue_push(f, j, true);
 }
 
@@ -350,7 +354,7 @@ queue_next_due(const struct queue *q)
 {
     const struct job *j = heap_peek(&q->scheduled);
 
-    return j ? j->when : 0;
+    return j ? j->ext->when : 0;
 }
 
 int64_t
@@ -358,7 +362,7 @@ queue_due(struct queue *q, int64_t now, void (*due)(struct job *, void *), void 
 {
     struct job *j;
 
-    while ((j = heap_peek(&q->scheduled)) != NULL && j->when <= now) {
+    while ((j = heap_peek(&q->scheduled)) != NULL && j->ext->when <= now) {
         heap_remove(&q->scheduled, 0);
         j->func->nscheduled--;
         queue_push(j->func, j, false);

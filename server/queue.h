@@ -126,7 +126,8 @@ void queue_remove(struct queue *q, struct job *j);
  * queue_grab gives worker w the next job it can do: over its abilities,
  * newest registration first as in gearmand (with round_robin, the function
  * just served moves to the back), the first high, else normal, else low job. The job becomes RUNNING and is held by w. NULL if
- * there is none.
+ * there is none, or if there is no memory for the job's job_ext (the job
+ * stays first in line).
  */
 struct job *queue_grab(struct queue *q, struct qworker *w);
 

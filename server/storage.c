@@ -55,7 +55,7 @@ op_add_new(const struct job *j)
     sj->id = j->id;
     sj->seq = j->seq;
     sj->prio = j->prio;
-    sj->when = j->when;
+    sj->when = job_when(j);
     sj->unique_is_data = j->unique_is_data;
     at = op->buf;
 #define COPY(field, src, n)            \
@@ -91,7 +91,10 @@ replay_one(const struct store_job *sj, void *arg)
     j->id = sj->id;
     j->seq = sj->seq;
     j->prio = (uint8_t)(sj->prio >= 0 && sj->prio < JOB_NPRIO ? sj->prio : JOB_PRIO_NORMAL);
-    j->when = sj->when;
+    if (job_set_when(j, sj->when) < 0) {
+        job_unref(j);
+        return -1;
+    }
     j->background = true;
     j->stored = true;
     j->unique_is_data = sj->unique_is_data;

@@ -1,6 +1,6 @@
 /*
  * Jobs: one allocation with handle, unique, reducer and payload (NULs
- * included) in place; references; limits.
+ * included) in place; the job_ext made only on demand; references; limits.
  */
 #include "config.h"
 
@@ -28,6 +28,14 @@ main(void)
     job_unref(j);
     tap_is_int(j->refs, 1, "job_unref");
     tap_is_int(job_nwaiters(j), 0, "no waiters");
+    tap_ok(j->ext == NULL, "a new job has no job_ext");
+    tap_ok(job_worker(j) == NULL && job_when(j) == 0 && job_attempts(j) == 0 &&
+               !job_has_waiters(j),
+           "and reads as idle without one");
+    tap_ok(job_set_when(j, 0) == 0 && j->ext == NULL, "setting no time allocates nothing");
+    tap_ok(job_set_when(j, 4102444800) == 0 && j->ext != NULL && job_when(j) == 4102444800,
+           "setting a time makes the job_ext");
+    tap_ok(job_ext(j) == j->ext && TAILQ_EMPTY(&j->ext->waiters), "job_ext is made once");
     job_unref(j);
     job_unref(NULL);
     tap_ok(1, "job_unref(NULL) is a no-op");
@@ -35,6 +43,9 @@ main(void)
     j = job_new("H:h:2", 5, NULL, 0, NULL, 0, NULL, 0);
     tap_ok(j != NULL && j->data_len == 0 && job_unique(j)[0] == '\0', "empty unique and data");
     job_unref(j);
+
+    tap_ok(job_new("H:h:3", 5, NULL, 0, NULL, 0, data, (size_t)UINT32_MAX + 1) == NULL,
+           "a payload over UINT32_MAX is refused");
 
     memset(longh, 'h', sizeof(longh));
     tap_ok(job_new(longh, sizeof(longh), NULL, 0, NULL, 0, NULL, 0) == NULL,

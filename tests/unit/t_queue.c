@@ -23,7 +23,8 @@ mkjob(struct queue *q, struct func *f, enum job_prio prio, const char *unique, i
     snprintf(handle, sizeof(handle), "H:t:%d", ++handle_n);
     j = job_new(handle, strlen(handle), unique, strlen(unique), NULL, 0, handle, strlen(handle));
     j->prio = (uint8_t)prio;
-    j->when = when;
+    if (job_set_when(j, when) < 0)
+        tap_bail("job_set_when failed");
     j->seq = (uint64_t)handle_n;
     if (queue_add(q, f, j, 1000) < 0)
         tap_bail("queue_add failed");
@@ -60,7 +61,7 @@ test_priority_fifo(void)
     tap_is_int(f->nrunning, 4, "four running");
     tap_is_int(w.nheld, 4, "held by the worker");
     queue_requeue(&q, n2);
-    tap_is_int(n2->attempts, 1, "requeue counts an attempt");
+    tap_is_int(job_attempts(n2), 1, "requeue counts an attempt");
     tap_ok(queue_grab(&q, &w) == n2, "a requeued job goes first");
     for (i = 0; i < 4; i++)
         queue_remove(&q, got[i]);
