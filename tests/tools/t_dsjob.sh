@@ -1,0 +1,428 @@
+#!/bin/sh
+# The dsjob command line, every verb, against gearmand 1.1.20 (the
+# reference) and then dsjobd, with the helpers of tests/interop/lib.sh:
+# submit (binary stdin, streamed WORK_DATA, warnings, fail, exception,
+# timeout, no server, usage errors, background, priorities, unique
+# coalescing, --at), worker (fd 3 status, environment, -c 2 overlap proven
+# by two jobs that wait for each other, graceful SIGTERM), interop both
+# ways with the gearman CLI, the admin verbs in table, tsv and json (the
+# json parsed with JSON::PP), cancel, shutdown, and the progress bar (with
+# DSJOB_PROGRESS=force, and on a real terminal under script(1) if present).
+# Every wait is a bounded poll; every process is started here, tracked and
+# stopped at the end.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+export DSJOB
+FAKE_WORKER=$top_srcdir/tests/tools/fake_worker.pl
+if [ ! -x "$DSJOB" ]; then
+    echo "1..0 # SKIP dsjob not built ($DSJOB)"
+    exit 0
+fi
+if ! perl -MJSON::PP -e 1 2>/dev/null; then
+    echo "1..0 # SKIP perl with JSON::PP not found"
+    exit 0
+fi
+HAVE_GEARMAN=yes
+[ -n "$GEARMAN" ] && [ -x "$GEARMAN" ] || HAVE_GEARMAN=
+HAVE_SCRIPT=yes
+command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
+# Progress must be decided by the test, not by the terminal it runs in.
+unset DSJOB_PROGRESS DSJOB_SERVERS
+
+CHECKS=76
+
+# ds ARG...: dsjob pointed at the server under test, bounded.
+ds() {
+    timeout -k 5 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
+}
+
+# dsw ARG...: a `dsjob worker` in the background, tracked; its pid in $W.
+# --foreground: a signal sent to $W reaches dsjob once; without it timeout
+# forwards it and then signals its whole group, so dsjob would see two (the
+# second one means "hurry": terminate the running commands).
+dsw() {
+    timeout --foreground -k 5 60 "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" "$@" &
+    W=$!
+    track $W
+}
+
+# tsv_is FUNC LINE: FUNC's row of `dsjob status --format tsv` is LINE.
+tsv_is() {
+    [ "$(ds status --format tsv | grep "^$1	")" = "$2" ]
+}
+
+# has PATTERN FILE: grep -q, quiet when FILE does not exist yet.
+has() {
+    grep -q -e "$1" "$2" 2>/dev/null
+}
+
+# Waits (bounded) for a tracked process to end; its exit status.
+wait_bounded() {
+    _i=0
+    while kill -0 "$1" 2>/dev/null && [ $_i -lt 200 ]; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    wait "$1"
+}
+
+# json EXPR [ARG]... < JSON: true if the perl EXPR holds for the decoded
+# array $j (ARGs in @a).
+json() {
+    perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>); my ($e, @a) = @ARGV;
+        my $r = eval $e; die $@ if $@; exit(!$r);' "$@"
+}
+
+# answer_is WANT TYPE ARG...: the first answer to a binary request is WANT.
+answer_is() {
+    _want=$1
+    shift
+    [ "$(gpacket "$@")" = "$_want" ]
+}
+
+# A port that nothing listens on (it was free a moment ago).
+closed_port() {
+    free_port
+}
+
+checks() {
+    d="$T/$K"
+    mkdir -p "$d"
+    addr=127.0.0.1:$SERVER_PORT
+
+    # --- submit and worker, the basics ---------------------------------
+    dsw -f t_cat -- cat
+    head -c 200000 /dev/urandom >"$d/bin"
+    printf 'a\000b\000\000c' >>"$d/bin"
+    ds submit t_cat <"$d/bin" >"$d/bin.out"
+    rc=$?
+    cmp -s "$d/bin" "$d/bin.out"
+    ok $? "$K: submit: binary payload from stdin (NULs, 200 kB) comes back byte for byte (rc $rc)"
+    same "$(ds submit t_cat 'from the argument')" "from the argument" "submit: DATA from the argument"
+    same "$(DSJOB_SERVERS="127.0.0.1:1, $addr" timeout 20 "$DSJOB" submit t_cat env)" "env" \
+        "submit: servers from DSJOB_SERVERS (the first one down)"
+
+    # --- streaming, warnings, exception, fail --------------------------
+    timeout -k 5 60 perl "$FAKE_WORKER" "$SERVER_PORT" t_fake 3 &
+    track $!
+    ds submit t_fake "stream:$d/go" >"$d/stream.out" 2>"$d/stream.err" &
+    c=$!
+    track $c
+    check "submit: a WORK_DATA chunk reaches stdout before the job ends" \
+        poll has chunk1 "$d/stream.out"
+    touch "$d/go"
+    wait_bounded $c
+    rc=$?
+    same "$rc $(cat "$d/stream.out")" "0 chunk1chunk2end" "submit: data chunks then the result on stdout, exit 0"
+    same "$(cat "$d/stream.err")" "careful" "submit: the warning goes to stderr, as sent"
+    ds submit t_fake exception >"$d/exc.out" 2>"$d/exc.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "bad thing happened" "$d/exc.err" && [ ! -s "$d/exc.out" ]
+    ok $? "$K: submit: an exception exits 1 with its text on stderr (rc $rc)"
+    ds submit t_fake fail >/dev/null 2>"$d/fail.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "failed" "$d/fail.err"
+    ok $? "$K: submit: WORK_FAIL exits 1 and says so on stderr (rc $rc)"
+
+    dsw -f t_exit -- sh -c 'cat >/dev/null; echo "from the command" >&2; exit 3' 2>"$d/exitw.err"
+    ds submit t_exit x >/dev/null 2>"$d/exit.err"
+    rc=$?
+    same "$rc" "1" "worker: a command exiting 3 is a failed job for the client"
+    check "worker: the command's stderr passes through; the exit status is reported" \
+        poll sh -c "grep -q 'from the command' '$d/exitw.err' && grep -q 'exited with status 3' '$d/exitw.err'"
+    dsw -f t_sig -- sh -c 'kill -9 $$' 2>"$d/sig.err"
+    ds submit t_sig x >/dev/null 2>&1
+    rc=$?
+    same "$rc" "1" "worker: a command killed by a signal is a failed job"
+    check "worker: the death by signal is reported on the worker's stderr" \
+        poll has "killed by signal 9" "$d/sig.err"
+
+    # --- errors of the command line ------------------------------------
+    p=$(closed_port)
+    timeout 20 "$DSJOB" -s "127.0.0.1:$p" submit t_cat x >/dev/null 2>"$d/down.err"
+    rc=$?
+    [ $rc -eq 3 ] && grep -q "no server reachable" "$d/down.err"
+    ok $? "$K: submit: no server reachable exits 3 (rc $rc)"
+    timeout 20 "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
+    same "$?" "3" "status: no server reachable exits 3"
+    ds submit -p urgent t_cat x >/dev/null 2>"$d/usage.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "'-p'" "$d/usage.err"
+    ok $? "$K: usage: a bad -p exits 2 naming the option (rc $rc)"
+    ds status --bogus >/dev/null 2>"$d/usage2.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "'--bogus'" "$d/usage2.err"
+    ok $? "$K: usage: an unknown option exits 2 naming it (rc $rc)"
+    rc=0
+    ds worker -f x >/dev/null 2>&1 || rc=$?
+    ds frobnicate >/dev/null 2>&1 || rc="$rc $?"
+    ds submit >/dev/null 2>&1 || rc="$rc $?"
+    ds worker -c 0 -f x -- cat >/dev/null 2>&1 || rc="$rc $?"
+    same "$rc" "2 2 2 2" "usage: no command, unknown verb, no function, -c 0 all exit 2"
+    rc=0
+    ds -s 127.0.0.1:99999 status >/dev/null 2>&1 || rc=$?
+    ds submit -u "$(printf '%065d' 0)" t_cat x >/dev/null 2>"$d/u65.err" || rc="$rc $?"
+    grep -q "'-u'" "$d/u65.err" || rc="$rc no-u"
+    same "$rc" "2 2" "usage: a port over 65535 and a -u over 64 bytes exit 2 (naming -u)"
+    same "$(ds submit t_cat -- -5)" "-5" "submit: DATA that starts with '-' after --"
+    # A closed stdout: the result must not go to the server's socket, which
+    # would take fd 1; and a reader that goes away is exit 1, not SIGPIPE.
+    (ds submit t_cat x >&-) 2>"$d/closed.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "standard output" "$d/closed.err"
+    ok $? "$K: submit with stdout closed exits 1 and says why (rc $rc)"
+    head -c 3000000 /dev/urandom >"$d/big"
+    rc=$( (ds submit t_cat <"$d/big" 2>/dev/null; echo $? >"$d/pipe.rc") | head -c 1 >/dev/null; cat "$d/pipe.rc")
+    same "$rc" "1" "submit: a reader that closes the pipe early: exit 1, not death by SIGPIPE"
+    timeout --foreground 3 "$DSJOB" -s "127.0.0.1:$(closed_port)" worker -f x -- cat 2>"$d/wdown.err"
+    grep -q "retrying" "$d/wdown.err"
+    ok $? "$K: worker: a server that cannot be reached is named on stderr, and retried"
+    ds -t 300 submit t_nobody x >/dev/null 2>"$d/to.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "did not end within 300 ms" "$d/to.err"
+    ok $? "$K: submit -t: a job that does not end in time exits 1 (rc $rc)"
+
+    # --- background, priorities, unique, --at --------------------------
+    h=$(ds submit -b t_bg bg-one)
+    rc=$?
+    echo "$h" | grep -Eq '^H:[^[:space:]]+:[0-9]+$'
+    ok $? "$K: submit -b prints the job handle (got '$h', rc $rc)"
+    ds jobs --format tsv | grep -q "^$h	"
+    ok $? "$K: jobs lists the background job's handle"
+    dsw -f t_bg -- sh -c "cat >>'$d/bg'"
+    check "a worker runs the background job" poll has bg-one "$d/bg"
+
+    ds submit -b -p low t_pri low1 >/dev/null && ds submit -b t_pri norm1 >/dev/null &&
+        ds submit -b -p high t_pri high1 >/dev/null && ds submit -b -p low t_pri low2 >/dev/null &&
+        ds submit -b -p normal t_pri norm2 >/dev/null && ds submit -b --priority high t_pri high2 >/dev/null
+    ok $? "$K: six background jobs at three priorities"
+    dsw -f t_pri -- sh -c "cat >>'$d/pri'; echo >>'$d/pri'"
+    w_pri=$W
+    check "the worker ran all six" poll tsv_is t_pri "t_pri	0	0	1"
+    same "$(tr '\n' ' ' <"$d/pri")" "high1 high2 norm1 norm2 low1 low2 " \
+        "priorities: high, then normal, then low, FIFO within each"
+    kill -TERM $w_pri
+    wait_bounded $w_pri
+    same "$?" "0" "worker: SIGTERM while idle exits 0"
+
+    ds submit -u KEY1 t_uniq payload >"$d/u1" &
+    c1=$!
+    track $c1
+    ds submit -u KEY1 t_uniq payload >"$d/u2" &
+    c2=$!
+    track $c2
+    check "unique: two foreground submits with one -u make one job" \
+        poll answer_is "42 KEY1|1|0|0|0|2" 41 KEY1
+    dsw -f t_uniq -- sh -c "cat >>'$d/uw'; echo >>'$d/uw'; printf RESULT"
+    wait_bounded $c1
+    r1=$?
+    wait_bounded $c2
+    same "$r1 $? $(cat "$d/u1") $(cat "$d/u2")" "0 0 RESULT RESULT" "unique: both clients get the one result"
+    same "$(cat "$d/uw")" "payload" "unique: the worker ran the coalesced job once"
+
+    h=$(ds submit --at $(($(date +%s) + 3600)) t_at later)
+    rc=$?
+    echo "$h" | grep -Eq '^H:[^[:space:]]+:[0-9]+$'
+    ok $? "$K: submit --at prints a handle (got '$h', rc $rc)"
+    ds submit --at 1 -p high t_at x >/dev/null 2>&1
+    same "$?" "2" "submit --at with -p is a usage error"
+
+    # --- worker: fd 3, environment, progress ---------------------------
+    dsw -f t_env -- sh -c "cat >/dev/null; echo \"\$DSJOB_FUNCTION \$DSJOB_HANDLE \$DSJOB_UNIQUE\" >'$d/env'
+        echo 1/4 >&3; echo 2/4 >&3; echo 4/4 >&3; echo 'not a status' >&3; printf done" 2>"$d/envw.err"
+    out=$(DSJOB_PROGRESS=force COLUMNS=70 timeout 20 "$DSJOB" -s "$addr" submit -u U-ENV t_env x 2>"$d/prog.err")
+    same "$out" "done" "worker: the command's stdout is the result"
+    echo "$(cat "$d/env")" | grep -Eq '^t_env H:[^[:space:]]+:[0-9]+ U-ENV$'
+    ok $? "$K: worker: DSJOB_FUNCTION, DSJOB_HANDLE, DSJOB_UNIQUE ($(cat "$d/env"))"
+    grep -q ' 1/4  25% ' "$d/prog.err" && grep -q ' 4/4 100% ' "$d/prog.err"
+    ok $? "$K: worker: fd 3 N/D lines become WORK_STATUS (the client's bar shows 1/4 and 4/4)"
+    # The bar: CR-redrawn lines of at most 69 columns, "[###...]" first, blanked at the end.
+    perl -e 'local $/; $_ = <STDIN>; my @l = split /\r/, $_, -1; shift @l;
+        my $last = pop @l; my $ok = @l >= 2 && $last eq "";
+        for (@l[0 .. $#l - 1]) { $ok &&= /^\[[#.]+\] \d+\/\d+ +\d+% \S+\/s \d+:\d\d *$/ && length($_) <= 69 }
+        $ok &&= $l[-1] =~ /^ +$/; exit !$ok' <"$d/prog.err"
+    ok $? "$K: progress: a CR-redrawn bar with count, percent, rate and elapsed, cleared at the end"
+    out=$(ds submit -u U-ENV2 t_env x 2>"$d/noprog.err")
+    ! grep -q "$(printf '\r')" "$d/noprog.err" && ! grep -q '1/4' "$d/noprog.err"
+    ok $? "$K: progress: no bar when stderr is not a terminal"
+    if [ -n "$HAVE_SCRIPT" ]; then
+        TERM=dumb timeout 20 script -qec "'$DSJOB' -s '$addr' submit t_env x 2>&1 >/dev/null" \
+            /dev/null >"$d/tty.out" 2>&1
+        grep -q '4/4 100%' "$d/tty.out"
+        ok $? "$K: progress: the bar is drawn on a real terminal (script)"
+    else
+        skip_n 1 "$K: script(1) not installed"
+    fi
+    check "worker: a bad fd 3 line is reported on the worker's stderr" \
+        poll has "not N/D: 'not a status'" "$d/envw.err"
+
+    # -c 2: each job waits (at most 10 s) for the other to start.
+    dsw -c 2 -f t_pair -- sh -c "me=\$(cat); touch '$d/pair.'\$me; other=a; [ \$me = a ] && other=b
+        i=0; while [ ! -e '$d/pair.'\$other ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+        [ -e '$d/pair.'\$other ] && printf together || printf alone"
+    ds submit t_pair a >"$d/pa" &
+    ca=$!
+    track $ca
+    ds submit t_pair b >"$d/pb" &
+    cb=$!
+    track $cb
+    wait_bounded $ca
+    wait_bounded $cb
+    same "$(cat "$d/pa") $(cat "$d/pb")" "together together" \
+        "worker -c 2: two jobs run at the same time (each saw the other start)"
+    same "$(ds status --format tsv | grep '^t_pair	' | cut -f4)" "2" "worker -c 2 registers as two workers"
+
+    # SIGTERM while a job runs: it finishes, its result is sent, then exit 0.
+    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; i=0; while [ ! -e '$d/slow.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf finished"
+    w_slow=$W
+    ds submit t_slow x >"$d/slow.out" &
+    c=$!
+    track $c
+    # (its command has started: a job only assigned would be given back)
+    check "the slow job is running" poll test -e "$d/slow.started"
+    kill -TERM $w_slow
+    sleep 0.2
+    touch "$d/slow.go"
+    wait_bounded $c
+    rc=$?
+    same "$rc $(cat "$d/slow.out")" "0 finished" "worker: SIGTERM lets the running job finish and deliver"
+    wait_bounded $w_slow
+    same "$?" "0" "worker: and then exits 0"
+    # A second signal terminates the commands, even one that closed its stdout and fd 3.
+    dsw -f t_deaf -- sh -c "exec >&- 3>&-; touch '$d/deaf.started'; sleep 30" 2>"$d/deaf.err"
+    w_deaf=$W
+    ds submit -b t_deaf x >/dev/null
+    check "the job that closed its stdout is running" poll test -e "$d/deaf.started"
+    kill -TERM $w_deaf
+    sleep 0.2
+    kill -TERM $w_deaf
+    wait_bounded $w_deaf
+    rc=$?
+    [ $rc -eq 0 ] && grep -q "killed by signal 15" "$d/deaf.err"
+    ok $? "$K: worker: a second SIGTERM terminates a command with its outputs closed (rc $rc)"
+    check "worker: after SIGTERM the worker is gone from status" poll tsv_is t_slow "t_slow	0	0	0"
+
+    # --- interop with the gearman CLI -----------------------------------
+    if [ -n "$HAVE_GEARMAN" ]; then
+        gm -w -f t_gmw -c 1 -- tr a-z A-Z &
+        track $!
+        same "$(ds submit t_gmw 'hello gearman')" "HELLO GEARMAN" "interop: dsjob submit, gearman -w worker"
+        dsw -f t_dsw -- tr a-z A-Z
+        same "$(gm -f t_dsw 'hello dsjob')" "HELLO DSJOB" "interop: gearman client, dsjob worker"
+        same "$(printf 'abc\000def' | gm -f t_cat | od -An -c | tr -d ' \n')" 'abc\0def' \
+            "interop: gearman client with a NUL in stdin, dsjob worker"
+    else
+        skip_n 3 "$K: gearman CLI not installed"
+    fi
+
+    # --- admin verbs ------------------------------------------------------
+    dsw -i dsjob-test-id -f t_adm_w -- cat
+    check "the t_adm_w worker is registered" poll tsv_is t_adm_w "t_adm_w	0	0	1"
+    hq=$(ds submit -b t_adm_q queued-job)
+    ds status >"$d/st.table"
+    head -1 "$d/st.table" | grep -Eq '^FUNCTION +TOTAL +RUNNING +WORKERS$' &&
+        grep -Eq '^t_adm_q +1 +0 +0$' "$d/st.table"
+    ok $? "$K: status: aligned table with a header"
+    same "$(ds status --format tsv | grep '^t_adm_q	')" "t_adm_q	1	0	0" "status --format tsv: no header, tab-separated"
+    ds status --format json >"$d/st.json"
+    json 'my ($q) = grep { $_->{function} eq "t_adm_q" } @$j; my ($w) = grep { $_->{function} eq "t_adm_w" } @$j;
+          $q && $q->{total} == 1 && $q->{running} == 0 && $q->{workers} == 0 && $w && $w->{workers} == 1
+          && $q->{server} eq $a[0]' "$addr" <"$d/st.json"
+    ok $? "$K: status --format json: numbers and the server"
+    ds workers >"$d/wk.table"
+    head -1 "$d/wk.table" | grep -Eq '^ *FD +IP +ID +FUNCTIONS$' &&
+        grep -Eq '^ *[0-9]+ +[0-9.]+ +dsjob-test-id +t_adm_w$' "$d/wk.table"
+    ok $? "$K: workers: table with the worker's id and functions"
+    ds workers --format tsv | grep -q '^[0-9]*	127\.0\.0\.1	dsjob-test-id	t_adm_w$'
+    ok $? "$K: workers --format tsv"
+    ds workers --format json >"$d/wk.json"
+    json 'my ($w) = grep { $_->{id} eq "dsjob-test-id" } @$j;
+          $w && ref $w->{functions} eq "ARRAY" && "@{$w->{functions}}" eq "t_adm_w" && $w->{fd} =~ /^\d+$/' \
+        <"$d/wk.json"
+    ok $? "$K: workers --format json: functions as an array"
+    ds jobs >"$d/jobs.table"
+    head -1 "$d/jobs.table" | grep -Eq '^HANDLE +RETRIES +IGNORE +QUEUED$' &&
+        grep -Eq "^$hq +0 +0 +1\$" "$d/jobs.table"
+    ok $? "$K: jobs: table with the queued background job"
+    same "$(ds jobs --format tsv | grep "^$hq	")" "$hq	0	0	1" "jobs --format tsv"
+    ds jobs --format json >"$d/jobs.json"
+    json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{queued} == 1 && $x->{retries} == 0' \
+        "$hq" <"$d/jobs.json"
+    ok $? "$K: jobs --format json"
+    want=$(ds version --format tsv)
+    case $K:$want in
+    gearmand:1.1.20*) rc=0 ;;
+    dsjobd:"$(timeout 5 "$DSJOB" --version | sed 's/^dsjob \([^ ]*\).*/\1/')") rc=0 ;;
+    *) rc=1 ;;
+    esac
+    ok $rc "$K: version --format tsv: the server's version ($want)"
+    same "$(ds version | tr '\n' ' ' | sed 's/  */ /g')" "VERSION $want " "version: table"
+    ds version --format json | json '@$j == 1 && $j->[0]{version} eq $a[0]' "$want"
+    ok $? "$K: version --format json"
+    ds -s "localhost:$SERVER_PORT" status >"$d/two.table"
+    head -1 "$d/two.table" | grep -Eq '^SERVER +FUNCTION +TOTAL' &&
+        grep -Eq "^127\.0\.0\.1:$SERVER_PORT +t_adm_q +1 " "$d/two.table" &&
+        grep -Eq "^localhost:$SERVER_PORT +t_adm_q +1 " "$d/two.table"
+    ok $? "$K: status with two servers labels the rows with the server"
+    ds -s "127.0.0.1:$p" status --format tsv >"$d/half.tsv" 2>"$d/half.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "^127\.0\.0\.1:$SERVER_PORT	t_adm_q	1	0	0\$" "$d/half.tsv" &&
+        grep -q "127.0.0.1:$p" "$d/half.err"
+    ok $? "$K: status with one server down: the other's rows, the error, exit 1 (rc $rc)"
+
+    # cancel: the job is not run; an unknown handle is an error.
+    ds cancel "$hq"
+    same "$?" "0" "cancel HANDLE exits 0"
+    ds cancel "H:nowhere:999999" 2>"$d/cancel.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q UNKNOWN_JOB "$d/cancel.err"
+    ok $? "$K: cancel of an unknown handle: ERR on stderr, exit 1 (rc $rc)"
+    ds cancel 'two words' >/dev/null 2>&1
+    same "$?" "2" "cancel with a handle holding a space is a usage error"
+    ds submit -b t_adm_q after >/dev/null
+    dsw -f t_adm_q -- sh -c "cat >>'$d/cancelled'; echo >>'$d/cancelled'"
+    check "after cancel, a worker runs only the later job" poll has after "$d/cancelled"
+    same "$(cat "$d/cancelled")" "after" "the cancelled job never ran"
+
+    # shutdown: dsjobd stops; gearmand 1.1.20 (Debian) has no such command.
+    case $K in
+    dsjobd)
+        _pid=$SERVER_PID _port=$SERVER_PORT
+        server_start dsjobd || return 1
+        s2=$SERVER_PID p2=$SERVER_PORT
+        SERVER_PID=$_pid SERVER_PORT=$_port
+        timeout 20 "$DSJOB" -s "127.0.0.1:$p2" shutdown
+        rc=$?
+        wait_bounded "$s2"
+        same "$rc $?" "0 0" "shutdown: exit 0, and the server exits"
+        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; i=0; while [ ! -e '$d/grace.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf graceful"
+        ds submit t_grace x >"$d/grace.out" &
+        c=$!
+        track $c
+        poll test -e "$d/grace.started"
+        ds shutdown --graceful
+        rc=$?
+        touch "$d/grace.go"
+        wait_bounded $c
+        same "$rc $? $(cat "$d/grace.out")" "0 0 graceful" "shutdown --graceful: the running job still delivers"
+        wait_bounded "$SERVER_PID"
+        ok $? "$K: after shutdown --graceful the server exits"
+        ;;
+    *)
+        ds shutdown 2>"$d/shut.err"
+        rc=$?
+        [ $rc -eq 1 ] && grep -q UNKNOWN_COMMAND "$d/shut.err"
+        ok $? "$K: shutdown: gearmand answers ERR, exit 1 (rc $rc)"
+        ds shutdown --graceful 2>/dev/null
+        same "$?" "1" "shutdown --graceful: also ERR"
+        same "$(ds version --format tsv)" "$want" "the server is still running"
+        ;;
+    esac
+}
+
+run_servers

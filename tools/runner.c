@@ -1,0 +1,659 @@
+/*
+ * dsjob worker: do jobs by running a command for each. The command is
+ * started with posix_spawnp (no shell) in a process group of its own, with
+ * the payload on its stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE in
+ * its environment and a pipe on fd 3 for "N/D" status lines; one poll()
+ * loop feeds stdin and drains stdout and fd 3 together, so neither a big
+ * payload nor a big result can deadlock. Exit status 0 completes the job
+ * with the bytes of stdout; anything else fails it. -c N runs N threads,
+ * each with a struct dsjob_worker of its own (a handle belongs to one
+ * thread). SIGINT or SIGTERM stops grabbing and lets the running commands
+ * finish; a second one sends them SIGTERM.
+ */
+#include "config.h"
+#include "dsjob.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dsjob/worker.h>
+
+#define RUNNER_MAX_THREADS 1024
+#define RUNNER_POLL_MS 200     /* how often a running job looks at the hurry flag */
+#define RUNNER_STATUS_LINE 256 /* longest fd 3 line kept; longer ones are dropped */
+#define RUNNER_CHUNK 65536
+#define RUNNER_IDLE_MS 1000 /* wait for a job this long between looks at errmsg */
+#define RUNNER_KILL_MS 5000 /* after a hurried SIGTERM, SIGKILL the command's group */
+
+extern char **environ;
+
+/* The worker verb's state, shared by its threads and the signal handler. */
+struct runner {
+    char **argv;             /* COMMAND [ARG]... (borrowed from main's argv) */
+    struct dsjob_worker **w; /* one worker per thread (owned) */
+    int n;                   /* entries in w: -c */
+    atomic_int stopping;     /* a first signal came: dsjob_worker_stop was called */
+    atomic_int hurry;        /* a second signal came: terminate the running commands */
+};
+
+/* The handler needs it: there is only one worker verb per process. */
+static struct runner *volatile runner_signalled;
+
+static void
+on_signal(int sig)
+{
+    struct runner *r = runner_signalled;
+    int i;
+
+    if (r == NULL)
+        return;
+    if (atomic_exchange(&r->stopping, 1)) {
+        atomic_store(&r->hurry, 1);
+        return;
+    }
+    for (i = 0; i < r->n; i++)
+        dsjob_worker_stop(r->w[i]);
+}
+
+/* What one running command has produced so far. */
+struct run {
+    char *out;                     /* stdout (malloc'd) */
+    size_t out_len;                /* bytes in out */
+    size_t out_cap;                /* size of out */
+    char line[RUNNER_STATUS_LINE]; /* the fd 3 line being read */
+    size_t line_len;               /* bytes in line */
+    bool line_long;                /* the current line overflowed: drop it */
+};
+
+/*
+ * Builds the command's environment: ours without any DSJOB_FUNCTION,
+ * DSJOB_HANDLE or DSJOB_UNIQUE, then those three for this job. Caller
+ * frees the array and its last three strings.
+ */
+static char **
+job_env(struct dsjob_job *job)
+{
+    static const char *const names[3] = {"DSJOB_FUNCTION=", "DSJOB_HANDLE=", "DSJOB_UNIQUE="};
+    const char *vals[3] = {dsjob_job_function(job), dsjob_job_handle(job), dsjob_job_unique(job)};
+    size_t n = 0, k = 0, i, j;
+    char **env;
+
+    while (environ[n] != NULL)
+        n++;
+    env = cli_xmalloc((n + 4) * sizeof(*env));
+    for (i = 0; i < n; i++) {
+        bool ours = false;
+
+        for (j = 0; j < 3; j++)
+            ours = ours || strncmp(environ[i], names[j], strlen(names[j])) == 0;
+        if (!ours)
+            env[k++] = environ[i];
+    }
+    for (j = 0; j < 3; j++) {
+        size_t nl = strlen(names[j]), vl = strlen(vals[j]);
+        char *s = cli_xmalloc(nl + vl + 1);
+
+        memcpy(s, names[j], nl);
+        memcpy(s + nl, vals[j], vl + 1);
+        env[k++] = s;
+    }
+    env[k] = NULL;
+    return env;
+}
+
+static void
+env_free(char **env)
+{
+    size_t n = 0;
+
+    while (env[n] != NULL)
+        n++;
+    /* The last three are ours; the rest are borrowed from environ. */
+    free(env[n - 1]);
+    free(env[n - 2]);
+    free(env[n - 3]);
+    free(env);
+}
+
+/* Starts the command with fds 0, 1 and 3 on the given pipe ends. Returns 0 or an errno. */
+static int
+spawn_command(struct runner *r, char **env, int in, int out, int st, pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, dfl;
+    int err;
+
+    /* The pipe ends are all above 3 (runner_main makes sure), so dup2 clears close-on-exec. */
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, st, 3);
+    posix_spawnattr_init(&attr);
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGPIPE);
+    sigaddset(&dfl, SIGINT);
+    sigaddset(&dfl, SIGTERM);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &dfl);
+    /* A group of its own: a terminal's ^C stops dsjob gracefully, not the job. */
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETPGROUP);
+    err = posix_spawnp(pid, r->argv[0], &fa, &attr, r->argv, env);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return err;
+}
+
+/* Sends one complete fd 3 line as WORK_STATUS, or warns about it. */
+static void
+status_line(struct dsjob_job *job, const char *line, size_t len)
+{
+    char buf[RUNNER_STATUS_LINE + 1];
+    unsigned long num, den;
+    char *slash;
+
+    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+        len--;
+    while (len > 0 && (line[0] == ' ' || line[0] == '\t')) {
+        line++;
+        len--;
+    }
+    if (len == 0)
+        return;
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    slash = strchr(buf, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    if (slash == NULL || cli_parse_uint(buf, 0, 0xffffffffUL, &num) < 0 ||
+        cli_parse_uint(slash + 1, 0, 0xffffffffUL, &den) < 0) {
+        if (slash != NULL)
+            *slash = '/';
+        cli_err("job %s: ignored a status line on fd 3 that is not N/D: '%s'",
+                dsjob_job_handle(job), buf);
+        return;
+    }
+    dsjob_job_status(job, (unsigned)num, (unsigned)den);
+}
+
+static void
+status_bytes(struct dsjob_job *job, struct run *run, const char *p, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (p[i] == '\n') {
+            if (run->line_long)
+                cli_err("job %s: ignored a status line longer than %d bytes on fd 3",
+                        dsjob_job_handle(job), RUNNER_STATUS_LINE);
+            else
+                status_line(job, run->line, run->line_len);
+            run->line_len = 0;
+            run->line_long = false;
+        } else if (run->line_len < sizeof(run->line)) {
+            run->line[run->line_len++] = p[i];
+        } else {
+            run->line_long = true;
+        }
+    }
+}
+
+static void
+out_bytes(struct run *run, const char *p, size_t n)
+{
+    if (run->out_len + n > run->out_cap) {
+        size_t cap = run->out_cap ? run->out_cap : RUNNER_CHUNK;
+        char *nb;
+
+        while (cap < run->out_len + n)
+            cap *= 2;
+        nb = realloc(run->out, cap);
+        if (nb == NULL) {
+            cli_err("out of memory");
+            exit(CLI_FAILED);
+        }
+        run->out = nb;
+        run->out_cap = cap;
+    }
+    memcpy(run->out + run->out_len, p, n);
+    run->out_len += n;
+}
+
+/*
+ * Feeds the payload to fd in and reads fds out and st until both reach
+ * end of file. A command that exits without reading all its input is no
+ * error here (EPIPE just ends the feeding); its exit status decides.
+ */
+static void
+pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in, int out, int st)
+{
+    size_t len, off = 0;
+    const char *payload = dsjob_job_payload(job, &len);
+    char buf[RUNNER_CHUNK];
+    bool killed = false;
+
+    if (len == 0) {
+        close(in);
+        in = -1;
+    }
+    while (out >= 0 || st >= 0) {
+        struct pollfd pfd[3];
+        int np = 0, k;
+
+        if (in >= 0)
+            pfd[np++] = (struct pollfd){.fd = in, .events = POLLOUT};
+        if (out >= 0)
+            pfd[np++] = (struct pollfd){.fd = out, .events = POLLIN};
+        if (st >= 0)
+            pfd[np++] = (struct pollfd){.fd = st, .events = POLLIN};
+        if (poll(pfd, (nfds_t)np, RUNNER_POLL_MS) < 0 && errno != EINTR) {
+            cli_err("poll: %s", strerror(errno));
+            break;
+        }
+        if (atomic_load(&r->hurry) && !killed) {
+            kill(-pid, SIGTERM);
+            killed = true;
+        }
+        for (k = 0; k < np; k++) {
+            ssize_t n;
+
+            if (pfd[k].revents == 0)
+                continue;
+            if (pfd[k].fd == in) {
+                n = write(in, payload + off, len - off);
+                if (n > 0)
+                    off += (size_t)n;
+                if ((n < 0 && errno != EAGAIN && errno != EINTR) || off == len) {
+                    close(in);
+                    in = -1;
+                }
+                continue;
+            }
+            n = read(pfd[k].fd, buf, sizeof(buf));
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            if (n <= 0) {
+                if (pfd[k].fd == out)
+                    out = -1;
+                else
+                    st = -1;
+                close(pfd[k].fd);
+                continue;
+            }
+            if (pfd[k].fd == out)
+                out_bytes(run, buf, (size_t)n);
+            else
+                status_bytes(job, run, buf, (size_t)n);
+        }
+    }
+    if (run->line_len > 0 && !run->line_long)
+        status_line(job, run->line, run->line_len);
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (st >= 0)
+        close(st);
+}
+
+/*
+ * Waits for the command to exit. A command may close stdout and fd 3 and
+ * go on running, so the wait polls: a second signal (hurry) still reaches
+ * its process group, with SIGKILL RUNNER_KILL_MS after the SIGTERM.
+ * Returns 0 with *status set, or -1 after reporting a waitpid error.
+ */
+static int
+wait_command(struct runner *r, struct dsjob_job *job, pid_t pid, int *status)
+{
+    long waited_ms = 0, term_at = -1, step;
+    struct timespec ts;
+
+    for (;;) {
+        pid_t got = waitpid(pid, status, WNOHANG);
+
+        if (got == pid)
+            return 0;
+        if (got < 0 && errno != EINTR) {
+            cli_err("job %s: waitpid: %s", dsjob_job_handle(job), strerror(errno));
+            return -1;
+        }
+        if (atomic_load(&r->hurry) && term_at < 0) {
+            kill(-pid, SIGTERM);
+            term_at = waited_ms;
+        } else if (term_at >= 0 && waited_ms - term_at >= RUNNER_KILL_MS) {
+            kill(-pid, SIGKILL);
+            term_at = LONG_MAX / 2; /* sent once */
+        }
+        /* Short sleeps first: most commands are gone by the time pump returns. */
+        step = waited_ms < 100 ? 1 : 20;
+        ts = (struct timespec){0, step * 1000000L};
+        nanosleep(&ts, NULL);
+        waited_ms += step;
+    }
+}
+
+static int
+set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* The job callback: runs the command for one job. */
+static int
+run_job(struct dsjob_job *job, void *user)
+{
+    struct runner *r = user;
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, st[2] = {-1, -1};
+    struct run run;
+    char **env;
+    pid_t pid;
+    int err, status, ret = DSJOB_WORK_FAIL;
+
+    memset(&run, 0, sizeof(run));
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0) {
+        cli_err("job %s: pipe: %s", dsjob_job_handle(job), strerror(errno));
+        goto out_pipes;
+    }
+    env = job_env(job);
+    err = spawn_command(r, env, in[0], out[1], st[1], &pid);
+    env_free(env);
+    if (err != 0) {
+        cli_err("job %s: cannot run '%s': %s", dsjob_job_handle(job), r->argv[0], strerror(err));
+        goto out_pipes;
+    }
+    close(in[0]);
+    close(out[1]);
+    close(st[1]);
+    set_nonblock(in[1]);
+    set_nonblock(out[0]);
+    set_nonblock(st[0]);
+    pump(r, job, &run, pid, in[1], out[0], st[0]);
+    in[0] = in[1] = out[0] = out[1] = st[0] = st[1] = -1;
+    if (wait_command(r, job, pid, &status) < 0)
+        goto out_pipes;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (dsjob_job_set_result(job, run.out ? run.out : "", run.out_len) == DSJOB_OK)
+            ret = DSJOB_WORK_COMPLETE;
+        else
+            cli_err("job %s: out of memory", dsjob_job_handle(job));
+    } else if (WIFEXITED(status)) {
+        cli_err("job %s: '%s' exited with status %d", dsjob_job_handle(job), r->argv[0],
+                WEXITSTATUS(status));
+    } else if (WIFSIGNALED(status)) {
+        cli_err("job %s: '%s' was killed by signal %d", dsjob_job_handle(job), r->argv[0],
+                WTERMSIG(status));
+    }
+out_pipes:
+    for (err = 0; err < 2; err++) {
+        if (in[err] >= 0)
+            close(in[err]);
+        if (out[err] >= 0)
+            close(out[err]);
+        if (st[err] >= 0)
+            close(st[err]);
+    }
+    free(run.out);
+    return ret;
+}
+
+/* What a thread runs: one worker until it is stopped. */
+struct thread_arg {
+    struct runner *r; /* the shared state */
+    int i;            /* which worker */
+    int err;          /* what dsjob_worker_run returned */
+};
+
+static void *
+thread_main(void *p)
+{
+    struct thread_arg *a = p;
+    struct dsjob_worker *w = a->r->w[a->i];
+    char said[256] = "";
+
+    /*
+     * dsjob_worker_work, not _run: between jobs, thread 0 says (once per
+     * new reason) why a server cannot be reached, since the library keeps
+     * retrying it quietly and a worker with no server would look idle.
+     */
+    for (;;) {
+        const char *why;
+
+        a->err = dsjob_worker_work(w, RUNNER_IDLE_MS);
+        if (a->err == DSJOB_ERR_STATE && atomic_load(&a->r->stopping)) {
+            a->err = DSJOB_OK;
+            break;
+        }
+        if (a->err != DSJOB_OK && a->err != DSJOB_ERR_TIMEOUT)
+            break;
+        why = dsjob_worker_errmsg(w);
+        if (a->i == 0 && why[0] != '\0' && strncmp(why, said, sizeof(said) - 1) != 0) {
+            cli_err("worker: %s (retrying)", why);
+            snprintf(said, sizeof(said), "%s", why);
+        } else if (a->err == DSJOB_OK) {
+            said[0] = '\0'; /* a job ran: a server is back, a new failure is news */
+        }
+    }
+    if (a->err != DSJOB_OK) {
+        int i;
+
+        /* One failed: the others stop too, as dsjob_worker_run does within one handle. */
+        for (i = 0; i < a->r->n; i++)
+            dsjob_worker_stop(a->r->w[i]);
+    }
+    return NULL;
+}
+
+static const char runner_usage[] =
+    "usage: dsjob worker [-s SERVER]... [-t MS] [-c N] [-i ID] -f FUNCTION [-f FUNCTION]...\n"
+    "                    -- COMMAND [ARG]...\n"
+    "  -f, --function NAME  a function to do (repeatable)\n"
+    "  -c, --concurrency N  run up to N commands at once (default 1)\n"
+    "  -i, --id ID          the worker id the server's 'workers' list shows\n"
+    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -t, --timeout MS     connect and I/O timeout\n"
+    "COMMAND gets the payload on stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE\n"
+    "in its environment, and may write N/D lines to fd 3; its stdout is the result,\n"
+    "a non-zero exit fails the job. SIGINT/SIGTERM: finish the running jobs and exit.\n";
+
+/* Makes sure fds 0 to 3 are open, so that every pipe made later is above 3. */
+static void
+reserve_low_fds(void)
+{
+    for (;;) {
+        int fd = open("/dev/null", O_RDWR);
+
+        if (fd < 0)
+            return;
+        if (fd > 3) {
+            close(fd);
+            return;
+        }
+    }
+}
+
+static int
+runner_start(struct cli *cli, struct runner *r, char **funcs, size_t nfuncs, const char *id)
+{
+    struct thread_arg *args;
+    pthread_t *tids;
+    struct sigaction sa, old_int, old_term;
+    sigset_t all, old;
+    int i, started = 0, rc = CLI_OK;
+    size_t k, f;
+
+    r->w = calloc((size_t)r->n, sizeof(*r->w));
+    if (r->w == NULL) {
+        cli_err("out of memory");
+        exit(CLI_FAILED);
+    }
+    for (i = 0; i < r->n; i++) {
+        r->w[i] = dsjob_worker_new();
+        if (r->w[i] == NULL) {
+            cli_err("out of memory");
+            exit(CLI_FAILED);
+        }
+        for (k = 0; k < cli->nservers; k++) {
+            if (dsjob_worker_add_server(r->w[i], cli->servers[k]) != DSJOB_OK)
+                return cli_usage_error(cli, "bad server address '%s'", cli->servers[k]);
+        }
+        for (f = 0; f < nfuncs; f++) {
+            int err = dsjob_worker_register(r->w[i], funcs[f], run_job, r, 0);
+
+            /* A function given twice is registered once. */
+            if (err != DSJOB_OK && err != DSJOB_ERR_ARG) {
+                cli_err("register '%s': %s", funcs[f], dsjob_strerror(err));
+                return CLI_FAILED;
+            }
+        }
+        if (id != NULL && dsjob_worker_set_id(r->w[i], id) != DSJOB_OK)
+            return cli_usage_error(cli, "bad worker id '%s'", id);
+        if (cli->timeout_ms > 0)
+            dsjob_worker_set_timeout(r->w[i], cli->timeout_ms, cli->timeout_ms);
+    }
+
+    runner_signalled = r;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    /* The other threads block every signal: the handler runs in this one. */
+    args = cli_xmalloc((size_t)r->n * sizeof(*args));
+    tids = cli_xmalloc((size_t)r->n * sizeof(*tids));
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (i = 1; i < r->n; i++) {
+        args[i] = (struct thread_arg){.r = r, .i = i, .err = DSJOB_OK};
+        if (pthread_create(&tids[i], NULL, thread_main, &args[i]) != 0) {
+            int j;
+
+            cli_err("cannot start thread %d of %d", i + 1, r->n);
+            /* Stop the ones started; not on_signal, which would make a ^C mean "hurry". */
+            for (j = 0; j < r->n; j++)
+                dsjob_worker_stop(r->w[j]);
+            break;
+        }
+        started = i;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    args[0] = (struct thread_arg){.r = r, .i = 0, .err = DSJOB_OK};
+    thread_main(&args[0]);
+    for (i = 1; i <= started; i++)
+        pthread_join(tids[i], NULL);
+    for (i = 0; i <= started; i++) {
+        if (args[i].err != DSJOB_OK) {
+            cli_err("worker: %s: %s", dsjob_strerror(args[i].err), dsjob_worker_errmsg(r->w[i]));
+            rc = CLI_FAILED;
+        }
+    }
+    if (started + 1 < r->n)
+        rc = CLI_FAILED;
+    /* A signal from now on acts as it did before: the workers are done. */
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    runner_signalled = NULL;
+    free(args);
+    free(tids);
+    return rc;
+}
+
+int
+runner_main(struct cli *cli, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        CLI_GLOBAL_LONG,
+        {"function", required_argument, NULL, 'f'},
+        {"concurrency", required_argument, NULL, 'c'},
+        {"id", required_argument, NULL, 'i'},
+        {NULL, 0, NULL, 0},
+    };
+    struct runner r;
+    char **funcs = NULL;
+    const char *id = NULL;
+    size_t nfuncs = 0;
+    unsigned long n = 1;
+    int ch, rc, i;
+
+    memset(&r, 0, sizeof(r));
+    /* '+': the command's own options are not ours. */
+    while ((ch = getopt_long(argc, argv, "+:" CLI_GLOBAL_SHORT "f:c:i:", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h':
+            fputs(runner_usage, stdout);
+            free(funcs);
+            return CLI_OK;
+        case 'f':
+            if (*optarg == '\0') {
+                free(funcs);
+                return cli_usage_error(cli, "option '-f' wants a function name");
+            }
+            funcs = realloc(funcs, (nfuncs + 1) * sizeof(*funcs));
+            if (funcs == NULL) {
+                cli_err("out of memory");
+                return CLI_FAILED;
+            }
+            funcs[nfuncs++] = optarg;
+            break;
+        case 'c':
+            if (cli_parse_uint(optarg, 1, RUNNER_MAX_THREADS, &n) < 0) {
+                free(funcs);
+                return cli_usage_error(cli, "option '-c' wants a number from 1 to %d, not '%s'",
+                                       RUNNER_MAX_THREADS, optarg);
+            }
+            break;
+        case 'i': id = optarg; break;
+        case '?':
+        case ':': free(funcs); return cli_getopt_error(cli, ch, argv);
+        default:
+            rc = cli_global_opt(cli, ch, optarg);
+            if (rc != 0) {
+                free(funcs);
+                return rc < 0 ? cli_getopt_error(cli, '?', argv) : rc;
+            }
+            break;
+        }
+    }
+    if (nfuncs == 0) {
+        free(funcs);
+        return cli_usage_error(cli, "missing '-f FUNCTION'");
+    }
+    if (optind >= argc) {
+        free(funcs);
+        return cli_usage_error(cli, "missing '-- COMMAND'");
+    }
+    rc = cli_servers(cli);
+    if (rc != 0) {
+        free(funcs);
+        return rc;
+    }
+    reserve_low_fds();
+    r.argv = argv + optind;
+    r.n = (int)n;
+    rc = runner_start(cli, &r, funcs, nfuncs, id);
+    if (r.w != NULL) {
+        for (i = 0; i < r.n; i++)
+            dsjob_worker_free(r.w[i]);
+    }
+    free(r.w);
+    free(funcs);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/*
+ * Rows of an admin listing and their three renderings: an aligned table
+ * under a header for people, tab-separated values without a header for
+ * scripts, and a JSON array of objects written with jansson.
+ */
+#ifndef DSJOB_TOOLS_TABLE_H
+#define DSJOB_TOOLS_TABLE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "dsjob.h"
+
+/* What a column holds, which decides its JSON type and alignment. */
+enum table_kind {
+    TABLE_STR = 0, /* a string, left-aligned */
+    TABLE_NUM,     /* a decimal number, right-aligned; a JSON integer */
+    TABLE_LIST,    /* words separated by single spaces; a JSON array of strings */
+};
+
+/* A column: its JSON key (the header is the key in upper case) and kind. */
+struct table_col {
+    const char *key;      /* e.g. "function" (borrowed, static) */
+    enum table_kind kind; /* how to render it */
+};
+
+/* A listing being collected. */
+struct table {
+    const struct table_col *cols; /* the columns (borrowed, static) */
+    size_t ncols;                 /* entries in cols */
+    char **cells;                 /* nrows * ncols strings (owned) */
+    size_t nrows;                 /* complete rows */
+    size_t cap;                   /* room in cells, in strings */
+};
+
+/* table_init starts an empty table with the given columns (borrowed). */
+void table_init(struct table *t, const struct table_col *cols, size_t ncols);
+
+/* table_release frees every cell. */
+void table_release(struct table *t);
+
+/*
+ * table_add appends a row of ncols strings (borrowed, copied); lens gives
+ * their lengths (cells need not be NUL-terminated).
+ */
+void table_add(struct table *t, const char *const *cells, const size_t *lens);
+
+/*
+ * table_print writes the table to out in the given format. Columns before
+ * first are left out (the server column when there is only one server),
+ * except in JSON, which always has every key. Returns 0, or -1 when
+ * writing or encoding failed.
+ */
+int table_print(const struct table *t, enum cli_format fmt, size_t first, FILE *out);
+
+#endif
