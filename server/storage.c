@@ -22,7 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include <event2/event.h>
 
@@ -34,6 +38,7 @@
 
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
+#define STORAGE_WRITER_NICE 10   /* the writer thread's nice value (Linux): below the loop */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -364,6 +369,15 @@ writer_main(void *arg)
 {
     struct storage *sg = arg;
 
+#ifdef __linux__
+    /*
+     * On Linux a thread has a nice value of its own. The loop serves
+     * latency (foreground jobs, workers); the writer serves throughput,
+     * and when the two want the same core the loop should win: a slower
+     * writer only makes the next group commit larger.
+     */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), STORAGE_WRITER_NICE);
+#endif
     pthread_mutex_lock(&sg->lock);
     for (;;) {
         struct batch *b;
