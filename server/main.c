@@ -328,7 +328,8 @@ main(int argc, char **argv)
     bool daemon_mode = false, listen_given = false;
     char err[600];
     int ready_fd = -1;
-    int opt, rc;
+    int opt, rc, ret = 1; /* the exit status: 1 unless the server ran and stopped cleanly */
+    bool pid_written = false;
 
     dsjob_server_config_init(&cfg);
     while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:q:hV", long_options, NULL)) != -1) {
@@ -428,12 +429,13 @@ main(int argc, char **argv)
     else if (!store_given && cfg.memcached_servers != NULL)
         cfg.store = "memcached";
     if (cfg.unix_socket != NULL && (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
-        return 1;
+        goto out;
 
     the_server = dsjob_server_new(&cfg, err, sizeof(err));
     if (the_server == NULL) {
         fprintf(stderr, "dsjobd: %s\n", err);
-        return 2;
+        ret = 2;
+        goto out;
     }
     if (daemon_mode)
         ready_fd = daemonize();
@@ -442,7 +444,7 @@ main(int argc, char **argv)
     if (rc != DSJOB_OK) {
         snprintf(err, sizeof(err), "dsjobd: %s", dsjob_server_errmsg(the_server));
         report_ready(ready_fd, err);
-        return 1;
+        goto out;
     }
     if (pid_file != NULL) {
         char text[32];
@@ -452,8 +454,9 @@ main(int argc, char **argv)
             snprintf(err, sizeof(err), "dsjobd: cannot write pid file '%s': %s", pid_file,
                      strerror(errno));
             report_ready(ready_fd, err);
-            return 1;
+            goto out;
         }
+        pid_written = true;
     }
     if (port_file != NULL) {
         char text[32];
@@ -463,12 +466,12 @@ main(int argc, char **argv)
             snprintf(err, sizeof(err), "dsjobd: cannot write port file '%s': %s", port_file,
                      strerror(errno));
             report_ready(ready_fd, err);
-            return 1;
+            goto out;
         }
     }
     if (user != NULL && drop_privileges(user, err, sizeof(err)) < 0) {
         report_ready(ready_fd, err);
-        return 1;
+        goto out;
     }
     if (daemon_mode) {
         int null = open("/dev/null", O_RDWR);
@@ -486,7 +489,11 @@ main(int argc, char **argv)
     rc = dsjob_server_run(the_server);
     if (rc != DSJOB_OK)
         fprintf(stderr, "dsjobd: %s\n", dsjob_server_errmsg(the_server));
-    if (pid_file != NULL)
+    else
+        ret = 0;
+out:
+    /* Every exit after the options goes through here, so nothing leaks (LeakSanitizer). */
+    if (pid_written)
         unlink(pid_file);
     dsjob_server_free(the_server);
     free(pid_file);
@@ -495,5 +502,5 @@ main(int argc, char **argv)
     free(unix_socket);
     free(work_dir);
     free(store_db);
-    return rc == DSJOB_OK ? 0 : 1;
+    return ret;
 }
