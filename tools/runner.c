@@ -621,6 +621,9 @@ runner_main(struct cli *cli, int argc, char **argv)
             }
             break;
         case 'i': id = optarg; break;
+        case OPT_FORMAT:
+            free(funcs);
+            return cli_usage_error(cli, "option '--format' is for the admin verbs");
         case '?':
         case ':': free(funcs); return cli_getopt_error(cli, ch, argv);
         default:

@@ -318,6 +318,9 @@ submit_main(struct cli *cli, int argc, char **argv)
                                        optarg);
             at = true;
             break;
+        case OPT_FORMAT:
+            /* A result is bytes, not rows: say so rather than ignore the option. */
+            return cli_usage_error(cli, "option '--format' is for the admin verbs");
         case '?':
         case ':': return cli_getopt_error(cli, ch, argv);
         default:

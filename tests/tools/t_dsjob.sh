@@ -168,7 +168,8 @@ checks() {
     ds -s 127.0.0.1:99999 status >/dev/null 2>&1 || rc=$?
     ds submit -u "$(printf '%065d' 0)" t_cat x >/dev/null 2>"$d/u65.err" || rc="$rc $?"
     grep -q "'-u'" "$d/u65.err" || rc="$rc no-u"
-    same "$rc" "2 2" "usage: a port over 65535 and a -u over 64 bytes exit 2 (naming -u)"
+    ds submit --format json t_cat x >/dev/null 2>&1 || rc="$rc $?"
+    same "$rc" "2 2 2" "usage: a port over 65535, a -u over 64 bytes (naming -u), submit --format: exit 2"
     same "$(ds submit t_cat -- -5)" "-5" "submit: DATA that starts with '-' after --"
     # A closed stdout: the result must not go to the server's socket, which
     # would take fd 1; and a reader that goes away is exit 1, not SIGPIPE.
