@@ -436,6 +436,19 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
             conn_send_error(c, "QUEUE_ERROR", "%s", text);
         return;
     }
+    if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
+        char text[300];
+
+        log_notice(&srv->log, "%s: server holds %zu jobs, its --max-jobs limit: refused '%s'",
+                   c->peer, srv->queue.njobs, f->name);
+        snprintf(text, sizeof(text), "Server is full: it holds %zu jobs, its --max-jobs limit",
+                 srv->queue.njobs);
+        if (durable)
+            storage_refuse(srv, c, "QUEUE_ERROR", text);
+        else
+            conn_send_error(c, "QUEUE_ERROR", "%s", text);
+        return;
+    }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data,
                 data_len);

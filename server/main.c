@@ -52,6 +52,8 @@ usage(FILE *fp)
             "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
             "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
             "      --max-connections N    connections held at once (default 0: no limit)\n"
+            "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
+            "      --max-queue N          each new function's maxqueue (default 0: none)\n"
             "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
             "                             maxqueue (repeatable; default loopback and the unix socket)\n"
             "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
@@ -80,6 +82,8 @@ enum {
     OPT_MAX_PACKET,
     OPT_MAX_OUTPUT,
     OPT_MAX_CONNS,
+    OPT_MAX_JOBS,
+    OPT_MAX_QUEUE,
     OPT_ADMIN_ALLOW,
     OPT_EXCEPTIONS,
     OPT_WORK_DIR,
@@ -120,6 +124,8 @@ static const struct option long_options[] = {
     {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
     {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+    {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
+    {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
     {"threads", required_argument, NULL, 't'},
     {"worker-wakeup", required_argument, NULL, 'w'},
@@ -403,6 +409,12 @@ main(int argc, char **argv)
         case OPT_MAX_CONNS:
             cfg.max_connections =
                 (unsigned)parse_number("--max-connections", optarg, UINT32_MAX, false);
+            break;
+        case OPT_MAX_JOBS:
+            cfg.max_jobs = (unsigned)parse_number("--max-jobs", optarg, UINT32_MAX, false);
+            break;
+        case OPT_MAX_QUEUE:
+            cfg.max_queue = (unsigned)parse_number("--max-queue", optarg, UINT32_MAX, false);
             break;
         case OPT_ADMIN_ALLOW:
             if (cfg.nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)

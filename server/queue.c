@@ -115,8 +115,10 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     memcpy(f->name, name, len);
     f->name[len] = '\0';
     f->name_len = len;
-    for (p = 0; p < JOB_NPRIO; p++)
+    for (p = 0; p < JOB_NPRIO; p++) {
         TAILQ_INIT(&f->jobs[p]);
+        f->max_queue[p] = q->default_max_queue;
+    }
     hmap_init(&f->uniques, job_unique_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);

@@ -65,6 +65,7 @@ struct queue {
     struct heap scheduled;              /* SCHEDULED jobs by time */
     bool round_robin;                   /* rotate a worker's abilities after a grab */
     size_t njobs;                       /* jobs in queue.jobs */
+    unsigned default_max_queue;         /* a new function's maxqueue, every priority; 0: none */
 };
 
 void queue_init(struct queue *q, bool round_robin);

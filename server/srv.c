@@ -61,6 +61,8 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->max_packet_size = 64u << 20;
     cfg->max_output_buffer = 256u << 20;
     cfg->max_connections = 0;
+    cfg->max_jobs = 0;
+    cfg->max_queue = 0;
     cfg->job_retries = 0;
     cfg->log_file = "stderr";
     cfg->verbose = DSJOB_LOG_ERROR;
@@ -259,6 +261,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     }
     srv->next_job_id = 1;
     queue_init(&srv->queue, srv->cfg.round_robin);
+    srv->queue.default_max_queue = srv->cfg.max_queue;
     return ds;
 
 out_free:

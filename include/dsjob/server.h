@@ -56,6 +56,8 @@ struct dsjob_server_config {
     size_t max_packet_size;            /* largest packet payload accepted, bytes */
     size_t max_output_buffer;          /* bytes queued to one slow peer before it is dropped */
     unsigned max_connections;          /* connections held at once; 0 means no limit */
+    unsigned max_jobs;                 /* jobs held at once (queued, scheduled, running); 0: none */
+    unsigned max_queue;                /* every function's maxqueue until changed; 0: none */
     unsigned job_retries;              /* attempts before a job is failed; 0 = unlimited */
     bool round_robin;                  /* rotate a worker's functions after each grab */
     bool exceptions;                   /* forward WORK_EXCEPTION to every client, asked or not */

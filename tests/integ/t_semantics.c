@@ -5,7 +5,8 @@
  * --job-retries limit, coalescing (unique keys and gearmand's "-"),
  * exceptions vs a clean WORK_FAIL, status by handle and by unique, a
  * foreground job dropped when its client leaves, maxqueue, the admin
- * permission rule, --max-connections, and shutdown.
+ * permission rule, --max-connections, --max-jobs and --max-queue, and
+ * shutdown.
  */
 #include "config.h"
 
@@ -394,6 +395,55 @@ test_max_connections(void)
     daemon_stop(&d);
 }
 
+/*
+ * --max-jobs 3 counts jobs of every function, queued and running; a
+ * submit that coalesces is no new job; a finished job makes room.
+ * --max-queue 1 is each new function's maxqueue until the admin command.
+ */
+static void
+test_max_jobs(void)
+{
+    static const char *const args[] = {"--max-jobs", "3", "--max-queue", "1", NULL};
+    struct daemon d;
+    char h[128], h2[128], buf[512];
+    struct peer_pkt p;
+    int c, w;
+
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(port);
+    submit(c, PACKET_SUBMIT_JOB_BG, "mj_a", "u1", "1", h, sizeof(h));
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mj_a", "", "2");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "QUEUE_ERROR") &&
+               memmem(p.arg[1], p.arg_len[1], "maxqueue limit of 1", 19) != NULL,
+           "--max-queue 1: a function's second job is refused by its maxqueue");
+    peer_pkt_release(&p);
+    peer_admin(c, "maxqueue mj_a 10", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\r\n", "the admin maxqueue raises it for that function");
+    submit(c, PACKET_SUBMIT_JOB_BG, "mj_a", "", "2", h2, sizeof(h2));
+    w = worker("mj_b");
+    submit(c, PACKET_SUBMIT_JOB_BG, "mj_b", "", "3", h2, sizeof(h2));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS),
+           "three jobs held, one running");
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mj_c", "", "4");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "QUEUE_ERROR") &&
+               memmem(p.arg[1], p.arg_len[1], "--max-jobs", 10) != NULL,
+           "--max-jobs 3: a fourth job, of another function, is refused naming --max-jobs");
+    peer_pkt_release(&p);
+    submit(c, PACKET_SUBMIT_JOB_BG, "mj_a", "u1", "1", buf, sizeof(buf));
+    tap_is_str(buf, h, "a submit that coalesces with a held job is not refused");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h2, "done");
+    usleep(100000);
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mj_c", "", "4");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS),
+           "once the running job completes there is room again");
+    close(w);
+    close(c);
+    tap_ok(daemon_alive(&d), "the server stayed up");
+    daemon_stop(&d);
+}
+
 static void
 test_retries(void)
 {
@@ -460,6 +510,7 @@ main(void)
     daemon_stop(&d);
     test_admin_denied();
     test_max_connections();
+    test_max_jobs();
     test_retries();
     test_shutdown();
     return tap_done();
