@@ -65,6 +65,7 @@ struct wctx {
     struct wlink *links;         /* one per server (owned) */
     size_t nlinks;               /* servers */
     char errmsg[WORKER_ERR_LEN]; /* detail of this context's last failure */
+    bool looping;                /* in run(): ask for the next job along with each result */
 };
 
 struct dsjob_worker {
@@ -384,6 +385,36 @@ job_send(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, s
 }
 
 /*
+ * Sends the job's last packet (its result). Inside dsjob_worker_run, which
+ * will take another job anyway, GRAB_JOB_UNIQ goes in the same write: one
+ * write instead of two, and the server can read both at once and answer
+ * with the next job a round trip sooner. dsjob_worker_work does not ask
+ * ahead, since its caller may not call again (a job it was given would
+ * wait until the connection closed).
+ */
+static int
+job_finish(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, size_t l1)
+{
+    const void *args[2] = {job->handle, a1};
+    size_t lens[2] = {strlen(job->handle), l1};
+    struct wlink *wl = job->wl;
+    int err;
+
+    if (wl->state == WLINK_DOWN)
+        return job->err ? job->err : DSJOB_ERR_CLOSED;
+    err = link_queue(&wl->l, type, nargs, args, lens);
+    if (err == DSJOB_OK && job->x->looping && !quitting(job->x->w))
+        err = wlink_send0(wl, PACKET_GRAB_JOB_UNIQ, WLINK_GRABBING);
+    if (err == DSJOB_OK)
+        err = link_flush(&wl->l, link_deadline(job->x->w->io_ms));
+    if (err != DSJOB_OK) {
+        job->err = err;
+        wlink_down(job->x, wl, err);
+    }
+    return err;
+}
+
+/*
  * Runs the job of a JOB_ASSIGN_UNIQ (unique true) or JOB_ASSIGN packet
  * on wl and sends its result. Returns DSJOB_OK or DSJOB_ERR_NOMEM.
  */
@@ -423,13 +454,13 @@ run_job(struct wctx *x, struct wlink *wl, const struct packet *p, bool unique)
     wl->state = WLINK_IDLE;
     r = f != NULL ? f->fn(&job, f->user) : DSJOB_WORK_FAIL;
     if (r == DSJOB_WORK_COMPLETE)
-        job_send(&job, PACKET_WORK_COMPLETE, 2, job.result ? (const void *)job.result : "",
-                 job.result_len, NULL, 0);
+        job_finish(&job, PACKET_WORK_COMPLETE, 2, job.result ? (const void *)job.result : "",
+                   job.result_len);
     else if (r == DSJOB_WORK_EXCEPTION)
-        job_send(&job, PACKET_WORK_EXCEPTION, 2, job.result ? (const void *)job.result : "",
-                 job.result_len, NULL, 0);
+        job_finish(&job, PACKET_WORK_EXCEPTION, 2, job.result ? (const void *)job.result : "",
+                   job.result_len);
     else
-        job_send(&job, PACKET_WORK_FAIL, 1, NULL, 0, NULL, 0);
+        job_finish(&job, PACKET_WORK_FAIL, 1, NULL, 0);
     dsjob_free(job.result);
     dsjob_free(job.mem);
     return DSJOB_OK;
@@ -616,13 +647,18 @@ run_loop(struct wctx *x)
 {
     int err;
 
+    x->looping = true;
     for (;;) {
         err = ctx_work(x, 0);
-        if (err == DSJOB_ERR_STATE && quitting(x->w))
-            return DSJOB_OK;
+        if (err == DSJOB_ERR_STATE && quitting(x->w)) {
+            err = DSJOB_OK;
+            break;
+        }
         if (err != DSJOB_OK && err != DSJOB_ERR_TIMEOUT)
-            return err;
+            break;
     }
+    x->looping = false;
+    return err;
 }
 
 /*

@@ -125,7 +125,8 @@ DSJOB_API int dsjob_worker_work(struct dsjob_worker *w, int timeout_ms);
  * timeout (DSJOB_ERR_NOMEM, DSJOB_ERR_SYS, DSJOB_ERR_STATE without a
  * server or function). An error in one thread ends the others as a stop
  * does (each finishes its running job), but only for this call: run may
- * be called again. dsjob_worker_errmsg then says what failed.
+ * be called again. dsjob_worker_errmsg then says what failed. Each job's
+ * result and the request for the next job go to the server in one write.
  */
 DSJOB_API int dsjob_worker_run(struct dsjob_worker *w);
 
