@@ -8,11 +8,15 @@
  * JOB_CREATED replies are in. A task set keeps every task it ran until it
  * is freed, so each thread replaces its set (and so its connection) after
  * LG_DSJOB_GENERATION tasks, which bounds its memory on long runs.
+ * Workers run dsjob_worker_run, as a program built on the library would
+ * (it sends each result with the next GRAB_JOB_UNIQ), and a small thread
+ * per worker calls dsjob_worker_stop once the scenario says stop.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep; built without config.h */
 
 #include "loadgen.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +284,25 @@ echo_fn(struct dsjob_job *job, void *user)
     return DSJOB_WORK_COMPLETE;
 }
 
+/* What a worker's stopper thread watches and whom it stops. */
+struct stopper {
+    struct lg_shared *sh;  /* stop_workers is the signal */
+    struct dsjob_worker *w; /* stopped with dsjob_worker_stop */
+    atomic_bool done;      /* run has returned by itself: stop watching */
+};
+
+static void *
+stopper_main(void *arg)
+{
+    struct stopper *s = arg;
+    struct timespec ts = {0, LG_WORKER_POLL_MS * 1000000L / 10};
+
+    while (!atomic_load(&s->sh->stop_workers) && !atomic_load(&s->done))
+        nanosleep(&ts, NULL);
+    dsjob_worker_stop(s->w);
+    return NULL;
+}
+
 static int
 lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
 {
@@ -299,14 +322,24 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
     /* The first call connects and sends CAN_DO ahead of its GRAB_JOB_UNIQ. */
     r = dsjob_worker_work(w, 1);
     atomic_fetch_add(a->ready, 1);
-    while (!atomic_load(&a->sh->stop_workers)) {
-        if (r != DSJOB_OK && r != DSJOB_ERR_TIMEOUT) {
-            snprintf(err, errlen, "work: %s (%s)", dsjob_strerror(r), dsjob_worker_errmsg(w));
-            atomic_fetch_add(&a->sh->errors, 1);
-            rc = -1;
-            break;
+    if (r == DSJOB_OK || r == DSJOB_ERR_TIMEOUT) {
+        struct stopper s = {.sh = a->sh, .w = w};
+        pthread_t t;
+
+        atomic_init(&s.done, false);
+        if (pthread_create(&t, NULL, stopper_main, &s) != 0) {
+            snprintf(err, errlen, "cannot start the worker's stopper thread");
+            dsjob_worker_free(w);
+            return -1;
         }
-        r = dsjob_worker_work(w, LG_WORKER_POLL_MS);
+        r = dsjob_worker_run(w);
+        atomic_store(&s.done, true);
+        pthread_join(t, NULL);
+    }
+    if (r != DSJOB_OK && r != DSJOB_ERR_TIMEOUT) {
+        snprintf(err, errlen, "work: %s (%s)", dsjob_strerror(r), dsjob_worker_errmsg(w));
+        atomic_fetch_add(&a->sh->errors, 1);
+        rc = -1;
     }
     dsjob_worker_free(w);
     return rc;
