@@ -33,7 +33,8 @@
 enum admin_result {
     ADMIN_OK = 0, /* a complete reply that is not ERR */
     ADMIN_ERR,    /* the server answered ERR */
-    ADMIN_DOWN,   /* no connection, or it broke before the reply was complete */
+    ADMIN_DOWN,   /* no connection: the server could not be reached */
+    ADMIN_BROKEN, /* connected, but no complete reply (closed or timed out): a failure */
 };
 
 /* A reply being read. */
@@ -285,7 +286,7 @@ line_len(const char *p, size_t n, const char **next)
 
 /*
  * Asks one server. On ADMIN_OK, *r holds the reply; on ADMIN_ERR the ERR
- * line has been printed; on ADMIN_DOWN the reason.
+ * line has been printed; on ADMIN_DOWN and ADMIN_BROKEN the reason.
  */
 static enum admin_result
 admin_ask(const struct cli *cli, const char *server, const char *line, bool listing,
@@ -305,7 +306,7 @@ admin_ask(const struct cli *cli, const char *server, const char *line, bool list
     if (admin_exchange(fd, line, listing, deadline, r, err, sizeof(err)) < 0) {
         close(fd);
         cli_err("%s: %s", server, err);
-        return ADMIN_DOWN;
+        return ADMIN_BROKEN; /* it was reached: exit 1, not 3 */
     }
     close(fd);
     if (is_err_line(r->buf, r->len)) {
@@ -462,7 +463,7 @@ run_listing(struct cli *cli, const struct listing *ls)
                         (int)strcspn(r.buf, "\r\n"), r.buf);
             rc = CLI_FAILED;
         }
-        if (res == ADMIN_ERR)
+        if (res == ADMIN_ERR || res == ADMIN_BROKEN)
             rc = CLI_FAILED;
         if (res == ADMIN_DOWN) {
             ndown++;

@@ -34,7 +34,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=76
+CHECKS=78
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -150,6 +150,17 @@ checks() {
     ok $? "$K: submit: no server reachable exits 3 (rc $rc)"
     timeout 20 "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
     same "$?" "3" "status: no server reachable exits 3"
+    # A peer that accepts and never answers was reached: a failure (1), not unreachable (3).
+    timeout 10 perl -MIO::Socket::INET -e '
+        my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 5,
+            ReuseAddr => 1) or die; open(my $f, ">", $ARGV[0]) or die; print $f $l->sockport;
+        close $f; my $c = $l->accept; sleep 8' "$d/mute.port" &
+    track $!
+    check "a mute listener is up" poll test -s "$d/mute.port"
+    timeout 20 "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "no complete reply" "$d/mute.err"
+    ok $? "$K: status: a server that accepts and never answers exits 1, saying so (rc $rc)"
     ds submit -p urgent t_cat x >/dev/null 2>"$d/usage.err"
     rc=$?
     [ $rc -eq 2 ] && grep -q "'-p'" "$d/usage.err"
