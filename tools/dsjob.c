@@ -278,24 +278,21 @@ static const struct verb {
     {"shutdown", admin_main}, {"version", admin_main},
 };
 
-/*
- * Opens /dev/null on whichever of fds 0, 1 and 2 are closed, read-only so
- * that writing a result to a closed stdout still fails (EBADF, exit 1).
- */
-static void
-reserve_std_fds(void)
+void
+cli_reserve_fds(int highest)
 {
     for (;;) {
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
         if (fd < 0)
             return;
-        if (fd > 2) {
+        if (fd > highest) {
             close(fd);
             return;
         }
-        /* The command of a worker may inherit it: keep 0 to 2 ordinary. */
-        fcntl(fd, F_SETFD, 0);
+        /* The command of a worker may inherit 0 to 2: keep those ordinary. */
+        if (fd <= 2)
+            fcntl(fd, F_SETFD, 0);
     }
 }
 
@@ -317,7 +314,7 @@ main(int argc, char **argv)
      * a result "written to stdout" would go to the server. And a closed
      * pipe on stdout is a write error (exit 1), not death by SIGPIPE.
      */
-    reserve_std_fds();
+    cli_reserve_fds(2);
     signal(SIGPIPE, SIG_IGN);
     opterr = 0;
     /* '+': stop at the verb; its own options are read by the verb. */

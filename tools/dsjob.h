@@ -85,6 +85,14 @@ int cli_servers(struct cli *cli);
 /* cli_err prints "dsjob: MESSAGE" to stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * cli_reserve_fds opens /dev/null on every closed fd from 0 to highest, so
+ * that no socket or pipe opened later takes one of those numbers. It is
+ * read-only, so that writing a result to a closed stdout still fails
+ * (EBADF, exit 1) instead of reaching a server.
+ */
+void cli_reserve_fds(int highest);
+
 /* cli_xmalloc is malloc that exits with a message when memory runs out. */
 void *cli_xmalloc(size_t n);
 

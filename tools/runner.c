@@ -14,7 +14,6 @@
 #include "dsjob.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
@@ -321,7 +320,8 @@ pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in
 static int
 wait_command(struct runner *r, struct dsjob_job *job, pid_t pid, int *status)
 {
-    long waited_ms = 0, term_at = -1, step;
+    long waited_ms = 0, kill_at = -1, step; /* kill_at: when to SIGKILL, -1 not due */
+    bool termed = false;
     struct timespec ts;
 
     for (;;) {
@@ -333,12 +333,13 @@ wait_command(struct runner *r, struct dsjob_job *job, pid_t pid, int *status)
             cli_err("job %s: waitpid: %s", dsjob_job_handle(job), strerror(errno));
             return -1;
         }
-        if (atomic_load(&r->hurry) && term_at < 0) {
+        if (!termed && atomic_load(&r->hurry)) {
             kill(-pid, SIGTERM);
-            term_at = waited_ms;
-        } else if (term_at >= 0 && waited_ms - term_at >= RUNNER_KILL_MS) {
+            termed = true;
+            kill_at = waited_ms + RUNNER_KILL_MS;
+        } else if (kill_at >= 0 && waited_ms >= kill_at) {
             kill(-pid, SIGKILL);
-            term_at = LONG_MAX / 2; /* sent once */
+            kill_at = -1;
         }
         /* Short sleeps first: most commands are gone by the time pump returns. */
         step = waited_ms < 100 ? 1 : 20;
@@ -472,22 +473,6 @@ static const char runner_usage[] =
     "COMMAND gets the payload on stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE\n"
     "in its environment, and may write N/D lines to fd 3; its stdout is the result,\n"
     "a non-zero exit fails the job. SIGINT/SIGTERM: finish the running jobs and exit.\n";
-
-/* Makes sure fds 0 to 3 are open, so that every pipe made later is above 3. */
-static void
-reserve_low_fds(void)
-{
-    for (;;) {
-        int fd = open("/dev/null", O_RDWR);
-
-        if (fd < 0)
-            return;
-        if (fd > 3) {
-            close(fd);
-            return;
-        }
-    }
-}
 
 static int
 runner_start(struct cli *cli, struct runner *r, char **funcs, size_t nfuncs, const char *id)
@@ -648,7 +633,8 @@ runner_main(struct cli *cli, int argc, char **argv)
         free(funcs);
         return rc;
     }
-    reserve_low_fds();
+    /* fd 3 too: every pipe made later is then above 3, and dup2 onto 3 is safe. */
+    cli_reserve_fds(3);
     r.argv = argv + optind;
     r.n = (int)n;
     rc = runner_start(cli, &r, funcs, nfuncs, id);
