@@ -365,6 +365,24 @@ workers_join(int n)
     free(wtid);
 }
 
+/*
+ * Starts the workers and o.clients foreground clients (a and tid have
+ * o.clients entries), then lets them warm up: fg and mixed share this.
+ */
+static void
+fg_start(struct lg_fg_args *a, pthread_t *tid)
+{
+    workers_start(o.workers);
+    for (int i = 0; i < o.clients; i++) {
+        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
+                                    .payload = payload, .len = o.payload,
+                                    .inflight = o.inflight, .sh = &sh };
+        if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
+            die("%s", "pthread_create failed");
+    }
+    sleep_s(o.warmup);
+}
+
 /* Scenarios ------------------------------------------------------------ */
 
 static int
@@ -378,15 +396,7 @@ run_fg(const char *name)
 
     if (a == NULL || tid == NULL)
         die("%s", "out of memory");
-    workers_start(o.workers);
-    for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
-                                    .payload = payload, .len = o.payload,
-                                    .inflight = o.inflight, .sh = &sh };
-        if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
-            die("%s", "pthread_create failed");
-    }
-    sleep_s(o.warmup);
+    fg_start(a, tid);
     /* The window: completions, CPU and samples between t0 and t1. */
     cpu0 = proc_cpu();
     self0 = self_cpu();
@@ -762,15 +772,7 @@ run_mixed(void)
     if (a == NULL || tid == NULL || fa == NULL || ftid == NULL || mark1 == NULL ||
         mark2 == NULL)
         die("%s", "out of memory");
-    workers_start(o.workers);
-    for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
-                                    .payload = payload, .len = o.payload,
-                                    .inflight = o.inflight, .sh = &sh };
-        if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
-            die("%s", "pthread_create failed");
-    }
-    sleep_s(o.warmup);
+    fg_start(a, tid);
     window_run(&quiet, &fsh);
     for (int i = 0; i < o.clients; i++)
         mark1[i] = a[i].lat.n;
