@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +381,27 @@ struct submit {
     size_t reducer_len;      /* its length */
 };
 
+/*
+ * Refuses a submit that a limit (maxqueue, --max-jobs) stops: logs it and
+ * answers ERROR QUEUE_ERROR with the text, after the store's earlier
+ * answers on this connection when the job would have been durable.
+ */
+static void __attribute__((format(printf, 3, 4)))
+refuse_full(struct conn *c, bool durable, const char *fmt, ...)
+{
+    char text[300];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_notice(&c->srv->log, "%s: refused a submit: %s", c->peer, text);
+    if (durable)
+        storage_refuse(c->srv, c, "QUEUE_ERROR", text);
+    else
+        conn_send_error(c, "QUEUE_ERROR", "%s", text);
+}
+
 static void
 submit(struct conn *c, const struct packet *p, const struct submit *s)
 {
@@ -423,30 +445,14 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     if (queue_full(f, s->prio)) {
-        char text[300];
-
-        log_notice(&srv->log, "%s: queue of '%s' is full (maxqueue %u)", c->peer, f->name,
-                   f->max_queue[s->prio]);
-        snprintf(text, sizeof(text),
-                 "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
-                 f->max_queue[s->prio]);
-        if (durable)
-            storage_refuse(srv, c, "QUEUE_ERROR", text);
-        else
-            conn_send_error(c, "QUEUE_ERROR", "%s", text);
+        refuse_full(c, durable,
+                    "Job queue is full: function '%s' is at its maxqueue limit of %u jobs",
+                    f->name, f->max_queue[s->prio]);
         return;
     }
     if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
-        char text[300];
-
-        log_notice(&srv->log, "%s: server holds %zu jobs, its --max-jobs limit: refused '%s'",
-                   c->peer, srv->queue.njobs, f->name);
-        snprintf(text, sizeof(text), "Server is full: it holds %zu jobs, its --max-jobs limit",
-                 srv->queue.njobs);
-        if (durable)
-            storage_refuse(srv, c, "QUEUE_ERROR", text);
-        else
-            conn_send_error(c, "QUEUE_ERROR", "%s", text);
+        refuse_full(c, durable, "Server is full: it holds %zu jobs, its --max-jobs limit",
+                    srv->queue.njobs);
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
