@@ -363,47 +363,28 @@ find_func(const struct dsjob_worker *w, const unsigned char *name, size_t len)
     return NULL;
 }
 
-/* Sends one packet for the job now (handle first) and waits until it is written. */
+/*
+ * Sends one packet for the job now (handle first) and waits until it is
+ * written. For the job's last packet (its result) inside dsjob_worker_run,
+ * which will take another job anyway, GRAB_JOB_UNIQ goes in the same
+ * write: the server can read both at once and answer with the next job a
+ * round trip sooner. dsjob_worker_work does not ask ahead, since its
+ * caller may not call again (a job it was given would wait until the
+ * connection closed).
+ */
 static int
-job_send(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, size_t l1,
+job_send(struct dsjob_job *job, bool last, uint32_t type, unsigned nargs, const void *a1, size_t l1,
          const void *a2, size_t l2)
 {
     const void *args[3] = {job->handle, a1, a2};
     size_t lens[3] = {strlen(job->handle), l1, l2};
-    int err;
-
-    if (job->wl->state == WLINK_DOWN)
-        return job->err ? job->err : DSJOB_ERR_CLOSED;
-    err = link_queue(&job->wl->l, type, nargs, args, lens);
-    if (err == DSJOB_OK)
-        err = link_flush(&job->wl->l, link_deadline(job->x->w->io_ms));
-    if (err != DSJOB_OK) {
-        job->err = err;
-        wlink_down(job->x, job->wl, err);
-    }
-    return err;
-}
-
-/*
- * Sends the job's last packet (its result). Inside dsjob_worker_run, which
- * will take another job anyway, GRAB_JOB_UNIQ goes in the same write: one
- * write instead of two, and the server can read both at once and answer
- * with the next job a round trip sooner. dsjob_worker_work does not ask
- * ahead, since its caller may not call again (a job it was given would
- * wait until the connection closed).
- */
-static int
-job_finish(struct dsjob_job *job, uint32_t type, unsigned nargs, const void *a1, size_t l1)
-{
-    const void *args[2] = {job->handle, a1};
-    size_t lens[2] = {strlen(job->handle), l1};
     struct wlink *wl = job->wl;
     int err;
 
     if (wl->state == WLINK_DOWN)
         return job->err ? job->err : DSJOB_ERR_CLOSED;
     err = link_queue(&wl->l, type, nargs, args, lens);
-    if (err == DSJOB_OK && job->x->looping && !quitting(job->x->w))
+    if (err == DSJOB_OK && last && job->x->looping && !quitting(job->x->w))
         err = wlink_send0(wl, PACKET_GRAB_JOB_UNIQ, WLINK_GRABBING);
     if (err == DSJOB_OK)
         err = link_flush(&wl->l, link_deadline(job->x->w->io_ms));
@@ -454,13 +435,13 @@ run_job(struct wctx *x, struct wlink *wl, const struct packet *p, bool unique)
     wl->state = WLINK_IDLE;
     r = f != NULL ? f->fn(&job, f->user) : DSJOB_WORK_FAIL;
     if (r == DSJOB_WORK_COMPLETE)
-        job_finish(&job, PACKET_WORK_COMPLETE, 2, job.result ? (const void *)job.result : "",
-                   job.result_len);
+        job_send(&job, true, PACKET_WORK_COMPLETE, 2, job.result ? (const void *)job.result : "",
+                 job.result_len, NULL, 0);
     else if (r == DSJOB_WORK_EXCEPTION)
-        job_finish(&job, PACKET_WORK_EXCEPTION, 2, job.result ? (const void *)job.result : "",
-                   job.result_len);
+        job_send(&job, true, PACKET_WORK_EXCEPTION, 2, job.result ? (const void *)job.result : "",
+                 job.result_len, NULL, 0);
     else
-        job_finish(&job, PACKET_WORK_FAIL, 1, NULL, 0);
+        job_send(&job, true, PACKET_WORK_FAIL, 1, NULL, 0, NULL, 0);
     dsjob_free(job.result);
     dsjob_free(job.mem);
     return DSJOB_OK;
@@ -837,7 +818,7 @@ dsjob_job_status(struct dsjob_job *job, unsigned numerator, unsigned denominator
     int nl = snprintf(n, sizeof(n), "%u", numerator);
     int dl = snprintf(d, sizeof(d), "%u", denominator);
 
-    return job_send(job, PACKET_WORK_STATUS, 3, n, (size_t)nl, d, (size_t)dl);
+    return job_send(job, false, PACKET_WORK_STATUS, 3, n, (size_t)nl, d, (size_t)dl);
 }
 
 int
@@ -845,7 +826,7 @@ dsjob_job_data(struct dsjob_job *job, const void *data, size_t len)
 {
     if (data == NULL && len > 0)
         return DSJOB_ERR_ARG;
-    return job_send(job, PACKET_WORK_DATA, 2, data ? data : "", len, NULL, 0);
+    return job_send(job, false, PACKET_WORK_DATA, 2, data ? data : "", len, NULL, 0);
 }
 
 int
@@ -853,7 +834,7 @@ dsjob_job_warning(struct dsjob_job *job, const void *data, size_t len)
 {
     if (data == NULL && len > 0)
         return DSJOB_ERR_ARG;
-    return job_send(job, PACKET_WORK_WARNING, 2, data ? data : "", len, NULL, 0);
+    return job_send(job, false, PACKET_WORK_WARNING, 2, data ? data : "", len, NULL, 0);
 }
 
 int
