@@ -44,30 +44,30 @@
 #include <netinet/tcp.h>
 
 #define HOST "127.0.0.1"
-#define HDR 12                 /* magic, type, length: 4 bytes each */
-#define ROUTE 8                /* connection id, slot */
-#define SUBMIT_OVERHEAD 12     /* "bench_echo" NUL, empty unique NUL: what fg adds to the payload */
-#define T_REQ 1                /* client -> server */
-#define T_RES 2                /* answer, back to the client */
-#define T_WORKER 3             /* a worker connection says hello */
+#define HDR 12             /* magic, type, length: 4 bytes each */
+#define ROUTE 8            /* connection id, slot */
+#define SUBMIT_OVERHEAD 12 /* "bench_echo" NUL, empty unique NUL: what fg adds to the payload */
+#define T_REQ 1            /* client -> server */
+#define T_RES 2            /* answer, back to the client */
+#define T_WORKER 3         /* a worker connection says hello */
 #define MAX_FDS 4096
 #define MAX_CLIENTS 1024
 #define MAX_INFLIGHT 4096
 #define MAX_WORKERS 256
-#define IO_TIMEOUT_S 10.0      /* a client that gets nothing back for this long fails */
-#define POLL_MS 100            /* blocking reads wake this often to look at the flags */
+#define IO_TIMEOUT_S 10.0 /* a client that gets nothing back for this long fails */
+#define POLL_MS 100       /* blocking reads wake this often to look at the flags */
 
 /* Server ---------------------------------------------------------------- */
 
 struct sconn {
-    int fd;                /* -1: slot unused */
-    bool worker;           /* said T_WORKER */
-    int busy;              /* worker: packets handed out and not answered */
-    bool dirty;            /* on the flush list */
-    bool want_out;         /* EPOLLOUT armed */
-    unsigned char *in;     /* unparsed input */
+    int fd;            /* -1: slot unused */
+    bool worker;       /* said T_WORKER */
+    int busy;          /* worker: packets handed out and not answered */
+    bool dirty;        /* on the flush list */
+    bool want_out;     /* EPOLLOUT armed */
+    unsigned char *in; /* unparsed input */
     size_t in_len, in_cap;
-    unsigned char *out;    /* unsent output from out_off */
+    unsigned char *out; /* unsent output from out_off */
     size_t out_off, out_len, out_cap;
 };
 
@@ -76,8 +76,8 @@ static int dirty[MAX_FDS], ndirty;
 static int workers[MAX_WORKERS], nworkers, next_worker;
 static int epfd;
 static bool relay;
-static int window = 1;          /* packets a worker holds at once, 0: no limit */
-static unsigned char *fifo;     /* relay: packets waiting for a free worker */
+static int window = 1;      /* packets a worker holds at once, 0: no limit */
+static unsigned char *fifo; /* relay: packets waiting for a free worker */
 static size_t fifo_off, fifo_len, fifo_cap;
 
 static void
@@ -147,7 +147,7 @@ sconn_close(struct sconn *c)
 static void
 set_out_interest(struct sconn *c, bool want)
 {
-    struct epoll_event ev = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.fd = c->fd };
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.fd = c->fd};
 
     if (c->want_out == want)
         return;
@@ -284,9 +284,9 @@ on_readable(struct sconn *c)
 static int
 serve(const char *mode, const char *port_file, int worker_window)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t slen = sizeof(sa);
-    struct epoll_event ev = { .events = EPOLLIN }, evs[256];
+    struct epoll_event ev = {.events = EPOLLIN}, evs[256];
     int lfd, one = 1;
     FILE *f;
 
@@ -325,7 +325,7 @@ serve(const char *mode, const char *port_file, int worker_window)
                 int cfd;
 
                 while ((cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
-                    struct epoll_event cev = { .events = EPOLLIN, .data.fd = cfd };
+                    struct epoll_event cev = {.events = EPOLLIN, .data.fd = cfd};
 
                     if (cfd >= MAX_FDS) {
                         close(cfd);
@@ -372,8 +372,13 @@ struct opts {
 };
 
 static struct opts o = {
-    .label = "ceiling", .clients = 16, .inflight = 32, .workers = 4,
-    .payload = 64, .secs = 3, .warmup = 0.5,
+    .label = "ceiling",
+    .clients = 16,
+    .inflight = 32,
+    .workers = 4,
+    .payload = 64,
+    .secs = 3,
+    .warmup = 0.5,
 };
 
 static atomic_bool stop, stop_workers, measuring;
@@ -382,7 +387,7 @@ static size_t pkt_len;
 
 struct client {
     pthread_t tid;
-    uint32_t *lat;     /* samples in us while measuring */
+    uint32_t *lat; /* samples in us while measuring */
     size_t nlat, cap;
 };
 
@@ -398,8 +403,7 @@ now(void)
 static void
 sleep_s(double s)
 {
-    struct timespec ts = { .tv_sec = (time_t)s,
-                           .tv_nsec = (long)((s - (double)(time_t)s) * 1e9) };
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
@@ -408,8 +412,8 @@ sleep_s(double s)
 static int
 connect_to(void)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
-    struct timeval tv = { .tv_sec = 0, .tv_usec = POLL_MS * 1000 };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o.port)};
+    struct timeval tv = {.tv_sec = 0, .tv_usec = POLL_MS * 1000};
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
     inet_pton(AF_INET, HOST, &sa.sin_addr);
@@ -589,8 +593,8 @@ proc_cpu(void)
     fclose(f);
     buf[n] = '\0';
     p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-                            &ut, &st) != 2)
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -691,20 +695,13 @@ int
 main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        { "port", required_argument, NULL, 'p' },
-        { "clients", required_argument, NULL, 'c' },
-        { "inflight", required_argument, NULL, 'k' },
-        { "workers", required_argument, NULL, 'w' },
-        { "size", required_argument, NULL, 's' },
-        { "secs", required_argument, NULL, 't' },
-        { "warmup", required_argument, NULL, 1 },
-        { "pid", required_argument, NULL, 2 },
-        { "label", required_argument, NULL, 3 },
-        { "name", required_argument, NULL, 4 },
-        { "port-file", required_argument, NULL, 5 },
-        { "worker-window", required_argument, NULL, 6 },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"port", required_argument, NULL, 'p'},     {"clients", required_argument, NULL, 'c'},
+        {"inflight", required_argument, NULL, 'k'}, {"workers", required_argument, NULL, 'w'},
+        {"size", required_argument, NULL, 's'},     {"secs", required_argument, NULL, 't'},
+        {"warmup", required_argument, NULL, 1},     {"pid", required_argument, NULL, 2},
+        {"label", required_argument, NULL, 3},      {"name", required_argument, NULL, 4},
+        {"port-file", required_argument, NULL, 5},  {"worker-window", required_argument, NULL, 6},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     const char *port_file = NULL;
     int c, worker_window = 1;

@@ -61,8 +61,8 @@ static void
 fg_add(struct fg_state *s, uintptr_t slot)
 {
     s->start[slot] = lg_now();
-    if (dsjob_taskset_add(s->ts, s->a->function, NULL, s->a->payload, s->a->len,
-                          DSJOB_PRIO_NORMAL, 0, (void *)slot, NULL) != DSJOB_OK)
+    if (dsjob_taskset_add(s->ts, s->a->function, NULL, s->a->payload, s->a->len, DSJOB_PRIO_NORMAL,
+                          0, (void *)slot, NULL) != DSJOB_OK)
         s->add_failed = 1;
     else
         s->added++;
@@ -153,7 +153,7 @@ lg_fg_client(struct lg_fg_args *a, char *err, size_t errlen)
         .fail = fg_fail,
         .exception = fg_exception,
     };
-    struct fg_state s = { .a = a };
+    struct fg_state s = {.a = a};
     struct dsjob_client *c = client_new(a->port, err, errlen);
     int rc = 0;
 
@@ -209,7 +209,7 @@ bg_created(struct dsjob_task *t, const char *handle, void *user)
 static int
 lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
 {
-    static const struct dsjob_task_callbacks cb = { .created = bg_created };
+    static const struct dsjob_task_callbacks cb = {.created = bg_created};
     struct dsjob_client *c = client_new(a->port, err, errlen);
     struct dsjob_taskset *ts = NULL;
     uint64_t created = 0, in_set = 0;
@@ -241,9 +241,8 @@ lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
         }
         for (uint64_t i = 0; i < b; i++) {
             lg_unique(unique, sizeof(unique), a->id, a->done + i);
-            if (dsjob_taskset_add(ts, a->function, unique, a->payload, a->len,
-                                  DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, &created,
-                                  NULL) != DSJOB_OK) {
+            if (dsjob_taskset_add(ts, a->function, unique, a->payload, a->len, DSJOB_PRIO_NORMAL,
+                                  DSJOB_TASK_BACKGROUND, &created, NULL) != DSJOB_OK) {
                 snprintf(err, errlen, "dsjob_taskset_add failed");
                 rc = -1;
                 goto out;
@@ -256,8 +255,8 @@ lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
             break;
         }
         if (created != b) {
-            snprintf(err, errlen, "%llu of %llu submits acknowledged",
-                     (unsigned long long)created, (unsigned long long)b);
+            snprintf(err, errlen, "%llu of %llu submits acknowledged", (unsigned long long)created,
+                     (unsigned long long)b);
             rc = -1;
             break;
         }
@@ -286,9 +285,9 @@ echo_fn(struct dsjob_job *job, void *user)
 
 /* What a worker's stopper thread watches and whom it stops. */
 struct stopper {
-    struct lg_shared *sh;  /* stop_workers is the signal */
+    struct lg_shared *sh;   /* stop_workers is the signal */
     struct dsjob_worker *w; /* stopped with dsjob_worker_stop */
-    atomic_bool done;      /* run has returned by itself: stop watching */
+    atomic_bool done;       /* run has returned by itself: stop watching */
 };
 
 static void *

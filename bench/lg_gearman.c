@@ -21,9 +21,9 @@
 struct fg_state {
     struct lg_fg_args *a;
     gearman_client_st *c;
-    double *start;        /* submit time of the job in each slot */
-    int outstanding;      /* tasks added and not finished */
-    int add_failed;       /* gearman_client_add_task failed */
+    double *start;   /* submit time of the job in each slot */
+    int outstanding; /* tasks added and not finished */
+    int add_failed;  /* gearman_client_add_task failed */
 };
 
 static _Thread_local struct fg_state *cur_fg;
@@ -35,8 +35,8 @@ fg_add(struct fg_state *s, uintptr_t slot)
     gearman_task_st *t;
 
     s->start[slot] = lg_now();
-    t = gearman_client_add_task(s->c, NULL, (void *)slot, s->a->function,
-                                NULL, s->a->payload, s->a->len, &ret);
+    t = gearman_client_add_task(s->c, NULL, (void *)slot, s->a->function, NULL, s->a->payload,
+                                s->a->len, &ret);
     if (t == NULL) {
         s->add_failed = 1;
         return -1;
@@ -99,7 +99,7 @@ client_new(in_port_t port, char *err, size_t errlen)
 static int
 lg_fg_client(struct lg_fg_args *a, char *err, size_t errlen)
 {
-    struct fg_state s = { .a = a };
+    struct fg_state s = {.a = a};
     gearman_return_t ret;
     int rc = 0;
 
@@ -161,9 +161,8 @@ lg_bg_client(struct lg_bg_args *a, char *err, size_t errlen)
             b = (uint64_t)a->batch;
         for (uint64_t i = 0; i < b; i++) {
             lg_unique(unique, sizeof(unique), a->id, sent + i);
-            if (gearman_client_add_task_background(c, NULL, NULL, a->function,
-                                                   unique, a->payload, a->len,
-                                                   &ret) == NULL) {
+            if (gearman_client_add_task_background(c, NULL, NULL, a->function, unique, a->payload,
+                                                   a->len, &ret) == NULL) {
                 snprintf(err, errlen, "add task: %s", gearman_client_error(c));
                 rc = -1;
                 goto out;
@@ -185,8 +184,7 @@ out:
 }
 
 static void *
-echo_fn(gearman_job_st *job, void *context, size_t *result_size,
-        gearman_return_t *ret_ptr)
+echo_fn(gearman_job_st *job, void *context, size_t *result_size, gearman_return_t *ret_ptr)
 {
     struct lg_worker_args *a = context;
     size_t n = gearman_job_workload_size(job);
@@ -217,8 +215,7 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
         return -1;
     }
     if (gearman_worker_add_server(w, LG_HOST, a->port) != GEARMAN_SUCCESS ||
-        gearman_worker_add_function(w, a->function, 0, echo_fn, a) !=
-            GEARMAN_SUCCESS) {
+        gearman_worker_add_function(w, a->function, 0, echo_fn, a) != GEARMAN_SUCCESS) {
         snprintf(err, errlen, "worker setup: %s", gearman_worker_error(w));
         gearman_worker_free(w);
         atomic_fetch_add(a->ready, 1);
@@ -236,8 +233,8 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
     }
     while (!atomic_load(&a->sh->stop_workers)) {
         ret = gearman_worker_work(w);
-        if (ret == GEARMAN_SUCCESS || ret == GEARMAN_TIMEOUT ||
-            ret == GEARMAN_IO_WAIT || ret == GEARMAN_NO_JOBS)
+        if (ret == GEARMAN_SUCCESS || ret == GEARMAN_TIMEOUT || ret == GEARMAN_IO_WAIT ||
+            ret == GEARMAN_NO_JOBS)
             continue;
         snprintf(err, errlen, "work: %s", gearman_worker_error(w));
         atomic_fetch_add(&a->sh->errors, 1);
@@ -249,8 +246,8 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
 }
 
 static int
-lg_one_job(in_port_t port, const char *function, const void *payload,
-           size_t len, double *us, char *err, size_t errlen)
+lg_one_job(in_port_t port, const char *function, const void *payload, size_t len, double *us,
+           char *err, size_t errlen)
 {
     gearman_client_st *c = client_new(port, err, errlen);
     gearman_return_t ret;
@@ -265,8 +262,7 @@ lg_one_job(in_port_t port, const char *function, const void *payload,
     *us = (lg_now() - t0) * 1e6;
     if (ret != GEARMAN_SUCCESS || rlen != len ||
         (len > 0 && (r == NULL || memcmp(r, payload, len) != 0))) {
-        snprintf(err, errlen, "do: %s (%zu bytes back)",
-                 gearman_client_error(c), rlen);
+        snprintf(err, errlen, "do: %s (%zu bytes back)", gearman_client_error(c), rlen);
         free(r);
         gearman_client_free(c);
         return -1;

@@ -58,22 +58,22 @@ static const struct lg_backend *const backends[] = {
 
 struct opts {
     const char *scenario;
-    const char *label;     /* server name printed in the result line */
+    const char *label; /* server name printed in the result line */
     const struct lg_backend *be;
     in_port_t port;
     int clients;
     int inflight;
     int workers;
     uint64_t jobs;
-    double secs;           /* fg: measured seconds */
-    double warmup;         /* fg: seconds before the window opens */
-    double max_secs;       /* bg: stop submitting or draining after this */
+    double secs;     /* fg: measured seconds */
+    double warmup;   /* fg: seconds before the window opens */
+    double max_secs; /* bg: stop submitting or draining after this */
     size_t payload;
     int batch;
     int conns;
-    int flood;             /* mixed: background flood connections */
-    double flood_rate;     /* mixed: their submits/s in all, 0: no limit */
-    pid_t pid;             /* server process for /proc, 0: none */
+    int flood;         /* mixed: background flood connections */
+    double flood_rate; /* mixed: their submits/s in all, 0: no limit */
+    pid_t pid;         /* server process for /proc, 0: none */
 };
 
 static struct opts o = {
@@ -82,7 +82,7 @@ static struct opts o = {
     .clients = -1,
     .inflight = -1,
     .workers = -1,
-    .jobs = 0,             /* 0: the scenario's default */
+    .jobs = 0, /* 0: the scenario's default */
     .secs = 3.0,
     .warmup = 0.5,
     .max_secs = 120.0,
@@ -93,7 +93,7 @@ static struct opts o = {
 };
 
 static struct lg_shared sh;
-static atomic_uint_fast64_t distinct; /* jobs of sh.seen that ran at least once */
+static atomic_uint_fast64_t distinct;    /* jobs of sh.seen that ran at least once */
 static uint64_t acked_upto[MAX_CLIENTS]; /* per submitter: jobs 0..n-1 acknowledged */
 static unsigned char *payload;
 
@@ -211,8 +211,10 @@ proc_cpu(void)
     buf[n] = '\0';
     /* fields after the command name, which may hold spaces: state is 3 */
     p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
-                                   "%*u %llu %llu", &ut, &st) != 2)
+    if (p == NULL || sscanf(p + 2,
+                            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                            "%*u %llu %llu",
+                            &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -258,8 +260,8 @@ cmp_double(const void *a, const void *b)
 static void
 print_head(const char *scenario)
 {
-    printf("scenario=%s server=%s backend=%s payload=%zu", scenario, o.label,
-           o.be->name, o.payload);
+    printf("scenario=%s server=%s backend=%s payload=%zu", scenario, o.label, o.be->name,
+           o.payload);
 }
 
 /* The load generator's own CPU seconds, all threads. */
@@ -277,8 +279,7 @@ static void
 print_cpu(double cpu, uint64_t jobs, double self)
 {
     if (cpu >= 0 && jobs > 0)
-        printf(" server_cpu_s=%.2f server_cpu_us_per_job=%.2f", cpu,
-               cpu * 1e6 / (double)jobs);
+        printf(" server_cpu_s=%.2f server_cpu_us_per_job=%.2f", cpu, cpu * 1e6 / (double)jobs);
     if (jobs > 0)
         printf(" client_cpu_us_per_job=%.2f", self * 1e6 / (double)jobs);
 }
@@ -344,10 +345,8 @@ workers_start(int n)
     if (wargs == NULL || wtid == NULL)
         die("%s", "out of memory");
     for (int i = 0; i < n; i++) {
-        wargs[i] = (struct lg_worker_args){ .port = o.port,
-                                            .function = FUNCTION,
-                                            .sh = &sh,
-                                            .ready = &workers_ready };
+        wargs[i] = (struct lg_worker_args){
+            .port = o.port, .function = FUNCTION, .sh = &sh, .ready = &workers_ready};
         if (pthread_create(&wtid[i], NULL, worker_thread, &wargs[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -374,9 +373,12 @@ fg_start(struct lg_fg_args *a, pthread_t *tid)
 {
     workers_start(o.workers);
     for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_fg_args){ .port = o.port, .function = FUNCTION,
-                                    .payload = payload, .len = o.payload,
-                                    .inflight = o.inflight, .sh = &sh };
+        a[i] = (struct lg_fg_args){.port = o.port,
+                                   .function = FUNCTION,
+                                   .payload = payload,
+                                   .len = o.payload,
+                                   .inflight = o.inflight,
+                                   .sh = &sh};
         if (pthread_create(&tid[i], NULL, fg_thread, &a[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -430,14 +432,12 @@ run_fg(const char *name)
     print_head(name);
     printf(" clients=%d inflight=%d workers=%d jobs=%llu secs=%.3f "
            "jobs_per_s=%.0f",
-           o.clients, o.inflight, o.workers, (unsigned long long)(c1 - c0),
-           t1 - t0, (double)(c1 - c0) / (t1 - t0));
+           o.clients, o.inflight, o.workers, (unsigned long long)(c1 - c0), t1 - t0,
+           (double)(c1 - c0) / (t1 - t0));
     if (nlat > 0)
-        printf(" p50_us=%u p99_us=%u", all[nlat / 2],
-               all[(size_t)((double)nlat * 0.99)]);
+        printf(" p50_us=%u p99_us=%u", all[nlat / 2], all[(size_t)((double)nlat * 0.99)]);
     print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, c1 - c0, self1 - self0);
-    printf(" rss_kb=%ld errors=%llu\n", proc_rss_kb(),
-           (unsigned long long)atomic_load(&sh.errors));
+    printf(" rss_kb=%ld errors=%llu\n", proc_rss_kb(), (unsigned long long)atomic_load(&sh.errors));
 
     free(all);
     free(a);
@@ -465,11 +465,14 @@ submit_phase(const char *name)
     cpu0 = proc_cpu();
     t0 = lg_now();
     for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_bg_args){ .port = o.port, .function = FUNCTION,
-                                    .payload = payload, .len = o.payload,
-                                    .n = per + (i == 0 ? o.jobs % per : 0),
-                                    .batch = o.batch, .id = (unsigned)i,
-                                    .sh = &sh };
+        a[i] = (struct lg_bg_args){.port = o.port,
+                                   .function = FUNCTION,
+                                   .payload = payload,
+                                   .len = o.payload,
+                                   .n = per + (i == 0 ? o.jobs % per : 0),
+                                   .batch = o.batch,
+                                   .id = (unsigned)i,
+                                   .sh = &sh};
         if (pthread_create(&tid[i], NULL, bg_thread, &a[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -499,15 +502,14 @@ submit_phase(const char *name)
     acked = atomic_load(&sh.acked);
 
     print_head(name);
-    printf(" clients=%d batch=%d jobs=%llu secs=%.3f jobs_per_s=%.0f",
-           o.clients, o.batch, (unsigned long long)acked, t1 - t0,
-           (double)acked / (t1 - t0));
+    printf(" clients=%d batch=%d jobs=%llu secs=%.3f jobs_per_s=%.0f", o.clients, o.batch,
+           (unsigned long long)acked, t1 - t0, (double)acked / (t1 - t0));
     if (t90 > 0 && t1 > t90 && acked > a90)
         printf(" last10_jobs_per_s=%.0f", ((double)acked - a90) / (t1 - t90));
     print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, acked, self_cpu() - self0);
     if (rss0 >= 0 && acked > 0)
-        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_job=%.0f", rss0,
-               rss1, (double)(rss1 - rss0) * 1024.0 / (double)acked);
+        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_job=%.0f", rss0, rss1,
+               (double)(rss1 - rss0) * 1024.0 / (double)acked);
     printf(" timed_out=%d errors=%llu\n", atomic_load(&sh.stop) ? 1 : 0,
            (unsigned long long)atomic_load(&sh.errors));
     fflush(stdout);
@@ -527,7 +529,7 @@ run_bg_submit(void)
 static int
 tcp_connect(void)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o.port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
     if (fd < 0)
@@ -557,7 +559,7 @@ admin_held(const char *function)
     if (fd < 0 || write(fd, "status\n", 7) != 7)
         goto fail;
     for (;;) {
-        struct pollfd p = { .fd = fd, .events = POLLIN };
+        struct pollfd p = {.fd = fd, .events = POLLIN};
         int ms = (int)((deadline - lg_now()) * 1000);
         ssize_t r;
 
@@ -661,25 +663,28 @@ run_drain(const char *sub, const char *drain)
     verified = !timed_out && lost == 0 && held == 0 && atomic_load(&sh.unknown) == 0;
 
     print_head(drain);
-    printf(" workers=%d jobs=%llu secs=%.3f jobs_per_s=%.0f", o.workers,
-           (unsigned long long)done, t1 - t0, (double)done / (t1 - t0));
+    printf(" workers=%d jobs=%llu secs=%.3f jobs_per_s=%.0f", o.workers, (unsigned long long)done,
+           t1 - t0, (double)done / (t1 - t0));
     print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done, self1 - self0);
     /* a drain cut short by --max-secs has not lost what it did not reach */
     printf(" acked=%llu %s=%llu duplicates=%llu unacked_ran=%llu unknown=%llu "
            "held_after=%ld verified=%s timed_out=%d errors=%llu\n",
-           (unsigned long long)queued, timed_out ? "undrained" : "lost",
-           (unsigned long long)lost, (unsigned long long)dups, (unsigned long long)unacked,
-           (unsigned long long)atomic_load(&sh.unknown), held, verified ? "yes" : "no",
-           timed_out, (unsigned long long)atomic_load(&sh.errors));
+           (unsigned long long)queued, timed_out ? "undrained" : "lost", (unsigned long long)lost,
+           (unsigned long long)dups, (unsigned long long)unacked,
+           (unsigned long long)atomic_load(&sh.unknown), held, verified ? "yes" : "no", timed_out,
+           (unsigned long long)atomic_load(&sh.errors));
     if (!timed_out && !verified)
-        fprintf(stderr, "loadgen: %s: %s: %llu acknowledged jobs did not run, the server "
-                "holds %ld\n", o.label, drain, (unsigned long long)lost, held);
+        fprintf(stderr,
+                "loadgen: %s: %s: %llu acknowledged jobs did not run, the server "
+                "holds %ld\n",
+                o.label, drain, (unsigned long long)lost, held);
     free(sh.seen);
     sh.seen = NULL;
     return timed_out || !verified || atomic_load(&sh.errors) ? 1 : 0;
 }
 
-/* Copies the samples of a[i] from index from[i] on (to[i] if not NULL: up to) into one sorted array. */
+/* Copies the samples of a[i] from index from[i] on (to[i] if not NULL: up
+ * to) into one sorted array. */
 static uint32_t *
 lat_collect(struct lg_fg_args *a, const size_t *from, const size_t *to, size_t *n)
 {
@@ -704,12 +709,12 @@ lat_collect(struct lg_fg_args *a, const size_t *from, const size_t *to, size_t *
 
 /* One measured window of the mixed scenario. */
 struct window {
-    uint64_t jobs;   /* foreground jobs completed */
-    double secs;     /* its length */
-    double cpu;      /* server CPU seconds, -1 unknown */
-    double self;     /* load generator CPU seconds */
-    uint64_t flood;  /* background submits acknowledged in it */
-    double stall;    /* longest time without a new acknowledgement, seconds */
+    uint64_t jobs;  /* foreground jobs completed */
+    double secs;    /* its length */
+    double cpu;     /* server CPU seconds, -1 unknown */
+    double self;    /* load generator CPU seconds */
+    uint64_t flood; /* background submits acknowledged in it */
+    double stall;   /* longest time without a new acknowledgement, seconds */
 };
 
 static void
@@ -769,19 +774,22 @@ run_mixed(void)
     size_t nq, nb;
     int rc;
 
-    if (a == NULL || tid == NULL || fa == NULL || ftid == NULL || mark1 == NULL ||
-        mark2 == NULL)
+    if (a == NULL || tid == NULL || fa == NULL || ftid == NULL || mark1 == NULL || mark2 == NULL)
         die("%s", "out of memory");
     fg_start(a, tid);
     window_run(&quiet, &fsh);
     for (int i = 0; i < o.clients; i++)
         mark1[i] = a[i].lat.n;
     for (int i = 0; i < o.flood; i++) {
-        fa[i] = (struct lg_bg_args){ .port = o.port, .function = FLOOD_FUNCTION,
-                                     .payload = payload, .len = o.payload,
-                                     .n = o.jobs / (uint64_t)o.flood, .batch = o.batch,
-                                     .id = (unsigned)i, .sh = &fsh,
-                                     .rate = o.flood_rate / o.flood };
+        fa[i] = (struct lg_bg_args){.port = o.port,
+                                    .function = FLOOD_FUNCTION,
+                                    .payload = payload,
+                                    .len = o.payload,
+                                    .n = o.jobs / (uint64_t)o.flood,
+                                    .batch = o.batch,
+                                    .id = (unsigned)i,
+                                    .sh = &fsh,
+                                    .rate = o.flood_rate / o.flood};
         if (pthread_create(&ftid[i], NULL, bg_thread, &fa[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -838,15 +846,14 @@ run_mixed(void)
 /* connections: raw sockets, so the held connections cost the load
  * generator one descriptor each and nothing else. */
 
-static const unsigned char echo_req[] = { 0, 'R', 'E', 'Q', 0, 0, 0, 16,
-                                          0, 0, 0, 1,   'x' };
+static const unsigned char echo_req[] = {0, 'R', 'E', 'Q', 0, 0, 0, 16, 0, 0, 0, 1, 'x'};
 #define ECHO_RES_LEN 13 /* header 12 + 1 byte of data */
 
 static int
 conn_open(void)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(o.port) };
-    struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o.port)};
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
     if (fd < 0)
@@ -874,7 +881,7 @@ conns_answered(const int *fds, int n)
         size_t got = 0;
 
         while (got < sizeof(buf)) {
-            struct pollfd p = { .fd = fds[i], .events = POLLIN };
+            struct pollfd p = {.fd = fds[i], .events = POLLIN};
             int ms = (int)((deadline - lg_now()) * 1000);
             ssize_t r;
 
@@ -902,17 +909,16 @@ run_connections(void)
 
     if (fds == NULL)
         die("%s", "out of memory");
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
-        rl.rlim_cur < (rlim_t)o.conns + 64) {
-        fprintf(stderr, "loadgen: fd limit %llu is below %d connections; "
-                "raise it with ulimit -n\n", (unsigned long long)rl.rlim_cur,
-                o.conns);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)o.conns + 64) {
+        fprintf(stderr,
+                "loadgen: fd limit %llu is below %d connections; "
+                "raise it with ulimit -n\n",
+                (unsigned long long)rl.rlim_cur, o.conns);
         return 2;
     }
     workers_start(1);
     /* a first job, so the server's job path is warm before the baseline */
-    if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &us, err,
-                      sizeof(err)) != 0) {
+    if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &us, err, sizeof(err)) != 0) {
         fprintf(stderr, "loadgen: first round trip: %s\n", err);
         rc = 1;
         goto out;
@@ -928,8 +934,7 @@ run_connections(void)
                 break;
         }
         if (k < b || conns_answered(fds + n, b) != 0) {
-            fprintf(stderr, "loadgen: connection %d: %s\n", n + k,
-                    strerror(errno));
+            fprintf(stderr, "loadgen: connection %d: %s\n", n + k, strerror(errno));
             n += k;
             rc = 1;
             break;
@@ -945,8 +950,7 @@ run_connections(void)
     rss1 = proc_rss_kb();
     /* One round trip is one sample of a noisy machine: take the median of several. */
     for (int i = 0; i < CONN_TRIPS; i++) {
-        if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &trips[i], err,
-                          sizeof(err)) != 0) {
+        if (o.be->one_job(o.port, FUNCTION, payload, o.payload, &trips[i], err, sizeof(err)) != 0) {
             fprintf(stderr, "loadgen: round trip with %d held: %s\n", n, err);
             rc = 1;
             break;
@@ -955,11 +959,11 @@ run_connections(void)
     qsort(trips, CONN_TRIPS, sizeof(trips[0]), cmp_double);
     us = trips[CONN_TRIPS / 2];
     print_head("connections");
-    printf(" conns=%d open_secs=%.3f round_trip=%s round_trip_us=%.0f", n,
-           t1 - t0, rc == 0 ? "ok" : "failed", us);
+    printf(" conns=%d open_secs=%.3f round_trip=%s round_trip_us=%.0f", n, t1 - t0,
+           rc == 0 ? "ok" : "failed", us);
     if (rss0 >= 0 && n > 0)
-        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_conn=%.0f", rss0,
-               rss1, (double)(rss1 - rss0) * 1024.0 / (double)n);
+        printf(" rss_before_kb=%ld rss_after_kb=%ld bytes_per_conn=%.0f", rss0, rss1,
+               (double)(rss1 - rss0) * 1024.0 / (double)n);
     printf("\n");
     for (int i = 0; i < n; i++)
         close(fds[i]);
@@ -975,36 +979,35 @@ out:
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-        "usage: loadgen SCENARIO -p PORT [OPTION]...\n"
-        "       loadgen free-port | wait-port PORT\n"
-        "Drives a Gearman job server on " LG_HOST " and prints key=value "
-        "result lines.\n\n"
-        "Scenarios: fg, fg1, bg-submit, bg-drain, memory (= bg-submit), "
-        "durable (= bg-drain,\nnamed for a server with a store), mixed, "
-        "connections\n\n"
-        "  -p, --port PORT      server port on " LG_HOST " (required)\n"
-        "  -b, --backend NAME   client library: gearman (default)"
+    fprintf(f, "usage: loadgen SCENARIO -p PORT [OPTION]...\n"
+               "       loadgen free-port | wait-port PORT\n"
+               "Drives a Gearman job server on " LG_HOST " and prints key=value "
+               "result lines.\n\n"
+               "Scenarios: fg, fg1, bg-submit, bg-drain, memory (= bg-submit), "
+               "durable (= bg-drain,\nnamed for a server with a store), mixed, "
+               "connections\n\n"
+               "  -p, --port PORT      server port on " LG_HOST " (required)\n"
+               "  -b, --backend NAME   client library: gearman (default)"
 #ifdef LG_HAVE_DSJOB
-        " or dsjob"
+               " or dsjob"
 #endif
-        "\n"
-        "  -c, --clients N      client connections (fg 16, mixed 8, bg 2)\n"
-        "  -k, --inflight K     jobs in flight per fg client (fg 32, fg1 and mixed 1)\n"
-        "  -w, --workers W      worker connections (fg and mixed 4, drains 8)\n"
-        "  -n, --jobs N         background jobs (default 200000; mixed: the\n"
-        "                       flood's limit, default 1000000)\n"
-        "  -t, --secs S         fg measured seconds, mixed: per window (default 3)\n"
-        "      --warmup S       fg seconds before measuring (default 0.5)\n"
-        "      --flood C        mixed: background flood connections (default 2)\n"
-        "      --flood-rate R   mixed: the flood's submits/s in all (default 0: as\n"
-        "                       fast as the server acknowledges them)\n"
-        "      --max-secs S     bg phase time limit (default 120)\n"
-        "  -s, --size BYTES     payload size (default 64)\n"
-        "      --batch B        bg submits per pipelined batch (default 500)\n"
-        "      --conns N        connections to hold (default 10000)\n"
-        "      --pid PID        server process, for CPU and RSS from /proc\n"
-        "      --label NAME     server name in the result lines\n");
+               "\n"
+               "  -c, --clients N      client connections (fg 16, mixed 8, bg 2)\n"
+               "  -k, --inflight K     jobs in flight per fg client (fg 32, fg1 and mixed 1)\n"
+               "  -w, --workers W      worker connections (fg and mixed 4, drains 8)\n"
+               "  -n, --jobs N         background jobs (default 200000; mixed: the\n"
+               "                       flood's limit, default 1000000)\n"
+               "  -t, --secs S         fg measured seconds, mixed: per window (default 3)\n"
+               "      --warmup S       fg seconds before measuring (default 0.5)\n"
+               "      --flood C        mixed: background flood connections (default 2)\n"
+               "      --flood-rate R   mixed: the flood's submits/s in all (default 0: as\n"
+               "                       fast as the server acknowledges them)\n"
+               "      --max-secs S     bg phase time limit (default 120)\n"
+               "  -s, --size BYTES     payload size (default 64)\n"
+               "      --batch B        bg submits per pipelined batch (default 500)\n"
+               "      --conns N        connections to hold (default 10000)\n"
+               "      --pid PID        server process, for CPU and RSS from /proc\n"
+               "      --label NAME     server name in the result lines\n");
 }
 
 /* Prints a loopback port that was free a moment ago (gearmand has no
@@ -1012,7 +1015,7 @@ usage(FILE *f)
 static int
 free_port(void)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
@@ -1031,8 +1034,7 @@ free_port(void)
 static int
 wait_port(const char *arg)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET,
-                              .sin_port = htons((in_port_t)atoi(arg)) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((in_port_t)atoi(arg))};
     double deadline = lg_now() + 5;
 
     inet_pton(AF_INET, LG_HOST, &sa.sin_addr);
@@ -1065,24 +1067,15 @@ static void
 parse(int argc, char **argv)
 {
     static const struct option lo[] = {
-        { "port", required_argument, NULL, 'p' },
-        { "backend", required_argument, NULL, 'b' },
-        { "clients", required_argument, NULL, 'c' },
-        { "inflight", required_argument, NULL, 'k' },
-        { "workers", required_argument, NULL, 'w' },
-        { "jobs", required_argument, NULL, 'n' },
-        { "secs", required_argument, NULL, 't' },
-        { "size", required_argument, NULL, 's' },
-        { "warmup", required_argument, NULL, 1 },
-        { "max-secs", required_argument, NULL, 2 },
-        { "batch", required_argument, NULL, 3 },
-        { "conns", required_argument, NULL, 4 },
-        { "pid", required_argument, NULL, 5 },
-        { "label", required_argument, NULL, 6 },
-        { "flood", required_argument, NULL, 7 },
-        { "flood-rate", required_argument, NULL, 8 },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"port", required_argument, NULL, 'p'},    {"backend", required_argument, NULL, 'b'},
+        {"clients", required_argument, NULL, 'c'}, {"inflight", required_argument, NULL, 'k'},
+        {"workers", required_argument, NULL, 'w'}, {"jobs", required_argument, NULL, 'n'},
+        {"secs", required_argument, NULL, 't'},    {"size", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 1},    {"max-secs", required_argument, NULL, 2},
+        {"batch", required_argument, NULL, 3},     {"conns", required_argument, NULL, 4},
+        {"pid", required_argument, NULL, 5},       {"label", required_argument, NULL, 6},
+        {"flood", required_argument, NULL, 7},     {"flood-rate", required_argument, NULL, 8},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -1168,8 +1161,7 @@ main(int argc, char **argv)
 
     if (strcmp(o.scenario, "fg") == 0 || strcmp(o.scenario, "fg1") == 0)
         rc = run_fg(o.scenario);
-    else if (strcmp(o.scenario, "bg-submit") == 0 ||
-             strcmp(o.scenario, "memory") == 0)
+    else if (strcmp(o.scenario, "bg-submit") == 0 || strcmp(o.scenario, "memory") == 0)
         rc = run_bg_submit();
     else if (strcmp(o.scenario, "bg-drain") == 0)
         rc = run_drain("bg-submit", "bg-drain");

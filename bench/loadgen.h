@@ -17,41 +17,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LG_HOST "127.0.0.1"   /* the only address the harness talks to */
+#define LG_HOST "127.0.0.1"    /* the only address the harness talks to */
 #define LG_IO_TIMEOUT_MS 10000 /* per-call timeout inside a back end */
 #define LG_WORKER_POLL_MS 100  /* how often an idle worker checks *stop */
 
 /* Latency samples of one thread, in microseconds. */
 struct lg_lat {
-    uint32_t *v;  /* samples */
-    size_t n;     /* used */
-    size_t cap;   /* allocated */
+    uint32_t *v; /* samples */
+    size_t n;    /* used */
+    size_t cap;  /* allocated */
 };
 
 /* Shared counters and flags of one scenario run. */
 struct lg_shared {
-    atomic_bool stop;       /* clients stop adding work */
-    atomic_bool stop_workers; /* workers exit (after the clients drained) */
-    atomic_bool measuring;  /* inside the measured window: record samples */
+    atomic_bool stop;               /* clients stop adding work */
+    atomic_bool stop_workers;       /* workers exit (after the clients drained) */
+    atomic_bool measuring;          /* inside the measured window: record samples */
     atomic_uint_fast64_t completed; /* foreground jobs completed at clients */
     atomic_uint_fast64_t worked;    /* jobs done by workers */
     atomic_uint_fast64_t acked;     /* background submits acknowledged */
     atomic_uint_fast64_t errors;    /* failed jobs or calls */
-    atomic_uint *seen;      /* NULL, or runs per job: [id * seen_per + index] */
-    unsigned seen_ids;      /* submitter ids covered by seen */
-    uint64_t seen_per;      /* job indexes covered per id */
-    atomic_uint_fast64_t unknown; /* jobs run whose unique key is not in seen */
+    atomic_uint *seen;              /* NULL, or runs per job: [id * seen_per + index] */
+    unsigned seen_ids;              /* submitter ids covered by seen */
+    uint64_t seen_per;              /* job indexes covered per id */
+    atomic_uint_fast64_t unknown;   /* jobs run whose unique key is not in seen */
 };
 
 /* One foreground client connection keeping `inflight` jobs outstanding. */
 struct lg_fg_args {
-    in_port_t port;        /* server port on LG_HOST */
-    const char *function;  /* function the workers registered */
-    const void *payload;   /* borrowed, `len` bytes */
+    in_port_t port;       /* server port on LG_HOST */
+    const char *function; /* function the workers registered */
+    const void *payload;  /* borrowed, `len` bytes */
     size_t len;
-    int inflight;          /* jobs kept outstanding */
-    struct lg_shared *sh;  /* counters; stop ends the loop */
-    struct lg_lat lat;     /* filled while sh->measuring */
+    int inflight;         /* jobs kept outstanding */
+    struct lg_shared *sh; /* counters; stop ends the loop */
+    struct lg_lat lat;    /* filled while sh->measuring */
 };
 
 /* One background client connection submitting `n` jobs in batches. */
@@ -60,20 +60,20 @@ struct lg_bg_args {
     const char *function;
     const void *payload;
     size_t len;
-    uint64_t n;            /* jobs to submit */
-    int batch;             /* submits written before reading the replies */
-    unsigned id;           /* makes the unique keys distinct per client */
-    struct lg_shared *sh;  /* acked counts acknowledged submits */
-    double rate;           /* submits per second at most, 0: no limit */
-    uint64_t done;         /* out: jobs 0..done-1 were acknowledged */
+    uint64_t n;           /* jobs to submit */
+    int batch;            /* submits written before reading the replies */
+    unsigned id;          /* makes the unique keys distinct per client */
+    struct lg_shared *sh; /* acked counts acknowledged submits */
+    double rate;          /* submits per second at most, 0: no limit */
+    uint64_t done;        /* out: jobs 0..done-1 were acknowledged */
 };
 
 /* One worker connection; echoes the payload back until sh->stop_workers. */
 struct lg_worker_args {
     in_port_t port;
     const char *function;
-    struct lg_shared *sh;  /* worked counts jobs done */
-    atomic_int *ready;     /* incremented once the function is registered */
+    struct lg_shared *sh; /* worked counts jobs done */
+    atomic_int *ready;    /* incremented once the function is registered */
 };
 
 struct lg_backend {
@@ -83,16 +83,16 @@ struct lg_backend {
     int (*bg_client)(struct lg_bg_args *a, char *err, size_t errlen);
     int (*worker)(struct lg_worker_args *a, char *err, size_t errlen);
     /* one foreground job, blocking; its round trip in *us */
-    int (*one_job)(in_port_t port, const char *function, const void *payload,
-                   size_t len, double *us, char *err, size_t errlen);
+    int (*one_job)(in_port_t port, const char *function, const void *payload, size_t len,
+                   double *us, char *err, size_t errlen);
 };
 
 extern const struct lg_backend lg_gearman_backend;
 extern const struct lg_backend lg_dsjob_backend;
 
 /* Shared helpers from loadgen.c. */
-double lg_now(void);                             /* monotonic seconds */
-void lg_lat_add(struct lg_lat *l, double us);    /* appends, grows */
+double lg_now(void);                          /* monotonic seconds */
+void lg_lat_add(struct lg_lat *l, double us); /* appends, grows */
 
 /*
  * lg_unique writes the unique key of background job `index` of submitter

@@ -143,8 +143,8 @@ split_args(struct packet *p, const struct packet_info *info)
 }
 
 enum packet_status
-packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct packet *p,
-              size_t *need, const char **why)
+packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct packet *p, size_t *need,
+              const char **why)
 {
     const struct packet_info *info;
 
@@ -187,8 +187,8 @@ packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct pack
 }
 
 void
-packet_encode_header(unsigned char out[PACKET_HEADER_SIZE], enum packet_magic magic,
-                     uint32_t type, uint32_t size)
+packet_encode_header(unsigned char out[PACKET_HEADER_SIZE], enum packet_magic magic, uint32_t type,
+                     uint32_t size)
 {
     memcpy(out, magic == PACKET_REQ ? "\0REQ" : "\0RES", 4);
     put_be32(out + 4, type);

@@ -69,9 +69,9 @@ enum packet_sender {
 
 /* Static facts about one packet type. */
 struct packet_info {
-    const char *name;  /* "SUBMIT_JOB", as the protocol names it */
-    unsigned nargs;    /* arguments; the last one runs to the end of the payload */
-    unsigned senders;  /* enum packet_sender bits */
+    const char *name;   /* "SUBMIT_JOB", as the protocol names it */
+    unsigned nargs;     /* arguments; the last one runs to the end of the payload */
+    unsigned senders;   /* enum packet_sender bits */
     unsigned min_nargs; /* arguments that must be present; missing later ones are empty */
 };
 
@@ -83,13 +83,13 @@ enum packet_magic {
 
 /* A decoded packet. Every pointer is borrowed from the decoded bytes. */
 struct packet {
-    enum packet_magic magic;              /* REQ or RES */
-    uint32_t type;                        /* enum packet_type, or any other value read */
-    uint32_t size;                        /* payload bytes */
-    const unsigned char *payload;         /* the payload itself */
-    unsigned nargs;                       /* arguments split out (packet_info nargs) */
+    enum packet_magic magic;                   /* REQ or RES */
+    uint32_t type;                             /* enum packet_type, or any other value read */
+    uint32_t size;                             /* payload bytes */
+    const unsigned char *payload;              /* the payload itself */
+    unsigned nargs;                            /* arguments split out (packet_info nargs) */
     const unsigned char *arg[PACKET_MAX_ARGS]; /* each argument's first byte */
-    size_t arg_len[PACKET_MAX_ARGS];      /* each argument's length */
+    size_t arg_len[PACKET_MAX_ARGS];           /* each argument's length */
 };
 
 /* What packet_decode found. */

@@ -11,31 +11,31 @@
 #define TEXTCMD_MAX_LINE 8192 /* longest admin line accepted, without its newline */
 
 enum textcmd_kind {
-    TEXTCMD_EMPTY,            /* a blank line */
-    TEXTCMD_UNKNOWN,          /* not a command we know */
+    TEXTCMD_EMPTY,   /* a blank line */
+    TEXTCMD_UNKNOWN, /* not a command we know */
     TEXTCMD_STATUS,
     TEXTCMD_WORKERS,
     TEXTCMD_VERSION,
     TEXTCMD_GETPID,
     TEXTCMD_VERBOSE,
-    TEXTCMD_MAXQUEUE,         /* maxqueue FUNCTION [MAX | HIGH NORMAL LOW] */
+    TEXTCMD_MAXQUEUE, /* maxqueue FUNCTION [MAX | HIGH NORMAL LOW] */
     TEXTCMD_SHOW_JOBS,
     TEXTCMD_SHOW_UNIQUE_JOBS,
-    TEXTCMD_CANCEL_JOB,       /* cancel job HANDLE */
-    TEXTCMD_CREATE_FUNCTION,  /* create function NAME */
-    TEXTCMD_DROP_FUNCTION,    /* drop function NAME */
+    TEXTCMD_CANCEL_JOB,      /* cancel job HANDLE */
+    TEXTCMD_CREATE_FUNCTION, /* create function NAME */
+    TEXTCMD_DROP_FUNCTION,   /* drop function NAME */
     TEXTCMD_PRIORITYSTATUS,
-    TEXTCMD_SHUTDOWN,         /* shutdown [graceful] */
-    TEXTCMD_SHOW_UNKNOWN,     /* show followed by something else */
+    TEXTCMD_SHUTDOWN,     /* shutdown [graceful] */
+    TEXTCMD_SHOW_UNKNOWN, /* show followed by something else */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */
 struct textcmd {
-    enum textcmd_kind kind;               /* what the line asks */
-    unsigned nwords;                      /* words on the line */
-    const char *word[TEXTCMD_MAX_WORDS];  /* each word's first byte */
-    size_t word_len[TEXTCMD_MAX_WORDS];   /* each word's length */
-    unsigned first_arg;                   /* index of the first argument after the command words */
+    enum textcmd_kind kind;              /* what the line asks */
+    unsigned nwords;                     /* words on the line */
+    const char *word[TEXTCMD_MAX_WORDS]; /* each word's first byte */
+    size_t word_len[TEXTCMD_MAX_WORDS];  /* each word's length */
+    unsigned first_arg;                  /* index of the first argument after the command words */
 };
 
 /*

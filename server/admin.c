@@ -29,7 +29,7 @@ admin_status(struct conn *c)
 {
     struct func *f;
 
-    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
         conn_printf(c, "%s\t%u\t%u\t%u\n", f->name, queue_total(f), f->nrunning, f->nworkers);
     conn_write(c, ".\n", 2);
 }
@@ -39,7 +39,7 @@ admin_prioritystatus(struct conn *c)
 {
     struct func *f;
 
-    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
         conn_printf(c, "%s\t%u\t%u\t%u\t%u\n", f->name, f->nqueued[JOB_PRIO_HIGH],
                     f->nqueued[JOB_PRIO_NORMAL], f->nqueued[JOB_PRIO_LOW], f->nworkers);
     conn_write(c, ".\n", 2);
@@ -51,11 +51,11 @@ admin_workers(struct conn *c)
 {
     struct conn *w;
 
-    TAILQ_FOREACH_REVERSE(w, &c->srv->conns, conn_list, link) {
+    TAILQ_FOREACH_REVERSE (w, &c->srv->conns, conn_list, link) {
         struct ability *a;
 
         conn_printf(c, "%d %s %s :", w->fd, w->ip, w->client_id ? w->client_id : "-");
-        TAILQ_FOREACH(a, &w->worker.abilities, by_worker)
+        TAILQ_FOREACH (a, &w->worker.abilities, by_worker)
             conn_printf(c, " %s", a->func->name);
         conn_write(c, "\n", 1);
     }
@@ -82,20 +82,20 @@ admin_show_jobs(struct conn *c, bool unique)
     size_t i;
     int p;
 
-    TAILQ_FOREACH(f, &q->func_order, order) {
+    TAILQ_FOREACH (f, &q->func_order, order) {
         for (p = 0; p < JOB_NPRIO; p++) {
             struct job *j;
 
-            TAILQ_FOREACH(j, &f->jobs[p], link)
+            TAILQ_FOREACH (j, &f->jobs[p], link)
                 show_job(c, j, unique);
         }
     }
     for (i = 0; i < q->scheduled.len; i++)
         show_job(c, q->scheduled.elems[i], unique);
-    TAILQ_FOREACH(w, &c->srv->conns, link) {
+    TAILQ_FOREACH (w, &c->srv->conns, link) {
         struct job *j;
 
-        TAILQ_FOREACH(j, &w->worker.held, link)
+        TAILQ_FOREACH (j, &w->worker.held, link)
             show_job(c, j, unique);
     }
     conn_write(c, ".\n", 2);
@@ -118,7 +118,7 @@ admin_limit(const char *s, size_t len)
     return v > UINT32_MAX ? 0 : (unsigned)v;
 }
 
-#define INCOMPLETE(cmd) \
+#define INCOMPLETE(cmd)                                                                            \
     "ERR INVALID_ARGUMENTS An+incomplete+set+of+arguments+was+sent+to+this+command+" cmd "\r\n"
 
 /*
@@ -167,8 +167,7 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
         return;
     }
-    log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j),
-               j->func->name);
+    log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j), j->func->name);
     dispatch_cancel(c->srv, j);
     conn_printf(c, "OK\r\n");
 }
@@ -252,54 +251,24 @@ admin_line(struct conn *c, const char *line, size_t len)
         return;
     }
     switch (cmd.kind) {
-    case TEXTCMD_EMPTY:
-        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command\r\n");
-        break;
-    case TEXTCMD_SHOW_UNKNOWN:
-        conn_printf(c, "ERR UNKNOWN_SHOW_ARGUMENTS\r\n");
-        break;
-    case TEXTCMD_STATUS:
-        admin_status(c);
-        break;
-    case TEXTCMD_PRIORITYSTATUS:
-        admin_prioritystatus(c);
-        break;
-    case TEXTCMD_WORKERS:
-        admin_workers(c);
-        break;
-    case TEXTCMD_VERSION:
-        conn_printf(c, "OK %s\n", DSJOB_VERSION_STRING);
-        break;
-    case TEXTCMD_GETPID:
-        conn_printf(c, "OK %ld\n", (long)getpid());
-        break;
-    case TEXTCMD_VERBOSE:
-        conn_printf(c, "OK %s\n", log_level_name(c->srv->log.level));
-        break;
-    case TEXTCMD_MAXQUEUE:
-        admin_maxqueue(c, &cmd);
-        break;
-    case TEXTCMD_SHOW_JOBS:
-        admin_show_jobs(c, false);
-        break;
-    case TEXTCMD_SHOW_UNIQUE_JOBS:
-        admin_show_jobs(c, true);
-        break;
-    case TEXTCMD_CANCEL_JOB:
-        admin_cancel(c, &cmd);
-        break;
-    case TEXTCMD_CREATE_FUNCTION:
-        admin_create(c, &cmd);
-        break;
-    case TEXTCMD_DROP_FUNCTION:
-        admin_drop(c, &cmd);
-        break;
-    case TEXTCMD_SHUTDOWN:
-        admin_shutdown(c, &cmd);
-        break;
+    case TEXTCMD_EMPTY: conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command\r\n"); break;
+    case TEXTCMD_SHOW_UNKNOWN: conn_printf(c, "ERR UNKNOWN_SHOW_ARGUMENTS\r\n"); break;
+    case TEXTCMD_STATUS: admin_status(c); break;
+    case TEXTCMD_PRIORITYSTATUS: admin_prioritystatus(c); break;
+    case TEXTCMD_WORKERS: admin_workers(c); break;
+    case TEXTCMD_VERSION: conn_printf(c, "OK %s\n", DSJOB_VERSION_STRING); break;
+    case TEXTCMD_GETPID: conn_printf(c, "OK %ld\n", (long)getpid()); break;
+    case TEXTCMD_VERBOSE: conn_printf(c, "OK %s\n", log_level_name(c->srv->log.level)); break;
+    case TEXTCMD_MAXQUEUE: admin_maxqueue(c, &cmd); break;
+    case TEXTCMD_SHOW_JOBS: admin_show_jobs(c, false); break;
+    case TEXTCMD_SHOW_UNIQUE_JOBS: admin_show_jobs(c, true); break;
+    case TEXTCMD_CANCEL_JOB: admin_cancel(c, &cmd); break;
+    case TEXTCMD_CREATE_FUNCTION: admin_create(c, &cmd); break;
+    case TEXTCMD_DROP_FUNCTION: admin_drop(c, &cmd); break;
+    case TEXTCMD_SHUTDOWN: admin_shutdown(c, &cmd); break;
     case TEXTCMD_UNKNOWN:
-        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n",
-                    (int)cmd.word_len[0], cmd.word[0]);
+        conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
+                    cmd.word[0]);
         break;
     }
 }

@@ -352,14 +352,12 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
         st = packet_decode(buf, need, c->srv->cfg.max_packet_size, &p, &need, &why);
     }
     switch (st) {
-    case PACKET_NEED_MORE:
-        return false;
+    case PACKET_NEED_MORE: return false;
     case PACKET_FATAL:
         if (strcmp(why, "packet too large") == 0) {
             log_notice(&c->srv->log,
-                       "%s: %s packet of %u bytes is over --max-packet-size %zu: closing",
-                       c->peer, packet_name(p.type), (unsigned)p.size,
-                       c->srv->cfg.max_packet_size);
+                       "%s: %s packet of %u bytes is over --max-packet-size %zu: closing", c->peer,
+                       packet_name(p.type), (unsigned)p.size, c->srv->cfg.max_packet_size);
             conn_send_error(c, "PACKET_TOO_LARGE",
                             "packet of %u bytes is over the limit (--max-packet-size %zu)",
                             (unsigned)p.size, c->srv->cfg.max_packet_size);
@@ -373,9 +371,7 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
         log_notice(&c->srv->log, "%s: %s: %s", c->peer, packet_name(p.type), why);
         conn_send_error(c, "INVALID_PACKET", "%s: %s", packet_name(p.type), why);
         break;
-    case PACKET_OK:
-        dispatch_packet(c, &p);
-        break;
+    case PACKET_OK: dispatch_packet(c, &p); break;
     }
     evbuffer_drain(in, need);
     return true;
@@ -543,8 +539,8 @@ conn_room(struct conn *c, size_t more)
     queued = evbuffer_get_length(c->out);
     if (queued + more > c->srv->cfg.max_output_buffer) {
         log_warn(&c->srv->log,
-                 "%s: %zu bytes unread is over --max-output-buffer %zu: dropping the peer",
-                 c->peer, queued + more, c->srv->cfg.max_output_buffer);
+                 "%s: %zu bytes unread is over --max-output-buffer %zu: dropping the peer", c->peer,
+                 queued + more, c->srv->cfg.max_output_buffer);
         conn_close(c, false);
         return false;
     }

@@ -42,7 +42,7 @@ waiters_send(struct job *j, enum packet_type type, unsigned nargs, const void *c
 
     if (j->ext == NULL)
         return;
-    TAILQ_FOREACH(w, &j->ext->waiters, by_job)
+    TAILQ_FOREACH (w, &j->ext->waiters, by_job)
         conn_send(w->client, type, nargs, args, lens);
 }
 
@@ -303,8 +303,7 @@ job_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j),
-               j->func->name);
+    log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j), j->func->name);
     job_retry(srv, j, "CAN_DO_TIMEOUT expired");
 }
 
@@ -374,11 +373,11 @@ h_grab_job_all(struct conn *c, const struct packet *p)
 /* --- submitting ----------------------------------------------------------- */
 
 struct submit {
-    enum job_prio prio;      /* priority */
-    bool background;         /* no client waits */
-    int64_t when;            /* epoch seconds, 0 for now */
-    const char *reducer;     /* SUBMIT_REDUCE_JOB reducer, or NULL */
-    size_t reducer_len;      /* its length */
+    enum job_prio prio;  /* priority */
+    bool background;     /* no client waits */
+    int64_t when;        /* epoch seconds, 0 for now */
+    const char *reducer; /* SUBMIT_REDUCE_JOB reducer, or NULL */
+    size_t reducer_len;  /* its length */
 };
 
 /*
@@ -446,8 +445,8 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     }
     if (queue_full(f, s->prio)) {
         refuse_full(c, durable,
-                    "Job queue is full: function '%s' is at its maxqueue limit of %u jobs",
-                    f->name, f->max_queue[s->prio]);
+                    "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
+                    f->max_queue[s->prio]);
         return;
     }
     if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
@@ -456,10 +455,10 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
-    j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data,
-                data_len);
+    j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
-        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes", data_len);
+        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
+                        data_len);
         return;
     }
     j->prio = (uint8_t)s->prio;
@@ -548,7 +547,8 @@ static void
 h_submit_sched(struct conn *c, const struct packet *p)
 {
     (void)p;
-    conn_send_error(c, "INVALID_COMMAND", "Command not expected: SUBMIT_JOB_SCHED is not supported");
+    conn_send_error(c, "INVALID_COMMAND",
+                    "Command not expected: SUBMIT_JOB_SCHED is not supported");
 }
 
 /* --- reports from workers ------------------------------------------------- */
@@ -643,7 +643,7 @@ h_work_exception(struct conn *c, const struct packet *p)
     if (j == NULL)
         return;
     /* Clients that asked get the exception; the rest a clean WORK_FAIL. */
-    TAILQ_FOREACH(w, &j->ext->waiters, by_job) {
+    TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
         if (w->client->exceptions) {
             const void *args[2] = {p->arg[0], p->arg[1]};
 
@@ -687,7 +687,7 @@ h_get_status_unique(struct conn *c, const struct packet *p)
     size_t lens[6];
     bool running;
 
-    TAILQ_FOREACH(f, &c->srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
         if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL)
             break;
     running = j != NULL && j->state == JOB_RUNNING;
@@ -791,8 +791,8 @@ dispatch_packet(struct conn *c, const struct packet *p)
         return;
     }
     if (e == NULL || e->fn == NULL) {
-        log_notice(&c->srv->log, "%s: unexpected packet type %" PRIu32 " (%s)", c->peer,
-                   p->type, packet_name(p->type));
+        log_notice(&c->srv->log, "%s: unexpected packet type %" PRIu32 " (%s)", c->peer, p->type,
+                   packet_name(p->type));
         conn_send_error(c, "INVALID_COMMAND",
                         "Command not expected: packet type %" PRIu32 " (%s) is not a request",
                         p->type, packet_name(p->type));

@@ -103,7 +103,7 @@ job_nwaiters(const struct job *j)
 
     if (j->ext == NULL)
         return 0;
-    TAILQ_FOREACH(w, &j->ext->waiters, by_job)
+    TAILQ_FOREACH (w, &j->ext->waiters, by_job)
         n++;
     return n;
 }

@@ -25,12 +25,7 @@ struct func;
 struct event;
 struct qworker;
 
-enum job_prio {
-    JOB_PRIO_HIGH,
-    JOB_PRIO_NORMAL,
-    JOB_PRIO_LOW,
-    JOB_NPRIO
-};
+enum job_prio { JOB_PRIO_HIGH, JOB_PRIO_NORMAL, JOB_PRIO_LOW, JOB_NPRIO };
 
 enum job_state {
     JOB_NEW,       /* made, not yet in the queue */
@@ -92,9 +87,8 @@ TAILQ_HEAD(job_list, job);
  * reducer and data are copied. Returns NULL if out of memory or a length is
  * over its field (a handle over JOB_HANDLE_MAX, data over UINT32_MAX).
  */
-struct job *job_new(const char *handle, size_t handle_len, const void *unique,
-                    size_t unique_len, const void *reducer, size_t reducer_len,
-                    const void *data, size_t data_len);
+struct job *job_new(const char *handle, size_t handle_len, const void *unique, size_t unique_len,
+                    const void *reducer, size_t reducer_len, const void *data, size_t data_len);
 
 static inline const char *
 job_handle(const struct job *j)
@@ -117,8 +111,8 @@ job_reducer(const struct job *j)
 static inline const unsigned char *
 job_data(const struct job *j)
 {
-    return (const unsigned char *)j->buf + j->handle_len + 1 + j->unique_len + 1 +
-           j->reducer_len + 1;
+    return (const unsigned char *)j->buf + j->handle_len + 1 + j->unique_len + 1 + j->reducer_len +
+           1;
 }
 
 /*

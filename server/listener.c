@@ -37,8 +37,8 @@ refuse(struct srv *srv, evutil_socket_t fd)
     size_t lens[2];
     size_t n;
 
-    snprintf(text, sizeof(text), "server holds %u connections (--max-connections %u)",
-             srv->nconns, srv->cfg.max_connections);
+    snprintf(text, sizeof(text), "server holds %u connections (--max-connections %u)", srv->nconns,
+             srv->cfg.max_connections);
     args[0] = code, lens[0] = strlen(code);
     args[1] = text, lens[1] = strlen(text);
     n = packet_encode(buf, sizeof(buf), PACKET_RES, PACKET_ERROR, 2, args, lens);
@@ -93,8 +93,8 @@ add_listener(struct srv *srv, int fd, const char *what)
         close(fd);
         return -1;
     }
-    l = evconnlistener_new(srv->base, accept_cb, srv,
-                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, srv->cfg.backlog, fd);
+    l = evconnlistener_new(srv->base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                           srv->cfg.backlog, fd);
     if (l == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot listen on %s", what);
         close(fd);
@@ -120,8 +120,8 @@ open_tcp(struct srv *srv, const char *host)
     snprintf(port, sizeof(port), "%d", srv->port > 0 ? srv->port : srv->cfg.port);
     rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, port, &hints, &res);
     if (rc != 0) {
-        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot resolve listen address '%s': %s",
-                 host, gai_strerror(rc));
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot resolve listen address '%s': %s", host,
+                 gai_strerror(rc));
         return -1;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -142,9 +142,8 @@ open_tcp(struct srv *srv, const char *host)
             socklen_t sl = sizeof(ss);
 
             if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-                srv->port = ntohs(ss.ss_family == AF_INET6
-                                      ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                      : ((struct sockaddr_in *)&ss)->sin_port);
+                srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                           : ((struct sockaddr_in *)&ss)->sin_port);
             snprintf(srv->address, sizeof(srv->address), "%s%s%s:%d",
                      ai->ai_family == AF_INET6 ? "[" : "", host,
                      ai->ai_family == AF_INET6 ? "]" : "", srv->port);

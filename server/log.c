@@ -16,10 +16,9 @@
 #include <time.h>
 
 static const char *const log_names[] = {
-    [DSJOB_LOG_FATAL] = "FATAL",     [DSJOB_LOG_ALERT] = "ALERT",
-    [DSJOB_LOG_CRITICAL] = "CRITICAL", [DSJOB_LOG_ERROR] = "ERROR",
-    [DSJOB_LOG_WARNING] = "WARNING", [DSJOB_LOG_NOTICE] = "NOTICE",
-    [DSJOB_LOG_INFO] = "INFO",       [DSJOB_LOG_DEBUG] = "DEBUG",
+    [DSJOB_LOG_FATAL] = "FATAL", [DSJOB_LOG_ALERT] = "ALERT",     [DSJOB_LOG_CRITICAL] = "CRITICAL",
+    [DSJOB_LOG_ERROR] = "ERROR", [DSJOB_LOG_WARNING] = "WARNING", [DSJOB_LOG_NOTICE] = "NOTICE",
+    [DSJOB_LOG_INFO] = "INFO",   [DSJOB_LOG_DEBUG] = "DEBUG",
 };
 
 const char *
@@ -95,8 +94,8 @@ log_release(struct log *lg)
 }
 
 void
-log_write(struct log *lg, enum dsjob_log_level level, const char *file, int line,
-          const char *func, const char *fmt, ...)
+log_write(struct log *lg, enum dsjob_log_level level, const char *file, int line, const char *func,
+          const char *fmt, ...)
 {
     char msg[1024];
     char when[32];

@@ -37,10 +37,10 @@ int log_level_parse(const char *s);
 void log_write(struct log *lg, enum dsjob_log_level level, const char *file, int line,
                const char *func, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-#define LOG_AT(lg, lvl, ...)                                                    \
-    do {                                                                        \
-        if ((lg)->fp != NULL && (lvl) <= (lg)->level)                           \
-            log_write((lg), (lvl), __FILE__, __LINE__, __func__, __VA_ARGS__);  \
+#define LOG_AT(lg, lvl, ...)                                                                       \
+    do {                                                                                           \
+        if ((lg)->fp != NULL && (lvl) <= (lg)->level)                                              \
+            log_write((lg), (lvl), __FILE__, __LINE__, __func__, __VA_ARGS__);                     \
     } while (0)
 #define log_err(lg, ...) LOG_AT(lg, DSJOB_LOG_ERROR, __VA_ARGS__)
 #define log_warn(lg, ...) LOG_AT(lg, DSJOB_LOG_WARNING, __VA_ARGS__)

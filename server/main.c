@@ -29,48 +29,52 @@ static struct dsjob_server *the_server; /* for the signal handlers */
 static void
 usage(FILE *fp)
 {
-    fprintf(fp,
-            "usage: dsjobd [OPTION]...\n"
-            "A Gearman-protocol job server.\n"
-            "\n"
-            "  -L, --listen ADDR          address to listen on (repeatable; default 127.0.0.1)\n"
-            "  -p, --port PORT            TCP port (default 4730; 0 picks a free port)\n"
-            "      --port-file FILE       write the bound port to FILE\n"
-            "      --unix-socket PATH     also listen on a unix socket\n"
-            "  -b, --backlog N            listen backlog (default 1024)\n"
-            "      --keepalive            enable TCP keepalive on connections\n"
-            "  -d, --daemon               run in the background\n"
-            "  -P, --pid-file FILE        write the process id to FILE\n"
-            "  -u, --user USER            switch to USER after binding\n"
-            "  -l, --log-file DEST        stderr (default), none, or a file path\n"
-            "      --verbose LEVEL        FATAL ALERT CRITICAL ERROR WARNING NOTICE INFO DEBUG\n"
-            "                             (default ERROR)\n"
-            "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
-            "  -R, --round-robin          rotate a worker's functions after each job\n"
-            "      --exceptions           forward WORK_EXCEPTION to every client\n"
-            "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
-            "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
-            "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
-            "      --max-connections N    connections held at once (default 0: no limit)\n"
-            "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
-            "      --max-queue N          each new function's maxqueue (default 0: none)\n"
-            "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
-            "                             maxqueue (repeatable; default loopback and the unix socket)\n"
-            "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
-            "                             gearmand's builtin, libsqlite3 and libmemcached\n"
-            "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store sqlite)\n"
-            "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
-            "      --store-sync LEVEL     off, normal (default: survives a crash) or full (power loss)\n"
-            "      --store-batch N        background submits per commit at most (default 10000)\n"
-            "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
-            "      --memcached-servers H:P,...  memcached store's servers (also --libmemcached-servers)\n"
-            "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
-            "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
-            "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
-            "  -h, --help                 show this help\n"
-            "  -V, --version              show the version\n"
-            "\n"
-            "Signals: TERM and INT stop, USR1 stops gracefully, HUP reopens the log file.\n");
+    fprintf(
+        fp,
+        "usage: dsjobd [OPTION]...\n"
+        "A Gearman-protocol job server.\n"
+        "\n"
+        "  -L, --listen ADDR          address to listen on (repeatable; default 127.0.0.1)\n"
+        "  -p, --port PORT            TCP port (default 4730; 0 picks a free port)\n"
+        "      --port-file FILE       write the bound port to FILE\n"
+        "      --unix-socket PATH     also listen on a unix socket\n"
+        "  -b, --backlog N            listen backlog (default 1024)\n"
+        "      --keepalive            enable TCP keepalive on connections\n"
+        "  -d, --daemon               run in the background\n"
+        "  -P, --pid-file FILE        write the process id to FILE\n"
+        "  -u, --user USER            switch to USER after binding\n"
+        "  -l, --log-file DEST        stderr (default), none, or a file path\n"
+        "      --verbose LEVEL        FATAL ALERT CRITICAL ERROR WARNING NOTICE INFO DEBUG\n"
+        "                             (default ERROR)\n"
+        "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
+        "  -R, --round-robin          rotate a worker's functions after each job\n"
+        "      --exceptions           forward WORK_EXCEPTION to every client\n"
+        "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
+        "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
+        "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
+        "      --max-connections N    connections held at once (default 0: no limit)\n"
+        "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
+        "      --max-queue N          each new function's maxqueue (default 0: none)\n"
+        "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
+        "                             maxqueue (repeatable; default loopback and the unix socket)\n"
+        "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
+        "                             gearmand's builtin, libsqlite3 and libmemcached\n"
+        "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store "
+        "sqlite)\n"
+        "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
+        "      --store-sync LEVEL     off, normal (default: survives a crash) or full (power "
+        "loss)\n"
+        "      --store-batch N        background submits per commit at most (default 10000)\n"
+        "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
+        "      --memcached-servers H:P,...  memcached store's servers (also "
+        "--libmemcached-servers)\n"
+        "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
+        "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
+        "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
+        "  -h, --help                 show this help\n"
+        "  -V, --version              show the version\n"
+        "\n"
+        "Signals: TERM and INT stop, USR1 stops gracefully, HUP reopens the log file.\n");
 }
 
 enum {
@@ -163,9 +167,12 @@ parse_number(const char *opt, const char *s, unsigned long long max, bool sizes)
         unsigned shift = 0;
 
         switch (*end) {
-        case 'k': case 'K': shift = 10; break;
-        case 'm': case 'M': shift = 20; break;
-        case 'g': case 'G': shift = 30; break;
+        case 'k':
+        case 'K': shift = 10; break;
+        case 'm':
+        case 'M': shift = 20; break;
+        case 'g':
+        case 'G': shift = 30; break;
         default: goto bad;
         }
         if (end[1] != '\0' || v > (max >> shift))
@@ -359,7 +366,7 @@ main(int argc, char **argv)
         case 'l':
             free(log_file);
             log_file = strcmp(optarg, "stderr") && strcmp(optarg, "none") ? absolute(optarg)
-                                                                           : strdup(optarg);
+                                                                          : strdup(optarg);
             cfg.log_file = log_file;
             break;
         case OPT_VERBOSE:
@@ -373,7 +380,10 @@ main(int argc, char **argv)
             break;
         case 'R': cfg.round_robin = true; break;
         case OPT_EXCEPTIONS: cfg.exceptions = true; break;
-        case 'q': cfg.store = optarg; store_given = true; break;
+        case 'q':
+            cfg.store = optarg;
+            store_given = true;
+            break;
         case OPT_WORK_DIR: cfg.work_dir = work_dir = absolute(optarg); break;
         case OPT_SQLITE_DB: cfg.store_db = store_db = absolute(optarg); break;
         case OPT_STORE_SYNC:
@@ -418,7 +428,8 @@ main(int argc, char **argv)
             break;
         case OPT_ADMIN_ALLOW:
             if (cfg.nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)
-                die_usage("too many --admin-allow ranges (at most %d)", DSJOB_SERVER_MAX_ADMIN_ALLOW);
+                die_usage("too many --admin-allow ranges (at most %d)",
+                          DSJOB_SERVER_MAX_ADMIN_ALLOW);
             cfg.admin_allow[cfg.nadmin_allow++] = optarg;
             break;
         case 't':
@@ -440,7 +451,8 @@ main(int argc, char **argv)
         cfg.store = "sqlite";
     else if (!store_given && cfg.memcached_servers != NULL)
         cfg.store = "memcached";
-    if (cfg.unix_socket != NULL && (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
+    if (cfg.unix_socket != NULL &&
+        (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
         goto out;
 
     the_server = dsjob_server_new(&cfg, err, sizeof(err));

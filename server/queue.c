@@ -237,8 +237,8 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
     if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
         return -1;
     if (j->unique_len > 0 &&
-        hmap_insert(&f->uniques, &j->by_unique, j->unique_is_data ? (const void *)job_data(j)
-                                                                  : (const void *)job_unique(j),
+        hmap_insert(&f->uniques, &j->by_unique,
+                    j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j),
                     j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
     if (pending) {
@@ -279,11 +279,8 @@ queue_remove(struct queue *q, struct job *j)
         heap_remove(&q->scheduled, j->ext->heap_pos);
         f->nscheduled--;
         break;
-    case JOB_PENDING:
-        f->npending--;
-        break;
-    case JOB_NEW:
-        return;
+    case JOB_PENDING: f->npending--; break;
+    case JOB_NEW: return;
     }
     if (j->unique_len > 0)
         hmap_remove(&f->uniques, &j->by_unique);
@@ -298,7 +295,7 @@ queue_ability_of(const struct qworker *w, const struct func *f)
 {
     struct ability *a;
 
-    TAILQ_FOREACH(a, &w->abilities, by_worker)
+    TAILQ_FOREACH (a, &w->abilities, by_worker)
         if (a->func == f)
             return a;
     return NULL;
@@ -310,7 +307,7 @@ queue_grab(struct queue *q, struct qworker *w)
     struct ability *a;
     int p;
 
-    TAILQ_FOREACH(a, &w->abilities, by_worker) {
+    TAILQ_FOREACH (a, &w->abilities, by_worker) {
         struct func *f = a->func;
 
         for (p = 0; p < JOB_NPRIO; p++) {
@@ -453,7 +450,7 @@ queue_has_work(const struct qworker *w)
 {
     const struct ability *a;
 
-    TAILQ_FOREACH(a, &w->abilities, by_worker) {
+    TAILQ_FOREACH (a, &w->abilities, by_worker) {
         const struct func *f = a->func;
 
         if (f->nqueued[JOB_PRIO_HIGH] || f->nqueued[JOB_PRIO_NORMAL] || f->nqueued[JOB_PRIO_LOW])
@@ -469,7 +466,7 @@ queue_sleep(struct qworker *w)
 
     if (w->asleep)
         return;
-    TAILQ_FOREACH(a, &w->abilities, by_worker)
+    TAILQ_FOREACH (a, &w->abilities, by_worker)
         TAILQ_INSERT_TAIL(&a->func->sleepers, a, sleeping);
     w->asleep = true;
 }
@@ -481,7 +478,7 @@ queue_awake(struct qworker *w)
 
     if (!w->asleep)
         return;
-    TAILQ_FOREACH(a, &w->abilities, by_worker)
+    TAILQ_FOREACH (a, &w->abilities, by_worker)
         TAILQ_REMOVE(&a->func->sleepers, a, sleeping);
     w->asleep = false;
 }

@@ -33,39 +33,39 @@ TAILQ_HEAD(ability_list, ability);
 
 /* The queue's view of a worker connection; embedded in struct conn. */
 struct qworker {
-    struct ability_list abilities;  /* what it can do, newest first: the grab order */
-    struct job_list held;           /* jobs it is running */
-    unsigned nabilities;            /* entries in abilities */
-    unsigned nheld;                 /* entries in held */
-    bool asleep;                    /* sent PRE_SLEEP, not woken since */
+    struct ability_list abilities; /* what it can do, newest first: the grab order */
+    struct job_list held;          /* jobs it is running */
+    unsigned nabilities;           /* entries in abilities */
+    unsigned nheld;                /* entries in held */
+    bool asleep;                   /* sent PRE_SLEEP, not woken since */
 };
 
 struct func {
-    struct hnode node;                  /* in queue.funcs */
-    TAILQ_ENTRY(func) order;            /* in queue.func_order, by creation */
-    struct job_list jobs[JOB_NPRIO];    /* queued jobs, FIFO per priority */
-    unsigned nqueued[JOB_NPRIO];        /* entries in jobs[] */
-    unsigned nscheduled;                /* its jobs waiting in the epoch heap */
-    unsigned npending;                  /* its jobs waiting for the store to commit them */
-    unsigned nrunning;                  /* its jobs held by workers */
-    unsigned max_queue[JOB_NPRIO];      /* maxqueue limits; 0 for none */
-    struct hmap uniques;                /* queued, scheduled and running jobs by unique key */
-    struct ability_list workers;        /* every worker that can do it */
-    struct ability_list sleepers;       /* of those, the ones asleep */
-    unsigned nworkers;                  /* entries in workers */
-    size_t name_len;                    /* name bytes */
-    char name[];                        /* NUL-terminated */
+    struct hnode node;               /* in queue.funcs */
+    TAILQ_ENTRY(func) order;         /* in queue.func_order, by creation */
+    struct job_list jobs[JOB_NPRIO]; /* queued jobs, FIFO per priority */
+    unsigned nqueued[JOB_NPRIO];     /* entries in jobs[] */
+    unsigned nscheduled;             /* its jobs waiting in the epoch heap */
+    unsigned npending;               /* its jobs waiting for the store to commit them */
+    unsigned nrunning;               /* its jobs held by workers */
+    unsigned max_queue[JOB_NPRIO];   /* maxqueue limits; 0 for none */
+    struct hmap uniques;             /* queued, scheduled and running jobs by unique key */
+    struct ability_list workers;     /* every worker that can do it */
+    struct ability_list sleepers;    /* of those, the ones asleep */
+    unsigned nworkers;               /* entries in workers */
+    size_t name_len;                 /* name bytes */
+    char name[];                     /* NUL-terminated */
 };
 TAILQ_HEAD(func_list, func);
 
 struct queue {
-    struct hmap funcs;                  /* struct func by name */
-    struct func_list func_order;        /* the same, oldest first */
-    struct hmap jobs;                   /* struct job by handle */
-    struct heap scheduled;              /* SCHEDULED jobs by time */
-    bool round_robin;                   /* rotate a worker's abilities after a grab */
-    size_t njobs;                       /* jobs in queue.jobs */
-    unsigned default_max_queue;         /* a new function's maxqueue, every priority; 0: none */
+    struct hmap funcs;           /* struct func by name */
+    struct func_list func_order; /* the same, oldest first */
+    struct hmap jobs;            /* struct job by handle */
+    struct heap scheduled;       /* SCHEDULED jobs by time */
+    bool round_robin;            /* rotate a worker's abilities after a grab */
+    size_t njobs;                /* jobs in queue.jobs */
+    unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
 };
 
 void queue_init(struct queue *q, bool round_robin);
@@ -100,7 +100,8 @@ bool queue_full(const struct func *f, enum job_prio prio);
 
 /*
  * queue_add takes over a reference to a JOB_NEW job of f and indexes it by
- * handle and unique key (its payload, if unique_is_data). A job with a time after now goes to the epoch heap,
+ * handle and unique key (its payload, if unique_is_data). A job with a time
+ * after now goes to the epoch heap,
  * any other to the tail of its priority list. Returns 0, or -1 if out of
  * memory (the reference stays with the caller).
  */
@@ -126,7 +127,8 @@ void queue_remove(struct queue *q, struct job *j);
 /*
  * queue_grab gives worker w the next job it can do: over its abilities,
  * newest registration first as in gearmand (with round_robin, the function
- * just served moves to the back), the first high, else normal, else low job. The job becomes RUNNING and is held by w. NULL if
+ * just served moves to the back), the first high, else normal, else low
+ * job. The job becomes RUNNING and is held by w. NULL if
  * there is none, or if there is no memory for the job's job_ext (the job
  * stays first in line).
  */

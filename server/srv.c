@@ -202,17 +202,17 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     char host[128];
     int i;
 
-#define FAIL(...)                                   \
-    do {                                            \
-        if (errbuf != NULL && errlen > 0)           \
-            snprintf(errbuf, errlen, __VA_ARGS__);  \
-        goto out_free;                              \
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (errbuf != NULL && errlen > 0)                                                          \
+            snprintf(errbuf, errlen, __VA_ARGS__);                                                 \
+        goto out_free;                                                                             \
     } while (0)
 
     if (cfg->size != sizeof(*cfg)) {
         if (errbuf != NULL && errlen > 0)
-            snprintf(errbuf, errlen, "config size %zu does not match the library's %zu",
-                     cfg->size, sizeof(*cfg));
+            snprintf(errbuf, errlen, "config size %zu does not match the library's %zu", cfg->size,
+                     sizeof(*cfg));
         return NULL;
     }
     ds = calloc(1, sizeof(*ds));
@@ -251,8 +251,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     if (srv->cfg.job_handle_prefix != NULL) {
         if (strlen(srv->cfg.job_handle_prefix) > JOB_HANDLE_MAX - 24)
             FAIL("--job-handle-prefix is longer than %d bytes", JOB_HANDLE_MAX - 24);
-        snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "%s",
-                 srv->cfg.job_handle_prefix);
+        snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "%s", srv->cfg.job_handle_prefix);
     } else {
         if (gethostname(host, sizeof(host)) < 0)
             snprintf(host, sizeof(host), "localhost");
@@ -377,7 +376,7 @@ srv_check_drained(struct srv *srv)
 {
     struct func *f;
 
-    TAILQ_FOREACH(f, &srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &srv->queue.func_order, order)
         if (f->nrunning > 0)
             return;
     log_notice(&srv->log, "graceful stop: no job is running");
@@ -445,8 +444,8 @@ srv_setup(struct srv *srv, struct event_base *base)
     srv->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, srv);
     srv->epoch_ev = evtimer_new(srv->base, epoch_cb, srv);
     srv->ctl_ev = event_new(srv->base, srv->ctl_pipe[0], EV_READ | EV_PERSIST, ctl_cb, srv);
-    if (srv->reaper_ev == NULL || srv->flush_ev == NULL || srv->epoch_ev == NULL || srv->ctl_ev == NULL ||
-        event_add(srv->ctl_ev, NULL) < 0) {
+    if (srv->reaper_ev == NULL || srv->flush_ev == NULL || srv->epoch_ev == NULL ||
+        srv->ctl_ev == NULL || event_add(srv->ctl_ev, NULL) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         return DSJOB_ERR_NOMEM;
     }

@@ -28,33 +28,33 @@ TAILQ_HEAD(conn_flush_list, conn);
 
 /* An address range allowed to administer: family, address and prefix bits. */
 struct netmask {
-    int family;              /* AF_INET or AF_INET6 */
-    unsigned char addr[16];  /* network address, in network order */
-    unsigned bits;           /* prefix length */
+    int family;             /* AF_INET or AF_INET6 */
+    unsigned char addr[16]; /* network address, in network order */
+    unsigned bits;          /* prefix length */
 };
 
 struct srv {
-    struct dsjob_server_config cfg;     /* settings; strings point into cfg_strings */
-    char *cfg_strings;                  /* one allocation holding the config's strings */
-    struct event_base *base;            /* the loop */
-    bool own_base;                      /* base was made by us and is freed with us */
+    struct dsjob_server_config cfg; /* settings; strings point into cfg_strings */
+    char *cfg_strings;              /* one allocation holding the config's strings */
+    struct event_base *base;        /* the loop */
+    bool own_base;                  /* base was made by us and is freed with us */
     struct evconnlistener *listeners[DSJOB_SERVER_MAX_LISTEN + 1]; /* TCP and unix */
-    int nlisteners;                     /* entries used */
-    int port;                           /* the bound TCP port, or -1 */
-    char address[300];                  /* "host:port" of the first listener */
-    struct queue queue;                 /* functions and jobs */
-    struct log log;                     /* where log lines go */
-    struct storage storage;             /* the store and the answers waiting for it */
-    struct conn_list conns;             /* open connections */
-    struct conn_list closing;           /* closed, waiting to be freed */
-    unsigned nconns;                    /* entries in conns */
-    struct event *reaper_ev;            /* frees closing connections */
-    struct conn_flush_list flushq;      /* connections with output not yet tried */
-    struct event *flush_ev;             /* writes flushq, after this turn's callbacks */
-    struct event *epoch_ev;             /* fires when the next epoch job is due */
-    int64_t epoch_armed;                /* time epoch_ev is set for, 0 if not */
-    struct event *ctl_ev;               /* reads ctl_pipe */
-    int ctl_pipe[2];                    /* stop and reopen requests, signal-safe */
+    int nlisteners;                                                /* entries used */
+    int port;                                                      /* the bound TCP port, or -1 */
+    char address[300];             /* "host:port" of the first listener */
+    struct queue queue;            /* functions and jobs */
+    struct log log;                /* where log lines go */
+    struct storage storage;        /* the store and the answers waiting for it */
+    struct conn_list conns;        /* open connections */
+    struct conn_list closing;      /* closed, waiting to be freed */
+    unsigned nconns;               /* entries in conns */
+    struct event *reaper_ev;       /* frees closing connections */
+    struct conn_flush_list flushq; /* connections with output not yet tried */
+    struct event *flush_ev;        /* writes flushq, after this turn's callbacks */
+    struct event *epoch_ev;        /* fires when the next epoch job is due */
+    int64_t epoch_armed;           /* time epoch_ev is set for, 0 if not */
+    struct event *ctl_ev;          /* reads ctl_pipe */
+    int ctl_pipe[2];               /* stop and reopen requests, signal-safe */
     struct netmask admin_allow[DSJOB_SERVER_MAX_ADMIN_ALLOW]; /* parsed --admin-allow */
     int nadmin_allow;                   /* entries used; 0 means loopback only */
     char handle_prefix[JOB_HANDLE_MAX]; /* handles are PREFIX:N */

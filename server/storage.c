@@ -38,7 +38,7 @@
 
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
-#define STORAGE_WRITER_NICE 10   /* the writer thread's nice value (Linux): below the loop */
+#define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -63,12 +63,12 @@ op_add_new(const struct job *j)
     sj->when = job_when(j);
     sj->unique_is_data = j->unique_is_data;
     at = op->buf;
-#define COPY(field, src, n)            \
-    do {                               \
-        sj->field = at;                \
-        sj->field##_len = (n);         \
-        memcpy(at, (src), (n));        \
-        at += (n);                     \
+#define COPY(field, src, n)                                                                        \
+    do {                                                                                           \
+        sj->field = at;                                                                            \
+        sj->field##_len = (n);                                                                     \
+        memcpy(at, (src), (n));                                                                    \
+        at += (n);                                                                                 \
     } while (0)
     COPY(handle, job_handle(j), j->handle_len);
     COPY(func, j->func->name, j->func->name_len);
@@ -297,7 +297,8 @@ storage_remove(struct srv *srv, struct job *j)
     j->stored = false;
     op = calloc(1, sizeof(*op));
     if (op == NULL) {
-        log_err(&srv->log, "store: out of memory to remove job %s: it will run again after a restart",
+        log_err(&srv->log,
+                "store: out of memory to remove job %s: it will run again after a restart",
                 job_handle(j));
         return;
     }
@@ -435,8 +436,8 @@ batch_finish(struct srv *srv)
     }
     for (op = b->ops; op != NULL; op = op->next)
         if (op->failed && !op->is_remove)
-            log_err(&srv->log, "store: job %.*s refused: %s", (int)op->sj.handle_len,
-                    op->sj.handle, op->why);
+            log_err(&srv->log, "store: job %.*s refused: %s", (int)op->sj.handle_len, op->sj.handle,
+                    op->why);
     while ((a = TAILQ_FIRST(&b->acks)) != NULL) {
         struct conn *c = a->client;
 
@@ -613,7 +614,6 @@ storage_must_wait(const struct conn *c, uint32_t type)
     case PACKET_SUBMIT_JOB_EPOCH:
     case PACKET_SUBMIT_REDUCE_JOB_BACKGROUND:
         return false; /* answered in order through the same batch */
-    default:
-        return true;
+    default: return true;
     }
 }

@@ -27,60 +27,60 @@ struct srv;
 
 /* One change for the writer thread: a job to add (its fields copied) or an id to remove. */
 struct store_op {
-    struct store_op *next;        /* next in the batch, in order */
-    bool is_remove;               /* remove sj.id, else add sj */
-    bool failed;                  /* set by the writer: the backend refused it */
-    char why[STORE_ERRLEN];       /* set by the writer: why */
-    struct store_job sj;          /* for an add, pointers into buf */
-    char buf[];                   /* the job's bytes */
+    struct store_op *next;  /* next in the batch, in order */
+    bool is_remove;         /* remove sj.id, else add sj */
+    bool failed;            /* set by the writer: the backend refused it */
+    char why[STORE_ERRLEN]; /* set by the writer: why */
+    struct store_job sj;    /* for an add, pointers into buf */
+    char buf[];             /* the job's bytes */
 };
 
 /* One answer owed to a submitter once the batch holding its job commits. */
 struct ack {
-    struct job *job;              /* referenced; JOB_CREATED names it */
-    struct store_op *op;          /* the add of a new job, or NULL */
-    struct conn *client;          /* who to answer, or NULL once it has gone */
-    char *error;                  /* "CODE\0text" to send instead of JOB_CREATED, or NULL */
-    size_t error_len;             /* its length */
-    TAILQ_ENTRY(ack) link;        /* in its batch's list, in submission order */
-    TAILQ_ENTRY(ack) by_client;   /* in the client's list */
+    struct job *job;            /* referenced; JOB_CREATED names it */
+    struct store_op *op;        /* the add of a new job, or NULL */
+    struct conn *client;        /* who to answer, or NULL once it has gone */
+    char *error;                /* "CODE\0text" to send instead of JOB_CREATED, or NULL */
+    size_t error_len;           /* its length */
+    TAILQ_ENTRY(ack) link;      /* in its batch's list, in submission order */
+    TAILQ_ENTRY(ack) by_client; /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
 
 /* The changes of one commit and the answers waiting for it. */
 struct batch {
-    struct store_op *ops;         /* adds and removes, in order */
-    struct store_op **tail;       /* where the next goes */
-    struct ack_list acks;         /* answers owed, in order */
-    unsigned nacks;               /* entries in acks */
-    bool finished;                /* set by the writer (under lock): ok and why are final */
-    bool ok;                      /* the commit succeeded */
-    char why[STORE_ERRLEN];       /* why not */
+    struct store_op *ops;   /* adds and removes, in order */
+    struct store_op **tail; /* where the next goes */
+    struct ack_list acks;   /* answers owed, in order */
+    unsigned nacks;         /* entries in acks */
+    bool finished;          /* set by the writer (under lock): ok and why are final */
+    bool ok;                /* the commit succeeded */
+    char why[STORE_ERRLEN]; /* why not */
 };
 
 struct storage {
-    const struct store_ops *ops;  /* the backend; store_null_ops when not durable */
-    struct store *st;             /* its state: the writer's alone once it runs */
-    struct batch open;            /* being filled by the loop */
-    struct batch *inflight;       /* handed to the writer, or NULL */
-    struct batch *handed;         /* under lock: the batch the writer is to take */
-    unsigned batch_max;           /* --store-batch: hand over at once past this many */
-    unsigned interval_ms;         /* --store-commit-interval; 0: at the end of the loop turn */
-    struct event *flush_ev;       /* hands the open batch over */
-    struct event *done_ev;        /* reads done_pipe */
-    int done_pipe[2];             /* the writer's "batch done" to the loop */
-    pthread_t writer;             /* the writer thread */
-    pthread_mutex_t lock;         /* guards handed, finished, quit */
-    pthread_cond_t wake;          /* signals the writer, and the loop in storage_drain */
-    bool writer_running;          /* writer started (durable stores only) */
-    bool quit;                    /* under lock: the writer should end */
-    bool scheduled;               /* flush_ev is pending */
-    bool lazy;                    /* ...on the deletions' timer, which a submit cuts short */
-    bool want_flush;              /* flush asked for while a batch was in flight */
-    bool retry;                   /* the last commit failed: flush even if empty */
-    bool durable;                 /* a backend other than none */
-    uint64_t commits;             /* batches committed */
-    uint64_t failures;            /* batches that failed */
+    const struct store_ops *ops; /* the backend; store_null_ops when not durable */
+    struct store *st;            /* its state: the writer's alone once it runs */
+    struct batch open;           /* being filled by the loop */
+    struct batch *inflight;      /* handed to the writer, or NULL */
+    struct batch *handed;        /* under lock: the batch the writer is to take */
+    unsigned batch_max;          /* --store-batch: hand over at once past this many */
+    unsigned interval_ms;        /* --store-commit-interval; 0: at the end of the loop turn */
+    struct event *flush_ev;      /* hands the open batch over */
+    struct event *done_ev;       /* reads done_pipe */
+    int done_pipe[2];            /* the writer's "batch done" to the loop */
+    pthread_t writer;            /* the writer thread */
+    pthread_mutex_t lock;        /* guards handed, finished, quit */
+    pthread_cond_t wake;         /* signals the writer, and the loop in storage_drain */
+    bool writer_running;         /* writer started (durable stores only) */
+    bool quit;                   /* under lock: the writer should end */
+    bool scheduled;              /* flush_ev is pending */
+    bool lazy;                   /* ...on the deletions' timer, which a submit cuts short */
+    bool want_flush;             /* flush asked for while a batch was in flight */
+    bool retry;                  /* the last commit failed: flush even if empty */
+    bool durable;                /* a backend other than none */
+    uint64_t commits;            /* batches committed */
+    uint64_t failures;           /* batches that failed */
 };
 
 /* storage_open opens and replays the configured store. 0, or -1 with srv->errmsg set. */

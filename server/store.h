@@ -22,30 +22,30 @@ struct store; /* a backend's own state */
 
 /* What a store keeps of a job. Pointers are borrowed for the call's length. */
 struct store_job {
-    uint64_t id;                /* the number in the handle; the store's key */
-    uint64_t seq;               /* submission order */
-    const char *handle;         /* the whole handle */
+    uint64_t id;        /* the number in the handle; the store's key */
+    uint64_t seq;       /* submission order */
+    const char *handle; /* the whole handle */
     size_t handle_len;
-    const char *func;           /* function name */
+    const char *func; /* function name */
     size_t func_len;
-    const void *unique;         /* unique key ("-" when unique_is_data) */
+    const void *unique; /* unique key ("-" when unique_is_data) */
     size_t unique_len;
-    const void *reducer;        /* SUBMIT_REDUCE_JOB reducer, or empty */
+    const void *reducer; /* SUBMIT_REDUCE_JOB reducer, or empty */
     size_t reducer_len;
-    const void *data;           /* payload */
+    const void *data; /* payload */
     size_t data_len;
-    int prio;                   /* enum job_prio */
-    int64_t when;               /* epoch seconds, 0 for now */
-    bool unique_is_data;        /* unique "-" */
+    int prio;            /* enum job_prio */
+    int64_t when;        /* epoch seconds, 0 for now */
+    bool unique_is_data; /* unique "-" */
 };
 
 /* Settings a backend may read; unused ones are ignored. */
 struct store_config {
-    const char *work_dir;       /* sqlite: directory of dsjobd.db */
-    const char *db_path;        /* sqlite: the database file itself, if given */
-    int sync;                   /* sqlite: 0 off, 1 normal, 2 full */
-    const char *servers;        /* memcached: host:port,... */
-    const char *prefix;         /* memcached: key prefix */
+    const char *work_dir; /* sqlite: directory of dsjobd.db */
+    const char *db_path;  /* sqlite: the database file itself, if given */
+    int sync;             /* sqlite: 0 off, 1 normal, 2 full */
+    const char *servers;  /* memcached: host:port,... */
+    const char *prefix;   /* memcached: key prefix */
 };
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */
@@ -56,8 +56,8 @@ typedef int store_replay_fn(const struct store_job *sj, void *arg);
  * into it on failure: lower case, the file or server named.
  */
 struct store_ops {
-    int version;                /* STORE_OPS_VERSION */
-    const char *name;           /* "none", "sqlite", "memcached" */
+    int version;      /* STORE_OPS_VERSION */
+    const char *name; /* "none", "sqlite", "memcached" */
     /* open: make *out. On failure return an enum dsjob_err and say why in err. */
     int (*open)(struct store **out, const struct store_config *cfg, char *err);
     /*

@@ -60,9 +60,9 @@
 #define MAGIC "dsj"
 #define MAGIC_LEN 3
 #define FORMAT_VERSION 1
-#define BODY (MAGIC_LEN + 1)   /* where a value's fields start */
+#define BODY (MAGIC_LEN + 1) /* where a value's fields start */
 #define DEFAULT_PREFIX "dsjob"
-#define MAX_PREFIX 200         /* memcached keys are at most 250 bytes */
+#define MAX_PREFIX 200                 /* memcached keys are at most 250 bytes */
 #define DEFAULT_ITEM_MAX (1024 * 1024) /* memcached -I, if stats do not say */
 /*
  * memcached stores a value with a header (48 bytes), its CAS (8), the key
@@ -72,13 +72,13 @@
 #define ITEM_OVERHEAD 96
 #define CONNECT_TIMEOUT_MS 1000
 #define IO_TIMEOUT_MS 1000
-#define RETRY_TIMEOUT_S 1      /* a failed server is tried again after this */
-#define MGET_KEYS 500          /* keys per multi-get */
-#define COMPACT_CHUNKS 64      /* compact only once this many chunks are live */
+#define RETRY_TIMEOUT_S 1 /* a failed server is tried again after this */
+#define MGET_KEYS 500     /* keys per multi-get */
+#define COMPACT_CHUNKS 64 /* compact only once this many chunks are live */
 #define HEAD_LEN (BODY + 8 + 8)
 #define CHUNK_HEADER (BODY + 4 + 4)
 #define JOB_HEADER (BODY + 8 + 8 + 8 + 4 + 1)
-#define JOB_FIELDS 5           /* handle, func, unique, reducer, data */
+#define JOB_FIELDS 5 /* handle, func, unique, reducer, data */
 
 /* A set of job ids: open addressing, linear probing, backward-shift deletes. */
 struct idset {
@@ -90,31 +90,30 @@ struct idset {
 
 /* An add of the open batch: the encoded record, written by flush. */
 struct pending_add {
-    uint64_t id;   /* the job's id */
-    char *rec;     /* its record, malloc()ed */
-    size_t len;    /* bytes in rec */
+    uint64_t id; /* the job's id */
+    char *rec;   /* its record, malloc()ed */
+    size_t len;  /* bytes in rec */
 };
 
 struct store {
-    memcached_st *mc;            /* the client, connected on first use */
-    char *servers;               /* cfg->servers, for messages */
-    char *prefix;                /* key prefix */
-    size_t item_max;             /* memcached's item size (smallest of the servers) */
-    size_t chunk_ids;            /* ids per chunk, so a chunk fits in an item */
-    uint64_t first;              /* the head: the first live chunk */
-    uint64_t next;               /* the head: the next chunk number */
-    struct idset live;           /* ids the index holds, as of the last good head */
-    uint64_t since_compact;      /* index entries written since the last compaction */
-    bool live_short;             /* an id did not fit in live (no memory): never compact */
-    struct pending_add *adds;    /* the open batch's adds */
-    size_t nadds, adds_cap;      /* how many, room */
-    uint64_t *removes;           /* ids removed since the last good head */
+    memcached_st *mc;             /* the client, connected on first use */
+    char *servers;                /* cfg->servers, for messages */
+    char *prefix;                 /* key prefix */
+    size_t item_max;              /* memcached's item size (smallest of the servers) */
+    size_t chunk_ids;             /* ids per chunk, so a chunk fits in an item */
+    uint64_t first;               /* the head: the first live chunk */
+    uint64_t next;                /* the head: the next chunk number */
+    struct idset live;            /* ids the index holds, as of the last good head */
+    uint64_t since_compact;       /* index entries written since the last compaction */
+    bool live_short;              /* an id did not fit in live (no memory): never compact */
+    struct pending_add *adds;     /* the open batch's adds */
+    size_t nadds, adds_cap;       /* how many, room */
+    uint64_t *removes;            /* ids removed since the last good head */
     size_t nremoves, removes_cap; /* how many, room */
 };
 
 /* Test seam, declared again in t_store_memcached.c. */
 int store_memcached_test_chunk_ids(struct store *st, size_t n);
-
 
 /* ---- little-endian encoding ---- */
 
@@ -269,7 +268,8 @@ idset_count(const struct idset *s)
     return s->n + s->has_zero;
 }
 
-/* idset_list gives the ids as a malloc()ed array of idset_count entries (NULL if none or no memory). */
+/* idset_list gives the ids as a malloc()ed array of idset_count entries
+ * (NULL if none or no memory). */
 static uint64_t *
 idset_list(const struct idset *s)
 {
@@ -364,7 +364,8 @@ fail_on(struct store *st, char *err, const char *what, const char *key, size_t k
     char server[300], why[300];
 
     return store_say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
-               server_of(st, key, keylen, server, sizeof(server)), reason(st, rc, why, sizeof(why)));
+                     server_of(st, key, keylen, server, sizeof(server)),
+                     reason(st, rc, why, sizeof(why)));
 }
 
 /* ---- records ---- */
@@ -410,7 +411,8 @@ encode_job(const struct store_job *sj, unsigned char *p)
     put_field(p, sj->data, sj->data_len);
 }
 
-/* decode_job is encode_job backwards; sj points into rec. -1 if rec is not a record, -2 if newer. */
+/* decode_job is encode_job backwards; sj points into rec. -1 if rec is not
+ * a record, -2 if newer. */
 static int
 decode_job(const unsigned char *rec, size_t len, struct store_job *sj)
 {
@@ -471,14 +473,16 @@ read_head(struct store *st, char *err)
         return fail_on(st, err, "read the index from", key, keylen, rc);
     server_of(st, key, keylen, server, sizeof(server));
     if (check_magic(v, len) == -2)
-        ret = store_say(err, DSJOB_ERR_STORE,
-                  "cannot open memcached store: key '%s' on server '%s' has format version %u, "
-                  "newer than this dsjobd's %d", key, server, v[MAGIC_LEN], FORMAT_VERSION);
+        ret =
+            store_say(err, DSJOB_ERR_STORE,
+                      "cannot open memcached store: key '%s' on server '%s' has format version %u, "
+                      "newer than this dsjobd's %d",
+                      key, server, v[MAGIC_LEN], FORMAT_VERSION);
     else if (check_magic(v, len) != 0 || len != HEAD_LEN ||
              get_u64(v + BODY) > get_u64(v + BODY + 8))
         ret = store_say(err, DSJOB_ERR_STORE,
-                  "cannot open memcached store: key '%s' on server '%s' is not a dsjob index",
-                  key, server);
+                        "cannot open memcached store: key '%s' on server '%s' is not a dsjob index",
+                        key, server);
     else
         st->first = get_u64(v + BODY), st->next = get_u64(v + BODY + 8);
     free(v);
@@ -554,17 +558,19 @@ apply_chunk(struct store *st, const unsigned char *v, size_t len, const char *ke
     uint32_t nadd, nrem, i;
 
     if (check_magic(v, len) == -2)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot open memcached store: key '%s' on server '%s' has format version %u, "
-                   "newer than this dsjobd's %d", key,
-                   server_of(st, key, strlen(key), server, sizeof(server)), v[MAGIC_LEN],
-                   FORMAT_VERSION);
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot open memcached store: key '%s' on server '%s' has format version %u, "
+            "newer than this dsjobd's %d",
+            key, server_of(st, key, strlen(key), server, sizeof(server)), v[MAGIC_LEN],
+            FORMAT_VERSION);
     if (check_magic(v, len) != 0 || len < CHUNK_HEADER ||
         (len - CHUNK_HEADER) / 8 != (uint64_t)get_u32(v + BODY) + get_u32(v + BODY + 4) ||
         (len - CHUNK_HEADER) % 8 != 0)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot open memcached store: key '%s' on server '%s' is not a dsjob index chunk",
-                   key, server_of(st, key, strlen(key), server, sizeof(server)));
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot open memcached store: key '%s' on server '%s' is not a dsjob index chunk", key,
+            server_of(st, key, strlen(key), server, sizeof(server)));
     nadd = get_u32(v + BODY);
     nrem = get_u32(v + BODY + 4);
     for (i = 0; i < nadd; i++)
@@ -621,7 +627,7 @@ mget_fail(struct store *st, char *err, const char *what, memcached_return_t rc)
     char server[300], why[300];
 
     return store_say(err, DSJOB_ERR_STORE, "cannot %s memcached server '%s': %s", what,
-               server_failed(st, server, sizeof(server)), reason(st, rc, why, sizeof(why)));
+                     server_failed(st, server, sizeof(server)), reason(st, rc, why, sizeof(why)));
 }
 
 /*
@@ -753,8 +759,9 @@ compact(struct store *st)
 static int
 bad_servers(char *err, const char *servers, const char *why)
 {
-    return store_say(err, DSJOB_ERR_ARG, "invalid --memcached-servers '%s': %s (want host:port,...)",
-               servers ? servers : "", why);
+    return store_say(err, DSJOB_ERR_ARG,
+                     "invalid --memcached-servers '%s': %s (want host:port,...)",
+                     servers ? servers : "", why);
 }
 
 /*
@@ -831,12 +838,14 @@ check_prefix(const char *prefix, char *err)
 
     if (strlen(prefix) > MAX_PREFIX)
         return store_say(err, DSJOB_ERR_ARG, "invalid --memcached-prefix: longer than %d bytes",
-                   MAX_PREFIX);
+                         MAX_PREFIX);
     for (p = prefix; *p != '\0'; p++)
         if (*p <= ' ' || *p >= 0x7f)
-            return store_say(err, DSJOB_ERR_ARG,
-                       "invalid --memcached-prefix '%s': memcached keys cannot hold spaces or "
-                       "control characters", prefix);
+            return store_say(
+                err, DSJOB_ERR_ARG,
+                "invalid --memcached-prefix '%s': memcached keys cannot hold spaces or "
+                "control characters",
+                prefix);
     return DSJOB_OK;
 }
 
@@ -857,15 +866,17 @@ check_servers(struct store *st, char *err)
         if (rc == MEMCACHED_SUCCESS)
             rc = MEMCACHED_CONNECTION_FAILURE;
         return store_say(err, DSJOB_ERR_STORE,
-                   "cannot open memcached store: server '%s:%u' does not answer: %s",
-                   memcached_server_name(in), (unsigned)memcached_server_port(in),
-                   reason(st, memcached_server_error_return(in) != MEMCACHED_SUCCESS
-                                  ? memcached_server_error_return(in) : rc,
-                          why, sizeof(why)));
+                         "cannot open memcached store: server '%s:%u' does not answer: %s",
+                         memcached_server_name(in), (unsigned)memcached_server_port(in),
+                         reason(st,
+                                memcached_server_error_return(in) != MEMCACHED_SUCCESS
+                                    ? memcached_server_error_return(in)
+                                    : rc,
+                                why, sizeof(why)));
     }
     if (rc != MEMCACHED_SUCCESS)
-        return store_say(err, DSJOB_ERR_STORE, "cannot open memcached store on '%s': %s", st->servers,
-                   reason(st, rc, why, sizeof(why)));
+        return store_say(err, DSJOB_ERR_STORE, "cannot open memcached store on '%s': %s",
+                         st->servers, reason(st, rc, why, sizeof(why)));
     return DSJOB_OK;
 }
 
@@ -979,17 +990,18 @@ mc_add(struct store *st, const struct store_job *sj, char *err)
     size_t len = job_len(sj), keylen, cap;
 
     keylen = key_job(st, sj->id, key);
-    if (len + keylen + ITEM_OVERHEAD > st->item_max ||
-        sj->handle_len > UINT32_MAX || sj->func_len > UINT32_MAX || sj->unique_len > UINT32_MAX ||
-        sj->reducer_len > UINT32_MAX || sj->data_len > UINT32_MAX)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot add job %" PRIu64 " to memcached server '%s': its record of %zu bytes "
-                   "is larger than memcached's item size (%zu bytes, memcached -I)",
-                   sj->id, server_of(st, key, keylen, server, sizeof(server)), len, st->item_max);
+    if (len + keylen + ITEM_OVERHEAD > st->item_max || sj->handle_len > UINT32_MAX ||
+        sj->func_len > UINT32_MAX || sj->unique_len > UINT32_MAX || sj->reducer_len > UINT32_MAX ||
+        sj->data_len > UINT32_MAX)
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot add job %" PRIu64 " to memcached server '%s': its record of %zu bytes "
+            "is larger than memcached's item size (%zu bytes, memcached -I)",
+            sj->id, server_of(st, key, keylen, server, sizeof(server)), len, st->item_max);
     if (idset_has(&st->live, sj->id))
         return store_say(err, DSJOB_ERR_STORE,
-                   "cannot add job %" PRIu64 " to memcached store: that id is already stored",
-                   sj->id);
+                         "cannot add job %" PRIu64 " to memcached store: that id is already stored",
+                         sj->id);
     if (st->nadds == st->adds_cap) {
         cap = st->adds_cap ? st->adds_cap * 2 : 64;
         grown = realloc(st->adds, cap * sizeof(*grown));
@@ -1008,8 +1020,8 @@ mc_add(struct store *st, const struct store_job *sj, char *err)
     st->nadds++;
     return DSJOB_OK;
 nomem:
-    return store_say(err, DSJOB_ERR_NOMEM, "cannot add job %" PRIu64 " to memcached store: out of memory",
-               sj->id);
+    return store_say(err, DSJOB_ERR_NOMEM,
+                     "cannot add job %" PRIu64 " to memcached store: out of memory", sj->id);
 }
 
 /* remove: kept until a head covers it; DSJOB_OK even if the last flush failed. */
@@ -1108,10 +1120,10 @@ refuse:
 
 /* A job record fetched for replay. */
 struct fetched {
-    uint64_t seq;          /* to sort by */
-    uint64_t id;           /* to break ties, and to find missing ones */
-    unsigned char *rec;    /* the record, malloc()ed */
-    size_t len;            /* bytes in rec */
+    uint64_t seq;       /* to sort by */
+    uint64_t id;        /* to break ties, and to find missing ones */
+    unsigned char *rec; /* the record, malloc()ed */
+    size_t len;         /* bytes in rec */
 };
 
 static int
@@ -1143,14 +1155,16 @@ check_record(struct store *st, const char *key, size_t keylen, struct fetched *f
     rc = decode_job(f->rec, f->len, &sj);
     server_of(st, key, keylen, server, sizeof(server));
     if (rc == -2)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot read memcached store: key '%.*s' on server '%s' has format version "
-                   "%u, newer than this dsjobd's %d", (int)keylen, key, server, f->rec[MAGIC_LEN],
-                   FORMAT_VERSION);
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot read memcached store: key '%.*s' on server '%s' has format version "
+            "%u, newer than this dsjobd's %d",
+            (int)keylen, key, server, f->rec[MAGIC_LEN], FORMAT_VERSION);
     if (rc != 0 || key_job(st, sj.id, want) != keylen || memcmp(want, key, keylen) != 0)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot read memcached store: key '%.*s' on server '%s' is not a dsjob job record",
-                   (int)keylen, key, server);
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot read memcached store: key '%.*s' on server '%s' is not a dsjob job record",
+            (int)keylen, key, server);
     f->seq = sj.seq;
     f->id = sj.id;
     return DSJOB_OK;

@@ -109,8 +109,9 @@ store_find(const char *name, char *err)
 #ifdef HAVE_SQLITE
         return &store_sqlite_ops;
 #else
-        snprintf(err, STORE_ERRLEN,
-                 "store 'sqlite' was not built: install libsqlite3-dev and configure --with-sqlite");
+        snprintf(
+            err, STORE_ERRLEN,
+            "store 'sqlite' was not built: install libsqlite3-dev and configure --with-sqlite");
         return NULL;
 #endif
     }

@@ -46,33 +46,32 @@
  * refuses it, so a downgrade needs a copy taken before the upgrade.
  */
 #define SCHEMA_VERSION 1
-#define SCHEMA_SQL                                                           \
-    "CREATE TABLE jobs ("                                                    \
-    " id INTEGER PRIMARY KEY," /* the number in the handle */               \
-    " seq INTEGER NOT NULL," /* submission order, replayed in it */         \
-    " handle TEXT NOT NULL,"                                                 \
-    " func TEXT NOT NULL,"                                                   \
-    " unique_key BLOB NOT NULL," /* "-" when unique_is_data */            \
-    " unique_is_data INTEGER NOT NULL,"                                      \
-    " reducer BLOB NOT NULL," /* empty unless SUBMIT_REDUCE_JOB */          \
-    " prio INTEGER NOT NULL," /* enum job_prio */                           \
-    " run_at INTEGER NOT NULL," /* epoch seconds, 0 for now */              \
+#define SCHEMA_SQL                                                                                 \
+    "CREATE TABLE jobs ("                                                                          \
+    " id INTEGER PRIMARY KEY," /* the number in the handle */                                      \
+    " seq INTEGER NOT NULL,"   /* submission order, replayed in it */                              \
+    " handle TEXT NOT NULL,"                                                                       \
+    " func TEXT NOT NULL,"                                                                         \
+    " unique_key BLOB NOT NULL," /* "-" when unique_is_data */                                     \
+    " unique_is_data INTEGER NOT NULL,"                                                            \
+    " reducer BLOB NOT NULL,"   /* empty unless SUBMIT_REDUCE_JOB */                               \
+    " prio INTEGER NOT NULL,"   /* enum job_prio */                                                \
+    " run_at INTEGER NOT NULL," /* epoch seconds, 0 for now */                                     \
     " data BLOB NOT NULL);"
 
-#define JOB_COLUMNS \
-    "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data"
+#define JOB_COLUMNS "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data"
 
 enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
-    COL_ID,
-    COL_SEQ,
-    COL_HANDLE,
-    COL_FUNC,
-    COL_UNIQUE,
-    COL_UNIQUE_IS_DATA,
-    COL_REDUCER,
-    COL_PRIO,
-    COL_RUN_AT,
-    COL_DATA,
+               COL_ID,
+               COL_SEQ,
+               COL_HANDLE,
+               COL_FUNC,
+               COL_UNIQUE,
+               COL_UNIQUE_IS_DATA,
+               COL_REDUCER,
+               COL_PRIO,
+               COL_RUN_AT,
+               COL_DATA,
 };
 
 struct store {
@@ -92,7 +91,6 @@ struct store {
 /* Test seams (like beanstalkd's falloc), declared again in t_store_sqlite.c. */
 int store_sqlite_test_limit_pages(struct store *st, long pages);
 int store_sqlite_test_fail_commits(struct store *st, bool on);
-
 
 /* db_error is sqlite's message for rc: errmsg if it is about rc, else the generic text. */
 static const char *
@@ -138,7 +136,8 @@ mkdir_p(const char *dir, char *err)
 
     path = strdup(dir);
     if (path == NULL)
-        return store_say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory", dir);
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory",
+                         dir);
     for (s = path + 1; *s != '\0'; s++) {
         if (*s != '/')
             continue;
@@ -157,7 +156,8 @@ mkdir_p(const char *dir, char *err)
     }
     goto free_path;
 fail:
-    rc = store_say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir, strerror(errno));
+    rc = store_say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir,
+                   strerror(errno));
 free_path:
     free(path);
     return rc;
@@ -182,7 +182,8 @@ db_path_of(const struct store_config *cfg, char **out, char *err)
         if (*out != NULL)
             sprintf(*out, "%s%s" DB_NAME, dir, dir[len - 1] == '/' ? "" : "/");
     } else {
-        return store_say(err, DSJOB_ERR_ARG, "store 'sqlite' needs a work directory or a database path");
+        return store_say(err, DSJOB_ERR_ARG,
+                         "store 'sqlite' needs a work directory or a database path");
     }
     if (*out == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "cannot open store: out of memory");
@@ -202,26 +203,30 @@ check_version(struct store *st, long long *version, char *err)
     rc = query_int(st->db, "PRAGMA user_version", version);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
-                   db_error(st->db, rc));
+                         db_error(st->db, rc));
     if (sqlite3_db_readonly(st->db, "main") == 1)
-        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': file is read-only", st->path);
+        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': file is read-only",
+                         st->path);
     if (*version > SCHEMA_VERSION)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot open store '%s': schema version %lld is newer than this dsjobd's %d",
-                   st->path, *version, SCHEMA_VERSION);
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot open store '%s': schema version %lld is newer than this dsjobd's %d", st->path,
+            *version, SCHEMA_VERSION);
     if (*version < 0)
-        return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': not a dsjob store (version %lld)",
-                   st->path, *version);
+        return store_say(err, DSJOB_ERR_STORE,
+                         "cannot open store '%s': not a dsjob store (version %lld)", st->path,
+                         *version);
     if (*version > 0)
         return DSJOB_OK;
     rc = query_int(st->db, "SELECT count(*) FROM sqlite_master", &ntables);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
-                   db_error(st->db, rc));
+                         db_error(st->db, rc));
     if (ntables != 0)
-        return store_say(err, DSJOB_ERR_STORE,
-                   "cannot open store '%s': not a dsjob store (schema version 0 but %lld tables)",
-                   st->path, ntables);
+        return store_say(
+            err, DSJOB_ERR_STORE,
+            "cannot open store '%s': not a dsjob store (schema version 0 but %lld tables)",
+            st->path, ntables);
     return DSJOB_OK;
 }
 
@@ -238,13 +243,13 @@ set_wal(struct store *st, char *err)
         rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW) {
         store_say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': %s", st->path,
-            db_error(st->db, rc));
+                  db_error(st->db, rc));
         goto finalize;
     }
     mode = (const char *)sqlite3_column_text(stmt, 0);
     if (mode == NULL || strcasecmp(mode, "wal") != 0) {
         store_say(err, DSJOB_ERR_STORE, "cannot set wal mode on store '%s': journal mode is '%s'",
-            st->path, mode ? mode : "");
+                  st->path, mode ? mode : "");
         goto finalize;
     }
     rc = SQLITE_OK;
@@ -264,12 +269,12 @@ set_sync(struct store *st, int sync, char *err)
     int rc;
 
     if (sync < 0 || sync > 2)
-        return store_say(err, DSJOB_ERR_ARG, "invalid store sync level %d (0 off, 1 normal, 2 full)",
-                   sync);
+        return store_say(err, DSJOB_ERR_ARG,
+                         "invalid store sync level %d (0 off, 1 normal, 2 full)", sync);
     rc = db_exec(st->db, sql[sync]);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot set sync level on store '%s': %s", st->path,
-                   db_error(st->db, rc));
+                         db_error(st->db, rc));
     return DSJOB_OK;
 }
 
@@ -296,7 +301,7 @@ schema_upgrade(struct store *st, long long version, char *err)
     if (rc == SQLITE_OK)
         return DSJOB_OK;
     store_say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
-        db_error(st->db, rc));
+              db_error(st->db, rc));
     if (!sqlite3_get_autocommit(st->db))
         db_exec(st->db, "ROLLBACK");
     return DSJOB_ERR_STORE;
@@ -317,7 +322,7 @@ prepare_all(struct store *st, char *err)
         rc = sqlite3_prepare_v2(st->db, sel, -1, &st->sel, NULL);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
-                   db_error(st->db, rc));
+                         db_error(st->db, rc));
     return DSJOB_OK;
 }
 
@@ -331,8 +336,8 @@ db_connect(struct store *st, const struct store_config *cfg, char *err)
     rc = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc != SQLITE_OK)
         return store_say(err, rc == SQLITE_NOMEM ? DSJOB_ERR_NOMEM : DSJOB_ERR_STORE,
-                   "cannot open store '%s': %s", st->path,
-                   st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+                         "cannot open store '%s': %s", st->path,
+                         st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
     rc = check_version(st, &version, err);
     if (rc == DSJOB_OK)
@@ -366,10 +371,11 @@ take_lock(struct store *st, char *err)
 {
     st->lock_fd = open(st->path, O_RDONLY | O_CLOEXEC);
     if (st->lock_fd < 0)
-        return store_say(err, DSJOB_ERR_STORE, "cannot lock store '%s': %s", st->path, strerror(errno));
+        return store_say(err, DSJOB_ERR_STORE, "cannot lock store '%s': %s", st->path,
+                         strerror(errno));
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0)
-        return store_say(err, DSJOB_ERR_STORE, "store '%s' is in use by another process: %s", st->path,
-                   errno == EWOULDBLOCK ? "locked" : strerror(errno));
+        return store_say(err, DSJOB_ERR_STORE, "store '%s' is in use by another process: %s",
+                         st->path, errno == EWOULDBLOCK ? "locked" : strerror(errno));
     return DSJOB_OK;
 }
 
@@ -557,8 +563,9 @@ sqlite_remove(struct store *st, uint64_t id, char *err)
         /* Not remembered: still delete in this batch, and say it may be lost. */
         if (batch_open(st))
             delete_id(st, id);
-        return store_say(err, DSJOB_ERR_NOMEM, "cannot remove job %llu from store '%s': out of memory",
-                   (unsigned long long)id, st->path);
+        return store_say(err, DSJOB_ERR_NOMEM,
+                         "cannot remove job %llu from store '%s': out of memory",
+                         (unsigned long long)id, st->path);
     }
     if (batch_open(st))
         delete_id(st, id);
@@ -632,7 +639,8 @@ sqlite_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
         }
     }
     if (rc != SQLITE_DONE)
-        store_say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path, db_error(st->db, rc));
+        store_say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path,
+                  db_error(st->db, rc));
     sqlite3_reset(st->sel);
     return rc == SQLITE_DONE ? DSJOB_OK : DSJOB_ERR_STORE;
 }

@@ -88,8 +88,7 @@ tap_is_str(const char *got, const char *want, const char *fmt, ...)
 }
 
 bool
-tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len,
-           const char *fmt, ...)
+tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len, const char *fmt, ...)
 {
     va_list ap;
     bool same = got_len == want_len && (got_len == 0 || memcmp(got, want, got_len) == 0);

@@ -17,8 +17,8 @@ bool tap_is_int(long long got, long long want, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 bool tap_is_str(const char *got, const char *want, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-bool tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len,
-                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+bool tap_is_mem(const void *got, size_t got_len, const void *want, size_t want_len, const char *fmt,
+                ...) __attribute__((format(printf, 5, 6)));
 void tap_skip(int n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*
  * tap_todo reports a test that is known to fail for the reason given:

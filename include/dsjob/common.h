@@ -24,16 +24,16 @@ extern "C" {
  */
 enum dsjob_err {
     DSJOB_OK = 0,
-    DSJOB_ERR_NOMEM,    /* an allocation failed */
-    DSJOB_ERR_SYS,      /* a system call failed; errno says why */
-    DSJOB_ERR_TIMEOUT,  /* a deadline passed */
-    DSJOB_ERR_CLOSED,   /* the peer closed the connection */
-    DSJOB_ERR_PROTO,    /* the peer broke the protocol */
-    DSJOB_ERR_SERVER,   /* the server answered with an error */
-    DSJOB_ERR_ARG,      /* an argument or option is invalid */
-    DSJOB_ERR_NOTFOUND, /* no such job, function or server */
-    DSJOB_ERR_STATE,    /* the call does not fit the object's state */
-    DSJOB_ERR_STORE,    /* the persistent store failed */
+    DSJOB_ERR_NOMEM,         /* an allocation failed */
+    DSJOB_ERR_SYS,           /* a system call failed; errno says why */
+    DSJOB_ERR_TIMEOUT,       /* a deadline passed */
+    DSJOB_ERR_CLOSED,        /* the peer closed the connection */
+    DSJOB_ERR_PROTO,         /* the peer broke the protocol */
+    DSJOB_ERR_SERVER,        /* the server answered with an error */
+    DSJOB_ERR_ARG,           /* an argument or option is invalid */
+    DSJOB_ERR_NOTFOUND,      /* no such job, function or server */
+    DSJOB_ERR_STATE,         /* the call does not fit the object's state */
+    DSJOB_ERR_STORE,         /* the persistent store failed */
     DSJOB_ERR_JOB_FAILED,    /* the job ended with WORK_FAIL */
     DSJOB_ERR_JOB_EXCEPTION, /* the job ended with WORK_EXCEPTION (text in the errmsg) */
 };

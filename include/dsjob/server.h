@@ -46,24 +46,24 @@ enum dsjob_log_level {
  * Strings are borrowed: they must outlive dsjob_server_new, which copies them.
  */
 struct dsjob_server_config {
-    size_t size;                       /* sizeof(struct dsjob_server_config), set by init */
+    size_t size; /* sizeof(struct dsjob_server_config), set by init */
     const char *listen[DSJOB_SERVER_MAX_LISTEN]; /* addresses to bind; default "127.0.0.1" */
-    int nlisten;                       /* entries used in listen[] */
-    int port;                          /* TCP port; 0 picks a free one; -1 no TCP at all */
-    const char *unix_socket;           /* path of a unix socket to listen on, or NULL */
-    int backlog;                       /* listen(2) backlog */
-    bool keepalive;                    /* SO_KEEPALIVE on accepted TCP connections */
-    size_t max_packet_size;            /* largest packet payload accepted, bytes */
-    size_t max_output_buffer;          /* bytes queued to one slow peer before it is dropped */
-    unsigned max_connections;          /* connections held at once; 0 means no limit */
-    unsigned max_jobs;                 /* jobs held at once (queued, scheduled, running); 0: none */
-    unsigned max_queue;                /* every function's maxqueue until changed; 0: none */
-    unsigned job_retries;              /* attempts before a job is failed; 0 = unlimited */
-    bool round_robin;                  /* rotate a worker's functions after each grab */
-    bool exceptions;                   /* forward WORK_EXCEPTION to every client, asked or not */
-    const char *job_handle_prefix;     /* handles are PREFIX:N; default "H:<hostname>" */
-    const char *log_file;              /* "stderr", "none" or a path */
-    enum dsjob_log_level verbose;      /* most verbose level logged */
+    int nlisten;                                 /* entries used in listen[] */
+    int port;                      /* TCP port; 0 picks a free one; -1 no TCP at all */
+    const char *unix_socket;       /* path of a unix socket to listen on, or NULL */
+    int backlog;                   /* listen(2) backlog */
+    bool keepalive;                /* SO_KEEPALIVE on accepted TCP connections */
+    size_t max_packet_size;        /* largest packet payload accepted, bytes */
+    size_t max_output_buffer;      /* bytes queued to one slow peer before it is dropped */
+    unsigned max_connections;      /* connections held at once; 0 means no limit */
+    unsigned max_jobs;             /* jobs held at once (queued, scheduled, running); 0: none */
+    unsigned max_queue;            /* every function's maxqueue until changed; 0: none */
+    unsigned job_retries;          /* attempts before a job is failed; 0 = unlimited */
+    bool round_robin;              /* rotate a worker's functions after each grab */
+    bool exceptions;               /* forward WORK_EXCEPTION to every client, asked or not */
+    const char *job_handle_prefix; /* handles are PREFIX:N; default "H:<hostname>" */
+    const char *log_file;          /* "stderr", "none" or a path */
+    enum dsjob_log_level verbose;  /* most verbose level logged */
     const char *admin_allow[DSJOB_SERVER_MAX_ADMIN_ALLOW]; /* ADDR[/BITS] allowed to administer */
     int nadmin_allow;                  /* 0: loopback and the unix socket only */
     const char *store;                 /* "none" (default), "sqlite" or "memcached" */
@@ -87,8 +87,8 @@ DSJOB_API void dsjob_server_config_init(struct dsjob_server_config *cfg);
  * Returns NULL on failure and, when errbuf is not NULL, writes why into it.
  * The caller frees the result with dsjob_server_free.
  */
-DSJOB_API struct dsjob_server *dsjob_server_new(const struct dsjob_server_config *cfg,
-                                                char *errbuf, size_t errlen);
+DSJOB_API struct dsjob_server *dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf,
+                                                size_t errlen);
 
 /*
  * dsjob_server_bind opens the log and the listening sockets. DSJOB_OK or an

@@ -31,7 +31,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 cmd.word_len[i] == 0)
                 abort();
         if (cmd.kind != TEXTCMD_EMPTY && cmd.kind != TEXTCMD_UNKNOWN &&
-            (cmd.first_arg == 0 || cmd.first_arg > cmd.nwords) )
+            (cmd.first_arg == 0 || cmd.first_arg > cmd.nwords))
             abort();
         line += len + 1;
     }

@@ -24,10 +24,10 @@
 #include "lib/peer.h"
 #include "tap.h"
 
-#define TOTAL 40000      /* background submits at most */
+#define TOTAL 40000       /* background submits at most */
 #define SENT_BEFORE 20000 /* submits sent before the kill, at least */
-#define KILL_AFTER 10000 /* acknowledgements seen before the kill, at least */
-#define DONE_BEFORE 100 /* jobs completed before the flood */
+#define KILL_AFTER 10000  /* acknowledgements seen before the kill, at least */
+#define DONE_BEFORE 100   /* jobs completed before the flood */
 
 struct seen {
     char (*handle)[32]; /* handles, in order */
@@ -152,10 +152,11 @@ main(int argc, char **argv)
     }
 flood_over:
     close(c);
-    tap_ok(killed && sent >= SENT_BEFORE, "dsjobd was killed with SIGKILL after %zu acknowledgements, %d submits sent",
-           acked.n, sent);
-    tap_ok(sent > (int)acked.n, "submits were still in flight at the kill (%d sent, %zu acknowledged)",
-           sent, acked.n);
+    tap_ok(killed && sent >= SENT_BEFORE,
+           "dsjobd was killed with SIGKILL after %zu acknowledgements, %d submits sent", acked.n,
+           sent);
+    tap_ok(sent > (int)acked.n,
+           "submits were still in flight at the kill (%d sent, %zu acknowledged)", sent, acked.n);
     waitpid(d.pid, NULL, 0);
     d.pid = 0;
 
@@ -206,7 +207,8 @@ flood_over:
             snprintf(h2, sizeof(h2), "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
         peer_pkt_release(&p);
         tap_ok(h1[0] != '\0' && strcmp(h1, h2) == 0,
-               "after a restart a submit with a replayed job's unique key coalesces onto it (%s)", h1);
+               "after a restart a submit with a replayed job's unique key coalesces onto it (%s)",
+               h1);
         close(c);
         after.n = 0;
         drain(d.port, "crash", &after);

@@ -63,7 +63,7 @@ main(void)
 {
     char dir[] = "/tmp/dsjob-crashlg.XXXXXX", wd[300], cmd[400];
     const char *args[] = {"--work-dir", wd, NULL};
-    char (*ran)[GEARMAN_JOB_HANDLE_SIZE] = calloc(MAX_JOBS, GEARMAN_JOB_HANDLE_SIZE);
+    char(*ran)[GEARMAN_JOB_HANDLE_SIZE] = calloc(MAX_JOBS, GEARMAN_JOB_HANDLE_SIZE);
     size_t nran = 0;
     struct daemon d;
     pthread_t t;
@@ -85,7 +85,8 @@ main(void)
     atomic_store(&stop, true);
     pthread_join(t, NULL);
     n = atomic_load(&nacked);
-    tap_ok(n >= KILL_AFTER, "libgearman had %d background jobs acknowledged when dsjobd was killed", n);
+    tap_ok(n >= KILL_AFTER, "libgearman had %d background jobs acknowledged when dsjobd was killed",
+           n);
 
     daemon_start(&d, args);
     w = peer_connect(d.port);

@@ -134,7 +134,8 @@ not_held(void)
     snprintf(handle, sizeof(handle), "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
     peer_pkt_release(&p);
     peer_send(victim_worker, PACKET_GRAB_JOB, 0);
-    tap_is_int(peer_recv(victim_worker, &p, PEER_TIMEOUT_MS), PACKET_JOB_ASSIGN, "victim job assigned");
+    tap_is_int(peer_recv(victim_worker, &p, PEER_TIMEOUT_MS), PACKET_JOB_ASSIGN,
+               "victim job assigned");
     peer_pkt_release(&p);
 
     peer_send(fd, PACKET_WORK_COMPLETE, 2, handle, "forged");
@@ -159,7 +160,10 @@ truncated(void)
     int fd = peer_connect(port);
 
     /* Header says 100 bytes, 10 arrive, then the peer goes away. */
-    peer_send_raw(fd, "\0REQ\0\0\0\x12\0\0\0\x64" "half a pac", 22);
+    peer_send_raw(fd,
+                  "\0REQ\0\0\0\x12\0\0\0\x64"
+                  "half a pac",
+                  22);
     close(fd);
     others_unharmed("truncated packet then close");
 }
@@ -190,7 +194,8 @@ long_line(void)
     memset(line, 'x', sizeof(line));
     peer_send_raw(fd, line, sizeof(line));
     n = peer_admin(fd, "", false, buf, sizeof(buf));
-    tap_ok(n > 0 && strncmp(buf, "ERR LINE_TOO_LONG", 17) == 0, "an endless admin line: ERR LINE_TOO_LONG");
+    tap_ok(n > 0 && strncmp(buf, "ERR LINE_TOO_LONG", 17) == 0,
+           "an endless admin line: ERR LINE_TOO_LONG");
     tap_ok(peer_closed(fd, PEER_TIMEOUT_MS), "endless line: connection closed");
     close(fd);
     others_unharmed("endless admin line");

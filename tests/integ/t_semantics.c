@@ -72,8 +72,8 @@ sleeping_worker(const char *func)
 }
 
 static void
-submit(int fd, uint32_t type, const char *func, const char *unique, const char *data,
-       char *handle, size_t cap)
+submit(int fd, uint32_t type, const char *func, const char *unique, const char *data, char *handle,
+       size_t cap)
 {
     peer_send(fd, type, 3, func, unique, data);
     if (!recv_type(fd, PACKET_JOB_CREATED, handle, cap, PEER_TIMEOUT_MS))
@@ -95,7 +95,8 @@ test_wake_one(void)
             woken++;
     tap_is_int(woken, 1, "one new job wakes one of three sleeping workers");
     peer_send(w[0], PACKET_GRAB_JOB, 0);
-    tap_ok(recv_type(w[0], PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "the woken worker gets it");
+    tap_ok(recv_type(w[0], PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS),
+           "the woken worker gets it");
     peer_send(w[1], PACKET_GRAB_JOB, 0);
     recv_type(w[1], PACKET_NO_JOB, NULL, 0, PEER_TIMEOUT_MS);
     submit(c, PACKET_SUBMIT_JOB_BG, "wake", "", "y", h, sizeof(h));
@@ -116,14 +117,18 @@ test_epoch(void)
 
     snprintf(when, sizeof(when), "%ld", (long)time(NULL) + 2);
     peer_send(c, PACKET_SUBMIT_JOB_EPOCH, 4, "epoch", "", when, "later");
-    tap_ok(recv_type(c, PACKET_JOB_CREATED, h, sizeof(h), PEER_TIMEOUT_MS), "SUBMIT_JOB_EPOCH: JOB_CREATED");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, h, sizeof(h), PEER_TIMEOUT_MS),
+           "SUBMIT_JOB_EPOCH: JOB_CREATED");
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tap_ok(quiet(w, 500), "the job does not wake anyone before its time");
-    tap_ok(recv_type(w, PACKET_NOOP, NULL, 0, 4000), "at its time the sleeping worker is woken (no other job needed)");
+    tap_ok(recv_type(w, PACKET_NOOP, NULL, 0, 4000),
+           "at its time the sleeping worker is woken (no other job needed)");
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    tap_diag("woken %.2f s after submit", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    tap_diag("woken %.2f s after submit",
+             (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
     peer_send(w, PACKET_GRAB_JOB, 0);
-    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) && strcmp(got, h) == 0,
+    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) &&
+               strcmp(got, h) == 0,
            "and gets the epoch job");
     close(w);
     close(c);
@@ -143,10 +148,12 @@ test_requeue(void)
     w2 = worker("rq");
     usleep(100000);
     peer_send(w2, PACKET_GRAB_JOB, 0);
-    tap_ok(recv_type(w2, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) && strcmp(got, h) == 0,
+    tap_ok(recv_type(w2, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) &&
+               strcmp(got, h) == 0,
            "after worker 1 dies, worker 2 gets the same job");
     peer_send(w2, PACKET_WORK_COMPLETE, 2, h, "ok");
-    tap_is_int(peer_recv(c, &p, PEER_TIMEOUT_MS), PACKET_WORK_COMPLETE, "the client gets the result");
+    tap_is_int(peer_recv(c, &p, PEER_TIMEOUT_MS), PACKET_WORK_COMPLETE,
+               "the client gets the result");
     peer_pkt_release(&p);
     close(w2);
     close(c);
@@ -169,7 +176,8 @@ test_complete_without_data(void)
            "WORK_COMPLETE with no data argument completes the job with empty data");
     peer_pkt_release(&p);
     peer_send(w, PACKET_ECHO_REQ, 1, "e");
-    tap_ok(recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS), "and the worker is not sent an ERROR");
+    tap_ok(recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS),
+           "and the worker is not sent an ERROR");
     close(w);
     close(c);
 }
@@ -198,13 +206,16 @@ test_coalesce(void)
     tap_is_str(h4, h1, "the worker gets the coalesced job once");
     peer_send(w, PACKET_WORK_DATA, 2, h1, "chunk");
     peer_send(w, PACKET_WORK_COMPLETE, 2, h1, "result");
-    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA && arg_is(&p, 1, "chunk"), "client 1 gets WORK_DATA");
+    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA && arg_is(&p, 1, "chunk"),
+           "client 1 gets WORK_DATA");
     peer_pkt_release(&p);
-    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"), "client 1 gets the result");
+    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"),
+           "client 1 gets the result");
     peer_pkt_release(&p);
     tap_ok(peer_recv(c2, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA, "client 2 gets WORK_DATA too");
     peer_pkt_release(&p);
-    tap_ok(peer_recv(c2, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"), "client 2 gets the same result");
+    tap_ok(peer_recv(c2, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "result"),
+           "client 2 gets the same result");
     peer_pkt_release(&p);
     close(c1);
     close(c2);
@@ -277,7 +288,8 @@ test_status(void)
     peer_pkt_release(&p);
     submit(c, PACKET_SUBMIT_JOB_BG, "st", "skey", "d", h, sizeof(h));
     peer_send(c, PACKET_GET_STATUS, 1, h);
-    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") && arg_is(&p, 2, "0"),
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") &&
+               arg_is(&p, 2, "0"),
            "queued: known, not running");
     peer_pkt_release(&p);
     peer_send(w, PACKET_GRAB_JOB, 0);
@@ -285,14 +297,14 @@ test_status(void)
     peer_send(w, PACKET_WORK_STATUS, 3, h, "3", "7");
     usleep(50000);
     peer_send(c, PACKET_GET_STATUS, 1, h);
-    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") && arg_is(&p, 2, "1") &&
-               arg_is(&p, 3, "3") && arg_is(&p, 4, "7"),
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 1, "1") &&
+               arg_is(&p, 2, "1") && arg_is(&p, 3, "3") && arg_is(&p, 4, "7"),
            "running with WORK_STATUS 3/7: 1 1 3 7");
     peer_pkt_release(&p);
     peer_send(c, PACKET_GET_STATUS_UNIQUE, 1, "skey");
     tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES_UNIQUE && arg_is(&p, 0, "skey") &&
-               arg_is(&p, 1, "1") && arg_is(&p, 2, "1") && arg_is(&p, 3, "3") && arg_is(&p, 4, "7") &&
-               arg_is(&p, 5, "0"),
+               arg_is(&p, 1, "1") && arg_is(&p, 2, "1") && arg_is(&p, 3, "3") &&
+               arg_is(&p, 4, "7") && arg_is(&p, 5, "0"),
            "GET_STATUS_UNIQUE: known, running, 3/7, no waiting clients");
     peer_pkt_release(&p);
     peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
@@ -317,7 +329,8 @@ test_client_gone(void)
     close(c);
     usleep(100000);
     peer_admin(a, "status", true, buf, sizeof(buf));
-    tap_ok(strstr(buf, "gone\t0\t0\t0\n") != NULL, "its client leaves before a worker took it: dropped");
+    tap_ok(strstr(buf, "gone\t0\t0\t0\n") != NULL,
+           "its client leaves before a worker took it: dropped");
     close(a);
 }
 
@@ -339,7 +352,8 @@ test_maxqueue(void)
     peer_admin(c, "maxqueue mq 0 0 5", false, buf, sizeof(buf));
     tap_is_str(buf, "OK\r\n", "maxqueue with three limits: OK");
     peer_send(c, PACKET_SUBMIT_JOB_LOW_BG, 3, "mq", "", "3");
-    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS), "low priority has its own limit");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS),
+           "low priority has its own limit");
     close(c);
 }
 
@@ -382,7 +396,8 @@ test_max_connections(void)
     b = peer_connect(d.port);
     usleep(100000);
     c = peer_connect(d.port);
-    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "TOO_MANY_CONNECTIONS") &&
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR &&
+               arg_is(&p, 0, "TOO_MANY_CONNECTIONS") &&
                memmem(p.arg[1], p.arg_len[1], "--max-connections 2", 19) != NULL,
            "the third connection over --max-connections 2 is told which limit");
     peer_pkt_release(&p);
@@ -460,7 +475,8 @@ test_retries(void)
     for (i = 0; i < 2; i++) {
         w = worker("poison");
         peer_send(w, PACKET_GRAB_JOB, 0);
-        tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "attempt %d taken", i + 1);
+        tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "attempt %d taken",
+               i + 1);
         close(w);
     }
     tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_WORK_FAIL && arg_is(&p, 0, h),

@@ -150,7 +150,8 @@ test_bad_config(void)
     cfg.max_packet_size = 10;
     tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL, "a tiny --max-packet-size is refused");
     cfg.size = 3;
-    tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL, "a config of the wrong size is refused");
+    tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL,
+           "a config of the wrong size is refused");
 }
 
 static void

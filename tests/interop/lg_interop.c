@@ -42,9 +42,9 @@
 
 #include "tap.h"
 
-#define IO_TIMEOUT_MS 20000  /* libgearman client and worker timeouts */
-#define CHILD_ALARM_S 25     /* a forked child never outlives this */
-#define CHECK_ALARM_S 40     /* one check (against one server) at most */
+#define IO_TIMEOUT_MS 20000 /* libgearman client and worker timeouts */
+#define CHILD_ALARM_S 25    /* a forked child never outlives this */
+#define CHECK_ALARM_S 40    /* one check (against one server) at most */
 #define MANY_CLIENTS 500
 #define MANY_WORKERS 4
 #define BIG_SIZE (1024 * 1024)
@@ -497,7 +497,7 @@ status_line(const char *fn, char *out, size_t cap)
     size_t fl = strlen(fn);
 
     out[0] = '\0';
-    for (char *l = all; *l; ) {
+    for (char *l = all; *l;) {
         char *nl = strchr(l, '\n');
         size_t ll = nl ? (size_t)(nl - l) : strlen(l);
 
@@ -522,7 +522,7 @@ check_echo(void)
     begin_check("echo");
     rc = gearman_client_echo(c, msg, sizeof msg - 1);
     IS_STR(gearman_strerror(rc), "GEARMAN_SUCCESS",
-               "%s: gearman_client_echo with a NUL in the payload", srv->kind);
+           "%s: gearman_client_echo with a NUL in the payload", srv->kind);
     gearman_client_free(c);
 }
 
@@ -567,7 +567,7 @@ check_priorities(void)
     w = spawn_worker("lg_prio", 0, cb_record, NULL, 8);
     got = child_output(&w, 15000);
     IS_STR(got, "H1\nH2\nN1\nN2\nN3\nL1\nL2\nL3\n",
-               "%s: a late worker gets high, normal, low jobs, FIFO within each", srv->kind);
+           "%s: a late worker gets high, normal, low jobs, FIFO within each", srv->kind);
     IS_INT(child_reap(&w, 5000), 0, "%s: the priority worker ran its 8 jobs", srv->kind);
     free(got);
     gearman_client_free(c);
@@ -579,7 +579,8 @@ cb_once(gearman_job_st *job, void *ctx, size_t *result_size, gearman_return_t *r
     char buf[128];
 
     (void)ctx;
-    report("ran %.*s\n", (int)gearman_job_workload_size(job), (const char *)gearman_job_workload(job));
+    report("ran %.*s\n", (int)gearman_job_workload_size(job),
+           (const char *)gearman_job_workload(job));
     snprintf(buf, sizeof buf, "result-of-%.*s", (int)gearman_job_workload_size(job),
              (const char *)gearman_job_workload(job));
     *ret = GEARMAN_SUCCESS;
@@ -748,7 +749,7 @@ check_coalesce(void)
         sleep_ms(20);
     } while (now_ms() < end);
     IS_STR(st, want, "%s: two clients, one unique: one queued job with 2 waiting clients",
-               srv->kind);
+           srv->kind);
     status_line("lg_uniq", st, sizeof st);
     IS_STR(st, "lg_uniq\t1\t0\t0", "%s: status counts one job for the two clients", srv->kind);
 
@@ -758,11 +759,11 @@ check_coalesce(void)
     sscanf(r1, "GEARMAN_SUCCESS %127s COMPLETE:%127s", h1, res1);
     sscanf(r2, "GEARMAN_SUCCESS %127s COMPLETE:%127s", h2, res2);
     OK(strncmp(h1, "H:", 2) == 0 && strcmp(h1, h2) == 0,
-           "%s: both clients of the coalesced job got the same handle", srv->kind);
+       "%s: both clients of the coalesced job got the same handle", srv->kind);
     if (strcmp(h1, h2) != 0 || !h1[0])
         tap_diag("  client 1: '%s', client 2: '%s'", r1, r2);
     OK(strcmp(res1, "result-of-P1") == 0 && strcmp(res2, "result-of-P1") == 0,
-           "%s: both clients got the single result", srv->kind);
+       "%s: both clients got the single result", srv->kind);
     ran = child_output(&w, 5000);
     IS_STR(ran, "ran P1\n", "%s: the worker ran the coalesced job once", srv->kind);
     IS_INT(child_reap(&w, 5000), 0, "%s: the coalescing worker exited cleanly", srv->kind);
@@ -795,10 +796,9 @@ check_dash_unique(void)
          gearman_client_do_background(c, "lg_dash", "-", "other", 5, h3) == GEARMAN_SUCCESS;
     OK(ok, "%s: three background jobs with unique '-' submitted", srv->kind);
     OK(strcmp(h1, h2) == 0 && strcmp(h1, h3) != 0,
-           "%s: unique '-' coalesces on the payload: same payload, same handle", srv->kind);
+       "%s: unique '-' coalesces on the payload: same payload, same handle", srv->kind);
     status_line("lg_dash", st, sizeof st);
-    IS_STR(st, "lg_dash\t2\t0\t0", "%s: unique '-' with two payloads makes two jobs",
-               srv->kind);
+    IS_STR(st, "lg_dash\t2\t0\t0", "%s: unique '-' with two payloads makes two jobs", srv->kind);
     gearman_client_free(c);
 }
 
@@ -823,7 +823,7 @@ check_unique_to_worker(void)
     w = spawn_worker("lg_uval", 0, cb_unique, NULL, 1);
     res = gearman_client_do(c, "lg_uval", "lg-unique-value-42", "x", 1, &len, &rc);
     IS_MEM(res, res ? len : 0, "lg-unique-value-42", 18,
-               "%s: the worker sees the client's unique key (JOB_ASSIGN_UNIQ)", srv->kind);
+           "%s: the worker sees the client's unique key (JOB_ASSIGN_UNIQ)", srv->kind);
     child_reap(&w, 5000);
     free(res);
     gearman_client_free(c);
@@ -854,8 +854,9 @@ check_progress(void)
     rc = run_observed("lg_progress", false, &ev);
     IS_STR(gearman_strerror(rc), "GEARMAN_SUCCESS", "%s: progress job ran", srv->kind);
     IS_STR(ev.log, "DATA:d1 STATUS:1/4 DATA:d\\02 WARNING:w1 STATUS:4/4 COMPLETE:done ",
-               "%s: WORK_DATA, WORK_STATUS, WORK_WARNING reach the client in order, then "
-               "WORK_COMPLETE", srv->kind);
+           "%s: WORK_DATA, WORK_STATUS, WORK_WARNING reach the client in order, then "
+           "WORK_COMPLETE",
+           srv->kind);
     child_reap(&w, 5000);
 }
 
@@ -895,8 +896,7 @@ check_exception_and_fail(void)
     IS_STR(ev.log, "EXCEPTION:boom ",
            "%s: WORK_EXCEPTION reaches a client that asked for exceptions, and ends the job",
            srv->kind);
-    IS_STR(gearman_strerror(rc), "GEARMAN_SUCCESS", "%s: run_tasks after an exception",
-           srv->kind);
+    IS_STR(gearman_strerror(rc), "GEARMAN_SUCCESS", "%s: run_tasks after an exception", srv->kind);
     /* gearmand turns the exception into a WORK_FAIL whose handle ends in a
      * NUL; libgearman does not match that handle and waits for its timeout */
     rc = run_task("lg_exc", NULL, "in", false, 3000, &ev);
@@ -913,7 +913,7 @@ check_exception_and_fail(void)
     c = new_client();
     res = gearman_client_do(c, "lg_fail", NULL, "x", 1, &len, &rc);
     IS_STR(gearman_strerror(rc), "GEARMAN_WORK_FAIL",
-               "%s: gearman_client_do of a failing job returns GEARMAN_WORK_FAIL", srv->kind);
+           "%s: gearman_client_do of a failing job returns GEARMAN_WORK_FAIL", srv->kind);
     free(res);
     gearman_client_free(c);
     child_reap(&w, 5000);
@@ -964,10 +964,10 @@ check_bg_status(void)
     if (pipe(go) < 0)
         tap_bail("pipe: %s", strerror(errno));
     IS_STR(gearman_strerror(gearman_client_do_background(c, "lg_bgstat", NULL, "x", 1, h)),
-               "GEARMAN_SUCCESS", "%s: background job submitted", srv->kind);
+           "GEARMAN_SUCCESS", "%s: background job submitted", srv->kind);
     s = job_status(c, h);
     OK(s.rc == GEARMAN_SUCCESS && s.known && !s.running && s.num == 0 && s.den == 0,
-           "%s: GET_STATUS of a queued job: known, not running, 0/0", srv->kind);
+       "%s: GET_STATUS of a queued job: known, not running, 0/0", srv->kind);
     release_fd = go[0];
     w = spawn_worker("lg_bgstat", 0, cb_bgstat, NULL, 1);
     close(go[0]);
@@ -980,7 +980,7 @@ check_bg_status(void)
         sleep_ms(20);
     } while (now_ms() < end);
     OK(s.rc == GEARMAN_SUCCESS && s.known && s.running && s.num == 3 && s.den == 7,
-           "%s: GET_STATUS while running: known, running, 3/7", srv->kind);
+       "%s: GET_STATUS while running: known, running, 3/7", srv->kind);
     if (!(s.known && s.running && s.num == 3 && s.den == 7))
         tap_diag("  got known=%d running=%d %u/%u (%s)", s.known, s.running, s.num, s.den,
                  gearman_strerror(s.rc));
@@ -989,11 +989,11 @@ check_bg_status(void)
     IS_INT(child_reap(&w, 10000), 0, "%s: the status worker finished its job", srv->kind);
     s = job_status(c, h);
     OK(s.rc == GEARMAN_SUCCESS && !s.known && !s.running && s.num == 0 && s.den == 0,
-           "%s: GET_STATUS after the job is done: unknown, 0/0", srv->kind);
+       "%s: GET_STATUS after the job is done: unknown, 0/0", srv->kind);
     snprintf(unknown, sizeof unknown, "H:no-such-host:987654");
     s = job_status(c, unknown);
     OK(s.rc == GEARMAN_SUCCESS && !s.known && !s.running && s.num == 0 && s.den == 0,
-           "%s: GET_STATUS of an unknown handle: unknown, not running, 0/0", srv->kind);
+       "%s: GET_STATUS of an unknown handle: unknown, not running, 0/0", srv->kind);
     gearman_client_free(c);
 }
 
@@ -1034,13 +1034,14 @@ check_worker_dies(bool by_exit)
     c = spawn_client_do(fn, NULL, "payload");
     w1 = spawn_worker(fn, 0, cb_die, by_exit ? (void *)1 : NULL, 1);
     OK(child_line(&w1, line, sizeof line, 10000) && strcmp(line, "grabbed") == 0,
-           "%s: first worker grabbed the job", srv->kind);
+       "%s: first worker grabbed the job", srv->kind);
     if (!by_exit)
         kill(w1.pid, SIGKILL);
     child_reap(&w1, 5000);
     w2 = spawn_worker(fn, 0, cb_second, NULL, 1);
     res = child_output(&c, 15000);
-    OK(strncmp(res, "GEARMAN_SUCCESS ", 16) == 0 && strstr(res, " COMPLETE:second:payload ") != NULL,
+    OK(strncmp(res, "GEARMAN_SUCCESS ", 16) == 0 &&
+           strstr(res, " COMPLETE:second:payload ") != NULL,
        "%s: a worker that %s mid-job: the job completes on another worker", srv->kind, how);
     if (strstr(res, " COMPLETE:second:payload ") == NULL)
         tap_diag("  client got '%s'", res);
@@ -1127,7 +1128,7 @@ check_big(void)
     res = gearman_client_do(c, "lg_big", NULL, in, BIG_SIZE, &len, &rc);
     IS_STR(gearman_strerror(rc), "GEARMAN_SUCCESS", "%s: 1 MiB job ran", srv->kind);
     IS_MEM(res, res ? len : 0, want, BIG_SIZE,
-               "%s: 1 MiB payload with %zu NUL bytes round-trips byte for byte", srv->kind, nuls);
+           "%s: 1 MiB payload with %zu NUL bytes round-trips byte for byte", srv->kind, nuls);
     child_reap(&w, 5000);
     free(res);
     free(in);
@@ -1218,9 +1219,9 @@ check_many(void)
     for (int i = 0; i < MANY_WORKERS; i++)
         child_kill(&w[i]);
     IS_INT(connected, MANY_CLIENTS, "%s: %d clients connected at once (echo)", srv->kind,
-               MANY_CLIENTS);
+           MANY_CLIENTS);
     IS_INT(right, MANY_CLIENTS, "%s: %d concurrent clients all got their own result (%lld ms)",
-               srv->kind, MANY_CLIENTS, now_ms() - t0);
+           srv->kind, MANY_CLIENTS, now_ms() - t0);
 }
 
 static void *
@@ -1265,7 +1266,7 @@ check_identifier(void)
     while (!(found = workers_has(" 127.0.0.1 lg-ident-7 : lg_ident\n")) && now_ms() < end)
         sleep_ms(20);
     OK(found, "%s: workers shows 'FD 127.0.0.1 lg-ident-7 : lg_ident' after SET_CLIENT_ID",
-           srv->kind);
+       srv->kind);
     if (!found) {
         char *all = raw_listing("workers");
 

@@ -54,7 +54,8 @@ daemon_start(struct daemon *d, const char *const *extra)
     }
     if (bin == NULL)
         bin = "server/dsjobd";
-    snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(d->dir) == NULL)
         tap_bail("mkdtemp: %s", strerror(errno));
     snprintf(portfile, sizeof(portfile), "%s/port", d->dir);
@@ -265,7 +266,8 @@ peer_recv(int fd, struct peer_pkt *p, int timeout_ms)
         return r;
     }
     whole[need] = '\0';
-    if (packet_decode(whole, need, UINT32_MAX, &pk, &need, &why) != PACKET_OK || pk.magic != PACKET_RES) {
+    if (packet_decode(whole, need, UINT32_MAX, &pk, &need, &why) != PACKET_OK ||
+        pk.magic != PACKET_RES) {
         free(whole);
         return 0;
     }

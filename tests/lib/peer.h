@@ -18,19 +18,19 @@
 
 /* A received packet; payload is owned by the struct (peer_pkt_release). */
 struct peer_pkt {
-    uint32_t type;                   /* packet type, or 0 on failure */
-    unsigned char *payload;          /* the payload, NUL-terminated for convenience */
-    size_t size;                     /* payload bytes */
-    unsigned nargs;                  /* arguments split by the codec */
+    uint32_t type;                             /* packet type, or 0 on failure */
+    unsigned char *payload;                    /* the payload, NUL-terminated for convenience */
+    size_t size;                               /* payload bytes */
+    unsigned nargs;                            /* arguments split by the codec */
     const unsigned char *arg[PACKET_MAX_ARGS]; /* into payload */
     size_t arg_len[PACKET_MAX_ARGS];
 };
 
 /* A dsjobd child started by daemon_start. */
 struct daemon {
-    pid_t pid;        /* the child, or 0 when DSJOBD_TEST_ADDR names an outside daemon */
-    int port;         /* its TCP port */
-    char dir[256];    /* its temporary directory (log, port file) */
+    pid_t pid;     /* the child, or 0 when DSJOBD_TEST_ADDR names an outside daemon */
+    int port;      /* its TCP port */
+    char dir[256]; /* its temporary directory (log, port file) */
 };
 
 /*

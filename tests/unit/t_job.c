@@ -29,8 +29,7 @@ main(void)
     tap_is_int(j->refs, 1, "job_unref");
     tap_is_int(job_nwaiters(j), 0, "no waiters");
     tap_ok(j->ext == NULL, "a new job has no job_ext");
-    tap_ok(job_worker(j) == NULL && job_when(j) == 0 && job_attempts(j) == 0 &&
-               !job_has_waiters(j),
+    tap_ok(job_worker(j) == NULL && job_when(j) == 0 && job_attempts(j) == 0 && !job_has_waiters(j),
            "and reads as idle without one");
     tap_ok(job_set_when(j, 0) == 0 && j->ext == NULL, "setting no time allocates nothing");
     tap_ok(job_set_when(j, 4102444800) == 0 && j->ext != NULL && job_when(j) == 4102444800,

@@ -36,7 +36,8 @@ test_table(void)
     tap_is_int(named, 41, "41 packet types are defined (1-42 but 5)");
     tap_ok(packet_info(0) == NULL && packet_info(5) == NULL && packet_info(43) == NULL,
            "types 0, 5 and 43 are not");
-    tap_is_str(packet_name(PACKET_SUBMIT_JOB_EPOCH), "SUBMIT_JOB_EPOCH", "names come from the table");
+    tap_is_str(packet_name(PACKET_SUBMIT_JOB_EPOCH), "SUBMIT_JOB_EPOCH",
+               "names come from the table");
     tap_is_str(packet_name(99), "UNKNOWN", "an unknown type is named UNKNOWN");
     tap_is_int(packet_info(PACKET_SUBMIT_JOB)->nargs, 3, "SUBMIT_JOB takes 3 arguments");
     tap_is_int(packet_info(PACKET_SUBMIT_JOB_SCHED)->nargs, 8, "SUBMIT_JOB_SCHED takes 8");
@@ -115,7 +116,10 @@ test_decode_invalid(void)
     tap_is_str(why, "too few arguments", "too few arguments");
     tap_is_int((long long)need, (long long)n, "but framed: skip the packet");
 
-    n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_STATUS, "H:1\0" "5", 5);
+    n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_STATUS,
+           "H:1\0"
+           "5",
+           5);
     tap_is_int(packet_decode(buf, n, 1024, &p, &need, &why), PACKET_BAD,
                "WORK_STATUS without a denominator is bad");
     n = mk(buf, sizeof(buf), "\0REQ", PACKET_WORK_COMPLETE, "H:x:1", 5);

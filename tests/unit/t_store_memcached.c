@@ -43,10 +43,10 @@ extern int store_memcached_test_chunk_ids(struct store *st, size_t n);
 
 static const struct store_ops *ops = &store_memcached_ops;
 
-static const char *mc_bin;   /* the memcached binary */
-static pid_t mc_pid = -1;    /* the memcached this test runs, or -1 */
-static int mc_port;          /* its port */
-static char mc_servers[64];  /* "127.0.0.1:port" */
+static const char *mc_bin;  /* the memcached binary */
+static pid_t mc_pid = -1;   /* the memcached this test runs, or -1 */
+static int mc_port;         /* its port */
+static char mc_servers[64]; /* "127.0.0.1:port" */
 
 /* A job to add, with the storage its pointers refer to. */
 struct tjob {
@@ -62,18 +62,18 @@ struct copy {
 
 /* What a replay saw. */
 struct seen {
-    size_t n;                        /* jobs seen */
-    size_t stop_after;               /* return 1 after this many; 0 never */
-    bool seq_sorted;                 /* every seq >= the one before */
-    uint64_t last_seq;               /* of the previous job */
-    uint64_t ids[MAX_COPIES];        /* of the first jobs */
-    struct copy copies[MAX_COPIES];  /* of the first jobs */
+    size_t n;                       /* jobs seen */
+    size_t stop_after;              /* return 1 after this many; 0 never */
+    bool seq_sorted;                /* every seq >= the one before */
+    uint64_t last_seq;              /* of the previous job */
+    uint64_t ids[MAX_COPIES];       /* of the first jobs */
+    struct copy copies[MAX_COPIES]; /* of the first jobs */
 };
 
 static void
 sleep_ms(long ms)
 {
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
@@ -83,7 +83,7 @@ sleep_ms(long ms)
 static int
 free_port(void)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
     int fd, port = -1;
 
@@ -103,7 +103,7 @@ free_port(void)
 static bool
 can_connect(int port)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     bool ok;
 
@@ -143,8 +143,8 @@ mcd_start(int port)
             dup2(fd, 0), dup2(fd, 1), dup2(fd, 2);
             close(fd);
         }
-        execl(mc_bin, mc_bin, "-l", "127.0.0.1", "-p", portstr, "-U", "0", "-m", "64", "-M",
-              "-t", "2", "-u", "root", (char *)NULL);
+        execl(mc_bin, mc_bin, "-l", "127.0.0.1", "-p", portstr, "-U", "0", "-m", "64", "-M", "-t",
+              "2", "-u", "root", (char *)NULL);
         _exit(127);
     }
     mc_pid = pid;
@@ -180,7 +180,7 @@ mcd_start_any(void)
 static struct store *
 open_prefix(const char *prefix, char *err)
 {
-    struct store_config cfg = { .servers = mc_servers, .prefix = prefix };
+    struct store_config cfg = {.servers = mc_servers, .prefix = prefix};
     struct store *st = NULL;
     int rc;
 
@@ -296,7 +296,8 @@ raw_client(void)
 {
     memcached_st *mc = memcached_create(NULL);
 
-    if (mc == NULL || memcached_server_add(mc, "127.0.0.1", (in_port_t)mc_port) != MEMCACHED_SUCCESS)
+    if (mc == NULL ||
+        memcached_server_add(mc, "127.0.0.1", (in_port_t)mc_port) != MEMCACHED_SUCCESS)
         tap_bail("cannot make a libmemcached client");
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_KETAMA, 1);
     return mc;
@@ -371,11 +372,10 @@ check_same_job(const struct store_job *got, const struct store_job *want, const 
     tap_is_int((long long)got->seq, (long long)want->seq, "%s: seq", what);
     tap_is_mem(got->handle, got->handle_len, want->handle, want->handle_len, "%s: handle", what);
     tap_is_mem(got->func, got->func_len, want->func, want->func_len, "%s: func", what);
-    tap_is_mem(got->unique, got->unique_len, want->unique, want->unique_len, "%s: unique",
-               what);
+    tap_is_mem(got->unique, got->unique_len, want->unique, want->unique_len, "%s: unique", what);
     tap_is_int(got->unique_is_data, want->unique_is_data, "%s: unique_is_data", what);
-    tap_is_mem(got->reducer, got->reducer_len, want->reducer, want->reducer_len,
-               "%s: reducer", what);
+    tap_is_mem(got->reducer, got->reducer_len, want->reducer, want->reducer_len, "%s: reducer",
+               what);
     tap_is_int(got->prio, want->prio, "%s: prio", what);
     tap_is_int(got->when, want->when, "%s: when", what);
     tap_is_mem(got->data, got->data_len, want->data, want->data_len, "%s: data", what);
@@ -413,7 +413,7 @@ test_roundtrip(void)
     const char *prefix = prefix_for("roundtrip");
     char err[STORE_ERRLEN] = "";
     struct tjob a, b, c;
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
     char *big = payload(BIG);
 
@@ -435,7 +435,7 @@ test_roundtrip(void)
     c.sj.unique_len = 1;
     c.sj.unique_is_data = true;
     c.sj.prio = 2;
-    c.sj.when = -1; /* negative survives too */
+    c.sj.when = -1;   /* negative survives too */
     c.sj.data = NULL; /* empty payload */
     c.sj.data_len = 0;
     tap_is_int(ops->add(st, &a.sj, err), DSJOB_OK, "roundtrip: add a small job");
@@ -474,7 +474,7 @@ test_remove(void)
 {
     const char *prefix = prefix_for("remove");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_prefix(prefix, err);
@@ -510,7 +510,7 @@ test_order(void)
 {
     const char *prefix = prefix_for("order");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_prefix(prefix, err);
@@ -541,7 +541,7 @@ test_many(void)
     enum { N = 10000 };
     const char *prefix = prefix_for("many");
     char err[STORE_ERRLEN] = "", data[32];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct timespec t0, t1;
     struct store *st;
     int i, fails = 0;
@@ -577,7 +577,7 @@ test_chunks(void)
 {
     const char *prefix = prefix_for("chunks");
     char err[STORE_ERRLEN] = "", data[32];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
     uint64_t i;
 
@@ -620,7 +620,7 @@ test_compact(void)
 {
     const char *prefix = prefix_for("compact");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
     long long most = 0, now;
     uint64_t i;
@@ -657,7 +657,7 @@ test_too_large(void)
     enum { HUGE = 1024 * 1024 };
     const char *prefix = prefix_for("large");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct tjob big;
     struct store *st;
     char *p = payload(HUGE);
@@ -684,10 +684,10 @@ static void
 test_bad_config(void)
 {
     static const char *const bad[] = {
-        "", "127.0.0.1:", "127.0.0.1:abc", "127.0.0.1:70000", "127.0.0.1:0", ":11211",
-        "127.0.0.1:1,", "[::1", "[::1]x",
+        "",       "127.0.0.1:",   "127.0.0.1:abc", "127.0.0.1:70000", "127.0.0.1:0",
+        ":11211", "127.0.0.1:1,", "[::1",          "[::1]x",
     };
-    struct store_config cfg = { 0 };
+    struct store_config cfg = {0};
     char err[STORE_ERRLEN] = "", servers[160];
     struct store *st = NULL;
     size_t i;
@@ -698,8 +698,7 @@ test_bad_config(void)
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg.servers = bad[i];
         tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_ARG, "config: '%s' is refused", bad[i]);
-        tap_ok(has(err, "--memcached-servers") && has(err, bad[i]),
-               "config: and named (%s)", err);
+        tap_ok(has(err, "--memcached-servers") && has(err, bad[i]), "config: and named (%s)", err);
     }
     cfg.servers = mc_servers;
     cfg.prefix = "two words";
@@ -712,8 +711,7 @@ test_bad_config(void)
     tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "config: a server not running");
     tap_ok(has(err, servers) && has(err, "does not answer"), "config: names it (%s)", err);
     snprintf(servers, sizeof(servers), "%s, 127.0.0.1:%d", mc_servers, port);
-    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE,
-               "config: one good and one dead server");
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "config: one good and one dead server");
     snprintf(servers, sizeof(servers), "127.0.0.1:%d", port);
     tap_ok(has(err, servers) && !has(err, mc_servers), "config: names the dead one (%s)", err);
 }
@@ -723,9 +721,9 @@ static void
 test_foreign(void)
 {
     const char *prefix = prefix_for("foreign");
-    unsigned char newer[20] = { 'd', 's', 'j', 9 };
+    unsigned char newer[20] = {'d', 's', 'j', 9};
     char err[STORE_ERRLEN] = "", want[128];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     raw_set(prefix, "head", "hello", 5);
@@ -763,7 +761,7 @@ test_stopped(void)
 {
     const char *prefix = prefix_for("stopped");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_prefix(prefix, err);
@@ -802,7 +800,7 @@ test_killed(void)
 {
     const char *prefix = prefix_for("killed");
     char err[STORE_ERRLEN] = "";
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_prefix(prefix, err);

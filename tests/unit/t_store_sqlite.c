@@ -48,12 +48,12 @@ struct copy {
 
 /* What a replay saw. */
 struct seen {
-    size_t n;                        /* jobs seen */
-    size_t stop_after;               /* return 1 after this many; 0 never */
-    bool seq_sorted;                 /* every seq >= the one before */
-    uint64_t last_seq;               /* of the previous job */
-    uint64_t ids[MAX_COPIES];        /* of the first jobs */
-    struct copy copies[MAX_COPIES];  /* of the first jobs */
+    size_t n;                       /* jobs seen */
+    size_t stop_after;              /* return 1 after this many; 0 never */
+    bool seq_sorted;                /* every seq >= the one before */
+    uint64_t last_seq;              /* of the previous job */
+    uint64_t ids[MAX_COPIES];       /* of the first jobs */
+    struct copy copies[MAX_COPIES]; /* of the first jobs */
 };
 
 static char *
@@ -98,7 +98,7 @@ path_in(const char *dir, const char *name)
 static struct store *
 open_dir(const char *dir, char *err)
 {
-    struct store_config cfg = { .work_dir = dir, .sync = 1 };
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
     struct store *st = NULL;
     int rc;
 
@@ -233,11 +233,10 @@ check_same_job(const struct store_job *got, const struct store_job *want, const 
     tap_is_int((long long)got->seq, (long long)want->seq, "%s: seq", what);
     tap_is_mem(got->handle, got->handle_len, want->handle, want->handle_len, "%s: handle", what);
     tap_is_mem(got->func, got->func_len, want->func, want->func_len, "%s: func", what);
-    tap_is_mem(got->unique, got->unique_len, want->unique, want->unique_len, "%s: unique",
-               what);
+    tap_is_mem(got->unique, got->unique_len, want->unique, want->unique_len, "%s: unique", what);
     tap_is_int(got->unique_is_data, want->unique_is_data, "%s: unique_is_data", what);
-    tap_is_mem(got->reducer, got->reducer_len, want->reducer, want->reducer_len,
-               "%s: reducer", what);
+    tap_is_mem(got->reducer, got->reducer_len, want->reducer, want->reducer_len, "%s: reducer",
+               what);
     tap_is_int(got->prio, want->prio, "%s: prio", what);
     tap_is_int(got->when, want->when, "%s: when", what);
     tap_is_mem(got->data, got->data_len, want->data, want->data_len, "%s: data", what);
@@ -264,7 +263,7 @@ test_roundtrip(void)
     char *dir = case_dir("roundtrip");
     char err[STORE_ERRLEN];
     struct tjob a, b, c;
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
     char *big = big_payload();
 
@@ -323,7 +322,7 @@ test_remove(void)
 {
     char *dir = case_dir("remove");
     char err[STORE_ERRLEN];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_dir(dir, err);
@@ -353,7 +352,7 @@ test_order(void)
 {
     char *dir = case_dir("order");
     char err[STORE_ERRLEN];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_dir(dir, err);
@@ -382,7 +381,7 @@ test_many(void)
     enum { N = 20000 };
     char *dir = case_dir("many");
     char err[STORE_ERRLEN], data[32];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
     int i, fails = 0;
 
@@ -438,7 +437,7 @@ test_version(void)
 
     st = NULL;
     {
-        struct store_config cfg = { .work_dir = dir, .sync = 1 };
+        struct store_config cfg = {.work_dir = dir, .sync = 1};
         tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "version: 99 is refused");
     }
     tap_diag("%s", err);
@@ -454,7 +453,7 @@ test_foreign(void)
 {
     char *dir = case_dir("foreign");
     char *path = path_in(dir, "dsjobd.db");
-    struct store_config cfg = { .work_dir = dir, .sync = 1 };
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
     char err[STORE_ERRLEN];
     struct store *st = NULL;
     sqlite3 *db = NULL;
@@ -488,7 +487,7 @@ test_corrupt(void)
     char *dir = case_dir("corrupt");
     char *path = path_in(dir, "dsjobd.db");
     char *wal = path_in(dir, "dsjobd.db-wal");
-    struct store_config cfg = { .work_dir = dir, .sync = 1 };
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
     unsigned char junk[4096], after[4096];
     uint32_t x = 2463534242u;
     char err[STORE_ERRLEN];
@@ -525,7 +524,7 @@ test_paths(void)
     char *under = path_in(dir, "plain/sub");
     char *own = path_in(dir, "own.db");
     char err[STORE_ERRLEN];
-    struct store_config cfg = { .work_dir = deep, .sync = 2 };
+    struct store_config cfg = {.work_dir = deep, .sync = 2};
     struct store *st = NULL;
     struct stat sb;
     FILE *f;
@@ -542,8 +541,8 @@ test_paths(void)
     cfg.work_dir = under;
     st = NULL;
     tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_SYS, "paths: work dir under a file fails");
-    tap_ok(has(err, under) && has(err, "cannot create work directory"),
-           "paths: and names it (%s)", err);
+    tap_ok(has(err, under) && has(err, "cannot create work directory"), "paths: and names it (%s)",
+           err);
 
     cfg.work_dir = "/nonexistent-should-not-be-used";
     cfg.db_path = own;
@@ -567,7 +566,7 @@ test_readonly(void)
     char *dir = case_dir("readonly");
     char *path = path_in(dir, "dsjobd.db");
     char *fresh = path_in(dir, "ro");
-    struct store_config cfg = { .work_dir = fresh, .sync = 1 };
+    struct store_config cfg = {.work_dir = fresh, .sync = 1};
     char err[STORE_ERRLEN];
     struct store *st;
 
@@ -611,7 +610,7 @@ test_full(void)
     char *dir = case_dir("full");
     char *path = path_in(dir, "dsjobd.db");
     char err[STORE_ERRLEN];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct tjob big_job;
     struct store *st;
     char *big = big_payload();
@@ -664,7 +663,7 @@ test_commit_fails(void)
     char *dir = case_dir("commit");
     char *path = path_in(dir, "dsjobd.db");
     char err[STORE_ERRLEN];
-    struct seen s = { 0 };
+    struct seen s = {0};
     struct store *st;
 
     st = open_dir(dir, err);

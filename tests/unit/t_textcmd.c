@@ -32,7 +32,8 @@ main(void)
     tap_is_int(kind("verbose"), TEXTCMD_VERBOSE, "verbose");
     tap_is_int(kind("show jobs"), TEXTCMD_SHOW_JOBS, "show jobs");
     tap_is_int(kind("show unique jobs"), TEXTCMD_SHOW_UNIQUE_JOBS, "show unique jobs");
-    tap_is_int(kind("show unique"), TEXTCMD_SHOW_UNKNOWN, "show unique (no jobs): bad show arguments");
+    tap_is_int(kind("show unique"), TEXTCMD_SHOW_UNKNOWN,
+               "show unique (no jobs): bad show arguments");
     tap_is_int(kind("show foo"), TEXTCMD_SHOW_UNKNOWN, "show foo: bad show arguments");
     tap_is_int(kind("show"), TEXTCMD_UNKNOWN, "show alone is unknown");
     tap_is_int(kind("prioritystatus"), TEXTCMD_PRIORITYSTATUS, "prioritystatus");

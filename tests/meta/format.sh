@@ -1,0 +1,52 @@
+#!/bin/sh
+# Meta check of the source format, in TAP: every C file git tracks (or, in a
+# tarball, every .c and .h below the source tree) must be what clang-format
+# makes of it with the project's .clang-format, and no line may be over 100
+# columns (clang-format leaves long comments alone: ReflowComments is off).
+# One check a file, so the log names each file that drifted and where.
+#
+# Environment (from AM_TESTS_ENVIRONMENT): top_srcdir, the source tree;
+# CLANG_FORMAT, the clang-format program, empty when configure did not find
+# it (the test is then skipped with exit 77). Run by hand, CLANG_FORMAT
+# defaults to the clang-format on PATH.
+
+top_srcdir=${top_srcdir:-$(dirname "$0")/../..}
+if [ -z "${CLANG_FORMAT+set}" ]; then
+    CLANG_FORMAT=$(command -v clang-format 2>/dev/null)
+fi
+if [ -z "$CLANG_FORMAT" ]; then
+    echo "1..0 # SKIP clang-format not installed"
+    exit 77
+fi
+cd "$top_srcdir" || exit 1
+
+if [ -d .git ] && command -v git >/dev/null 2>&1; then
+    files=$(git ls-files '*.c' '*.h')
+else
+    files=$(find . -name '*.[ch]' ! -path './config.h' ! -path './build-aux/*' | sed 's|^\./||' | sort)
+fi
+
+n=0
+for f in $files; do n=$((n + 1)); done
+echo "1..$n"
+
+i=0
+failed=0
+for f in $files; do
+    i=$((i + 1))
+    # --style=file finds .clang-format from the file's own directory upward.
+    long=$(awk 'length > 100 { print FILENAME ":" FNR ": " length " columns" }' "$f")
+    if d=$("$CLANG_FORMAT" --style=file "$f" | diff "$f" - 2>&1) && [ -z "$long" ]; then
+        echo "ok $i - $f is clang-format clean"
+    else
+        echo "not ok $i - $f is clang-format clean"
+        if [ -n "$long" ]; then
+            printf '%s\n' "$long" | sed 's/^/# /'
+        else
+            printf '%s\n' "$d" | grep -c '^[<>]' | sed 's/^/# lines that differ: /'
+            printf '%s\n' "$d" | head -20 | sed 's/^/# /'
+        fi
+        failed=1
+    fi
+done
+exit $failed
