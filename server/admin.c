@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "dispatch.h"
+#include "lifecycle.h"
 #include "proto/textcmd.h"
 #include "queue.h"
 #include "srv.h"
@@ -168,7 +168,7 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         return;
     }
     log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j), j->func->name);
-    dispatch_cancel(c->srv, j);
+    lifecycle_cancel(c->srv, j);
     conn_printf(c, "OK\r\n");
 }
 
@@ -209,7 +209,7 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
     log_notice(&c->srv->log, "%s: dropped function '%s' with %u jobs", c->peer, f->name,
                queue_total(f));
     while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)
-        dispatch_cancel(c->srv, j);
+        lifecycle_cancel(c->srv, j);
     queue_drop_func(&c->srv->queue, f);
     conn_printf(c, "OK\r\n");
 }

@@ -40,6 +40,7 @@
 
 #include "admin.h"
 #include "dispatch.h"
+#include "lifecycle.h"
 #include "proto/textcmd.h"
 #include "srv.h"
 
@@ -288,7 +289,7 @@ conn_close(struct conn *c, bool flush)
         return;
     if (c->state == CONN_ACTIVE) {
         log_info(&c->srv->log, "%s: closing", c->peer);
-        dispatch_detach(c);
+        lifecycle_detach(c);
     }
     if (flush && evbuffer_get_length(c->out) > 0) {
         if (c->state == CONN_ACTIVE)

@@ -14,7 +14,7 @@
 #include <string.h>
 
 static bool
-job_time_less(const void *a, const void *b)
+time_less(const void *a, const void *b)
 {
     const struct job *x = a;
     const struct job *y = b;
@@ -24,7 +24,7 @@ job_time_less(const void *a, const void *b)
 }
 
 static void
-job_set_heap_pos(void *elem, size_t pos)
+set_heap_pos(void *elem, size_t pos)
 {
     ((struct job *)elem)->ext->heap_pos = pos;
 }
@@ -37,13 +37,13 @@ func_key(const struct hnode *n)
 }
 
 static const void *
-job_handle_key(const struct hnode *n)
+handle_key(const struct hnode *n)
 {
     return job_handle((const struct job *)((const char *)n - offsetof(struct job, by_handle)));
 }
 
 static const void *
-job_unique_key(const struct hnode *n)
+unique_key(const struct hnode *n)
 {
     const struct job *j = (const struct job *)((const char *)n - offsetof(struct job, by_unique));
 
@@ -54,9 +54,9 @@ void
 queue_init(struct queue *q, bool round_robin)
 {
     hmap_init(&q->funcs, func_key);
-    hmap_init(&q->jobs, job_handle_key);
+    hmap_init(&q->jobs, handle_key);
     TAILQ_INIT(&q->func_order);
-    heap_init(&q->scheduled, job_time_less, job_set_heap_pos);
+    heap_init(&q->scheduled, time_less, set_heap_pos);
     q->round_robin = round_robin;
     q->njobs = 0;
 }
@@ -119,7 +119,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
         TAILQ_INIT(&f->jobs[p]);
         f->max_queue[p] = q->default_max_queue;
     }
-    hmap_init(&f->uniques, job_unique_key);
+    hmap_init(&f->uniques, unique_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
