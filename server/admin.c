@@ -206,6 +206,11 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR there are still connected workers or executing clients\r\n");
         return;
     }
+    if (f->npending > 0) {
+        /* Their commit would land on the freed function; it is milliseconds away. */
+        conn_printf(c, "ERR there are still jobs waiting for the store to commit them\r\n");
+        return;
+    }
     log_notice(&c->srv->log, "%s: dropped function '%s' with %u jobs", c->peer, f->name,
                queue_total(f));
     while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)

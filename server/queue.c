@@ -177,7 +177,7 @@ unsigned
 queue_total(const struct func *f)
 {
     return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW] +
-           f->nscheduled + f->nrunning;
+           f->nscheduled + f->npending + f->nrunning;
 }
 
 bool

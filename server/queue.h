@@ -76,7 +76,7 @@ void queue_release(struct queue *q);
 /* queue_func finds a function by name; creates it if create. NULL if absent or no memory. */
 struct func *queue_func(struct queue *q, const char *name, size_t len, bool create);
 
-/* queue_drop_func frees a function that has no workers and no jobs. */
+/* queue_drop_func frees a function that has no workers and no jobs (queue_total 0). */
 void queue_drop_func(struct queue *q, struct func *f);
 
 /* queue_first_idle returns a queued or scheduled job of f (to empty it), or NULL. */
@@ -88,13 +88,15 @@ struct job *queue_find_job(const struct queue *q, const char *handle, size_t len
 /* queue_find_unique finds a job of f with this unique key, or NULL. */
 struct job *queue_find_unique(const struct func *f, const void *unique, size_t len);
 
-/* queue_total counts f's jobs: queued, scheduled and running. */
+/*
+ * queue_total counts f's jobs: queued, scheduled, pending (waiting for the
+ * store) and running.
+ */
 unsigned queue_total(const struct func *f);
 
 /*
  * queue_full tells whether f's maxqueue limit for prio is reached: the limit
- * is compared with all of f's jobs (queued, scheduled, running), as gearmand
- * compares it.
+ * is compared with all of f's jobs (queue_total), as gearmand compares it.
  */
 bool queue_full(const struct func *f, enum job_prio prio);
 

@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -504,6 +505,54 @@ test_shutdown(void)
     daemon_stop(&d);
 }
 
+#ifdef HAVE_SQLITE
+/*
+ * drop function while a background job of it waits for its store commit:
+ * the drop is refused (the commit would write into the freed function) and
+ * the job is still acknowledged and runs afterwards.
+ */
+static void
+test_drop_pending(void)
+{
+    char dir[] = "/tmp/dsjob-drop.XXXXXX", wd[300], h[128], buf[512];
+    const char *args[] = {"--work-dir", wd, "--store-commit-interval", "1500", NULL};
+    struct daemon d;
+    int a, c, w;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, sizeof(wd), "%s/var", dir);
+    daemon_start(&d, args);
+    a = peer_connect(d.port);
+    c = peer_connect(d.port);
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "dropme", "", "d");
+    usleep(200000); /* the job is in, its commit 1.5 s away */
+    peer_admin(a, "drop function dropme", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR ", 4) == 0 && strstr(buf, "store") != NULL,
+           "drop function with a job waiting for its commit is refused: %.70s", buf);
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, h, sizeof(h), PEER_TIMEOUT_MS),
+           "the job is acknowledged once committed");
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropme\t1\t0\t0\n") != NULL, "status shows it queued");
+    w = peer_connect(d.port);
+    peer_send(w, PACKET_CAN_DO, 1, "dropme");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "and a worker gets it");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
+    close(w);
+    usleep(100000);
+    peer_admin(a, "drop function dropme", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\r\n", "once it is done, the function can be dropped");
+    tap_ok(daemon_alive(&d), "the server stayed up");
+    close(a);
+    close(c);
+    tap_is_int(daemon_stop(&d), 0, "and stops cleanly");
+    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
+    if (system(buf) != 0)
+        tap_diag("could not remove %s", dir);
+}
+#endif
+
 int
 main(void)
 {
@@ -529,5 +578,8 @@ main(void)
     test_max_jobs();
     test_retries();
     test_shutdown();
+#ifdef HAVE_SQLITE
+    test_drop_pending();
+#endif
     return tap_done();
 }
