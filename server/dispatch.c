@@ -238,13 +238,12 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     /*
      * gearmand's rule: unique "-" means "coalesce on the payload". The job
-     * keeps "-" as its unique (workers see "-"); the index uses the payload.
+     * keeps "-" as its unique (workers see "-"); the index uses the payload,
+     * in a key space apart from explicit keys.
      */
     durable = s->background && srv->storage.durable;
-    if (unique_len > 0 &&
-        (j = by_data ? queue_find_unique(f, data, data_len)
-                     : queue_find_unique(f, unique, unique_len)) != NULL &&
-        j->unique_is_data == by_data) {
+    if (unique_len > 0 && (j = by_data ? queue_find_payload(f, data, data_len)
+                                       : queue_find_unique(f, unique, unique_len)) != NULL) {
         if (durable) {
             storage_submit(srv, c, j, true); /* answered in order, after the commit */
             return;

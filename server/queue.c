@@ -45,9 +45,24 @@ handle_key(const struct hnode *n)
 static const void *
 unique_key(const struct hnode *n)
 {
-    const struct job *j = (const struct job *)((const char *)n - offsetof(struct job, by_unique));
+    return job_unique((const struct job *)((const char *)n - offsetof(struct job, by_unique)));
+}
 
-    return j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j);
+static const void *
+payload_key(const struct hnode *n)
+{
+    return job_data((const struct job *)((const char *)n - offsetof(struct job, by_unique)));
+}
+
+/*
+ * Where j's by_unique node goes: unique "-" coalesces on the payload, in a
+ * key space of its own, so that an explicit key that happens to equal a
+ * payload is another job (as in gearmand).
+ */
+static struct hmap *
+unique_index(struct func *f, const struct job *j)
+{
+    return j->unique_is_data ? &f->payloads : &f->uniques;
 }
 
 void
@@ -65,6 +80,7 @@ static void
 func_free(struct func *f)
 {
     hmap_release(&f->uniques);
+    hmap_release(&f->payloads);
     free(f);
 }
 
@@ -120,6 +136,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
         f->max_queue[p] = q->default_max_queue;
     }
     hmap_init(&f->uniques, unique_key);
+    hmap_init(&f->payloads, payload_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
@@ -169,6 +186,14 @@ struct job *
 queue_find_unique(const struct func *f, const void *unique, size_t len)
 {
     struct hnode *n = hmap_find(&f->uniques, unique, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
+struct job *
+queue_find_payload(const struct func *f, const void *data, size_t len)
+{
+    struct hnode *n = hmap_find(&f->payloads, data, len);
 
     return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
 }
@@ -237,7 +262,7 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
     if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
         return -1;
     if (j->unique_len > 0 &&
-        hmap_insert(&f->uniques, &j->by_unique,
+        hmap_insert(unique_index(f, j), &j->by_unique,
                     j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j),
                     j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
@@ -252,7 +277,7 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
 
 out_unindex_unique:
     if (j->unique_len > 0)
-        hmap_remove(&f->uniques, &j->by_unique);
+        hmap_remove(unique_index(f, j), &j->by_unique);
 out_unindex_handle:
     hmap_remove(&q->jobs, &j->by_handle);
     return -1;
@@ -283,7 +308,7 @@ queue_remove(struct queue *q, struct job *j)
     case JOB_NEW: return;
     }
     if (j->unique_len > 0)
-        hmap_remove(&f->uniques, &j->by_unique);
+        hmap_remove(unique_index(f, j), &j->by_unique);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
     j->state = JOB_NEW;

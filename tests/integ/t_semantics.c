@@ -245,6 +245,33 @@ test_dash_unique(void)
     close(w);
 }
 
+/*
+ * Unique "-" (coalesce on the payload) and an explicit unique key equal to
+ * a payload are different keys, as in gearmand: each coalesces with its
+ * own kind only, and GET_STATUS_UNIQUE looks up explicit keys alone.
+ */
+static void
+test_dash_key_space(void)
+{
+    int c = peer_connect(port);
+    char h1[128], h2[128], h[128];
+    struct peer_pkt p;
+
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "-", "abc", h1, sizeof(h1));
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "abc", "zzz", h2, sizeof(h2));
+    tap_ok(strcmp(h1, h2) != 0, "unique \"abc\" is not the job of \"-\" with payload abc");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "-", "abc", h, sizeof(h));
+    tap_is_str(h, h1, "\"-\" with payload abc again coalesces with the first job");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "abc", "yyy", h, sizeof(h));
+    tap_is_str(h, h2, "unique \"abc\" again coalesces with the second");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks2", "-", "solo", h, sizeof(h));
+    peer_send(c, PACKET_GET_STATUS_UNIQUE, 1, "solo");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES_UNIQUE && arg_is(&p, 1, "0"),
+           "GET_STATUS_UNIQUE of a \"-\" job's payload finds nothing (gearmand)");
+    peer_pkt_release(&p);
+    close(c);
+}
+
 static void
 test_exception(void)
 {
@@ -567,6 +594,7 @@ main(void)
     test_complete_without_data();
     test_coalesce();
     test_dash_unique();
+    test_dash_key_space();
     test_exception();
     test_status();
     test_client_gone();
