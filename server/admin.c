@@ -118,6 +118,16 @@ admin_limit(const char *s, size_t len)
     return v > UINT32_MAX ? 0 : (unsigned)v;
 }
 
+/* A function name with a control byte would forge lines in the listings: refuse it. */
+static bool
+admin_name_ok(struct conn *c, const char *name, size_t len)
+{
+    if (queue_name_bad_byte(name, len) < 0)
+        return true;
+    conn_printf(c, "ERR INVALID_ARGUMENTS function+name+has+a+control+byte\r\n");
+    return false;
+}
+
 #define INCOMPLETE(cmd)                                                                            \
     "ERR INVALID_ARGUMENTS An+incomplete+set+of+arguments+was+sent+to+this+command+" cmd "\r\n"
 
@@ -143,6 +153,8 @@ admin_maxqueue(struct conn *c, const struct textcmd *cmd)
         for (p = 0; p < JOB_NPRIO && 1 + p < argc; p++)
             max[p] = admin_limit(WORD(cmd, 1 + p), WORD_LEN(cmd, 1 + p));
     }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
     f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
     if (f == NULL) {
         conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
@@ -179,6 +191,8 @@ admin_create(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, INCOMPLETE("create"));
         return;
     }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
     if (queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true) == NULL) {
         conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
         return;

@@ -34,6 +34,28 @@ struct dispatch_entry {
 
 /* --- worker abilities and sleep ----------------------------------------- */
 
+/*
+ * Refuses a function name with a control byte (queue_name_bad_byte) with an
+ * ERROR, through the store's answer order when durable; true if it is fine.
+ */
+static bool
+name_ok(struct conn *c, const struct packet *p, bool durable)
+{
+    ptrdiff_t at = queue_name_bad_byte(ARG(p, 0), p->arg_len[0]);
+    char text[160];
+
+    if (at < 0)
+        return true;
+    snprintf(text, sizeof(text), "%s: function name has a control byte (0x%02x at offset %td)",
+             packet_name(p->type), p->arg[0][at], at);
+    log_notice(&c->srv->log, "%s: %s", c->peer, text);
+    if (durable)
+        storage_refuse(c->srv, c, "INVALID_ARGUMENT", text);
+    else
+        conn_send_error(c, "INVALID_ARGUMENT", "%s", text);
+    return false;
+}
+
 static struct func *
 func_arg(struct conn *c, const struct packet *p)
 {
@@ -61,8 +83,11 @@ can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
 static void
 h_can_do(struct conn *c, const struct packet *p)
 {
-    struct func *f = func_arg(c, p);
+    struct func *f;
 
+    if (!name_ok(c, p, false))
+        return;
+    f = func_arg(c, p);
     if (f != NULL)
         can_do(c, f, 0);
 }
@@ -90,6 +115,8 @@ h_can_do_timeout(struct conn *c, const struct packet *p)
     /* gearmand 1.1.20 reads milliseconds and raises 1-999 to a second. */
     if (ms > 0 && ms < 1000)
         ms = 1000;
+    if (!name_ok(c, p, false))
+        return;
     f = func_arg(c, p);
     if (f != NULL)
         can_do(c, f, (uint32_t)ms);
@@ -229,10 +256,13 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     bool durable;
     int n;
 
+    durable = s->background && srv->storage.durable;
     if (p->arg_len[0] == 0) {
         conn_send_error(c, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
         return;
     }
+    if (!name_ok(c, p, durable))
+        return;
     f = func_arg(c, p);
     if (f == NULL)
         return;
@@ -241,7 +271,6 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
      * keeps "-" as its unique (workers see "-"); the index uses the payload,
      * in a key space apart from explicit keys.
      */
-    durable = s->background && srv->storage.durable;
     if (unique_len > 0 && (j = by_data ? queue_find_payload(f, data, data_len)
                                        : queue_find_unique(f, unique, unique_len)) != NULL) {
         if (durable) {

@@ -114,6 +114,17 @@ queue_release(struct queue *q)
     heap_release(&q->scheduled);
 }
 
+ptrdiff_t
+queue_name_bad_byte(const char *name, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] == 0x7f)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
 struct func *
 queue_func(struct queue *q, const char *name, size_t len, bool create)
 {

@@ -74,6 +74,15 @@ void queue_init(struct queue *q, bool round_robin);
 /* queue_release unrefs every job and frees every function. */
 void queue_release(struct queue *q);
 
+/*
+ * queue_name_bad_byte returns the offset of the first control byte (below
+ * 0x20, or 0x7f) in a function name of len bytes, or -1 if there is none.
+ * Callers refuse such names before queue_func creates them: the admin
+ * listings print names between tabs and newlines, and a name holding them
+ * would forge lines there (gearmand takes them).
+ */
+ptrdiff_t queue_name_bad_byte(const char *name, size_t len);
+
 /* queue_func finds a function by name; creates it if create. NULL if absent or no memory. */
 struct func *queue_func(struct queue *q, const char *name, size_t len, bool create);
 
