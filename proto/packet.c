@@ -142,32 +142,46 @@ split_args(struct packet *p, const struct packet_info *info)
     return true;
 }
 
+enum packet_header_status
+packet_decode_header(const unsigned char *buf, size_t len, size_t max_size, struct packet_header *h)
+{
+    /* A wrong magic byte is fatal as soon as it is seen: no use waiting. */
+    if (len > 0 && buf[0] != '\0')
+        return PACKET_HEADER_BAD_MAGIC;
+    if (len < PACKET_HEADER_SIZE)
+        return PACKET_HEADER_NEED_MORE;
+    if (memcmp(buf, "\0REQ", 4) == 0)
+        h->magic = PACKET_REQ;
+    else if (memcmp(buf, "\0RES", 4) == 0)
+        h->magic = PACKET_RES;
+    else
+        return PACKET_HEADER_BAD_MAGIC;
+    h->type = get_be32(buf + 4);
+    h->size = get_be32(buf + 8);
+    return h->size > max_size ? PACKET_HEADER_TOO_LARGE : PACKET_HEADER_OK;
+}
+
 enum packet_status
 packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct packet *p, size_t *need,
               const char **why)
 {
     const struct packet_info *info;
+    struct packet_header h;
+    enum packet_header_status st;
 
     *need = PACKET_HEADER_SIZE;
     *why = NULL;
-    /* A wrong magic byte is fatal as soon as it is seen: no use waiting. */
-    if (len > 0 && buf[0] != '\0') {
-        *why = "bad magic";
-        return PACKET_FATAL;
-    }
-    if (len < PACKET_HEADER_SIZE)
+    st = packet_decode_header(buf, len, max_size, &h);
+    if (st == PACKET_HEADER_NEED_MORE)
         return PACKET_NEED_MORE;
-    if (memcmp(buf, "\0REQ", 4) == 0) {
-        p->magic = PACKET_REQ;
-    } else if (memcmp(buf, "\0RES", 4) == 0) {
-        p->magic = PACKET_RES;
-    } else {
+    if (st == PACKET_HEADER_BAD_MAGIC) {
         *why = "bad magic";
         return PACKET_FATAL;
     }
-    p->type = get_be32(buf + 4);
-    p->size = get_be32(buf + 8);
-    if (p->size > max_size) {
+    p->magic = h.magic;
+    p->type = h.type;
+    p->size = h.size;
+    if (st == PACKET_HEADER_TOO_LARGE) {
         *why = "packet too large";
         return PACKET_FATAL;
     }
