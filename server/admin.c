@@ -17,6 +17,7 @@
 
 #include "conn.h"
 #include "lifecycle.h"
+#include "proto/decimal.h"
 #include "proto/textcmd.h"
 #include "queue.h"
 #include "srv.h"
@@ -105,17 +106,9 @@ admin_show_jobs(struct conn *c, bool unique)
 static unsigned
 admin_limit(const char *s, size_t len)
 {
-    unsigned long long v = 0;
-    size_t i;
+    uint64_t v;
 
-    if (len == 0 || len > 10)
-        return 0;
-    for (i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (unsigned)(s[i] - '0');
-    }
-    return v > UINT32_MAX ? 0 : (unsigned)v;
+    return decimal_parse(s, len, UINT32_MAX, &v) == 0 ? (unsigned)v : 0;
 }
 
 /* A function name with a control byte would forge lines in the listings: refuse it. */

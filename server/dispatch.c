@@ -10,7 +10,6 @@
 #include "config.h"
 #include "dispatch.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include "conn.h"
 #include "job.h"
 #include "lifecycle.h"
+#include "proto/decimal.h"
 #include "queue.h"
 #include "srv.h"
 #include "storage.h"
@@ -96,20 +96,11 @@ static void
 h_can_do_timeout(struct conn *c, const struct packet *p)
 {
     struct func *f;
-    char num[16];
-    unsigned long ms;
-    char *end;
+    uint64_t ms;
 
-    if (p->arg_len[1] == 0 || p->arg_len[1] >= sizeof(num)) {
-        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout");
-        return;
-    }
-    memcpy(num, p->arg[1], p->arg_len[1]);
-    num[p->arg_len[1]] = '\0';
-    errno = 0;
-    ms = strtoul(num, &end, 10);
-    if (*end != '\0' || errno != 0 || ms > UINT32_MAX) {
-        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout '%s'", num);
+    if (decimal_parse(p->arg[1], p->arg_len[1], UINT32_MAX, &ms) < 0) {
+        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout '%.*s'",
+                        (int)(p->arg_len[1] > 32 ? 32 : p->arg_len[1]), ARG(p, 1));
         return;
     }
     /* gearmand 1.1.20 reads milliseconds and raises 1-999 to a second. */
@@ -355,23 +346,14 @@ static void
 h_submit_epoch(struct conn *c, const struct packet *p)
 {
     struct submit s = {JOB_PRIO_NORMAL, true, 0, NULL, 0};
-    char num[24];
-    char *end;
-    long long when;
+    uint64_t when;
 
-    if (p->arg_len[2] == 0 || p->arg_len[2] >= sizeof(num)) {
-        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time");
+    if (decimal_parse(p->arg[2], p->arg_len[2], INT64_MAX, &when) < 0) {
+        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time '%.*s'",
+                        (int)(p->arg_len[2] > 32 ? 32 : p->arg_len[2]), ARG(p, 2));
         return;
     }
-    memcpy(num, p->arg[2], p->arg_len[2]);
-    num[p->arg_len[2]] = '\0';
-    errno = 0;
-    when = strtoll(num, &end, 10);
-    if (*end != '\0' || errno != 0 || when < 0) {
-        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time '%s'", num);
-        return;
-    }
-    s.when = when;
+    s.when = (int64_t)when;
     submit(c, p, &s);
 }
 
@@ -418,20 +400,6 @@ held_job(struct conn *c, const struct packet *p)
     return NULL;
 }
 
-static uint32_t
-parse_u32(const unsigned char *s, size_t len)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    for (i = 0; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
-        v = v * 10 + (uint64_t)(s[i] - '0');
-        if (v > UINT32_MAX)
-            return UINT32_MAX;
-    }
-    return (uint32_t)v;
-}
-
 static void
 forward(struct job *j, const struct packet *p)
 {
@@ -450,8 +418,9 @@ h_work_status(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    j->ext->numerator = parse_u32(p->arg[1], p->arg_len[1]);
-    j->ext->denominator = parse_u32(p->arg[2], p->arg_len[2]);
+    /* Forwarded verbatim; GET_STATUS reports them as gearmand's atoi reads them. */
+    j->ext->numerator = (uint32_t)decimal_atoi(p->arg[1], p->arg_len[1], UINT32_MAX);
+    j->ext->denominator = (uint32_t)decimal_atoi(p->arg[2], p->arg_len[2], UINT32_MAX);
     forward(j, p);
 }
 
