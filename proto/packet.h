@@ -60,18 +60,10 @@ enum packet_type {
     PACKET_TYPE_COUNT /* one past the last type */
 };
 
-/* Which side sends a packet type (bits of packet_info.senders). */
-enum packet_sender {
-    PACKET_FROM_CLIENT = 1 << 0,
-    PACKET_FROM_WORKER = 1 << 1,
-    PACKET_FROM_SERVER = 1 << 2,
-};
-
 /* Static facts about one packet type. */
 struct packet_info {
     const char *name;   /* "SUBMIT_JOB", as the protocol names it */
     unsigned nargs;     /* arguments; the last one runs to the end of the payload */
-    unsigned senders;   /* enum packet_sender bits */
     unsigned min_nargs; /* arguments that must be present; missing later ones are empty */
 };
 

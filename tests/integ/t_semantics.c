@@ -272,6 +272,35 @@ test_dash_key_space(void)
     close(c);
 }
 
+/*
+ * A connection has no fixed role, as in gearmand 1.1.20: one that submits
+ * may also register, take its own job and complete it, and a worker may
+ * ask for status. Only server-only packet types are refused.
+ */
+static void
+test_both_roles(void)
+{
+    int c = peer_connect(port);
+    char h[128], got[128];
+    struct peer_pkt p;
+
+    peer_send(c, PACKET_CAN_DO, 1, "both");
+    submit(c, PACKET_SUBMIT_JOB, "both", "", "mine", h, sizeof(h));
+    peer_send(c, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(c, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) &&
+               strcmp(got, h) == 0,
+           "a submitting connection may take its own job");
+    peer_send(c, PACKET_GET_STATUS, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 2, "1"),
+           "and, as its worker, ask for its status");
+    peer_pkt_release(&p);
+    peer_send(c, PACKET_WORK_COMPLETE, 2, h, "done");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "done"),
+           "and its WORK_COMPLETE reaches itself as the client");
+    peer_pkt_release(&p);
+    close(c);
+}
+
 static void
 test_exception(void)
 {
@@ -595,6 +624,7 @@ main(void)
     test_coalesce();
     test_dash_unique();
     test_dash_key_space();
+    test_both_roles();
     test_exception();
     test_status();
     test_client_gone();
