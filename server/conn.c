@@ -7,8 +7,8 @@
  * connection after the callbacks of this loop turn, with one writev each.
  * So a job's JOB_CREATED, the NOOP that wakes a worker and the replies to a
  * burst of pipelined requests leave in as few system calls as possible, and
- * a socket that takes everything never costs an epoll_ctl (bufferevents
- * toggled write interest around every packet: 6 epoll_ctl per job).
+ * a socket that takes everything never costs an epoll_ctl: write interest
+ * is asked for only when the kernel pushes back, not around every packet.
  *
  * The read callback is the framing loop: while the input holds a whole
  * packet or admin line, hand it to dispatch or admin, then consume it. The
@@ -572,8 +572,8 @@ conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *con
     out = c->out;
     /*
      * Small packets (nearly all) are built in place and added with one
-     * call: an evbuffer_add per argument and per NUL was a third of the
-     * server's instructions per job (callgrind, bench fg1).
+     * call, not with an evbuffer_add per argument and per NUL, each with
+     * its own buffer bookkeeping: this is on every job's path.
      */
     if (size <= CONN_SMALL_PACKET) {
         unsigned char buf[PACKET_HEADER_SIZE + CONN_SMALL_PACKET];

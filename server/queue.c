@@ -93,9 +93,9 @@ queue_release(struct queue *q)
 
     /*
      * Jobs first: queue_remove needs their functions. Each pass takes the
-     * head of the current bucket, so the scan goes on from that bucket: it
-     * once restarted at bucket 0 after every job, and freeing 236,000
-     * queued jobs at shutdown took 16 s.
+     * head of the current bucket, so the scan goes on from that bucket:
+     * starting again at bucket 0 for every job would make freeing a deep
+     * queue at shutdown quadratic in its length.
      */
     while ((n = hmap_next(&q->jobs, NULL, &bucket)) != NULL) {
         struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
