@@ -25,7 +25,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
-#include "dispatch.h"
+#include "lifecycle.h"
 #include "listener.h"
 #include "storage.h"
 #include "store.h"
@@ -314,7 +314,7 @@ static void
 epoch_due(struct job *j, void *arg)
 {
     (void)arg;
-    dispatch_wake(j);
+    lifecycle_wake(j);
 }
 
 static void
