@@ -41,6 +41,7 @@ struct waiter {
     struct job *job;               /* the job it waits for (borrowed) */
     TAILQ_ENTRY(waiter) by_job;    /* in job->waiters */
     TAILQ_ENTRY(waiter) by_client; /* in the client connection's list */
+    uint32_t told;                 /* the job's tell_gen when last sent to */
 };
 TAILQ_HEAD(waiter_list, waiter);
 
@@ -54,6 +55,7 @@ struct job_ext {
     uint32_t numerator;         /* last WORK_STATUS */
     uint32_t denominator;       /* last WORK_STATUS */
     uint32_t attempts;          /* times a worker took it and did not finish */
+    uint32_t tell_gen;          /* counts lifecycle_tell calls, to mark the waiters told */
 };
 
 struct job {

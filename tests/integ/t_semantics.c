@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -516,6 +517,64 @@ test_max_jobs(void)
     daemon_stop(&d);
 }
 
+/*
+ * A waiter that stops reading is dropped once its output passes
+ * --max-output-buffer, in the middle of handing one WORK_DATA to every
+ * waiter of the job. The waiters after it must still get every packet and
+ * the result, and the server must not touch the dropped waiter again (it
+ * once walked on from a freed waiter: ASan's heap-use-after-free).
+ */
+static void
+test_slow_waiter(void)
+{
+    static const char *const args[] = {"--max-packet-size", "1024", "--max-output-buffer", "1100",
+                                       NULL};
+    struct daemon d;
+    char h[128], ha[128], chunk[1000], logpath[300], line[512];
+    int a, b, w, i, got = 0, small = 4096;
+    bool dropped = false, done = false;
+    struct peer_pkt p;
+    FILE *fp;
+
+    daemon_start(&d, args);
+    port = d.port;
+    a = peer_connect(port);
+    setsockopt(a, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    b = peer_connect(port);
+    w = worker("slow");
+    submit(a, PACKET_SUBMIT_JOB, "slow", "k", "x", ha, sizeof(ha));
+    submit(b, PACKET_SUBMIT_JOB, "slow", "k", "x", h, sizeof(h));
+    tap_is_str(h, ha, "two clients wait for one job, the one that will stop reading first");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS);
+    memset(chunk, 'd', sizeof(chunk) - 1);
+    chunk[sizeof(chunk) - 1] = '\0';
+    /* 4 MB in all: far past what the kernel buffers for a peer that does not read. */
+    for (i = 0; i < 4000 && daemon_alive(&d); i++) {
+        peer_send(w, PACKET_WORK_DATA, 2, h, chunk);
+        if (peer_recv(b, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA)
+            got++;
+        peer_pkt_release(&p);
+    }
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "end");
+    done = recv_type(b, PACKET_WORK_COMPLETE, NULL, 0, PEER_TIMEOUT_MS);
+    tap_is_int(got, 4000, "the client that reads gets every WORK_DATA");
+    tap_ok(done, "and the result");
+    snprintf(logpath, sizeof(logpath), "%s/dsjobd.log", d.dir);
+    fp = fopen(logpath, "r");
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL)
+        if (strstr(line, "over --max-output-buffer") != NULL)
+            dropped = true;
+    if (fp != NULL)
+        fclose(fp);
+    tap_ok(dropped, "the client that does not read was dropped over --max-output-buffer");
+    tap_ok(daemon_alive(&d), "and the server is still serving");
+    close(a);
+    close(b);
+    close(w);
+    daemon_stop(&d);
+}
+
 static void
 test_retries(void)
 {
@@ -635,6 +694,7 @@ main(void)
     test_max_connections();
     test_max_jobs();
     test_retries();
+    test_slow_waiter();
     test_shutdown();
 #ifdef HAVE_SQLITE
     test_drop_pending();
