@@ -406,6 +406,7 @@ static void
 conn_process(struct conn *c)
 {
     struct evbuffer *in = c->in;
+    bool consumed = false;
 
     while (c->state == CONN_ACTIVE) {
         size_t avail = evbuffer_get_length(in);
@@ -426,6 +427,37 @@ conn_process(struct conn *c)
         }
         if (!(first == '\0' ? conn_read_packet(c, in, avail) : conn_read_line(c, in, avail)))
             break;
+        consumed = true;
+    }
+    /* The clock of --idle-timeout starts when an incomplete message is first left over. */
+    if (evbuffer_get_length(in) == 0)
+        c->partial_since = 0;
+    else if (consumed || c->partial_since == 0)
+        c->partial_since = c->srv->cfg.idle_timeout > 0 ? srv_uptime() : 0;
+}
+
+void
+conn_sweep_idle(struct srv *srv, int64_t now)
+{
+    int64_t limit = (int64_t)srv->cfg.idle_timeout;
+    struct conn *c, *next;
+
+    for (c = TAILQ_FIRST(&srv->conns); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (c->state != CONN_ACTIVE || c->partial_since == 0)
+            continue;
+        if (c->read_paused || c->ack_blocked) {
+            c->partial_since = now; /* held back by the server, not by the peer */
+            continue;
+        }
+        if (now - c->partial_since < limit)
+            continue;
+        log_notice(&srv->log, "%s: %zu bytes of an incomplete message for %lld s: closing", c->peer,
+                   evbuffer_get_length(c->in), (long long)(now - c->partial_since));
+        conn_send_error(c, "IDLE_TIMEOUT",
+                        "a message stayed incomplete for %lld s (--idle-timeout %u)",
+                        (long long)(now - c->partial_since), srv->cfg.idle_timeout);
+        conn_close(c, true);
     }
 }
 

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 
@@ -58,6 +59,8 @@ struct conn {
     struct ack_list acks;         /* answers owed once the store commits */
     unsigned nacks;               /* entries in acks */
     bool ack_blocked;             /* input waits until acks are answered */
+    int64_t partial_since;        /* monotonic s since which the input ends in the same
+                                     incomplete message; 0: it does not */
 };
 
 /*
@@ -78,6 +81,15 @@ void conn_close(struct conn *c, bool flush);
 
 /* conn_flush_cb writes every connection on srv->flushq (the srv's flush_ev). */
 void conn_flush_cb(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * conn_sweep_idle closes, with an ERROR, every connection whose input has
+ * ended in the same incomplete packet or admin line for --idle-timeout
+ * seconds or more (srv.c calls it once a second). Input the server itself
+ * holds back (output over its pause mark, answers owed by the store) does
+ * not count against the peer.
+ */
+void conn_sweep_idle(struct srv *srv, int64_t now);
 
 /* conn_resume reads on after c's owed answers went out (storage.c). */
 void conn_resume(struct conn *c);

@@ -55,6 +55,8 @@ usage(FILE *fp)
         "      --max-connections N    connections held at once (default 0: no limit)\n"
         "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
         "      --max-queue N          each new function's maxqueue (default 0: none)\n"
+        "      --idle-timeout SECONDS close a peer whose message stays incomplete that long\n"
+        "                             (default 60; 0: never)\n"
         "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
         "                             maxqueue (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
@@ -97,6 +99,7 @@ enum {
     OPT_STORE_INTERVAL,
     OPT_MC_SERVERS,
     OPT_MC_PREFIX,
+    OPT_IDLE_TIMEOUT,
 };
 
 static const struct option long_options[] = {
@@ -131,6 +134,7 @@ static const struct option long_options[] = {
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
     {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"threads", required_argument, NULL, 't'},
     {"worker-wakeup", required_argument, NULL, 'w'},
     {"help", no_argument, NULL, 'h'},
@@ -469,6 +473,9 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_MAX_QUEUE:
             cfg->max_queue = (unsigned)parse_number("--max-queue", optarg, UINT32_MAX, false);
+            break;
+        case OPT_IDLE_TIMEOUT:
+            cfg->idle_timeout = (unsigned)parse_number("--idle-timeout", optarg, 86400, false);
             break;
         case OPT_ADMIN_ALLOW:
             if (cfg->nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)

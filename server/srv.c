@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -43,6 +44,15 @@ srv_now(void)
 
     gettimeofday(&tv, NULL);
     return (int64_t)tv.tv_sec;
+}
+
+int64_t
+srv_uptime(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec + 1;
 }
 
 int
@@ -73,6 +83,7 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->store_batch = 10000;
     cfg->store_commit_interval_ms = 0;
     cfg->memcached_prefix = "dsjob";
+    cfg->idle_timeout = 60;
 }
 
 static int
@@ -354,6 +365,16 @@ srv_epoch_arm(struct srv *srv)
 }
 
 static void
+tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+
+    (void)fd;
+    (void)what;
+    conn_sweep_idle(srv, srv_uptime());
+}
+
+static void
 stop_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct srv *srv = arg;
@@ -493,6 +514,15 @@ srv_setup(struct srv *srv, struct event_base *base)
         srv->ctl_ev == NULL || event_add(srv->ctl_ev, NULL) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         goto fail;
+    }
+    if (srv->cfg.idle_timeout > 0) {
+        struct timeval second = {1, 0};
+
+        srv->tick_ev = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
+        if (srv->tick_ev == NULL || event_add(srv->tick_ev, &second) < 0) {
+            snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's timer");
+            goto fail;
+        }
     }
     return 0;
 

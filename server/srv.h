@@ -52,6 +52,7 @@ struct srv {
     struct conn_flush_list flushq; /* connections with output not yet tried */
     struct event *flush_ev;        /* writes flushq, after this turn's callbacks */
     struct event *epoch_ev;        /* fires when the next epoch job is due */
+    struct event *tick_ev;         /* once a second, with --idle-timeout: conn_sweep_idle */
     int64_t epoch_armed;           /* time epoch_ev is set for, 0 if not */
     struct event *ctl_ev;          /* reads ctl_pipe */
     int ctl_pipe[2];               /* stop and reopen requests, signal-safe */
@@ -72,6 +73,9 @@ struct srv {
 
 /* srv_now returns the wall clock in seconds, for epoch jobs. */
 int64_t srv_now(void);
+
+/* srv_uptime returns monotonic seconds (never 0), for timeouts that must not jump. */
+int64_t srv_uptime(void);
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */
 void srv_epoch_arm(struct srv *srv);

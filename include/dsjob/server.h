@@ -74,6 +74,8 @@ struct dsjob_server_config {
     unsigned store_commit_interval_ms; /* wait this long to group a commit; 0: one loop turn */
     const char *memcached_servers;     /* memcached: "host:port,host:port" */
     const char *memcached_prefix;      /* memcached: prefix of every key written */
+    unsigned idle_timeout;             /* close a peer whose packet stays incomplete this many
+                                          seconds; 0: never */
 };
 
 /* dsjob_server_log_level reads a level name (any case) or number; -1 if unknown. */
