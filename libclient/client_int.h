@@ -12,7 +12,7 @@
 
 #include <dsjob/client.h>
 
-#include "libclient/link.h"
+#include "link/link.h"
 
 #define CLIENT_ERR_LEN 512
 #define RING_POINTS 160      /* points per server on the hash ring */

@@ -6,8 +6,8 @@
  * socket is non-blocking once connected; the blocking helpers wait with
  * poll() up to a deadline. Nothing here knows what the packets mean.
  */
-#ifndef DSJOB_LIBCLIENT_LINK_H
-#define DSJOB_LIBCLIENT_LINK_H
+#ifndef DSJOB_LINK_LINK_H
+#define DSJOB_LINK_LINK_H
 
 #include <stdbool.h>
 #include <stddef.h>

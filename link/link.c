@@ -7,7 +7,7 @@
  * into a buffer that is compacted lazily; decoded packets borrow it.
  */
 #include "config.h"
-#include "link.h"
+#include "link/link.h"
 
 #include <errno.h>
 #include <fcntl.h>
