@@ -22,6 +22,8 @@
 
 #include <dsjob/common.h>
 
+#include "link/addr.h"
+
 #define CLI_DEFAULT_SERVER "127.0.0.1:4730"
 
 static const char usage_text[] =
@@ -41,7 +43,7 @@ static const char usage_text[] =
     "  version              the server's version\n"
     "\n"
     "options of every verb:\n"
-    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "                       (default: $DSJOB_SERVERS, else " CLI_DEFAULT_SERVER ")\n"
     "  -t, --timeout MS     connect and reply timeout in milliseconds\n"
     "      --format FMT     table, tsv or json (admin verbs)\n"
@@ -195,19 +197,16 @@ add_server_list(struct cli *cli, const char *list)
     }
 }
 
-/* The address forms the libraries take: /path, host:port, [v6]:port. */
+/* The address forms the libraries take (link/addr.h): /path, host[:port], [v6][:port]. */
 static bool
 server_addr_ok(const char *a)
 {
-    const char *colon;
-    unsigned long port;
+    size_t cap = strlen(a) + ADDR_EXTRA;
+    char *norm = malloc(cap);
+    bool ok = norm != NULL && addr_normalize(a, norm, cap) == 0;
 
-    if (a[0] == '/')
-        return strlen(a) < 108; /* sun_path */
-    colon = strrchr(a, ':');
-    if (colon == NULL || colon == a || colon[1] == '\0')
-        return false;
-    return cli_parse_uint(colon + 1, 1, 65535, &port) == 0;
+    free(norm);
+    return ok;
 }
 
 int
@@ -225,7 +224,7 @@ cli_servers(struct cli *cli)
     }
     for (i = 0; i < cli->nservers; i++) {
         if (!server_addr_ok(cli->servers[i]))
-            return cli_usage_error(cli, "bad server address '%s' (want host:port or /path)",
+            return cli_usage_error(cli, "bad server address '%s' (want host[:port] or /path)",
                                    cli->servers[i]);
     }
     return 0;

@@ -32,7 +32,7 @@ static const char submit_usage[] =
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
     "                       ('-' coalesces on the payload)\n"
     "      --at EPOCH       run at that time (seconds since 1970; background)\n"
-    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "  -t, --timeout MS     connect timeout, and how long to wait for the job\n"
     "DATA is read from standard input when it is not given; put -- before DATA\n"
     "that starts with '-'.\n";

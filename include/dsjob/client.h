@@ -73,8 +73,10 @@ DSJOB_API void dsjob_client_free(struct dsjob_client *c);
 /*
  * dsjob_client_add_server adds a server: "host:port" (a name, an IPv4
  * address or "[v6]:port") or the path of a unix socket (starting with '/').
- * addr is borrowed. Nothing is connected until a call needs the server.
- * Returns DSJOB_OK, DSJOB_ERR_ARG (unparsable address), DSJOB_ERR_NOMEM.
+ * Without a port ("host", "[v6]" or a bare IPv6 address such as "::1") the
+ * port is 4730, as with the gearman tools. addr is borrowed. Nothing is
+ * connected until a call needs the server. Returns DSJOB_OK, DSJOB_ERR_ARG
+ * (unparsable address, or a port that is not 1 to 65535), DSJOB_ERR_NOMEM.
  */
 DSJOB_API int dsjob_client_add_server(struct dsjob_client *c, const char *addr);
 

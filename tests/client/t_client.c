@@ -9,6 +9,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <dsjob/client.h>
+#include <dsjob/worker.h>
 
 #include "common.h"
 #include "lib/peer.h"
@@ -247,10 +249,16 @@ suite_errors(void)
     char h[64];
     int err;
 
-    tap_is_int(dsjob_client_add_server(c, "nocolon"), DSJOB_ERR_ARG,
-               "an address without a port is refused");
-    tap_is_int(dsjob_client_add_server(c, "host:port"), DSJOB_ERR_ARG,
-               "a non-numeric port is refused");
+    static const char *const bad[] = {
+        "",     "host:port", "host:",  ":4730",  "127.0.0.1:0", "127.0.0.1:65536",
+        "[::1", "[]:4730",   "[::1]x", "[::1]:", "1:2:3",       "::1:4730x",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        tap_is_int(dsjob_client_add_server(c, bad[i]), DSJOB_ERR_ARG, "address '%s' is refused",
+                   bad[i]);
+    tap_is_int(dsjob_client_add_server(c, NULL), DSJOB_ERR_ARG, "a NULL address is refused");
     tap_is_int(dsjob_client_submit(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, NULL, NULL),
                DSJOB_ERR_ARG, "a submit without servers is DSJOB_ERR_ARG");
     dsjob_client_add_server(c, addr_of(free_port()));
@@ -263,6 +271,121 @@ suite_errors(void)
     dsjob_client_free(c);
     dsjob_client_free(NULL);
     tap_ok(1, "dsjob_client_free(NULL) is a no-op");
+}
+
+/*
+ * Starts dsjobd listening on listen_addr only, on port (our own start:
+ * daemon_start always adds 127.0.0.1, where port 4730 may be someone
+ * else's). Returns false when it did not come up, as when the port is
+ * taken there.
+ */
+static bool
+daemon_start_on(struct daemon *d, const char *listen_addr, const char *port)
+{
+    const char *bin = getenv("DSJOBD") ? getenv("DSJOBD") : "server/dsjobd";
+    char portfile[300], logfile[300];
+    int i;
+
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(d->dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(portfile, sizeof(portfile), "%s/port", d->dir);
+    snprintf(logfile, sizeof(logfile), "%s/dsjobd.log", d->dir);
+    d->pid = fork();
+    if (d->pid < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (d->pid == 0) {
+        execl(bin, bin, "-L", listen_addr, "-p", port, "--port-file", portfile, "--log-file",
+              logfile, (char *)NULL);
+        _exit(127);
+    }
+    for (i = 0; i < 100; i++) {
+        FILE *fp = fopen(portfile, "r");
+
+        if (fp != NULL) {
+            int ok = fscanf(fp, "%d", &d->port) == 1 && d->port > 0;
+
+            fclose(fp);
+            if (ok)
+                return true;
+        }
+        if (!daemon_alive(d)) {
+            d->pid = 0;
+            daemon_stop(d);
+            return false;
+        }
+        sleep_ms(50);
+    }
+    daemon_stop(d);
+    return false;
+}
+
+/*
+ * An address without a port means 4730, as with the gearman tools, for
+ * the client and the worker alike; "[v6]:port" and "[v6]" work too. Port
+ * 4730 on 127.0.0.1 may belong to another server on this machine, so the
+ * IPv4 case uses a loopback address of its own, picked from our pid.
+ */
+static void
+suite_addresses(void)
+{
+    struct daemon d;
+    struct dsjob_client *c;
+    char ip[32], v6[32];
+    long pid = (long)getpid();
+    const char *extra[] = {"-L", "::1", NULL};
+
+    snprintf(ip, sizeof(ip), "127.%ld.%ld.%ld", 1 + pid % 250, 1 + pid / 250 % 250,
+             2 + pid / 62500 % 250);
+    if (daemon_start_on(&d, ip, "4730")) {
+        const char *const servers[] = {ip, NULL};
+        pid_t w = worker_fork(servers);
+        void *res = NULL;
+        size_t len = 0;
+        int err;
+
+        c = dsjob_client_new();
+        tap_is_int(dsjob_client_add_server(c, ip), DSJOB_OK, "'%s' (no port) is taken", ip);
+        tap_is_int(dsjob_client_echo(c, "p", 1), DSJOB_OK,
+                   "the client reaches dsjobd on %s:4730 through '%s'", ip, ip);
+        dsjob_client_set_timeout(c, 2000, 10000);
+        err = dsjob_client_submit(c, "rev", NULL, "port", 4, DSJOB_PRIO_NORMAL, &res, &len);
+        tap_ok(err == DSJOB_OK && len == 4 && memcmp(res, "trop", 4) == 0,
+               "a worker given '%s' (no port) does the client's job (%s)", ip,
+               dsjob_client_errmsg(c));
+        dsjob_free(res);
+        dsjob_client_free(c);
+        worker_reap(w);
+        daemon_stop(&d);
+    } else {
+        tap_skip(3, "dsjobd could not listen on %s:4730", ip);
+    }
+
+    daemon_start(&d, extra);
+    snprintf(v6, sizeof(v6), "[::1]:%d", d.port);
+    c = dsjob_client_new();
+    tap_ok(dsjob_client_add_server(c, v6) == DSJOB_OK && dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+           "'%s' reaches dsjobd over IPv6 (%s)", v6, dsjob_client_errmsg(c));
+    dsjob_client_free(c);
+    daemon_stop(&d);
+
+    if (daemon_start_on(&d, "::1", "4730")) {
+        c = dsjob_client_new();
+        tap_ok(dsjob_client_add_server(c, "[::1]") == DSJOB_OK &&
+                   dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+               "'[::1]' (no port) reaches dsjobd on [::1]:4730 (%s)", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        c = dsjob_client_new();
+        tap_ok(dsjob_client_add_server(c, "::1") == DSJOB_OK &&
+                   dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+               "'::1' (a bare IPv6 address) reaches it too (%s)", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        daemon_stop(&d);
+    } else {
+        tap_skip(2, "dsjobd could not listen on [::1]:4730");
+    }
 }
 
 static void
@@ -314,6 +437,7 @@ main(void)
     daemon_stop(&d2);
     daemon_stop(&d);
     suite_unix();
+    suite_addresses();
     if (gearmand_start(&g)) {
         if (gearmand_start(&g2)) {
             suite_one("gearmand", g.port);

@@ -65,8 +65,8 @@ suite_inproc(const char *kind, int port)
     memset(&s, 0, sizeof(s));
     tap_is_int(dsjob_worker_work(w, 100), DSJOB_ERR_STATE,
                "%s: work without servers: DSJOB_ERR_STATE", kind);
-    tap_is_int(dsjob_worker_add_server(w, "bad"), DSJOB_ERR_ARG, "%s: a bad address is refused",
-               kind);
+    tap_is_int(dsjob_worker_add_server(w, "bad:port"), DSJOB_ERR_ARG,
+               "%s: a bad address is refused", kind);
     dsjob_worker_add_server(w, addr_of(port));
     tap_is_int(dsjob_worker_register(w, "", fn_record, &s, 0), DSJOB_ERR_ARG,
                "%s: empty name refused", kind);
