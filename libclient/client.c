@@ -283,11 +283,13 @@ client_send(struct dsjob_client *c, struct link *l)
 
 /*
  * Waits on l for the JOB_CREATED that answers our submit, copying the
- * handle into handle (cap bytes). Returns DSJOB_OK, DSJOB_ERR_SERVER, or
- * an I/O error (l is then closed).
+ * handle into handle (DSJOB_HANDLE_MAX bytes). Returns DSJOB_OK,
+ * DSJOB_ERR_SERVER, or an I/O error (l is then closed). A handle too long
+ * for the buffer is DSJOB_ERR_PROTO with *created set: the server has the
+ * job, so it must not go to another server too.
  */
 static int
-client_wait_created(struct dsjob_client *c, struct link *l, char *handle, size_t cap)
+client_wait_created(struct dsjob_client *c, struct link *l, char *handle, bool *created)
 {
     struct packet p;
     int err;
@@ -304,10 +306,16 @@ client_wait_created(struct dsjob_client *c, struct link *l, char *handle, size_t
         if (p.type == PACKET_ERROR)
             return client_server_error(c, l, &p);
         if (p.type == PACKET_JOB_CREATED) {
-            size_t n = p.arg_len[0] < cap - 1 ? p.arg_len[0] : cap - 1;
-
-            memcpy(handle, p.arg[0], n);
-            handle[n] = '\0';
+            if (p.arg_len[0] >= DSJOB_HANDLE_MAX) {
+                *created = true;
+                link_close(l);
+                return client_err(c, DSJOB_ERR_PROTO,
+                                  "%s: job handle of %zu bytes, longer than DSJOB_HANDLE_MAX - 1 "
+                                  "(the job was submitted)",
+                                  l->addr, p.arg_len[0]);
+            }
+            memcpy(handle, p.arg[0], p.arg_len[0]);
+            handle[p.arg_len[0]] = '\0';
             return DSJOB_OK;
         }
     }
@@ -342,6 +350,13 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
 
     for (;;) {
         err = link_recv(l, &p, link_deadline(c->io_ms));
+        if (err == DSJOB_ERR_TIMEOUT) {
+            /* The server answered (JOB_CREATED): it is the job that did not end. */
+            client_err(c, err, "job '%s' did not end in time (no word from '%s' for %d ms)", handle,
+                       l->addr, c->io_ms);
+            link_close(l);
+            return err;
+        }
         if (err != DSJOB_OK) {
             client_err(c, err, "%s", l->err);
             link_close(l);
@@ -414,8 +429,15 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
            size_t *result_len, char *handle_buf, size_t handle_cap)
 {
     size_t first = client_pick(c, unique), k;
-    char handle[256];
+    char handle[DSJOB_HANDLE_MAX];
+    bool created = false;
     int err = DSJOB_ERR_NOTFOUND;
+
+    /* Before anything is sent, so that this error means no job was submitted. */
+    if (handle_buf != NULL && handle_cap < DSJOB_HANDLE_MAX)
+        return client_err(c, DSJOB_ERR_ARG,
+                          "handle buffer of %zu bytes, smaller than DSJOB_HANDLE_MAX (%d)",
+                          handle_cap, DSJOB_HANDLE_MAX);
 
     for (k = 0; k < c->nlinks; k++) {
         struct link *l = &c->links[(first + k) % c->nlinks];
@@ -434,10 +456,10 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         }
         err = client_send(c, l);
         if (err == DSJOB_OK)
-            err = client_wait_created(c, l, handle, sizeof(handle));
+            err = client_wait_created(c, l, handle, &created);
         if (err == DSJOB_OK && !background)
             err = client_wait_end(c, l, handle, result, result_len);
-        if (err == DSJOB_OK || !client_failover(err))
+        if (err == DSJOB_OK || created || !client_failover(err))
             break;
     }
     if (err == DSJOB_ERR_TIMEOUT && k < c->nlinks) {
@@ -446,11 +468,8 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
     }
     if (err != DSJOB_OK)
         return err;
-    if (handle_buf != NULL && handle_cap > 0) {
-        if (strlen(handle) >= handle_cap)
-            return client_err(c, DSJOB_ERR_ARG, "handle '%s' does not fit", handle);
+    if (handle_buf != NULL)
         memcpy(handle_buf, handle, strlen(handle) + 1);
-    }
     return DSJOB_OK;
 }
 

@@ -244,7 +244,7 @@ static int
 submit_bg(struct cli *cli, struct dsjob_client *c, const char *func, const char *unique,
           const void *data, size_t len, enum dsjob_priority prio, bool at, long long epoch)
 {
-    char handle[256];
+    char handle[DSJOB_HANDLE_MAX];
     int err;
 
     if (at)

@@ -82,7 +82,7 @@ suite_one_allocator(void)
     struct dsjob_client *c;
     struct dsjob_worker *w;
     struct dsjob_status st;
-    char handle[256];
+    char handle[DSJOB_HANDLE_MAX];
     long m0;
     int err;
 

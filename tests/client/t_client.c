@@ -9,11 +9,15 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,7 +97,7 @@ suite_one(const char *kind, int port)
     struct dsjob_status st;
     const char *const servers[] = {addr_of(port), NULL};
     pid_t w = worker_fork(servers);
-    char handle[128], unique[80];
+    char handle[DSJOB_HANDLE_MAX], unique[80];
     void *res = NULL;
     size_t len = 0;
     int err;
@@ -146,7 +150,7 @@ suite_one(const char *kind, int port)
     tap_ok(err == DSJOB_OK && st.known == 1 && st.waiting == 0,
            "%s: status by unique: known, no client waiting", kind);
     {
-        char h2[128];
+        char h2[DSJOB_HANDLE_MAX];
 
         err = dsjob_client_submit_bg(c, "nobody", unique, "other", 5, DSJOB_PRIO_HIGH, h2,
                                      sizeof(h2));
@@ -157,8 +161,35 @@ suite_one(const char *kind, int port)
     tap_ok(err == DSJOB_OK && st.known == 0, "%s: unknown handle: known 0", kind);
     err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_LOW, handle, sizeof(handle));
     tap_is_int(err, DSJOB_OK, "%s: background low-priority job to a live worker", kind);
-    err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle, 2);
-    tap_is_int(err, DSJOB_ERR_ARG, "%s: a handle buffer too small is DSJOB_ERR_ARG", kind);
+    {
+        char u2[80];
+
+        snprintf(u2, sizeof(u2), "small-%s-%ld", kind, (long)getpid());
+        err = dsjob_client_submit_bg(c, "nobody", u2, "x", 1, DSJOB_PRIO_NORMAL, handle,
+                                     DSJOB_HANDLE_MAX - 1);
+        tap_is_int(err, DSJOB_ERR_ARG,
+                   "%s: a handle buffer below DSJOB_HANDLE_MAX is DSJOB_ERR_ARG", kind);
+        err = dsjob_client_status_unique(c, u2, &st);
+        tap_ok(err == DSJOB_OK && st.known == 0, "%s: ... and no job was submitted (known %d)",
+               kind, st.known);
+        err = dsjob_client_submit_epoch(c, "nobody", u2, "x", 1, (int64_t)time(NULL) + 3600, handle,
+                                        2);
+        tap_ok(err == DSJOB_ERR_ARG && dsjob_client_status_unique(c, u2, &st) == DSJOB_OK &&
+                   st.known == 0,
+               "%s: the same for an epoch job", kind);
+    }
+
+    /*
+     * A foreground job that no worker takes: the server answered
+     * (JOB_CREATED), so the timeout is the job's, not the server's.
+     */
+    dsjob_client_set_timeout(c, 2000, 300);
+    err = dsjob_client_submit(c, "nobody", NULL, "late", 4, DSJOB_PRIO_NORMAL, NULL, NULL);
+    tap_is_int(err, DSJOB_ERR_TIMEOUT, "%s: a foreground job no worker takes times out", kind);
+    tap_ok(strstr(dsjob_client_errmsg(c), "did not end in time") != NULL &&
+               strstr(dsjob_client_errmsg(c), "did not answer") == NULL,
+           "%s: errmsg says the job did not end in time: %s", kind, dsjob_client_errmsg(c));
+    dsjob_client_set_timeout(c, 5000, 0);
 
     err = dsjob_client_submit_epoch(c, "nobody", NULL, "later", 5, (int64_t)time(NULL) + 3600,
                                     handle, sizeof(handle));
@@ -184,7 +215,7 @@ suite_two(const char *kind, int port_a, int port_b)
     const char *const servers[] = {addr_of(port_a), addr_of(port_b), NULL};
     pid_t w = worker_fork(servers);
     int dead = free_port(), i, ok_all = 1, a_before, b_before;
-    char h1[128], h2[128], key[32];
+    char h1[DSJOB_HANDLE_MAX], h2[DSJOB_HANDLE_MAX], key[32];
     void *res;
     size_t len;
 
@@ -246,7 +277,7 @@ static void
 suite_errors(void)
 {
     struct dsjob_client *c = dsjob_client_new();
-    char h[64];
+    char h[DSJOB_HANDLE_MAX];
     int err;
 
     static const char *const bad[] = {
@@ -271,6 +302,77 @@ suite_errors(void)
     dsjob_client_free(c);
     dsjob_client_free(NULL);
     tap_ok(1, "dsjob_client_free(NULL) is a no-op");
+}
+
+/*
+ * A server that answers a background submit with a handle longer than
+ * DSJOB_HANDLE_MAX - 1 breaks the protocol, but it has the job: the call
+ * is DSJOB_ERR_PROTO and the job must not go to the next server too. The
+ * fake server is a child on a listening socket made here; the next server
+ * is a real dsjobd.
+ */
+static void
+suite_long_handle(int real_port)
+{
+    struct sockaddr_in sin;
+    socklen_t slen = sizeof(sin);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, status;
+    char fake[32], buf[4096];
+    pid_t child;
+    struct dsjob_client *c;
+    int err;
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 4) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sin, &slen) < 0)
+        tap_bail("fake server: %s", strerror(errno));
+    snprintf(fake, sizeof(fake), "127.0.0.1:%d", ntohs(sin.sin_port));
+    child = fork();
+    if (child < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (child == 0) {
+        static const char opt[] = "exceptions";
+        char handle[DSJOB_HANDLE_MAX + 44];
+        const void *a1[1] = {opt}, *a2[1] = {handle};
+        size_t l1[1] = {sizeof(opt) - 1}, l2[1] = {sizeof(handle)};
+        unsigned char out[1024];
+        size_t n;
+
+        alarm(10);
+        fd = accept(lfd, NULL, NULL);
+        /* OPTION_REQ and the submit; their bytes do not matter here. */
+        if (fd < 0 || read(fd, buf, sizeof(buf)) <= 0)
+            _exit(1);
+        memset(handle, 'h', sizeof(handle));
+        n = packet_encode(out, sizeof(out), PACKET_RES, PACKET_OPTION_RES, 1, a1, l1);
+        n += packet_encode(out + n, sizeof(out) - n, PACKET_RES, PACKET_JOB_CREATED, 1, a2, l2);
+        if (write(fd, out, n) != (ssize_t)n)
+            _exit(1);
+        /* Until the client closes. */
+        while (read(fd, buf, sizeof(buf)) > 0)
+            ;
+        _exit(0);
+    }
+    close(lfd);
+    c = dsjob_client_new();
+    dsjob_client_add_server(c, fake); /* first: a job without a unique goes to it */
+    dsjob_client_add_server(c, addr_of(real_port));
+    dsjob_client_set_timeout(c, 2000, 3000);
+    err = dsjob_client_submit_bg(c, "long_handle", NULL, "x", 1, DSJOB_PRIO_NORMAL, buf,
+                                 DSJOB_HANDLE_MAX);
+    tap_is_int(err, DSJOB_ERR_PROTO,
+               "a handle longer than DSJOB_HANDLE_MAX - 1 is DSJOB_ERR_PROTO");
+    tap_ok(strstr(dsjob_client_errmsg(c), "the job was submitted") != NULL,
+           "errmsg says the job was submitted: %s", dsjob_client_errmsg(c));
+    dsjob_client_free(c);
+    waitpid(child, &status, 0);
+    fd = peer_connect(real_port);
+    peer_admin(fd, "status", true, buf, sizeof(buf));
+    close(fd);
+    tap_ok(strstr(buf, "long_handle\t") == NULL,
+           "the job was not submitted to the next server too");
 }
 
 /*
@@ -434,6 +536,7 @@ main(void)
     daemon_start(&d2, NULL);
     suite_one("dsjobd", d.port);
     suite_two("dsjobd", d.port, d2.port);
+    suite_long_handle(d.port);
     daemon_stop(&d2);
     daemon_stop(&d);
     suite_unix();
