@@ -34,7 +34,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=78
+CHECKS=80
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -259,6 +259,12 @@ checks() {
         for (@l[0 .. $#l - 1]) { $ok &&= /^\[[#.]+\] \d+\/\d+ +\d+% \S+\/s \d+:\d\d *$/ && length($_) <= 69 }
         $ok &&= $l[-1] =~ /^ +$/; exit !$ok' <"$d/prog.err"
     ok $? "$K: progress: a CR-redrawn bar with count, percent, rate and elapsed, cleared at the end"
+    # A worker that reports more than its total: its numbers, but no more than 100%.
+    dsw -f t_over -- sh -c "cat >/dev/null; echo 7/3 >&3; printf over" 2>/dev/null
+    out=$(DSJOB_PROGRESS=force COLUMNS=70 timeout 20 "$DSJOB" -s "$addr" submit t_over x 2>"$d/over.err")
+    same "$out" "over" "progress: the over-reporting job completes"
+    grep -q ' 7/3 100% ' "$d/over.err" && grep -q '\[#*\]' "$d/over.err" && ! grep -q '233%' "$d/over.err"
+    ok $? "$K: progress: a WORK_STATUS of 7/3 shows 7/3 at 100% with a full bar, not 233%"
     out=$(ds submit -u U-ENV2 t_env x 2>"$d/noprog.err")
     ! grep -q "$(printf '\r')" "$d/noprog.err" && ! grep -q '1/4' "$d/noprog.err"
     ok $? "$K: progress: no bar when stderr is not a terminal"
