@@ -67,8 +67,10 @@ for pc in libdsjobclient libdsjobworker libdsjobserver; do
     ok $? "$pc.pc is installed in \$libdir/pkgconfig"
 done
 
-# Only the installed tree: no system .pc directories, paths under DESTDIR.
-PKG_CONFIG_LIBDIR=$DEST$libdir/pkgconfig
+# The installed tree first, paths under DESTDIR; then the system's .pc
+# directories, only for what libdsjobserver.pc requires (libevent).
+syspc=$(pkg-config --variable pc_path pkg-config 2>/dev/null)
+PKG_CONFIG_LIBDIR=$DEST$libdir/pkgconfig${syspc:+:$syspc}
 PKG_CONFIG_SYSROOT_DIR=$DEST
 export PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR
 unset PKG_CONFIG_PATH
@@ -82,6 +84,23 @@ is "$(pkg-config --print-requires libdsjobworker)" "libdsjobclient" \
 case " $(pkg-config --libs libdsjobworker) " in
 *" -ldsjobclient "*) ok 0 "pkg-config --libs libdsjobworker names -ldsjobclient" ;;
 *) ok 1 "pkg-config --libs libdsjobworker names -ldsjobclient" ;;
+esac
+
+# libdsjobserver links libevent (and, when built with them, sqlite3 and
+# libmemcached): a dynamic link needs only -ldsjobserver, a static one the
+# rest, through Requires.private and Libs.private. libevent_pthreads is not
+# linked, so it is not named.
+is "$(pkg-config --print-requires-private libdsjobserver)" "libevent >= 2.1" \
+    "libdsjobserver.pc: libevent in Requires.private"
+case " $(pkg-config --libs libdsjobserver) " in
+*" -levent"*) ok 1 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;
+*) ok 0 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;
+esac
+static=" $(pkg-config --static --libs libdsjobserver) "
+case $static in
+*" -levent_pthreads "*) ok 1 "pkg-config --static: -levent, not -levent_pthreads ($static)" ;;
+*" -levent "*) ok 0 "pkg-config --static: -levent, not -levent_pthreads" ;;
+*) ok 1 "pkg-config --static: -levent, not -levent_pthreads ($static)" ;;
 esac
 
 flags_of() { # flags_of client|worker|server: compiler and linker flags for the library
