@@ -273,6 +273,22 @@ suite_two(const char *kind, int port_a, int port_b)
     tap_is_int(worker_reap(w), 0, "%s: the two-server worker stops cleanly", kind);
 }
 
+static int alloc_calls; /* calls into count_malloc and count_free */
+
+static void *
+count_malloc(size_t n)
+{
+    alloc_calls++;
+    return malloc(n);
+}
+
+static void
+count_free(void *p)
+{
+    alloc_calls++;
+    free(p);
+}
+
 static void
 suite_errors(void)
 {
@@ -300,8 +316,23 @@ suite_errors(void)
            dsjob_client_errmsg(c));
     tap_ok(dsjob_client_echo(c, "x", 1) != DSJOB_OK, "echo fails too");
     dsjob_client_free(c);
-    dsjob_client_free(NULL);
-    tap_ok(1, "dsjob_client_free(NULL) is a no-op");
+    {
+        /* In a child: a crash shows as a signal, a call into the allocator as its count. */
+        pid_t pid = fork();
+        int status = 0;
+
+        if (pid < 0)
+            tap_bail("fork: %s", strerror(errno));
+        if (pid == 0) {
+            dsjob_set_alloc_funcs(count_malloc, count_free);
+            dsjob_client_free(NULL);
+            _exit(alloc_calls > 100 ? 100 : alloc_calls);
+        }
+        waitpid(pid, &status, 0);
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "dsjob_client_free(NULL) is a no-op: no crash, no allocator call (status %d)",
+               status);
+    }
 }
 
 /*
