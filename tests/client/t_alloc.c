@@ -41,23 +41,6 @@ chaos_malloc(size_t n)
 
 static char addr[32]; /* the daemon's host:port, written before any thread starts */
 
-static long count_malloc; /* allocations through counting_malloc */
-static long count_free;   /* frees through counting_free */
-
-static void *
-counting_malloc(size_t n)
-{
-    count_malloc++;
-    return malloc(n);
-}
-
-static void
-counting_free(void *p)
-{
-    count_free++;
-    free(p);
-}
-
 static int
 fn_upper(struct dsjob_job *job, void *user)
 {
@@ -86,32 +69,32 @@ suite_one_allocator(void)
     long m0;
     int err;
 
-    dsjob_set_alloc_funcs(counting_malloc, counting_free);
+    dsjob_set_alloc_funcs(count_malloc, count_free);
     c = dsjob_client_new();
     err = c == NULL ? DSJOB_ERR_NOMEM : dsjob_client_add_server(c, addr);
     if (err == DSJOB_OK)
         err = dsjob_client_submit_bg(c, "alloc_one", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle,
                                      sizeof(handle));
-    tap_ok(err == DSJOB_OK && count_malloc > 0,
+    tap_ok(err == DSJOB_OK && count_mallocs > 0,
            "after one dsjob_set_alloc_funcs, libdsjobclient's submit allocates through it (%ld)",
-           count_malloc);
-    m0 = count_malloc;
+           count_mallocs);
+    m0 = count_mallocs;
     w = dsjob_worker_new();
     err = w == NULL ? DSJOB_ERR_NOMEM : dsjob_worker_add_server(w, addr);
     if (err == DSJOB_OK)
         err = dsjob_worker_register(w, "alloc_one", fn_upper, NULL, 0);
     if (err == DSJOB_OK)
         err = dsjob_worker_work(w, 5000);
-    tap_ok(err == DSJOB_OK && count_malloc - m0 > 0,
+    tap_ok(err == DSJOB_OK && count_mallocs - m0 > 0,
            "libdsjobworker's calls, doing that job, allocate through the same allocator (%ld)",
-           count_malloc - m0);
+           count_mallocs - m0);
     dsjob_worker_free(w);
     err = dsjob_client_status(c, handle, &st);
     tap_ok(err == DSJOB_OK && st.known == 0, "the job is done: dsjobd no longer knows it");
     dsjob_client_free(c);
-    tap_is_int(count_free, count_malloc,
+    tap_is_int(count_frees, count_mallocs,
                "each of the %ld allocations of both libraries went back through its free",
-               count_malloc);
+               count_mallocs);
     dsjob_set_alloc_funcs(NULL, NULL);
 }
 

@@ -273,22 +273,6 @@ suite_two(const char *kind, int port_a, int port_b)
     tap_is_int(worker_reap(w), 0, "%s: the two-server worker stops cleanly", kind);
 }
 
-static int alloc_calls; /* calls into count_malloc and count_free */
-
-static void *
-count_malloc(size_t n)
-{
-    alloc_calls++;
-    return malloc(n);
-}
-
-static void
-count_free(void *p)
-{
-    alloc_calls++;
-    free(p);
-}
-
 static void
 suite_errors(void)
 {
@@ -324,9 +308,10 @@ suite_errors(void)
         if (pid < 0)
             tap_bail("fork: %s", strerror(errno));
         if (pid == 0) {
+            count_mallocs = count_frees = 0;
             dsjob_set_alloc_funcs(count_malloc, count_free);
             dsjob_client_free(NULL);
-            _exit(alloc_calls > 100 ? 100 : alloc_calls);
+            _exit(count_mallocs + count_frees > 100 ? 100 : (int)(count_mallocs + count_frees));
         }
         waitpid(pid, &status, 0);
         tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
