@@ -12,62 +12,54 @@
 
 #include <string.h>
 
-#define C PACKET_FROM_CLIENT
-#define W PACKET_FROM_WORKER
-#define S PACKET_FROM_SERVER
-
 static const struct packet_info packet_table[PACKET_TYPE_COUNT] = {
-    [PACKET_CAN_DO] = {"CAN_DO", 1, W},
-    [PACKET_CANT_DO] = {"CANT_DO", 1, W},
-    [PACKET_RESET_ABILITIES] = {"RESET_ABILITIES", 0, W},
-    [PACKET_PRE_SLEEP] = {"PRE_SLEEP", 0, W},
-    [PACKET_NOOP] = {"NOOP", 0, S},
-    [PACKET_SUBMIT_JOB] = {"SUBMIT_JOB", 3, C},
-    [PACKET_JOB_CREATED] = {"JOB_CREATED", 1, S},
-    [PACKET_GRAB_JOB] = {"GRAB_JOB", 0, W},
-    [PACKET_NO_JOB] = {"NO_JOB", 0, S},
-    [PACKET_JOB_ASSIGN] = {"JOB_ASSIGN", 3, S},
-    [PACKET_WORK_STATUS] = {"WORK_STATUS", 3, W | S},
+    [PACKET_CAN_DO] = {"CAN_DO", 1},
+    [PACKET_CANT_DO] = {"CANT_DO", 1},
+    [PACKET_RESET_ABILITIES] = {"RESET_ABILITIES", 0},
+    [PACKET_PRE_SLEEP] = {"PRE_SLEEP", 0},
+    [PACKET_NOOP] = {"NOOP", 0},
+    [PACKET_SUBMIT_JOB] = {"SUBMIT_JOB", 3},
+    [PACKET_JOB_CREATED] = {"JOB_CREATED", 1},
+    [PACKET_GRAB_JOB] = {"GRAB_JOB", 0},
+    [PACKET_NO_JOB] = {"NO_JOB", 0},
+    [PACKET_JOB_ASSIGN] = {"JOB_ASSIGN", 3},
+    [PACKET_WORK_STATUS] = {"WORK_STATUS", 3},
     /*
      * A result packet whose data is empty may arrive without the NUL before
      * it: Perl's Gearman::Worker sends WORK_COMPLETE that way for a job
      * that returned "" or "0". Read the missing data as empty.
      */
-    [PACKET_WORK_COMPLETE] = {"WORK_COMPLETE", 2, W | S, 1},
-    [PACKET_WORK_FAIL] = {"WORK_FAIL", 1, W | S},
-    [PACKET_GET_STATUS] = {"GET_STATUS", 1, C},
-    [PACKET_ECHO_REQ] = {"ECHO_REQ", 1, C | W},
-    [PACKET_ECHO_RES] = {"ECHO_RES", 1, S},
-    [PACKET_SUBMIT_JOB_BG] = {"SUBMIT_JOB_BG", 3, C},
-    [PACKET_ERROR] = {"ERROR", 2, S},
-    [PACKET_STATUS_RES] = {"STATUS_RES", 5, S},
-    [PACKET_SUBMIT_JOB_HIGH] = {"SUBMIT_JOB_HIGH", 3, C},
-    [PACKET_SET_CLIENT_ID] = {"SET_CLIENT_ID", 1, C | W},
-    [PACKET_CAN_DO_TIMEOUT] = {"CAN_DO_TIMEOUT", 2, W},
-    [PACKET_ALL_YOURS] = {"ALL_YOURS", 0, W},
-    [PACKET_WORK_EXCEPTION] = {"WORK_EXCEPTION", 2, W | S, 1},
-    [PACKET_OPTION_REQ] = {"OPTION_REQ", 1, C | W},
-    [PACKET_OPTION_RES] = {"OPTION_RES", 1, S},
-    [PACKET_WORK_DATA] = {"WORK_DATA", 2, W | S, 1},
-    [PACKET_WORK_WARNING] = {"WORK_WARNING", 2, W | S, 1},
-    [PACKET_GRAB_JOB_UNIQ] = {"GRAB_JOB_UNIQ", 0, W},
-    [PACKET_JOB_ASSIGN_UNIQ] = {"JOB_ASSIGN_UNIQ", 4, S},
-    [PACKET_SUBMIT_JOB_HIGH_BG] = {"SUBMIT_JOB_HIGH_BG", 3, C},
-    [PACKET_SUBMIT_JOB_LOW] = {"SUBMIT_JOB_LOW", 3, C},
-    [PACKET_SUBMIT_JOB_LOW_BG] = {"SUBMIT_JOB_LOW_BG", 3, C},
-    [PACKET_SUBMIT_JOB_SCHED] = {"SUBMIT_JOB_SCHED", 8, C},
-    [PACKET_SUBMIT_JOB_EPOCH] = {"SUBMIT_JOB_EPOCH", 4, C},
-    [PACKET_SUBMIT_REDUCE_JOB] = {"SUBMIT_REDUCE_JOB", 5, C},
-    [PACKET_SUBMIT_REDUCE_JOB_BACKGROUND] = {"SUBMIT_REDUCE_JOB_BACKGROUND", 5, C},
-    [PACKET_GRAB_JOB_ALL] = {"GRAB_JOB_ALL", 0, W},
-    [PACKET_JOB_ASSIGN_ALL] = {"JOB_ASSIGN_ALL", 5, S},
-    [PACKET_GET_STATUS_UNIQUE] = {"GET_STATUS_UNIQUE", 1, C},
-    [PACKET_STATUS_RES_UNIQUE] = {"STATUS_RES_UNIQUE", 6, S},
+    [PACKET_WORK_COMPLETE] = {"WORK_COMPLETE", 2, 1},
+    [PACKET_WORK_FAIL] = {"WORK_FAIL", 1},
+    [PACKET_GET_STATUS] = {"GET_STATUS", 1},
+    [PACKET_ECHO_REQ] = {"ECHO_REQ", 1},
+    [PACKET_ECHO_RES] = {"ECHO_RES", 1},
+    [PACKET_SUBMIT_JOB_BG] = {"SUBMIT_JOB_BG", 3},
+    [PACKET_ERROR] = {"ERROR", 2},
+    [PACKET_STATUS_RES] = {"STATUS_RES", 5},
+    [PACKET_SUBMIT_JOB_HIGH] = {"SUBMIT_JOB_HIGH", 3},
+    [PACKET_SET_CLIENT_ID] = {"SET_CLIENT_ID", 1},
+    [PACKET_CAN_DO_TIMEOUT] = {"CAN_DO_TIMEOUT", 2},
+    [PACKET_ALL_YOURS] = {"ALL_YOURS", 0},
+    [PACKET_WORK_EXCEPTION] = {"WORK_EXCEPTION", 2, 1},
+    [PACKET_OPTION_REQ] = {"OPTION_REQ", 1},
+    [PACKET_OPTION_RES] = {"OPTION_RES", 1},
+    [PACKET_WORK_DATA] = {"WORK_DATA", 2, 1},
+    [PACKET_WORK_WARNING] = {"WORK_WARNING", 2, 1},
+    [PACKET_GRAB_JOB_UNIQ] = {"GRAB_JOB_UNIQ", 0},
+    [PACKET_JOB_ASSIGN_UNIQ] = {"JOB_ASSIGN_UNIQ", 4},
+    [PACKET_SUBMIT_JOB_HIGH_BG] = {"SUBMIT_JOB_HIGH_BG", 3},
+    [PACKET_SUBMIT_JOB_LOW] = {"SUBMIT_JOB_LOW", 3},
+    [PACKET_SUBMIT_JOB_LOW_BG] = {"SUBMIT_JOB_LOW_BG", 3},
+    [PACKET_SUBMIT_JOB_SCHED] = {"SUBMIT_JOB_SCHED", 8},
+    [PACKET_SUBMIT_JOB_EPOCH] = {"SUBMIT_JOB_EPOCH", 4},
+    [PACKET_SUBMIT_REDUCE_JOB] = {"SUBMIT_REDUCE_JOB", 5},
+    [PACKET_SUBMIT_REDUCE_JOB_BACKGROUND] = {"SUBMIT_REDUCE_JOB_BACKGROUND", 5},
+    [PACKET_GRAB_JOB_ALL] = {"GRAB_JOB_ALL", 0},
+    [PACKET_JOB_ASSIGN_ALL] = {"JOB_ASSIGN_ALL", 5},
+    [PACKET_GET_STATUS_UNIQUE] = {"GET_STATUS_UNIQUE", 1},
+    [PACKET_STATUS_RES_UNIQUE] = {"STATUS_RES_UNIQUE", 6},
 };
-
-#undef C
-#undef W
-#undef S
 
 _Static_assert(PACKET_TYPE_COUNT == 43, "packet_table must cover every type");
 
@@ -142,32 +134,46 @@ split_args(struct packet *p, const struct packet_info *info)
     return true;
 }
 
+enum packet_header_status
+packet_decode_header(const unsigned char *buf, size_t len, size_t max_size, struct packet_header *h)
+{
+    /* A wrong magic byte is fatal as soon as it is seen: no use waiting. */
+    if (len > 0 && buf[0] != '\0')
+        return PACKET_HEADER_BAD_MAGIC;
+    if (len < PACKET_HEADER_SIZE)
+        return PACKET_HEADER_NEED_MORE;
+    if (memcmp(buf, "\0REQ", 4) == 0)
+        h->magic = PACKET_REQ;
+    else if (memcmp(buf, "\0RES", 4) == 0)
+        h->magic = PACKET_RES;
+    else
+        return PACKET_HEADER_BAD_MAGIC;
+    h->type = get_be32(buf + 4);
+    h->size = get_be32(buf + 8);
+    return h->size > max_size ? PACKET_HEADER_TOO_LARGE : PACKET_HEADER_OK;
+}
+
 enum packet_status
 packet_decode(const unsigned char *buf, size_t len, size_t max_size, struct packet *p, size_t *need,
               const char **why)
 {
     const struct packet_info *info;
+    struct packet_header h;
+    enum packet_header_status st;
 
     *need = PACKET_HEADER_SIZE;
     *why = NULL;
-    /* A wrong magic byte is fatal as soon as it is seen: no use waiting. */
-    if (len > 0 && buf[0] != '\0') {
-        *why = "bad magic";
-        return PACKET_FATAL;
-    }
-    if (len < PACKET_HEADER_SIZE)
+    st = packet_decode_header(buf, len, max_size, &h);
+    if (st == PACKET_HEADER_NEED_MORE)
         return PACKET_NEED_MORE;
-    if (memcmp(buf, "\0REQ", 4) == 0) {
-        p->magic = PACKET_REQ;
-    } else if (memcmp(buf, "\0RES", 4) == 0) {
-        p->magic = PACKET_RES;
-    } else {
+    if (st == PACKET_HEADER_BAD_MAGIC) {
         *why = "bad magic";
         return PACKET_FATAL;
     }
-    p->type = get_be32(buf + 4);
-    p->size = get_be32(buf + 8);
-    if (p->size > max_size) {
+    p->magic = h.magic;
+    p->type = h.type;
+    p->size = h.size;
+    if (st == PACKET_HEADER_TOO_LARGE) {
         *why = "packet too large";
         return PACKET_FATAL;
     }

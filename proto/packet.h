@@ -60,18 +60,10 @@ enum packet_type {
     PACKET_TYPE_COUNT /* one past the last type */
 };
 
-/* Which side sends a packet type (bits of packet_info.senders). */
-enum packet_sender {
-    PACKET_FROM_CLIENT = 1 << 0,
-    PACKET_FROM_WORKER = 1 << 1,
-    PACKET_FROM_SERVER = 1 << 2,
-};
-
 /* Static facts about one packet type. */
 struct packet_info {
     const char *name;   /* "SUBMIT_JOB", as the protocol names it */
     unsigned nargs;     /* arguments; the last one runs to the end of the payload */
-    unsigned senders;   /* enum packet_sender bits */
     unsigned min_nargs; /* arguments that must be present; missing later ones are empty */
 };
 
@@ -92,6 +84,21 @@ struct packet {
     size_t arg_len[PACKET_MAX_ARGS];           /* each argument's length */
 };
 
+/* The fixed fields of a packet, as packet_decode_header reads them. */
+struct packet_header {
+    enum packet_magic magic; /* REQ or RES */
+    uint32_t type;           /* enum packet_type, or any other value read */
+    uint32_t size;           /* declared payload bytes */
+};
+
+/* What packet_decode_header found. */
+enum packet_header_status {
+    PACKET_HEADER_NEED_MORE, /* fewer than PACKET_HEADER_SIZE bytes, none wrong so far */
+    PACKET_HEADER_OK,        /* a header declaring at most max_size payload bytes */
+    PACKET_HEADER_BAD_MAGIC, /* not "\0REQ" or "\0RES": the framing is lost */
+    PACKET_HEADER_TOO_LARGE, /* it declares more than max_size payload bytes */
+};
+
 /* What packet_decode found. */
 enum packet_status {
     PACKET_NEED_MORE, /* not a whole packet yet: *need says how many bytes, if known */
@@ -110,13 +117,24 @@ const struct packet_info *packet_info(uint32_t type);
 const char *packet_name(uint32_t type);
 
 /*
+ * packet_decode_header reads the header at the start of the len bytes at
+ * buf (borrowed). A first byte other than NUL is BAD_MAGIC at once, before
+ * the whole header is there. On OK and TOO_LARGE, *h holds the header's
+ * fields; otherwise *h is unspecified.
+ */
+enum packet_header_status packet_decode_header(const unsigned char *buf, size_t len,
+                                               size_t max_size, struct packet_header *h);
+
+/*
  * packet_decode reads one packet from the len bytes at buf (borrowed; p
  * points into them). max_size bounds the declared payload size. On
  * NEED_MORE, *need is the total size of the packet if the header has been
  * read, else PACKET_HEADER_SIZE. On OK and BAD, *need is the packet's size,
  * which the caller consumes. On BAD and FATAL, *why says what is wrong
- * (a static string). A packet of a type this codec does not know is OK with
- * nargs 0: whether to answer it is the caller's business.
+ * (a static string); a caller that must tell a bad magic from a packet
+ * over max_size asks packet_decode_header, whose status says which. A
+ * packet of a type this codec does not know is OK with nargs 0: whether to
+ * answer it is the caller's business.
  */
 enum packet_status packet_decode(const unsigned char *buf, size_t len, size_t max_size,
                                  struct packet *p, size_t *need, const char **why);

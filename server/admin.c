@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "dispatch.h"
+#include "lifecycle.h"
+#include "proto/decimal.h"
 #include "proto/textcmd.h"
 #include "queue.h"
 #include "srv.h"
@@ -105,17 +106,19 @@ admin_show_jobs(struct conn *c, bool unique)
 static unsigned
 admin_limit(const char *s, size_t len)
 {
-    unsigned long long v = 0;
-    size_t i;
+    uint64_t v;
 
-    if (len == 0 || len > 10)
-        return 0;
-    for (i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (unsigned)(s[i] - '0');
-    }
-    return v > UINT32_MAX ? 0 : (unsigned)v;
+    return decimal_parse(s, len, UINT32_MAX, &v) == 0 ? (unsigned)v : 0;
+}
+
+/* A function name with a control byte would forge lines in the listings: refuse it. */
+static bool
+admin_name_ok(struct conn *c, const char *name, size_t len)
+{
+    if (queue_name_bad_byte(name, len) < 0)
+        return true;
+    conn_printf(c, "ERR INVALID_ARGUMENTS function+name+has+a+control+byte\r\n");
+    return false;
 }
 
 #define INCOMPLETE(cmd)                                                                            \
@@ -143,6 +146,8 @@ admin_maxqueue(struct conn *c, const struct textcmd *cmd)
         for (p = 0; p < JOB_NPRIO && 1 + p < argc; p++)
             max[p] = admin_limit(WORD(cmd, 1 + p), WORD_LEN(cmd, 1 + p));
     }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
     f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
     if (f == NULL) {
         conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
@@ -168,7 +173,7 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         return;
     }
     log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j), j->func->name);
-    dispatch_cancel(c->srv, j);
+    lifecycle_cancel(c->srv, j);
     conn_printf(c, "OK\r\n");
 }
 
@@ -179,6 +184,8 @@ admin_create(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, INCOMPLETE("create"));
         return;
     }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
     if (queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true) == NULL) {
         conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
         return;
@@ -206,10 +213,15 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR there are still connected workers or executing clients\r\n");
         return;
     }
+    if (f->npending > 0) {
+        /* Their commit would land on the freed function; it is milliseconds away. */
+        conn_printf(c, "ERR there are still jobs waiting for the store to commit them\r\n");
+        return;
+    }
     log_notice(&c->srv->log, "%s: dropped function '%s' with %u jobs", c->peer, f->name,
                queue_total(f));
     while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)
-        dispatch_cancel(c->srv, j);
+        lifecycle_cancel(c->srv, j);
     queue_drop_func(&c->srv->queue, f);
     conn_printf(c, "OK\r\n");
 }

@@ -7,8 +7,8 @@
  * connection after the callbacks of this loop turn, with one writev each.
  * So a job's JOB_CREATED, the NOOP that wakes a worker and the replies to a
  * burst of pipelined requests leave in as few system calls as possible, and
- * a socket that takes everything never costs an epoll_ctl (bufferevents
- * toggled write interest around every packet: 6 epoll_ctl per job).
+ * a socket that takes everything never costs an epoll_ctl: write interest
+ * is asked for only when the kernel pushes back, not around every packet.
  *
  * The read callback is the framing loop: while the input holds a whole
  * packet or admin line, hand it to dispatch or admin, then consume it. The
@@ -40,6 +40,7 @@
 
 #include "admin.h"
 #include "dispatch.h"
+#include "lifecycle.h"
 #include "proto/textcmd.h"
 #include "srv.h"
 
@@ -288,7 +289,7 @@ conn_close(struct conn *c, bool flush)
         return;
     if (c->state == CONN_ACTIVE) {
         log_info(&c->srv->log, "%s: closing", c->peer);
-        dispatch_detach(c);
+        lifecycle_detach(c);
     }
     if (flush && evbuffer_get_length(c->out) > 0) {
         if (c->state == CONN_ACTIVE)
@@ -337,35 +338,40 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
 {
     unsigned char hdr[PACKET_HEADER_SIZE];
     size_t have = avail < sizeof(hdr) ? avail : sizeof(hdr);
-    const unsigned char *buf = hdr;
+    size_t max = c->srv->cfg.max_packet_size;
+    struct packet_header h;
     struct packet p;
     enum packet_status st;
     const char *why;
     size_t need;
 
     evbuffer_copyout(in, hdr, have);
-    st = packet_decode(hdr, have, c->srv->cfg.max_packet_size, &p, &need, &why);
-    if (st == PACKET_NEED_MORE && need > have) {
-        if (avail < need)
-            return false;
-        buf = evbuffer_pullup(in, (ssize_t)need);
-        st = packet_decode(buf, need, c->srv->cfg.max_packet_size, &p, &need, &why);
-    }
-    switch (st) {
-    case PACKET_NEED_MORE: return false;
-    case PACKET_FATAL:
-        if (strcmp(why, "packet too large") == 0) {
-            log_notice(&c->srv->log,
-                       "%s: %s packet of %u bytes is over --max-packet-size %zu: closing", c->peer,
-                       packet_name(p.type), (unsigned)p.size, c->srv->cfg.max_packet_size);
-            conn_send_error(c, "PACKET_TOO_LARGE",
-                            "packet of %u bytes is over the limit (--max-packet-size %zu)",
-                            (unsigned)p.size, c->srv->cfg.max_packet_size);
-        } else {
-            log_notice(&c->srv->log, "%s: %s: closing", c->peer, why);
-            conn_send_error(c, "INVALID_MAGIC", "%s: framing lost, closing", why);
-        }
+    switch (packet_decode_header(hdr, have, max, &h)) {
+    case PACKET_HEADER_NEED_MORE: return false;
+    case PACKET_HEADER_BAD_MAGIC:
+        log_notice(&c->srv->log, "%s: bad magic: closing", c->peer);
+        conn_send_error(c, "INVALID_MAGIC", "bad magic: framing lost, closing");
         conn_close(c, true);
+        return false;
+    case PACKET_HEADER_TOO_LARGE:
+        log_notice(&c->srv->log, "%s: %s packet of %u bytes is over --max-packet-size %zu: closing",
+                   c->peer, packet_name(h.type), (unsigned)h.size, max);
+        conn_send_error(c, "PACKET_TOO_LARGE",
+                        "packet of %u bytes is over the limit (--max-packet-size %zu)",
+                        (unsigned)h.size, max);
+        conn_close(c, true);
+        return false;
+    case PACKET_HEADER_OK: break;
+    }
+    need = PACKET_HEADER_SIZE + (size_t)h.size;
+    if (avail < need)
+        return false;
+    st = packet_decode(evbuffer_pullup(in, (ssize_t)need), need, max, &p, &need, &why);
+    switch (st) {
+    case PACKET_NEED_MORE:
+    case PACKET_FATAL: /* the header was read above: neither can happen */
+        log_err(&c->srv->log, "%s: packet decoder disagrees with its header: closing", c->peer);
+        conn_close(c, false);
         return false;
     case PACKET_BAD:
         log_notice(&c->srv->log, "%s: %s: %s", c->peer, packet_name(p.type), why);
@@ -382,14 +388,18 @@ static bool
 conn_must_wait(struct conn *c, struct evbuffer *in, unsigned char first, size_t avail)
 {
     unsigned char hdr[PACKET_HEADER_SIZE];
+    struct packet_header h;
 
     if (first != '\0')
         return storage_must_wait(c, 0);
     if (avail < PACKET_HEADER_SIZE)
         return true; /* its type is not known yet: wait, it costs nothing */
     evbuffer_copyout(in, hdr, sizeof(hdr));
-    return storage_must_wait(c, (uint32_t)hdr[4] << 24 | (uint32_t)hdr[5] << 16 |
-                                    (uint32_t)hdr[6] << 8 | hdr[7]);
+    switch (packet_decode_header(hdr, sizeof(hdr), c->srv->cfg.max_packet_size, &h)) {
+    case PACKET_HEADER_OK:
+    case PACKET_HEADER_TOO_LARGE: return storage_must_wait(c, h.type);
+    default: return true; /* its refusal waits its turn too */
+    }
 }
 
 static void
@@ -562,8 +572,8 @@ conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *con
     out = c->out;
     /*
      * Small packets (nearly all) are built in place and added with one
-     * call: an evbuffer_add per argument and per NUL was a third of the
-     * server's instructions per job (callgrind, bench fg1).
+     * call, not with an evbuffer_add per argument and per NUL, each with
+     * its own buffer bookkeeping: this is on every job's path.
      */
     if (size <= CONN_SMALL_PACKET) {
         unsigned char buf[PACKET_HEADER_SIZE + CONN_SMALL_PACKET];

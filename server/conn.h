@@ -1,9 +1,11 @@
 /*
- * A connection: a socket with its buffers and events, the framing loop that turns its input into
- * packets and admin lines, and the helpers that write replies. Only conn.c
- * touches sockets. A closed connection is detached from every queue at
- * once but freed later, by the server's reaper, so no callback ever runs on
- * freed memory.
+ * A connection: a socket with its buffers and events, the framing loop that
+ * turns its input into packets and admin lines, and the helpers that write
+ * replies. Once an accepted socket is a connection, only conn.c reads or
+ * writes it (listener.c sets its options before, and writes the one ERROR
+ * of a refusal to a socket it never hands over). A closed connection is
+ * detached from every queue at once but freed later, by the server's
+ * reaper, so no callback ever runs on freed memory.
  */
 #ifndef DSJOB_SERVER_CONN_H
 #define DSJOB_SERVER_CONN_H

@@ -1,26 +1,25 @@
 /*
- * What each binary packet does. The handler table is indexed by packet type
- * and names who may send it; dispatch_packet checks the magic and that the
- * type is one the server takes, so handlers see only well-formed requests
- * (the codec has already split the arguments). Handlers change the queue
- * and write replies; anything that must go to another connection (results
- * to waiting clients, NOOPs to sleeping workers) is written here too, into
- * that connection's output buffer, within the same loop turn.
+ * What each binary packet does. The handler table is indexed by packet type;
+ * dispatch_packet checks the magic and that the type is one the server
+ * takes, so handlers see only well-formed requests (the codec has already
+ * split the arguments). Handlers read their arguments, change the queue and
+ * write the replies to their own connection; whatever moves or ends a job
+ * and must be told to other connections (results to waiting clients, NOOPs
+ * to sleeping workers) is lifecycle.c's.
  */
 #include "config.h"
 #include "dispatch.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/event.h>
-
 #include "conn.h"
 #include "job.h"
+#include "lifecycle.h"
+#include "proto/decimal.h"
 #include "queue.h"
 #include "srv.h"
 #include "storage.h"
@@ -33,162 +32,29 @@ struct dispatch_entry {
 
 #define ARG(p, i) ((const char *)(p)->arg[i])
 
-/* Give every waiting client of j a packet, then forget them. */
-static void
-waiters_send(struct job *j, enum packet_type type, unsigned nargs, const void *const *args,
-             const size_t *lens)
-{
-    struct waiter *w;
-
-    if (j->ext == NULL)
-        return;
-    TAILQ_FOREACH (w, &j->ext->waiters, by_job)
-        conn_send(w->client, type, nargs, args, lens);
-}
-
-static void
-waiters_release(struct job *j)
-{
-    struct waiter *w;
-
-    if (j->ext == NULL)
-        return;
-    while ((w = TAILQ_FIRST(&j->ext->waiters)) != NULL) {
-        TAILQ_REMOVE(&j->ext->waiters, w, by_job);
-        TAILQ_REMOVE(&w->client->waiting, w, by_client);
-        free(w);
-    }
-}
-
-static int
-waiter_attach(struct conn *c, struct job *j)
-{
-    struct waiter *w;
-
-    if (job_ext(j) == NULL)
-        return -1;
-    w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        return -1;
-    w->client = c;
-    w->job = j;
-    TAILQ_INSERT_TAIL(&j->ext->waiters, w, by_job);
-    TAILQ_INSERT_TAIL(&c->waiting, w, by_client);
-    return 0;
-}
-
-static void
-job_stop_timer(struct job *j)
-{
-    if (j->ext != NULL && j->ext->timeout_ev != NULL) {
-        event_free(j->ext->timeout_ev);
-        j->ext->timeout_ev = NULL;
-    }
-}
-
-/* The job is over: tell no one more, take it out of the queue. */
-static void
-job_finish(struct srv *srv, struct job *j)
-{
-    job_stop_timer(j);
-    waiters_release(j);
-    storage_remove(srv, j);
-    queue_remove(&srv->queue, j);
-    if (srv->draining)
-        srv_check_drained(srv);
-}
-
-void
-dispatch_fail(struct srv *srv, struct job *j)
-{
-    const void *args[1] = {job_handle(j)};
-    size_t lens[1] = {j->handle_len};
-
-    waiters_send(j, PACKET_WORK_FAIL, 1, args, lens);
-    job_finish(srv, j);
-}
-
-void
-dispatch_wake(struct job *j)
-{
-    struct qworker *w = queue_wake_one(j->func);
-
-    if (w != NULL)
-        conn_send(conn_of_worker(w), PACKET_NOOP, 0, NULL, NULL);
-}
+/* --- worker abilities and sleep ----------------------------------------- */
 
 /*
- * A running job came back undone (its worker left or timed out): run it
- * again, or fail it once --job-retries attempts have been used.
+ * Refuses a function name with a control byte (queue_name_bad_byte) with an
+ * ERROR, through the store's answer order when durable; true if it is fine.
  */
-static void
-job_retry(struct srv *srv, struct job *j, const char *why)
+static bool
+name_ok(struct conn *c, const struct packet *p, bool durable)
 {
-    unsigned limit = srv->cfg.job_retries;
+    ptrdiff_t at = queue_name_bad_byte(ARG(p, 0), p->arg_len[0]);
+    char text[160];
 
-    job_stop_timer(j);
-    if (j->cancelled) {
-        dispatch_fail(srv, j); /* not run again; clients that attached since hear why */
-        return;
-    }
-    if (limit != 0 && job_attempts(j) + 1 >= limit) {
-        log_warn(&srv->log, "job %s of '%s' failed after %u attempts (--job-retries %u): %s",
-                 job_handle(j), j->func->name, job_attempts(j) + 1, limit, why);
-        dispatch_fail(srv, j);
-        return;
-    }
-    log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
-    queue_requeue(&srv->queue, j);
-    if (!j->background && !job_has_waiters(j)) {
-        queue_remove(&srv->queue, j); /* nobody is left to want it */
-        return;
-    }
-    dispatch_wake(j);
-    if (srv->draining)
-        srv_check_drained(srv);
+    if (at < 0)
+        return true;
+    snprintf(text, sizeof(text), "%s: function name has a control byte (0x%02x at offset %td)",
+             packet_name(p->type), p->arg[0][at], at);
+    log_notice(&c->srv->log, "%s: %s", c->peer, text);
+    if (durable)
+        storage_refuse(c->srv, c, "INVALID_ARGUMENT", text);
+    else
+        conn_send_error(c, "INVALID_ARGUMENT", "%s", text);
+    return false;
 }
-
-void
-dispatch_detach(struct conn *c)
-{
-    struct srv *srv = c->srv;
-    struct waiter *w;
-    struct job *j;
-
-    storage_forget_client(srv, c);
-    while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
-        j = w->job;
-        TAILQ_REMOVE(&c->waiting, w, by_client);
-        TAILQ_REMOVE(&j->ext->waiters, w, by_job);
-        free(w);
-        /* A foreground job nobody waits for any more is dropped before it runs. */
-        if (!j->background && !job_has_waiters(j) &&
-            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED))
-            queue_remove(&srv->queue, j);
-    }
-    queue_awake(&c->worker);
-    queue_reset_abilities(&srv->queue, &c->worker);
-    while ((j = TAILQ_FIRST(&c->worker.held)) != NULL)
-        job_retry(srv, j, "its worker disconnected");
-}
-
-void
-dispatch_cancel(struct srv *srv, struct job *j)
-{
-    const void *args[1] = {job_handle(j)};
-    size_t lens[1] = {j->handle_len};
-
-    if (j->state != JOB_RUNNING) {
-        dispatch_fail(srv, j);
-        return;
-    }
-    /* The worker may finish it, but nobody hears of it any more. */
-    waiters_send(j, PACKET_WORK_FAIL, 1, args, lens);
-    waiters_release(j);
-    j->cancelled = true;
-}
-
-/* --- worker abilities and sleep ----------------------------------------- */
 
 static struct func *
 func_arg(struct conn *c, const struct packet *p)
@@ -217,8 +83,11 @@ can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
 static void
 h_can_do(struct conn *c, const struct packet *p)
 {
-    struct func *f = func_arg(c, p);
+    struct func *f;
 
+    if (!name_ok(c, p, false))
+        return;
+    f = func_arg(c, p);
     if (f != NULL)
         can_do(c, f, 0);
 }
@@ -227,41 +96,21 @@ static void
 h_can_do_timeout(struct conn *c, const struct packet *p)
 {
     struct func *f;
-    char num[16];
-    unsigned long ms;
-    char *end;
+    uint64_t ms;
 
-    if (p->arg_len[1] == 0 || p->arg_len[1] >= sizeof(num)) {
-        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout");
-        return;
-    }
-    memcpy(num, p->arg[1], p->arg_len[1]);
-    num[p->arg_len[1]] = '\0';
-    errno = 0;
-    ms = strtoul(num, &end, 10);
-    if (*end != '\0' || errno != 0 || ms > UINT32_MAX) {
-        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout '%s'", num);
+    if (decimal_parse(p->arg[1], p->arg_len[1], UINT32_MAX, &ms) < 0) {
+        conn_send_error(c, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT: bad timeout '%.*s'",
+                        (int)(p->arg_len[1] > 32 ? 32 : p->arg_len[1]), ARG(p, 1));
         return;
     }
     /* gearmand 1.1.20 reads milliseconds and raises 1-999 to a second. */
     if (ms > 0 && ms < 1000)
         ms = 1000;
+    if (!name_ok(c, p, false))
+        return;
     f = func_arg(c, p);
     if (f != NULL)
         can_do(c, f, (uint32_t)ms);
-}
-
-/* A worker that can no longer do f gives back the jobs of f it holds (as gearmand). */
-static void
-give_back(struct conn *c, const struct func *f, const char *why)
-{
-    struct job *j, *next;
-
-    for (j = TAILQ_FIRST(&c->worker.held); j != NULL; j = next) {
-        next = TAILQ_NEXT(j, link);
-        if (f == NULL || j->func == f)
-            job_retry(c->srv, j, why);
-    }
 }
 
 static void
@@ -272,7 +121,7 @@ h_cant_do(struct conn *c, const struct packet *p)
     if (f == NULL)
         return;
     queue_cant_do(&c->srv->queue, &c->worker, f);
-    give_back(c, f, "its worker sent CANT_DO");
+    lifecycle_give_back(c, f, "its worker sent CANT_DO");
 }
 
 static void
@@ -280,7 +129,7 @@ h_reset_abilities(struct conn *c, const struct packet *p)
 {
     (void)p;
     queue_reset_abilities(&c->srv->queue, &c->worker);
-    give_back(c, NULL, "its worker sent RESET_ABILITIES");
+    lifecycle_give_back(c, NULL, "its worker sent RESET_ABILITIES");
 }
 
 static void
@@ -293,18 +142,6 @@ h_pre_sleep(struct conn *c, const struct packet *p)
         return;
     }
     queue_sleep(&c->worker);
-}
-
-static void
-job_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct job *j = arg;
-    struct srv *srv = conn_of_worker(j->ext->worker)->srv;
-
-    (void)fd;
-    (void)what;
-    log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j), j->func->name);
-    job_retry(srv, j, "CAN_DO_TIMEOUT expired");
 }
 
 static void
@@ -321,14 +158,8 @@ grab(struct conn *c, enum packet_type assign)
         return;
     }
     a = queue_ability_of(&c->worker, j->func);
-    if (a != NULL && a->timeout_ms > 0) {
-        struct timeval tv = {a->timeout_ms / 1000, (a->timeout_ms % 1000) * 1000};
-
-        /* queue_grab gave the running job its job_ext. */
-        j->ext->timeout_ev = evtimer_new(srv->base, job_timeout_cb, j);
-        if (j->ext->timeout_ev != NULL)
-            evtimer_add(j->ext->timeout_ev, &tv);
-    }
+    if (a != NULL && a->timeout_ms > 0)
+        lifecycle_arm_timeout(srv, j, a->timeout_ms); /* queue_grab gave j its job_ext */
     /* GRAB_JOB_ALL sends the reducer only for a job that has one, as gearmand does. */
     if (assign == PACKET_JOB_ASSIGN_ALL && j->reducer_len == 0)
         assign = PACKET_JOB_ASSIGN_UNIQ;
@@ -416,27 +247,28 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     bool durable;
     int n;
 
+    durable = s->background && srv->storage.durable;
     if (p->arg_len[0] == 0) {
         conn_send_error(c, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
         return;
     }
+    if (!name_ok(c, p, durable))
+        return;
     f = func_arg(c, p);
     if (f == NULL)
         return;
     /*
      * gearmand's rule: unique "-" means "coalesce on the payload". The job
-     * keeps "-" as its unique (workers see "-"); the index uses the payload.
+     * keeps "-" as its unique (workers see "-"); the index uses the payload,
+     * in a key space apart from explicit keys.
      */
-    durable = s->background && srv->storage.durable;
-    if (unique_len > 0 &&
-        (j = by_data ? queue_find_unique(f, data, data_len)
-                     : queue_find_unique(f, unique, unique_len)) != NULL &&
-        j->unique_is_data == by_data) {
+    if (unique_len > 0 && (j = by_data ? queue_find_payload(f, data, data_len)
+                                       : queue_find_unique(f, unique, unique_len)) != NULL) {
         if (durable) {
             storage_submit(srv, c, j, true); /* answered in order, after the commit */
             return;
         }
-        if (!s->background && waiter_attach(c, j) < 0) {
+        if (!s->background && lifecycle_attach(c, j) < 0) {
             conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
             return;
         }
@@ -482,7 +314,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     srv->next_job_id++;
-    if (!s->background && waiter_attach(c, j) < 0) {
+    if (!s->background && lifecycle_attach(c, j) < 0) {
         queue_remove(&srv->queue, j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
@@ -491,7 +323,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     if (j->state == JOB_SCHEDULED)
         srv_epoch_arm(srv);
     else
-        dispatch_wake(j);
+        lifecycle_wake(j);
 }
 
 static void
@@ -514,23 +346,14 @@ static void
 h_submit_epoch(struct conn *c, const struct packet *p)
 {
     struct submit s = {JOB_PRIO_NORMAL, true, 0, NULL, 0};
-    char num[24];
-    char *end;
-    long long when;
+    uint64_t when;
 
-    if (p->arg_len[2] == 0 || p->arg_len[2] >= sizeof(num)) {
-        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time");
+    if (decimal_parse(p->arg[2], p->arg_len[2], INT64_MAX, &when) < 0) {
+        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time '%.*s'",
+                        (int)(p->arg_len[2] > 32 ? 32 : p->arg_len[2]), ARG(p, 2));
         return;
     }
-    memcpy(num, p->arg[2], p->arg_len[2]);
-    num[p->arg_len[2]] = '\0';
-    errno = 0;
-    when = strtoll(num, &end, 10);
-    if (*end != '\0' || errno != 0 || when < 0) {
-        conn_send_error(c, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH: bad epoch time '%s'", num);
-        return;
-    }
-    s.when = when;
+    s.when = (int64_t)when;
     submit(c, p, &s);
 }
 
@@ -577,20 +400,6 @@ held_job(struct conn *c, const struct packet *p)
     return NULL;
 }
 
-static uint32_t
-parse_u32(const unsigned char *s, size_t len)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    for (i = 0; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
-        v = v * 10 + (uint64_t)(s[i] - '0');
-        if (v > UINT32_MAX)
-            return UINT32_MAX;
-    }
-    return (uint32_t)v;
-}
-
 static void
 forward(struct job *j, const struct packet *p)
 {
@@ -599,7 +408,7 @@ forward(struct job *j, const struct packet *p)
 
     for (i = 0; i < p->nargs; i++)
         args[i] = p->arg[i];
-    waiters_send(j, (enum packet_type)p->type, p->nargs, args, p->arg_len);
+    lifecycle_tell(j, (enum packet_type)p->type, p->nargs, args, p->arg_len);
 }
 
 static void
@@ -609,8 +418,9 @@ h_work_status(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    j->ext->numerator = parse_u32(p->arg[1], p->arg_len[1]);
-    j->ext->denominator = parse_u32(p->arg[2], p->arg_len[2]);
+    /* Forwarded verbatim; GET_STATUS reports them as gearmand's atoi reads them. */
+    j->ext->numerator = (uint32_t)decimal_atoi(p->arg[1], p->arg_len[1], UINT32_MAX);
+    j->ext->denominator = (uint32_t)decimal_atoi(p->arg[2], p->arg_len[2], UINT32_MAX);
     forward(j, p);
 }
 
@@ -631,28 +441,16 @@ h_work_done(struct conn *c, const struct packet *p)
     if (j == NULL)
         return;
     forward(j, p);
-    job_finish(c->srv, j);
+    lifecycle_finish(c->srv, j);
 }
 
 static void
 h_work_exception(struct conn *c, const struct packet *p)
 {
     struct job *j = held_job(c, p);
-    struct waiter *w;
 
-    if (j == NULL)
-        return;
-    /* Clients that asked get the exception; the rest a clean WORK_FAIL. */
-    TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
-        if (w->client->exceptions) {
-            const void *args[2] = {p->arg[0], p->arg[1]};
-
-            conn_send(w->client, PACKET_WORK_EXCEPTION, 2, args, p->arg_len);
-        } else {
-            conn_send_raw(w->client, PACKET_WORK_FAIL, p->arg[0], p->arg_len[0]);
-        }
-    }
-    job_finish(c->srv, j);
+    if (j != NULL)
+        lifecycle_exception(c->srv, j, p->arg[1], p->arg_len[1]);
 }
 
 /* --- status and odds and ends --------------------------------------------- */

@@ -58,7 +58,7 @@ struct job_ext {
 
 struct job {
     struct hnode by_handle;  /* in queue.jobs */
-    struct hnode by_unique;  /* in func->uniques, when unique_len > 0 */
+    struct hnode by_unique;  /* in func->uniques (payloads if unique_is_data), if unique_len */
     TAILQ_ENTRY(job) link;   /* in a func queue, or a worker's held list */
     struct func *func;       /* its function (borrowed; functions outlive jobs) */
     struct job_ext *ext;     /* owned: the rest of its state, or NULL while not needed */

@@ -330,138 +330,197 @@ drop_privileges(const char *user, char *err, size_t errlen)
     return 0;
 }
 
-int
-main(int argc, char **argv)
-{
-    struct dsjob_server_config cfg;
-    char *pid_file = NULL, *port_file = NULL, *log_file = NULL, *unix_socket = NULL;
-    char *work_dir = NULL, *store_db = NULL;
-    bool store_given = false;
-    const char *user = NULL;
-    bool daemon_mode = false, listen_given = false;
-    char err[600];
-    int ready_fd = -1;
-    int opt, rc, ret = 1; /* the exit status: 1 unless the server ran and stopped cleanly */
-    bool pid_written = false;
+/* What main needs beside the server's config; the strings are owned here. */
+struct opts {
+    char *pid_file, *port_file, *log_file, *unix_socket; /* absolute paths, or NULL */
+    char *work_dir, *store_db;                           /* absolute paths, or NULL */
+    const char *user;                                    /* --user, borrowed from argv */
+    bool daemon_mode;                                    /* --daemon */
+};
 
-    dsjob_server_config_init(&cfg);
+static void
+opts_release(struct opts *o)
+{
+    free(o->pid_file);
+    free(o->port_file);
+    free(o->log_file);
+    free(o->unix_socket);
+    free(o->work_dir);
+    free(o->store_db);
+}
+
+/*
+ * set_path keeps the absolute form of a path option's value in *slot; a
+ * repeated option replaces (and frees) the earlier value. An empty value is
+ * a usage error, not "the current directory".
+ */
+static char *
+set_path(char **slot, const char *opt, const char *arg)
+{
+    if (arg[0] == '\0')
+        die_usage("%s: the path is empty", opt);
+    free(*slot);
+    *slot = absolute(arg);
+    if (*slot == NULL) {
+        fprintf(stderr, "dsjobd: %s: out of memory\n", opt);
+        exit(1);
+    }
+    return *slot;
+}
+
+/*
+ * parse_options fills cfg and o from argv. It exits for --help, --version
+ * (0) and a usage error (2, with a message that names the option). Strings
+ * in cfg are borrowed from argv or from o.
+ */
+static void
+parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opts *o)
+{
+    bool store_given = false, listen_given = false;
+    int opt, rc;
+
+    /* getopt's own messages name argv[0], which may be a long path. */
+    argv[0] = "dsjobd";
+    dsjob_server_config_init(cfg);
     while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:q:hV", long_options, NULL)) != -1) {
         switch (opt) {
         case 'L':
             if (!listen_given)
-                cfg.nlisten = 0;
+                cfg->nlisten = 0;
             listen_given = true;
-            if (cfg.nlisten == DSJOB_SERVER_MAX_LISTEN)
+            if (cfg->nlisten == DSJOB_SERVER_MAX_LISTEN)
                 die_usage("too many --listen addresses (at most %d)", DSJOB_SERVER_MAX_LISTEN);
-            cfg.listen[cfg.nlisten++] = optarg;
+            cfg->listen[cfg->nlisten++] = optarg;
             break;
-        case 'p': cfg.port = (int)parse_number("--port", optarg, 65535, false); break;
-        case OPT_PORT_FILE: port_file = absolute(optarg); break;
-        case OPT_UNIX_SOCKET: cfg.unix_socket = optarg; break;
-        case 'b': cfg.backlog = (int)parse_number("--backlog", optarg, 65535, false); break;
-        case OPT_KEEPALIVE: cfg.keepalive = true; break;
-        case 'd': daemon_mode = true; break;
-        case 'P': pid_file = absolute(optarg); break;
-        case 'u': user = optarg; break;
+        case 'p': cfg->port = (int)parse_number("--port", optarg, 65535, false); break;
+        case OPT_PORT_FILE: set_path(&o->port_file, "--port-file", optarg); break;
+        case OPT_UNIX_SOCKET:
+            cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
+            break;
+        case 'b': cfg->backlog = (int)parse_number("--backlog", optarg, 65535, false); break;
+        case OPT_KEEPALIVE: cfg->keepalive = true; break;
+        case 'd': o->daemon_mode = true; break;
+        case 'P': set_path(&o->pid_file, "--pid-file", optarg); break;
+        case 'u': o->user = optarg; break;
         case 'l':
-            free(log_file);
-            log_file = strcmp(optarg, "stderr") && strcmp(optarg, "none") ? absolute(optarg)
-                                                                          : strdup(optarg);
-            cfg.log_file = log_file;
+            if (strcmp(optarg, "stderr") == 0 || strcmp(optarg, "none") == 0) {
+                free(o->log_file);
+                o->log_file = NULL;
+                cfg->log_file = optarg;
+            } else {
+                cfg->log_file = set_path(&o->log_file, "--log-file", optarg);
+            }
             break;
         case OPT_VERBOSE:
             rc = dsjob_server_log_level(optarg);
             if (rc < 0)
                 die_usage("--verbose: unknown level '%s'", optarg);
-            cfg.verbose = (enum dsjob_log_level)rc;
+            cfg->verbose = (enum dsjob_log_level)rc;
             break;
         case 'j':
-            cfg.job_retries = (unsigned)parse_number("--job-retries", optarg, UINT32_MAX, false);
+            cfg->job_retries = (unsigned)parse_number("--job-retries", optarg, UINT32_MAX, false);
             break;
-        case 'R': cfg.round_robin = true; break;
-        case OPT_EXCEPTIONS: cfg.exceptions = true; break;
+        case 'R': cfg->round_robin = true; break;
+        case OPT_EXCEPTIONS: cfg->exceptions = true; break;
         case 'q':
-            cfg.store = optarg;
+            cfg->store = optarg;
             store_given = true;
             break;
-        case OPT_WORK_DIR: cfg.work_dir = work_dir = absolute(optarg); break;
-        case OPT_SQLITE_DB: cfg.store_db = store_db = absolute(optarg); break;
+        case OPT_WORK_DIR: cfg->work_dir = set_path(&o->work_dir, "--work-dir", optarg); break;
+        case OPT_SQLITE_DB:
+            cfg->store_db = set_path(&o->store_db, "--libsqlite3-db", optarg);
+            break;
         case OPT_STORE_SYNC:
             if (strcmp(optarg, "off") == 0)
-                cfg.store_sync = 0;
+                cfg->store_sync = 0;
             else if (strcmp(optarg, "normal") == 0)
-                cfg.store_sync = 1;
+                cfg->store_sync = 1;
             else if (strcmp(optarg, "full") == 0)
-                cfg.store_sync = 2;
+                cfg->store_sync = 2;
             else
                 die_usage("--store-sync: '%s' is not off, normal or full", optarg);
             break;
         case OPT_STORE_BATCH:
-            cfg.store_batch = (unsigned)parse_number("--store-batch", optarg, 1000000, false);
-            if (cfg.store_batch == 0)
+            cfg->store_batch = (unsigned)parse_number("--store-batch", optarg, 1000000, false);
+            if (cfg->store_batch == 0)
                 die_usage("--store-batch: must be at least %d", 1);
             break;
-        case OPT_MC_SERVERS: cfg.memcached_servers = optarg; break;
-        case OPT_MC_PREFIX: cfg.memcached_prefix = optarg; break;
+        case OPT_MC_SERVERS: cfg->memcached_servers = optarg; break;
+        case OPT_MC_PREFIX: cfg->memcached_prefix = optarg; break;
         case OPT_STORE_INTERVAL:
-            cfg.store_commit_interval_ms =
+            cfg->store_commit_interval_ms =
                 (unsigned)parse_number("--store-commit-interval", optarg, 10000, false);
             break;
-        case OPT_HANDLE_PREFIX: cfg.job_handle_prefix = optarg; break;
+        case OPT_HANDLE_PREFIX: cfg->job_handle_prefix = optarg; break;
         case OPT_MAX_PACKET:
-            cfg.max_packet_size =
+            cfg->max_packet_size =
                 (size_t)parse_number("--max-packet-size", optarg, UINT32_MAX, true);
             break;
         case OPT_MAX_OUTPUT:
-            cfg.max_output_buffer =
+            cfg->max_output_buffer =
                 (size_t)parse_number("--max-output-buffer", optarg, SIZE_MAX, true);
             break;
         case OPT_MAX_CONNS:
-            cfg.max_connections =
+            cfg->max_connections =
                 (unsigned)parse_number("--max-connections", optarg, UINT32_MAX, false);
             break;
         case OPT_MAX_JOBS:
-            cfg.max_jobs = (unsigned)parse_number("--max-jobs", optarg, UINT32_MAX, false);
+            cfg->max_jobs = (unsigned)parse_number("--max-jobs", optarg, UINT32_MAX, false);
             break;
         case OPT_MAX_QUEUE:
-            cfg.max_queue = (unsigned)parse_number("--max-queue", optarg, UINT32_MAX, false);
+            cfg->max_queue = (unsigned)parse_number("--max-queue", optarg, UINT32_MAX, false);
             break;
         case OPT_ADMIN_ALLOW:
-            if (cfg.nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)
+            if (cfg->nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)
                 die_usage("too many --admin-allow ranges (at most %d)",
                           DSJOB_SERVER_MAX_ADMIN_ALLOW);
-            cfg.admin_allow[cfg.nadmin_allow++] = optarg;
+            cfg->admin_allow[cfg->nadmin_allow++] = optarg;
             break;
         case 't':
         case 'w':
             parse_number(opt == 't' ? "--threads" : "--worker-wakeup", optarg, 1024, false);
             break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("dsjobd %s\n", DSJOB_VERSION_STRING); return 0;
+        case 'h':
+            usage(stdout);
+            opts_release(o);
+            exit(0);
+        case 'V':
+            printf("dsjobd %s\n", DSJOB_VERSION_STRING);
+            opts_release(o);
+            exit(0);
         default:
             /* getopt_long has printed which option it did not know. */
             fprintf(stderr, "Try 'dsjobd --help'.\n");
-            return 2;
+            exit(2);
         }
     }
     if (optind < argc)
         die_usage("unexpected argument '%s'", argv[optind]);
     /* A place for the database says which store is wanted. */
-    if (!store_given && (cfg.work_dir != NULL || cfg.store_db != NULL))
-        cfg.store = "sqlite";
-    else if (!store_given && cfg.memcached_servers != NULL)
-        cfg.store = "memcached";
-    if (cfg.unix_socket != NULL &&
-        (cfg.unix_socket = unix_socket = absolute(cfg.unix_socket)) == NULL)
-        goto out;
+    if (!store_given && (cfg->work_dir != NULL || cfg->store_db != NULL))
+        cfg->store = "sqlite";
+    else if (!store_given && cfg->memcached_servers != NULL)
+        cfg->store = "memcached";
+}
 
+int
+main(int argc, char **argv)
+{
+    struct dsjob_server_config cfg;
+    struct opts o = {0};
+    char err[600];
+    int ready_fd = -1;
+    int rc, ret = 1; /* the exit status: 1 unless the server ran and stopped cleanly */
+    bool pid_written = false;
+
+    parse_options(argc, argv, &cfg, &o);
     the_server = dsjob_server_new(&cfg, err, sizeof(err));
     if (the_server == NULL) {
         fprintf(stderr, "dsjobd: %s\n", err);
         ret = 2;
         goto out;
     }
-    if (daemon_mode)
+    if (o.daemon_mode)
         ready_fd = daemonize();
     install_signals();
     rc = dsjob_server_bind(the_server);
@@ -470,34 +529,34 @@ main(int argc, char **argv)
         report_ready(ready_fd, err);
         goto out;
     }
-    if (pid_file != NULL) {
+    if (o.pid_file != NULL) {
         char text[32];
 
         snprintf(text, sizeof(text), "%ld\n", (long)getpid());
-        if (write_file_atomically(pid_file, text) < 0) {
-            snprintf(err, sizeof(err), "dsjobd: cannot write pid file '%s': %s", pid_file,
+        if (write_file_atomically(o.pid_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write pid file '%s': %s", o.pid_file,
                      strerror(errno));
             report_ready(ready_fd, err);
             goto out;
         }
         pid_written = true;
     }
-    if (port_file != NULL) {
+    if (o.port_file != NULL) {
         char text[32];
 
         snprintf(text, sizeof(text), "%d\n", dsjob_server_port(the_server));
-        if (write_file_atomically(port_file, text) < 0) {
-            snprintf(err, sizeof(err), "dsjobd: cannot write port file '%s': %s", port_file,
+        if (write_file_atomically(o.port_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write port file '%s': %s", o.port_file,
                      strerror(errno));
             report_ready(ready_fd, err);
             goto out;
         }
     }
-    if (user != NULL && drop_privileges(user, err, sizeof(err)) < 0) {
+    if (o.user != NULL && drop_privileges(o.user, err, sizeof(err)) < 0) {
         report_ready(ready_fd, err);
         goto out;
     }
-    if (daemon_mode) {
+    if (o.daemon_mode) {
         int null = open("/dev/null", O_RDWR);
 
         if (null >= 0) {
@@ -518,13 +577,8 @@ main(int argc, char **argv)
 out:
     /* Every exit after the options goes through here, so nothing leaks (LeakSanitizer). */
     if (pid_written)
-        unlink(pid_file);
+        unlink(o.pid_file);
     dsjob_server_free(the_server);
-    free(pid_file);
-    free(port_file);
-    free(log_file);
-    free(unix_socket);
-    free(work_dir);
-    free(store_db);
+    opts_release(&o);
     return ret;
 }

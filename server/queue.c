@@ -14,7 +14,7 @@
 #include <string.h>
 
 static bool
-job_time_less(const void *a, const void *b)
+time_less(const void *a, const void *b)
 {
     const struct job *x = a;
     const struct job *y = b;
@@ -24,7 +24,7 @@ job_time_less(const void *a, const void *b)
 }
 
 static void
-job_set_heap_pos(void *elem, size_t pos)
+set_heap_pos(void *elem, size_t pos)
 {
     ((struct job *)elem)->ext->heap_pos = pos;
 }
@@ -37,26 +37,41 @@ func_key(const struct hnode *n)
 }
 
 static const void *
-job_handle_key(const struct hnode *n)
+handle_key(const struct hnode *n)
 {
     return job_handle((const struct job *)((const char *)n - offsetof(struct job, by_handle)));
 }
 
 static const void *
-job_unique_key(const struct hnode *n)
+unique_key(const struct hnode *n)
 {
-    const struct job *j = (const struct job *)((const char *)n - offsetof(struct job, by_unique));
+    return job_unique((const struct job *)((const char *)n - offsetof(struct job, by_unique)));
+}
 
-    return j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j);
+static const void *
+payload_key(const struct hnode *n)
+{
+    return job_data((const struct job *)((const char *)n - offsetof(struct job, by_unique)));
+}
+
+/*
+ * Where j's by_unique node goes: unique "-" coalesces on the payload, in a
+ * key space of its own, so that an explicit key that happens to equal a
+ * payload is another job (as in gearmand).
+ */
+static struct hmap *
+unique_index(struct func *f, const struct job *j)
+{
+    return j->unique_is_data ? &f->payloads : &f->uniques;
 }
 
 void
 queue_init(struct queue *q, bool round_robin)
 {
     hmap_init(&q->funcs, func_key);
-    hmap_init(&q->jobs, job_handle_key);
+    hmap_init(&q->jobs, handle_key);
     TAILQ_INIT(&q->func_order);
-    heap_init(&q->scheduled, job_time_less, job_set_heap_pos);
+    heap_init(&q->scheduled, time_less, set_heap_pos);
     q->round_robin = round_robin;
     q->njobs = 0;
 }
@@ -65,6 +80,7 @@ static void
 func_free(struct func *f)
 {
     hmap_release(&f->uniques);
+    hmap_release(&f->payloads);
     free(f);
 }
 
@@ -77,9 +93,9 @@ queue_release(struct queue *q)
 
     /*
      * Jobs first: queue_remove needs their functions. Each pass takes the
-     * head of the current bucket, so the scan goes on from that bucket: it
-     * once restarted at bucket 0 after every job, and freeing 236,000
-     * queued jobs at shutdown took 16 s.
+     * head of the current bucket, so the scan goes on from that bucket:
+     * starting again at bucket 0 for every job would make freeing a deep
+     * queue at shutdown quadratic in its length.
      */
     while ((n = hmap_next(&q->jobs, NULL, &bucket)) != NULL) {
         struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
@@ -96,6 +112,17 @@ queue_release(struct queue *q)
     hmap_release(&q->funcs);
     hmap_release(&q->jobs);
     heap_release(&q->scheduled);
+}
+
+ptrdiff_t
+queue_name_bad_byte(const char *name, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] == 0x7f)
+            return (ptrdiff_t)i;
+    return -1;
 }
 
 struct func *
@@ -119,7 +146,8 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
         TAILQ_INIT(&f->jobs[p]);
         f->max_queue[p] = q->default_max_queue;
     }
-    hmap_init(&f->uniques, job_unique_key);
+    hmap_init(&f->uniques, unique_key);
+    hmap_init(&f->payloads, payload_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
@@ -173,11 +201,19 @@ queue_find_unique(const struct func *f, const void *unique, size_t len)
     return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
 }
 
+struct job *
+queue_find_payload(const struct func *f, const void *data, size_t len)
+{
+    struct hnode *n = hmap_find(&f->payloads, data, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
 unsigned
 queue_total(const struct func *f)
 {
     return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW] +
-           f->nscheduled + f->nrunning;
+           f->nscheduled + f->npending + f->nrunning;
 }
 
 bool
@@ -237,7 +273,7 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
     if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
         return -1;
     if (j->unique_len > 0 &&
-        hmap_insert(&f->uniques, &j->by_unique,
+        hmap_insert(unique_index(f, j), &j->by_unique,
                     j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j),
                     j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
@@ -252,7 +288,7 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
 
 out_unindex_unique:
     if (j->unique_len > 0)
-        hmap_remove(&f->uniques, &j->by_unique);
+        hmap_remove(unique_index(f, j), &j->by_unique);
 out_unindex_handle:
     hmap_remove(&q->jobs, &j->by_handle);
     return -1;
@@ -283,7 +319,7 @@ queue_remove(struct queue *q, struct job *j)
     case JOB_NEW: return;
     }
     if (j->unique_len > 0)
-        hmap_remove(&f->uniques, &j->by_unique);
+        hmap_remove(unique_index(f, j), &j->by_unique);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
     j->state = JOB_NEW;

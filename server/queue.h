@@ -49,7 +49,8 @@ struct func {
     unsigned npending;               /* its jobs waiting for the store to commit them */
     unsigned nrunning;               /* its jobs held by workers */
     unsigned max_queue[JOB_NPRIO];   /* maxqueue limits; 0 for none */
-    struct hmap uniques;             /* queued, scheduled and running jobs by unique key */
+    struct hmap uniques;             /* its jobs by explicit unique key */
+    struct hmap payloads;            /* its jobs of unique "-", by payload */
     struct ability_list workers;     /* every worker that can do it */
     struct ability_list sleepers;    /* of those, the ones asleep */
     unsigned nworkers;               /* entries in workers */
@@ -73,10 +74,19 @@ void queue_init(struct queue *q, bool round_robin);
 /* queue_release unrefs every job and frees every function. */
 void queue_release(struct queue *q);
 
+/*
+ * queue_name_bad_byte returns the offset of the first control byte (below
+ * 0x20, or 0x7f) in a function name of len bytes, or -1 if there is none.
+ * Callers refuse such names before queue_func creates them: the admin
+ * listings print names between tabs and newlines, and a name holding them
+ * would forge lines there (gearmand takes them).
+ */
+ptrdiff_t queue_name_bad_byte(const char *name, size_t len);
+
 /* queue_func finds a function by name; creates it if create. NULL if absent or no memory. */
 struct func *queue_func(struct queue *q, const char *name, size_t len, bool create);
 
-/* queue_drop_func frees a function that has no workers and no jobs. */
+/* queue_drop_func frees a function that has no workers and no jobs (queue_total 0). */
 void queue_drop_func(struct queue *q, struct func *f);
 
 /* queue_first_idle returns a queued or scheduled job of f (to empty it), or NULL. */
@@ -85,22 +95,28 @@ struct job *queue_first_idle(const struct queue *q, const struct func *f);
 /* queue_find_job finds a job by handle, or NULL. */
 struct job *queue_find_job(const struct queue *q, const char *handle, size_t len);
 
-/* queue_find_unique finds a job of f with this unique key, or NULL. */
+/* queue_find_unique finds a job of f with this explicit unique key, or NULL. */
 struct job *queue_find_unique(const struct func *f, const void *unique, size_t len);
 
-/* queue_total counts f's jobs: queued, scheduled and running. */
+/* queue_find_payload finds a job of f submitted with unique "-" and this payload, or NULL. */
+struct job *queue_find_payload(const struct func *f, const void *data, size_t len);
+
+/*
+ * queue_total counts f's jobs: queued, scheduled, pending (waiting for the
+ * store) and running.
+ */
 unsigned queue_total(const struct func *f);
 
 /*
  * queue_full tells whether f's maxqueue limit for prio is reached: the limit
- * is compared with all of f's jobs (queued, scheduled, running), as gearmand
- * compares it.
+ * is compared with all of f's jobs (queue_total), as gearmand compares it.
  */
 bool queue_full(const struct func *f, enum job_prio prio);
 
 /*
  * queue_add takes over a reference to a JOB_NEW job of f and indexes it by
- * handle and unique key (its payload, if unique_is_data). A job with a time
+ * handle and unique key (its payload, in a key space of its own, if
+ * unique_is_data). A job with a time
  * after now goes to the epoch heap,
  * any other to the tail of its priority list. Returns 0, or -1 if out of
  * memory (the reference stays with the caller).

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,10 @@
 #include <event2/listener.h>
 
 #include "conn.h"
-#include "dispatch.h"
+#include "lifecycle.h"
 #include "listener.h"
 #include "storage.h"
+#include "store.h"
 
 #define SRV_STOP_FLUSH 2 /* seconds peers get to read their last replies at a stop */
 
@@ -153,7 +155,11 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
     return false;
 }
 
-/* Copy every string of the config into one allocation owned by srv. */
+/*
+ * Copy the config and every string in it into one allocation owned by srv.
+ * -1: out of memory; -2: a count of listen or admin-allow entries is out of
+ * range (checked before the arrays are read).
+ */
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
@@ -162,7 +168,13 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     char *at;
     int k;
 
-    srv->cfg = *cfg;
+    /* A program built against an older, smaller config gets defaults for the rest. */
+    dsjob_server_config_init(&srv->cfg);
+    memcpy(&srv->cfg, cfg, cfg->size);
+    srv->cfg.size = sizeof(srv->cfg);
+    if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN ||
+        srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW)
+        return -2;
     for (k = 0; k < srv->cfg.nlisten; k++)
         strs[n++] = &srv->cfg.listen[k];
     for (k = 0; k < srv->cfg.nadmin_allow; k++)
@@ -199,8 +211,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
 {
     struct dsjob_server *ds;
     struct srv *srv;
-    char host[128];
-    int i;
+    char host[128], store_err[STORE_ERRLEN];
+    int i, rc;
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -209,10 +221,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         goto out_free;                                                                             \
     } while (0)
 
-    if (cfg->size != sizeof(*cfg)) {
+    if (cfg->size < offsetof(struct dsjob_server_config, listen) || cfg->size > sizeof(*cfg)) {
         if (errbuf != NULL && errlen > 0)
-            snprintf(errbuf, errlen, "config size %zu does not match the library's %zu", cfg->size,
-                     sizeof(*cfg));
+            snprintf(errbuf, errlen, "config size %zu is not one this library knows (at most %zu)",
+                     cfg->size, sizeof(*cfg));
         return NULL;
     }
     ds = calloc(1, sizeof(*ds));
@@ -227,10 +239,18 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     TAILQ_INIT(&srv->conns);
     TAILQ_INIT(&srv->closing);
     TAILQ_INIT(&srv->flushq);
-    if (copy_config(srv, cfg) < 0)
+    rc = copy_config(srv, cfg);
+    if (rc == -2)
+        FAIL("bad number of listen addresses (%d) or --admin-allow ranges (%d)", cfg->nlisten,
+             cfg->nadmin_allow);
+    if (rc < 0)
         FAIL("out of memory");
-    if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN)
-        FAIL("bad number of listen addresses: %d", srv->cfg.nlisten);
+    if (store_find(srv->cfg.store ? srv->cfg.store : "none", store_err) == NULL)
+        FAIL("--store: %s", store_err);
+    if (srv->cfg.work_dir != NULL && srv->cfg.work_dir[0] == '\0')
+        FAIL("--work-dir is empty");
+    if (srv->cfg.store_db != NULL && srv->cfg.store_db[0] == '\0')
+        FAIL("--libsqlite3-db is empty");
     if (srv->cfg.port > 65535)
         FAIL("port %d is out of range", srv->cfg.port);
     if (srv->cfg.max_packet_size < 1024)
@@ -242,8 +262,6 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("backlog must be positive");
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
-    if (srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW)
-        FAIL("bad number of --admin-allow ranges: %d", srv->cfg.nadmin_allow);
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);
@@ -296,7 +314,7 @@ static void
 epoch_due(struct job *j, void *arg)
 {
     (void)arg;
-    dispatch_wake(j);
+    lifecycle_wake(j);
 }
 
 static void
@@ -425,20 +443,47 @@ ctl_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* srv_teardown frees what srv_setup made; safe on a partial setup. */
+static void
+srv_teardown(struct srv *srv)
+{
+    struct event **evs[] = {&srv->reaper_ev, &srv->flush_ev, &srv->epoch_ev, &srv->ctl_ev};
+    size_t i;
+
+    for (i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        if (*evs[i] != NULL)
+            event_free(*evs[i]);
+        *evs[i] = NULL;
+    }
+    for (i = 0; i < 2; i++) {
+        if (srv->ctl_pipe[i] >= 0)
+            close(srv->ctl_pipe[i]);
+        srv->ctl_pipe[i] = -1;
+    }
+    if (srv->own_base && srv->base != NULL)
+        event_base_free(srv->base);
+    srv->base = NULL;
+    srv->own_base = false;
+}
+
+/* srv_setup makes the loop's own events; on failure it leaves nothing behind. */
 static int
 srv_setup(struct srv *srv, struct event_base *base)
 {
+    int rc = DSJOB_ERR_NOMEM;
+
     if (srv->base != NULL)
         return 0;
     srv->base = base ? base : event_base_new();
     srv->own_base = base == NULL;
     if (srv->base == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make an event base");
-        return DSJOB_ERR_NOMEM;
+        goto fail;
     }
     if (pipe2(srv->ctl_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));
-        return DSJOB_ERR_SYS;
+        rc = DSJOB_ERR_SYS;
+        goto fail;
     }
     srv->reaper_ev = event_new(srv->base, -1, 0, reaper_cb, srv);
     srv->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, srv);
@@ -447,9 +492,13 @@ srv_setup(struct srv *srv, struct event_base *base)
     if (srv->reaper_ev == NULL || srv->flush_ev == NULL || srv->epoch_ev == NULL ||
         srv->ctl_ev == NULL || event_add(srv->ctl_ev, NULL) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
-        return DSJOB_ERR_NOMEM;
+        goto fail;
     }
     return 0;
+
+fail:
+    srv_teardown(srv);
+    return rc;
 }
 
 /*
@@ -468,6 +517,13 @@ ignore_sigpipe(void)
     }
 }
 
+/*
+ * srv_bind opens the log, the store (replaying its jobs) and the listeners.
+ * A failure undoes all of it, replayed jobs included, so that a later call
+ * (after the port was freed, say) starts again from nothing. The reason is
+ * in errmsg for the caller to print; it is logged too when the log is a file,
+ * so that it is not printed twice on stderr.
+ */
 static int
 srv_bind(struct srv *srv, struct event_base *base)
 {
@@ -482,19 +538,31 @@ srv_bind(struct srv *srv, struct event_base *base)
     if (log_open(&srv->log, srv->cfg.log_file, srv->cfg.verbose) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot open log file '%s': %s",
                  srv->cfg.log_file, strerror(errno));
-        return DSJOB_ERR_SYS;
+        rc = DSJOB_ERR_SYS;
+        goto fail;
     }
     if (storage_open(srv) < 0) {
-        log_err(&srv->log, "%s", srv->errmsg);
-        return DSJOB_ERR_STORE;
+        rc = DSJOB_ERR_STORE;
+        goto fail;
     }
     if (listener_open_all(srv) < 0) {
-        log_err(&srv->log, "%s", srv->errmsg);
-        listener_close_all(srv);
-        return DSJOB_ERR_SYS;
+        rc = DSJOB_ERR_SYS;
+        goto fail;
     }
     srv->bound = true;
     return 0;
+
+fail:
+    if (srv->log.fp != NULL && srv->log.fp != stderr)
+        log_err(&srv->log, "%s", srv->errmsg);
+    listener_close_all(srv);
+    storage_close(srv);
+    queue_release(&srv->queue);
+    queue_init(&srv->queue, srv->cfg.round_robin);
+    srv->queue.default_max_queue = srv->cfg.max_queue;
+    log_release(&srv->log);
+    srv_teardown(srv);
+    return rc;
 }
 
 int
@@ -630,20 +698,7 @@ dsjob_server_free(struct dsjob_server *ds)
         reaper_cb(-1, 0, srv);
     storage_close(srv);
     queue_release(&srv->queue);
-    if (srv->reaper_ev)
-        event_free(srv->reaper_ev);
-    if (srv->flush_ev)
-        event_free(srv->flush_ev);
-    if (srv->epoch_ev)
-        event_free(srv->epoch_ev);
-    if (srv->ctl_ev)
-        event_free(srv->ctl_ev);
-    if (srv->ctl_pipe[0] >= 0)
-        close(srv->ctl_pipe[0]);
-    if (srv->ctl_pipe[1] >= 0)
-        close(srv->ctl_pipe[1]);
-    if (srv->own_base && srv->base != NULL)
-        event_base_free(srv->base);
+    srv_teardown(srv);
     log_release(&srv->log);
     free(srv->cfg_strings);
     free(ds);

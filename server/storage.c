@@ -31,8 +31,8 @@
 #include <event2/event.h>
 
 #include "conn.h"
-#include "dispatch.h"
 #include "job.h"
+#include "lifecycle.h"
 #include "queue.h"
 #include "srv.h"
 
@@ -335,11 +335,11 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
             if (j->state == JOB_SCHEDULED)
                 srv_epoch_arm(srv);
             else
-                dispatch_wake(j);
+                lifecycle_wake(j);
         } else {
             j->stored = false; /* not in the store: nothing to delete */
             j->refused = true; /* later acks of a coalesced submit say so too */
-            dispatch_fail(srv, j);
+            lifecycle_fail(srv, j);
             ok = false;
         }
     } else if (j != NULL && j->refused) {

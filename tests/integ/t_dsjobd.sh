@@ -9,6 +9,13 @@ out=$("$DSJOBD" --no-such-option 2>&1); rc=$?
 is "$rc" 2 "an unknown option exits 2"
 echo "$out" | grep -q -- "no-such-option"; ok $? "and the message names it"
 
+echo "$out" | grep -q "^dsjobd: "; ok $? "naming the program as dsjobd, not its path: $(echo "$out" | head -1)"
+echo "$out" | grep -q -- "$DSJOBD"; is $? 1 "the binary's full path is not in the message"
+
+out=$(timeout 10 "$DSJOBD" -p 0 --work-dir '' 2>&1); rc=$? # bounded: a dsjobd that took it would serve
+is "$rc" 2 "an empty --work-dir exits 2"
+echo "$out" | grep -q -- "--work-dir: the path is empty"; ok $? "saying so: $out"
+
 out=$("$DSJOBD" --port nonsense 2>&1); rc=$?
 is "$rc" 2 "a bad option value exits 2"
 echo "$out" | grep -q -- "--port: invalid value 'nonsense'"; ok $? "naming the option and the value"
@@ -21,6 +28,12 @@ taken=$SERVER_PORT
 out=$("$DSJOBD" -L 127.0.0.1 -p "$taken" -l stderr 2>&1); rc=$?
 is "$rc" 1 "a port in use exits 1"
 echo "$out" | grep -q "Address already in use"; ok $? "and says why"
+is "$(echo "$out" | grep -c "Address already in use")" 1 "once, not as a log line and again"
+# A startup error goes to the log file too when there is one, and once to stderr.
+out=$("$DSJOBD" -L 127.0.0.1 -p "$taken" -l "$dir/taken.log" 2>&1); rc=$?
+is "$rc" 1 "a port in use with a log file exits 1"
+is "$(echo "$out" | grep -c "Address already in use")" 1 "stderr says why once"
+grep -q "Address already in use" "$dir/taken.log"; ok $? "and the log file has it"
 server_stop
 
 # --daemon: the parent returns once the child serves; the pid file names the child.
@@ -66,7 +79,22 @@ if "$DSJOBD" --help | grep -q -- "--work-dir"; then
     echo "$out" | grep -q "$dir/bad/dsjobd.db.*not a database"; ok $? "naming the file: $(echo "$out" | tail -1)"
     cmp -s "$dir/bad/dsjobd.db" "$dir/bad.orig"; ok $? "and the file is left as it was"
     out=$("$DSJOBD" -L 127.0.0.1 -p 0 -l stderr -q nosuch 2>&1); rc=$?
-    is "$rc" 1 "an unknown store: exit 1"
+    is "$rc" 2 "an unknown store is a bad option value: exit 2"
     echo "$out" | grep -q "unknown store 'nosuch'"; ok $? "saying so"
 fi
+
+# A repeated path option: the last one wins (and the first is not leaked: LeakSanitizer).
+"$DSJOBD" -d -L 127.0.0.1 -p 0 -P "$dir/first.pid" -P "$dir/r.pid" --port-file "$dir/first.port" \
+    --port-file "$dir/r.port" -l "$dir/first.log" -l "$dir/r.log" --verbose NOTICE
+rc=$?
+is "$rc" 0 "repeated -P, --port-file and -l are taken"
+[ -s "$dir/r.pid" ] && [ -s "$dir/r.port" ] && [ ! -e "$dir/first.pid" ] && [ ! -e "$dir/first.port" ]
+ok $? "the last value of each is the one used"
+pid=$(cat "$dir/r.pid" 2>/dev/null)
+kill -TERM "$pid" 2>/dev/null
+i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+! kill -0 "$pid" 2>/dev/null; ok $? "and it stops on SIGTERM"
+"$DSJOBD" --work-dir "$dir/a" --work-dir "$dir/b" --libsqlite3-db "$dir/a.db" \
+    --libsqlite3-db "$dir/b.db" --unix-socket "$dir/a.sock" --unix-socket "$dir/b.sock" --version >/dev/null
+ok $? "repeated --work-dir, --libsqlite3-db and --unix-socket before --version exit 0"
 done_testing

@@ -201,6 +201,60 @@ long_line(void)
     others_unharmed("endless admin line");
 }
 
+/* Every line of a status listing has its four fields, and the list ends once. */
+static bool
+status_well_formed(const char *buf)
+{
+    const char *line = buf, *nl;
+
+    while ((nl = strchr(line, '\n')) != NULL) {
+        const char *t;
+        int tabs = 0;
+
+        if (nl - line == 1 && line[0] == '.')
+            return nl[1] == '\0';
+        for (t = line; t < nl; t++)
+            tabs += *t == '\t';
+        if (tabs != 3)
+            return false;
+        line = nl + 1;
+    }
+    return false;
+}
+
+/*
+ * A function name with a control byte would forge lines in the admin
+ * status listing (a newline, a tab, a "." line): it is refused where a
+ * name is first given, with an ERROR, and the connection goes on.
+ */
+static void
+control_names(void)
+{
+    int fd = peer_connect(port);
+    char buf[4096];
+
+    peer_send(fd, PACKET_SUBMIT_JOB_BG, 3, "evil\n.\nfake", "", "x");
+    expect_error(fd, "INVALID_ARGUMENT", "SUBMIT_JOB_BG with a newline in its function name");
+    peer_send(fd, PACKET_SUBMIT_JOB, 3, "del\x7f", "", "x");
+    expect_error(fd, "INVALID_ARGUMENT", "SUBMIT_JOB with a DEL byte in its function name");
+    peer_send(fd, PACKET_SUBMIT_JOB_EPOCH, 4, "ep\x01", "", "0", "x");
+    expect_error(fd, "INVALID_ARGUMENT", "SUBMIT_JOB_EPOCH with a control byte in its function");
+    peer_send(fd, PACKET_CAN_DO, 1, "tab\tname");
+    expect_error(fd, "INVALID_ARGUMENT", "CAN_DO with a tab in its function name");
+    peer_send(fd, PACKET_CAN_DO_TIMEOUT, 2, "cr\r", "1000");
+    expect_error(fd, "INVALID_ARGUMENT", "CAN_DO_TIMEOUT with a CR in its function name");
+    tap_ok(echo_works(fd), "control bytes in names: the connection still works");
+    peer_admin(fd, "create function a\tb", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR INVALID_ARGUMENTS", 21) == 0,
+           "create function with a tab in the name: ERR INVALID_ARGUMENTS");
+    peer_admin(bystander, "status", true, buf, sizeof(buf));
+    tap_ok(status_well_formed(buf), "status has four fields on every line and one end");
+    if (!status_well_formed(buf))
+        tap_diag("status: %s", buf);
+    close(fd);
+    others_unharmed("control bytes in function names");
+}
+
 int
 main(void)
 {
@@ -229,6 +283,7 @@ main(void)
     truncated();
     response_magic();
     long_line();
+    control_names();
 
     tap_ok(daemon_alive(&d), "dsjobd is still running");
     close(client);

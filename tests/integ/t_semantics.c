@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -242,6 +243,62 @@ test_dash_unique(void)
     peer_pkt_release(&p);
     close(c);
     close(w);
+}
+
+/*
+ * Unique "-" (coalesce on the payload) and an explicit unique key equal to
+ * a payload are different keys, as in gearmand: each coalesces with its
+ * own kind only, and GET_STATUS_UNIQUE looks up explicit keys alone.
+ */
+static void
+test_dash_key_space(void)
+{
+    int c = peer_connect(port);
+    char h1[128], h2[128], h[128];
+    struct peer_pkt p;
+
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "-", "abc", h1, sizeof(h1));
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "abc", "zzz", h2, sizeof(h2));
+    tap_ok(strcmp(h1, h2) != 0, "unique \"abc\" is not the job of \"-\" with payload abc");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "-", "abc", h, sizeof(h));
+    tap_is_str(h, h1, "\"-\" with payload abc again coalesces with the first job");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks", "abc", "yyy", h, sizeof(h));
+    tap_is_str(h, h2, "unique \"abc\" again coalesces with the second");
+    submit(c, PACKET_SUBMIT_JOB_BG, "dks2", "-", "solo", h, sizeof(h));
+    peer_send(c, PACKET_GET_STATUS_UNIQUE, 1, "solo");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES_UNIQUE && arg_is(&p, 1, "0"),
+           "GET_STATUS_UNIQUE of a \"-\" job's payload finds nothing (gearmand)");
+    peer_pkt_release(&p);
+    close(c);
+}
+
+/*
+ * A connection has no fixed role, as in gearmand 1.1.20: one that submits
+ * may also register, take its own job and complete it, and a worker may
+ * ask for status. Only server-only packet types are refused.
+ */
+static void
+test_both_roles(void)
+{
+    int c = peer_connect(port);
+    char h[128], got[128];
+    struct peer_pkt p;
+
+    peer_send(c, PACKET_CAN_DO, 1, "both");
+    submit(c, PACKET_SUBMIT_JOB, "both", "", "mine", h, sizeof(h));
+    peer_send(c, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(c, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS) &&
+               strcmp(got, h) == 0,
+           "a submitting connection may take its own job");
+    peer_send(c, PACKET_GET_STATUS, 1, h);
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_STATUS_RES && arg_is(&p, 2, "1"),
+           "and, as its worker, ask for its status");
+    peer_pkt_release(&p);
+    peer_send(c, PACKET_WORK_COMPLETE, 2, h, "done");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_WORK_COMPLETE && arg_is(&p, 1, "done"),
+           "and its WORK_COMPLETE reaches itself as the client");
+    peer_pkt_release(&p);
+    close(c);
 }
 
 static void
@@ -504,6 +561,54 @@ test_shutdown(void)
     daemon_stop(&d);
 }
 
+#ifdef HAVE_SQLITE
+/*
+ * drop function while a background job of it waits for its store commit:
+ * the drop is refused (the commit would write into the freed function) and
+ * the job is still acknowledged and runs afterwards.
+ */
+static void
+test_drop_pending(void)
+{
+    char dir[] = "/tmp/dsjob-drop.XXXXXX", wd[300], h[128], buf[512];
+    const char *args[] = {"--work-dir", wd, "--store-commit-interval", "1500", NULL};
+    struct daemon d;
+    int a, c, w;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, sizeof(wd), "%s/var", dir);
+    daemon_start(&d, args);
+    a = peer_connect(d.port);
+    c = peer_connect(d.port);
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "dropme", "", "d");
+    usleep(200000); /* the job is in, its commit 1.5 s away */
+    peer_admin(a, "drop function dropme", false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR ", 4) == 0 && strstr(buf, "store") != NULL,
+           "drop function with a job waiting for its commit is refused: %.70s", buf);
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, h, sizeof(h), PEER_TIMEOUT_MS),
+           "the job is acknowledged once committed");
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropme\t1\t0\t0\n") != NULL, "status shows it queued");
+    w = peer_connect(d.port);
+    peer_send(w, PACKET_CAN_DO, 1, "dropme");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "and a worker gets it");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
+    close(w);
+    usleep(100000);
+    peer_admin(a, "drop function dropme", false, buf, sizeof(buf));
+    tap_is_str(buf, "OK\r\n", "once it is done, the function can be dropped");
+    tap_ok(daemon_alive(&d), "the server stayed up");
+    close(a);
+    close(c);
+    tap_is_int(daemon_stop(&d), 0, "and stops cleanly");
+    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
+    if (system(buf) != 0)
+        tap_diag("could not remove %s", dir);
+}
+#endif
+
 int
 main(void)
 {
@@ -518,6 +623,8 @@ main(void)
     test_complete_without_data();
     test_coalesce();
     test_dash_unique();
+    test_dash_key_space();
+    test_both_roles();
     test_exception();
     test_status();
     test_client_gone();
@@ -529,5 +636,8 @@ main(void)
     test_max_jobs();
     test_retries();
     test_shutdown();
+#ifdef HAVE_SQLITE
+    test_drop_pending();
+#endif
     return tap_done();
 }

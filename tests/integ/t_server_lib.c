@@ -7,7 +7,9 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,7 +153,131 @@ test_bad_config(void)
     tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL, "a tiny --max-packet-size is refused");
     cfg.size = 3;
     tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL,
-           "a config of the wrong size is refused");
+           "a config too small to hold its own fields is refused");
+    dsjob_server_config_init(&cfg);
+    cfg.size = sizeof(cfg) + 8;
+    tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL,
+           "a config larger than the library's is refused");
+    tap_ok(strstr(err, "config size") != NULL, "saying so: %s", err);
+    dsjob_server_config_init(&cfg);
+    cfg.store = "nosuch";
+    tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL, "an unknown store is refused by new");
+    tap_ok(strstr(err, "unknown store 'nosuch'") != NULL, "naming it: %s", err);
+    dsjob_server_config_init(&cfg);
+    cfg.work_dir = "";
+    tap_ok(dsjob_server_new(&cfg, err, sizeof(err)) == NULL, "an empty work_dir is refused");
+}
+
+/*
+ * A program built against an older library passes a smaller config: the
+ * fields it knows are used, the ones past its size get their defaults.
+ */
+static void
+test_old_config(void)
+{
+    struct dsjob_server_config cfg;
+    struct dsjob_server *srv;
+    char err[256] = "";
+    int port;
+
+    dsjob_server_config_init(&cfg);
+    cfg.size = offsetof(struct dsjob_server_config, store);
+    cfg.port = 0;
+    cfg.log_file = "none";
+    cfg.store = "nosuch"; /* past the old size: must not be read */
+    srv = dsjob_server_new(&cfg, err, sizeof(err));
+    tap_ok(srv != NULL, "a config of an older, smaller size is taken (%s)", err);
+    if (srv == NULL)
+        return;
+    tap_is_int(dsjob_server_start(srv), DSJOB_OK, "and the server starts");
+    port = dsjob_server_port(srv);
+    tap_ok(peer_run_job(port, "old-f", "x"), "and runs a job with the default store");
+    dsjob_server_stop(srv, false);
+    dsjob_server_join(srv);
+    dsjob_server_free(srv);
+}
+
+static struct dsjob_server *
+make_durable(const char *dir, int port)
+{
+    struct dsjob_server_config cfg;
+    char err[256];
+    struct dsjob_server *srv;
+
+    dsjob_server_config_init(&cfg);
+    cfg.port = port;
+    cfg.log_file = "none";
+    cfg.store = "sqlite";
+    cfg.work_dir = dir;
+    srv = dsjob_server_new(&cfg, err, sizeof(err));
+    if (srv == NULL)
+        tap_bail("dsjob_server_new: %s", err);
+    return srv;
+}
+
+/* The count of queued jobs of function f that admin "status" shows, or -1. */
+static int
+queued(int port, const char *f)
+{
+    char buf[4096], *line;
+    int fd = peer_connect(port), n = -1;
+    size_t flen = strlen(f);
+
+    peer_admin(fd, "status", true, buf, sizeof(buf));
+    close(fd);
+    for (line = strtok(buf, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        if (strncmp(line, f, flen) == 0 && line[flen] == '\t')
+            n = atoi(line + flen + 1);
+    return n;
+}
+
+/*
+ * A bind that fails (here: the port is taken) undoes all it did, the jobs it
+ * replayed included, so that binding again once the port is free gives a
+ * server that holds each stored job once.
+ */
+static void
+test_bind_retry(void)
+{
+    char dir[] = "/tmp/t_server_lib.XXXXXX", cmd[64];
+    struct dsjob_server *srv, *holder;
+    int port, fd, i;
+    struct peer_pkt p;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    srv = make_durable(dir, 0);
+    if (dsjob_server_start(srv) != DSJOB_OK) {
+        tap_skip(4, "no sqlite store: %s", dsjob_server_errmsg(srv));
+        dsjob_server_free(srv);
+        return;
+    }
+    fd = peer_connect(dsjob_server_port(srv));
+    for (i = 0; i < 3; i++) {
+        peer_send(fd, PACKET_SUBMIT_JOB_BG, 3, "retry-f", "", "stored");
+        peer_recv(fd, &p, PEER_TIMEOUT_MS);
+        peer_pkt_release(&p);
+    }
+    close(fd);
+    dsjob_server_stop(srv, false);
+    dsjob_server_join(srv);
+    dsjob_server_free(srv);
+
+    holder = make();
+    dsjob_server_bind(holder);
+    port = dsjob_server_port(holder);
+    srv = make_durable(dir, port);
+    tap_is_int(dsjob_server_bind(srv), DSJOB_ERR_SYS, "bind on a taken port fails");
+    dsjob_server_free(holder);
+    tap_is_int(dsjob_server_start(srv), DSJOB_OK, "binding again once it is free works");
+    tap_is_int(queued(port, "retry-f"), 3, "and each stored job is held once");
+    tap_ok(peer_run_job(port, "retry-g", "y"), "and the server runs jobs");
+    dsjob_server_stop(srv, false);
+    dsjob_server_join(srv);
+    dsjob_server_free(srv);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
 }
 
 static void
@@ -182,5 +308,7 @@ main(void)
     test_graceful();
     test_bad_config();
     test_port_taken();
+    test_old_config();
+    test_bind_retry();
     return tap_done();
 }

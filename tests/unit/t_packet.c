@@ -135,6 +135,32 @@ test_decode_invalid(void)
 }
 
 static void
+test_decode_header(void)
+{
+    unsigned char buf[64];
+    struct packet_header h;
+    size_t n;
+
+    n = mk(buf, sizeof(buf), "\0REQ", PACKET_SUBMIT_JOB, "f\0u\0d", 5);
+    tap_is_int(packet_decode_header(buf, n, 1024, &h), PACKET_HEADER_OK, "header: OK");
+    tap_ok(h.magic == PACKET_REQ && h.type == PACKET_SUBMIT_JOB && h.size == 5,
+           "header: magic, type and size read");
+    tap_is_int(packet_decode_header(buf, PACKET_HEADER_SIZE - 1, 1024, &h), PACKET_HEADER_NEED_MORE,
+               "header: 11 bytes need more");
+    tap_is_int(packet_decode_header(buf, n, 4, &h), PACKET_HEADER_TOO_LARGE,
+               "header: a size over max_size is TOO_LARGE");
+    tap_ok(h.type == PACKET_SUBMIT_JOB && h.size == 5, "and its type and size are read");
+    tap_is_int(packet_decode_header(buf, n, 5, &h), PACKET_HEADER_OK, "a size of max_size is OK");
+    tap_is_int(packet_decode_header((const unsigned char *)"s", 1, 1024, &h),
+               PACKET_HEADER_BAD_MAGIC, "header: a first byte other than NUL is BAD_MAGIC at once");
+    n = mk(buf, sizeof(buf), "\0RXS", PACKET_ECHO_REQ, "x", 1);
+    tap_is_int(packet_decode_header(buf, 4, 1024, &h), PACKET_HEADER_NEED_MORE,
+               "header: a NUL then 3 bytes need more");
+    tap_is_int(packet_decode_header(buf, n, 1024, &h), PACKET_HEADER_BAD_MAGIC,
+               "header: \\0RXS is BAD_MAGIC");
+}
+
+static void
 test_encode(void)
 {
     unsigned char buf[64], small[8];
@@ -163,6 +189,7 @@ main(void)
     test_table();
     test_decode_valid();
     test_decode_invalid();
+    test_decode_header();
     test_encode();
     return tap_done();
 }

@@ -132,6 +132,21 @@ test_unique(void)
     tap_ok(queue_find_unique(f, "k1", 2) == NULL, "a finished job does not");
     mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
     tap_is_int((long long)f->uniques.count, 0, "an empty unique is not indexed");
+    /* Unique "-" coalesces on the payload, apart from explicit keys. */
+    {
+        struct job *d = job_new("H:t:d", 5, "-", 1, NULL, 0, "k2", 2);
+        struct job *k;
+
+        d->unique_is_data = true;
+        if (queue_add(&q, f, d, 1000) < 0)
+            tap_bail("queue_add failed");
+        k = mkjob(&q, f, JOB_PRIO_NORMAL, "k2", 0);
+        tap_ok(queue_find_payload(f, "k2", 2) == d, "a \"-\" job is found by its payload");
+        tap_ok(queue_find_unique(f, "k2", 2) == k, "an explicit key equal to it is another job");
+        queue_remove(&q, d);
+        tap_ok(queue_find_payload(f, "k2", 2) == NULL && queue_find_unique(f, "k2", 2) == k,
+               "removing the \"-\" job leaves the explicit one indexed");
+    }
     queue_reset_abilities(&q, &w);
     queue_release(&q);
 }

@@ -1,0 +1,108 @@
+/*
+ * The life of a job once it is in the queue: who waits for it, the worker
+ * that runs it and its CAN_DO_TIMEOUT, and how it ends (done, failed,
+ * cancelled, requeued, or given up after --job-retries). The packet
+ * handlers (dispatch.c), the admin commands (admin.c), the store's commits
+ * (storage.c), the epoch timer (srv.c) and closing connections (conn.c)
+ * all end or move jobs through here, so the rules live in one place.
+ *
+ * Everything runs on the loop thread. Packets to other connections (results
+ * to waiting clients, NOOPs to sleepers) are queued on those connections'
+ * output within the same loop turn.
+ */
+#ifndef DSJOB_SERVER_LIFECYCLE_H
+#define DSJOB_SERVER_LIFECYCLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/packet.h"
+
+struct conn;
+struct func;
+struct job;
+struct srv;
+
+/*
+ * lifecycle_attach makes client c wait for j's result: c is sent every
+ * packet lifecycle_tell sends for j until j ends or c goes. j gets its
+ * job_ext if it had none. Returns 0, or -1 if out of memory (nothing is
+ * changed).
+ */
+int lifecycle_attach(struct conn *c, struct job *j);
+
+/*
+ * lifecycle_tell sends a response packet (its arguments copied) to every
+ * client waiting for j: WORK_STATUS, WORK_DATA and the like. The waiters
+ * stay attached.
+ */
+void lifecycle_tell(struct job *j, enum packet_type type, unsigned nargs, const void *const *args,
+                    const size_t *lens);
+
+/*
+ * lifecycle_wake sends NOOP to one sleeping worker that can do j's
+ * function, if one sleeps (j was just queued).
+ */
+void lifecycle_wake(struct job *j);
+
+/*
+ * lifecycle_arm_timeout starts the CAN_DO_TIMEOUT of timeout_ms for j,
+ * which a worker has just been given (it has its job_ext). If the worker
+ * has not finished j by then, j is retried as if the worker had gone. A
+ * timer that cannot be made is skipped: the job then has no timeout.
+ */
+void lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms);
+
+/*
+ * lifecycle_finish ends j: its timeout stops, its waiters are forgotten
+ * (the caller has told them whatever they must hear), it is deleted from
+ * the store if stored, and the queue drops it. A graceful stop that was
+ * waiting for it may end. j may be freed on return.
+ */
+void lifecycle_finish(struct srv *srv, struct job *j);
+
+/* lifecycle_fail tells j's waiting clients WORK_FAIL and ends the job (lifecycle_finish). */
+void lifecycle_fail(struct srv *srv, struct job *j);
+
+/*
+ * lifecycle_exception ends j after its worker sent WORK_EXCEPTION with
+ * data (borrowed): waiting clients that asked for exceptions get
+ * WORK_EXCEPTION, the others a clean WORK_FAIL (unlike gearmand's, which
+ * has a stray NUL).
+ */
+void lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len);
+
+/*
+ * lifecycle_retry takes a RUNNING job back from its worker (the worker
+ * left, gave the function up, or passed its CAN_DO_TIMEOUT; why says which,
+ * for the log). The job goes back to the head of its queue and a sleeper
+ * is woken; or, if it was cancelled or has used its --job-retries
+ * attempts, it fails; or, if it is a foreground job nobody waits for any
+ * more, it is dropped. j may be freed on return.
+ */
+void lifecycle_retry(struct srv *srv, struct job *j, const char *why);
+
+/*
+ * lifecycle_give_back retries (lifecycle_retry) every job of f that worker
+ * connection c holds, or every job it holds if f is NULL: c sent CANT_DO or
+ * RESET_ABILITIES, as gearmand does it.
+ */
+void lifecycle_give_back(struct conn *c, const struct func *f, const char *why);
+
+/*
+ * lifecycle_detach undoes everything c took part in, as when it
+ * disconnects: the store answers it is owed are dropped, its foreground
+ * waits end (a queued job nobody waits for is dropped), its abilities go,
+ * and the jobs it was running are retried.
+ */
+void lifecycle_detach(struct conn *c);
+
+/*
+ * lifecycle_cancel tells j's waiting clients WORK_FAIL and ends j, unless
+ * it is running: then it is marked cancelled and loses its waiters, so
+ * that what its worker reports later reaches nobody and it is never run
+ * again.
+ */
+void lifecycle_cancel(struct srv *srv, struct job *j);
+
+#endif
