@@ -11,25 +11,20 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
+
+#include "proto/decimal.h"
 
 /* Whether s (n bytes) is a decimal port from 1 to 65535. */
 static int
 port_ok(const char *s, size_t n)
 {
-    unsigned long v = 0;
-    size_t i;
+    uint64_t v;
 
-    if (n == 0 || n > 5)
-        return 0;
-    for (i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (unsigned long)(s[i] - '0');
-    }
-    return v >= 1 && v <= 65535;
+    return decimal_parse(s, n, 65535, &v) == 0 && v >= 1;
 }
 
 /* Writes "host" + ":" + port into out; returns 0 or -1 when it does not fit. */

@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include <dsjob/common.h>
 
 #include "link/addr.h"
+#include "proto/decimal.h"
 
 #define CLI_DEFAULT_SERVER "127.0.0.1:4730"
 
@@ -149,21 +151,11 @@ cli_write_all(int fd, const void *buf, size_t len)
 int
 cli_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
 {
-    unsigned long v = 0;
-    const char *p;
+    uint64_t v;
 
-    if (s == NULL || *s == '\0')
+    if (s == NULL || decimal_parse(s, strlen(s), max, &v) != 0 || v < min)
         return -1;
-    for (p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        if (v > (max - (unsigned long)(*p - '0')) / 10)
-            return -1;
-        v = v * 10 + (unsigned long)(*p - '0');
-    }
-    if (v < min)
-        return -1;
-    *out = v;
+    *out = (unsigned long)v;
     return 0;
 }
 
