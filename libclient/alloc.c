@@ -2,7 +2,9 @@
  * The allocator of the dsjob libraries: dsjob_malloc and dsjob_free, which
  * callers use to free what a library returns, and a process-wide hook to
  * replace them (for tests that fail the Nth allocation, or for embedding in
- * a program with its own allocator). Compiled into each library.
+ * a program with its own allocator). Defined here, in libdsjobclient only:
+ * libdsjobworker links libdsjobclient and calls these, so the process has
+ * one allocator state whatever the libraries' link order or binding.
  */
 #include "config.h"
 

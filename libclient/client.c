@@ -9,6 +9,7 @@
 #include "config.h"
 #include "libclient/client_int.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,10 @@
 
 #include <dsjob/client.h>
 
-/* FNV-1a over the bytes, then murmur3's finaliser so that close keys spread. */
-static uint32_t
-ring_hash(const void *data, size_t len)
+#include "proto/decimal.h"
+
+uint32_t
+client_hash(const void *data, size_t len)
 {
     const unsigned char *p = data;
     uint32_t h = 2166136261u;
@@ -60,7 +62,7 @@ ring_build(struct dsjob_client *c)
             char key[300];
             int n = snprintf(key, sizeof(key), "%s-%zu", c->links[i].addr, k);
 
-            r[i * RING_POINTS + k].hash = ring_hash(key, (size_t)n);
+            r[i * RING_POINTS + k].hash = client_hash(key, (size_t)n);
             r[i * RING_POINTS + k].server = i;
         }
     }
@@ -84,7 +86,7 @@ client_pick(struct dsjob_client *c, const char *unique)
         c->rr = (c->rr + 1) % c->nlinks;
         return i;
     }
-    h = ring_hash(unique, strlen(unique));
+    h = client_hash(unique, strlen(unique));
     hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -120,6 +122,19 @@ client_hello_answer(struct link *l, const struct packet *p)
         return false;
     l->hello_wait = false;
     return true;
+}
+
+void *
+client_dup(const void *src, size_t len)
+{
+    unsigned char *b = dsjob_malloc(len + 1);
+
+    if (b == NULL)
+        return NULL;
+    if (len > 0)
+        memcpy(b, src, len);
+    b[len] = '\0';
+    return b;
 }
 
 uint32_t
@@ -238,16 +253,10 @@ dsjob_client_errmsg(const struct dsjob_client *c)
     return c->errmsg;
 }
 
-/* Parses an unsigned decimal argument as gearmand's atoi would (garbage -> 0). */
-static unsigned
-arg_uint(const unsigned char *p, size_t len)
+unsigned
+client_arg_uint(const unsigned char *p, size_t len)
 {
-    unsigned long v = 0;
-    size_t i;
-
-    for (i = 0; i < len && p[i] >= '0' && p[i] <= '9'; i++)
-        v = v * 10 + (unsigned)(p[i] - '0');
-    return (unsigned)v;
+    return (unsigned)decimal_atoi(p, len, UINT_MAX);
 }
 
 static bool
@@ -282,49 +291,68 @@ client_send(struct dsjob_client *c, struct link *l)
 }
 
 /*
- * Waits on l for the JOB_CREATED that answers our submit, copying the
- * handle into handle (cap bytes). Returns DSJOB_OK, DSJOB_ERR_SERVER, or
- * an I/O error (l is then closed).
+ * Waits on l for the next packet that is not the preamble's answer.
+ * Returns DSJOB_OK with *p, DSJOB_ERR_SERVER for an ERROR packet, or an I/O
+ * error (l is then closed); errmsg says why. job is the handle of the job
+ * being followed, so that a timeout blames the job and not the server, or
+ * NULL while an answer of the server itself is awaited.
  */
 static int
-client_wait_created(struct dsjob_client *c, struct link *l, char *handle, size_t cap)
+client_next(struct dsjob_client *c, struct link *l, struct packet *p, const char *job)
+{
+    int err;
+
+    for (;;) {
+        err = link_recv(l, p, link_deadline(c->io_ms));
+        if (err == DSJOB_ERR_TIMEOUT && job != NULL)
+            /* The server answered (JOB_CREATED): it is the job that did not end. */
+            client_err(c, err, "job '%s' did not end in time (no word from '%s' for %d ms)", job,
+                       l->addr, c->io_ms);
+        else if (err != DSJOB_OK)
+            client_err(c, err, "%s", l->err);
+        if (err != DSJOB_OK) {
+            link_close(l);
+            return err;
+        }
+        if (client_hello_answer(l, p))
+            continue;
+        if (p->type == PACKET_ERROR)
+            return client_server_error(c, l, p);
+        return DSJOB_OK;
+    }
+}
+
+/*
+ * Waits on l for the JOB_CREATED that answers our submit, copying the
+ * handle into handle (DSJOB_HANDLE_MAX bytes). Returns DSJOB_OK,
+ * DSJOB_ERR_SERVER, or an I/O error (l is then closed). A handle too long
+ * for the buffer is DSJOB_ERR_PROTO with *created set: the server has the
+ * job, so it must not go to another server too.
+ */
+static int
+client_wait_created(struct dsjob_client *c, struct link *l, char *handle, bool *created)
 {
     struct packet p;
     int err;
 
     for (;;) {
-        err = link_recv(l, &p, link_deadline(c->io_ms));
-        if (err != DSJOB_OK) {
-            client_err(c, err, "%s", l->err);
-            link_close(l);
+        err = client_next(c, l, &p, NULL);
+        if (err != DSJOB_OK)
             return err;
-        }
-        if (client_hello_answer(l, &p))
-            continue;
-        if (p.type == PACKET_ERROR)
-            return client_server_error(c, l, &p);
         if (p.type == PACKET_JOB_CREATED) {
-            size_t n = p.arg_len[0] < cap - 1 ? p.arg_len[0] : cap - 1;
-
-            memcpy(handle, p.arg[0], n);
-            handle[n] = '\0';
+            if (p.arg_len[0] >= DSJOB_HANDLE_MAX) {
+                *created = true;
+                link_close(l);
+                return client_err(c, DSJOB_ERR_PROTO,
+                                  "%s: job handle of %zu bytes, longer than DSJOB_HANDLE_MAX - 1 "
+                                  "(the job was submitted)",
+                                  l->addr, p.arg_len[0]);
+            }
+            memcpy(handle, p.arg[0], p.arg_len[0]);
+            handle[p.arg_len[0]] = '\0';
             return DSJOB_OK;
         }
     }
-}
-
-/* Copies a result into a new dsjob_malloc buffer with a NUL after it. */
-static void *
-copy_bytes(const void *src, size_t len)
-{
-    unsigned char *b = dsjob_malloc(len + 1);
-
-    if (b == NULL)
-        return NULL;
-    if (len > 0)
-        memcpy(b, src, len);
-    b[len] = '\0';
-    return b;
 }
 
 /*
@@ -341,16 +369,9 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
     int err;
 
     for (;;) {
-        err = link_recv(l, &p, link_deadline(c->io_ms));
-        if (err != DSJOB_OK) {
-            client_err(c, err, "%s", l->err);
-            link_close(l);
+        err = client_next(c, l, &p, handle);
+        if (err != DSJOB_OK)
             return err;
-        }
-        if (client_hello_answer(l, &p))
-            continue;
-        if (p.type == PACKET_ERROR)
-            return client_server_error(c, l, &p);
         /* gearmand's WORK_FAIL after an exception has a stray NUL after the handle. */
         if (p.type == PACKET_WORK_FAIL && p.arg_len[0] == hlen + 1 && p.arg[0][hlen] == '\0')
             p.arg_len[0] = hlen;
@@ -359,8 +380,8 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
         switch (p.type) {
         case PACKET_WORK_STATUS:
             if (c->cb.status != NULL)
-                c->cb.status(arg_uint(p.arg[1], p.arg_len[1]), arg_uint(p.arg[2], p.arg_len[2]),
-                             c->cb_user);
+                c->cb.status(client_arg_uint(p.arg[1], p.arg_len[1]),
+                             client_arg_uint(p.arg[2], p.arg_len[2]), c->cb_user);
             break;
         case PACKET_WORK_DATA:
             if (c->cb.data != NULL)
@@ -372,7 +393,7 @@ client_wait_end(struct dsjob_client *c, struct link *l, const char *handle, void
             break;
         case PACKET_WORK_COMPLETE:
             if (result != NULL) {
-                *result = copy_bytes(p.arg[1], p.arg_len[1]);
+                *result = client_dup(p.arg[1], p.arg_len[1]);
                 if (*result == NULL)
                     return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
             }
@@ -414,8 +435,15 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
            size_t *result_len, char *handle_buf, size_t handle_cap)
 {
     size_t first = client_pick(c, unique), k;
-    char handle[256];
+    char handle[DSJOB_HANDLE_MAX];
+    bool created = false;
     int err = DSJOB_ERR_NOTFOUND;
+
+    /* Before anything is sent, so that this error means no job was submitted. */
+    if (handle_buf != NULL && handle_cap < DSJOB_HANDLE_MAX)
+        return client_err(c, DSJOB_ERR_ARG,
+                          "handle buffer of %zu bytes, smaller than DSJOB_HANDLE_MAX (%d)",
+                          handle_cap, DSJOB_HANDLE_MAX);
 
     for (k = 0; k < c->nlinks; k++) {
         struct link *l = &c->links[(first + k) % c->nlinks];
@@ -434,10 +462,10 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         }
         err = client_send(c, l);
         if (err == DSJOB_OK)
-            err = client_wait_created(c, l, handle, sizeof(handle));
+            err = client_wait_created(c, l, handle, &created);
         if (err == DSJOB_OK && !background)
             err = client_wait_end(c, l, handle, result, result_len);
-        if (err == DSJOB_OK || !client_failover(err))
+        if (err == DSJOB_OK || created || !client_failover(err))
             break;
     }
     if (err == DSJOB_ERR_TIMEOUT && k < c->nlinks) {
@@ -446,11 +474,8 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
     }
     if (err != DSJOB_OK)
         return err;
-    if (handle_buf != NULL && handle_cap > 0) {
-        if (strlen(handle) >= handle_cap)
-            return client_err(c, DSJOB_ERR_ARG, "handle '%s' does not fit", handle);
+    if (handle_buf != NULL)
         memcpy(handle_buf, handle, strlen(handle) + 1);
-    }
     return DSJOB_OK;
 }
 
@@ -541,17 +566,8 @@ client_ask(struct dsjob_client *c, size_t i, uint32_t type, const void *arg, siz
     }
     err = client_send(c, l);
     while (err == DSJOB_OK) {
-        err = link_recv(l, p, link_deadline(c->io_ms));
-        if (err != DSJOB_OK) {
-            client_err(c, err, "%s", l->err);
-            link_close(l);
-            break;
-        }
-        if (client_hello_answer(l, p))
-            continue;
-        if (p->type == PACKET_ERROR)
-            return client_server_error(c, l, p);
-        if (p->type == want)
+        err = client_next(c, l, p, NULL);
+        if (err == DSJOB_OK && p->type == want)
             return DSJOB_OK;
     }
     return err;
@@ -582,14 +598,14 @@ client_status_any(struct dsjob_client *c, size_t first, uint32_t type, const cha
         answered = 1;
         if (p.nargs < 5 || !arg_is(&p, 0, key, klen))
             continue;
-        if (arg_uint(p.arg[1], p.arg_len[1]) == 0)
+        if (client_arg_uint(p.arg[1], p.arg_len[1]) == 0)
             continue;
         st->known = 1;
-        st->running = arg_uint(p.arg[2], p.arg_len[2]) != 0;
-        st->numerator = arg_uint(p.arg[3], p.arg_len[3]);
-        st->denominator = arg_uint(p.arg[4], p.arg_len[4]);
+        st->running = client_arg_uint(p.arg[2], p.arg_len[2]) != 0;
+        st->numerator = client_arg_uint(p.arg[3], p.arg_len[3]);
+        st->denominator = client_arg_uint(p.arg[4], p.arg_len[4]);
         if (want == PACKET_STATUS_RES_UNIQUE && p.nargs > 5)
-            st->waiting = arg_uint(p.arg[5], p.arg_len[5]);
+            st->waiting = client_arg_uint(p.arg[5], p.arg_len[5]);
         c->errmsg[0] = '\0';
         return DSJOB_OK;
     }

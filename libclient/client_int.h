@@ -12,7 +12,7 @@
 
 #include <dsjob/client.h>
 
-#include "libclient/link.h"
+#include "link/link.h"
 
 #define CLIENT_ERR_LEN 512
 #define RING_POINTS 160      /* points per server on the hash ring */
@@ -54,6 +54,27 @@ int client_prepare_hello(struct link *l);
  * an ERROR from a server without the option) and consumes that answer.
  */
 bool client_hello_answer(struct link *l, const struct packet *p);
+
+/*
+ * client_hash hashes len bytes (borrowed): FNV-1a, then murmur3's finaliser
+ * so that close keys spread. The hash ring and the task set's table of
+ * running tasks use it.
+ */
+uint32_t client_hash(const void *data, size_t len);
+
+/*
+ * client_dup copies len bytes (borrowed) into a new dsjob_malloc buffer
+ * with a NUL after them, not counted; caller frees with dsjob_free. NULL
+ * when out of memory.
+ */
+void *client_dup(const void *src, size_t len);
+
+/*
+ * client_arg_uint reads an unsigned decimal packet argument (borrowed) as
+ * gearmand's atoi does: no leading digit gives 0 (WORK_STATUS numbers are
+ * passed on whatever they hold).
+ */
+unsigned client_arg_uint(const unsigned char *p, size_t len);
 
 /* client_submit_type maps (background?, priority) to the SUBMIT packet type. */
 uint32_t client_submit_type(bool background, enum dsjob_priority prio);

@@ -66,31 +66,11 @@ struct dsjob_taskset {
     size_t nhashed;                 /* tasks in the table */
 };
 
-static char *
-dup_bytes(const void *src, size_t len)
-{
-    char *p = dsjob_malloc(len + 1);
-
-    if (p == NULL)
-        return NULL;
-    if (len > 0)
-        memcpy(p, src, len);
-    p[len] = '\0';
-    return p;
-}
-
+/* The table key of a running task: its handle's hash, told apart by server. */
 static uint32_t
 task_key(size_t server, const void *handle, size_t len)
 {
-    const unsigned char *p = handle;
-    uint32_t h = 2166136261u ^ (uint32_t)server;
-    size_t i;
-
-    for (i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 16777619u;
-    }
-    return h;
+    return client_hash(handle, len) ^ (uint32_t)(server * 0x9e3779b1u);
 }
 
 static int
@@ -144,7 +124,7 @@ task_finish(struct dsjob_taskset *ts, struct dsjob_task *t, int err, const char 
     t->done = true;
     t->err = err;
     if (msg != NULL)
-        t->errmsg = dup_bytes(msg, mlen);
+        t->errmsg = client_dup(msg, mlen);
     ts->pending--;
     if (err != DSJOB_OK)
         ts->failed[ts->nfailed++] = t;
@@ -278,10 +258,10 @@ dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique
     memset(t, 0, sizeof(*t));
     t->ts = ts;
     t->user = user;
-    t->func = dup_bytes(func, strlen(func));
-    t->unique = dup_bytes(unique ? unique : "", ulen);
-    t->data = (unsigned char *)dup_bytes(data ? data : "", len);
-    t->handle = dup_bytes("", 0);
+    t->func = client_dup(func, strlen(func));
+    t->unique = client_dup(unique ? unique : "", ulen);
+    t->data = (unsigned char *)client_dup(data ? data : "", len);
+    t->handle = client_dup("", 0);
     t->len = len;
     t->background = (flags & DSJOB_TASK_BACKGROUND) != 0;
     t->type = client_submit_type(t->background, prio);
@@ -359,7 +339,7 @@ on_created(struct dsjob_taskset *ts, size_t i, const struct packet *p)
 
     if (t == NULL)
         return DSJOB_OK;
-    h = dup_bytes(p->arg[0], p->arg_len[0]);
+    h = client_dup(p->arg[0], p->arg_len[0]);
     if (h == NULL)
         return DSJOB_ERR_NOMEM;
     dsjob_free(t->handle);
@@ -399,17 +379,6 @@ on_error(struct dsjob_taskset *ts, size_t i, const struct packet *p)
         ts->cb.fail(t, t->user);
 }
 
-static unsigned
-arg_uint(const unsigned char *p, size_t len)
-{
-    unsigned long v = 0;
-    size_t i;
-
-    for (i = 0; i < len && p[i] >= '0' && p[i] <= '9'; i++)
-        v = v * 10 + (unsigned)(p[i] - '0');
-    return (unsigned)v;
-}
-
 /* Delivers one WORK_* packet to t; returns true when it ended the task. */
 static int
 deliver(struct dsjob_taskset *ts, struct dsjob_task *t, const struct packet *p)
@@ -417,8 +386,8 @@ deliver(struct dsjob_taskset *ts, struct dsjob_task *t, const struct packet *p)
     switch (p->type) {
     case PACKET_WORK_STATUS:
         if (ts->cb.status != NULL)
-            ts->cb.status(t, arg_uint(p->arg[1], p->arg_len[1]), arg_uint(p->arg[2], p->arg_len[2]),
-                          t->user);
+            ts->cb.status(t, client_arg_uint(p->arg[1], p->arg_len[1]),
+                          client_arg_uint(p->arg[2], p->arg_len[2]), t->user);
         return DSJOB_OK;
     case PACKET_WORK_DATA:
         if (ts->cb.data != NULL)
@@ -429,7 +398,7 @@ deliver(struct dsjob_taskset *ts, struct dsjob_task *t, const struct packet *p)
             ts->cb.warning(t, p->arg[1], p->arg_len[1], t->user);
         return DSJOB_OK;
     case PACKET_WORK_COMPLETE:
-        t->result = (unsigned char *)dup_bytes(p->arg[1], p->arg_len[1]);
+        t->result = (unsigned char *)client_dup(p->arg[1], p->arg_len[1]);
         if (t->result == NULL)
             return DSJOB_ERR_NOMEM;
         t->result_len = p->arg_len[1];

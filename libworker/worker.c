@@ -32,7 +32,7 @@
 
 #include <dsjob/worker.h>
 
-#include "libclient/link.h"
+#include "link/link.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000

@@ -1,5 +1,7 @@
 /*
- * Text for enum dsjob_err, shared by every dsjob library.
+ * Text for enum dsjob_err, and the version. In libdsproto (not libdscodec):
+ * libdsjobclient and libdsjobserver export them, libdsjobworker uses
+ * libdsjobclient's.
  */
 #include "config.h"
 

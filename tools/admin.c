@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "link/addr.h"
 #include "table.h"
 
 #define ADMIN_TIMEOUT_MS 5000      /* per server, without -t */
@@ -111,16 +112,16 @@ fail:
 }
 
 /*
- * Connects to addr ("/path", "host:port", "[v6]:port"; checked by
- * cli_servers). Returns the socket, or -1 with the reason in err.
+ * Connects to addr ("/path", "host[:port]", "[v6][:port]"; checked by
+ * cli_servers, normalized here). Returns the socket, or -1 with the reason
+ * in err.
  */
 static int
 admin_connect(const char *addr, long long deadline, char *err, size_t cap)
 {
     struct addrinfo hints, *res = NULL, *ai;
-    char host[256];
-    const char *colon;
-    size_t hlen;
+    char host[256], norm[300];
+    const char *port;
     int fd = -1, gai;
 
     if (addr[0] == '/') {
@@ -134,17 +135,16 @@ admin_connect(const char *addr, long long deadline, char *err, size_t cap)
             snprintf(err, cap, "connect: %s", strerror(errno));
         return fd;
     }
-    colon = strrchr(addr, ':');
-    hlen = (size_t)(colon - addr);
-    if (addr[0] == '[' && hlen >= 2 && addr[hlen - 1] == ']')
-        snprintf(host, sizeof(host), "%.*s", (int)(hlen - 2), addr + 1);
-    else
-        snprintf(host, sizeof(host), "%.*s", (int)hlen, addr);
+    if (addr_normalize(addr, norm, sizeof(norm)) != 0 ||
+        (port = addr_split(norm, host, sizeof(host))) == NULL) {
+        snprintf(err, cap, "bad server address");
+        return -1;
+    }
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
-    gai = getaddrinfo(host, colon + 1, &hints, &res);
+    gai = getaddrinfo(host, port, &hints, &res);
     if (gai != 0) {
         snprintf(err, cap, "resolve: %s", gai_strerror(gai));
         return -1;
@@ -471,9 +471,11 @@ run_listing(struct cli *cli, const struct listing *ls)
         }
         free(r.buf);
     }
-    if (ndown == cli->nservers) {
+    if (ndown == cli->nservers)
         rc = CLI_UNREACHABLE;
-    } else if (table_print(&t, cli->format, cli->nservers > 1 ? 0 : 1, stdout) < 0) {
+    /* JSON readers get a document even with no server up: the empty array. */
+    if ((rc != CLI_UNREACHABLE || cli->format == CLI_FORMAT_JSON) &&
+        table_print(&t, cli->format, cli->nservers > 1 ? 0 : 1, stdout) < 0) {
         cli_err("write to standard output: %s", strerror(errno));
         rc = CLI_FAILED;
     }
@@ -555,7 +557,7 @@ admin_usage(const char *verb)
                "Stops each server; --graceful lets running jobs finish first.\n");
     else
         printf("usage: dsjob %s [-s SERVER]... [-t MS] [--format table|tsv|json]\n", verb);
-    printf("  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    printf("  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
            "  -t, --timeout MS     connect and reply timeout per server (default %d)\n",
            ADMIN_TIMEOUT_MS);
 }

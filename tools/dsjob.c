@@ -15,12 +15,16 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <dsjob/common.h>
+
+#include "link/addr.h"
+#include "proto/decimal.h"
 
 #define CLI_DEFAULT_SERVER "127.0.0.1:4730"
 
@@ -41,7 +45,7 @@ static const char usage_text[] =
     "  version              the server's version\n"
     "\n"
     "options of every verb:\n"
-    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "                       (default: $DSJOB_SERVERS, else " CLI_DEFAULT_SERVER ")\n"
     "  -t, --timeout MS     connect and reply timeout in milliseconds\n"
     "      --format FMT     table, tsv or json (admin verbs)\n"
@@ -147,21 +151,11 @@ cli_write_all(int fd, const void *buf, size_t len)
 int
 cli_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
 {
-    unsigned long v = 0;
-    const char *p;
+    uint64_t v;
 
-    if (s == NULL || *s == '\0')
+    if (s == NULL || decimal_parse(s, strlen(s), max, &v) != 0 || v < min)
         return -1;
-    for (p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        if (v > (max - (unsigned long)(*p - '0')) / 10)
-            return -1;
-        v = v * 10 + (unsigned long)(*p - '0');
-    }
-    if (v < min)
-        return -1;
-    *out = v;
+    *out = (unsigned long)v;
     return 0;
 }
 
@@ -195,19 +189,16 @@ add_server_list(struct cli *cli, const char *list)
     }
 }
 
-/* The address forms the libraries take: /path, host:port, [v6]:port. */
+/* The address forms the libraries take (link/addr.h): /path, host[:port], [v6][:port]. */
 static bool
 server_addr_ok(const char *a)
 {
-    const char *colon;
-    unsigned long port;
+    size_t cap = strlen(a) + ADDR_EXTRA;
+    char *norm = malloc(cap);
+    bool ok = norm != NULL && addr_normalize(a, norm, cap) == 0;
 
-    if (a[0] == '/')
-        return strlen(a) < 108; /* sun_path */
-    colon = strrchr(a, ':');
-    if (colon == NULL || colon == a || colon[1] == '\0')
-        return false;
-    return cli_parse_uint(colon + 1, 1, 65535, &port) == 0;
+    free(norm);
+    return ok;
 }
 
 int
@@ -225,7 +216,7 @@ cli_servers(struct cli *cli)
     }
     for (i = 0; i < cli->nservers; i++) {
         if (!server_addr_ok(cli->servers[i]))
-            return cli_usage_error(cli, "bad server address '%s' (want host:port or /path)",
+            return cli_usage_error(cli, "bad server address '%s' (want host[:port] or /path)",
                                    cli->servers[i]);
     }
     return 0;

@@ -52,8 +52,10 @@ progress_format(char *buf, size_t cap, unsigned num, unsigned den, double elapse
     /* The line (width - 1 columns) must fit buf with its NUL. */
     if (width > cap)
         width = (unsigned)cap;
+    /* More than the total (7/3): the text keeps the numbers, the percentage stops at 100. */
     if (den > 0)
-        snprintf(pct, sizeof(pct), "%3u%%", (unsigned)((unsigned long long)num * 100 / den));
+        snprintf(pct, sizeof(pct), "%3u%%",
+                 num >= den ? 100u : (unsigned)((unsigned long long)num * 100 / den));
     else
         snprintf(pct, sizeof(pct), "  -%%");
     if (rate < 0)

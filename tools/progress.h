@@ -27,7 +27,9 @@ struct progress {
  * when not known yet) into buf (cap bytes, NUL-terminated, truncated to
  * fit), using at most width - 1 columns (the last one is left free so
  * the terminal does not wrap). A denominator of 0 means the total is not
- * known: no percentage, an empty bar. Returns the length written.
+ * known: no percentage, an empty bar. A numerator above the denominator
+ * (7/3) is shown as given, with 100% and a full bar. Returns the length
+ * written.
  */
 size_t progress_format(char *buf, size_t cap, unsigned num, unsigned den, double elapsed,
                        double rate, unsigned width);

@@ -468,7 +468,7 @@ static const char runner_usage[] =
     "  -f, --function NAME  a function to do (repeatable)\n"
     "  -c, --concurrency N  run up to N commands at once (default 1)\n"
     "  -i, --id ID          the worker id the server's 'workers' list shows\n"
-    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "  -t, --timeout MS     connect and I/O timeout\n"
     "COMMAND gets the payload on stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE\n"
     "in its environment, and may write N/D lines to fd 3; its stdout is the result,\n"

@@ -32,7 +32,7 @@ static const char submit_usage[] =
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
     "                       ('-' coalesces on the payload)\n"
     "      --at EPOCH       run at that time (seconds since 1970; background)\n"
-    "  -s, --server ADDR    host:port or /unix/socket, repeatable\n"
+    "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "  -t, --timeout MS     connect timeout, and how long to wait for the job\n"
     "DATA is read from standard input when it is not given; put -- before DATA\n"
     "that starts with '-'.\n";
@@ -244,7 +244,7 @@ static int
 submit_bg(struct cli *cli, struct dsjob_client *c, const char *func, const char *unique,
           const void *data, size_t len, enum dsjob_priority prio, bool at, long long epoch)
 {
-    char handle[256];
+    char handle[DSJOB_HANDLE_MAX];
     int err;
 
     if (at)

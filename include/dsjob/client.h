@@ -37,6 +37,13 @@ struct dsjob_client;
 struct dsjob_taskset;
 struct dsjob_task;
 
+/*
+ * The size of a handle buffer for dsjob_client_submit_bg and
+ * dsjob_client_submit_epoch: it holds any handle they return, its NUL
+ * included (dsjobd's handles are at most 200 bytes, gearmand's shorter).
+ */
+#define DSJOB_HANDLE_MAX 256
+
 /* The priority of a job. */
 enum dsjob_priority {
     DSJOB_PRIO_NORMAL = 0,
@@ -73,8 +80,10 @@ DSJOB_API void dsjob_client_free(struct dsjob_client *c);
 /*
  * dsjob_client_add_server adds a server: "host:port" (a name, an IPv4
  * address or "[v6]:port") or the path of a unix socket (starting with '/').
- * addr is borrowed. Nothing is connected until a call needs the server.
- * Returns DSJOB_OK, DSJOB_ERR_ARG (unparsable address), DSJOB_ERR_NOMEM.
+ * Without a port ("host", "[v6]" or a bare IPv6 address such as "::1") the
+ * port is 4730, as with the gearman tools. addr is borrowed. Nothing is
+ * connected until a call needs the server. Returns DSJOB_OK, DSJOB_ERR_ARG
+ * (unparsable address, or a port that is not 1 to 65535), DSJOB_ERR_NOMEM.
  */
 DSJOB_API int dsjob_client_add_server(struct dsjob_client *c, const char *addr);
 
@@ -110,8 +119,9 @@ DSJOB_API const char *dsjob_client_errmsg(const struct dsjob_client *c);
  * WORK_COMPLETE bytes; result may be NULL to discard them. Returns
  * DSJOB_ERR_JOB_FAILED on WORK_FAIL, DSJOB_ERR_JOB_EXCEPTION on
  * WORK_EXCEPTION (its text in errmsg), DSJOB_ERR_SERVER when the server
- * answered ERROR (text in errmsg), DSJOB_ERR_TIMEOUT, DSJOB_ERR_ARG, and
- * the last connection error when no server could be used. Progress
+ * answered ERROR (text in errmsg), DSJOB_ERR_TIMEOUT (errmsg tells a server
+ * that did not answer from a job that did not end in time), DSJOB_ERR_ARG,
+ * and the last connection error when no server could be used. Progress
  * packets go to the callbacks of dsjob_client_set_callbacks.
  */
 DSJOB_API int dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique,
@@ -121,9 +131,13 @@ DSJOB_API int dsjob_client_submit(struct dsjob_client *c, const char *func, cons
 /*
  * dsjob_client_submit_bg submits a background job and returns once a
  * server has accepted it. The handle is written NUL-terminated into
- * handle_buf (handle_cap bytes; may be NULL with cap 0 to discard it;
- * DSJOB_ERR_ARG when it does not fit, although the job was submitted).
- * Returns as dsjob_client_submit for errors.
+ * handle_buf (borrowed), which must have room for DSJOB_HANDLE_MAX bytes
+ * (handle_cap); handle_buf NULL discards the handle. A handle_cap below
+ * DSJOB_HANDLE_MAX is DSJOB_ERR_ARG before anything is sent: no job was
+ * submitted. Returns as dsjob_client_submit for errors, and
+ * DSJOB_ERR_PROTO when the server answered with a handle that does not
+ * fit DSJOB_HANDLE_MAX (the job was submitted then, and is not sent to
+ * another server; errmsg says so).
  */
 DSJOB_API int dsjob_client_submit_bg(struct dsjob_client *c, const char *func, const char *unique,
                                      const void *data, size_t len, enum dsjob_priority prio,

@@ -59,9 +59,9 @@ DSJOB_API struct dsjob_worker *dsjob_worker_new(void);
 DSJOB_API void dsjob_worker_free(struct dsjob_worker *w);
 
 /*
- * dsjob_worker_add_server adds a server, "host:port" or a unix socket path
- * (borrowed), as dsjob_client_add_server. Returns DSJOB_OK, DSJOB_ERR_ARG,
- * DSJOB_ERR_NOMEM.
+ * dsjob_worker_add_server adds a server, "host[:port]", "[v6][:port]" or a
+ * unix socket path (borrowed), as dsjob_client_add_server: no port means
+ * 4730. Returns DSJOB_OK, DSJOB_ERR_ARG, DSJOB_ERR_NOMEM.
  */
 DSJOB_API int dsjob_worker_add_server(struct dsjob_worker *w, const char *addr);
 

@@ -22,6 +22,23 @@
 
 #include "tap.h"
 
+long count_mallocs;
+long count_frees;
+
+void *
+count_malloc(size_t n)
+{
+    count_mallocs++;
+    return malloc(n);
+}
+
+void
+count_free(void *p)
+{
+    count_frees++;
+    free(p);
+}
+
 void
 sleep_ms(int ms)
 {

@@ -7,6 +7,7 @@
 #define DSJOB_TESTS_CLIENT_COMMON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 /* A gearmand child started by gearmand_start. */
@@ -51,6 +52,15 @@ int worker_reap(pid_t pid);
 
 /* addr_of formats "127.0.0.1:port" into a static buffer (one of four in turn). */
 const char *addr_of(int port);
+
+/*
+ * count_malloc and count_free, for dsjob_set_alloc_funcs: malloc and free
+ * that count their calls in count_mallocs and count_frees.
+ */
+extern long count_mallocs;
+extern long count_frees;
+void *count_malloc(size_t n);
+void count_free(void *p);
 
 /* sleep_ms sleeps ms milliseconds. */
 void sleep_ms(int ms);

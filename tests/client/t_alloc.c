@@ -1,5 +1,7 @@
 /*
- * Allocation failure, in the spirit of jansson's test_chaos: through
+ * One allocator for both libraries: set once, it serves a job that goes
+ * from libdsjobclient through dsjobd to libdsjobworker in this process.
+ * Then allocation failure, in the spirit of jansson's test_chaos: through
  * dsjob_set_alloc_funcs, fail the Nth allocation of a whole blocking
  * submit, of a task set run and of a worker's job, for every N until the
  * call needs no more; each must fail cleanly (an error, no crash, and
@@ -38,6 +40,63 @@ chaos_malloc(size_t n)
 }
 
 static char addr[32]; /* the daemon's host:port, written before any thread starts */
+
+static int
+fn_upper(struct dsjob_job *job, void *user)
+{
+    size_t len, i;
+    const char *p = dsjob_job_payload(job, &len);
+    char out[16];
+
+    for (i = 0; i < len && i < sizeof(out); i++)
+        out[i] = (char)(p[i] >= 'a' && p[i] <= 'z' ? p[i] - 'a' + 'A' : p[i]);
+    return dsjob_job_set_result(job, out, i) == DSJOB_OK ? DSJOB_WORK_COMPLETE : DSJOB_WORK_FAIL;
+}
+
+/*
+ * dsjob_set_alloc_funcs once, then a background job submitted with
+ * libdsjobclient and done by libdsjobworker, both in this process: each
+ * library's calls allocate through the counting allocator, and every
+ * allocation goes back through its free.
+ */
+static void
+suite_one_allocator(void)
+{
+    struct dsjob_client *c;
+    struct dsjob_worker *w;
+    struct dsjob_status st;
+    char handle[DSJOB_HANDLE_MAX];
+    long m0;
+    int err;
+
+    dsjob_set_alloc_funcs(count_malloc, count_free);
+    c = dsjob_client_new();
+    err = c == NULL ? DSJOB_ERR_NOMEM : dsjob_client_add_server(c, addr);
+    if (err == DSJOB_OK)
+        err = dsjob_client_submit_bg(c, "alloc_one", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle,
+                                     sizeof(handle));
+    tap_ok(err == DSJOB_OK && count_mallocs > 0,
+           "after one dsjob_set_alloc_funcs, libdsjobclient's submit allocates through it (%ld)",
+           count_mallocs);
+    m0 = count_mallocs;
+    w = dsjob_worker_new();
+    err = w == NULL ? DSJOB_ERR_NOMEM : dsjob_worker_add_server(w, addr);
+    if (err == DSJOB_OK)
+        err = dsjob_worker_register(w, "alloc_one", fn_upper, NULL, 0);
+    if (err == DSJOB_OK)
+        err = dsjob_worker_work(w, 5000);
+    tap_ok(err == DSJOB_OK && count_mallocs - m0 > 0,
+           "libdsjobworker's calls, doing that job, allocate through the same allocator (%ld)",
+           count_mallocs - m0);
+    dsjob_worker_free(w);
+    err = dsjob_client_status(c, handle, &st);
+    tap_ok(err == DSJOB_OK && st.known == 0, "the job is done: dsjobd no longer knows it");
+    dsjob_client_free(c);
+    tap_is_int(count_frees, count_mallocs,
+               "each of the %ld allocations of both libraries went back through its free",
+               count_mallocs);
+    dsjob_set_alloc_funcs(NULL, NULL);
+}
 
 /* One whole foreground submit; returns its result code (or NOMEM for a NULL handle). */
 static int
@@ -188,6 +247,7 @@ main(void)
     daemon_start(&d, NULL);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", d.port);
     servers[0] = addr;
+    suite_one_allocator();
     w = worker_fork(servers);
     dsjob_set_alloc_funcs(chaos_malloc, free);
 

@@ -9,14 +9,20 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <dsjob/client.h>
+#include <dsjob/worker.h>
 
 #include "common.h"
 #include "lib/peer.h"
@@ -91,7 +97,7 @@ suite_one(const char *kind, int port)
     struct dsjob_status st;
     const char *const servers[] = {addr_of(port), NULL};
     pid_t w = worker_fork(servers);
-    char handle[128], unique[80];
+    char handle[DSJOB_HANDLE_MAX], unique[80];
     void *res = NULL;
     size_t len = 0;
     int err;
@@ -144,7 +150,7 @@ suite_one(const char *kind, int port)
     tap_ok(err == DSJOB_OK && st.known == 1 && st.waiting == 0,
            "%s: status by unique: known, no client waiting", kind);
     {
-        char h2[128];
+        char h2[DSJOB_HANDLE_MAX];
 
         err = dsjob_client_submit_bg(c, "nobody", unique, "other", 5, DSJOB_PRIO_HIGH, h2,
                                      sizeof(h2));
@@ -155,8 +161,35 @@ suite_one(const char *kind, int port)
     tap_ok(err == DSJOB_OK && st.known == 0, "%s: unknown handle: known 0", kind);
     err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_LOW, handle, sizeof(handle));
     tap_is_int(err, DSJOB_OK, "%s: background low-priority job to a live worker", kind);
-    err = dsjob_client_submit_bg(c, "rev", NULL, "abc", 3, DSJOB_PRIO_NORMAL, handle, 2);
-    tap_is_int(err, DSJOB_ERR_ARG, "%s: a handle buffer too small is DSJOB_ERR_ARG", kind);
+    {
+        char u2[80];
+
+        snprintf(u2, sizeof(u2), "small-%s-%ld", kind, (long)getpid());
+        err = dsjob_client_submit_bg(c, "nobody", u2, "x", 1, DSJOB_PRIO_NORMAL, handle,
+                                     DSJOB_HANDLE_MAX - 1);
+        tap_is_int(err, DSJOB_ERR_ARG,
+                   "%s: a handle buffer below DSJOB_HANDLE_MAX is DSJOB_ERR_ARG", kind);
+        err = dsjob_client_status_unique(c, u2, &st);
+        tap_ok(err == DSJOB_OK && st.known == 0, "%s: ... and no job was submitted (known %d)",
+               kind, st.known);
+        err = dsjob_client_submit_epoch(c, "nobody", u2, "x", 1, (int64_t)time(NULL) + 3600, handle,
+                                        2);
+        tap_ok(err == DSJOB_ERR_ARG && dsjob_client_status_unique(c, u2, &st) == DSJOB_OK &&
+                   st.known == 0,
+               "%s: the same for an epoch job", kind);
+    }
+
+    /*
+     * A foreground job that no worker takes: the server answered
+     * (JOB_CREATED), so the timeout is the job's, not the server's.
+     */
+    dsjob_client_set_timeout(c, 2000, 300);
+    err = dsjob_client_submit(c, "nobody", NULL, "late", 4, DSJOB_PRIO_NORMAL, NULL, NULL);
+    tap_is_int(err, DSJOB_ERR_TIMEOUT, "%s: a foreground job no worker takes times out", kind);
+    tap_ok(strstr(dsjob_client_errmsg(c), "did not end in time") != NULL &&
+               strstr(dsjob_client_errmsg(c), "did not answer") == NULL,
+           "%s: errmsg says the job did not end in time: %s", kind, dsjob_client_errmsg(c));
+    dsjob_client_set_timeout(c, 5000, 0);
 
     err = dsjob_client_submit_epoch(c, "nobody", NULL, "later", 5, (int64_t)time(NULL) + 3600,
                                     handle, sizeof(handle));
@@ -182,7 +215,7 @@ suite_two(const char *kind, int port_a, int port_b)
     const char *const servers[] = {addr_of(port_a), addr_of(port_b), NULL};
     pid_t w = worker_fork(servers);
     int dead = free_port(), i, ok_all = 1, a_before, b_before;
-    char h1[128], h2[128], key[32];
+    char h1[DSJOB_HANDLE_MAX], h2[DSJOB_HANDLE_MAX], key[32];
     void *res;
     size_t len;
 
@@ -244,13 +277,19 @@ static void
 suite_errors(void)
 {
     struct dsjob_client *c = dsjob_client_new();
-    char h[64];
+    char h[DSJOB_HANDLE_MAX];
     int err;
 
-    tap_is_int(dsjob_client_add_server(c, "nocolon"), DSJOB_ERR_ARG,
-               "an address without a port is refused");
-    tap_is_int(dsjob_client_add_server(c, "host:port"), DSJOB_ERR_ARG,
-               "a non-numeric port is refused");
+    static const char *const bad[] = {
+        "",     "host:port", "host:",  ":4730",  "127.0.0.1:0", "127.0.0.1:65536",
+        "[::1", "[]:4730",   "[::1]x", "[::1]:", "1:2:3",       "::1:4730x",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        tap_is_int(dsjob_client_add_server(c, bad[i]), DSJOB_ERR_ARG, "address '%s' is refused",
+                   bad[i]);
+    tap_is_int(dsjob_client_add_server(c, NULL), DSJOB_ERR_ARG, "a NULL address is refused");
     tap_is_int(dsjob_client_submit(c, "f", NULL, "", 0, DSJOB_PRIO_NORMAL, NULL, NULL),
                DSJOB_ERR_ARG, "a submit without servers is DSJOB_ERR_ARG");
     dsjob_client_add_server(c, addr_of(free_port()));
@@ -261,8 +300,210 @@ suite_errors(void)
            dsjob_client_errmsg(c));
     tap_ok(dsjob_client_echo(c, "x", 1) != DSJOB_OK, "echo fails too");
     dsjob_client_free(c);
-    dsjob_client_free(NULL);
-    tap_ok(1, "dsjob_client_free(NULL) is a no-op");
+    {
+        /* In a child: a crash shows as a signal, a call into the allocator as its count. */
+        pid_t pid = fork();
+        int status = 0;
+
+        if (pid < 0)
+            tap_bail("fork: %s", strerror(errno));
+        if (pid == 0) {
+            count_mallocs = count_frees = 0;
+            dsjob_set_alloc_funcs(count_malloc, count_free);
+            dsjob_client_free(NULL);
+            _exit(count_mallocs + count_frees > 100 ? 100 : (int)(count_mallocs + count_frees));
+        }
+        waitpid(pid, &status, 0);
+        tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "dsjob_client_free(NULL) is a no-op: no crash, no allocator call (status %d)",
+               status);
+    }
+}
+
+/*
+ * A server that answers a background submit with a handle longer than
+ * DSJOB_HANDLE_MAX - 1 breaks the protocol, but it has the job: the call
+ * is DSJOB_ERR_PROTO and the job must not go to the next server too. The
+ * fake server is a child on a listening socket made here; the next server
+ * is a real dsjobd.
+ */
+static void
+suite_long_handle(int real_port)
+{
+    struct sockaddr_in sin;
+    socklen_t slen = sizeof(sin);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, status;
+    char fake[32], buf[4096];
+    pid_t child;
+    struct dsjob_client *c;
+    int err;
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 4) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sin, &slen) < 0)
+        tap_bail("fake server: %s", strerror(errno));
+    snprintf(fake, sizeof(fake), "127.0.0.1:%d", ntohs(sin.sin_port));
+    child = fork();
+    if (child < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (child == 0) {
+        static const char opt[] = "exceptions";
+        char handle[DSJOB_HANDLE_MAX + 44];
+        const void *a1[1] = {opt}, *a2[1] = {handle};
+        size_t l1[1] = {sizeof(opt) - 1}, l2[1] = {sizeof(handle)};
+        unsigned char out[1024];
+        size_t n;
+
+        alarm(10);
+        fd = accept(lfd, NULL, NULL);
+        /* OPTION_REQ and the submit; their bytes do not matter here. */
+        if (fd < 0 || read(fd, buf, sizeof(buf)) <= 0)
+            _exit(1);
+        memset(handle, 'h', sizeof(handle));
+        n = packet_encode(out, sizeof(out), PACKET_RES, PACKET_OPTION_RES, 1, a1, l1);
+        n += packet_encode(out + n, sizeof(out) - n, PACKET_RES, PACKET_JOB_CREATED, 1, a2, l2);
+        if (write(fd, out, n) != (ssize_t)n)
+            _exit(1);
+        /* Until the client closes. */
+        while (read(fd, buf, sizeof(buf)) > 0)
+            ;
+        _exit(0);
+    }
+    close(lfd);
+    c = dsjob_client_new();
+    dsjob_client_add_server(c, fake); /* first: a job without a unique goes to it */
+    dsjob_client_add_server(c, addr_of(real_port));
+    dsjob_client_set_timeout(c, 2000, 3000);
+    err = dsjob_client_submit_bg(c, "long_handle", NULL, "x", 1, DSJOB_PRIO_NORMAL, buf,
+                                 DSJOB_HANDLE_MAX);
+    tap_is_int(err, DSJOB_ERR_PROTO,
+               "a handle longer than DSJOB_HANDLE_MAX - 1 is DSJOB_ERR_PROTO");
+    tap_ok(strstr(dsjob_client_errmsg(c), "the job was submitted") != NULL,
+           "errmsg says the job was submitted: %s", dsjob_client_errmsg(c));
+    dsjob_client_free(c);
+    waitpid(child, &status, 0);
+    fd = peer_connect(real_port);
+    peer_admin(fd, "status", true, buf, sizeof(buf));
+    close(fd);
+    tap_ok(strstr(buf, "long_handle\t") == NULL,
+           "the job was not submitted to the next server too");
+}
+
+/*
+ * Starts dsjobd listening on listen_addr only, on port (our own start:
+ * daemon_start always adds 127.0.0.1, where port 4730 may be someone
+ * else's). Returns false when it did not come up, as when the port is
+ * taken there.
+ */
+static bool
+daemon_start_on(struct daemon *d, const char *listen_addr, const char *port)
+{
+    const char *bin = getenv("DSJOBD") ? getenv("DSJOBD") : "server/dsjobd";
+    char portfile[300], logfile[300];
+    int i;
+
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(d->dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(portfile, sizeof(portfile), "%s/port", d->dir);
+    snprintf(logfile, sizeof(logfile), "%s/dsjobd.log", d->dir);
+    d->pid = fork();
+    if (d->pid < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (d->pid == 0) {
+        execl(bin, bin, "-L", listen_addr, "-p", port, "--port-file", portfile, "--log-file",
+              logfile, (char *)NULL);
+        _exit(127);
+    }
+    for (i = 0; i < 100; i++) {
+        FILE *fp = fopen(portfile, "r");
+
+        if (fp != NULL) {
+            int ok = fscanf(fp, "%d", &d->port) == 1 && d->port > 0;
+
+            fclose(fp);
+            if (ok)
+                return true;
+        }
+        if (!daemon_alive(d)) {
+            d->pid = 0;
+            daemon_stop(d);
+            return false;
+        }
+        sleep_ms(50);
+    }
+    daemon_stop(d);
+    return false;
+}
+
+/*
+ * An address without a port means 4730, as with the gearman tools, for
+ * the client and the worker alike; "[v6]:port" and "[v6]" work too. Port
+ * 4730 on 127.0.0.1 may belong to another server on this machine, so the
+ * IPv4 case uses a loopback address of its own, picked from our pid.
+ */
+static void
+suite_addresses(void)
+{
+    struct daemon d;
+    struct dsjob_client *c;
+    char ip[32], v6[32];
+    long pid = (long)getpid();
+    const char *extra[] = {"-L", "::1", NULL};
+
+    snprintf(ip, sizeof(ip), "127.%ld.%ld.%ld", 1 + pid % 250, 1 + pid / 250 % 250,
+             2 + pid / 62500 % 250);
+    if (daemon_start_on(&d, ip, "4730")) {
+        const char *const servers[] = {ip, NULL};
+        pid_t w = worker_fork(servers);
+        void *res = NULL;
+        size_t len = 0;
+        int err;
+
+        c = dsjob_client_new();
+        tap_is_int(dsjob_client_add_server(c, ip), DSJOB_OK, "'%s' (no port) is taken", ip);
+        tap_is_int(dsjob_client_echo(c, "p", 1), DSJOB_OK,
+                   "the client reaches dsjobd on %s:4730 through '%s'", ip, ip);
+        dsjob_client_set_timeout(c, 2000, 10000);
+        err = dsjob_client_submit(c, "rev", NULL, "port", 4, DSJOB_PRIO_NORMAL, &res, &len);
+        tap_ok(err == DSJOB_OK && len == 4 && memcmp(res, "trop", 4) == 0,
+               "a worker given '%s' (no port) does the client's job (%s)", ip,
+               dsjob_client_errmsg(c));
+        dsjob_free(res);
+        dsjob_client_free(c);
+        worker_reap(w);
+        daemon_stop(&d);
+    } else {
+        tap_skip(3, "dsjobd could not listen on %s:4730", ip);
+    }
+
+    daemon_start(&d, extra);
+    snprintf(v6, sizeof(v6), "[::1]:%d", d.port);
+    c = dsjob_client_new();
+    tap_ok(dsjob_client_add_server(c, v6) == DSJOB_OK && dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+           "'%s' reaches dsjobd over IPv6 (%s)", v6, dsjob_client_errmsg(c));
+    dsjob_client_free(c);
+    daemon_stop(&d);
+
+    if (daemon_start_on(&d, "::1", "4730")) {
+        c = dsjob_client_new();
+        tap_ok(dsjob_client_add_server(c, "[::1]") == DSJOB_OK &&
+                   dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+               "'[::1]' (no port) reaches dsjobd on [::1]:4730 (%s)", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        c = dsjob_client_new();
+        tap_ok(dsjob_client_add_server(c, "::1") == DSJOB_OK &&
+                   dsjob_client_echo(c, "6", 1) == DSJOB_OK,
+               "'::1' (a bare IPv6 address) reaches it too (%s)", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        daemon_stop(&d);
+    } else {
+        tap_skip(2, "dsjobd could not listen on [::1]:4730");
+    }
 }
 
 static void
@@ -311,9 +552,11 @@ main(void)
     daemon_start(&d2, NULL);
     suite_one("dsjobd", d.port);
     suite_two("dsjobd", d.port, d2.port);
+    suite_long_handle(d.port);
     daemon_stop(&d2);
     daemon_stop(&d);
     suite_unix();
+    suite_addresses();
     if (gearmand_start(&g)) {
         if (gearmand_start(&g2)) {
             suite_one("gearmand", g.port);

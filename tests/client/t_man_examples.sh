@@ -28,10 +28,12 @@ extract() { # extract PAGE OUT
         sed -e '1d' -e '$d' -e 's/\\e/\\/g' -e 's/\\&//g' >"$2"
 }
 
-libdir_of() { # libdir_of client|worker|server: where its .so is built
+libs_of() { # libs_of client|worker|server: the linker flags for the built library
     case $1 in
-    server) echo "$top_builddir/server/.libs" ;;
-    *) echo "$top_builddir/lib$1/.libs" ;;
+    server) echo "-L$top_builddir/server/.libs -ldsjobserver" ;;
+    # libdsjobworker takes the allocator and dsjob_strerror from libdsjobclient.
+    worker) echo "-L$top_builddir/libworker/.libs -L$top_builddir/libclient/.libs -ldsjobworker -ldsjobclient" ;;
+    *) echo "-L$top_builddir/lib$1/.libs -ldsjob$1" ;;
     esac
 }
 
@@ -40,7 +42,7 @@ for lib in client worker server; do
     [ -s "$T/$lib.c" ]
     ok $? "dsjob_$lib.3 has an example program"
     $CC -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter $SAN -I"$top_srcdir/include" \
-        -o "$T/$lib" "$T/$lib.c" -L"$(libdir_of $lib)" -ldsjob$lib >"$T/$lib.log" 2>&1
+        -o "$T/$lib" "$T/$lib.c" $(libs_of $lib) >"$T/$lib.log" 2>&1
     rc=$?
     ok $rc "dsjob_$lib.3's example compiles cleanly against <dsjob/$lib.h>"
     [ $rc -eq 0 ] || sed 's/^/# /' "$T/$lib.log"

@@ -58,15 +58,15 @@ suite_inproc(const char *kind, int port)
     struct dsjob_worker *w = dsjob_worker_new();
     struct dsjob_client *c = dsjob_client_new();
     struct seen s;
-    char handle[128], unique[64];
+    char handle[DSJOB_HANDLE_MAX], unique[64];
     struct dsjob_status st;
     int err;
 
     memset(&s, 0, sizeof(s));
     tap_is_int(dsjob_worker_work(w, 100), DSJOB_ERR_STATE,
                "%s: work without servers: DSJOB_ERR_STATE", kind);
-    tap_is_int(dsjob_worker_add_server(w, "bad"), DSJOB_ERR_ARG, "%s: a bad address is refused",
-               kind);
+    tap_is_int(dsjob_worker_add_server(w, "bad:port"), DSJOB_ERR_ARG,
+               "%s: a bad address is refused", kind);
     dsjob_worker_add_server(w, addr_of(port));
     tap_is_int(dsjob_worker_register(w, "", fn_record, &s, 0), DSJOB_ERR_ARG,
                "%s: empty name refused", kind);
@@ -435,7 +435,7 @@ suite_concurrency(const char *kind, int port)
     struct dsjob_taskset *ts;
     struct dsjob_task *tasks[6];
     struct runner r;
-    char handle[128];
+    char handle[DSJOB_HANDLE_MAX];
     int i, err, done, queued, running;
 
     tap_is_int(dsjob_worker_set_concurrency(w, 0), DSJOB_ERR_ARG, "%s: concurrency 0 is refused",

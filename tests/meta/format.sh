@@ -21,10 +21,13 @@ if [ -z "$CLANG_FORMAT" ]; then
 fi
 cd "$top_srcdir" || exit 1
 
-if [ -d .git ] && command -v git >/dev/null 2>&1; then
+# .git is a file, not a directory, in a git worktree. In a tarball, config.h
+# is configure's wherever the build is (make distcheck builds in _build/).
+if [ -e .git ] && command -v git >/dev/null 2>&1; then
     files=$(git ls-files '*.c' '*.h')
 else
-    files=$(find . -name '*.[ch]' ! -path './config.h' ! -path './build-aux/*' | sed 's|^\./||' | sort)
+    files=$(find . -name '*.[ch]' ! -name config.h ! -path './build-aux/*' ! -path './_build/*' |
+        sed 's|^\./||' | sort)
 fi
 
 n=0

@@ -12,7 +12,10 @@
 # copies when the tree is up to date, which check guarantees by building
 # first; the test checks that with `make -q` before, and after installing
 # that no object, library or program in the build tree was written, so it
-# never rebuilds under tests that are running.
+# never rebuilds under tests that are running. The one exception is
+# libtool's own: libdsjobworker links libdsjobclient, so libtool relinks it
+# at install against the installed libdsjobclient, into .libs/NAME.soT (and
+# .exp, .ver) beside the built library, which it leaves alone.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -46,7 +49,8 @@ ok $rc "make install DESTDIR=... succeeds"
 [ $rc -eq 0 ] || { sed 's/^/# /' "$T/install.log"; done_testing; exit 1; }
 rebuilt=$(find "$top_builddir" -newer "$T/marker" -type f \
     \( -name '*.o' -o -name '*.lo' -o -name '*.la' -o -name '*.a' -o -name '*.so*' \
-    -o -name dsjobd -o -name dsjob \) ! -name 'lt-*' ! -path "$DEST/*" 2>/dev/null)
+    -o -name dsjobd -o -name dsjob \) ! -name 'lt-*' ! -name '*.so*T' ! -path "$DEST/*" \
+    2>/dev/null)
 [ -z "$rebuilt" ]
 ok $? "make install wrote nothing into the build tree${rebuilt:+: $(echo $rebuilt)}"
 
@@ -63,13 +67,41 @@ for pc in libdsjobclient libdsjobworker libdsjobserver; do
     ok $? "$pc.pc is installed in \$libdir/pkgconfig"
 done
 
-# Only the installed tree: no system .pc directories, paths under DESTDIR.
-PKG_CONFIG_LIBDIR=$DEST$libdir/pkgconfig
+# The installed tree first, paths under DESTDIR; then the system's .pc
+# directories, only for what libdsjobserver.pc requires (libevent).
+syspc=$(pkg-config --variable pc_path pkg-config 2>/dev/null)
+PKG_CONFIG_LIBDIR=$DEST$libdir/pkgconfig${syspc:+:$syspc}
 PKG_CONFIG_SYSROOT_DIR=$DEST
 export PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR
 unset PKG_CONFIG_PATH
 LD_LIBRARY_PATH=$DEST$libdir
 export LD_LIBRARY_PATH
+
+# libdsjobworker takes the allocator, dsjob_strerror and dsjob_version from
+# libdsjobclient: its .pc must bring -ldsjobclient along.
+is "$(pkg-config --print-requires libdsjobworker)" "libdsjobclient" \
+    "libdsjobworker.pc requires libdsjobclient"
+case " $(pkg-config --libs libdsjobworker) " in
+*" -ldsjobclient "*) ok 0 "pkg-config --libs libdsjobworker names -ldsjobclient" ;;
+*) ok 1 "pkg-config --libs libdsjobworker names -ldsjobclient" ;;
+esac
+
+# libdsjobserver links libevent (and, when built with them, sqlite3 and
+# libmemcached): a dynamic link needs only -ldsjobserver, a static one the
+# rest, through Requires.private and Libs.private. libevent_pthreads is not
+# linked, so it is not named.
+is "$(pkg-config --print-requires-private libdsjobserver)" "libevent >= 2.1" \
+    "libdsjobserver.pc: libevent in Requires.private"
+case " $(pkg-config --libs libdsjobserver) " in
+*" -levent"*) ok 1 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;
+*) ok 0 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;
+esac
+static=" $(pkg-config --static --libs libdsjobserver) "
+case $static in
+*" -levent_pthreads "*) ok 1 "pkg-config --static: -levent, not -levent_pthreads ($static)" ;;
+*" -levent "*) ok 0 "pkg-config --static: -levent, not -levent_pthreads" ;;
+*) ok 1 "pkg-config --static: -levent, not -levent_pthreads ($static)" ;;
+esac
 
 flags_of() { # flags_of client|worker|server: compiler and linker flags for the library
     pkg-config --cflags --libs "libdsjob$1"

@@ -34,7 +34,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=78
+CHECKS=80
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -259,6 +259,12 @@ checks() {
         for (@l[0 .. $#l - 1]) { $ok &&= /^\[[#.]+\] \d+\/\d+ +\d+% \S+\/s \d+:\d\d *$/ && length($_) <= 69 }
         $ok &&= $l[-1] =~ /^ +$/; exit !$ok' <"$d/prog.err"
     ok $? "$K: progress: a CR-redrawn bar with count, percent, rate and elapsed, cleared at the end"
+    # A worker that reports more than its total: its numbers, but no more than 100%.
+    dsw -f t_over -- sh -c "cat >/dev/null; echo 7/3 >&3; printf over" 2>/dev/null
+    out=$(DSJOB_PROGRESS=force COLUMNS=70 timeout 20 "$DSJOB" -s "$addr" submit t_over x 2>"$d/over.err")
+    same "$out" "over" "progress: the over-reporting job completes"
+    grep -q ' 7/3 100% ' "$d/over.err" && grep -q '\[#*\]' "$d/over.err" && ! grep -q '233%' "$d/over.err"
+    ok $? "$K: progress: a WORK_STATUS of 7/3 shows 7/3 at 100% with a full bar, not 233%"
     out=$(ds submit -u U-ENV2 t_env x 2>"$d/noprog.err")
     ! grep -q "$(printf '\r')" "$d/noprog.err" && ! grep -q '1/4' "$d/noprog.err"
     ok $? "$K: progress: no bar when stderr is not a terminal"
@@ -437,4 +443,58 @@ checks() {
     esac
 }
 
+# Once, before the servers: the address forms of -s and what dsjob prints
+# with no server up. A host without a port means 4730 (as with the gearman
+# tools) for the admin verbs and for the libraries alike; 4730 on
+# 127.0.0.1 may be another server's, so this dsjobd listens on a loopback
+# address of its own, picked from our pid.
+address_checks() {
+    K=addr
+    p=$(closed_port)
+    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" jobs --format json 2>/dev/null)
+    rc=$?
+    same "$rc $out" "3 []" "jobs --format json with no server up prints [] and exits 3"
+    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status --format json 2>/dev/null)
+    same "$? $out" "3 []" "status --format json with no server up prints [] too"
+    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status 2>/dev/null)
+    same "$? $out" "3 " "status as a table with no server up prints nothing, exits 3"
+    for bad in "host:" ":4730" "127.0.0.1:0" "[::1" "[::1]x" "1:2:3"; do
+        timeout 20 "$DSJOB" -s "$bad" status >/dev/null 2>"$T/bad.err"
+        rc=$?
+        [ $rc -eq 2 ] && grep -q "bad server address" "$T/bad.err"
+        ok $? "addr: -s '$bad' is a usage error (rc $rc)"
+    done
+
+    ip=127.$((1 + $$ % 250)).$((1 + $$ / 250 % 250)).$((2 + $$ / 62500 % 250))
+    pf=$T/addr.port
+    "$DSJOBD" -L "$ip" -p 4730 --port-file "$pf" -l "$T/addr.log" &
+    apid=$!
+    _server_pids="$_server_pids $apid"
+    poll test -s "$pf"
+    if [ -s "$pf" ]; then
+        timeout 20 "$DSJOB" -s "$ip" status >/dev/null
+        same "$?" "0" "dsjob -s $ip status (no port) reaches dsjobd on $ip:4730"
+        h=$(timeout 20 "$DSJOB" -s "$ip" submit -b t_addr x)
+        rc=$?
+        [ $rc -eq 0 ] && [ -n "$h" ]
+        ok $? "addr: dsjob -s $ip submit -b (the library, no port) queues a job ($h)"
+        row=$(timeout 20 "$DSJOB" -s "$ip:4730" status --format tsv | grep "^t_addr	")
+        same "$row" "t_addr	1	0	0" "the job is queued on $ip:4730"
+        timeout 20 "$DSJOB" -s "$ip:4730" jobs --format json |
+            json 'grep { $_->{handle} eq $a[0] } @$j' "$h"
+        ok $? "addr: jobs --format json lists it"
+    else
+        skip_n 4 "dsjobd could not listen on $ip:4730"
+    fi
+    kill -TERM "$apid" 2>/dev/null
+    wait "$apid" 2>/dev/null
+
+    server_start dsjobd -L ::1 || return 1
+    want=$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" version --format tsv)
+    got=$(timeout 20 "$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
+    same "$? $got" "0 $want" "dsjob -s '[::1]:$SERVER_PORT' version: the same server over IPv6"
+    server_stop
+}
+
+address_checks
 run_servers

@@ -7,7 +7,7 @@
  * into a buffer that is compacted lazily; decoded packets borrow it.
  */
 #include "config.h"
-#include "link.h"
+#include "link/link.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include <dsjob/common.h>
+
+#include "link/addr.h"
 
 int64_t
 link_now_ms(void)
@@ -75,22 +77,15 @@ link_init(struct link *l, const char *addr)
     l->fd = -1;
     if (addr == NULL || *addr == '\0')
         return DSJOB_ERR_ARG;
-    n = strlen(addr);
-    if (addr[0] == '/') {
-        if (n >= sizeof(((struct sockaddr_un *)0)->sun_path))
-            return DSJOB_ERR_ARG;
-    } else {
-        const char *colon = strrchr(addr, ':');
-
-        if (colon == NULL || colon == addr || colon[1] == '\0')
-            return DSJOB_ERR_ARG;
-        if (strspn(colon + 1, "0123456789") != strlen(colon + 1))
-            return DSJOB_ERR_ARG;
-    }
-    l->addr = dsjob_malloc(n + 1);
+    n = strlen(addr) + ADDR_EXTRA;
+    l->addr = dsjob_malloc(n);
     if (l->addr == NULL)
         return DSJOB_ERR_NOMEM;
-    memcpy(l->addr, addr, n + 1);
+    if (addr_normalize(addr, l->addr, n) != 0) {
+        dsjob_free(l->addr);
+        l->addr = NULL;
+        return DSJOB_ERR_ARG;
+    }
     return DSJOB_OK;
 }
 
@@ -179,8 +174,7 @@ link_connect(struct link *l, int connect_ms)
     int64_t deadline = link_deadline(connect_ms);
     struct addrinfo hints, *res = NULL, *ai;
     char host[256];
-    const char *colon;
-    size_t hlen;
+    const char *port;
     int err = DSJOB_ERR_SYS, gai;
 
     if (l->fd >= 0)
@@ -193,20 +187,14 @@ link_connect(struct link *l, int connect_ms)
         memcpy(sun.sun_path, l->addr, strlen(l->addr));
         return connect_one(l, AF_UNIX, (struct sockaddr *)&sun, sizeof(sun), deadline, &l->fd);
     }
-    colon = strrchr(l->addr, ':');
-    hlen = (size_t)(colon - l->addr);
-    if (l->addr[0] == '[' && hlen >= 2 && l->addr[hlen - 1] == ']') {
-        hlen -= 2;
-        memcpy(host, l->addr + 1, hlen < sizeof(host) ? hlen : sizeof(host) - 1);
-    } else {
-        memcpy(host, l->addr, hlen < sizeof(host) ? hlen : sizeof(host) - 1);
-    }
-    host[hlen < sizeof(host) ? hlen : sizeof(host) - 1] = '\0';
+    port = addr_split(l->addr, host, sizeof(host));
+    if (port == NULL)
+        return link_set_err(l, DSJOB_ERR_NOTFOUND, "resolve '%s': host name too long", l->addr);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
-    gai = getaddrinfo(host, colon + 1, &hints, &res);
+    gai = getaddrinfo(host, port, &hints, &res);
     if (gai != 0)
         return link_set_err(l, DSJOB_ERR_NOTFOUND, "resolve '%s': %s", l->addr, gai_strerror(gai));
     for (ai = res; ai != NULL; ai = ai->ai_next) {

@@ -6,8 +6,8 @@
  * socket is non-blocking once connected; the blocking helpers wait with
  * poll() up to a deadline. Nothing here knows what the packets mean.
  */
-#ifndef DSJOB_LIBCLIENT_LINK_H
-#define DSJOB_LIBCLIENT_LINK_H
+#ifndef DSJOB_LINK_LINK_H
+#define DSJOB_LINK_LINK_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,7 +19,7 @@
 #define LINK_MAX_PACKET (64u * 1024 * 1024) /* largest packet accepted from a server */
 
 struct link {
-    char *addr;             /* "host:port" or "/path" as given (owned) */
+    char *addr;             /* "host:port", "[v6]:port" or "/path", normalized (owned) */
     int fd;                 /* the socket, or -1 when not connected */
     unsigned char *out;     /* queued bytes not yet written (owned) */
     size_t out_off;         /* bytes of out already written */
@@ -51,9 +51,11 @@ int64_t link_deadline(int timeout_ms);
 int link_wait_ms(int64_t deadline);
 
 /*
- * link_init sets up an unconnected link to addr (copied): "host:port",
- * "[v6addr]:port", or a path starting with '/' for a unix socket. Returns
- * DSJOB_ERR_ARG for an address it cannot parse, DSJOB_ERR_NOMEM.
+ * link_init sets up an unconnected link to addr (borrowed; its normalized
+ * form is kept in l->addr, see addr_normalize): "host[:port]",
+ * "[v6addr][:port]", a bare IPv6 address, or a path starting with '/' for
+ * a unix socket; no port means 4730. Returns DSJOB_ERR_ARG for an address
+ * it cannot parse, DSJOB_ERR_NOMEM.
  */
 int link_init(struct link *l, const char *addr);
 
