@@ -57,6 +57,7 @@ on_signal(int sig)
     struct runner *r = runner_signalled;
     int i;
 
+    (void)sig;
     if (r == NULL)
         return;
     if (atomic_exchange(&r->stopping, 1)) {

@@ -98,6 +98,8 @@ on_created(struct dsjob_task *t, const char *handle, void *user)
 {
     struct submit_state *st = user;
 
+    (void)t;
+    (void)handle;
     st->created = true;
 }
 
@@ -106,6 +108,7 @@ on_status(struct dsjob_task *t, unsigned num, unsigned den, void *user)
 {
     struct submit_state *st = user;
 
+    (void)t;
     if (st->use_bar)
         progress_update(&st->bar, num, den);
 }
@@ -113,6 +116,7 @@ on_status(struct dsjob_task *t, unsigned num, unsigned den, void *user)
 static void
 on_data(struct dsjob_task *t, const void *data, size_t len, void *user)
 {
+    (void)t;
     out_write(user, data, len);
 }
 
@@ -122,6 +126,7 @@ on_warning(struct dsjob_task *t, const void *data, size_t len, void *user)
 {
     struct submit_state *st = user;
 
+    (void)t;
     if (st->use_bar)
         progress_clear(&st->bar);
     cli_write_all(2, data, len);
@@ -134,6 +139,7 @@ on_complete(struct dsjob_task *t, const void *result, size_t len, void *user)
 {
     struct submit_state *st = user;
 
+    (void)t;
     if (st->use_bar)
         progress_clear(&st->bar);
     out_write(st, result, len);
@@ -247,6 +253,7 @@ submit_bg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
     char handle[DSJOB_HANDLE_MAX];
     int err;
 
+    (void)cli;
     if (at)
         err = dsjob_client_submit_epoch(c, func, unique, data, len, epoch, handle, sizeof(handle));
     else

@@ -173,6 +173,7 @@ fn_rev(struct dsjob_job *job, void *user)
     const char *p = dsjob_job_payload(job, &len);
     char *r = malloc(len + 1);
 
+    (void)user;
     for (i = 0; i < len; i++)
         r[i] = p[len - 1 - i];
     dsjob_job_set_result(job, r, len);
@@ -186,6 +187,7 @@ fn_echo(struct dsjob_job *job, void *user)
     size_t len;
     const void *p = dsjob_job_payload(job, &len);
 
+    (void)user;
     dsjob_job_set_result(job, p, len);
     return DSJOB_WORK_COMPLETE;
 }
@@ -193,6 +195,8 @@ fn_echo(struct dsjob_job *job, void *user)
 static int
 fn_fail(struct dsjob_job *job, void *user)
 {
+    (void)job;
+    (void)user;
     return DSJOB_WORK_FAIL;
 }
 
@@ -202,6 +206,7 @@ fn_exc(struct dsjob_job *job, void *user)
     char buf[256];
     int n = snprintf(buf, sizeof(buf), "boom:%s", (const char *)dsjob_job_payload(job, NULL));
 
+    (void)user;
     dsjob_job_set_result(job, buf, (size_t)n);
     return DSJOB_WORK_EXCEPTION;
 }
@@ -209,6 +214,7 @@ fn_exc(struct dsjob_job *job, void *user)
 static int
 fn_progress(struct dsjob_job *job, void *user)
 {
+    (void)user;
     dsjob_job_status(job, 1, 2);
     dsjob_job_data(job, "chunk", 5);
     dsjob_job_warning(job, "warn", 4);
@@ -224,6 +230,7 @@ fn_sometimes(struct dsjob_job *job, void *user)
     const char *p = dsjob_job_payload(job, &len);
     long n = atol(p);
 
+    (void)user;
     if (n % 7 == 0)
         return DSJOB_WORK_FAIL;
     if (n % 11 == 0) {
@@ -237,6 +244,7 @@ fn_sometimes(struct dsjob_job *job, void *user)
 static int
 fn_slow(struct dsjob_job *job, void *user)
 {
+    (void)user;
     sleep_ms(atoi(dsjob_job_payload(job, NULL)));
     dsjob_job_set_result(job, "slept", 5);
     return DSJOB_WORK_COMPLETE;
@@ -245,6 +253,7 @@ fn_slow(struct dsjob_job *job, void *user)
 static int
 fn_hang(struct dsjob_job *job, void *user)
 {
+    (void)user;
     sleep_ms(3000);
     dsjob_job_set_result(job, "late", 4);
     return DSJOB_WORK_COMPLETE;
@@ -255,6 +264,7 @@ static struct dsjob_worker *child_worker;
 static void
 on_term(int sig)
 {
+    (void)sig;
     dsjob_worker_stop(child_worker);
 }
 

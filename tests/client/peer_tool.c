@@ -23,6 +23,7 @@ fn_rev(struct dsjob_job *job, void *user)
     const char *p = dsjob_job_payload(job, &len);
     char *r = malloc(len + 1);
 
+    (void)user;
     if (r == NULL)
         return DSJOB_WORK_FAIL;
     for (i = 0; i < len; i++)

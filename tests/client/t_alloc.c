@@ -48,6 +48,7 @@ fn_upper(struct dsjob_job *job, void *user)
     const char *p = dsjob_job_payload(job, &len);
     char out[16];
 
+    (void)user;
     for (i = 0; i < len && i < sizeof(out); i++)
         out[i] = (char)(p[i] >= 'a' && p[i] <= 'z' ? p[i] - 'a' + 'A' : p[i]);
     return dsjob_job_set_result(job, out, i) == DSJOB_OK ? DSJOB_WORK_COMPLETE : DSJOB_WORK_FAIL;
@@ -153,6 +154,7 @@ fn_copy(struct dsjob_job *job, void *user)
     size_t len;
     const void *p = dsjob_job_payload(job, &len);
 
+    (void)user;
     return dsjob_job_set_result(job, p, len) == DSJOB_OK ? DSJOB_WORK_COMPLETE : DSJOB_WORK_FAIL;
 }
 

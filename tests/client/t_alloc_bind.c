@@ -74,6 +74,8 @@ open_lib(const char *top, const char *dir, const char *name)
 static int
 fn_nothing(struct dsjob_job *job, void *user)
 {
+    (void)job;
+    (void)user;
     return DSJOB_WORK_COMPLETE;
 }
 

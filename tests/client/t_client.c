@@ -40,6 +40,7 @@ on_status(unsigned num, unsigned den, void *user)
 {
     struct progress *pr = user;
 
+    (void)den;
     pr->status++;
     pr->last_num = num;
 }
@@ -57,6 +58,8 @@ on_data(const void *data, size_t len, void *user)
 static void
 on_warning(const void *data, size_t len, void *user)
 {
+    (void)data;
+    (void)len;
     ((struct progress *)user)->warnings++;
 }
 

@@ -39,24 +39,39 @@ static struct counts n;
 static void
 cb_created(struct dsjob_task *t, const char *handle, void *user)
 {
+    (void)t;
+    (void)handle;
+    (void)user;
     n.created++;
 }
 
 static void
 cb_status(struct dsjob_task *t, unsigned num, unsigned den, void *user)
 {
+    (void)t;
+    (void)num;
+    (void)den;
+    (void)user;
     n.status++;
 }
 
 static void
 cb_data(struct dsjob_task *t, const void *data, size_t len, void *user)
 {
+    (void)t;
+    (void)data;
+    (void)len;
+    (void)user;
     n.data++;
 }
 
 static void
 cb_warning(struct dsjob_task *t, const void *data, size_t len, void *user)
 {
+    (void)t;
+    (void)data;
+    (void)len;
+    (void)user;
     n.warning++;
 }
 
@@ -66,6 +81,7 @@ cb_complete(struct dsjob_task *t, const void *result, size_t len, void *user)
     char want[32];
     int wl = snprintf(want, sizeof(want), "%ld", (long)(intptr_t)user);
 
+    (void)t;
     n.complete++;
     if (user == NULL)
         return;
@@ -76,12 +92,16 @@ cb_complete(struct dsjob_task *t, const void *result, size_t len, void *user)
 static void
 cb_fail(struct dsjob_task *t, void *user)
 {
+    (void)t;
+    (void)user;
     n.fail++;
 }
 
 static void
 cb_exception(struct dsjob_task *t, const char *text, size_t len, void *user)
 {
+    (void)t;
+    (void)user;
     n.exception++;
     if (len != 6 || memcmp(text, "eleven", 6) != 0)
         n.wrong++;

@@ -157,6 +157,8 @@ static struct {
 static void
 slow_complete(struct dsjob_task *t, const void *result, size_t len, void *user)
 {
+    (void)t;
+    (void)user;
     slow.complete++;
     memcpy(slow.result, result, len < sizeof(slow.result) ? len : sizeof(slow.result) - 1);
 }

@@ -54,9 +54,11 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# poll CMD...: run CMD every 50 ms until it succeeds, for 20 s at most (a
+# loaded 2-core machine can take seconds to start a worker and its command).
 poll() {
     _i=0
-    while [ $_i -lt 100 ]; do
+    while [ $_i -lt 400 ]; do
         "$@" && return 0
         sleep 0.05
         _i=$((_i + 1))
