@@ -44,12 +44,31 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
 static void *writer_main(void *arg);
 
+/* Every allocation of this module, so that a test can make any one of them fail. */
+static void *
+sg_malloc(struct storage *sg, const char *what, size_t size)
+{
+    if (sg->seam.alloc_fails != NULL && sg->seam.alloc_fails(what, sg->seam.arg))
+        return NULL;
+    return malloc(size);
+}
+
+static void *
+sg_calloc(struct storage *sg, const char *what, size_t size)
+{
+    void *p = sg_malloc(sg, what, size);
+
+    if (p != NULL)
+        memset(p, 0, size);
+    return p;
+}
+
 /* An add for the writer: the job's fields copied, since the job may go meanwhile. */
 static struct store_op *
-op_add_new(const struct job *j)
+op_add_new(struct storage *sg, const struct job *j)
 {
     size_t len = j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len;
-    struct store_op *op = malloc(sizeof(*op) + len + 1);
+    struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
     struct store_job *sj;
     char *at;
 
@@ -125,7 +144,9 @@ storage_open(struct srv *srv)
     TAILQ_INIT(&sg->open.acks);
     sg->open.tail = &sg->open.ops;
     sg->done_pipe[0] = sg->done_pipe[1] = -1;
-    sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
+    sg->ops = sg->seam.ops;
+    if (sg->ops == NULL)
+        sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
     if (sg->ops == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "--store: %s", err);
         return -1;
@@ -141,7 +162,7 @@ storage_open(struct srv *srv)
         sg->ops = NULL;
         return -1;
     }
-    sg->durable = sg->ops != &store_null_ops;
+    sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
     sg->batch_max = srv->cfg.store_batch ? srv->cfg.store_batch : 1;
     sg->interval_ms = srv->cfg.store_commit_interval_ms;
     sg->flush_ev = evtimer_new(srv->base, flush_cb, srv);
@@ -222,7 +243,7 @@ schedule(struct srv *srv)
 static struct ack *
 ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
 {
-    struct ack *a = calloc(1, sizeof(*a));
+    struct ack *a = sg_calloc(&srv->storage, "ack", sizeof(*a));
 
     if (a == NULL)
         return NULL;
@@ -247,7 +268,7 @@ storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
         return;
     }
     a = ack_new(srv, c, NULL, NULL);
-    if (a == NULL || (a->error = malloc(clen + 1 + tlen)) == NULL) {
+    if (a == NULL || (a->error = sg_malloc(&srv->storage, "error", clen + 1 + tlen)) == NULL) {
         conn_send_error(c, code, "%s", text); /* out of memory: order matters less */
         return;
     }
@@ -265,7 +286,7 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     struct store_op *op = NULL;
 
     if (!existing) {
-        op = op_add_new(j);
+        op = op_add_new(sg, j);
         if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
             free(op);
             job_unref(j);
@@ -295,7 +316,7 @@ storage_remove(struct srv *srv, struct job *j)
     if (!j->stored)
         return;
     j->stored = false;
-    op = calloc(1, sizeof(*op));
+    op = sg_calloc(sg, "remove", sizeof(*op));
     if (op == NULL) {
         log_err(&srv->log,
                 "store: out of memory to remove job %s: it will run again after a restart",
@@ -500,7 +521,7 @@ storage_flush(struct srv *srv)
     }
     if (batch_empty(&sg->open) && !sg->retry)
         return;
-    b = calloc(1, sizeof(*b));
+    b = sg_calloc(sg, "batch", sizeof(*b));
     if (b == NULL) {
         log_err(&srv->log, "store: out of memory for a batch; trying again");
         schedule(srv);
@@ -529,7 +550,12 @@ storage_drain(struct srv *srv)
     struct storage *sg = &srv->storage;
     int rounds;
 
-    /* Two rounds: the batch in flight, then what gathered behind it. */
+    /*
+     * Three rounds: the batch in flight, the one that gathered behind it,
+     * and the one that answering those let in (conn_resume runs a client's
+     * buffered requests once its answers are out). A later one is not
+     * waited for.
+     */
     for (rounds = 0; rounds < 3 && sg->writer_running; rounds++) {
         if (sg->inflight == NULL)
             storage_flush(srv);

@@ -58,7 +58,22 @@ struct batch {
     char why[STORE_ERRLEN]; /* why not */
 };
 
+/*
+ * What a test may set in struct storage before storage_open (tests/unit/
+ * t_storage.c); the server leaves it zero. ops, when set, is the backend
+ * instead of the one --store names (a durable one, even if it is
+ * store_null_ops). alloc_fails, when set, is asked before each allocation
+ * this module makes, with what names it ("op", "ack", "error", "batch",
+ * "remove"), and makes that allocation fail by returning true.
+ */
+struct storage_seam {
+    const struct store_ops *ops;                      /* the backend to use */
+    bool (*alloc_fails)(const char *what, void *arg); /* fails an allocation */
+    void *arg;                                        /* alloc_fails' argument */
+};
+
 struct storage {
+    struct storage_seam seam;    /* tests only: see struct storage_seam */
     const struct store_ops *ops; /* the backend; store_null_ops when not durable */
     struct store *st;            /* its state: the writer's alone once it runs */
     struct batch open;           /* being filled by the loop */
