@@ -240,13 +240,20 @@ schedule(struct srv *srv)
     }
 }
 
+/*
+ * An answer, with room for an error of extra bytes behind it: one
+ * allocation, so that an answer is either whole or not made at all.
+ */
 static struct ack *
-ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
+ack_alloc(struct storage *sg, const char *what, size_t extra)
 {
-    struct ack *a = sg_calloc(&srv->storage, "ack", sizeof(*a));
+    return sg_calloc(sg, what, sizeof(struct ack) + extra);
+}
 
-    if (a == NULL)
-        return NULL;
+/* Queue a's answer for c, in the open batch and in c's list. */
+static void
+ack_link(struct srv *srv, struct ack *a, struct conn *c, struct job *j, struct store_op *op)
+{
     a->job = j ? job_ref(j) : NULL;
     a->op = op;
     a->client = c;
@@ -254,7 +261,6 @@ ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
     TAILQ_INSERT_TAIL(&c->acks, a, by_client);
     srv->storage.open.nacks++;
     c->nacks++;
-    return a;
 }
 
 void
@@ -267,15 +273,17 @@ storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
         conn_send_error(c, code, "%s", text);
         return;
     }
-    a = ack_new(srv, c, NULL, NULL);
-    if (a == NULL || (a->error = sg_malloc(&srv->storage, "error", clen + 1 + tlen)) == NULL) {
+    a = ack_alloc(&srv->storage, "error", clen + 1 + tlen);
+    if (a == NULL) {
         conn_send_error(c, code, "%s", text); /* out of memory: order matters less */
         return;
     }
+    a->error = (char *)(a + 1);
     memcpy(a->error, code, clen);
     a->error[clen] = '\0';
     memcpy(a->error + clen + 1, text, tlen);
     a->error_len = clen + 1 + tlen;
+    ack_link(srv, a, c, NULL, NULL);
     schedule(srv);
 }
 
@@ -284,6 +292,7 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
     struct storage *sg = &srv->storage;
     struct store_op *op = NULL;
+    struct ack *a;
 
     if (!existing) {
         op = op_add_new(sg, j);
@@ -300,10 +309,12 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
         storage_refuse(srv, c, "STORE_ERROR", "job not stored");
         return;
     }
-    if (ack_new(srv, c, j, op) == NULL) {
+    a = ack_alloc(sg, "ack", 0);
+    if (a == NULL) {
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
+    ack_link(srv, a, c, j, op);
     schedule(srv);
 }
 
@@ -469,8 +480,7 @@ batch_finish(struct srv *srv)
             c->nacks--;
         }
         job_unref(a->job);
-        free(a->error);
-        free(a);
+        free(a); /* a->error is part of it */
         /* Its last answer is out: what it sent meanwhile can be read now. */
         if (c != NULL && c->nacks == 0)
             conn_resume(c);

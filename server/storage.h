@@ -40,7 +40,8 @@ struct ack {
     struct job *job;            /* referenced; JOB_CREATED names it */
     struct store_op *op;        /* the add of a new job, or NULL */
     struct conn *client;        /* who to answer, or NULL once it has gone */
-    char *error;                /* "CODE\0text" to send instead of JOB_CREATED, or NULL */
+    char *error;                /* "CODE\0text" to send instead of JOB_CREATED (behind the
+                                   ack, in its allocation), or NULL */
     size_t error_len;           /* its length */
     TAILQ_ENTRY(ack) link;      /* in its batch's list, in submission order */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */

@@ -580,6 +580,55 @@ test_refusals(void)
     rig_stop(&r);
 }
 
+/*
+ * Issue 10 item 7b: the refusal's text cannot be allocated. Before the fix
+ * a half-made answer (no job, no error) stayed queued: the client got its
+ * ERROR at once, then JOB_CREATED of a NULL job (a crash), or, when the
+ * commit failed, a second ERROR.
+ */
+static void
+test_refuse_nomem(bool commit_fails)
+{
+    const char *how =
+        commit_fails ? "refusal without memory, failed commit" : "refusal without memory";
+    struct rig r;
+    struct peer_pkt p;
+    int c, t, created = 0, errors = 0, others = 0, i;
+
+    fake_reset();
+    fake.hold = true;
+    fake.fail_flushes = commit_fails ? 1 : 0;
+    rig_start(&r, 1, 0);
+    c = rig_client(&r);
+    submit_bg(c, "", "x");
+    PUMP_UNTIL(&r, fake_holding());
+    fail_alloc("error", 1);
+    submit_bg(c, "", "y"); /* over --max-jobs: refused behind x's answer */
+    PUMP_UNTIL(&r, failed == 1);
+    tap_is_int(failed, 1, "%s: the seam failed the allocation", how);
+    fake_set_hold(false);
+    for (i = 0; i < 2; i++) {
+        t = next(&r, c, &p);
+        if (t == PACKET_JOB_CREATED && p.nargs == 1 && p.arg_len[0] == 5 &&
+            memcmp(p.arg[0], "H:t:1", 5) == 0)
+            created++;
+        else if (t == PACKET_ERROR)
+            errors++;
+        else
+            others++;
+        peer_pkt_release(&p);
+    }
+    tap_is_int(created, commit_fails ? 0 : 1, "%s: JOB_CREATED for x", how);
+    tap_is_int(errors, commit_fails ? 2 : 1, "%s: errors: the refusal (and x's)", how);
+    tap_is_int(others, 0, "%s: nothing else in the first two answers", how);
+    /* A failed commit is retried after a second: wait for what it brings. */
+    PUMP_UNTIL(&r, r.srv->storage.open.nacks == 0 && r.srv->storage.inflight == NULL);
+    tap_is_int(r.srv->storage.open.nacks, 0, "%s: no answer left owed", how);
+    tap_ok(quiet(&r, c), "%s: and no further answer", how);
+    close(c);
+    rig_stop(&r);
+}
+
 /* A submit cannot be allocated its copy for the batch ("op"): it is told, nothing is stored. */
 static void
 test_submit_nomem(const char *what)
@@ -726,6 +775,8 @@ main(void)
     test_replay_and_remove();
     test_forget_and_drain();
     test_submit_nomem("op");
+    test_refuse_nomem(false);
+    test_refuse_nomem(true);
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();
