@@ -294,25 +294,34 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     struct store_op *op = NULL;
     struct ack *a;
 
-    if (!existing) {
-        op = op_add_new(sg, j);
-        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
-            free(op);
-            job_unref(j);
-            storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
-            return;
-        }
-        j->stored = true;
-        batch_append(&sg->open, op);
-        srv->next_job_id++;
-    } else if (j->refused) {
+    if (existing && j->refused) {
         storage_refuse(srv, c, "STORE_ERROR", "job not stored");
         return;
     }
+    /*
+     * Everything that can fail comes before the job enters the batch: a
+     * job in the batch is stored and runs (after a restart, at the
+     * latest), so its submitter must not be told "out of memory".
+     */
     a = ack_alloc(sg, "ack", 0);
+    if (a != NULL && !existing) {
+        op = op_add_new(sg, j);
+        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
+            free(op);
+            free(a);
+            a = NULL;
+        }
+    }
     if (a == NULL) {
-        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        if (!existing)
+            job_unref(j);
+        storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
+    }
+    if (!existing) {
+        j->stored = true;
+        batch_append(&sg->open, op);
+        srv->next_job_id++;
     }
     ack_link(srv, a, c, j, op);
     schedule(srv);

@@ -109,8 +109,10 @@ void storage_close(struct srv *srv);
  * storage_submit answers a background submit on a durable store: j is a
  * new job (the caller's reference is taken over) or, with existing, the
  * job the submit coalesced onto. The answer (JOB_CREATED) waits for the
- * commit. On failure the submitter is sent an ERROR (after the answers it
- * is already owed) and the job is dropped.
+ * commit. On failure (out of memory) the submitter is sent an ERROR (after
+ * the answers it is already owed, if memory allows) and the job is dropped
+ * before it reaches the batch: nothing is stored that its client was told
+ * failed.
  */
 void storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
 

@@ -629,7 +629,12 @@ test_refuse_nomem(bool commit_fails)
     rig_stop(&r);
 }
 
-/* A submit cannot be allocated its copy for the batch ("op"): it is told, nothing is stored. */
+/*
+ * Issue 10 item 7c: the answer for a new job cannot be allocated. Before
+ * the fix the job was in the batch already: it was stored (and would run
+ * after a restart) and stayed pending for good, while its client was told
+ * "out of memory". Now nothing is stored, as the client was told.
+ */
 static void
 test_submit_nomem(const char *what)
 {
@@ -775,6 +780,7 @@ main(void)
     test_replay_and_remove();
     test_forget_and_drain();
     test_submit_nomem("op");
+    test_submit_nomem("ack");
     test_refuse_nomem(false);
     test_refuse_nomem(true);
     pthread_mutex_destroy(&fake.lock);
