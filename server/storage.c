@@ -542,8 +542,16 @@ storage_flush(struct srv *srv)
         return;
     b = sg_calloc(sg, "batch", sizeof(*b));
     if (b == NULL) {
+        struct timeval soon = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+
+        /*
+         * On a timer, not through schedule(): that hands over at once past
+         * --store-batch answers, which would call this again, and again.
+         */
         log_err(&srv->log, "store: out of memory for a batch; trying again");
-        schedule(srv);
+        sg->scheduled = true;
+        sg->lazy = false;
+        evtimer_add(sg->flush_ev, &soon);
         return;
     }
     /* Move the open batch into b and start a fresh one. */

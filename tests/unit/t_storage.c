@@ -663,6 +663,34 @@ test_submit_nomem(const char *what)
     rig_stop(&r);
 }
 
+/*
+ * The batch cannot be allocated with --store-batch answers waiting.
+ * Before the fix storage_flush called schedule(), which past
+ * --store-batch calls storage_flush again: a recursion as deep as the
+ * allocation keeps failing.
+ */
+static void
+test_batch_nomem(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_start(&r, 0, 1);
+    c = rig_client(&r);
+    fail_alloc("batch", 100000);
+    submit_bg(c, "", "x");
+    PUMP_UNTIL(&r, failed > 0);
+    tap_ok(failed > 0, "batch without memory: the hand-over failed");
+    tap_ok(quiet(&r, c), "batch without memory: no answer yet");
+    tap_ok(failed < 1000, "batch without memory: retried on a timer, not in a loop (%d tries)",
+           failed);
+    fail_alloc(NULL, 0);
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "batch without memory: committed once there is");
+    close(c);
+    rig_stop(&r);
+}
+
 static void
 test_replay_and_remove(void)
 {
@@ -781,6 +809,7 @@ main(void)
     test_forget_and_drain();
     test_submit_nomem("op");
     test_submit_nomem("ack");
+    test_batch_nomem();
     test_refuse_nomem(false);
     test_refuse_nomem(true);
     pthread_mutex_destroy(&fake.lock);
