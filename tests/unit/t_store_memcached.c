@@ -252,6 +252,43 @@ done:
 }
 
 /*
+ * memcached out of memory (it runs with -M, so it refuses rather than
+ * evicts): the flush's job sets, pipelined without replies, are read back,
+ * and the one memcached did not keep fails the flush, naming the job and
+ * the server, and nothing of the batch is stored. Fills memcached: run it
+ * just before test_killed, which restarts it empty.
+ */
+static void
+test_out_of_memory(void)
+{
+    enum { BIG = 1000 * 1000, N = 90 }; /* 90 MB into a 64 MB memcached */
+    const char *prefix = prefix_for("oom");
+    char err[STORE_ERRLEN] = "";
+    struct seen s = {0};
+    struct tjob tj;
+    struct store *st;
+    char *p = payload(BIG);
+    int i, fails = 0;
+
+    st = open_prefix(prefix, err);
+    if (!tap_ok(st != NULL, "out of memory: open"))
+        goto done;
+    for (i = 0; i < N; i++) {
+        tjob_init(&tj, (uint64_t)i + 1, (uint64_t)i + 1, p, BIG);
+        fails += ops->add(st, &tj.sj, err) != DSJOB_OK;
+    }
+    tap_is_int(fails, 0, "out of memory: %d adds of %d bytes", N, BIG);
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "out of memory: the flush fails");
+    tap_ok(has(err, "cannot write job ") && has(err, mc_servers),
+           "out of memory: it names the job and the server (%s)", err);
+    tap_ok(replay_all(ops, st, &s) && s.n == 0, "out of memory: nothing of the batch is stored");
+    ops->close(st);
+done:
+    seen_release(&s);
+    free(p);
+}
+
+/*
  * SIGKILL: flush fails naming the server, again and again, without a
  * crash; memcached restarted on the same port is empty (documented), and
  * the next flush works.
@@ -312,6 +349,7 @@ main(void)
     test_too_large();
     test_bad_config();
     test_foreign();
+    test_out_of_memory();
     test_killed(); /* last: it restarts memcached empty */
     return tap_done();
 }
