@@ -26,7 +26,7 @@ void case_done(char *dir);
 /* path_in returns "dir/name", which the caller frees. */
 char *path_in(const char *dir, const char *name);
 
-/* sqlite_has counts the jobs of id in dir/dsjobd.db through a second connection; -1 on error. */
+/* sqlite_rows counts the jobs of id (all, if id < 0) in dir/dsjobd.db from outside; -1 on error. */
 long long sqlite_rows(const char *dir, int64_t id);
 #endif
 
