@@ -44,12 +44,31 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
 static void *writer_main(void *arg);
 
+/* Every allocation of this module, so that a test can make any one of them fail. */
+static void *
+sg_malloc(struct storage *sg, const char *what, size_t size)
+{
+    if (sg->seam.alloc_fails != NULL && sg->seam.alloc_fails(what, sg->seam.arg))
+        return NULL;
+    return malloc(size);
+}
+
+static void *
+sg_calloc(struct storage *sg, const char *what, size_t size)
+{
+    void *p = sg_malloc(sg, what, size);
+
+    if (p != NULL)
+        memset(p, 0, size);
+    return p;
+}
+
 /* An add for the writer: the job's fields copied, since the job may go meanwhile. */
 static struct store_op *
-op_add_new(const struct job *j)
+op_add_new(struct storage *sg, const struct job *j)
 {
     size_t len = j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len;
-    struct store_op *op = malloc(sizeof(*op) + len + 1);
+    struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
     struct store_job *sj;
     char *at;
 
@@ -125,7 +144,9 @@ storage_open(struct srv *srv)
     TAILQ_INIT(&sg->open.acks);
     sg->open.tail = &sg->open.ops;
     sg->done_pipe[0] = sg->done_pipe[1] = -1;
-    sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
+    sg->ops = sg->seam.ops;
+    if (sg->ops == NULL)
+        sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
     if (sg->ops == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "--store: %s", err);
         return -1;
@@ -141,7 +162,7 @@ storage_open(struct srv *srv)
         sg->ops = NULL;
         return -1;
     }
-    sg->durable = sg->ops != &store_null_ops;
+    sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
     sg->batch_max = srv->cfg.store_batch ? srv->cfg.store_batch : 1;
     sg->interval_ms = srv->cfg.store_commit_interval_ms;
     sg->flush_ev = evtimer_new(srv->base, flush_cb, srv);
@@ -219,13 +240,20 @@ schedule(struct srv *srv)
     }
 }
 
+/*
+ * An answer, with room for an error of extra bytes behind it: one
+ * allocation, so that an answer is either whole or not made at all.
+ */
 static struct ack *
-ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
+ack_alloc(struct storage *sg, const char *what, size_t extra)
 {
-    struct ack *a = calloc(1, sizeof(*a));
+    return sg_calloc(sg, what, sizeof(struct ack) + extra);
+}
 
-    if (a == NULL)
-        return NULL;
+/* Queue a's answer for c, in the open batch and in c's list. */
+static void
+ack_link(struct srv *srv, struct ack *a, struct conn *c, struct job *j, struct store_op *op)
+{
     a->job = j ? job_ref(j) : NULL;
     a->op = op;
     a->client = c;
@@ -233,7 +261,6 @@ ack_new(struct srv *srv, struct conn *c, struct job *j, struct store_op *op)
     TAILQ_INSERT_TAIL(&c->acks, a, by_client);
     srv->storage.open.nacks++;
     c->nacks++;
-    return a;
 }
 
 void
@@ -246,15 +273,17 @@ storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
         conn_send_error(c, code, "%s", text);
         return;
     }
-    a = ack_new(srv, c, NULL, NULL);
-    if (a == NULL || (a->error = malloc(clen + 1 + tlen)) == NULL) {
+    a = ack_alloc(&srv->storage, "error", clen + 1 + tlen);
+    if (a == NULL) {
         conn_send_error(c, code, "%s", text); /* out of memory: order matters less */
         return;
     }
+    a->error = (char *)(a + 1);
     memcpy(a->error, code, clen);
     a->error[clen] = '\0';
     memcpy(a->error + clen + 1, text, tlen);
     a->error_len = clen + 1 + tlen;
+    ack_link(srv, a, c, NULL, NULL);
     schedule(srv);
 }
 
@@ -263,26 +292,38 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
     struct storage *sg = &srv->storage;
     struct store_op *op = NULL;
+    struct ack *a;
 
-    if (!existing) {
-        op = op_add_new(j);
-        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
-            free(op);
-            job_unref(j);
-            storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
-            return;
-        }
-        j->stored = true;
-        batch_append(&sg->open, op);
-        srv->next_job_id++;
-    } else if (j->refused) {
+    if (existing && j->refused) {
         storage_refuse(srv, c, "STORE_ERROR", "job not stored");
         return;
     }
-    if (ack_new(srv, c, j, op) == NULL) {
-        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+    /*
+     * Everything that can fail comes before the job enters the batch: a
+     * job in the batch is stored and runs (after a restart, at the
+     * latest), so its submitter must not be told "out of memory".
+     */
+    a = ack_alloc(sg, "ack", 0);
+    if (a != NULL && !existing) {
+        op = op_add_new(sg, j);
+        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
+            free(op);
+            free(a);
+            a = NULL;
+        }
+    }
+    if (a == NULL) {
+        if (!existing)
+            job_unref(j);
+        storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
+    if (!existing) {
+        j->stored = true;
+        batch_append(&sg->open, op);
+        srv->next_job_id++;
+    }
+    ack_link(srv, a, c, j, op);
     schedule(srv);
 }
 
@@ -295,7 +336,7 @@ storage_remove(struct srv *srv, struct job *j)
     if (!j->stored)
         return;
     j->stored = false;
-    op = calloc(1, sizeof(*op));
+    op = sg_calloc(sg, "remove", sizeof(*op));
     if (op == NULL) {
         log_err(&srv->log,
                 "store: out of memory to remove job %s: it will run again after a restart",
@@ -448,8 +489,7 @@ batch_finish(struct srv *srv)
             c->nacks--;
         }
         job_unref(a->job);
-        free(a->error);
-        free(a);
+        free(a); /* a->error is part of it */
         /* Its last answer is out: what it sent meanwhile can be read now. */
         if (c != NULL && c->nacks == 0)
             conn_resume(c);
@@ -500,10 +540,18 @@ storage_flush(struct srv *srv)
     }
     if (batch_empty(&sg->open) && !sg->retry)
         return;
-    b = calloc(1, sizeof(*b));
+    b = sg_calloc(sg, "batch", sizeof(*b));
     if (b == NULL) {
+        struct timeval soon = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+
+        /*
+         * On a timer, not through schedule(): that hands over at once past
+         * --store-batch answers, which would call this again, and again.
+         */
         log_err(&srv->log, "store: out of memory for a batch; trying again");
-        schedule(srv);
+        sg->scheduled = true;
+        sg->lazy = false;
+        evtimer_add(sg->flush_ev, &soon);
         return;
     }
     /* Move the open batch into b and start a fresh one. */
@@ -529,7 +577,12 @@ storage_drain(struct srv *srv)
     struct storage *sg = &srv->storage;
     int rounds;
 
-    /* Two rounds: the batch in flight, then what gathered behind it. */
+    /*
+     * Three rounds: the batch in flight, the one that gathered behind it,
+     * and the one that answering those let in (conn_resume runs a client's
+     * buffered requests once its answers are out). A later one is not
+     * waited for.
+     */
     for (rounds = 0; rounds < 3 && sg->writer_running; rounds++) {
         if (sg->inflight == NULL)
             storage_flush(srv);

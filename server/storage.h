@@ -40,7 +40,8 @@ struct ack {
     struct job *job;            /* referenced; JOB_CREATED names it */
     struct store_op *op;        /* the add of a new job, or NULL */
     struct conn *client;        /* who to answer, or NULL once it has gone */
-    char *error;                /* "CODE\0text" to send instead of JOB_CREATED, or NULL */
+    char *error;                /* "CODE\0text" to send instead of JOB_CREATED (behind the
+                                   ack, in its allocation), or NULL */
     size_t error_len;           /* its length */
     TAILQ_ENTRY(ack) link;      /* in its batch's list, in submission order */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */
@@ -58,7 +59,22 @@ struct batch {
     char why[STORE_ERRLEN]; /* why not */
 };
 
+/*
+ * What a test may set in struct storage before storage_open (tests/unit/
+ * t_storage.c); the server leaves it zero. ops, when set, is the backend
+ * instead of the one --store names (a durable one, even if it is
+ * store_null_ops). alloc_fails, when set, is asked before each allocation
+ * this module makes, with what names it ("op", "ack", "error", "batch",
+ * "remove"), and makes that allocation fail by returning true.
+ */
+struct storage_seam {
+    const struct store_ops *ops;                      /* the backend to use */
+    bool (*alloc_fails)(const char *what, void *arg); /* fails an allocation */
+    void *arg;                                        /* alloc_fails' argument */
+};
+
 struct storage {
+    struct storage_seam seam;    /* tests only: see struct storage_seam */
     const struct store_ops *ops; /* the backend; store_null_ops when not durable */
     struct store *st;            /* its state: the writer's alone once it runs */
     struct batch open;           /* being filled by the loop */
@@ -93,8 +109,10 @@ void storage_close(struct srv *srv);
  * storage_submit answers a background submit on a durable store: j is a
  * new job (the caller's reference is taken over) or, with existing, the
  * job the submit coalesced onto. The answer (JOB_CREATED) waits for the
- * commit. On failure the submitter is sent an ERROR (after the answers it
- * is already owed) and the job is dropped.
+ * commit. On failure (out of memory) the submitter is sent an ERROR (after
+ * the answers it is already owed, if memory allows) and the job is dropped
+ * before it reaches the batch: nothing is stored that its client was told
+ * failed.
  */
 void storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
 

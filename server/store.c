@@ -1,0 +1,70 @@
+/*
+ * What the store backends share and how the server picks one: store_find
+ * maps a --store name (ours or gearmand's) to the backend built into this
+ * dsjobd, store_say fills a backend's err buffer, and store_ids_push grows
+ * the array of removes that a failed batch leaves pending. The backends
+ * themselves live in store_null.c, store_sqlite.c and store_memcached.c.
+ */
+#include "config.h"
+#include "store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int
+store_say(char *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, STORE_ERRLEN, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int
+store_ids_push(uint64_t **ids, size_t *n, size_t *cap, uint64_t id)
+{
+    if (*n == *cap) {
+        size_t more = *cap ? *cap * 2 : 64;
+        uint64_t *grown = realloc(*ids, more * sizeof(*grown));
+
+        if (grown == NULL)
+            return -1;
+        *ids = grown;
+        *cap = more;
+    }
+    (*ids)[(*n)++] = id;
+    return 0;
+}
+
+const struct store_ops *
+store_find(const char *name, char *err)
+{
+    if (strcmp(name, "none") == 0 || strcmp(name, "builtin") == 0)
+        return &store_null_ops;
+    if (strcmp(name, "sqlite") == 0 || strcmp(name, "libsqlite3") == 0) {
+#ifdef HAVE_SQLITE
+        return &store_sqlite_ops;
+#else
+        snprintf(
+            err, STORE_ERRLEN,
+            "store 'sqlite' was not built: install libsqlite3-dev and configure --with-sqlite");
+        return NULL;
+#endif
+    }
+    if (strcmp(name, "memcached") == 0 || strcmp(name, "libmemcached") == 0) {
+#ifdef HAVE_MEMCACHED
+        return &store_memcached_ops;
+#else
+        snprintf(err, STORE_ERRLEN,
+                 "store 'memcached' was not built: install libmemcached-dev and configure "
+                 "--with-memcached");
+        return NULL;
+#endif
+    }
+    snprintf(err, STORE_ERRLEN, "unknown store '%s' (none, sqlite, memcached)", name);
+    return NULL;
+}
