@@ -548,7 +548,8 @@ ignore_sigpipe(void)
 }
 
 /*
- * srv_bind opens the log, the store (replaying its jobs) and the listeners.
+ * srv_bind makes the work directory, then opens the log, the store
+ * (replaying its jobs) and the listeners.
  * A failure undoes all of it, replayed jobs included, so that a later call
  * (after the port was freed, say) starts again from nothing. The reason is
  * in errmsg for the caller to print; it is logged too when the log is a file,
@@ -565,6 +566,16 @@ srv_bind(struct srv *srv, struct event_base *base)
     rc = srv_setup(srv, base);
     if (rc != 0)
         return rc;
+    /* The work directory first: the log file may be in it. */
+    if (srv->cfg.work_dir != NULL) {
+        char err[STORE_ERRLEN];
+
+        rc = store_make_dir(srv->cfg.work_dir, err);
+        if (rc != DSJOB_OK) {
+            snprintf(srv->errmsg, sizeof(srv->errmsg), "%s", err);
+            goto fail;
+        }
+    }
     if (log_open(&srv->log, srv->cfg.log_file, srv->cfg.verbose) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot open log file '%s': %s",
                  srv->cfg.log_file, strerror(errno));

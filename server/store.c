@@ -1,17 +1,22 @@
 /*
  * What the store backends share and how the server picks one: store_find
  * maps a --store name (ours or gearmand's) to the backend built into this
- * dsjobd, store_say fills a backend's err buffer, and store_ids_push grows
- * the array of removes that a failed batch leaves pending. The backends
+ * dsjobd, store_say fills a backend's err buffer, store_ids_push grows
+ * the array of removes that a failed batch leaves pending, and
+ * store_make_dir makes a work directory. The backends
  * themselves live in store_null.c, store_sqlite.c and store_memcached.c.
  */
 #include "config.h"
 #include "store.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <dsjob/common.h>
 
 int
 store_say(char *err, int code, const char *fmt, ...)
@@ -22,6 +27,42 @@ store_say(char *err, int code, const char *fmt, ...)
     vsnprintf(err, STORE_ERRLEN, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int
+store_make_dir(const char *dir, char *err)
+{
+    struct stat sb;
+    char *path, *s;
+    int rc = DSJOB_OK;
+
+    path = strdup(dir);
+    if (path == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory",
+                         dir);
+    for (s = path + 1; *s != '\0'; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(path, 0750) != 0 && errno != EEXIST)
+            goto fail;
+        *s = '/';
+    }
+    if (mkdir(path, 0750) != 0 && errno != EEXIST)
+        goto fail;
+    if (stat(path, &sb) != 0)
+        goto fail;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        goto fail;
+    }
+    goto free_path;
+fail:
+    rc = store_say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir,
+                   strerror(errno));
+free_path:
+    free(path);
+    return rc;
 }
 
 int

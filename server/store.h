@@ -113,6 +113,13 @@ int store_say(char *err, int code, const char *fmt, ...) __attribute__((format(p
 int store_ids_push(uint64_t **ids, size_t *n, size_t *cap, uint64_t id);
 
 /*
+ * store_make_dir creates dir and its missing parents, as mkdir -p does
+ * (mode 0750). DSJOB_OK, or an enum dsjob_err with err naming the
+ * directory and the reason.
+ */
+int store_make_dir(const char *dir, char *err);
+
+/*
  * store_find names a backend ("none", "sqlite", "memcached", or gearmand's
  * "builtin", "libsqlite3", "libmemcached"). NULL, with err saying whether
  * the name is unknown or the backend was not built (and which configure

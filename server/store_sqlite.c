@@ -126,43 +126,6 @@ query_int(sqlite3 *db, const char *sql, long long *out)
     return rc;
 }
 
-/* mkdir_p creates dir and its missing parents, like mkdir -p. */
-static int
-mkdir_p(const char *dir, char *err)
-{
-    struct stat sb;
-    char *path, *s;
-    int rc = DSJOB_OK;
-
-    path = strdup(dir);
-    if (path == NULL)
-        return store_say(err, DSJOB_ERR_NOMEM, "cannot create work directory '%s': out of memory",
-                         dir);
-    for (s = path + 1; *s != '\0'; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(path, 0750) != 0 && errno != EEXIST)
-            goto fail;
-        *s = '/';
-    }
-    if (mkdir(path, 0750) != 0 && errno != EEXIST)
-        goto fail;
-    if (stat(path, &sb) != 0)
-        goto fail;
-    if (!S_ISDIR(sb.st_mode)) {
-        errno = ENOTDIR;
-        goto fail;
-    }
-    goto free_path;
-fail:
-    rc = store_say(err, DSJOB_ERR_SYS, "cannot create work directory '%s': %s", dir,
-                   strerror(errno));
-free_path:
-    free(path);
-    return rc;
-}
-
 /* db_path_of picks the database file: cfg->db_path, or dsjobd.db in cfg->work_dir. */
 static int
 db_path_of(const struct store_config *cfg, char **out, char *err)
@@ -174,7 +137,7 @@ db_path_of(const struct store_config *cfg, char **out, char *err)
     if (cfg->db_path != NULL && cfg->db_path[0] != '\0') {
         *out = strdup(cfg->db_path);
     } else if (dir != NULL && dir[0] != '\0') {
-        rc = mkdir_p(dir, err);
+        rc = store_make_dir(dir, err);
         if (rc != DSJOB_OK)
             return rc;
         len = strlen(dir);

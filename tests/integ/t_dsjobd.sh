@@ -81,6 +81,12 @@ if "$DSJOBD" --help | grep -q -- "--work-dir"; then
     out=$("$DSJOBD" -L 127.0.0.1 -p 0 -l stderr -q nosuch 2>&1); rc=$?
     is "$rc" 2 "an unknown store is a bad option value: exit 2"
     echo "$out" | grep -q "unknown store 'nosuch'"; ok $? "saying so"
+    # The README's start: the work dir and the log file in it need not exist yet.
+    rm -rf "$dir/var"
+    server_start dsjobd --work-dir "$dir/var" --log-file "$dir/var/dsjobd.log" --verbose NOTICE
+    [ -f "$dir/var/dsjobd.db" ] && [ -f "$dir/var/dsjobd.log" ]
+    ok $? "--work-dir makes its directory before --log-file opens a file in it"
+    server_stop
 fi
 
 # A repeated path option: the last one wins (and the first is not leaked: LeakSanitizer).
