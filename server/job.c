@@ -11,6 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* put_field copies len bytes of src (NULL if len is 0) and a NUL to at; returns what follows. */
+static char *
+put_field(char *at, const void *src, size_t len)
+{
+    if (len > 0)
+        memcpy(at, src, len);
+    at[len] = '\0';
+    return at + len + 1;
+}
+
 struct job *
 job_new(const char *handle, size_t handle_len, const void *unique, size_t unique_len,
         const void *reducer, size_t reducer_len, const void *data, size_t data_len)
@@ -33,21 +43,10 @@ job_new(const char *handle, size_t handle_len, const void *unique, size_t unique
     j->unique_len = (uint32_t)unique_len;
     j->reducer_len = (uint16_t)reducer_len;
     j->data_len = (uint32_t)data_len;
-    at = j->buf;
-    memcpy(at, handle, handle_len);
-    at[handle_len] = '\0';
-    at += handle_len + 1;
-    if (unique_len)
-        memcpy(at, unique, unique_len);
-    at[unique_len] = '\0';
-    at += unique_len + 1;
-    if (reducer_len)
-        memcpy(at, reducer, reducer_len);
-    at[reducer_len] = '\0';
-    at += reducer_len + 1;
-    if (data_len)
-        memcpy(at, data, data_len);
-    at[data_len] = '\0';
+    at = put_field(j->buf, handle, handle_len);
+    at = put_field(at, unique, unique_len);
+    at = put_field(at, reducer, reducer_len);
+    put_field(at, data, data_len);
     return j;
 }
 

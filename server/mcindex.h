@@ -34,38 +34,47 @@
 #define MCINDEX_CHUNK_HEADER (MCINDEX_BODY + 4 + 4) /* a chunk's bytes before its ids */
 #define MCINDEX_CHUNK_LEN(ids) (MCINDEX_CHUNK_HEADER + 8 * (size_t)(ids)) /* a chunk's bytes */
 
+/* mcindex_put_le writes the n low bytes of v at p, least significant first. */
+static inline void
+mcindex_put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* mcindex_get_le reads n bytes at p, least significant first. */
+static inline uint64_t
+mcindex_get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 static inline void
 mcindex_put_u32(unsigned char *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    mcindex_put_le(p, v, 4);
 }
 
 static inline void
 mcindex_put_u64(unsigned char *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    mcindex_put_le(p, v, 8);
 }
 
 static inline uint32_t
 mcindex_get_u32(const unsigned char *p)
 {
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return (uint32_t)mcindex_get_le(p, 4);
 }
 
 static inline uint64_t
 mcindex_get_u64(const unsigned char *p)
 {
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return mcindex_get_le(p, 8);
 }
 
 /* mcindex_put_magic writes "dsj" and the format version at p (MCINDEX_BODY bytes). */
