@@ -31,7 +31,8 @@ admin_status(struct conn *c)
     struct func *f;
 
     TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
-        conn_printf(c, "%s\t%u\t%u\t%u\n", f->name, queue_total(f), f->nrunning, f->nworkers);
+        conn_printf(c, "%s\t%u\t%u\t%u\n", f->name, queue_total(f), f->nrunning + f->nsettling,
+                    f->nworkers);
     conn_write(c, ".\n", 2);
 }
 

@@ -463,7 +463,8 @@ h_get_status(struct conn *c, const struct packet *p)
     const void *args[5];
     size_t lens[5];
     bool known = j != NULL;
-    bool running = known && j->state == JOB_RUNNING;
+    /* A SETTLING job is done but not yet durably gone: still running, as far as anyone can tell. */
+    bool running = known && (j->state == JOB_RUNNING || j->state == JOB_SETTLING);
 
     snprintf(num, sizeof(num), "%" PRIu32, known && j->ext ? j->ext->numerator : 0);
     snprintf(den, sizeof(den), "%" PRIu32, known && j->ext ? j->ext->denominator : 0);
@@ -486,9 +487,10 @@ h_get_status_unique(struct conn *c, const struct packet *p)
     bool running;
 
     TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
-        if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL)
+        if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL ||
+            (j = queue_find_settling(f, p->arg[0], p->arg_len[0])) != NULL)
             break;
-    running = j != NULL && j->state == JOB_RUNNING;
+    running = j != NULL && (j->state == JOB_RUNNING || j->state == JOB_SETTLING);
     snprintf(num, sizeof(num), "%" PRIu32, j && j->ext ? j->ext->numerator : 0);
     snprintf(den, sizeof(den), "%" PRIu32, j && j->ext ? j->ext->denominator : 0);
     snprintf(waiting, sizeof(waiting), "%u", j ? job_nwaiters(j) : 0);

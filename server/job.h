@@ -33,6 +33,7 @@ enum job_state {
     JOB_RUNNING,   /* held by a worker */
     JOB_SCHEDULED, /* waiting in the epoch heap for its time */
     JOB_PENDING,   /* indexed, waiting for the store to commit it */
+    JOB_SETTLING,  /* done, stored: counted and found until its deletion commits */
 };
 
 /* A client connection waiting for a foreground job's result. */
@@ -78,6 +79,7 @@ struct job {
     bool unique_is_data : 1; /* unique "-": coalesce on the payload (gearmand) */
     bool stored : 1;         /* written to the store: remove it there when done */
     bool refused : 1;        /* the store refused it: coalesced submits are told */
+    bool settle_indexed : 1; /* SETTLING and in its function's settling index */
     char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);

@@ -129,10 +129,12 @@ lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms)
 void
 lifecycle_finish(struct srv *srv, struct job *j)
 {
+    struct qworker *w = job_worker(j);
+
     stop_timer(j);
     release_waiters(j);
-    storage_remove(srv, j);
-    queue_remove(&srv->queue, j);
+    if (!storage_settle(srv, j, w != NULL ? conn_of_worker(w) : NULL))
+        queue_remove(&srv->queue, j);
     if (srv->draining)
         srv_check_drained(srv);
 }

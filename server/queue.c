@@ -81,6 +81,7 @@ func_free(struct func *f)
 {
     hmap_release(&f->uniques);
     hmap_release(&f->payloads);
+    hmap_release(&f->settling);
     free(f);
 }
 
@@ -148,6 +149,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     }
     hmap_init(&f->uniques, unique_key);
     hmap_init(&f->payloads, payload_key);
+    hmap_init(&f->settling, unique_key);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
@@ -213,7 +215,7 @@ unsigned
 queue_total(const struct func *f)
 {
     return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW] +
-           f->nscheduled + f->npending + f->nrunning;
+           f->nscheduled + f->npending + f->nrunning + f->nsettling;
 }
 
 bool
@@ -294,12 +296,10 @@ out_unindex_handle:
     return -1;
 }
 
-void
-queue_remove(struct queue *q, struct job *j)
+/* Take j out of its list, heap or worker (not out of any index). */
+static void
+queue_unplace(struct queue *q, struct func *f, struct job *j)
 {
-    struct func *f = j->func;
-
-    assert(!job_has_waiters(j));
     switch ((enum job_state)j->state) {
     case JOB_QUEUED:
         TAILQ_REMOVE(&f->jobs[j->prio], j, link);
@@ -316,14 +316,60 @@ queue_remove(struct queue *q, struct job *j)
         f->nscheduled--;
         break;
     case JOB_PENDING: f->npending--; break;
-    case JOB_NEW: return;
+    case JOB_SETTLING: f->nsettling--; break;
+    case JOB_NEW: break;
     }
-    if (j->unique_len > 0)
+}
+
+void
+queue_remove(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j));
+    if (j->state == JOB_NEW)
+        return;
+    if (j->state == JOB_SETTLING) {
+        if (j->settle_indexed)
+            hmap_remove(&f->settling, &j->by_unique);
+        j->settle_indexed = false;
+    } else if (j->unique_len > 0) {
         hmap_remove(unique_index(f, j), &j->by_unique);
+    }
+    queue_unplace(q, f, j);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
     j->state = JOB_NEW;
     job_unref(j);
+}
+
+void
+queue_settle(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_SETTLING);
+    if (j->unique_len > 0)
+        hmap_remove(unique_index(f, j), &j->by_unique);
+    queue_unplace(q, f, j);
+    /*
+     * Only a key that is not already settling: two jobs of one key can end
+     * within one commit, and the index holds a key once (the later one is
+     * then found by handle only, as is one there was no memory to index).
+     */
+    j->settle_indexed = j->unique_len > 0 && !j->unique_is_data &&
+                        queue_find_settling(f, job_unique(j), j->unique_len) == NULL &&
+                        hmap_insert(&f->settling, &j->by_unique, job_unique(j), j->unique_len) == 0;
+    j->state = JOB_SETTLING;
+    f->nsettling++;
+}
+
+struct job *
+queue_find_settling(const struct func *f, const void *unique, size_t len)
+{
+    struct hnode *n = hmap_find(&f->settling, unique, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
 }
 
 struct ability *

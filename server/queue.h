@@ -47,10 +47,12 @@ struct func {
     unsigned nqueued[JOB_NPRIO];     /* entries in jobs[] */
     unsigned nscheduled;             /* its jobs waiting in the epoch heap */
     unsigned npending;               /* its jobs waiting for the store to commit them */
+    unsigned nsettling;              /* its done jobs waiting for their deletion to commit */
     unsigned nrunning;               /* its jobs held by workers */
     unsigned max_queue[JOB_NPRIO];   /* maxqueue limits; 0 for none */
     struct hmap uniques;             /* its jobs by explicit unique key */
     struct hmap payloads;            /* its jobs of unique "-", by payload */
+    struct hmap settling;            /* its SETTLING jobs with a unique key, by that key */
     struct ability_list workers;     /* every worker that can do it */
     struct ability_list sleepers;    /* of those, the ones asleep */
     unsigned nworkers;               /* entries in workers */
@@ -132,6 +134,20 @@ int queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bo
 
 /* queue_commit places a JOB_PENDING job in its list or the epoch heap. 0, or -1 (no memory). */
 int queue_commit(struct queue *q, struct job *j, int64_t now);
+
+/*
+ * queue_settle ends a stored job whose deletion the store has not yet
+ * committed: it leaves its list, heap or worker and its unique index (a
+ * new submit with its key makes a new job), but keeps its handle, its
+ * place in queue_total and the queue's reference, and queue_find_settling
+ * finds it by unique key, so that no answer says it is gone before the
+ * store would also say so after a crash. queue_remove (the store's commit)
+ * ends it. The caller must have detached its waiters.
+ */
+void queue_settle(struct queue *q, struct job *j);
+
+/* queue_find_settling finds a SETTLING job of f by its unique key, or NULL. */
+struct job *queue_find_settling(const struct func *f, const void *unique, size_t len);
 
 /*
  * queue_remove takes a job out of wherever it is (list, heap, worker) and

@@ -327,30 +327,41 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     schedule(srv);
 }
 
-void
-storage_remove(struct srv *srv, struct job *j)
+bool
+storage_settle(struct srv *srv, struct job *j, struct conn *worker)
 {
     struct storage *sg = &srv->storage;
     struct store_op *op;
+    struct ack *a = NULL;
 
     if (!j->stored)
-        return;
+        return false;
     j->stored = false;
     op = sg_calloc(sg, "remove", sizeof(*op));
     if (op == NULL) {
         log_err(&srv->log,
                 "store: out of memory to remove job %s: it will run again after a restart",
                 job_handle(j));
-        return;
+        return false;
     }
     op->is_remove = true;
     op->sj.id = j->id;
+    op->job = job_ref(j);
     batch_append(&sg->open, op);
+    queue_settle(&srv->queue, j);
+    if (worker != NULL && worker->state == CONN_ACTIVE)
+        a = ack_alloc(sg, "ack", 0);
+    if (a != NULL) {
+        /* An answer of nothing: it only holds the worker's next request. */
+        ack_link(srv, a, worker, NULL, NULL);
+        schedule(srv);
+        return true;
+    }
     /*
-     * Nobody waits for a deletion: gather them for STORAGE_REMOVE_DELAY_MS,
-     * so that a drain costs one commit per few milliseconds, not one per
-     * job. The price, within at-least-once, is that a job finished in the
-     * last few milliseconds before a crash runs again.
+     * Nobody waits for this deletion: gather it with others for
+     * STORAGE_REMOVE_DELAY_MS, so that a drain by workers that do not wait
+     * costs one commit per few milliseconds, not one per job. Until then
+     * the job is SETTLING, so nothing says it is gone.
      */
     if (!sg->scheduled) {
         struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
@@ -359,6 +370,7 @@ storage_remove(struct srv *srv, struct job *j)
         sg->lazy = true;
         evtimer_add(sg->flush_ev, &tv);
     }
+    return true;
 }
 
 /* Answer one submitter after the commit: ok says whether it succeeded. */
@@ -388,6 +400,8 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
     }
     if (a->client == NULL)
         return;
+    if (j == NULL && a->error == NULL)
+        return; /* storage_settle's hold on a worker: nothing to send */
     if (a->error != NULL) {
         const void *args[2] = {a->error, a->error + strlen(a->error) + 1};
         size_t lens[2] = {strlen(a->error), a->error_len - strlen(a->error) - 1};
@@ -496,6 +510,18 @@ batch_finish(struct srv *srv)
     }
     for (op = b->ops; op != NULL; op = next) {
         next = op->next;
+        if (op->job != NULL && (!b->ok || op->failed)) {
+            /* Not durable yet: the job settles with the next commit that holds its deletion. */
+            op->next = NULL;
+            op->failed = false;
+            batch_append(&sg->open, op);
+            continue;
+        }
+        if (op->job != NULL) {
+            if (op->job->state == JOB_SETTLING)
+                queue_remove(&srv->queue, op->job);
+            job_unref(op->job);
+        }
         free(op);
     }
     free(b);
@@ -621,6 +647,36 @@ storage_forget_client(struct srv *srv, struct conn *c)
     c->nacks = 0;
 }
 
+/*
+ * batch_release frees what a batch still holds at close: the ops of a
+ * commit that never came (the jobs of their adds and removes run again
+ * after a restart, which at-least-once allows) and answers nobody reads.
+ */
+static void
+batch_release(struct batch *b)
+{
+    struct store_op *op, *next;
+    struct ack *a;
+
+    for (op = b->ops; op != NULL; op = next) {
+        next = op->next;
+        job_unref(op->job);
+        free(op);
+    }
+    b->ops = NULL;
+    b->tail = &b->ops;
+    while ((a = TAILQ_FIRST(&b->acks)) != NULL) {
+        TAILQ_REMOVE(&b->acks, a, link);
+        if (a->client != NULL) {
+            TAILQ_REMOVE(&a->client->acks, a, by_client);
+            a->client->nacks--;
+        }
+        job_unref(a->job);
+        free(a);
+    }
+    b->nacks = 0;
+}
+
 void
 storage_close(struct srv *srv)
 {
@@ -642,6 +698,7 @@ storage_close(struct srv *srv)
     sg->ops->close(sg->st);
     sg->ops = NULL;
     sg->st = NULL;
+    batch_release(&sg->open);
     if (sg->flush_ev != NULL)
         event_free(sg->flush_ev);
     sg->flush_ev = NULL;

@@ -29,6 +29,7 @@ struct srv;
 struct store_op {
     struct store_op *next;  /* next in the batch, in order */
     bool is_remove;         /* remove sj.id, else add sj */
+    struct job *job;        /* a remove's SETTLING job, referenced, or NULL */
     bool failed;            /* set by the writer: the backend refused it */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add, pointers into buf */
@@ -119,8 +120,20 @@ void storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existin
 /* storage_refuse queues an ERROR for c behind the answers it is owed. */
 void storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);
 
-/* storage_remove deletes a finished stored job in the next batch. */
-void storage_remove(struct srv *srv, struct job *j);
+/*
+ * storage_settle ends a finished job that is in the store: its deletion
+ * goes in the open batch, and the job stays SETTLING in the queue (counted
+ * by status, found by GET_STATUS) until that deletion commits, so that no
+ * answer shows it gone before a crash would. If worker (the connection
+ * that finished it) is given, its next request waits for that commit too,
+ * so a worker sees its result durable before it is given more; the
+ * batch then goes at the end of this loop turn, shared by every job that
+ * ended in it, instead of after STORAGE_REMOVE_DELAY_MS. Returns true if j
+ * is settling; false if j is not stored (or there was no memory for the
+ * deletion, which is logged: the job then runs again after a restart),
+ * and the caller removes it from the queue itself.
+ */
+bool storage_settle(struct srv *srv, struct job *j, struct conn *worker);
 
 /*
  * storage_flush hands the open batch to the writer now (or, if one is in

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -654,10 +655,19 @@ test_drop_pending(void)
     peer_send(w, PACKET_GRAB_JOB, 0);
     tap_ok(recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS), "and a worker gets it");
     peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
+    peer_send(w, PACKET_ECHO_REQ, 1, "next");
+    usleep(200000);
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropme\t1\t1\t1\n") != NULL,
+           "done, but its deletion not yet committed: status still counts it");
+    tap_ok(quiet(w, 200), "the worker's next request waits for that commit");
+    tap_ok(recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS), "and is answered after it");
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropme\t0\t0\t1\n") != NULL, "then status shows it gone");
     close(w);
     usleep(100000);
     peer_admin(a, "drop function dropme", false, buf, sizeof(buf));
-    tap_is_str(buf, "OK\r\n", "once it is done, the function can be dropped");
+    tap_is_str(buf, "OK\r\n", "once its deletion has committed, the function can be dropped");
     tap_ok(daemon_alive(&d), "the server stayed up");
     close(a);
     close(c);
@@ -666,6 +676,79 @@ test_drop_pending(void)
     if (system(buf) != 0)
         tap_diag("could not remove %s", dir);
 }
+/*
+ * A job that is done stays done: four durable jobs, a worker completes two
+ * and status shows two left; then kill -9 and a restart on the same store.
+ * Exactly the two not completed come back (gearmand -q libsqlite3 does the
+ * same); the two that status showed gone do not run again.
+ */
+static void
+test_done_stays_done(void)
+{
+    char dir[] = "/tmp/dsjob-done.XXXXXX", wd[300], h[4][128], got[128], buf[512];
+    const char *args[] = {"--work-dir", wd, NULL};
+    struct daemon d;
+    struct peer_pkt p;
+    int a, c, w, i, status, left = 0;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, sizeof(wd), "%s/var", dir);
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(d.port);
+    for (i = 0; i < 4; i++) {
+        char data[8];
+
+        snprintf(data, sizeof(data), "j%d", i);
+        submit(c, PACKET_SUBMIT_JOB_BG, "stay", "", data, h[i], sizeof(h[i]));
+    }
+    w = worker("stay");
+    for (i = 0; i < 2; i++) {
+        peer_send(w, PACKET_GRAB_JOB, 0);
+        recv_type(w, PACKET_JOB_ASSIGN, got, sizeof(got), PEER_TIMEOUT_MS);
+        peer_send(w, PACKET_WORK_COMPLETE, 2, got, "done");
+    }
+    /* The worker's next request is answered once its last result is durable. */
+    peer_send(w, PACKET_ECHO_REQ, 1, "after");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS);
+    a = peer_connect(d.port);
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "stay\t2\t0\t1\n") != NULL, "two completed: status shows two left");
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, &status, 0);
+    close(a);
+    close(c);
+    close(w);
+
+    daemon_start(&d, args);
+    port = d.port;
+    a = peer_connect(d.port);
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "stay\t2\t0\t0\n") != NULL,
+           "after kill -9 and a restart, exactly those two are back: %.40s", buf);
+    w = worker("stay");
+    for (i = 0; i < 4; i++) {
+        peer_send(w, PACKET_GRAB_JOB, 0);
+        if (peer_recv(w, &p, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
+            peer_pkt_release(&p);
+            break;
+        }
+        snprintf(got, sizeof(got), "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+        peer_pkt_release(&p);
+        left += strcmp(got, h[2]) == 0 || strcmp(got, h[3]) == 0;
+        peer_send(w, PACKET_WORK_COMPLETE, 2, got, "done");
+    }
+    tap_is_int(left, 2, "and they are the two never completed");
+    tap_is_int(i, 2, "nothing else runs");
+    close(a);
+    close(w);
+    tap_is_int(daemon_stop(&d), 0, "the restarted server stops cleanly");
+    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
+    if (system(buf) != 0)
+        tap_diag("could not remove %s", dir);
+}
+
 #endif
 
 int
@@ -698,6 +781,7 @@ main(void)
     test_shutdown();
 #ifdef HAVE_SQLITE
     test_drop_pending();
+    test_done_stays_done();
 #endif
     return tap_done();
 }

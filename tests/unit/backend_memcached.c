@@ -268,6 +268,13 @@ mc_outside(uint64_t id)
     char what[32];
 
     snprintf(what, sizeof(what), "job:%llu", (unsigned long long)id);
+    /*
+     * The store deletes without waiting for replies, on its own connection;
+     * memcached may serve this one first. A key that is there is looked at
+     * again a few times (50 ms at most) before it counts as present.
+     */
+    for (int i = 0; i < 5 && raw_exists(cur_prefix, what); i++)
+        sleep_ms(10);
     return raw_exists(cur_prefix, what);
 }
 
