@@ -468,7 +468,8 @@ ctl_cb(evutil_socket_t fd, short what, void *arg)
 static void
 srv_teardown(struct srv *srv)
 {
-    struct event **evs[] = {&srv->reaper_ev, &srv->flush_ev, &srv->epoch_ev, &srv->ctl_ev};
+    struct event **evs[] = {&srv->reaper_ev, &srv->flush_ev, &srv->epoch_ev, &srv->ctl_ev,
+                            &srv->tick_ev};
     size_t i;
 
     for (i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
