@@ -36,6 +36,7 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000
+#define GIVEBACK_MIN_MS 1000 /* the first pause after a job given back */
 #define WORKER_ERR_LEN 512
 
 enum wlink_state {
@@ -50,6 +51,7 @@ struct wlink {
     enum wlink_state state; /* see enum wlink_state */
     int64_t next_try;       /* link_now_ms() of the next connect attempt */
     int backoff_ms;         /* delay before the attempt after a failure */
+    int giveback_ms;        /* pause after the last job given back; 0: none in a row */
 };
 
 struct wfunc {
@@ -440,8 +442,19 @@ run_job(struct wctx *x, struct wlink *wl, const struct packet *p, bool unique)
     else if (r == DSJOB_WORK_EXCEPTION)
         job_send(&job, true, PACKET_WORK_EXCEPTION, 2, job.result ? (const void *)job.result : "",
                  job.result_len, NULL, 0);
-    else
+    else if (r != DSJOB_WORK_GIVE_BACK)
         job_send(&job, true, PACKET_WORK_FAIL, 1, NULL, 0, NULL, 0);
+    if (r == DSJOB_WORK_GIVE_BACK) {
+        /* No packet hands a job back: a closed connection makes the server requeue it. */
+        wl->giveback_ms = wl->giveback_ms == 0                   ? GIVEBACK_MIN_MS
+                          : wl->giveback_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                                 : wl->giveback_ms * 2;
+        link_close(&wl->l);
+        wl->state = WLINK_DOWN;
+        wl->next_try = link_now_ms() + wl->giveback_ms;
+    } else {
+        wl->giveback_ms = 0;
+    }
     dsjob_free(job.result);
     dsjob_free(job.mem);
     return DSJOB_OK;

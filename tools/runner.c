@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -378,7 +380,10 @@ run_job(struct dsjob_job *job, void *user)
     err = spawn_command(r, env, in[0], out[1], st[1], &pid);
     env_free(env);
     if (err != 0) {
-        cli_err("job %s: cannot run '%s': %s", dsjob_job_handle(job), r->argv[0], strerror(err));
+        /* Not the job's fault: hand it back, so that it runs once the command is there. */
+        cli_err("job %s: cannot run '%s': %s; giving the job back", dsjob_job_handle(job),
+                r->argv[0], strerror(err));
+        ret = DSJOB_WORK_GIVE_BACK;
         goto out_pipes;
     }
     close(in[0]);
@@ -562,6 +567,49 @@ runner_start(struct cli *cli, struct runner *r, char **funcs, size_t nfuncs, con
     return rc;
 }
 
+/*
+ * find_command tells whether posix_spawnp would find cmd: a path with a
+ * slash names the file itself, a bare name is looked for in PATH (the
+ * system's default path when PATH is unset). It must be an executable
+ * regular file. On failure why says what is wrong.
+ */
+static bool
+find_command(const char *cmd, const char **why)
+{
+    const char *path = getenv("PATH"), *p, *end;
+    char buf[PATH_MAX], def[256];
+    struct stat sb;
+
+    *why = "not found in PATH";
+    if (strchr(cmd, '/') != NULL) {
+        if (stat(cmd, &sb) != 0) {
+            *why = strerror(errno);
+            return false;
+        }
+        *why = "not an executable file";
+        return S_ISREG(sb.st_mode) && access(cmd, X_OK) == 0;
+    }
+    if (path == NULL) {
+        size_t n = confstr(_CS_PATH, def, sizeof(def));
+
+        path = n > 0 && n <= sizeof(def) ? def : "/bin:/usr/bin";
+    }
+    for (p = path; *p != '\0'; p = *end ? end + 1 : end) {
+        size_t dlen;
+
+        end = strchr(p, ':');
+        if (end == NULL)
+            end = p + strlen(p);
+        dlen = (size_t)(end - p);
+        if (snprintf(buf, sizeof(buf), "%.*s/%s", (int)dlen, dlen ? p : ".", cmd) >=
+            (int)sizeof(buf))
+            continue;
+        if (stat(buf, &sb) == 0 && S_ISREG(sb.st_mode) && access(buf, X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
 int
 runner_main(struct cli *cli, int argc, char **argv)
 {
@@ -577,6 +625,7 @@ runner_main(struct cli *cli, int argc, char **argv)
     const char *id = NULL;
     size_t nfuncs = 0;
     unsigned long n = 1;
+    const char *why;
     int ch, rc, i;
 
     memset(&r, 0, sizeof(r));
@@ -628,6 +677,10 @@ runner_main(struct cli *cli, int argc, char **argv)
     if (optind >= argc) {
         free(funcs);
         return cli_usage_error(cli, "missing '-- COMMAND'");
+    }
+    if (!find_command(argv[optind], &why)) {
+        free(funcs);
+        return cli_usage_error(cli, "cannot run '%s': %s", argv[optind], why);
     }
     rc = cli_servers(cli);
     if (rc != 0) {

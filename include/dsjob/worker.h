@@ -39,13 +39,19 @@ enum dsjob_work_result {
     DSJOB_WORK_COMPLETE = 0, /* WORK_COMPLETE with the bytes of dsjob_job_set_result */
     DSJOB_WORK_FAIL,         /* WORK_FAIL */
     DSJOB_WORK_EXCEPTION,    /* WORK_EXCEPTION with the text of dsjob_job_set_result */
+    DSJOB_WORK_GIVE_BACK,    /* not run: hand it back to the server and back off */
 };
 
 /*
  * A job callback: runs the job and returns an enum dsjob_work_result. job
  * is borrowed until it returns; user is the pointer given to
- * dsjob_worker_register. Any other value than the three results is taken
- * as DSJOB_WORK_FAIL.
+ * dsjob_worker_register. Any other value than the four results is taken
+ * as DSJOB_WORK_FAIL. DSJOB_WORK_GIVE_BACK is for a job the worker could not
+ * even start (its command is missing, say): the worker closes that
+ * server's connection, which makes the server queue the job again (as for
+ * a worker that died; it counts against the server's --job-retries), and
+ * connects again after a pause that doubles with each give-back in a row,
+ * from 1 s to 10 s, and starts again at the first job that ends otherwise.
  */
 typedef int (*dsjob_worker_fn)(struct dsjob_job *job, void *user);
 

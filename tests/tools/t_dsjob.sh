@@ -34,7 +34,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=80
+CHECKS=85
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -406,6 +406,31 @@ checks() {
     dsw -f t_adm_q -- sh -c "cat >>'$d/cancelled'; echo >>'$d/cancelled'"
     check "after cancel, a worker runs only the later job" poll has after "$d/cancelled"
     same "$(cat "$d/cancelled")" "after" "the cancelled job never ran"
+
+    # A command that is not there is refused at start, naming it (exit 2).
+    "$DSJOB" worker -s "$addr" -f t_typo -- "$d/nonexistent-typo" 2>"$d/typo.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "cannot run '$d/nonexistent-typo'" "$d/typo.err"
+    ok $? "$K: worker: a command that does not exist: exit 2 naming it (rc $rc)"
+    # One that goes away while the worker runs gives its jobs back: none fails, and they run
+    # once it is back.
+    printf '#!/bin/sh\ncat >>"%s"; echo >>"%s"\n' "$d/vanish.out" "$d/vanish.out" >"$d/vanish.sh"
+    chmod +x "$d/vanish.sh"
+    timeout --foreground -k 5 60 "$DSJOB" worker -s "$addr" -f t_vanish -- "$d/vanish.sh" \
+        2>"$d/vanish.err" &
+    wv=$!
+    track $wv
+    check "the t_vanish worker is registered" poll tsv_is t_vanish "t_vanish	0	0	1"
+    mv "$d/vanish.sh" "$d/vanish.away"
+    for v in v1 v2 v3; do ds submit -b t_vanish "$v" >/dev/null; done
+    check "a job whose command is gone is given back" poll has "giving the job back" "$d/vanish.err"
+    same "$(ds status --format tsv | grep '^t_vanish	' | cut -f2)" "3" \
+        "and all three jobs are still held"
+    mv "$d/vanish.away" "$d/vanish.sh"
+    check "once the command is back, the three jobs run" \
+        poll sh -c "[ \"\$(sort '$d/vanish.out' 2>/dev/null | tr '\n' ' ')\" = 'v1 v2 v3 ' ]"
+    kill "$wv" 2>/dev/null
+    wait_bounded "$wv"
 
     # shutdown: dsjobd stops; gearmand 1.1.20 (Debian) has no such command.
     case $K in
