@@ -1,0 +1,288 @@
+/*
+ * Hostile servers: a fake server (a child on a loopback socket made here)
+ * answers the libraries' first request with garbage, a header declaring a
+ * 4 GiB or a 60 MiB packet, half a header and a close, nothing at all, or
+ * a result for a handle nobody asked for. Every client, task set and worker
+ * call must come back with an error within its timeout (bounded here far
+ * above it, 10 s against a fake that stalls for 30 s), none may crash, and
+ * none may allocate a declared size before the bytes arrive: the largest
+ * single allocation through the library allocator is checked.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dsjob/client.h>
+#include <dsjob/worker.h>
+
+#include "tap.h"
+
+#define IO_MS 500           /* the libraries' I/O timeout in every case */
+#define BOUND_MS 10000      /* a call that takes longer than this hangs */
+#define STALL_S 30          /* how long the fake keeps a connection it stalls */
+#define MAX_ALLOC (1 << 20) /* no single allocation may be larger */
+
+enum act { GARBAGE, HUGE, BIG, HALF, STALL, STRANGER, NACTS };
+
+static const char *const act_name[NACTS] = {
+    [GARBAGE] = "garbage",
+    [HUGE] = "a 4 GiB packet declared",
+    [BIG] = "a 60 MiB packet declared, never sent",
+    [HALF] = "half a header, then a close",
+    [STALL] = "nothing at all",
+    [STRANGER] = "a result for a handle nobody asked for",
+};
+
+static size_t max_alloc;
+
+static void *
+big_watch_malloc(size_t n)
+{
+    if (n > max_alloc)
+        max_alloc = n;
+    return malloc(n);
+}
+
+static long long
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+put_header(unsigned char *h, unsigned type, unsigned size)
+{
+    memcpy(h, "\0RES", 4);
+    h[4] = (unsigned char)(type >> 24), h[5] = (unsigned char)(type >> 16);
+    h[6] = (unsigned char)(type >> 8), h[7] = (unsigned char)type;
+    h[8] = (unsigned char)(size >> 24), h[9] = (unsigned char)(size >> 16);
+    h[10] = (unsigned char)(size >> 8), h[11] = (unsigned char)size;
+}
+
+static void
+send_all(int fd, const void *buf, size_t len)
+{
+    if (send(fd, buf, len, MSG_NOSIGNAL) < 0) {
+        /* The library may have gone already: that is its right. */
+    }
+}
+
+/* A packet of type with the given payload (NULs between arguments included). */
+static void
+send_packet(int fd, unsigned type, const void *payload, size_t len)
+{
+    unsigned char h[12];
+
+    put_header(h, type, (unsigned)len);
+    send_all(fd, h, sizeof(h));
+    send_all(fd, payload, len);
+}
+
+/* One connection: wait for the first bytes of a request, then misbehave. */
+static void
+serve(int fd, enum act a)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+    unsigned char buf[4096], h[12];
+
+    if (poll(&pfd, 1, 5000) > 0 && recv(fd, buf, sizeof(buf), 0) <= 0)
+        _exit(0);
+    switch (a) {
+    case GARBAGE: send_all(fd, "HTTP/1.1 400 Bad Request\r\n\r\nno", 31); break;
+    case HUGE:
+        put_header(h, 8, 0xfffffff0u);
+        send_all(fd, h, sizeof(h));
+        send_all(fd, "H:x", 3);
+        break;
+    case BIG:
+        put_header(h, 8, 60u << 20);
+        send_all(fd, h, sizeof(h));
+        break;
+    case HALF:
+        put_header(h, 8, 10);
+        send_all(fd, h, 6);
+        close(fd);
+        _exit(0);
+    case STALL: break;
+    case STRANGER:
+        send_packet(fd, 8, "H:fake:1", 8);                    /* JOB_CREATED */
+        send_packet(fd, 13, "H:nobody:7\0x", 12);             /* WORK_COMPLETE, someone else's */
+        send_packet(fd, 11, "H:nobody:8\0hostile\0data", 24); /* JOB_ASSIGN nobody asked for */
+        break;
+    case NACTS: break;
+    }
+    sleep(STALL_S);
+    _exit(0);
+}
+
+/* The fake server: a child accepting on a port of its own; each connection in a child of its own. */
+static pid_t
+fake_start(enum act a, int *port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t slen = sizeof(sin);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    pid_t pid;
+
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(lfd, 64) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sin, &slen) < 0)
+        tap_bail("fake server: %s", strerror(errno));
+    *port = ntohs(sin.sin_port);
+    pid = fork();
+    if (pid < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (pid > 0)
+        setpgid(pid, pid); /* also here, so that fake_stop cannot come first */
+    if (pid == 0) {
+        setpgid(0, 0); /* it and its connections' children go together */
+        signal(SIGCHLD, SIG_IGN);
+        for (;;) {
+            int fd = accept(lfd, NULL, NULL);
+
+            if (fd < 0)
+                continue;
+            if (fork() == 0) {
+                close(lfd);
+                serve(fd, a);
+            }
+            close(fd);
+        }
+    }
+    close(lfd);
+    return pid;
+}
+
+/* Stops the fake and every connection child it made: its process group. */
+static void
+fake_stop(pid_t pid)
+{
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static int
+never(struct dsjob_job *job, void *user)
+{
+    (void)job;
+    (void)user;
+    return DSJOB_WORK_COMPLETE;
+}
+
+/* Reports one call: it failed in time. */
+static void
+report(enum act a, const char *call, bool failed, long long ms)
+{
+    tap_ok(failed && ms < BOUND_MS, "%s: %s returns an error in time (%lld ms)", act_name[a], call,
+           ms);
+}
+
+static void
+try_client(enum act a, const char *addr)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    char handle[DSJOB_HANDLE_MAX];
+    void *result = NULL;
+    size_t len = 0;
+    long long t0;
+    int rc;
+
+    dsjob_client_add_server(c, addr);
+    dsjob_client_set_timeout(c, IO_MS, IO_MS);
+    t0 = now_ms();
+    rc = dsjob_client_submit(c, "f", NULL, "x", 1, DSJOB_PRIO_NORMAL, &result, &len);
+    report(a, "dsjob_client_submit", rc != DSJOB_OK, now_ms() - t0);
+    dsjob_free(result);
+    t0 = now_ms();
+    rc = dsjob_client_submit_bg(c, "f", NULL, "x", 1, DSJOB_PRIO_NORMAL, handle, sizeof(handle));
+    if (a == STRANGER) /* its JOB_CREATED comes first, and is a right answer to this one */
+        tap_ok(rc == DSJOB_OK && strcmp(handle, "H:fake:1") == 0 && now_ms() - t0 < BOUND_MS,
+               "%s: dsjob_client_submit_bg takes the JOB_CREATED that came first", act_name[a]);
+    else
+        report(a, "dsjob_client_submit_bg", rc != DSJOB_OK, now_ms() - t0);
+    t0 = now_ms();
+    rc = dsjob_client_echo(c, "ping", 4);
+    report(a, "dsjob_client_echo", rc != DSJOB_OK, now_ms() - t0);
+    dsjob_client_free(c);
+}
+
+static void
+try_taskset(enum act a, const char *addr)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    struct dsjob_taskset *ts;
+    long long t0;
+    int rc;
+
+    dsjob_client_add_server(c, addr);
+    dsjob_client_set_timeout(c, IO_MS, IO_MS);
+    ts = dsjob_taskset_new(c, NULL);
+    dsjob_taskset_add(ts, "f", NULL, "x", 1, DSJOB_PRIO_NORMAL, 0, NULL, NULL);
+    dsjob_taskset_add(ts, "f", NULL, "y", 1, DSJOB_PRIO_NORMAL, DSJOB_TASK_BACKGROUND, NULL, NULL);
+    t0 = now_ms();
+    rc = dsjob_taskset_run(ts, IO_MS * 2);
+    report(a, "dsjob_taskset_run",
+           rc != DSJOB_OK || dsjob_taskset_nfailed(ts) == dsjob_taskset_count(ts), now_ms() - t0);
+    dsjob_taskset_free(ts);
+    dsjob_client_free(c);
+}
+
+static void
+try_worker(enum act a, const char *addr)
+{
+    struct dsjob_worker *w = dsjob_worker_new();
+    long long t0;
+    int i;
+
+    dsjob_worker_add_server(w, addr);
+    dsjob_worker_set_timeout(w, IO_MS, IO_MS);
+    dsjob_worker_register(w, "f", never, NULL, 0);
+    /* A worker keeps trying its servers: each call must still come back. */
+    t0 = now_ms();
+    for (i = 0; i < 3; i++)
+        dsjob_worker_work(w, IO_MS);
+    tap_ok(now_ms() - t0 < BOUND_MS,
+           "%s: dsjob_worker_work comes back each time (3 calls, %lld ms)", act_name[a],
+           now_ms() - t0);
+    dsjob_worker_free(w);
+}
+
+int
+main(void)
+{
+    int a;
+
+    alarm(300);
+    signal(SIGPIPE, SIG_IGN);
+    dsjob_set_alloc_funcs(big_watch_malloc, free);
+    for (a = 0; a < NACTS; a++) {
+        char addr[32];
+        int port;
+        pid_t pid = fake_start((enum act)a, &port);
+
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+        max_alloc = 0;
+        try_client((enum act)a, addr);
+        try_taskset((enum act)a, addr);
+        try_worker((enum act)a, addr);
+        tap_ok(max_alloc <= MAX_ALLOC, "%s: the largest allocation was %zu bytes", act_name[a],
+               max_alloc);
+        fake_stop(pid);
+    }
+    return tap_done();
+}
