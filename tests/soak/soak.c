@@ -61,10 +61,11 @@ enum jflag { J_SENT = 1, J_ACKED = 2, J_OBSERVED = 4, J_REJECTED = 8 };
 
 /* One submitted job, indexed by the id its payload carries. */
 struct job {
-    uint32_t group; /* coalescing group (K_GROUP), else 0 */
-    uint8_t kind;   /* enum kind */
-    uint8_t flags;  /* enum jflag */
-    uint16_t execs; /* executions seen */
+    uint32_t group;      /* coalescing group (K_GROUP), else 0 */
+    uint8_t kind;        /* enum kind */
+    uint8_t flags;       /* enum jflag */
+    uint16_t execs;      /* executions seen */
+    uint32_t last_epoch; /* kills before its latest execution */
 };
 
 /* A coalescing group: several submits with one unique key, counted as one job. */
@@ -119,6 +120,8 @@ struct config {
 struct totals {
     uint64_t kills, sent, acked, rejected, lost, phantoms, execs, dups, reruns, observed;
     uint64_t unacked_ran, crashes, errors;
+    uint64_t dups_nokill;     /* duplicates with no kill since the run before */
+    uint64_t short_restarts;  /* restarts that queued fewer jobs than were owed */
     unsigned max_reruns_kill; /* most observed re-runs after one kill */
     unsigned max_dups_kill;   /* most duplicates after one kill */
     double secs;              /* wall time of the config */
@@ -155,6 +158,8 @@ static struct {
     unsigned ahead, acount;                      /* ring of asked: first, count */
     unsigned epoch;                              /* kills so far */
     unsigned *ep_dups, *ep_reruns, *ep_phantoms; /* per kill */
+    long *ep_queued;                             /* per kill: jobs queued after the restart */
+    uint64_t *ep_pending;                        /* per kill: acknowledged, not yet run */
     bool stopping;                               /* no more submits */
     uint64_t rng;                                /* xorshift state */
     struct totals t;                             /* the running config's counts */
@@ -662,16 +667,20 @@ on_job(struct conn *c, const struct packet *p)
         goto hold_none;
     }
     S.t.execs++;
+    /* a run after the first is put down to the first kill after the run before it */
     if (j->execs > 0) {
         S.t.dups++;
-        if (S.epoch > 0)
-            S.ep_dups[S.epoch - 1]++;
+        if (j->last_epoch < S.epoch)
+            S.ep_dups[j->last_epoch]++;
+        else
+            S.t.dups_nokill++;
     }
     if (j->flags & J_OBSERVED) {
         S.t.reruns++;
-        if (S.epoch > 0)
-            S.ep_reruns[S.epoch - 1]++;
+        if (j->last_epoch < S.epoch)
+            S.ep_reruns[j->last_epoch]++;
     }
+    j->last_epoch = S.epoch;
     if (!(j->flags & J_ACKED) && j->execs == 0)
         S.t.unacked_ran++;
     if (j->group != 0) {
@@ -872,9 +881,13 @@ static void
 print_kill(unsigned k)
 {
     if (!opt.quiet)
-        printf("# %s kill %u: duplicates %u, re-runs of observed completions %u, phantoms %u\n",
-               S.cfg->label, k + 1, S.ep_dups[k], S.ep_reruns[k], S.ep_phantoms[k]);
+        printf("# %s kill %u: queued after restart %ld (owed %" PRIu64 "), duplicates %u, "
+               "re-runs of observed completions %u, phantoms %u\n",
+               S.cfg->label, k + 1, S.ep_queued[k], S.ep_pending[k], S.ep_dups[k], S.ep_reruns[k],
+               S.ep_phantoms[k]);
 }
+
+static long queued_on_server(void);
 
 /* Kills the server, reads what it had sent, restarts it and reconnects everyone. */
 static bool
@@ -883,8 +896,6 @@ kill_and_restart(void)
     int i, status;
     int64_t t0;
 
-    if (S.epoch > 0)
-        print_kill(S.epoch - 1);
     kill(S.pid, SIGKILL);
     waitpid(S.pid, &status, 0);
     S.pid = 0;
@@ -910,6 +921,18 @@ kill_and_restart(void)
         S.t.restart_ms_sum += ms;
         if (ms > S.t.restart_ms_max)
             S.t.restart_ms_max = ms;
+    }
+    /*
+     * Before anyone reconnects: every job acknowledged and not yet run is
+     * owed, so admin status must count at least that many (more is fine:
+     * unacknowledged submits and unfinished runs that were stored).
+     */
+    S.ep_queued[S.epoch - 1] = queued_on_server();
+    S.ep_pending[S.epoch - 1] = S.pending;
+    if (S.ep_queued[S.epoch - 1] >= 0 && (uint64_t)S.ep_queued[S.epoch - 1] < S.pending) {
+        S.t.short_restarts++;
+        fprintf(stderr, "soak: %s: after kill %u the server has %ld jobs, %" PRIu64 " are owed\n",
+                S.cfg->label, S.epoch, S.ep_queued[S.epoch - 1], S.pending);
     }
     for (i = 0; i < S.nconn; i++)
         conn_open(&S.conn[i]);
@@ -1041,6 +1064,8 @@ run_config(const struct config *cfg, struct totals *out)
     memset(S.ep_dups, 0, sizeof(unsigned) * opt.kills);
     memset(S.ep_reruns, 0, sizeof(unsigned) * opt.kills);
     memset(S.ep_phantoms, 0, sizeof(unsigned) * opt.kills);
+    memset(S.ep_queued, 0, sizeof(long) * opt.kills);
+    memset(S.ep_pending, 0, sizeof(uint64_t) * opt.kills);
     snprintf(S.dir, sizeof(S.dir), "%s/dsjob-soak.XXXXXX", opt.tmp);
     if (mkdtemp(S.dir) == NULL)
         die("mkdtemp: %s", strerror(errno));
@@ -1105,8 +1130,8 @@ run_config(const struct config *cfg, struct totals *out)
                     cfg->label, S.pending);
         }
     }
-    if (S.epoch > 0)
-        print_kill(S.epoch - 1);
+    for (k = 0; k < (int)S.epoch; k++)
+        print_kill((unsigned)k);
     for (k = 0; k < S.nconn; k++) {
         conn_close(&S.conn[k]);
         free(S.conn[k].in);
@@ -1249,7 +1274,10 @@ main(int argc, char **argv)
     S.ep_dups = calloc(opt.kills, sizeof(unsigned));
     S.ep_reruns = calloc(opt.kills, sizeof(unsigned));
     S.ep_phantoms = calloc(opt.kills, sizeof(unsigned));
-    if (!S.job || !S.group || !S.ep_dups || !S.ep_reruns || !S.ep_phantoms)
+    S.ep_queued = calloc(opt.kills, sizeof(long));
+    S.ep_pending = calloc(opt.kills, sizeof(uint64_t));
+    if (!S.job || !S.group || !S.ep_dups || !S.ep_reruns || !S.ep_phantoms || !S.ep_queued ||
+        !S.ep_pending)
         die("out of memory");
     signal(SIGPIPE, SIG_IGN);
     signal(SIGALRM, on_alarm);
@@ -1271,11 +1299,13 @@ main(int argc, char **argv)
         ran[c] = true;
         printf("# %s: %.1f s, %" PRIu64 " submits sent, %" PRIu64 " executions, %" PRIu64
                " completions observed, %" PRIu64 " unacknowledged ran, %" PRIu64
-               " rejected, %" PRIu64 " errors, restart mean %.1f ms max %.1f ms, "
+               " rejected, %" PRIu64 " errors, %" PRIu64 " duplicates without a kill, %" PRIu64
+               " restarts short of owed jobs, restart mean %.1f ms max %.1f ms, "
                "per kill at most %u duplicates and %u re-runs of observed completions "
                "(the issue's bound: %u, one per worker)\n",
                configs[c].label, tot[c].secs, tot[c].sent, tot[c].execs, tot[c].observed,
-               tot[c].unacked_ran, tot[c].rejected, tot[c].errors,
+               tot[c].unacked_ran, tot[c].rejected, tot[c].errors, tot[c].dups_nokill,
+               tot[c].short_restarts,
                tot[c].kills ? tot[c].restart_ms_sum / (double)tot[c].kills : 0.0,
                tot[c].restart_ms_max, tot[c].max_dups_kill, tot[c].max_reruns_kill, opt.workers);
     }
@@ -1292,7 +1322,8 @@ main(int argc, char **argv)
                tot[c].timed_out ? "  (timed out)"
                : tot[c].crashes ? "  (crashed)"
                                 : "");
-        if (tot[c].lost || tot[c].phantoms || tot[c].crashes || tot[c].timed_out)
+        if (tot[c].lost || tot[c].phantoms || tot[c].crashes || tot[c].timed_out ||
+            tot[c].short_restarts || tot[c].dups_nokill)
             rc = 1;
     }
     printf("# total %.1f s\n", (double)(now_us() - t0) / 1e6);
@@ -1301,5 +1332,7 @@ main(int argc, char **argv)
     free(S.ep_dups);
     free(S.ep_reruns);
     free(S.ep_phantoms);
+    free(S.ep_queued);
+    free(S.ep_pending);
     return rc;
 }
