@@ -134,9 +134,9 @@ static struct {
     unsigned kills, workers, producers, max_backlog;
     uint64_t max_jobs;
     uint64_t seed;
-    bool quiet, keep;
+    bool quiet, keep, strict;
     const char *dsjobd, *gearmand, *tmp;
-} opt = {1000, 3, 2, 400, 0, 0, false, false, NULL, NULL, NULL};
+} opt = {1000, 3, 2, 400, 0, 0, false, false, false, NULL, NULL, NULL};
 
 static struct {
     const struct config *cfg;
@@ -1188,7 +1188,9 @@ usage(FILE *fp)
                 "  --dsjobd PATH    default $DSJOBD or server/dsjobd\n"
                 "  --gearmand PATH  default $GEARMAND or /usr/sbin/gearmand\n"
                 "  --quiet          no line per kill\n"
-                "  --keep           keep the stores and logs\n");
+                "  --keep           keep the stores and logs\n"
+                "  --strict         also fail on a re-run of an observed completion, or on\n"
+                "                   more duplicates after one kill than there are workers\n");
 }
 
 static const struct config configs[] = {
@@ -1223,6 +1225,10 @@ main(int argc, char **argv)
         }
         if (strcmp(a, "--keep") == 0) {
             opt.keep = true;
+            continue;
+        }
+        if (strcmp(a, "--strict") == 0) {
+            opt.strict = true;
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -1324,6 +1330,8 @@ main(int argc, char **argv)
                                 : "");
         if (tot[c].lost || tot[c].phantoms || tot[c].crashes || tot[c].timed_out ||
             tot[c].short_restarts || tot[c].dups_nokill)
+            rc = 1;
+        if (opt.strict && (tot[c].reruns > 0 || tot[c].max_dups_kill > opt.workers))
             rc = 1;
     }
     printf("# total %.1f s\n", (double)(now_us() - t0) / 1e6);
