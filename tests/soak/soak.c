@@ -1,0 +1,1346 @@
+/*
+ * The kill -9 soak (make soak): producers submit background jobs (normal,
+ * high and low priority, unique keys that coalesce, epoch times a second or
+ * two ahead) and workers complete most and fail some, all over raw Gearman
+ * connections in one poll loop, while the server is killed with SIGKILL at
+ * random moments and restarted on the same store. Every payload names its
+ * job, so each execution is attributed: at the end (everything drained) it
+ * counts acknowledged submits, lost jobs, phantoms, duplicates and re-runs
+ * of completions that had been observed (WORK_COMPLETE or WORK_FAIL written,
+ * then GET_STATUS said the handle is gone), and prints one table row per
+ * server config: dsjobd with --store-sync normal and full, and gearmand
+ * 1.1.20 with -q libsqlite3, driven by the same client and workers.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "proto/packet.h"
+
+#define MAX_CONNS 64
+#define WINDOW 16         /* submits in flight per producer */
+#define MAX_OBS 4096      /* completions waiting to be observed */
+#define FAIL_PERCENT 10   /* jobs a worker fails */
+#define RESTART_MS 10000  /* a restart must serve within this */
+#define DRAIN_MS 90000    /* the final drain must end within this */
+#define HANDLE_MAX 64     /* longest job handle kept */
+#define MAX_WORKERS 16    /* workers at most */
+#define MAX_PRODUCERS 16  /* producers at most */
+#define FUNCS 2           /* functions the load spreads over */
+#define READ_CHUNK 65536  /* bytes read at once */
+#define OBS_TRIES 200     /* GET_STATUS attempts per completion */
+#define MAX_KILLS 1000000 /* --kills at most */
+
+static const char *const func_name[FUNCS] = {"soak_a", "soak_b"};
+
+enum kind { K_NORMAL, K_HIGH, K_LOW, K_SOLO, K_GROUP, K_EPOCH, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"normal", "high", "low", "solo", "group", "epoch"};
+
+enum jflag { J_SENT = 1, J_ACKED = 2, J_OBSERVED = 4, J_REJECTED = 8 };
+
+/* One submitted job, indexed by the id its payload carries. */
+struct job {
+    uint32_t group;      /* coalescing group (K_GROUP), else 0 */
+    uint8_t kind;        /* enum kind */
+    uint8_t flags;       /* enum jflag */
+    uint16_t execs;      /* executions seen */
+    uint32_t last_epoch; /* kills before its latest execution */
+};
+
+/* A coalescing group: several submits with one unique key, counted as one job. */
+struct group {
+    bool acked;    /* one of its submits got JOB_CREATED */
+    bool executed; /* one of its payloads ran */
+};
+
+enum role { R_PRODUCER, R_WORKER, R_OBSERVER };
+enum wstate { W_IDLE, W_GRABBING, W_SLEEPING, W_HOLDING };
+
+/* A completion written by a worker, to be confirmed gone with GET_STATUS. */
+struct obs {
+    uint32_t id;             /* the job */
+    char handle[HANDLE_MAX]; /* its handle in this server run */
+    size_t hlen;             /* handle bytes */
+    int worker;              /* conn index of the worker that wrote it */
+    unsigned gen;            /* that worker connection's generation */
+    uint64_t off;            /* bytes the worker must have written first */
+    int64_t due;             /* not before (us) */
+    int tries;               /* GET_STATUS sent so far */
+};
+
+/* One connection to the server, with its own buffers. */
+struct conn {
+    enum role role;            /* what it does */
+    int fd;                    /* -1 when down */
+    unsigned gen;              /* bumped on each reconnect */
+    unsigned char *in;         /* bytes read, not yet decoded */
+    size_t in_len, in_cap;     /* used and allocated */
+    unsigned char *out;        /* bytes not yet written */
+    size_t out_len, out_cap;   /* used and allocated */
+    uint64_t queued;           /* bytes ever queued on this connection instance */
+    uint64_t written;          /* bytes of them written to the kernel */
+    uint32_t fifo[WINDOW * 4]; /* producer: submits awaiting JOB_CREATED, in order */
+    unsigned head, count;      /* ring of fifo */
+    enum wstate ws;            /* worker: state */
+    uint32_t job;              /* worker: job held */
+    char handle[HANDLE_MAX];   /* worker: its handle */
+    size_t hlen;               /* handle bytes */
+    int64_t due;               /* worker: when the held job is finished (us) */
+};
+
+/* One server config of the table. */
+struct config {
+    const char *label; /* table row name */
+    bool gearmand;     /* gearmand -q libsqlite3, else dsjobd */
+    const char *sync;  /* dsjobd --store-sync */
+};
+
+/* Totals of one config run. */
+struct totals {
+    uint64_t kills, sent, acked, rejected, lost, phantoms, execs, dups, reruns, observed;
+    uint64_t unacked_ran, crashes, errors;
+    uint64_t dups_nokill;     /* duplicates with no kill since the run before */
+    uint64_t short_restarts;  /* restarts that queued fewer jobs than were owed */
+    unsigned max_reruns_kill; /* most observed re-runs after one kill */
+    unsigned max_dups_kill;   /* most duplicates after one kill */
+    double secs;              /* wall time of the config */
+    double restart_ms_max;    /* slowest restart */
+    double restart_ms_sum;    /* all restarts */
+    bool timed_out;           /* a phase hit its time bound */
+};
+
+static struct {
+    unsigned kills, workers, producers, max_backlog;
+    uint64_t max_jobs;
+    uint64_t seed;
+    bool quiet, keep, strict;
+    const char *dsjobd, *gearmand, *tmp;
+} opt = {1000, 3, 2, 400, 0, 0, false, false, false, NULL, NULL, NULL};
+
+static struct {
+    const struct config *cfg;
+    char dir[256]; /* the config's temporary directory */
+    pid_t pid;     /* the running server, 0 if none */
+    int port;      /* its port */
+    struct conn conn[MAX_CONNS];
+    int nconn;       /* connections in use */
+    int observer;    /* index of the observer */
+    struct job *job; /* jobs by id */
+    uint32_t njobs;  /* ids handed out */
+    struct group *group;
+    uint32_t ngroups;
+    uint64_t pending;                            /* acknowledged jobs (groups once) not yet run */
+    uint64_t inflight;                           /* submits awaiting JOB_CREATED */
+    struct obs wait[MAX_OBS];                    /* completions not yet asked about */
+    unsigned nwait;                              /* entries of wait */
+    struct obs asked[MAX_OBS];                   /* GET_STATUS sent, in order */
+    unsigned ahead, acount;                      /* ring of asked: first, count */
+    unsigned epoch;                              /* kills so far */
+    unsigned *ep_dups, *ep_reruns, *ep_phantoms; /* per kill */
+    long *ep_queued;                             /* per kill: jobs queued after the restart */
+    uint64_t *ep_pending;                        /* per kill: acknowledged, not yet run */
+    bool stopping;                               /* no more submits */
+    uint64_t rng;                                /* xorshift state */
+    struct totals t;                             /* the running config's counts */
+} S;
+
+static volatile sig_atomic_t watchdog_pid;
+
+static int64_t
+now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t
+rnd(void)
+{
+    S.rng ^= S.rng << 13;
+    S.rng ^= S.rng >> 7;
+    S.rng ^= S.rng << 17;
+    return S.rng;
+}
+
+static unsigned
+rnd_between(unsigned lo, unsigned hi)
+{
+    return lo + (unsigned)(rnd() % (hi - lo + 1));
+}
+
+static void
+die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fputs("soak: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (S.pid > 0) {
+        kill(S.pid, SIGKILL);
+        waitpid(S.pid, NULL, 0);
+    }
+    exit(2);
+}
+
+static void
+on_alarm(int sig)
+{
+    static const char msg[] = "soak: watchdog: time bound exceeded, stopping\n";
+
+    (void)sig;
+    if (watchdog_pid > 0)
+        kill((pid_t)watchdog_pid, SIGKILL);
+    if (write(2, msg, sizeof(msg) - 1) < 0)
+        _exit(3);
+    _exit(3);
+}
+
+/* Payload of job id: its id, kind and a check over them, padded to a length of its own. */
+static size_t
+payload_of(uint32_t id, unsigned kind, char *buf, size_t cap)
+{
+    uint32_t h = id * 2654435761u ^ 0x5eed;
+    int n = snprintf(buf, cap, "soak %" PRIu32 " %s %08" PRIx32 " ", id, kind_name[kind], h);
+    size_t len = (size_t)n, pad = id % 48;
+
+    while (pad-- > 0 && len + 1 < cap)
+        buf[len++] = (char)('a' + (id + pad) % 26);
+    buf[len] = '\0';
+    return len;
+}
+
+static size_t
+unique_of(uint32_t id, char *buf, size_t cap)
+{
+    const struct job *j = &S.job[id];
+
+    if (j->kind == K_GROUP)
+        return (size_t)snprintf(buf, cap, "g%" PRIu32, j->group);
+    if (j->kind == K_SOLO)
+        return (size_t)snprintf(buf, cap, "s%" PRIu32, id);
+    /*
+     * gearmand 1.1.20 -q libsqlite3 keys its table on (unique, function),
+     * so all jobs submitted with an empty unique share one row and only
+     * the last survives a restart; libgearman never sends an empty unique
+     * (it makes up a UUID), and the soak does the same for gearmand.
+     */
+    if (S.cfg->gearmand)
+        return (size_t)snprintf(buf, cap, "n%" PRIu32, id);
+    buf[0] = '\0';
+    return 0;
+}
+
+/* ---- connections ---- */
+
+static void
+conn_close(struct conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->in_len = c->out_len = 0;
+    c->queued = c->written = 0;
+    if (c->role == R_PRODUCER) {
+        S.inflight -= c->count;
+        c->count = c->head = 0;
+    }
+    c->ws = W_IDLE;
+}
+
+static int
+tcp_connect(int port)
+{
+    struct sockaddr_in sin;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+    if (fd < 0)
+        die("socket: %s", strerror(errno));
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons((uint16_t)port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+        close(fd);
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static void
+grow(unsigned char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return;
+    while (*cap < need)
+        *cap = *cap ? *cap * 2 : 4096;
+    *buf = realloc(*buf, *cap);
+    if (*buf == NULL)
+        die("out of memory");
+}
+
+static void
+conn_flush(struct conn *c)
+{
+    while (c->fd >= 0 && c->out_len > 0) {
+        ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            conn_close(c);
+            return;
+        }
+        memmove(c->out, c->out + n, c->out_len - (size_t)n);
+        c->out_len -= (size_t)n;
+        c->written += (uint64_t)n;
+    }
+}
+
+static void
+conn_send(struct conn *c, uint32_t type, unsigned nargs, const void *const *args,
+          const size_t *lens)
+{
+    size_t size = PACKET_HEADER_SIZE + packet_args_size(nargs, lens);
+
+    if (c->fd < 0)
+        return;
+    grow(&c->out, &c->out_cap, c->out_len + size);
+    packet_encode(c->out + c->out_len, size, PACKET_REQ, type, nargs, args, lens);
+    c->out_len += size;
+    c->queued += size;
+}
+
+static void
+conn_send0(struct conn *c, uint32_t type)
+{
+    conn_send(c, type, 0, NULL, NULL);
+}
+
+static void
+conn_send1(struct conn *c, uint32_t type, const void *a, size_t len)
+{
+    const void *args[1] = {a};
+
+    conn_send(c, type, 1, args, &len);
+}
+
+static void
+conn_open(struct conn *c)
+{
+    int fd = tcp_connect(S.port), i;
+
+    if (fd < 0)
+        return;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    c->fd = fd;
+    c->gen++;
+    c->queued = c->written = 0;
+    if (c->role == R_WORKER) {
+        for (i = 0; i < FUNCS; i++)
+            conn_send1(c, PACKET_CAN_DO, func_name[i], strlen(func_name[i]));
+        conn_send0(c, PACKET_GRAB_JOB_UNIQ);
+        c->ws = W_GRABBING;
+    }
+    conn_flush(c);
+}
+
+/* ---- the server ---- */
+
+static void
+server_spawn(void)
+{
+    char db[300], log[300], portfile[300], portarg[16];
+    const char *argv[32];
+    int argc = 0;
+
+    snprintf(portfile, sizeof(portfile), "%s/port", S.dir);
+    unlink(portfile);
+    if (S.cfg->gearmand) {
+        static char a_port[32], a_log[320], a_pid[320];
+
+        snprintf(db, sizeof(db), "%s/gearmand.db", S.dir);
+        snprintf(a_port, sizeof(a_port), "--port=%d", S.port);
+        snprintf(a_log, sizeof(a_log), "--log-file=%s/gearmand.log", S.dir);
+        snprintf(a_pid, sizeof(a_pid), "--pid-file=%s/gearmand.pid", S.dir);
+        argv[argc++] = opt.gearmand;
+        argv[argc++] = "--listen=127.0.0.1";
+        argv[argc++] = a_port;
+        argv[argc++] = "--threads=0";
+        argv[argc++] = a_log;
+        argv[argc++] = a_pid;
+        argv[argc++] = "-q";
+        argv[argc++] = "libsqlite3";
+        argv[argc++] = "--libsqlite3-db";
+        argv[argc++] = db;
+    } else {
+        snprintf(db, sizeof(db), "%s/store", S.dir);
+        snprintf(log, sizeof(log), "%s/dsjobd.log", S.dir);
+        snprintf(portarg, sizeof(portarg), "0");
+        argv[argc++] = opt.dsjobd;
+        argv[argc++] = "-L";
+        argv[argc++] = "127.0.0.1";
+        argv[argc++] = "-p";
+        argv[argc++] = portarg;
+        argv[argc++] = "--port-file";
+        argv[argc++] = portfile;
+        argv[argc++] = "--log-file";
+        argv[argc++] = log;
+        argv[argc++] = "--work-dir";
+        argv[argc++] = db;
+        argv[argc++] = "--store-sync";
+        argv[argc++] = S.cfg->sync;
+    }
+    argv[argc] = NULL;
+    S.pid = fork();
+    if (S.pid < 0)
+        die("fork: %s", strerror(errno));
+    if (S.pid == 0) {
+        int fd = open("/dev/null", O_RDWR);
+
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        if (fd >= 0) {
+            dup2(fd, 0);
+            dup2(fd, 1);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    watchdog_pid = S.pid;
+}
+
+/* Waits for the spawned server to serve; returns false past RESTART_MS. */
+static bool
+server_ready(void)
+{
+    char portfile[300];
+    int64_t end = now_us() + RESTART_MS * 1000LL;
+    int status;
+
+    snprintf(portfile, sizeof(portfile), "%s/port", S.dir);
+    while (now_us() < end) {
+        if (waitpid(S.pid, &status, WNOHANG) == S.pid) {
+            fprintf(stderr, "soak: %s exited at start (status %d)\n", S.cfg->label, status);
+            S.pid = 0;
+            return false;
+        }
+        if (S.cfg->gearmand) {
+            int fd = tcp_connect(S.port);
+
+            if (fd >= 0) {
+                close(fd);
+                return true;
+            }
+        } else {
+            FILE *fp = fopen(portfile, "r");
+            int port = 0;
+
+            if (fp != NULL) {
+                if (fscanf(fp, "%d", &port) == 1 && port > 0) {
+                    fclose(fp);
+                    S.port = port;
+                    return true;
+                }
+                fclose(fp);
+            }
+        }
+        sleep_us(1000);
+    }
+    return false;
+}
+
+static void
+server_stop(void)
+{
+    int i;
+
+    if (S.pid <= 0)
+        return;
+    kill(S.pid, SIGTERM);
+    for (i = 0; i < 500; i++) {
+        if (waitpid(S.pid, NULL, WNOHANG) == S.pid)
+            break;
+        sleep_us(10000);
+    }
+    if (i == 500) {
+        kill(S.pid, SIGKILL);
+        waitpid(S.pid, NULL, 0);
+    }
+    S.pid = 0;
+    watchdog_pid = 0;
+}
+
+static int
+free_port(void)
+{
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sin, &len) < 0)
+        die("cannot find a free port: %s", strerror(errno));
+    port = ntohs(sin.sin_port);
+    close(fd);
+    return port;
+}
+
+/* ---- the load ---- */
+
+static uint32_t
+job_new(unsigned kind, uint32_t group)
+{
+    uint32_t id = S.njobs++;
+
+    S.job[id].kind = (uint8_t)kind;
+    S.job[id].group = group;
+    return id;
+}
+
+static void
+submit(struct conn *c, uint32_t id)
+{
+    char data[128], uniq[32], when[24];
+    size_t dlen = payload_of(id, S.job[id].kind, data, sizeof(data));
+    size_t ulen = unique_of(id, uniq, sizeof(uniq));
+    const char *fn = func_name[id % FUNCS];
+    const void *args[4] = {fn, uniq, data, NULL};
+    size_t lens[4] = {strlen(fn), ulen, dlen, 0};
+    uint32_t type = PACKET_SUBMIT_JOB_BG;
+
+    switch (S.job[id].kind) {
+    case K_HIGH: type = PACKET_SUBMIT_JOB_HIGH_BG; break;
+    case K_LOW: type = PACKET_SUBMIT_JOB_LOW_BG; break;
+    case K_EPOCH:
+        type = PACKET_SUBMIT_JOB_EPOCH;
+        lens[2] =
+            (size_t)snprintf(when, sizeof(when), "%lld", (long long)time(NULL) + rnd_between(1, 2));
+        args[2] = when;
+        args[3] = data;
+        lens[3] = dlen;
+        break;
+    default: break;
+    }
+    conn_send(c, type, type == PACKET_SUBMIT_JOB_EPOCH ? 4 : 3, args, lens);
+    S.job[id].flags |= J_SENT;
+    c->fifo[(c->head + c->count++) % (WINDOW * 4)] = id;
+    S.inflight++;
+    S.t.sent++;
+}
+
+static void
+produce(struct conn *c)
+{
+    while (!S.stopping && c->fd >= 0 && c->count + 4 <= WINDOW &&
+           S.pending + S.inflight < opt.max_backlog && S.njobs + 4 <= opt.max_jobs) {
+        unsigned r = rnd_between(0, 99), kind, n, i;
+        uint32_t group = 0;
+
+        kind = r < 45   ? K_NORMAL
+               : r < 58 ? K_HIGH
+               : r < 71 ? K_LOW
+               : r < 80 ? K_SOLO
+               : r < 90 ? K_GROUP
+                        : K_EPOCH;
+        n = 1;
+        if (kind == K_GROUP) {
+            group = ++S.ngroups;
+            n = rnd_between(2, 4);
+        }
+        for (i = 0; i < n; i++)
+            submit(c, job_new(kind, group));
+    }
+    conn_flush(c);
+}
+
+static void
+on_ack(struct conn *c, bool ok)
+{
+    uint32_t id;
+    struct job *j;
+
+    if (c->count == 0) {
+        S.t.errors++;
+        return;
+    }
+    id = c->fifo[c->head];
+    c->head = (c->head + 1) % (WINDOW * 4);
+    c->count--;
+    S.inflight--;
+    j = &S.job[id];
+    if (!ok) {
+        j->flags |= J_REJECTED;
+        S.t.rejected++;
+        return;
+    }
+    j->flags |= J_ACKED;
+    S.t.acked++;
+    if (j->group != 0) {
+        struct group *g = &S.group[j->group];
+
+        if (!g->acked && !g->executed)
+            S.pending++;
+        g->acked = true;
+    } else if (j->execs == 0) {
+        S.pending++;
+    }
+}
+
+static void
+phantom(const char *why, const unsigned char *data, size_t len)
+{
+    S.t.phantoms++;
+    if (S.epoch > 0)
+        S.ep_phantoms[S.epoch - 1]++;
+    fprintf(stderr, "soak: %s: phantom execution (%s): '%.*s'\n", S.cfg->label, why,
+            (int)(len > 80 ? 80 : len), (const char *)data);
+}
+
+/* A worker was assigned a job: attribute it, and hold it for 0 to 2 ms. */
+static void
+on_job(struct conn *c, const struct packet *p)
+{
+    char want[128], uniq[32];
+    unsigned long id;
+    size_t wlen, ulen;
+    struct job *j;
+    char *end;
+
+    if (p->nargs < 4 || p->arg_len[3] < 6 || memcmp(p->arg[3], "soak ", 5) != 0) {
+        phantom("no soak payload", p->arg[3], p->arg_len[3]);
+        goto hold_none;
+    }
+    id = strtoul((const char *)p->arg[3] + 5, &end, 10);
+    if (id >= S.njobs || !(S.job[id].flags & J_SENT)) {
+        phantom("never submitted", p->arg[3], p->arg_len[3]);
+        goto hold_none;
+    }
+    j = &S.job[id];
+    wlen = payload_of((uint32_t)id, j->kind, want, sizeof(want));
+    ulen = unique_of((uint32_t)id, uniq, sizeof(uniq));
+    if (p->arg_len[3] != wlen || memcmp(p->arg[3], want, wlen) != 0 ||
+        p->arg_len[1] != strlen(func_name[id % FUNCS]) ||
+        memcmp(p->arg[1], func_name[id % FUNCS], p->arg_len[1]) != 0 ||
+        (ulen > 0 && (p->arg_len[2] != ulen || memcmp(p->arg[2], uniq, ulen) != 0))) {
+        phantom("bytes differ from the submit", p->arg[3], p->arg_len[3]);
+        goto hold_none;
+    }
+    S.t.execs++;
+    /* a run after the first is put down to the first kill after the run before it */
+    if (j->execs > 0) {
+        S.t.dups++;
+        if (j->last_epoch < S.epoch)
+            S.ep_dups[j->last_epoch]++;
+        else
+            S.t.dups_nokill++;
+    }
+    if (j->flags & J_OBSERVED) {
+        S.t.reruns++;
+        if (j->last_epoch < S.epoch)
+            S.ep_reruns[j->last_epoch]++;
+    }
+    j->last_epoch = S.epoch;
+    if (!(j->flags & J_ACKED) && j->execs == 0)
+        S.t.unacked_ran++;
+    if (j->group != 0) {
+        struct group *g = &S.group[j->group];
+
+        if (g->acked && !g->executed)
+            S.pending--;
+        g->executed = true;
+    } else if (j->execs == 0 && (j->flags & J_ACKED)) {
+        S.pending--;
+    }
+    if (j->execs < UINT16_MAX)
+        j->execs++;
+    c->job = (uint32_t)id;
+    c->hlen = p->arg_len[0] < HANDLE_MAX ? p->arg_len[0] : HANDLE_MAX - 1;
+    memcpy(c->handle, p->arg[0], c->hlen);
+    c->ws = W_HOLDING;
+    c->due = now_us() + rnd_between(0, 2000);
+    return;
+hold_none:
+    /* not ours: answer it anyway so the server does not hold it */
+    c->job = UINT32_MAX;
+    c->hlen = p->arg_len[0] < HANDLE_MAX ? p->arg_len[0] : HANDLE_MAX - 1;
+    memcpy(c->handle, p->arg[0], c->hlen);
+    c->ws = W_HOLDING;
+    c->due = now_us();
+}
+
+/* The held job is done: complete or fail it, ask the observer to confirm, grab the next. */
+static void
+finish(int wi)
+{
+    struct conn *c = &S.conn[wi];
+    bool fail = rnd_between(1, 100) <= FAIL_PERCENT;
+    const void *args[2] = {c->handle, "ok"};
+    size_t lens[2] = {c->hlen, 2};
+
+    if (fail)
+        conn_send(c, PACKET_WORK_FAIL, 1, args, lens);
+    else
+        conn_send(c, PACKET_WORK_COMPLETE, 2, args, lens);
+    if (c->job != UINT32_MAX && S.nwait < MAX_OBS) {
+        struct obs *o = &S.wait[S.nwait++];
+
+        o->id = c->job;
+        memcpy(o->handle, c->handle, c->hlen);
+        o->hlen = c->hlen;
+        o->worker = wi;
+        o->gen = c->gen;
+        o->off = c->queued;
+        o->due = 0;
+        o->tries = 0;
+    }
+    conn_send0(c, PACKET_GRAB_JOB_UNIQ);
+    c->ws = W_GRABBING;
+    conn_flush(c);
+}
+
+/* Sends GET_STATUS for every completion its worker has written. */
+static void
+observe(int64_t now)
+{
+    struct conn *oc = &S.conn[S.observer];
+    unsigned i, keep = 0;
+
+    for (i = 0; i < S.nwait; i++) {
+        struct obs *o = &S.wait[i];
+        struct conn *w = &S.conn[o->worker];
+
+        if (w->gen != o->gen)
+            continue; /* that connection died: the write may not have happened */
+        if (oc->fd < 0 || w->written < o->off || o->due > now || S.acount >= MAX_OBS) {
+            S.wait[keep++] = *o;
+            continue;
+        }
+        conn_send1(oc, PACKET_GET_STATUS, o->handle, o->hlen);
+        o->tries++;
+        S.asked[(S.ahead + S.acount++) % MAX_OBS] = *o;
+    }
+    S.nwait = keep;
+    conn_flush(oc);
+}
+
+static void
+on_status(const struct packet *p)
+{
+    struct obs o;
+
+    if (S.acount == 0) {
+        S.t.errors++;
+        return;
+    }
+    o = S.asked[S.ahead];
+    S.ahead = (S.ahead + 1) % MAX_OBS;
+    S.acount--;
+    if (p->nargs >= 2 && p->arg_len[1] == 1 && p->arg[1][0] == '0') {
+        if (!(S.job[o.id].flags & J_OBSERVED))
+            S.t.observed++;
+        S.job[o.id].flags |= J_OBSERVED;
+    } else if (o.tries < OBS_TRIES && S.nwait < MAX_OBS) {
+        o.due = now_us() + 2000; /* still there: its result is not in yet, ask again */
+        S.wait[S.nwait++] = o;
+    }
+}
+
+static void
+handle_packet(int ci, const struct packet *p)
+{
+    struct conn *c = &S.conn[ci];
+
+    if (p->type == PACKET_ERROR) {
+        S.t.errors++;
+        if (S.t.errors <= 10)
+            fprintf(stderr, "soak: %s: ERROR %.*s %.*s\n", S.cfg->label, (int)p->arg_len[0],
+                    (const char *)p->arg[0], (int)p->arg_len[1], (const char *)p->arg[1]);
+        if (c->role == R_PRODUCER)
+            on_ack(c, false);
+        else if (c->role == R_OBSERVER)
+            on_status(p);
+        return;
+    }
+    switch (c->role) {
+    case R_PRODUCER:
+        if (p->type == PACKET_JOB_CREATED)
+            on_ack(c, true);
+        break;
+    case R_OBSERVER:
+        if (p->type == PACKET_STATUS_RES)
+            on_status(p);
+        break;
+    case R_WORKER:
+        if (p->type == PACKET_JOB_ASSIGN_UNIQ && c->ws == W_GRABBING) {
+            on_job(c, p);
+        } else if (p->type == PACKET_NO_JOB && c->ws == W_GRABBING) {
+            conn_send0(c, PACKET_PRE_SLEEP);
+            c->ws = W_SLEEPING;
+        } else if (p->type == PACKET_NOOP && c->ws == W_SLEEPING) {
+            conn_send0(c, PACKET_GRAB_JOB_UNIQ);
+            c->ws = W_GRABBING;
+        }
+        conn_flush(c);
+        break;
+    }
+}
+
+/* Reads what there is; with dead set, only what the dead server left in the socket. */
+static void
+conn_read(int ci, bool dead)
+{
+    struct conn *c = &S.conn[ci];
+
+    for (;;) {
+        ssize_t n;
+        size_t off = 0;
+
+        grow(&c->in, &c->in_cap, c->in_len + READ_CHUNK);
+        n = recv(c->fd, c->in + c->in_len, READ_CHUNK, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            conn_close(c);
+            return;
+        }
+        c->in_len += (size_t)n;
+        for (;;) {
+            struct packet pk;
+            size_t need;
+            const char *why;
+            enum packet_status st =
+                packet_decode(c->in + off, c->in_len - off, 1u << 26, &pk, &need, &why);
+
+            if (st == PACKET_NEED_MORE)
+                break;
+            if (st != PACKET_OK || pk.magic != PACKET_RES) {
+                fprintf(stderr, "soak: %s: bad packet from the server: %s\n", S.cfg->label,
+                        why ? why : "request magic");
+                S.t.errors++;
+                conn_close(c);
+                return;
+            }
+            /* a job handed out by a server already killed is never run */
+            if (!(dead && pk.type == PACKET_JOB_ASSIGN_UNIQ))
+                handle_packet(ci, &pk);
+            if (c->fd < 0)
+                return;
+            off += need;
+        }
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
+}
+
+/* ---- kills ---- */
+
+static void
+print_kill(unsigned k)
+{
+    if (!opt.quiet)
+        printf("# %s kill %u: queued after restart %ld (owed %" PRIu64 "), duplicates %u, "
+               "re-runs of observed completions %u, phantoms %u\n",
+               S.cfg->label, k + 1, S.ep_queued[k], S.ep_pending[k], S.ep_dups[k], S.ep_reruns[k],
+               S.ep_phantoms[k]);
+}
+
+static long queued_on_server(void);
+
+/* Kills the server, reads what it had sent, restarts it and reconnects everyone. */
+static bool
+kill_and_restart(void)
+{
+    int i, status;
+    int64_t t0;
+
+    kill(S.pid, SIGKILL);
+    waitpid(S.pid, &status, 0);
+    S.pid = 0;
+    for (i = 0; i < S.nconn; i++) {
+        struct conn *c = &S.conn[i];
+
+        if (c->fd >= 0)
+            conn_read(i, true);
+        conn_close(c);
+    }
+    S.nwait = 0;
+    S.acount = 0;
+    S.ahead = 0;
+    S.epoch++;
+    S.t.kills++;
+    t0 = now_us();
+    server_spawn();
+    if (!server_ready())
+        return false;
+    {
+        double ms = (double)(now_us() - t0) / 1000.0;
+
+        S.t.restart_ms_sum += ms;
+        if (ms > S.t.restart_ms_max)
+            S.t.restart_ms_max = ms;
+    }
+    /*
+     * Before anyone reconnects: every job acknowledged and not yet run is
+     * owed, so admin status must count at least that many (more is fine:
+     * unacknowledged submits and unfinished runs that were stored).
+     */
+    S.ep_queued[S.epoch - 1] = queued_on_server();
+    S.ep_pending[S.epoch - 1] = S.pending;
+    if (S.ep_queued[S.epoch - 1] >= 0 && (uint64_t)S.ep_queued[S.epoch - 1] < S.pending) {
+        S.t.short_restarts++;
+        fprintf(stderr, "soak: %s: after kill %u the server has %ld jobs, %" PRIu64 " are owed\n",
+                S.cfg->label, S.epoch, S.ep_queued[S.epoch - 1], S.pending);
+    }
+    for (i = 0; i < S.nconn; i++)
+        conn_open(&S.conn[i]);
+    return true;
+}
+
+/* Sum of the total column of admin "status" for the soak's functions, or -1. */
+static long
+queued_on_server(void)
+{
+    char buf[8192];
+    size_t len = 0;
+    int fd = tcp_connect(S.port), i;
+    long total = 0;
+    char *line;
+
+    if (fd < 0)
+        return -1;
+    if (send(fd, "status\n", 7, MSG_NOSIGNAL) != 7) {
+        close(fd);
+        return -1;
+    }
+    while (len + 1 < sizeof(buf)) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        ssize_t n;
+
+        if (poll(&pfd, 1, 2000) <= 0)
+            break;
+        n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        if (strcmp(buf, ".\n") == 0 || (len >= 3 && strcmp(buf + len - 3, "\n.\n") == 0))
+            break;
+    }
+    close(fd);
+    buf[len] = '\0';
+    if (len < 2)
+        return -1;
+    for (line = strtok(buf, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        for (i = 0; i < FUNCS; i++) {
+            size_t fl = strlen(func_name[i]);
+
+            if (strncmp(line, func_name[i], fl) == 0 && line[fl] == '\t')
+                total += strtol(line + fl + 1, NULL, 10);
+        }
+    return total;
+}
+
+/* One turn of the poll loop, waiting at most max_wait_us. */
+static void
+turn(int64_t max_wait_us)
+{
+    struct pollfd pfd[MAX_CONNS];
+    int64_t now = now_us(), wait = max_wait_us;
+    int i, n;
+
+    for (i = 0; i < S.nconn; i++) {
+        struct conn *c = &S.conn[i];
+
+        if (c->fd < 0)
+            conn_open(c); /* closed by the server: go on with a new connection */
+        if (c->role == R_WORKER && c->ws == W_HOLDING) {
+            if (c->due <= now)
+                finish(i);
+            else if (c->due - now < wait)
+                wait = c->due - now;
+        }
+        if (c->role == R_PRODUCER)
+            produce(c);
+    }
+    observe(now);
+    if (S.nwait > 0 && wait > 2000)
+        wait = 2000;
+    for (i = 0; i < S.nconn; i++) {
+        pfd[i].fd = S.conn[i].fd;
+        pfd[i].events = POLLIN | (S.conn[i].out_len > 0 ? POLLOUT : 0);
+        pfd[i].revents = 0;
+    }
+    n = poll(pfd, (nfds_t)S.nconn, (int)((wait + 999) / 1000));
+    if (n <= 0)
+        return;
+    for (i = 0; i < S.nconn; i++) {
+        if (S.conn[i].fd < 0)
+            continue;
+        if (pfd[i].revents & POLLOUT)
+            conn_flush(&S.conn[i]);
+        if (S.conn[i].fd >= 0 && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            conn_read(i, false);
+    }
+}
+
+static void
+check_crash(void)
+{
+    int status;
+
+    if (S.pid > 0 && waitpid(S.pid, &status, WNOHANG) == S.pid) {
+        fprintf(stderr, "soak: %s: the server died by itself (status %d), see %s\n", S.cfg->label,
+                status, S.dir);
+        S.t.crashes++;
+        S.pid = 0;
+        opt.keep = true;
+        server_spawn();
+        if (!server_ready())
+            die("%s: the server does not start again after a crash", S.cfg->label);
+    }
+}
+
+static void
+run_config(const struct config *cfg, struct totals *out)
+{
+    int64_t t_start = now_us(), deadline, next_kill;
+    uint64_t i;
+    unsigned g;
+    int k;
+
+    memset(&S.t, 0, sizeof(S.t));
+    S.cfg = cfg;
+    S.njobs = 0;
+    S.ngroups = 0;
+    S.pending = S.inflight = 0;
+    S.nwait = S.acount = S.ahead = 0;
+    S.epoch = 0;
+    S.stopping = false;
+    memset(S.job, 0, sizeof(*S.job) * opt.max_jobs);
+    memset(S.group, 0, sizeof(*S.group) * (opt.max_jobs + 1));
+    memset(S.ep_dups, 0, sizeof(unsigned) * opt.kills);
+    memset(S.ep_reruns, 0, sizeof(unsigned) * opt.kills);
+    memset(S.ep_phantoms, 0, sizeof(unsigned) * opt.kills);
+    memset(S.ep_queued, 0, sizeof(long) * opt.kills);
+    memset(S.ep_pending, 0, sizeof(uint64_t) * opt.kills);
+    snprintf(S.dir, sizeof(S.dir), "%s/dsjob-soak.XXXXXX", opt.tmp);
+    if (mkdtemp(S.dir) == NULL)
+        die("mkdtemp: %s", strerror(errno));
+    S.port = cfg->gearmand ? free_port() : 0;
+    server_spawn();
+    if (!server_ready())
+        die("%s does not start", cfg->label);
+    S.nconn = 0;
+    for (k = 0; k < (int)opt.producers; k++)
+        S.conn[S.nconn++] = (struct conn){.role = R_PRODUCER, .fd = -1};
+    for (k = 0; k < (int)opt.workers; k++)
+        S.conn[S.nconn++] = (struct conn){.role = R_WORKER, .fd = -1};
+    S.observer = S.nconn;
+    S.conn[S.nconn++] = (struct conn){.role = R_OBSERVER, .fd = -1};
+    for (k = 0; k < S.nconn; k++)
+        conn_open(&S.conn[k]);
+
+    /* The load phase: a kill every 20 to 200 ms; at most max_jobs submits and 1 s a kill. */
+    deadline = now_us() + (int64_t)opt.kills * 1000000 + 60000000;
+    next_kill = now_us() + rnd_between(20, 200) * 1000;
+    while (S.t.kills < opt.kills) {
+        int64_t now = now_us();
+
+        if (now > deadline) {
+            S.t.timed_out = true;
+            fprintf(stderr, "soak: %s: the load phase hit its time bound\n", cfg->label);
+            break;
+        }
+        if (now >= next_kill) {
+            if (!kill_and_restart())
+                die("%s does not serve again after kill %" PRIu64, cfg->label, S.t.kills);
+            next_kill = now_us() + rnd_between(20, 200) * 1000;
+            continue;
+        }
+        turn(next_kill - now);
+        check_crash();
+    }
+
+    /* The drain: no more submits; workers run until every acknowledged job ran. */
+    S.stopping = true;
+    deadline = now_us() + DRAIN_MS * 1000LL;
+    {
+        int64_t next_check = 0;
+        int quiet = 0;
+
+        while (now_us() < deadline) {
+            turn(50000);
+            check_crash();
+            if (now_us() >= next_check && S.inflight == 0) {
+                long q = queued_on_server();
+
+                next_check = now_us() + 200000;
+                /* two looks in a row with nothing left, so late re-runs are seen */
+                quiet = (q == 0 && S.pending == 0) ? quiet + 1 : 0;
+                if (quiet >= 3)
+                    break;
+            }
+        }
+        if (quiet < 3) {
+            S.t.timed_out = true;
+            fprintf(stderr, "soak: %s: the drain hit its time bound (%" PRIu64 " pending)\n",
+                    cfg->label, S.pending);
+        }
+    }
+    for (k = 0; k < (int)S.epoch; k++)
+        print_kill((unsigned)k);
+    for (k = 0; k < S.nconn; k++) {
+        conn_close(&S.conn[k]);
+        free(S.conn[k].in);
+        free(S.conn[k].out);
+    }
+    server_stop();
+
+    for (i = 0; i < S.njobs; i++) {
+        const struct job *j = &S.job[i];
+
+        if (j->group == 0 && (j->flags & J_ACKED) && j->execs == 0) {
+            if (S.t.lost < 10)
+                fprintf(stderr, "soak: %s: lost acknowledged job %" PRIu64 " (%s)\n", cfg->label, i,
+                        kind_name[j->kind]);
+            S.t.lost++;
+        }
+    }
+    for (g = 1; g <= S.ngroups; g++)
+        if (S.group[g].acked && !S.group[g].executed) {
+            if (S.t.lost < 10)
+                fprintf(stderr, "soak: %s: lost acknowledged group g%u\n", cfg->label, g);
+            S.t.lost++;
+        }
+    for (k = 0; k < (int)S.epoch && k < (int)opt.kills; k++) {
+        if (S.ep_reruns[k] > S.t.max_reruns_kill)
+            S.t.max_reruns_kill = S.ep_reruns[k];
+        if (S.ep_dups[k] > S.t.max_dups_kill)
+            S.t.max_dups_kill = S.ep_dups[k];
+    }
+    S.t.secs = (double)(now_us() - t_start) / 1e6;
+    *out = S.t;
+    if (!opt.keep && S.t.lost == 0 && S.t.phantoms == 0 && S.t.crashes == 0) {
+        char cmd[320];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", S.dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "soak: could not remove %s\n", S.dir);
+    } else {
+        fprintf(stderr, "soak: %s: kept %s\n", cfg->label, S.dir);
+    }
+}
+
+static void
+usage(FILE *fp)
+{
+    fprintf(fp, "usage: soak [options]\n"
+                "  --kills N        kill -9 per server config (default 1000)\n"
+                "  --configs LIST   comma-separated: dsjobd-normal,dsjobd-full,gearmand-sqlite\n"
+                "  --workers N      worker connections (default 3)\n"
+                "  --producers N    producer connections (default 2)\n"
+                "  --max-backlog N  acknowledged jobs not yet run, at most (default 400)\n"
+                "  --max-jobs N     submits per config, at most (default 400 per kill + 10000)\n"
+                "  --seed N         random seed (default: the time)\n"
+                "  --dsjobd PATH    default $DSJOBD or server/dsjobd\n"
+                "  --gearmand PATH  default $GEARMAND or /usr/sbin/gearmand\n"
+                "  --quiet          no line per kill\n"
+                "  --keep           keep the stores and logs\n"
+                "  --strict         also fail on a re-run of an observed completion, or on\n"
+                "                   more duplicates after one kill than there are workers\n");
+}
+
+static const struct config configs[] = {
+    {"dsjobd sync normal", false, "normal"},
+    {"dsjobd sync full", false, "full"},
+    {"gearmand-sqlite", true, NULL},
+};
+static const char *const config_key[] = {"dsjobd-normal", "dsjobd-full", "gearmand-sqlite"};
+
+int
+main(int argc, char **argv)
+{
+    const char *list = "dsjobd-normal,dsjobd-full,gearmand-sqlite";
+    struct totals tot[3];
+    bool ran[3] = {false, false, false};
+    unsigned c, bound;
+    int i, rc = 0;
+    int64_t t0 = now_us();
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    opt.dsjobd = getenv("DSJOBD") && *getenv("DSJOBD") ? getenv("DSJOBD") : "server/dsjobd";
+    opt.gearmand =
+        getenv("GEARMAND") && *getenv("GEARMAND") ? getenv("GEARMAND") : "/usr/sbin/gearmand";
+    opt.tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    opt.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--quiet") == 0) {
+            opt.quiet = true;
+            continue;
+        }
+        if (strcmp(a, "--keep") == 0) {
+            opt.keep = true;
+            continue;
+        }
+        if (strcmp(a, "--strict") == 0) {
+            opt.strict = true;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (v == NULL) {
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--kills") == 0)
+            opt.kills = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--configs") == 0)
+            list = v;
+        else if (strcmp(a, "--workers") == 0)
+            opt.workers = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--producers") == 0)
+            opt.producers = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--max-backlog") == 0)
+            opt.max_backlog = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--max-jobs") == 0)
+            opt.max_jobs = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--seed") == 0)
+            opt.seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--dsjobd") == 0)
+            opt.dsjobd = v;
+        else if (strcmp(a, "--gearmand") == 0)
+            opt.gearmand = v;
+        else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (opt.kills < 1 || opt.kills > MAX_KILLS || opt.workers < 1 || opt.workers > MAX_WORKERS ||
+        opt.producers < 1 || opt.producers > MAX_PRODUCERS || opt.max_backlog < 8) {
+        usage(stderr);
+        return 2;
+    }
+    if (opt.max_jobs == 0)
+        opt.max_jobs = (uint64_t)opt.kills * 400 + 10000;
+    if (opt.max_jobs > UINT32_MAX - 8)
+        opt.max_jobs = UINT32_MAX - 8;
+    if (opt.seed == 0)
+        opt.seed = 1;
+    S.rng = opt.seed;
+    S.job = calloc(opt.max_jobs, sizeof(*S.job));
+    S.group = calloc(opt.max_jobs + 1, sizeof(*S.group));
+    S.ep_dups = calloc(opt.kills, sizeof(unsigned));
+    S.ep_reruns = calloc(opt.kills, sizeof(unsigned));
+    S.ep_phantoms = calloc(opt.kills, sizeof(unsigned));
+    S.ep_queued = calloc(opt.kills, sizeof(long));
+    S.ep_pending = calloc(opt.kills, sizeof(uint64_t));
+    if (!S.job || !S.group || !S.ep_dups || !S.ep_reruns || !S.ep_phantoms || !S.ep_queued ||
+        !S.ep_pending)
+        die("out of memory");
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGALRM, on_alarm);
+    /* The watchdog: every config's load and drain bounds, with room for restarts. */
+    bound = 3 * (opt.kills + 60 + DRAIN_MS / 1000 + 60);
+    alarm(bound);
+    printf("# soak: %u kills per config, %u producers, %u workers, seed %" PRIu64
+           ", watchdog %u s\n",
+           opt.kills, opt.producers, opt.workers, opt.seed, bound);
+    for (c = 0; c < 3; c++) {
+        if (strstr(list, config_key[c]) == NULL)
+            continue;
+        if (access(configs[c].gearmand ? opt.gearmand : opt.dsjobd, X_OK) != 0) {
+            printf("# %s: skipped, %s is not executable\n", configs[c].label,
+                   configs[c].gearmand ? opt.gearmand : opt.dsjobd);
+            continue;
+        }
+        run_config(&configs[c], &tot[c]);
+        ran[c] = true;
+        printf("# %s: %.1f s, %" PRIu64 " submits sent, %" PRIu64 " executions, %" PRIu64
+               " completions observed, %" PRIu64 " unacknowledged ran, %" PRIu64
+               " rejected, %" PRIu64 " errors, %" PRIu64 " duplicates without a kill, %" PRIu64
+               " restarts short of owed jobs, restart mean %.1f ms max %.1f ms, "
+               "per kill at most %u duplicates and %u re-runs of observed completions "
+               "(the issue's bound: %u, one per worker)\n",
+               configs[c].label, tot[c].secs, tot[c].sent, tot[c].execs, tot[c].observed,
+               tot[c].unacked_ran, tot[c].rejected, tot[c].errors, tot[c].dups_nokill,
+               tot[c].short_restarts,
+               tot[c].kills ? tot[c].restart_ms_sum / (double)tot[c].kills : 0.0,
+               tot[c].restart_ms_max, tot[c].max_dups_kill, tot[c].max_reruns_kill, opt.workers);
+    }
+    printf("\n%-20s %6s %10s %11s %12s %6s %8s %10s %s\n", "server", "kills", "power cuts",
+           "sweep steps", "acknowledged", "lost", "phantoms", "duplicates",
+           "re-runs of observed completions");
+    for (c = 0; c < 3; c++) {
+        if (!ran[c])
+            continue;
+        printf("%-20s %6" PRIu64 " %10d %11s %12" PRIu64 " %6" PRIu64 " %8" PRIu64 " %10" PRIu64
+               " %" PRIu64 "%s\n",
+               configs[c].label, tot[c].kills, 0, "-", tot[c].acked, tot[c].lost, tot[c].phantoms,
+               tot[c].dups, tot[c].reruns,
+               tot[c].timed_out ? "  (timed out)"
+               : tot[c].crashes ? "  (crashed)"
+                                : "");
+        if (tot[c].lost || tot[c].phantoms || tot[c].crashes || tot[c].timed_out ||
+            tot[c].short_restarts || tot[c].dups_nokill)
+            rc = 1;
+        if (opt.strict && (tot[c].reruns > 0 || tot[c].max_dups_kill > opt.workers))
+            rc = 1;
+    }
+    printf("# total %.1f s\n", (double)(now_us() - t0) / 1e6);
+    free(S.job);
+    free(S.group);
+    free(S.ep_dups);
+    free(S.ep_reruns);
+    free(S.ep_phantoms);
+    free(S.ep_queued);
+    free(S.ep_pending);
+    return rc;
+}
