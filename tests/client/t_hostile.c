@@ -129,7 +129,7 @@ serve(int fd, enum act a)
     _exit(0);
 }
 
-/* The fake server: a child accepting on a port of its own; each connection in a child of its own. */
+/* The fake server: a child accepting on a port of its own, each connection in a child. */
 static pid_t
 fake_start(enum act a, int *port)
 {
