@@ -212,12 +212,13 @@ struct submit {
 };
 
 /*
- * Refuses a submit that a limit (maxqueue, --max-jobs) stops: logs it and
- * answers ERROR QUEUE_ERROR with the text, after the store's earlier
- * answers on this connection when the job would have been durable.
+ * refuse answers a submit with an ERROR of code (a limit's QUEUE_ERROR is
+ * logged too). A durable submitter may be owed JOB_CREATEDs still waiting
+ * for their commit: the ERROR goes behind them (storage_refuse), so the
+ * client can tell which submit it answers.
  */
-static void __attribute__((format(printf, 3, 4)))
-refuse_full(struct conn *c, bool durable, const char *fmt, ...)
+static void __attribute__((format(printf, 4, 5)))
+refuse(struct conn *c, bool durable, const char *code, const char *fmt, ...)
 {
     char text[300];
     va_list ap;
@@ -225,11 +226,12 @@ refuse_full(struct conn *c, bool durable, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    log_notice(&c->srv->log, "%s: refused a submit: %s", c->peer, text);
+    if (strcmp(code, "QUEUE_ERROR") == 0)
+        log_notice(&c->srv->log, "%s: refused a submit: %s", c->peer, text);
     if (durable)
-        storage_refuse(c->srv, c, "QUEUE_ERROR", text);
+        storage_refuse(c->srv, c, code, text);
     else
-        conn_send_error(c, "QUEUE_ERROR", "%s", text);
+        conn_send_error(c, code, "%s", text);
 }
 
 static void
@@ -249,7 +251,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
 
     durable = s->background && srv->storage.durable;
     if (p->arg_len[0] == 0) {
-        conn_send_error(c, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
+        refuse(c, durable, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
         return;
     }
     if (!name_ok(c, p, durable))
@@ -276,21 +278,21 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     if (queue_full(f, s->prio)) {
-        refuse_full(c, durable,
-                    "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
-                    f->max_queue[s->prio]);
+        refuse(c, durable, "QUEUE_ERROR",
+               "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
+               f->max_queue[s->prio]);
         return;
     }
     if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
-        refuse_full(c, durable, "Server is full: it holds %zu jobs, its --max-jobs limit",
-                    srv->queue.njobs);
+        refuse(c, durable, "QUEUE_ERROR", "Server is full: it holds %zu jobs, its --max-jobs limit",
+               srv->queue.njobs);
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
-        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
-                        data_len);
+        refuse(c, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
+               data_len);
         return;
     }
     j->prio = (uint8_t)s->prio;
@@ -298,7 +300,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->background = s->background;
     if (job_set_when(j, s->when) < 0) {
         job_unref(j);
-        conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        refuse(c, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     j->id = srv->next_job_id;

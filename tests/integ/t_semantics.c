@@ -749,6 +749,42 @@ test_done_stays_done(void)
         tap_diag("could not remove %s", dir);
 }
 
+/*
+ * Answers to a durable submitter keep their order: a background submit
+ * waits for its commit, and the refusal of the submit pipelined behind it
+ * (an empty function name) comes after its JOB_CREATED, not before.
+ */
+static void
+test_refusal_order(void)
+{
+    char dir[] = "/tmp/dsjob-order.XXXXXX", wd[300], buf[300];
+    const char *args[] = {"--work-dir", wd, "--store-commit-interval", "300", NULL};
+    struct daemon d;
+    struct peer_pkt p;
+    int c, t1, t2;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, sizeof(wd), "%s/var", dir);
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(d.port);
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "ordered", "", "first");
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "", "", "no name");
+    t1 = peer_recv(c, &p, PEER_TIMEOUT_MS);
+    peer_pkt_release(&p);
+    t2 = peer_recv(c, &p, PEER_TIMEOUT_MS);
+    tap_ok(t1 == PACKET_JOB_CREATED && t2 == PACKET_ERROR && arg_is(&p, 0, "INVALID_ARGUMENT"),
+           "a durable submit's JOB_CREATED comes before the refusal pipelined behind it (%d, %d)",
+           t1, t2);
+    peer_pkt_release(&p);
+    close(c);
+    tap_is_int(daemon_stop(&d), 0, "and the server stops cleanly");
+    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
+    if (system(buf) != 0)
+        tap_diag("could not remove %s", dir);
+}
+
 #endif
 
 int
@@ -782,6 +818,7 @@ main(void)
 #ifdef HAVE_SQLITE
     test_drop_pending();
     test_done_stays_done();
+    test_refusal_order();
 #endif
     return tap_done();
 }
