@@ -1,8 +1,8 @@
 #!/bin/sh
 # Run every libFuzzer target of a --enable-fuzzing build for SECONDS each,
 # one after the other, starting from the committed corpus. New inputs and
-# any crash go under OUT (default fuzz-out/<target>/), never into the
-# corpus; fold them in by hand with -merge=1 (doc/fuzzing.md). Prints one
+# any crash go under OUT (fuzz-out/<target>/ and fuzz-out/<target>-crash-*),
+# never into the corpus; fold them in with -merge=1 (doc/fuzzing.md). Prints one
 # line per target (seconds, execs, cov, ft) and exits 1 if any target
 # crashed, leaked, timed out or failed to start.
 #
@@ -31,7 +31,7 @@ for t in $targets; do
     start=$(date +%s)
     # shellcheck disable=SC2086
     "$bin" -max_total_time="$secs" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$out/$t/" ${FUZZ_FLAGS:-} \
+        -print_final_stats=1 -artifact_prefix="$out/$t-" ${FUZZ_FLAGS:-} \
         "$out/$t" "$srcdir/tests/fuzz/corpus/$t" > "$log" 2>&1
     rc=$?
     end=$(date +%s)
@@ -42,7 +42,7 @@ for t in $targets; do
     if [ $rc -eq 0 ]; then
         echo "$line, ok"
     else
-        echo "$line, FAILED (exit $rc); the input is in $out/$t/, the log in $log"
+        echo "$line, FAILED (exit $rc); the input is $out/$t-*, the log $log"
         grep -m 1 -E 'ERROR|runtime error|SUMMARY' "$log" | sed 's/^/    /'
         fail=1
     fi
