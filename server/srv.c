@@ -352,7 +352,9 @@ srv_epoch_arm(struct srv *srv)
     gettimeofday(&now, NULL);
     /* Fire at the start of the due second, not up to a second late. */
     if (next > now.tv_sec) {
-        int64_t usec = (next - now.tv_sec) * 1000000 - now.tv_usec;
+        /* A far epoch waits a day at a time (epoch_cb re-arms): no overflow here or in libevent. */
+        int64_t sec = next - now.tv_sec < 86400 ? next - now.tv_sec : 86400;
+        int64_t usec = sec * 1000000 - now.tv_usec;
 
         tv.tv_sec = (time_t)(usec / 1000000);
         tv.tv_usec = (suseconds_t)(usec % 1000000);

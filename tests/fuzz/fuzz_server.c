@@ -4,7 +4,8 @@
  * offset given by its first two bytes; each half is written into its own
  * connection of one in-process server, which runs until both are drained
  * and closed. Sanitizers catch what goes wrong; the target also checks that
- * no connection and no foreground job outlives its peers.
+ * no connection outlives its peers. After a shutdown command the next
+ * input gets a new server.
  */
 #include "config.h"
 
@@ -111,7 +112,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (turn = 0; turn < 16 && (srv->nconns > 0 || !TAILQ_EMPTY(&srv->closing)); turn++)
         event_base_loop(base, EVLOOP_NONBLOCK);
-    if (srv->nconns != 0)
+    if (srv->nconns != 0 && !srv->stopped)
         abort(); /* a connection outlived its peer */
+    if (srv->stopped || srv->draining) {
+        /*
+         * A shutdown command ends the server as it ends dsjobd, which then
+         * accepts nothing more; the next input gets a new one.
+         */
+        dsjob_server_free(server);
+        event_base_free(base);
+        server = NULL;
+    }
     return 0;
 }
