@@ -622,6 +622,26 @@ test_shutdown(void)
 }
 
 #ifdef HAVE_SQLITE
+/* work_dir_make makes the directory of the mkdtemp template dir; wd gets its var/ path. */
+static void
+work_dir_make(char *dir, char *wd, size_t wdlen)
+{
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp: %s", strerror(errno));
+    snprintf(wd, wdlen, "%s/var", dir);
+}
+
+/* work_dir_remove removes dir with everything dsjobd wrote in it. */
+static void
+work_dir_remove(const char *dir)
+{
+    char cmd[300];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+}
+
 /*
  * drop function while a background job of it waits for its store commit:
  * the drop is refused (the commit would write into the freed function) and
@@ -635,9 +655,7 @@ test_drop_pending(void)
     struct daemon d;
     int a, c, w;
 
-    if (mkdtemp(dir) == NULL)
-        tap_bail("mkdtemp: %s", strerror(errno));
-    snprintf(wd, sizeof(wd), "%s/var", dir);
+    work_dir_make(dir, wd, sizeof(wd));
     daemon_start(&d, args);
     a = peer_connect(d.port);
     c = peer_connect(d.port);
@@ -672,9 +690,7 @@ test_drop_pending(void)
     close(a);
     close(c);
     tap_is_int(daemon_stop(&d), 0, "and stops cleanly");
-    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
-    if (system(buf) != 0)
-        tap_diag("could not remove %s", dir);
+    work_dir_remove(dir);
 }
 /*
  * A job that is done stays done: four durable jobs, a worker completes two
@@ -691,9 +707,7 @@ test_done_stays_done(void)
     struct peer_pkt p;
     int a, c, w, i, status, left = 0;
 
-    if (mkdtemp(dir) == NULL)
-        tap_bail("mkdtemp: %s", strerror(errno));
-    snprintf(wd, sizeof(wd), "%s/var", dir);
+    work_dir_make(dir, wd, sizeof(wd));
     daemon_start(&d, args);
     port = d.port;
     c = peer_connect(d.port);
@@ -744,9 +758,7 @@ test_done_stays_done(void)
     close(a);
     close(w);
     tap_is_int(daemon_stop(&d), 0, "the restarted server stops cleanly");
-    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
-    if (system(buf) != 0)
-        tap_diag("could not remove %s", dir);
+    work_dir_remove(dir);
 }
 
 /*
@@ -757,15 +769,13 @@ test_done_stays_done(void)
 static void
 test_refusal_order(void)
 {
-    char dir[] = "/tmp/dsjob-order.XXXXXX", wd[300], buf[300];
+    char dir[] = "/tmp/dsjob-order.XXXXXX", wd[300];
     const char *args[] = {"--work-dir", wd, "--store-commit-interval", "300", NULL};
     struct daemon d;
     struct peer_pkt p;
     int c, t1, t2;
 
-    if (mkdtemp(dir) == NULL)
-        tap_bail("mkdtemp: %s", strerror(errno));
-    snprintf(wd, sizeof(wd), "%s/var", dir);
+    work_dir_make(dir, wd, sizeof(wd));
     daemon_start(&d, args);
     port = d.port;
     c = peer_connect(d.port);
@@ -780,9 +790,7 @@ test_refusal_order(void)
     peer_pkt_release(&p);
     close(c);
     tap_is_int(daemon_stop(&d), 0, "and the server stops cleanly");
-    snprintf(buf, sizeof(buf), "rm -rf '%s'", dir);
-    if (system(buf) != 0)
-        tap_diag("could not remove %s", dir);
+    work_dir_remove(dir);
 }
 
 #endif
