@@ -26,6 +26,7 @@
 #include <dsjob/client.h>
 #include <dsjob/worker.h>
 
+#include "proto/packet.h"
 #include "tap.h"
 
 #define IO_MS 500           /* the libraries' I/O timeout in every case */
@@ -64,16 +65,6 @@ now_ms(void)
 }
 
 static void
-put_header(unsigned char *h, unsigned type, unsigned size)
-{
-    memcpy(h, "\0RES", 4);
-    h[4] = (unsigned char)(type >> 24), h[5] = (unsigned char)(type >> 16);
-    h[6] = (unsigned char)(type >> 8), h[7] = (unsigned char)type;
-    h[8] = (unsigned char)(size >> 24), h[9] = (unsigned char)(size >> 16);
-    h[10] = (unsigned char)(size >> 8), h[11] = (unsigned char)size;
-}
-
-static void
 send_all(int fd, const void *buf, size_t len)
 {
     if (send(fd, buf, len, MSG_NOSIGNAL) < 0) {
@@ -85,9 +76,9 @@ send_all(int fd, const void *buf, size_t len)
 static void
 send_packet(int fd, unsigned type, const void *payload, size_t len)
 {
-    unsigned char h[12];
+    unsigned char h[PACKET_HEADER_SIZE];
 
-    put_header(h, type, (unsigned)len);
+    packet_encode_header(h, PACKET_RES, type, (uint32_t)len);
     send_all(fd, h, sizeof(h));
     send_all(fd, payload, len);
 }
@@ -97,31 +88,31 @@ static void
 serve(int fd, enum act a)
 {
     struct pollfd pfd = {fd, POLLIN, 0};
-    unsigned char buf[4096], h[12];
+    unsigned char buf[4096], h[PACKET_HEADER_SIZE];
 
     if (poll(&pfd, 1, 5000) > 0 && recv(fd, buf, sizeof(buf), 0) <= 0)
         _exit(0);
     switch (a) {
     case GARBAGE: send_all(fd, "HTTP/1.1 400 Bad Request\r\n\r\nno", 31); break;
     case HUGE:
-        put_header(h, 8, 0xfffffff0u);
+        packet_encode_header(h, PACKET_RES, PACKET_JOB_CREATED, 0xfffffff0u);
         send_all(fd, h, sizeof(h));
         send_all(fd, "H:x", 3);
         break;
     case BIG:
-        put_header(h, 8, 60u << 20);
+        packet_encode_header(h, PACKET_RES, PACKET_JOB_CREATED, 60u << 20);
         send_all(fd, h, sizeof(h));
         break;
     case HALF:
-        put_header(h, 8, 10);
+        packet_encode_header(h, PACKET_RES, PACKET_JOB_CREATED, 10);
         send_all(fd, h, 6);
         close(fd);
         _exit(0);
     case STALL: break;
     case STRANGER:
-        send_packet(fd, 8, "H:fake:1", 8);                    /* JOB_CREATED */
-        send_packet(fd, 13, "H:nobody:7\0x", 12);             /* WORK_COMPLETE, someone else's */
-        send_packet(fd, 11, "H:nobody:8\0hostile\0data", 24); /* JOB_ASSIGN nobody asked for */
+        send_packet(fd, PACKET_JOB_CREATED, "H:fake:1", 8);
+        send_packet(fd, PACKET_WORK_COMPLETE, "H:nobody:7\0x", 12);          /* someone else's */
+        send_packet(fd, PACKET_JOB_ASSIGN, "H:nobody:8\0hostile\0data", 24); /* unasked */
         break;
     case NACTS: break;
     }
