@@ -442,8 +442,8 @@ h_work_done(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    forward(j, p);
-    lifecycle_finish(c->srv, j);
+    lifecycle_work_done(c->srv, j, (enum packet_type)p->type, p->nargs > 1 ? p->arg[1] : NULL,
+                        p->nargs > 1 ? p->arg_len[1] : 0);
 }
 
 static void
@@ -490,7 +490,8 @@ h_get_status_unique(struct conn *c, const struct packet *p)
 
     TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
         if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL ||
-            (j = queue_find_settling(f, p->arg[0], p->arg_len[0])) != NULL)
+            (j = queue_find_settling(f, p->arg[0], p->arg_len[0])) != NULL ||
+            (j = queue_find_kept(f, p->arg[0], p->arg_len[0])) != NULL) /* --keep-results */
             break;
     running = j != NULL && (j->state == JOB_RUNNING || j->state == JOB_SETTLING);
     snprintf(num, sizeof(num), "%" PRIu32, j && j->ext ? j->ext->numerator : 0);

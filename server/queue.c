@@ -72,6 +72,7 @@ queue_init(struct queue *q, bool round_robin)
     hmap_init(&q->jobs, handle_key);
     TAILQ_INIT(&q->func_order);
     heap_init(&q->scheduled, time_less, set_heap_pos);
+    TAILQ_INIT(&q->kept);
     q->round_robin = round_robin;
     q->njobs = 0;
 }
@@ -82,6 +83,7 @@ func_free(struct func *f)
     hmap_release(&f->uniques);
     hmap_release(&f->payloads);
     hmap_release(&f->settling);
+    hmap_release(&f->kept);
     free(f);
 }
 
@@ -150,6 +152,8 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     hmap_init(&f->uniques, unique_key);
     hmap_init(&f->payloads, payload_key);
     hmap_init(&f->settling, unique_key);
+    hmap_init(&f->kept, unique_key);
+    TAILQ_INIT(&f->dead);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
@@ -163,7 +167,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
 void
 queue_drop_func(struct queue *q, struct func *f)
 {
-    assert(f->nworkers == 0 && queue_total(f) == 0);
+    assert(f->nworkers == 0 && queue_total(f) == 0 && f->ndead == 0 && f->nkept == 0);
     hmap_remove(&q->funcs, &f->node);
     TAILQ_REMOVE(&q->func_order, f, order);
     func_free(f);
@@ -317,7 +321,28 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
         break;
     case JOB_PENDING: f->npending--; break;
     case JOB_SETTLING: f->nsettling--; break;
+    case JOB_DEAD:
+        TAILQ_REMOVE(&f->dead, j, link);
+        f->ndead--;
+        break;
+    case JOB_DONE:
+        TAILQ_REMOVE(&q->kept, j, link);
+        f->nkept--;
+        break;
     case JOB_NEW: break;
+    }
+}
+
+/* Take j out of the index its state keeps it in: unique, settling or kept. */
+static void
+queue_unindex(struct func *f, struct job *j)
+{
+    if (j->state == JOB_SETTLING || j->state == JOB_DONE) {
+        if (j->settle_indexed)
+            hmap_remove(j->state == JOB_DONE ? &f->kept : &f->settling, &j->by_unique);
+        j->settle_indexed = false;
+    } else if (j->state != JOB_DEAD && j->unique_len > 0) {
+        hmap_remove(unique_index(f, j), &j->by_unique);
     }
 }
 
@@ -329,13 +354,7 @@ queue_remove(struct queue *q, struct job *j)
     assert(!job_has_waiters(j));
     if (j->state == JOB_NEW)
         return;
-    if (j->state == JOB_SETTLING) {
-        if (j->settle_indexed)
-            hmap_remove(&f->settling, &j->by_unique);
-        j->settle_indexed = false;
-    } else if (j->unique_len > 0) {
-        hmap_remove(unique_index(f, j), &j->by_unique);
-    }
+    queue_unindex(f, j);
     queue_unplace(q, f, j);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
@@ -370,6 +389,93 @@ queue_find_settling(const struct func *f, const void *unique, size_t len)
     struct hnode *n = hmap_find(&f->settling, unique, len);
 
     return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
+void
+queue_bury(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DEAD);
+    queue_unindex(f, j);
+    queue_unplace(q, f, j);
+    TAILQ_INSERT_TAIL(&f->dead, j, link);
+    f->ndead++;
+    j->state = JOB_DEAD;
+}
+
+void
+queue_keep(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DONE);
+    queue_unindex(f, j);
+    queue_unplace(q, f, j);
+    /* The newest of a key is found first: hmap_find sees the last one inserted. */
+    j->settle_indexed = j->unique_len > 0 && !j->unique_is_data &&
+                        hmap_insert(&f->kept, &j->by_unique, job_unique(j), j->unique_len) == 0;
+    TAILQ_INSERT_TAIL(&q->kept, j, link);
+    f->nkept++;
+    j->state = JOB_DONE;
+}
+
+struct job *
+queue_find_kept(const struct func *f, const void *unique, size_t len)
+{
+    struct hnode *n = hmap_find(&f->kept, unique, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
+int
+queue_revive(struct queue *q, struct job *j, int64_t now)
+{
+    struct func *f = j->func;
+    const void *key = j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j);
+    size_t klen = j->unique_is_data ? j->data_len : j->unique_len;
+
+    assert(j->state == JOB_DEAD);
+    if (j->unique_len > 0) {
+        if (hmap_find(unique_index(f, j), key, klen) != NULL)
+            return -2;
+        if (hmap_insert(unique_index(f, j), &j->by_unique, key, klen) < 0)
+            return -1;
+    }
+    TAILQ_REMOVE(&f->dead, j, link);
+    f->ndead--;
+    if (queue_place(q, f, j, now) < 0) {
+        if (j->unique_len > 0)
+            hmap_remove(unique_index(f, j), &j->by_unique);
+        TAILQ_INSERT_TAIL(&f->dead, j, link);
+        f->ndead++;
+        return -1;
+    }
+    return 0;
+}
+
+int
+queue_backoff(struct queue *q, struct job *j, int64_t when)
+{
+    struct func *f = j->func;
+
+    assert(j->state == JOB_RUNNING);
+    j->ext->when = when;
+    if (heap_insert(&q->scheduled, j) < 0) {
+        j->ext->when = 0;
+        queue_requeue(q, j);
+        return -1;
+    }
+    TAILQ_REMOVE(&j->ext->worker->held, j, link);
+    j->ext->worker->nheld--;
+    j->ext->worker = NULL;
+    f->nrunning--;
+    j->ext->attempts++;
+    j->ext->numerator = 0;
+    j->ext->denominator = 0;
+    j->state = JOB_SCHEDULED;
+    f->nscheduled++;
+    return 0;
 }
 
 struct ability *

@@ -56,6 +56,14 @@ struct func {
     struct ability_list workers;     /* every worker that can do it */
     struct ability_list sleepers;    /* of those, the ones asleep */
     unsigned nworkers;               /* entries in workers */
+    struct job_list dead;            /* its DEAD jobs, oldest death first */
+    unsigned ndead;                  /* entries in dead */
+    uint64_t dead_dropped;           /* dead jobs dropped as the oldest past --max-dead */
+    unsigned nkept;                  /* its DONE jobs (in queue.kept) */
+    struct hmap kept;                /* of those, the ones with a unique key, by that key */
+    uint32_t retries;                /* admin "retry": attempts allowed; 0: --job-retries */
+    uint32_t backoff_base_ms;        /* admin "retry": first wait; with max, 0: the server's */
+    uint32_t backoff_max_ms;         /* admin "retry": longest wait */
     size_t name_len;                 /* name bytes */
     char name[];                     /* NUL-terminated */
 };
@@ -66,6 +74,7 @@ struct queue {
     struct func_list func_order; /* the same, oldest first */
     struct hmap jobs;            /* struct job by handle */
     struct heap scheduled;       /* SCHEDULED jobs by time */
+    struct job_list kept;        /* DONE jobs of every function, oldest end first */
     bool round_robin;            /* rotate a worker's abilities after a grab */
     size_t njobs;                /* jobs in queue.jobs */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
@@ -148,6 +157,40 @@ void queue_settle(struct queue *q, struct job *j);
 
 /* queue_find_settling finds a SETTLING job of f by its unique key, or NULL. */
 struct job *queue_find_settling(const struct func *f, const void *unique, size_t len);
+
+/*
+ * queue_bury moves a job (running, settling, or just replayed as pending)
+ * into its function's dead set: out of its list and its unique index (a
+ * new submit with its key makes a new job), still found by handle, not
+ * counted by queue_total. The caller must have detached its waiters.
+ */
+void queue_bury(struct queue *q, struct job *j);
+
+/*
+ * queue_keep moves a finished job (as queue_bury takes them) to the tail of
+ * queue.kept, JOB_DONE: found by handle and, the newest of a key first, by
+ * queue_find_kept, not counted by queue_total.
+ */
+void queue_keep(struct queue *q, struct job *j);
+
+/* queue_find_kept finds the newest DONE job of f with this explicit unique key, or NULL. */
+struct job *queue_find_kept(const struct func *f, const void *unique, size_t len);
+
+/*
+ * queue_revive puts a DEAD job back at the tail of its list (or the epoch
+ * heap, if its time is later than now), indexed by its unique key again.
+ * 0; -1 if out of memory, -2 if a live job of its function holds its
+ * unique key (it stays dead).
+ */
+int queue_revive(struct queue *q, struct job *j, int64_t now);
+
+/*
+ * queue_backoff takes a RUNNING job back from its worker, as
+ * queue_requeue does (one attempt counted), but puts it in the epoch heap
+ * to run at when. 0, or -1 if out of memory (it is then requeued at the
+ * head of its list instead).
+ */
+int queue_backoff(struct queue *q, struct job *j, int64_t when);
 
 /*
  * queue_remove takes a job out of wherever it is (list, heap, worker) and

@@ -84,6 +84,8 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->store_commit_interval_ms = 0;
     cfg->memcached_prefix = "dsjob";
     cfg->idle_timeout = 60;
+    cfg->retry_on = DSJOB_RETRY_CRASH | DSJOB_RETRY_TIMEOUT; /* what 1.1.20 retries */
+    cfg->max_result_size = 1u << 20;
 }
 
 static int
@@ -373,7 +375,10 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    conn_sweep_idle(srv, srv_uptime());
+    if (srv->cfg.idle_timeout > 0)
+        conn_sweep_idle(srv, srv_uptime());
+    if (srv->cfg.keep_results > 0)
+        lifecycle_expire(srv, srv_now());
 }
 
 static void
@@ -518,7 +523,7 @@ srv_setup(struct srv *srv, struct event_base *base)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         goto fail;
     }
-    if (srv->cfg.idle_timeout > 0) {
+    if (srv->cfg.idle_timeout > 0 || srv->cfg.keep_results > 0) {
         struct timeval second = {1, 0};
 
         srv->tick_ev = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);

@@ -38,14 +38,14 @@ struct store_job {
     int64_t when;        /* epoch seconds, 0 for now */
     bool unique_is_data; /* unique "-" */
     /* Version 2: the job's life beyond gearmand's (retries, dead set, kept results). */
-    int state;             /* enum store_state */
-    uint32_t attempts;     /* attempts that failed so far */
-    int64_t first_fail;    /* epoch seconds of the first failed attempt, or 0 */
-    int64_t last_fail;     /* ... of the last one; for a DONE job, when it ended */
-    const void *result;    /* DEAD: the last failure's text; DONE_*: the result bytes */
-    size_t result_len;     /* its bytes */
-    uint32_t numerator;    /* DONE_*: the last WORK_STATUS */
-    uint32_t denominator;  /* DONE_*: the last WORK_STATUS */
+    int state;            /* enum store_state */
+    uint32_t attempts;    /* attempts that failed so far */
+    int64_t first_fail;   /* epoch seconds of the first failed attempt, or 0 */
+    int64_t last_fail;    /* ... of the last one; for a DONE job, when it ended */
+    const void *result;   /* DEAD: the last failure's text; DONE_*: the result bytes */
+    size_t result_len;    /* its bytes */
+    uint32_t numerator;   /* DONE_*: the last WORK_STATUS */
+    uint32_t denominator; /* DONE_*: the last WORK_STATUS */
 };
 
 /* What a stored job is: waiting to run, in its function's dead set, or a kept result. */

@@ -60,6 +60,23 @@ main(void)
     tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "H:host:12", 9,
                "the handle, without the CR");
 
+    tap_is_int(kind("show job H:x:1"), TEXTCMD_SHOW_JOB, "show job");
+    tap_is_int(kind("show dead"), TEXTCMD_SHOW_DEAD, "show dead");
+    tap_is_int(kind("show result H:x:1"), TEXTCMD_SHOW_RESULT, "show result");
+    tap_is_int(kind("drop dead f"), TEXTCMD_DROP_DEAD, "drop dead");
+    tap_is_int(kind("drop function f"), TEXTCMD_DROP_FUNCTION, "drop function still");
+    line = "retry dead H:x:1";
+    textcmd_parse(line, strlen(line), &cmd);
+    tap_is_int(cmd.kind, TEXTCMD_RETRY_DEAD, "retry dead");
+    tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "H:x:1", 5,
+               "retry dead: the handle");
+    line = "retry resize 5 1 60";
+    textcmd_parse(line, strlen(line), &cmd);
+    tap_is_int(cmd.kind, TEXTCMD_RETRY, "retry FUNCTION N BASE MAX");
+    tap_is_int(textcmd_argc(&cmd), 4, "retry: four arguments");
+    tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "resize", 6,
+               "retry: the function first");
+
     line = "a b c d e f g h i j k";
     textcmd_parse(line, strlen(line), &cmd);
     tap_is_int(cmd.nwords, TEXTCMD_MAX_WORDS, "words past the maximum are dropped");
