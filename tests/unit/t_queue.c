@@ -255,6 +255,67 @@ test_many(void)
     queue_release(&q);
 }
 
+/* Backoff, the dead set and kept results: where each state keeps a job and its key. */
+static void
+test_ended(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *a, *b, *c;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    queue_can_do(&q, &w, f, 0);
+    a = mkjob(&q, f, JOB_PRIO_NORMAL, "ka", 0);
+    b = mkjob(&q, f, JOB_PRIO_NORMAL, "kb", 0);
+    c = mkjob(&q, f, JOB_PRIO_NORMAL, "kc", 0);
+
+    tap_ok(queue_grab(&q, &w) == a, "ended: a is grabbed");
+    tap_is_int(queue_backoff(&q, a, 5000), 0, "ended: a backs off");
+    tap_ok(a->state == JOB_SCHEDULED && job_when(a) == 5000 && job_attempts(a) == 1,
+           "ended: scheduled at its time, one attempt counted");
+    tap_ok(w.nheld == 0 && f->nrunning == 0 && f->nscheduled == 1, "ended: off the worker");
+    tap_ok(queue_find_unique(f, "ka", 2) == a, "ended: a backing-off job keeps its key");
+    tap_is_int(queue_total(f), 3, "ended: and counts");
+    tap_is_int((int)queue_due(&q, 5000, NULL, NULL), 0, "ended: due at its time");
+    tap_ok(a->state == JOB_QUEUED, "ended: then queued");
+
+    tap_ok(queue_grab(&q, &w) == b, "ended: b is grabbed");
+    queue_bury(&q, b);
+    tap_ok(b->state == JOB_DEAD && f->ndead == 1 && TAILQ_FIRST(&f->dead) == b,
+           "ended: b is in the dead set");
+    tap_ok(queue_find_job(&q, job_handle(b), b->handle_len) == b, "ended: b is found by handle");
+    tap_ok(queue_find_unique(f, "kb", 2) == NULL, "ended: b's key is free");
+    tap_is_int(queue_total(f), 2, "ended: a dead job is not counted");
+
+    tap_ok(queue_grab(&q, &w) == c, "ended: c is grabbed");
+    job_ext(c)->last_fail = 100;
+    queue_keep(&q, c);
+    tap_ok(c->state == JOB_DONE && f->nkept == 1 && TAILQ_FIRST(&q.kept) == c, "ended: c is kept");
+    tap_ok(queue_find_kept(f, "kc", 2) == c && queue_find_unique(f, "kc", 2) == NULL,
+           "ended: found by its key among the kept, not the live");
+
+    /* A new job with b's key, then b revived: the key is taken. */
+    {
+        struct job *b2 = mkjob(&q, f, JOB_PRIO_NORMAL, "kb", 0);
+
+        tap_is_int(queue_revive(&q, b, 1000), -2, "ended: b cannot come back while kb is live");
+        tap_ok(b->state == JOB_DEAD && f->ndead == 1, "ended: and stays dead");
+        queue_remove(&q, b2);
+    }
+    tap_is_int(queue_revive(&q, b, 1000), 0, "ended: once kb is free b comes back");
+    tap_ok(b->state == JOB_QUEUED && f->ndead == 0 && queue_find_unique(f, "kb", 2) == b,
+           "ended: queued and indexed again");
+
+    queue_remove(&q, c);
+    tap_ok(f->nkept == 0 && TAILQ_EMPTY(&q.kept) && queue_find_kept(f, "kc", 2) == NULL,
+           "ended: a kept job removed leaves nothing behind");
+    queue_cant_do(&q, &w, f);
+    queue_release(&q);
+}
+
 int
 main(void)
 {
@@ -264,5 +325,6 @@ main(void)
     test_epoch();
     test_wake();
     test_many();
+    test_ended();
     return tap_done();
 }
