@@ -33,6 +33,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"drop", "function", TEXTCMD_DROP_FUNCTION},
     {"prioritystatus", NULL, TEXTCMD_PRIORITYSTATUS},
     {"shutdown", NULL, TEXTCMD_SHUTDOWN},
+    {"priority", NULL, TEXTCMD_PRIORITY},
 };
 
 static bool

@@ -27,6 +27,7 @@ enum textcmd_kind {
     TEXTCMD_PRIORITYSTATUS,
     TEXTCMD_SHUTDOWN,     /* shutdown [graceful] */
     TEXTCMD_SHOW_UNKNOWN, /* show followed by something else */
+    TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

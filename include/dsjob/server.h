@@ -41,6 +41,12 @@ enum dsjob_log_level {
     DSJOB_LOG_DEBUG,
 };
 
+/* How a worker that can do several functions is given work (--priority). */
+enum dsjob_priority_order {
+    DSJOB_PRIORITY_FUNCTION = 0, /* gearmand 1.1.20: newest function first, by priority within it */
+    DSJOB_PRIORITY_GLOBAL,       /* the highest priority over all its functions, oldest first */
+};
+
 /*
  * Server settings. Fill with dsjob_server_config_init, then change fields.
  * Strings are borrowed: they must outlive dsjob_server_new, which copies them.
@@ -76,6 +82,12 @@ struct dsjob_server_config {
     const char *memcached_prefix;      /* memcached: prefix of every key written */
     unsigned idle_timeout;             /* close a peer whose packet stays incomplete this many
                                           seconds; 0: never */
+
+    /* Appended after idle_timeout (see size): fail fast, and priority across functions. */
+    bool reject_no_worker;              /* refuse a submit for a function no worker can do */
+    enum dsjob_priority_order priority; /* across functions or per function (default) */
+    unsigned priority_aging;            /* a job waiting this many seconds counts one priority
+                                           higher, and one more after as many again; 0: never */
 };
 
 /* dsjob_server_log_level reads a level name (any case) or number; -1 if unknown. */
