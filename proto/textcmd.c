@@ -39,6 +39,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"retry", "dead", TEXTCMD_RETRY_DEAD}, /* before "retry": a function named dead cannot be set */
     {"drop", "dead", TEXTCMD_DROP_DEAD},
     {"retry", NULL, TEXTCMD_RETRY},
+    {"priority", NULL, TEXTCMD_PRIORITY},
 };
 
 static bool

@@ -33,6 +33,7 @@ enum textcmd_kind {
     TEXTCMD_RETRY_DEAD,   /* retry dead HANDLE|FUNCTION */
     TEXTCMD_DROP_DEAD,    /* drop dead HANDLE|FUNCTION */
     TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
+    TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

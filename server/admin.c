@@ -2,8 +2,9 @@
  * Admin commands. Each reply is written whole into the connection's output
  * in the loop turn that read the line; listings end with a line holding a
  * single ".". Commands that stop or change the server (shutdown, cancel
- * job, drop function, maxqueue) are refused to peers outside --admin-allow
- * (loopback and the unix socket by default): gearmand lets anyone do them.
+ * job, drop function, maxqueue, priority) are refused to peers outside
+ * --admin-allow (loopback and the unix socket by default): gearmand lets
+ * anyone do them.
  */
 #include "config.h"
 #include "admin.h"
@@ -513,6 +514,54 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
     conn_printf(c, "OK\r\n");
 }
 
+#define PRIORITY_USAGE "ERR INVALID_ARGUMENTS usage:+priority+HANDLE+high|normal|low\r\n"
+
+/*
+ * priority HANDLE high|normal|low: a job that waits (queued, scheduled, or
+ * waiting for its store commit) gets that priority; a queued one moves to
+ * the tail of its new list. A stored job's row is rewritten too, so a
+ * restart keeps it.
+ */
+static void
+admin_priority(struct conn *c, const struct textcmd *cmd)
+{
+    static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
+    struct srv *srv = c->srv;
+    struct job *j;
+    unsigned old;
+    int p;
+
+    if (textcmd_argc(cmd) != 2) {
+        conn_printf(c, PRIORITY_USAGE);
+        return;
+    }
+    for (p = 0; p < JOB_NPRIO; p++)
+        if (WORD_LEN(cmd, 1) == strlen(names[p]) &&
+            strncasecmp(WORD(cmd, 1), names[p], WORD_LEN(cmd, 1)) == 0)
+            break;
+    if (p == JOB_NPRIO) {
+        conn_printf(c, PRIORITY_USAGE);
+        return;
+    }
+    j = queue_find_job(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
+    if (j == NULL) {
+        conn_printf(c, "ERR UNKNOWN_JOB\r\n");
+        return;
+    }
+    if (j->state == JOB_RUNNING || j->state == JOB_SETTLING || j->state == JOB_DEAD ||
+        j->state == JOB_DONE) {
+        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", state_name(j));
+        return;
+    }
+    old = j->prio;
+    queue_set_prio(&srv->queue, j, (enum job_prio)p); /* cannot fail: the job waits */
+    if (old != (unsigned)p)
+        storage_update(srv, j); /* the row gets the new priority with the next commit */
+    log_notice(&srv->log, "%s: job %s of '%s' moved from %s to %s priority", c->peer, job_handle(j),
+               j->func->name, names[old], names[p]);
+    conn_printf(c, "OK\r\n");
+}
+
 static void
 admin_create(struct conn *c, const struct textcmd *cmd)
 {
@@ -598,7 +647,7 @@ admin_privileged(enum textcmd_kind kind)
 {
     return kind == TEXTCMD_SHUTDOWN || kind == TEXTCMD_CANCEL_JOB ||
            kind == TEXTCMD_DROP_FUNCTION || kind == TEXTCMD_MAXQUEUE || kind == TEXTCMD_RETRY ||
-           kind == TEXTCMD_RETRY_DEAD || kind == TEXTCMD_DROP_DEAD;
+           kind == TEXTCMD_RETRY_DEAD || kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY;
 }
 
 void
@@ -640,6 +689,7 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_CREATE_FUNCTION: admin_create(c, &cmd); break;
     case TEXTCMD_DROP_FUNCTION: admin_drop(c, &cmd); break;
     case TEXTCMD_SHUTDOWN: admin_shutdown(c, &cmd); break;
+    case TEXTCMD_PRIORITY: admin_priority(c, &cmd); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -49,6 +49,12 @@ usage(FILE *fp)
         "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
         "  -R, --round-robin          rotate a worker's functions after each job\n"
         "      --exceptions           forward WORK_EXCEPTION to every client\n"
+        "      --reject-no-worker     answer a submit for a function no worker can do with\n"
+        "                             ERROR NO_WORKER at once (default: it waits)\n"
+        "      --priority ORDER       function (default: newest function first, as gearmand)\n"
+        "                             or global (highest priority over all a worker's functions)\n"
+        "      --priority-aging SECONDS  a job waiting that long counts one priority higher,\n"
+        "                             and one more after as long again (default 0: never)\n"
         "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
         "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
         "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
@@ -65,8 +71,8 @@ usage(FILE *fp)
         "                             dead set (default 0: dropped, as gearmand)\n"
         "      --keep-results SECONDS keep a background job's outcome that long (default 0)\n"
         "      --max-result-size SZ   bytes kept of a result or failure text (default 1M)\n"
-        "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
-        "                             maxqueue (repeatable; default loopback and the unix socket)\n"
+        "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
+        "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
         "                             gearmand's builtin, libsqlite3 and libmemcached\n"
         "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store "
@@ -113,6 +119,9 @@ enum {
     OPT_MAX_DEAD,
     OPT_KEEP_RESULTS,
     OPT_MAX_RESULT,
+    OPT_REJECT_NO_WORKER,
+    OPT_PRIORITY,
+    OPT_PRIORITY_AGING,
 };
 
 static const struct option long_options[] = {
@@ -130,6 +139,9 @@ static const struct option long_options[] = {
     {"job-retries", required_argument, NULL, 'j'},
     {"round-robin", no_argument, NULL, 'R'},
     {"exceptions", no_argument, NULL, OPT_EXCEPTIONS},
+    {"reject-no-worker", no_argument, NULL, OPT_REJECT_NO_WORKER},
+    {"priority", required_argument, NULL, OPT_PRIORITY},
+    {"priority-aging", required_argument, NULL, OPT_PRIORITY_AGING},
     {"store", required_argument, NULL, 'q'},
     {"queue-type", required_argument, NULL, 'q'},
     {"work-dir", required_argument, NULL, OPT_WORK_DIR},
@@ -498,6 +510,18 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case 'R': cfg->round_robin = true; break;
         case OPT_EXCEPTIONS: cfg->exceptions = true; break;
+        case OPT_REJECT_NO_WORKER: cfg->reject_no_worker = true; break;
+        case OPT_PRIORITY:
+            if (strcmp(optarg, "function") == 0)
+                cfg->priority = DSJOB_PRIORITY_FUNCTION;
+            else if (strcmp(optarg, "global") == 0)
+                cfg->priority = DSJOB_PRIORITY_GLOBAL;
+            else
+                die_usage("--priority: '%s' is not function or global", optarg);
+            break;
+        case OPT_PRIORITY_AGING:
+            cfg->priority_aging = (unsigned)parse_number("--priority-aging", optarg, 604800, false);
+            break;
         case 'q':
             cfg->store = optarg;
             store_given = true;

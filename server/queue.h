@@ -69,6 +69,30 @@ struct func {
 };
 TAILQ_HEAD(func_list, func);
 
+/*
+ * The time index of --priority-aging: when jobs were submitted, without a
+ * field in struct job. seq grows with every submit, so a ring of samples
+ * (the seq of the first job added in each period of gran seconds, and that
+ * period's start) tells the submit time of any seq by binary search: the
+ * job was added in the period of the last sample whose seq is <= its own.
+ * Samples older than any age that still matters are dropped; a seq before
+ * the first sample left maps to floor, which is that old too.
+ */
+#define QUEUE_AGE_SAMPLES 256
+
+struct queue_age_sample {
+    uint64_t seq; /* the first job added in the period */
+    int64_t t;    /* the period's start, wall-clock seconds */
+};
+
+struct queue_ages {
+    struct queue_age_sample s[QUEUE_AGE_SAMPLES]; /* a ring, oldest at head */
+    unsigned head;                                /* index of the oldest sample */
+    unsigned n;                                   /* samples held */
+    int64_t floor;                                /* the time of seqs before the first sample */
+    int64_t gran;                                 /* seconds per period: aging / 64, at least 1 */
+};
+
 struct queue {
     struct hmap funcs;           /* struct func by name */
     struct func_list func_order; /* the same, oldest first */
@@ -78,9 +102,37 @@ struct queue {
     bool round_robin;            /* rotate a worker's abilities after a grab */
     size_t njobs;                /* jobs in queue.jobs */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
+    bool global;                 /* --priority global: the best job over all abilities */
+    bool ranked;                 /* global or aging: queue_grab compares list heads */
+    unsigned aging;              /* --priority-aging seconds per level; 0: off */
+    struct queue_ages ages;      /* submit times, with aging */
 };
 
 void queue_init(struct queue *q, bool round_robin);
+
+/*
+ * queue_set_order chooses how queue_grab ranks jobs, before any job is
+ * added: global takes the highest-priority job among all of a worker's
+ * functions (first submitted first within a priority) instead of the
+ * first function with work; aging > 0 counts a job that has waited more
+ * than aging seconds one priority higher, and one more for each further
+ * aging seconds, up to high. now is the wall clock (seconds).
+ */
+void queue_set_order(struct queue *q, bool global, unsigned aging, int64_t now);
+
+/*
+ * queue_rank returns the priority j counts as at time now: its own, or
+ * higher with aging (JOB_PRIO_HIGH is the highest).
+ */
+enum job_prio queue_rank(const struct queue *q, const struct job *j, int64_t now);
+
+/*
+ * queue_set_prio gives a job that waits (queued, scheduled or waiting for
+ * its store commit) another priority; a queued job moves to the tail of its
+ * new list (it stays where it is if the priority does not change). -1 if
+ * the job does not wait (running, or done and settling): nothing changes.
+ */
+int queue_set_prio(struct queue *q, struct job *j, enum job_prio prio);
 
 /* queue_release unrefs every job and frees every function. */
 void queue_release(struct queue *q);
@@ -203,11 +255,14 @@ void queue_remove(struct queue *q, struct job *j);
  * queue_grab gives worker w the next job it can do: over its abilities,
  * newest registration first as in gearmand (with round_robin, the function
  * just served moves to the back), the first high, else normal, else low
- * job. The job becomes RUNNING and is held by w. NULL if
- * there is none, or if there is no memory for the job's job_ext (the job
- * stays first in line).
+ * job. With global order, the job of the highest priority over all its
+ * abilities, the lowest seq (first submitted) among equals; with aging,
+ * priorities are those of queue_rank at now (wall-clock seconds, read only
+ * with aging). The job becomes RUNNING and is held by w. NULL if there is
+ * none, or if there is no memory for the job's job_ext (the job stays
+ * first in line).
  */
-struct job *queue_grab(struct queue *q, struct qworker *w);
+struct job *queue_grab(struct queue *q, struct qworker *w, int64_t now);
 
 /* queue_ability_of returns w's ability for f, or NULL. */
 struct ability *queue_ability_of(const struct qworker *w, const struct func *f);

@@ -86,6 +86,19 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->idle_timeout = 60;
     cfg->retry_on = DSJOB_RETRY_CRASH | DSJOB_RETRY_TIMEOUT; /* what 1.1.20 retries */
     cfg->max_result_size = 1u << 20;
+    cfg->reject_no_worker = false;
+    cfg->priority = DSJOB_PRIORITY_FUNCTION;
+    cfg->priority_aging = 0;
+}
+
+/* The queue as the config wants it: made empty at new, and again after a failed bind. */
+static void
+srv_queue_init(struct srv *srv)
+{
+    queue_init(&srv->queue, srv->cfg.round_robin);
+    srv->queue.default_max_queue = srv->cfg.max_queue;
+    queue_set_order(&srv->queue, srv->cfg.priority == DSJOB_PRIORITY_GLOBAL,
+                    srv->cfg.priority_aging, srv_now());
 }
 
 static int
@@ -275,6 +288,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("backlog must be positive");
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
+    if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION && srv->cfg.priority != DSJOB_PRIORITY_GLOBAL)
+        FAIL("--priority must be function or global");
+    if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
+        FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);
@@ -290,8 +307,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "H:%s", host);
     }
     srv->next_job_id = 1;
-    queue_init(&srv->queue, srv->cfg.round_robin);
-    srv->queue.default_max_queue = srv->cfg.max_queue;
+    srv_queue_init(srv);
     return ds;
 
 out_free:
@@ -607,8 +623,7 @@ fail:
     listener_close_all(srv);
     storage_close(srv);
     queue_release(&srv->queue);
-    queue_init(&srv->queue, srv->cfg.round_robin);
-    srv->queue.default_max_queue = srv->cfg.max_queue;
+    srv_queue_init(srv);
     log_release(&srv->log);
     srv_teardown(srv);
     return rc;

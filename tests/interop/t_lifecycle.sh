@@ -129,6 +129,16 @@ server_start dsjobd $args || { echo "Bail out! dsjobd did not restart"; exit 1; 
 same "$(field "$h" state)" retrying "backoff: after kill -9 and a restart it is still retrying"
 same "$(field "$h" run_at)" "$at" "backoff: at the same run-at time"
 same "$(field "$h" attempts)" 1 "backoff: with its attempt counted"
+# The admin priority command rewrites a stored job too (the rewrite commits
+# within 10 ms, unacknowledged: a second is plenty).
+h3=$(submit_bg lc_prio "" z)
+same "$(admin "priority $h3 high")" "OK" "priority: a queued stored job moves to high"
+sleep 1
+server_kill9
+# shellcheck disable=SC2086
+server_start dsjobd $args || { echo "Bail out! dsjobd did not restart"; exit 1; }
+same "$(field "$h3" priority)" high "priority: after kill -9 and a restart it is still high"
+same "$(admin prioritystatus | grep '^lc_prio' | cut -f2)" 1 "priority: and queued as high"
 server_stop
 
 # --- The dead set survives kill -9, and retry dead puts a job back.
