@@ -446,8 +446,11 @@ h_work_data(struct conn *c, const struct packet *p)
 {
     struct job *j = held_job(c, p);
 
-    if (j != NULL)
-        forward(j, p);
+    if (j == NULL)
+        return;
+    forward(j, p);
+    if (p->type == PACKET_WORK_WARNING)
+        lifecycle_warned(c->srv, j, p->arg[1], p->arg_len[1]);
 }
 
 static void

@@ -69,6 +69,7 @@ struct job_ext {
     uint32_t result_size;  /* bytes the worker sent (more than result_len if cut) */
     uint8_t outcome;       /* enum store_state: STORE_LIVE until it ends dead or kept */
     uint8_t settle_to;     /* SETTLING: enum job_settle */
+    uint8_t warned;        /* result holds this attempt's last WORK_WARNING (--max-dead) */
 };
 
 struct job {

@@ -275,6 +275,7 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
 {
     if (job_ext(j) == NULL)
         return;
+    j->ext->warned = 0;
     j->ext->last_fail = srv_now();
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
@@ -341,17 +342,42 @@ lifecycle_attempt_failed(struct srv *srv, struct job *j, unsigned how, const voi
 }
 
 void
+lifecycle_warned(struct srv *srv, struct job *j, const void *text, size_t len)
+{
+    if (!j->background || srv->cfg.max_dead == 0 || j->cancelled)
+        return;
+    if (job_set_result(j, text, len, srv->cfg.max_result_size) == 0)
+        j->ext->warned = 1;
+}
+
+void
 lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const void *data,
                     size_t len)
 {
     static const char fail_text[] = "WORK_FAIL";
 
     if (type == PACKET_WORK_FAIL) {
-        if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_FAIL, fail_text, sizeof(fail_text) - 1))
+        /* Its text: the attempt's last WORK_WARNING (dsjob worker sends why), else none. */
+        char *warned = NULL;
+        const void *text = fail_text;
+        size_t text_len = sizeof(fail_text) - 1;
+
+        if (j->ext != NULL && j->ext->warned && j->ext->result_len > 0 &&
+            (warned = malloc(j->ext->result_len)) != NULL) {
+            memcpy(warned, j->ext->result, j->ext->result_len);
+            text = warned;
+            text_len = j->ext->result_len;
+        }
+        if (j->ext != NULL)
+            j->ext->warned = 0;
+        if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_FAIL, text, text_len)) {
+            free(warned);
             return;
+        }
         lifecycle_tell(j, PACKET_WORK_FAIL, 1, (const void *const[]){job_handle(j)},
                        (const size_t[]){j->handle_len});
-        lifecycle_end(srv, j, STORE_DONE_FAIL, fail_text, sizeof(fail_text) - 1);
+        lifecycle_end(srv, j, STORE_DONE_FAIL, text, text_len);
+        free(warned);
         return;
     }
     lifecycle_tell(j, PACKET_WORK_COMPLETE, 2, (const void *const[]){job_handle(j), data},

@@ -98,6 +98,13 @@ void lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, 
 bool lifecycle_attempt_failed(struct srv *srv, struct job *j, unsigned how, const void *text,
                               size_t len);
 
+/*
+ * lifecycle_warned keeps the text of a WORK_WARNING for background job j
+ * (borrowed), with --max-dead: a WORK_FAIL that follows in the same attempt
+ * has no text of its own, and the dead set keeps this one instead.
+ */
+void lifecycle_warned(struct srv *srv, struct job *j, const void *text, size_t len);
+
 /* lifecycle_fail tells j's waiting clients WORK_FAIL and ends the job (lifecycle_finish). */
 void lifecycle_fail(struct srv *srv, struct job *j);
 

@@ -166,7 +166,7 @@ reap
 server_stop
 
 # --- --max-dead drops the oldest; a foreground job is never retried.
-server_start dsjobd --retry-on fail -j 1 --max-dead 1 ||
+server_start dsjobd --retry-on fail,exception -j 1 --max-dead 1 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 h1=$(submit_bg lc_trim "" one)
 h2=$(submit_bg lc_trim "" two)
@@ -182,6 +182,25 @@ gm -f lc_fg fg-payload > /dev/null 2>&1
 check "foreground: the client is told of the failure" [ $? -ne 0 ]
 reap
 same "$(calls "$T/fg.log")" 1 "foreground: --retry-on fail does not run it again"
+# dsjob worker says why a command failed (a WORK_WARNING before WORK_FAIL,
+# or WORK_EXCEPTION with --exceptions): that text is what the dead set keeps.
+DSJOB="$top_builddir/tools/dsjob"
+hw=$(submit_bg lc_sh "" w)
+"$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f lc_sh -- sh -c 'echo oops-stderr >&2; exit 4' \
+    2> /dev/null &
+track $!
+check "dsjob worker: its failed job is dead" poll state_is "$hw" dead
+check "dsjob worker: the dead set keeps the command's stderr and status" \
+    sh -c "printf '%s' \"\$1\" | grep -q 'oops-stderr' && printf '%s' \"\$1\" | grep -q 'status\\\\x204'" \
+    _ "$(admin "show dead lc_sh" | cut -f9)"
+he=$(submit_bg lc_ex "" e)
+"$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker --exceptions -f lc_ex -- sh -c 'echo ex-text >&2; false' \
+    2> /dev/null &
+track $!
+check "dsjob worker --exceptions: its failed job is dead" poll state_is "$he" dead
+check "dsjob worker --exceptions: the dead set keeps the exception's text" \
+    sh -c "printf '%s' \"\$1\" | grep -q 'ex-text'" _ "$(admin "show dead lc_ex" | cut -f9)"
+reap
 same "$(admin "retry lc_trim 3 0.5 10")" "OK" "retry FUNCTION N BASE MAX is accepted"
 same "$(admin "retry lc_trim")" "OK 3 0.500 10.000" "retry FUNCTION prints the setting"
 server_stop
