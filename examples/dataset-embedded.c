@@ -243,7 +243,7 @@ check_saved(const char *save_dir, const struct dataset_spec *spec)
                 path, count, adler, want.count, want.adler32);
         return 1;
     }
-    printf("saved %s: %" PRIu64 " rows, adler32 %08" PRIx32 ", ok\n", path, count, adler);
+    printf("# saved %s: %" PRIu64 " rows, adler32 %08" PRIx32 ", ok\n", path, count, adler);
     return 0;
 }
 
