@@ -29,7 +29,8 @@ shard() {
 }
 
 adler32() { # of standard input, as zlib computes it
-    od -An -v -tu1 | awk '{ for (i = 1; i <= NF; i++) { a = (a + $i) % 65521; b = (b + a) % 65521 } }
+    od -An -v -tu1 | awk '
+        { for (i = 1; i <= NF; i++) { a = (a + $i) % 65521; b = (b + a) % 65521 } }
         END { printf "%08x\n", b * 65536 + a }' a=1
 }
 

@@ -2,8 +2,8 @@
 # nightly.sh: what a crontab runs to have a dataset saved to disk by
 # whichever dataset.save workers are up (save.sh or dataset-producer
 # --save-dir), without waiting for them:
-#   30 1 * * *  /opt/dsjob/examples/scripts/nightly.sh demo 8 2000 42
-#   0 18 * * 5  /opt/dsjob/examples/scripts/nightly.sh --at "$(date -d 'sat 02:00' +%s)" demo 8 2000 42
+#   30 1 * * *  nightly.sh demo 8 2000 42
+#   0 18 * * 5  nightly.sh --at "$(date -d 'sat 02:00' +%s)" demo 8 2000 42
 # Without --at it queues a background save of each shard now: shard 0,
 # which readers open first, at high priority, the rest at low so that
 # interactive jobs go first. With --at EPOCH it schedules one save of the
@@ -18,7 +18,10 @@ server=${DSJOB_SERVERS:-127.0.0.1:4730}
 at=
 if [ "$1" = -s ]; then server=$2; shift 2; fi
 if [ "$1" = --at ]; then at=$2; shift 2; fi
-[ $# -eq 4 ] || { echo "usage: nightly.sh [-s SERVER] [--at EPOCH] NAME SHARDS ROWS SEED" >&2; exit 2; }
+if [ $# -ne 4 ]; then
+    echo "usage: nightly.sh [-s SERVER] [--at EPOCH] NAME SHARDS ROWS SEED" >&2
+    exit 2
+fi
 name=$1 shards=$2 rows=$3 seed=$4
 rc=0
 if [ -n "$at" ]; then

@@ -36,8 +36,8 @@ expect_dataset() {
         "$PRODUCER" --print "$(spec_of "$2" "$_s" "$3" "$4" "$5")" >"$_d/expect.one" || return 1
         sed '$d' "$_d/expect.one" | sed "s/^/$_s	/" >>"$_d/expect.rows.u"
         tail -n 1 "$_d/expect.one" |
-            sed -n "s/.*\"count\":\([0-9]*\),\"adler32\":\"\([0-9a-f]*\)\".*/# shard $_s ok \1 \2/p" \
-                >>"$_d/expect.ok.u"
+            sed -n "s/.*\"count\":\([0-9]*\),\"adler32\":\"\([0-9a-f]*\)\".*/\1 \2/p" |
+            sed "s/^/# shard $_s ok /" >>"$_d/expect.ok.u"
         _s=$((_s + 1))
     done
     sort "$_d/expect.rows.u" >"$_d/expect.rows"
@@ -59,7 +59,8 @@ rows_are() {
         ok 0 "$2"
     else
         ok 1 "$2"
-        diag "kept $(wc -l <"$1.kept") rows, want $(wc -l <"$EXPECT_DIR/expect.rows"); first differences:"
+        diag "kept $(wc -l <"$1.kept") rows, want $(wc -l <"$EXPECT_DIR/expect.rows")"
+        diag "first differences:"
         diff "$1.kept" "$EXPECT_DIR/expect.rows" | head -5 | sed 's/^/#   /'
     fi
 }

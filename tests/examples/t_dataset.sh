@@ -25,7 +25,7 @@ if [ ! -x "$PRODUCER" ] || [ ! -x "$CONSUMER" ]; then
     exit 0
 fi
 
-CHECKS=29
+CHECKS=30
 SHARDS=8
 ROWS=2000
 
@@ -89,11 +89,15 @@ checks() {
     same "$?" 0 "four producers: the consumer exits 0"
     rows_are "$d/four.out" "$K: four producers: every row of every shard exactly once"
     oks_are "$d/four.out" "$K: four producers: counts and checksums are the local ones"
+    consume progress -q --progress force
+    grep -q "\[#*\] 8/8 shards, 2000/2000 rows" "$d/progress.err"
+    ok $? "$K: --progress force: the progress line ends at 8/8 shards, 2000/2000 rows"
     reap
 
     killed_mid_shard restart
     same "$rc" 0 "producer killed mid-shard: the consumer exits 0"
-    rows_are "$d/restart.out" "$K: killed mid-shard, restarted by the server: every row exactly once"
+    rows_are "$d/restart.out" \
+        "$K: killed mid-shard, restarted by the server: every row exactly once"
     oks_are "$d/restart.out" "$K: killed mid-shard: counts and checksums are the local ones"
     same "$(grep '^# shard [0-9]* drop' "$d/restart.out" | sed 's/^# shard [0-9]* //')" \
         "drop 40: the server restarted the shard (its producer went away)" \
@@ -134,12 +138,15 @@ checks() {
     consume corrupt
     same "$?" 1 "a row damaged on the way: the consumer exits 1"
     check "a row damaged on the way: the checksum is what tells" \
-        grep -q "1 of 8 shards bad; shard [0-9]*: got 250 rows with adler32 [0-9a-f]*, the producer says 250 with" \
+        grep -q "1 of 8 shards bad; shard [0-9]*: got 250 rows with adler32 [0-9a-f]*, the pro" \
         "$d/corrupt.err"
     kept_rows "$d/corrupt.out" | cmp -s - "$EXPECT_DIR/expect.rows"
-    same "$?" 1 "a row damaged on the way: the rows differ from the local ones (the test sees it too)"
+    same "$?" 1 "a row damaged on the way: the rows differ from the local ones (the test sees it)"
     reap
 }
 
-expect_dataset "$T" demo $SHARDS $ROWS 42 || { echo "Bail out! dataset-producer --print failed"; exit 1; }
+if ! expect_dataset "$T" demo $SHARDS $ROWS 42; then
+    echo "Bail out! dataset-producer --print failed"
+    exit 1
+fi
 run_servers

@@ -52,7 +52,7 @@ checks() {
     bg "$PRODUCER" -s "127.0.0.1:$SERVER_PORT" -c 4
     consume c
     same "$rc" 0 "consume.sh from dataset-producer: exit 0"
-    rows_are "$d/c.out" "$K: consume.sh from dataset-producer: every row of every shard exactly once"
+    rows_are "$d/c.out" "$K: consume.sh from dataset-producer: every row exactly once"
     oks_are "$d/c.out" "$K: consume.sh from dataset-producer: counts and checksums are the local ones"
     reap
 
@@ -64,7 +64,8 @@ checks() {
             same "$rc" 0 "consume.sh from $n produce.sh under --stream: exit 0"
             rows_are "$d/stream$n.out" \
                 "$K: --stream with $n: every row of every shard exactly once"
-            oks_are "$d/stream$n.out" "$K: --stream with $n: counts and checksums are the local ones"
+            oks_are "$d/stream$n.out" \
+                "$K: --stream with $n: counts and checksums are the local ones"
             reap
         done
     else
@@ -74,13 +75,19 @@ checks() {
     mkdir -p "$d/saved"
     "$SCRIPTS/nightly.sh" -s "127.0.0.1:$SERVER_PORT" demo 8 2000 42 >"$d/nightly.out"
     same "$?" 0 "nightly.sh: exit 0"
-    same "$(grep -c '^[0-9]* H:[^ ]*$' "$d/nightly.out")" 8 "nightly.sh: 8 background saves, each a handle"
+    same "$(grep -c '^[0-9]* H:[^ ]*$' "$d/nightly.out")" 8 \
+        "nightly.sh: 8 background saves, each a handle"
     # save.sh is wrapped to log the order in which the worker ran the jobs.
-    printf '#!/bin/sh\nspec=$(cat)\necho "$spec" | sed "s/.*\\"shard\\":\\([0-9]*\\).*/\\1/" >>"%s"\nprintf %%s "$spec" | exec "%s" "$@"\n' \
-        "$d/order" "$SCRIPTS/save.sh" >"$d/save-logged.sh"
+    cat >"$d/save-logged.sh" <<EOF
+#!/bin/sh
+spec=\$(cat)
+printf '%s\\n' "\$spec" | sed 's/.*"shard":\\([0-9]*\\).*/\\1/' >>"$d/order"
+printf '%s' "\$spec" | exec "$SCRIPTS/save.sh" "\$@"
+EOF
     chmod +x "$d/save-logged.sh"
     bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dataset.save -- "$d/save-logged.sh" "$d/saved"
-    check "a save.sh worker saves the 8 shards" poll sh -c "[ \$(ls '$d/saved' | grep -c 'tsv\$') -eq 8 ]"
+    check "a save.sh worker saves the 8 shards" \
+        poll sh -c "[ \$(ls '$d/saved' | grep -c 'tsv\$') -eq 8 ]"
     same "$(head -n 1 "$d/order")" 0 "-p high: shard 0 is saved first, before the -p low ones"
     for f in "$d"/saved/demo-*-of-8.tsv; do
         s=${f##*/demo-}
