@@ -33,6 +33,13 @@ static const struct textcmd_name textcmd_names[] = {
     {"drop", "function", TEXTCMD_DROP_FUNCTION},
     {"prioritystatus", NULL, TEXTCMD_PRIORITYSTATUS},
     {"shutdown", NULL, TEXTCMD_SHUTDOWN},
+    {"show", "job", TEXTCMD_SHOW_JOB},
+    {"show", "dead", TEXTCMD_SHOW_DEAD},
+    {"show", "result", TEXTCMD_SHOW_RESULT},
+    {"retry", "dead", TEXTCMD_RETRY_DEAD}, /* before "retry": a function named dead cannot be set */
+    {"drop", "dead", TEXTCMD_DROP_DEAD},
+    {"retry", NULL, TEXTCMD_RETRY},
+    {"priority", NULL, TEXTCMD_PRIORITY},
 };
 
 static bool

@@ -27,6 +27,13 @@ enum textcmd_kind {
     TEXTCMD_PRIORITYSTATUS,
     TEXTCMD_SHUTDOWN,     /* shutdown [graceful] */
     TEXTCMD_SHOW_UNKNOWN, /* show followed by something else */
+    TEXTCMD_SHOW_JOB,     /* show job HANDLE | show job unique FUNCTION UNIQUE */
+    TEXTCMD_SHOW_DEAD,    /* show dead [FUNCTION] */
+    TEXTCMD_SHOW_RESULT,  /* show result HANDLE | show result unique FUNCTION UNIQUE */
+    TEXTCMD_RETRY_DEAD,   /* retry dead HANDLE|FUNCTION */
+    TEXTCMD_DROP_DEAD,    /* drop dead HANDLE|FUNCTION */
+    TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
+    TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -2,13 +2,15 @@
  * Admin commands. Each reply is written whole into the connection's output
  * in the loop turn that read the line; listings end with a line holding a
  * single ".". Commands that stop or change the server (shutdown, cancel
- * job, drop function, maxqueue) are refused to peers outside --admin-allow
- * (loopback and the unix socket by default): gearmand lets anyone do them.
+ * job, drop function, maxqueue, priority) are refused to peers outside
+ * --admin-allow (loopback and the unix socket by default): gearmand lets
+ * anyone do them.
  */
 #include "config.h"
 #include "admin.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 #include "proto/textcmd.h"
 #include "queue.h"
 #include "srv.h"
+#include "storage.h"
+#include "store.h"
 
 #define WORD(cmd, i) (cmd)->word[(cmd)->first_arg + (i)]
 #define WORD_LEN(cmd, i) (cmd)->word_len[(cmd)->first_arg + (i)]
@@ -64,19 +68,27 @@ admin_workers(struct conn *c)
     conn_write(c, ".\n", 2);
 }
 
+static void show_detail(struct conn *c, const struct job *j);
+
 static void
-show_job(struct conn *c, const struct job *j, bool unique)
+show_job(struct conn *c, const struct job *j, bool unique, bool detail)
 {
-    if (unique)
+    if (detail)
+        show_detail(c, j);
+    else if (unique)
         conn_printf(c, "%s\n", job_unique(j));
     else /* handle, attempts, ignored (cancelled), and gearmand's "queued" column */
         conn_printf(c, "%s\t%" PRIu32 "\t%u\t%u\n", job_handle(j), job_attempts(j),
                     j->cancelled ? 1u : 0u, j->background ? 1u : 0u);
 }
 
-/* Queued, scheduled and running jobs, as gearmand lists them (no header line). */
+/*
+ * Queued, scheduled and running jobs, as gearmand lists them (no header
+ * line); "show jobs detail" lists them with function, priority, state,
+ * attempts, run-at time, background and unique, then the dead and kept.
+ */
 static void
-admin_show_jobs(struct conn *c, bool unique)
+admin_show_jobs(struct conn *c, bool unique, bool detail)
 {
     struct queue *q = &c->srv->queue;
     struct func *f;
@@ -89,16 +101,25 @@ admin_show_jobs(struct conn *c, bool unique)
             struct job *j;
 
             TAILQ_FOREACH (j, &f->jobs[p], link)
-                show_job(c, j, unique);
+                show_job(c, j, unique, detail);
         }
     }
     for (i = 0; i < q->scheduled.len; i++)
-        show_job(c, q->scheduled.elems[i], unique);
+        show_job(c, q->scheduled.elems[i], unique, detail);
     TAILQ_FOREACH (w, &c->srv->conns, link) {
         struct job *j;
 
         TAILQ_FOREACH (j, &w->worker.held, link)
-            show_job(c, j, unique);
+            show_job(c, j, unique, detail);
+    }
+    if (detail) {
+        struct job *j;
+
+        TAILQ_FOREACH (f, &q->func_order, order)
+            TAILQ_FOREACH (j, &f->dead, link)
+                show_detail(c, j);
+        TAILQ_FOREACH (j, &q->kept, link)
+            show_detail(c, j);
     }
     conn_write(c, ".\n", 2);
 }
@@ -124,6 +145,321 @@ admin_name_ok(struct conn *c, const char *name, size_t len)
 
 #define INCOMPLETE(cmd)                                                                            \
     "ERR INVALID_ARGUMENTS An+incomplete+set+of+arguments+was+sent+to+this+command+" cmd "\r\n"
+
+/* Print len bytes with control bytes, DEL, backslash and non-ASCII as \xHH. */
+static void
+print_escaped(struct conn *c, const void *bytes, size_t len)
+{
+    const unsigned char *p = bytes;
+    size_t i, run = 0;
+
+    for (i = 0; i < len; i++) {
+        if (p[i] > 0x20 && p[i] < 0x7f && p[i] != '\\')
+            continue;
+        if (i > run)
+            conn_write(c, p + run, i - run);
+        conn_printf(c, "\\x%02x", p[i]);
+        run = i + 1;
+    }
+    if (len > run)
+        conn_write(c, p + run, len - run);
+    if (len == 0)
+        conn_write(c, "-", 1);
+}
+
+static const char *
+prio_name(unsigned prio)
+{
+    static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
+
+    return prio < JOB_NPRIO ? names[prio] : "normal";
+}
+
+static const char *
+outcome_name(unsigned outcome)
+{
+    switch (outcome) {
+    case STORE_DONE_COMPLETE: return "complete";
+    case STORE_DONE_FAIL: return "fail";
+    case STORE_DONE_EXCEPTION: return "exception";
+    case STORE_DEAD: return "dead";
+    default: return "-";
+    }
+}
+
+/* A job's state for people: SETTLING still shows as running, as status counts it. */
+static const char *
+state_name(const struct job *j)
+{
+    switch ((enum job_state)j->state) {
+    case JOB_QUEUED: return "queued";
+    case JOB_RUNNING:
+    case JOB_SETTLING: return "running";
+    case JOB_SCHEDULED: return job_attempts(j) > 0 ? "retrying" : "scheduled";
+    case JOB_PENDING: return "pending";
+    case JOB_DEAD: return "dead";
+    case JOB_DONE: return "done";
+    case JOB_NEW: break;
+    }
+    return "new";
+}
+
+/* show job HANDLE, show job unique FUNCTION UNIQUE: finds the job, or says why not. */
+static struct job *
+admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
+{
+    struct queue *q = &c->srv->queue;
+    unsigned argc = textcmd_argc(cmd);
+    struct func *f;
+    struct job *j = NULL;
+
+    if (argc == 3 && WORD_LEN(cmd, 0) == 6 && strncasecmp(WORD(cmd, 0), "unique", 6) == 0) {
+        f = queue_func(q, WORD(cmd, 1), WORD_LEN(cmd, 1), false);
+        if (f != NULL && (j = queue_find_unique(f, WORD(cmd, 2), WORD_LEN(cmd, 2))) == NULL &&
+            (j = queue_find_settling(f, WORD(cmd, 2), WORD_LEN(cmd, 2))) == NULL)
+            j = queue_find_kept(f, WORD(cmd, 2), WORD_LEN(cmd, 2));
+    } else if (argc == 1) {
+        j = queue_find_job(q, WORD(cmd, 0), WORD_LEN(cmd, 0));
+    } else {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+%s+HANDLE+or+%s+unique+FUNCTION+UNIQUE\r\n",
+                    what, what);
+        return NULL;
+    }
+    if (j == NULL)
+        conn_printf(c, "ERR UNKNOWN_JOB\r\n");
+    return j;
+}
+
+/* One job, field by field: "name value" lines, then ".". */
+static void
+admin_show_one(struct conn *c, const struct textcmd *cmd)
+{
+    struct job *j = admin_find(c, cmd, "show+job");
+    struct qworker *w;
+
+    if (j == NULL)
+        return;
+    conn_printf(c, "handle %s\nfunction %s\nstate %s\n", job_handle(j), j->func->name,
+                state_name(j));
+    if (j->state == JOB_DONE)
+        conn_printf(c, "outcome %s\n", outcome_name(j->ext->outcome));
+    conn_printf(c, "priority %s\nbackground %d\nattempts %" PRIu32 "\nunique ", prio_name(j->prio),
+                j->background ? 1 : 0, job_attempts(j));
+    print_escaped(c, job_unique(j), j->unique_len);
+    conn_printf(c, "\nrun_at %lld\npayload_size %" PRIu32 "\n",
+                j->state == JOB_DEAD || j->state == JOB_DONE ? 0LL : (long long)job_when(j),
+                j->data_len);
+    w = job_worker(j);
+    if (w != NULL) {
+        struct conn *wc = conn_of_worker(w);
+
+        conn_printf(c, "worker %d %s %s\n", wc->fd, wc->ip, wc->client_id ? wc->client_id : "-");
+    } else {
+        conn_printf(c, "worker -\n");
+    }
+    conn_printf(c, "status %" PRIu32 "/%" PRIu32 "\nwaiters %u\n", j->ext ? j->ext->numerator : 0,
+                j->ext ? j->ext->denominator : 0, job_nwaiters(j));
+    if (j->ext != NULL && j->ext->first_fail != 0 && j->state != JOB_DONE)
+        conn_printf(c, "first_failure %lld\nlast_failure %lld\n", (long long)j->ext->first_fail,
+                    (long long)j->ext->last_fail);
+    if (j->state == JOB_DONE)
+        conn_printf(c, "ended %lld\nresult_size %" PRIu32 "\n", (long long)j->ext->last_fail,
+                    j->ext->result_size);
+    else if (j->ext != NULL && j->ext->first_fail != 0) {
+        conn_write(c, "error ", 6);
+        print_escaped(c, j->ext->result, j->ext->result_len);
+        conn_write(c, "\n", 1);
+    }
+    conn_write(c, ".\n", 2);
+}
+
+/*
+ * show result: "OK OUTCOME BYTES NUMERATOR DENOMINATOR SIZE", a newline,
+ * BYTES bytes (the first --max-result-size of the SIZE the worker sent),
+ * a newline.
+ */
+static void
+admin_show_result(struct conn *c, const struct textcmd *cmd)
+{
+    struct job *j = admin_find(c, cmd, "show+result");
+
+    if (j == NULL)
+        return;
+    if (j->state != JOB_DONE) {
+        conn_printf(c, "ERR NOT_DONE job+is+%s\r\n", state_name(j));
+        return;
+    }
+    conn_printf(c, "OK %s %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu32 "\n",
+                outcome_name(j->ext->outcome), j->ext->result_len, j->ext->numerator,
+                j->ext->denominator, j->ext->result_size);
+    if (j->ext->result_len > 0)
+        conn_write(c, j->ext->result, j->ext->result_len);
+    conn_write(c, "\n", 1);
+}
+
+static void
+show_dead_of(struct conn *c, const struct func *f)
+{
+    const struct job *j;
+
+    TAILQ_FOREACH (j, &f->dead, link) {
+        conn_printf(c, "%s\t%s\t%s\t%" PRIu32 "\t%lld\t%lld\t%" PRIu32 "\t", job_handle(j), f->name,
+                    prio_name(j->prio), job_attempts(j), (long long)j->ext->first_fail,
+                    (long long)j->ext->last_fail, j->data_len);
+        print_escaped(c, job_unique(j), j->unique_len);
+        conn_write(c, "\t", 1);
+        print_escaped(c, j->ext->result, j->ext->result_len);
+        conn_write(c, "\n", 1);
+    }
+}
+
+/* show dead [FUNCTION]: handle, function, priority, attempts, first and last failure, size,
+ * unique, error; oldest death first. */
+static void
+admin_show_dead(struct conn *c, const struct textcmd *cmd)
+{
+    struct queue *q = &c->srv->queue;
+    struct func *f;
+
+    if (textcmd_argc(cmd) >= 1) {
+        f = queue_func(q, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
+        if (f != NULL)
+            show_dead_of(c, f);
+    } else {
+        TAILQ_FOREACH (f, &q->func_order, order)
+            show_dead_of(c, f);
+    }
+    conn_write(c, ".\n", 2);
+}
+
+/* retry dead / drop dead HANDLE|FUNCTION: one dead job by handle, or all of a function's. */
+static void
+admin_dead(struct conn *c, const struct textcmd *cmd, bool retry)
+{
+    struct srv *srv = c->srv;
+    unsigned done = 0, held = 0;
+    struct job *j, *next;
+    struct func *f;
+
+    if (textcmd_argc(cmd) != 1) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+%s+dead+HANDLE|FUNCTION\r\n",
+                    retry ? "retry" : "drop");
+        return;
+    }
+    j = queue_find_job(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
+    f = j != NULL ? NULL : queue_func(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
+    if ((j == NULL || j->state != JOB_DEAD) && f == NULL) {
+        conn_printf(c, "ERR UNKNOWN_JOB no+dead+job+or+function+%.*s\r\n", (int)WORD_LEN(cmd, 0),
+                    WORD(cmd, 0));
+        return;
+    }
+    for (j = j != NULL ? j : TAILQ_FIRST(&f->dead); j != NULL; j = next) {
+        next = f != NULL ? TAILQ_NEXT(j, link) : NULL;
+        if (!retry) {
+            lifecycle_drop_ended(srv, j);
+            done++;
+        } else if (lifecycle_revive(srv, j) == 0) {
+            done++;
+        } else {
+            held++;
+        }
+    }
+    log_notice(&srv->log, "%s: %s %u dead jobs of '%.*s'", c->peer, retry ? "retried" : "dropped",
+               done, (int)WORD_LEN(cmd, 0), WORD(cmd, 0));
+    if (held > 0)
+        conn_printf(c, "OK %u (%u not: a live job holds the unique key, or no memory)\n", done,
+                    held);
+    else
+        conn_printf(c, "OK %u\n", done);
+}
+
+/* A number of seconds with up to three decimals, as milliseconds; -1 if it is not one. */
+static long long
+admin_seconds_ms(const char *s, size_t len)
+{
+    uint64_t whole = 0, frac = 0, scale = 1000;
+    size_t dot = 0;
+
+    while (dot < len && s[dot] != '.')
+        dot++;
+    if (decimal_parse(s, dot, 86400 * 7, &whole) != 0)
+        return -1;
+    if (dot < len) {
+        size_t i;
+
+        for (i = dot + 1; i < len; i++) {
+            if (s[i] < '0' || s[i] > '9')
+                return -1;
+            if (scale > 1)
+                frac += (uint64_t)(s[i] - '0') * (scale /= 10);
+        }
+    }
+    return (long long)(whole * 1000 + frac);
+}
+
+/*
+ * retry FUNCTION [N [BASE [MAX]]]: the function's attempts (as
+ * --job-retries counts them; 0 gives it back to --job-retries) and backoff
+ * in seconds (BASE 0 gives it back to --retry-backoff). Stored with the
+ * function. Alone, it prints the setting: "OK N BASE MAX".
+ */
+static void
+admin_retry(struct conn *c, const struct textcmd *cmd)
+{
+    unsigned argc = textcmd_argc(cmd);
+    long long base = 0, max = 0;
+    uint64_t n = 0;
+    struct func *f;
+
+    if (argc == 0 || argc > 4) {
+        conn_printf(c, INCOMPLETE("retry"));
+        return;
+    }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
+    if (argc == 1) {
+        f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
+        conn_printf(c, "OK %" PRIu32 " %.3f %.3f\n", f ? f->retries : 0, /* MAX 0: an hour */
+                    f ? f->backoff_base_ms / 1000.0 : 0.0, f ? f->backoff_max_ms / 1000.0 : 0.0);
+        return;
+    }
+    if (decimal_parse(WORD(cmd, 1), WORD_LEN(cmd, 1), UINT32_MAX, &n) != 0 ||
+        (argc > 2 && (base = admin_seconds_ms(WORD(cmd, 2), WORD_LEN(cmd, 2))) < 0) ||
+        (argc > 3 && (max = admin_seconds_ms(WORD(cmd, 3), WORD_LEN(cmd, 3))) < 0)) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+retry+FUNCTION+N+[BASE+[MAX]]+(seconds)\r\n");
+        return;
+    }
+    if (max != 0 && max < base) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS MAX+is+shorter+than+BASE\r\n");
+        return;
+    }
+    f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
+    if (f == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    f->retries = (uint32_t)n;
+    f->backoff_base_ms = (uint32_t)base;
+    f->backoff_max_ms = (uint32_t)max;
+    if (storage_set_func(c->srv, f) < 0) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory+to+store+it\r\n");
+        return;
+    }
+    log_notice(&c->srv->log, "%s: function '%s' retries %" PRIu32 ", backoff %u ms to %u ms",
+               c->peer, f->name, f->retries, f->backoff_base_ms, f->backoff_max_ms);
+    conn_printf(c, "OK\r\n");
+}
+
+/* show jobs detail: every job, dead and kept ones too, one line each. */
+static void
+show_detail(struct conn *c, const struct job *j)
+{
+    conn_printf(c, "%s\t%s\t%s\t%s\t%" PRIu32 "\t%lld\t%d\t", job_handle(j), j->func->name,
+                prio_name(j->prio), state_name(j), job_attempts(j), (long long)job_when(j),
+                j->background ? 1 : 0);
+    print_escaped(c, job_unique(j), j->unique_len);
+    conn_write(c, "\n", 1);
+}
 
 /*
  * maxqueue FUNCTION [ALL | HIGH NORMAL [LOW]]: no limit resets all three;
@@ -178,6 +514,54 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
     conn_printf(c, "OK\r\n");
 }
 
+#define PRIORITY_USAGE "ERR INVALID_ARGUMENTS usage:+priority+HANDLE+high|normal|low\r\n"
+
+/*
+ * priority HANDLE high|normal|low: a job that waits (queued, scheduled, or
+ * waiting for its store commit) gets that priority; a queued one moves to
+ * the tail of its new list. A stored job's row is rewritten too, so a
+ * restart keeps it.
+ */
+static void
+admin_priority(struct conn *c, const struct textcmd *cmd)
+{
+    static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
+    struct srv *srv = c->srv;
+    struct job *j;
+    unsigned old;
+    int p;
+
+    if (textcmd_argc(cmd) != 2) {
+        conn_printf(c, PRIORITY_USAGE);
+        return;
+    }
+    for (p = 0; p < JOB_NPRIO; p++)
+        if (WORD_LEN(cmd, 1) == strlen(names[p]) &&
+            strncasecmp(WORD(cmd, 1), names[p], WORD_LEN(cmd, 1)) == 0)
+            break;
+    if (p == JOB_NPRIO) {
+        conn_printf(c, PRIORITY_USAGE);
+        return;
+    }
+    j = queue_find_job(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
+    if (j == NULL) {
+        conn_printf(c, "ERR UNKNOWN_JOB\r\n");
+        return;
+    }
+    if (j->state == JOB_RUNNING || j->state == JOB_SETTLING || j->state == JOB_DEAD ||
+        j->state == JOB_DONE) {
+        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", state_name(j));
+        return;
+    }
+    old = j->prio;
+    queue_set_prio(&srv->queue, j, (enum job_prio)p); /* cannot fail: the job waits */
+    if (old != (unsigned)p)
+        storage_update(srv, j); /* the row gets the new priority with the next commit */
+    log_notice(&srv->log, "%s: job %s of '%s' moved from %s to %s priority", c->peer, job_handle(j),
+               j->func->name, names[old], names[p]);
+    conn_printf(c, "OK\r\n");
+}
+
 static void
 admin_create(struct conn *c, const struct textcmd *cmd)
 {
@@ -223,6 +607,21 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
                queue_total(f));
     while ((j = queue_first_idle(&c->srv->queue, f)) != NULL)
         lifecycle_cancel(c->srv, j);
+    while ((j = TAILQ_FIRST(&f->dead)) != NULL)
+        lifecycle_drop_ended(c->srv, j);
+    if (f->nkept > 0) {
+        struct job *next;
+
+        for (j = TAILQ_FIRST(&c->srv->queue.kept); j != NULL; j = next) {
+            next = TAILQ_NEXT(j, link);
+            if (j->func == f)
+                lifecycle_drop_ended(c->srv, j);
+        }
+    }
+    if (f->retries != 0 || f->backoff_base_ms != 0) {
+        f->retries = f->backoff_base_ms = f->backoff_max_ms = 0;
+        (void)storage_set_func(c->srv, f); /* forget its settings in the store too */
+    }
     queue_drop_func(&c->srv->queue, f);
     conn_printf(c, "OK\r\n");
 }
@@ -247,7 +646,8 @@ static bool
 admin_privileged(enum textcmd_kind kind)
 {
     return kind == TEXTCMD_SHUTDOWN || kind == TEXTCMD_CANCEL_JOB ||
-           kind == TEXTCMD_DROP_FUNCTION || kind == TEXTCMD_MAXQUEUE;
+           kind == TEXTCMD_DROP_FUNCTION || kind == TEXTCMD_MAXQUEUE || kind == TEXTCMD_RETRY ||
+           kind == TEXTCMD_RETRY_DEAD || kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY;
 }
 
 void
@@ -273,12 +673,23 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_GETPID: conn_printf(c, "OK %ld\n", (long)getpid()); break;
     case TEXTCMD_VERBOSE: conn_printf(c, "OK %s\n", log_level_name(c->srv->log.level)); break;
     case TEXTCMD_MAXQUEUE: admin_maxqueue(c, &cmd); break;
-    case TEXTCMD_SHOW_JOBS: admin_show_jobs(c, false); break;
-    case TEXTCMD_SHOW_UNIQUE_JOBS: admin_show_jobs(c, true); break;
+    case TEXTCMD_SHOW_JOBS:
+        admin_show_jobs(c, false,
+                        textcmd_argc(&cmd) == 1 && WORD_LEN(&cmd, 0) == 6 &&
+                            strncasecmp(WORD(&cmd, 0), "detail", 6) == 0);
+        break;
+    case TEXTCMD_SHOW_UNIQUE_JOBS: admin_show_jobs(c, true, false); break;
+    case TEXTCMD_SHOW_JOB: admin_show_one(c, &cmd); break;
+    case TEXTCMD_SHOW_DEAD: admin_show_dead(c, &cmd); break;
+    case TEXTCMD_SHOW_RESULT: admin_show_result(c, &cmd); break;
+    case TEXTCMD_RETRY_DEAD: admin_dead(c, &cmd, true); break;
+    case TEXTCMD_DROP_DEAD: admin_dead(c, &cmd, false); break;
+    case TEXTCMD_RETRY: admin_retry(c, &cmd); break;
     case TEXTCMD_CANCEL_JOB: admin_cancel(c, &cmd); break;
     case TEXTCMD_CREATE_FUNCTION: admin_create(c, &cmd); break;
     case TEXTCMD_DROP_FUNCTION: admin_drop(c, &cmd); break;
     case TEXTCMD_SHUTDOWN: admin_shutdown(c, &cmd); break;
+    case TEXTCMD_PRIORITY: admin_priority(c, &cmd); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -140,6 +140,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
     conn_describe_peer(c, sa);
     c->admin_ok = sa->sa_family == AF_UNIX || srv_admin_allowed(srv, sa);
     c->exceptions = srv->cfg.exceptions;
+    c->reject_no_worker = srv->cfg.reject_no_worker;
     c->in = evbuffer_new();
     c->out = evbuffer_new();
     c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);

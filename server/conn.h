@@ -53,6 +53,7 @@ struct conn {
     char peer[80];                /* "ip:port", for log lines */
     char *client_id;              /* from SET_CLIENT_ID, or NULL */
     bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
+    bool reject_no_worker;        /* its submits for a function no worker can do get ERROR */
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool read_paused;             /* input left unread until output drains */
     size_t lingered;              /* input bytes thrown away while closing */

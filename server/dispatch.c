@@ -152,7 +152,8 @@ grab(struct conn *c, enum packet_type assign)
     struct job *j;
 
     queue_awake(&c->worker);
-    j = srv->draining ? NULL : queue_grab(&srv->queue, &c->worker);
+    j = srv->draining ? NULL
+                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? srv_now() : 0);
     if (j == NULL) {
         conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
         return;
@@ -256,6 +257,20 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     }
     if (!name_ok(c, p, durable))
         return;
+    /*
+     * --reject-no-worker or OPTION_REQ reject-no-worker: nobody could do it,
+     * so say so now rather than let the client wait. Before the unique key
+     * coalesces (the job it would join has nobody to do it either) and
+     * before anything is stored; the function is not made for it.
+     */
+    if (c->reject_no_worker) {
+        f = queue_func(&srv->queue, ARG(p, 0), p->arg_len[0], false);
+        if (f == NULL || f->nworkers == 0) {
+            refuse(c, durable, "NO_WORKER", "no worker can do %.*s",
+                   (int)(p->arg_len[0] > 200 ? 200 : p->arg_len[0]), ARG(p, 0));
+            return;
+        }
+    }
     f = func_arg(c, p);
     if (f == NULL)
         return;
@@ -442,8 +457,8 @@ h_work_done(struct conn *c, const struct packet *p)
 
     if (j == NULL)
         return;
-    forward(j, p);
-    lifecycle_finish(c->srv, j);
+    lifecycle_work_done(c->srv, j, (enum packet_type)p->type, p->nargs > 1 ? p->arg[1] : NULL,
+                        p->nargs > 1 ? p->arg_len[1] : 0);
 }
 
 static void
@@ -490,7 +505,8 @@ h_get_status_unique(struct conn *c, const struct packet *p)
 
     TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
         if ((j = queue_find_unique(f, p->arg[0], p->arg_len[0])) != NULL ||
-            (j = queue_find_settling(f, p->arg[0], p->arg_len[0])) != NULL)
+            (j = queue_find_settling(f, p->arg[0], p->arg_len[0])) != NULL ||
+            (j = queue_find_kept(f, p->arg[0], p->arg_len[0])) != NULL) /* --keep-results */
             break;
     running = j != NULL && (j->state == JOB_RUNNING || j->state == JOB_SETTLING);
     snprintf(num, sizeof(num), "%" PRIu32, j && j->ext ? j->ext->numerator : 0);
@@ -529,11 +545,25 @@ h_set_client_id(struct conn *c, const struct packet *p)
     c->client_id = id;
 }
 
+static bool
+option_is(const struct packet *p, const char *name)
+{
+    return p->arg_len[0] == strlen(name) && memcmp(p->arg[0], name, p->arg_len[0]) == 0;
+}
+
+/* OPTION_REQ: gearmand's exceptions, and reject-no-worker; any other name gets ERROR. */
 static void
 h_option_req(struct conn *c, const struct packet *p)
 {
-    if (p->arg_len[0] == 10 && memcmp(p->arg[0], "exceptions", 10) == 0) {
+    bool known = true;
+
+    if (option_is(p, "exceptions"))
         c->exceptions = true;
+    else if (option_is(p, "reject-no-worker"))
+        c->reject_no_worker = true;
+    else
+        known = false;
+    if (known) {
         conn_send_raw(c, PACKET_OPTION_RES, p->arg[0], p->arg_len[0]);
         return;
     }

@@ -73,6 +73,27 @@ job_set_when(struct job *j, int64_t when)
     return 0;
 }
 
+int
+job_set_result(struct job *j, const void *data, size_t len, size_t max)
+{
+    size_t keep = len < max ? len : max;
+
+    if (job_ext(j) == NULL)
+        return -1;
+    free(j->ext->result);
+    j->ext->result = NULL;
+    j->ext->result_len = 0;
+    j->ext->result_size = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+    if (keep == 0)
+        return 0;
+    j->ext->result = malloc(keep);
+    if (j->ext->result == NULL)
+        return -1;
+    memcpy(j->ext->result, data, keep);
+    j->ext->result_len = (uint32_t)keep;
+    return 0;
+}
+
 struct job *
 job_ref(struct job *j)
 {
@@ -89,6 +110,8 @@ job_unref(struct job *j)
     if (--j->refs == 0) {
         assert(!job_has_waiters(j));
         assert(j->ext == NULL || j->ext->timeout_ev == NULL);
+        if (j->ext != NULL)
+            free(j->ext->result);
         free(j->ext);
         free(j);
     }

@@ -34,7 +34,12 @@ enum job_state {
     JOB_SCHEDULED, /* waiting in the epoch heap for its time */
     JOB_PENDING,   /* indexed, waiting for the store to commit it */
     JOB_SETTLING,  /* done, stored: counted and found until its deletion commits */
+    JOB_DEAD,      /* past its retries, in its function's dead set (--max-dead) */
+    JOB_DONE,      /* finished, its outcome kept for --keep-results seconds */
 };
+
+/* What a SETTLING job becomes once its store change commits. */
+enum job_settle { JOB_SETTLE_GONE, JOB_SETTLE_DEAD, JOB_SETTLE_DONE };
 
 /* A client connection waiting for a foreground job's result. */
 struct waiter {
@@ -55,8 +60,15 @@ struct job_ext {
     size_t heap_pos;            /* index in the epoch heap while SCHEDULED */
     uint32_t numerator;         /* last WORK_STATUS */
     uint32_t denominator;       /* last WORK_STATUS */
-    uint32_t attempts;          /* times a worker took it and did not finish */
-    uint32_t tell_gen;          /* counts lifecycle_tell calls, to mark the waiters told */
+    uint32_t attempts;     /* failed attempts: a worker left, timed out, or (--retry-on) failed */
+    uint32_t tell_gen;     /* counts lifecycle_tell calls, to mark the waiters told */
+    int64_t first_fail;    /* epoch seconds of the first failed attempt, or 0 */
+    int64_t last_fail;     /* ... of the last one; for a DONE job, when it ended */
+    unsigned char *result; /* owned: DONE, its result; DEAD, its last failure's text */
+    uint32_t result_len;   /* bytes in result */
+    uint32_t result_size;  /* bytes the worker sent (more than result_len if cut) */
+    uint8_t outcome;       /* enum store_state: STORE_LIVE until it ends dead or kept */
+    uint8_t settle_to;     /* SETTLING: enum job_settle */
 };
 
 struct job {
@@ -79,7 +91,7 @@ struct job {
     bool unique_is_data : 1; /* unique "-": coalesce on the payload (gearmand) */
     bool stored : 1;         /* written to the store: remove it there when done */
     bool refused : 1;        /* the store refused it: coalesced submits are told */
-    bool settle_indexed : 1; /* SETTLING and in its function's settling index */
+    bool settle_indexed : 1; /* SETTLING or DONE, and in its function's index of those */
     char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);
@@ -148,6 +160,13 @@ job_attempts(const struct job *j)
 {
     return j->ext ? j->ext->attempts : 0;
 }
+
+/*
+ * job_set_result keeps len bytes of data (at most max of them) as j's
+ * result or failure text, replacing any before. 0, or -1 if out of memory
+ * (j then keeps no bytes, only the size).
+ */
+int job_set_result(struct job *j, const void *data, size_t len, size_t max);
 
 /* job_has_waiters tells whether any client waits for j. */
 static inline bool

@@ -13,6 +13,8 @@
 #include "lifecycle.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -21,6 +23,8 @@
 #include "queue.h"
 #include "srv.h"
 #include "storage.h"
+
+#define LIFECYCLE_BACKOFF_MAX_MS 3600000u /* --retry-backoff's longest wait unless given */
 
 int
 lifecycle_attach(struct conn *c, struct job *j)
@@ -113,7 +117,7 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j), j->func->name);
-    lifecycle_retry(srv, j, "CAN_DO_TIMEOUT expired");
+    lifecycle_retry_as(srv, j, DSJOB_RETRY_TIMEOUT, "CAN_DO_TIMEOUT expired");
 }
 
 void
@@ -126,17 +130,83 @@ lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms)
         evtimer_add(j->ext->timeout_ev, &tv);
 }
 
-void
-lifecycle_finish(struct srv *srv, struct job *j)
+/* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */
+static enum job_settle
+end_to(const struct srv *srv, const struct job *j, int outcome)
 {
+    if (!j->background || j->cancelled || outcome == STORE_LIVE)
+        return JOB_SETTLE_GONE;
+    if (outcome != STORE_DONE_COMPLETE && srv->cfg.max_dead > 0)
+        return JOB_SETTLE_DEAD;
+    if (srv->cfg.keep_results > 0)
+        return JOB_SETTLE_DONE;
+    return JOB_SETTLE_GONE;
+}
+
+/* Past --max-dead, the oldest dead jobs of f go, and are counted. */
+static void
+trim_dead(struct srv *srv, struct func *f)
+{
+    struct job *j;
+
+    while (f->ndead > srv->cfg.max_dead && (j = TAILQ_FIRST(&f->dead)) != NULL) {
+        log_notice(&srv->log, "dead job %s of '%s' dropped: the dead set is at --max-dead %u",
+                   job_handle(j), f->name, srv->cfg.max_dead);
+        f->dead_dropped++;
+        lifecycle_drop_ended(srv, j);
+    }
+}
+
+void
+lifecycle_settled(struct srv *srv, struct job *j)
+{
+    enum job_settle to = j->ext != NULL ? (enum job_settle)j->ext->settle_to : JOB_SETTLE_GONE;
+
+    if (to == JOB_SETTLE_GONE) {
+        queue_remove(&srv->queue, j);
+        return;
+    }
+    j->ext->settle_to = JOB_SETTLE_GONE;
+    if (to == JOB_SETTLE_DEAD) {
+        queue_bury(&srv->queue, j);
+        trim_dead(srv, j->func);
+    } else {
+        queue_keep(&srv->queue, j);
+    }
+}
+
+void
+lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len)
+{
+    enum job_settle to = end_to(srv, j, outcome);
     struct qworker *w = job_worker(j);
 
+    if (to != JOB_SETTLE_GONE && job_ext(j) == NULL) {
+        log_err(&srv->log, "out of memory to keep the outcome of job %s", job_handle(j));
+        to = JOB_SETTLE_GONE;
+    }
+    if (to != JOB_SETTLE_GONE) {
+        if (to == JOB_SETTLE_DONE && outcome == STORE_DONE_FAIL)
+            len = 0; /* WORK_FAIL carries no bytes; the text was for the dead set */
+        if (job_set_result(j, data, len, srv->cfg.max_result_size) < 0)
+            log_err(&srv->log, "out of memory to keep the result of job %s", job_handle(j));
+        j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? STORE_DEAD : outcome);
+        if (to == JOB_SETTLE_DONE)
+            j->ext->last_fail = srv_now(); /* when it ended: --keep-results counts from it */
+        j->ext->settle_to = (uint8_t)to;
+    }
     stop_timer(j);
     release_waiters(j);
     if (!storage_settle(srv, j, w != NULL ? conn_of_worker(w) : NULL))
-        queue_remove(&srv->queue, j);
+        lifecycle_settled(srv, j);
     if (srv->draining)
         srv_check_drained(srv);
+}
+
+void
+lifecycle_finish(struct srv *srv, struct job *j)
+{
+    lifecycle_end(srv, j, STORE_LIVE, NULL, 0);
 }
 
 void
@@ -149,6 +219,146 @@ lifecycle_fail(struct srv *srv, struct job *j)
     lifecycle_finish(srv, j);
 }
 
+/* A small generator for the backoff's jitter; the loop thread alone uses it. */
+static uint64_t
+jitter_next(void)
+{
+    static uint64_t x;
+
+    if (x == 0)
+        x = ((uint64_t)srv_now() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15u;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+/*
+ * The wait before j's next attempt, in whole seconds (the epoch heap's
+ * unit): the base (the function's, else --retry-backoff's) doubled for
+ * each attempt already failed, capped at the max, then a random point in
+ * its upper half, so that jobs that failed together do not all come back
+ * together. 0 for no wait, and always for a foreground job: a client waits.
+ */
+static int64_t
+backoff_secs(const struct srv *srv, const struct job *j)
+{
+    const struct func *f = j->func;
+    uint64_t base = f->backoff_base_ms ? f->backoff_base_ms : srv->cfg.retry_backoff_base_ms;
+    uint64_t max = f->backoff_base_ms ? f->backoff_max_ms : srv->cfg.retry_backoff_max_ms;
+    uint32_t n = job_attempts(j);
+    uint64_t d;
+
+    if (base == 0 || !j->background)
+        return 0;
+    if (max == 0)
+        max = LIFECYCLE_BACKOFF_MAX_MS;
+    d = n >= 32 ? max : base << n;
+    if (d > max || d < base)
+        d = max;
+    d = d / 2 + jitter_next() % (d / 2 + 1);
+    return (int64_t)((d + 999) / 1000);
+}
+
+/* The attempts j may use: its function's (admin "retry"), else --job-retries; 0: no limit. */
+static bool
+past_limit(const struct srv *srv, const struct job *j)
+{
+    unsigned limit = j->func->retries ? j->func->retries : srv->cfg.job_retries;
+
+    return limit != 0 && job_attempts(j) + 1 >= limit;
+}
+
+/* An attempt failed: when, and why (the text the dead set keeps). */
+static void
+note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
+{
+    if (job_ext(j) == NULL)
+        return;
+    j->ext->last_fail = srv_now();
+    if (j->ext->first_fail == 0)
+        j->ext->first_fail = j->ext->last_fail;
+    if (j->background)
+        (void)job_set_result(j, why, len, srv->cfg.max_result_size);
+}
+
+/* Run j again: at once at the head of its queue, or after its backoff. */
+static void
+run_again(struct srv *srv, struct job *j, const char *why)
+{
+    int64_t delay = backoff_secs(srv, j);
+
+    if (delay > 0 && queue_backoff(&srv->queue, j, srv_now() + delay) == 0) {
+        log_info(&srv->log, "job %s of '%s' runs again in %lld s (attempt %u failed): %s",
+                 job_handle(j), j->func->name, (long long)delay, job_attempts(j), why);
+        storage_update(srv, j);
+        srv_epoch_arm(srv);
+    } else {
+        if (delay == 0)
+            queue_requeue(&srv->queue, j);
+        log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
+        if (!j->background && !job_has_waiters(j)) {
+            queue_remove(&srv->queue, j); /* nobody is left to want it */
+            return;
+        }
+        storage_update(srv, j);
+        lifecycle_wake(j);
+    }
+    if (srv->draining)
+        srv_check_drained(srv);
+}
+
+/* j failed for good: its clients hear WORK_FAIL, and it ends (dead, kept or gone). */
+static void
+fail_for_good(struct srv *srv, struct job *j, const char *why)
+{
+    const void *args[1] = {job_handle(j)};
+    size_t lens[1] = {j->handle_len};
+
+    if (j->ext != NULL)
+        j->ext->attempts++;
+    lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
+    lifecycle_end(srv, j, STORE_DONE_FAIL, why, strlen(why));
+}
+
+bool
+lifecycle_attempt_failed(struct srv *srv, struct job *j, unsigned how, const void *text, size_t len)
+{
+    if (!j->background || j->cancelled)
+        return false;
+    note_failure(srv, j, text, len);
+    if (!(srv->cfg.retry_on & how) || past_limit(srv, j)) {
+        if (srv->cfg.retry_on & how)
+            log_warn(&srv->log, "job %s of '%s' failed after %u attempts", job_handle(j),
+                     j->func->name, job_attempts(j) + 1);
+        if (j->ext != NULL)
+            j->ext->attempts++;
+        return false;
+    }
+    stop_timer(j);
+    run_again(srv, j, how == DSJOB_RETRY_FAIL ? "WORK_FAIL" : "WORK_EXCEPTION");
+    return true;
+}
+
+void
+lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const void *data,
+                    size_t len)
+{
+    static const char fail_text[] = "WORK_FAIL";
+
+    if (type == PACKET_WORK_FAIL) {
+        if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_FAIL, fail_text, sizeof(fail_text) - 1))
+            return;
+        lifecycle_tell(j, PACKET_WORK_FAIL, 1, (const void *const[]){job_handle(j)},
+                       (const size_t[]){j->handle_len});
+        lifecycle_end(srv, j, STORE_DONE_FAIL, fail_text, sizeof(fail_text) - 1);
+        return;
+    }
+    lifecycle_tell(j, PACKET_WORK_COMPLETE, 2, (const void *const[]){job_handle(j), data},
+                   (const size_t[]){j->handle_len, len});
+    lifecycle_end(srv, j, STORE_DONE_COMPLETE, data, len);
+}
+
 void
 lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len)
 {
@@ -156,6 +366,8 @@ lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len
     size_t lens[2] = {j->handle_len, len};
     struct waiter *w;
 
+    if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_EXCEPTION, data, len))
+        return;
     if (j->ext != NULL) {
         TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
             if (w->client->exceptions)
@@ -164,34 +376,82 @@ lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len
                 conn_send(w->client, PACKET_WORK_FAIL, 1, args, lens);
         }
     }
-    lifecycle_finish(srv, j);
+    lifecycle_end(srv, j, STORE_DONE_EXCEPTION, data, len);
 }
 
 void
-lifecycle_retry(struct srv *srv, struct job *j, const char *why)
+lifecycle_retry_as(struct srv *srv, struct job *j, unsigned how, const char *why)
 {
-    unsigned limit = srv->cfg.job_retries;
-
     stop_timer(j);
     if (j->cancelled) {
         lifecycle_fail(srv, j); /* not run again; clients that attached since hear why */
         return;
     }
-    if (limit != 0 && job_attempts(j) + 1 >= limit) {
-        log_warn(&srv->log, "job %s of '%s' failed after %u attempts (--job-retries %u): %s",
-                 job_handle(j), j->func->name, job_attempts(j) + 1, limit, why);
-        lifecycle_fail(srv, j);
+    note_failure(srv, j, why, strlen(why));
+    if (!(srv->cfg.retry_on & how)) {
+        log_warn(&srv->log, "job %s of '%s' failed (not retried, see --retry-on): %s",
+                 job_handle(j), j->func->name, why);
+        fail_for_good(srv, j, why);
         return;
     }
-    log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
-    queue_requeue(&srv->queue, j);
-    if (!j->background && !job_has_waiters(j)) {
-        queue_remove(&srv->queue, j); /* nobody is left to want it */
+    if (past_limit(srv, j)) {
+        log_warn(&srv->log, "job %s of '%s' failed after %u attempts: %s", job_handle(j),
+                 j->func->name, job_attempts(j) + 1, why);
+        fail_for_good(srv, j, why);
         return;
     }
+    run_again(srv, j, why);
+}
+
+void
+lifecycle_retry(struct srv *srv, struct job *j, const char *why)
+{
+    lifecycle_retry_as(srv, j, DSJOB_RETRY_CRASH, why);
+}
+
+void
+lifecycle_keep_replayed(struct srv *srv, struct job *j)
+{
+    queue_keep(&srv->queue, j);
+}
+
+void
+lifecycle_drop_ended(struct srv *srv, struct job *j)
+{
+    storage_remove(srv, j);
+    queue_remove(&srv->queue, j);
+}
+
+int
+lifecycle_revive(struct srv *srv, struct job *j)
+{
+    uint32_t attempts = j->ext->attempts;
+    int rc;
+
+    j->ext->attempts = 0;
+    j->ext->when = 0;
+    rc = queue_revive(&srv->queue, j, srv_now());
+    if (rc != 0) {
+        j->ext->attempts = attempts;
+        return rc;
+    }
+    j->ext->first_fail = j->ext->last_fail = 0;
+    j->ext->outcome = STORE_LIVE;
+    j->ext->numerator = j->ext->denominator = 0;
+    (void)job_set_result(j, NULL, 0, 0);
+    storage_update(srv, j);
     lifecycle_wake(j);
-    if (srv->draining)
-        srv_check_drained(srv);
+    return 0;
+}
+
+void
+lifecycle_expire(struct srv *srv, int64_t now)
+{
+    struct job *j;
+
+    while ((j = TAILQ_FIRST(&srv->queue.kept)) != NULL &&
+           j->ext->last_fail + (int64_t)srv->cfg.keep_results <= now)
+        lifecycle_drop_ended(srv, j);
 }
 
 void

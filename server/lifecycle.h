@@ -13,6 +13,7 @@
 #ifndef DSJOB_SERVER_LIFECYCLE_H
 #define DSJOB_SERVER_LIFECYCLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,42 @@ void lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms);
  */
 void lifecycle_finish(struct srv *srv, struct job *j);
 
+/*
+ * lifecycle_end ends j as lifecycle_finish does, with outcome (enum
+ * store_state: STORE_LIVE for none, as a cancel; STORE_DONE_* as its
+ * worker ended it) and its bytes (a result, exception data, or the text of
+ * a failure; borrowed). A background job that failed goes to its
+ * function's dead set with --max-dead; one that ended otherwise, or failed
+ * without a dead set, is kept with --keep-results; anything else is gone.
+ * On a durable store the change commits first (storage_settle), so no
+ * answer shows it ended before a restart would.
+ */
+void lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len);
+
+/*
+ * lifecycle_settled finishes what lifecycle_end began once the store has
+ * committed it: j leaves the queue, or moves to the dead set or the kept
+ * results.
+ */
+void lifecycle_settled(struct srv *srv, struct job *j);
+
+/*
+ * lifecycle_work_done ends j after its worker sent WORK_COMPLETE (data is
+ * the result) or WORK_FAIL: the waiting clients are told and j ends,
+ * unless it is a background job that --retry-on fail runs again.
+ */
+void lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const void *data,
+                         size_t len);
+
+/*
+ * lifecycle_attempt_failed notes that an attempt of background job j
+ * failed (how is a DSJOB_RETRY_* bit, text says why) and, if --retry-on
+ * counts it and j has attempts left, runs it again after its backoff and
+ * returns true. Otherwise it returns false and the caller ends j.
+ */
+bool lifecycle_attempt_failed(struct srv *srv, struct job *j, unsigned how, const void *text,
+                              size_t len);
+
 /* lifecycle_fail tells j's waiting clients WORK_FAIL and ends the job (lifecycle_finish). */
 void lifecycle_fail(struct srv *srv, struct job *j);
 
@@ -81,6 +118,30 @@ void lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_
  * more, it is dropped. j may be freed on return.
  */
 void lifecycle_retry(struct srv *srv, struct job *j, const char *why);
+
+/*
+ * lifecycle_retry_as is lifecycle_retry for an attempt that ended how (a
+ * DSJOB_RETRY_* bit: a crash or a timeout): an outcome --retry-on does not
+ * count fails the job at once. A background job runs again after its
+ * backoff (--retry-backoff, or its function's "retry" setting).
+ */
+void lifecycle_retry_as(struct srv *srv, struct job *j, unsigned how, const char *why);
+
+/* lifecycle_keep_replayed puts a replayed DONE job among the kept results. */
+void lifecycle_keep_replayed(struct srv *srv, struct job *j);
+
+/* lifecycle_drop_ended forgets a dead or kept job, in the store too. j may be freed. */
+void lifecycle_drop_ended(struct srv *srv, struct job *j);
+
+/*
+ * lifecycle_revive puts a dead job back in its queue with its attempts
+ * cleared (admin "retry dead"). 0, -1 if out of memory, -2 if a live job
+ * holds its unique key.
+ */
+int lifecycle_revive(struct srv *srv, struct job *j);
+
+/* lifecycle_expire forgets the kept results older than --keep-results seconds at now. */
+void lifecycle_expire(struct srv *srv, int64_t now);
 
 /*
  * lifecycle_give_back retries (lifecycle_retry) every job of f that worker

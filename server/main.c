@@ -49,6 +49,12 @@ usage(FILE *fp)
         "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
         "  -R, --round-robin          rotate a worker's functions after each job\n"
         "      --exceptions           forward WORK_EXCEPTION to every client\n"
+        "      --reject-no-worker     answer a submit for a function no worker can do with\n"
+        "                             ERROR NO_WORKER at once (default: it waits)\n"
+        "      --priority ORDER       function (default: newest function first, as gearmand)\n"
+        "                             or global (highest priority over all a worker's functions)\n"
+        "      --priority-aging SECONDS  a job waiting that long counts one priority higher,\n"
+        "                             and one more after as long again (default 0: never)\n"
         "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
         "      --max-packet-size SZ   largest packet accepted (default 64M)\n"
         "      --max-output-buffer SZ unread bytes before a peer is dropped (default 256M)\n"
@@ -57,8 +63,16 @@ usage(FILE *fp)
         "      --max-queue N          each new function's maxqueue (default 0: none)\n"
         "      --idle-timeout SECONDS close a peer whose message stays incomplete that long\n"
         "                             (default 60; 0: never)\n"
-        "      --admin-allow A[/BITS] peers allowed shutdown, cancel job, drop function and\n"
-        "                             maxqueue (repeatable; default loopback and the unix socket)\n"
+        "      --retry-on LIST        outcomes that count as a failed attempt, of crash,\n"
+        "                             timeout, fail, exception (default crash,timeout)\n"
+        "      --retry-backoff B[,M]  seconds before a background retry, doubled each attempt,\n"
+        "                             with jitter, at most M (default 0: at once; M 3600)\n"
+        "      --max-dead N           keep up to N failed background jobs per function in a\n"
+        "                             dead set (default 0: dropped, as gearmand)\n"
+        "      --keep-results SECONDS keep a background job's outcome that long (default 0)\n"
+        "      --max-result-size SZ   bytes kept of a result or failure text (default 1M)\n"
+        "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
+        "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
         "                             gearmand's builtin, libsqlite3 and libmemcached\n"
         "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store "
@@ -100,6 +114,14 @@ enum {
     OPT_MC_SERVERS,
     OPT_MC_PREFIX,
     OPT_IDLE_TIMEOUT,
+    OPT_RETRY_ON,
+    OPT_RETRY_BACKOFF,
+    OPT_MAX_DEAD,
+    OPT_KEEP_RESULTS,
+    OPT_MAX_RESULT,
+    OPT_REJECT_NO_WORKER,
+    OPT_PRIORITY,
+    OPT_PRIORITY_AGING,
 };
 
 static const struct option long_options[] = {
@@ -117,6 +139,9 @@ static const struct option long_options[] = {
     {"job-retries", required_argument, NULL, 'j'},
     {"round-robin", no_argument, NULL, 'R'},
     {"exceptions", no_argument, NULL, OPT_EXCEPTIONS},
+    {"reject-no-worker", no_argument, NULL, OPT_REJECT_NO_WORKER},
+    {"priority", required_argument, NULL, OPT_PRIORITY},
+    {"priority-aging", required_argument, NULL, OPT_PRIORITY_AGING},
     {"store", required_argument, NULL, 'q'},
     {"queue-type", required_argument, NULL, 'q'},
     {"work-dir", required_argument, NULL, OPT_WORK_DIR},
@@ -135,6 +160,11 @@ static const struct option long_options[] = {
     {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"retry-on", required_argument, NULL, OPT_RETRY_ON},
+    {"retry-backoff", required_argument, NULL, OPT_RETRY_BACKOFF},
+    {"max-dead", required_argument, NULL, OPT_MAX_DEAD},
+    {"keep-results", required_argument, NULL, OPT_KEEP_RESULTS},
+    {"max-result-size", required_argument, NULL, OPT_MAX_RESULT},
     {"threads", required_argument, NULL, 't'},
     {"worker-wakeup", required_argument, NULL, 'w'},
     {"help", no_argument, NULL, 'h'},
@@ -377,6 +407,60 @@ set_path(char **slot, const char *opt, const char *arg)
  * (0) and a usage error (2, with a message that names the option). Strings
  * in cfg are borrowed from argv or from o.
  */
+/* parse_retry_on reads "crash,timeout,fail,exception" (any of them) into DSJOB_RETRY_* bits. */
+static unsigned
+parse_retry_on(const char *s)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = {
+        {"crash", DSJOB_RETRY_CRASH},
+        {"timeout", DSJOB_RETRY_TIMEOUT},
+        {"fail", DSJOB_RETRY_FAIL},
+        {"exception", DSJOB_RETRY_EXCEPTION},
+    };
+    unsigned bits = 0;
+    size_t i, len;
+
+    for (;;) {
+        len = strcspn(s, ",");
+        for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strlen(names[i].name) == len && strncmp(names[i].name, s, len) == 0)
+                break;
+        if (i == sizeof(names) / sizeof(names[0]))
+            die_usage("--retry-on: '%.*s' is not crash, timeout, fail or exception", (int)len, s);
+        bits |= names[i].bit;
+        if (s[len] == '\0')
+            return bits;
+        s += len + 1;
+    }
+}
+
+/* parse_seconds_ms reads SECONDS[.FRACTION] (at most max seconds) as milliseconds. */
+static unsigned
+parse_seconds_ms(const char *opt, const char *s, size_t len, unsigned max)
+{
+    unsigned long long ms = 0, scale = 1000;
+    size_t i = 0;
+
+    if (len == 0)
+        die_usage("%s: a number of seconds is missing", opt);
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        ms = ms * 10 + (unsigned)(s[i] - '0');
+        if (ms > max)
+            die_usage("%s: '%.*s' is over %u seconds", opt, (int)len, s, max);
+    }
+    ms *= 1000;
+    if (i < len && s[i] == '.')
+        for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+            if (scale > 1)
+                ms += (unsigned)(s[i] - '0') * (scale /= 10);
+    if (i != len)
+        die_usage("%s: '%.*s' is not a number of seconds", opt, (int)len, s);
+    return (unsigned)ms;
+}
+
 static void
 parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opts *o)
 {
@@ -426,6 +510,18 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case 'R': cfg->round_robin = true; break;
         case OPT_EXCEPTIONS: cfg->exceptions = true; break;
+        case OPT_REJECT_NO_WORKER: cfg->reject_no_worker = true; break;
+        case OPT_PRIORITY:
+            if (strcmp(optarg, "function") == 0)
+                cfg->priority = DSJOB_PRIORITY_FUNCTION;
+            else if (strcmp(optarg, "global") == 0)
+                cfg->priority = DSJOB_PRIORITY_GLOBAL;
+            else
+                die_usage("--priority: '%s' is not function or global", optarg);
+            break;
+        case OPT_PRIORITY_AGING:
+            cfg->priority_aging = (unsigned)parse_number("--priority-aging", optarg, 604800, false);
+            break;
         case 'q':
             cfg->store = optarg;
             store_given = true;
@@ -476,6 +572,32 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_IDLE_TIMEOUT:
             cfg->idle_timeout = (unsigned)parse_number("--idle-timeout", optarg, 86400, false);
+            break;
+        case OPT_RETRY_ON: cfg->retry_on = parse_retry_on(optarg); break;
+        case OPT_RETRY_BACKOFF: {
+            size_t base_len = strcspn(optarg, ",");
+
+            cfg->retry_backoff_base_ms =
+                parse_seconds_ms("--retry-backoff", optarg, base_len, 86400);
+            cfg->retry_backoff_max_ms =
+                optarg[base_len] == ',' ? parse_seconds_ms("--retry-backoff", optarg + base_len + 1,
+                                                           strlen(optarg + base_len + 1), 86400 * 7)
+                                        : 0;
+            if (cfg->retry_backoff_max_ms != 0 &&
+                cfg->retry_backoff_max_ms < cfg->retry_backoff_base_ms)
+                die_usage("--retry-backoff: the longest wait is shorter than the first");
+            break;
+        }
+        case OPT_MAX_DEAD:
+            cfg->max_dead = (unsigned)parse_number("--max-dead", optarg, 100000000, false);
+            break;
+        case OPT_KEEP_RESULTS:
+            cfg->keep_results =
+                (unsigned)parse_number("--keep-results", optarg, 86400 * 365, false);
+            break;
+        case OPT_MAX_RESULT:
+            cfg->max_result_size =
+                (size_t)parse_number("--max-result-size", optarg, UINT32_MAX, true);
             break;
         case OPT_ADMIN_ALLOW:
             if (cfg->nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)

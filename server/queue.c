@@ -72,8 +72,117 @@ queue_init(struct queue *q, bool round_robin)
     hmap_init(&q->jobs, handle_key);
     TAILQ_INIT(&q->func_order);
     heap_init(&q->scheduled, time_less, set_heap_pos);
+    TAILQ_INIT(&q->kept);
     q->round_robin = round_robin;
     q->njobs = 0;
+    q->global = false;
+    q->ranked = false;
+    q->aging = 0;
+    q->ages.head = 0;
+    q->ages.n = 0;
+    q->ages.floor = 0;
+    q->ages.gran = 1;
+}
+
+void
+queue_set_order(struct queue *q, bool global, unsigned aging, int64_t now)
+{
+    q->global = global;
+    q->aging = aging;
+    q->ranked = global || aging > 0;
+    q->ages.head = 0;
+    q->ages.n = 0;
+    q->ages.floor = now;
+    /* Two levels of aging span 2 * aging seconds: 128 periods at most, well within the ring. */
+    q->ages.gran = aging / 64 > 1 ? aging / 64 : 1;
+}
+
+static const struct queue_age_sample *
+age_sample(const struct queue_ages *a, unsigned i)
+{
+    return &a->s[(a->head + i) % QUEUE_AGE_SAMPLES];
+}
+
+/* Drop the oldest sample: its seqs, and all before them, now map to floor. */
+static void
+age_drop(struct queue_ages *a)
+{
+    a->floor = age_sample(a, 0)->t;
+    a->head = (a->head + 1) % QUEUE_AGE_SAMPLES;
+    a->n--;
+}
+
+/*
+ * Note that seq was added at now. Only a seq past every sample and a new
+ * period make a sample, so samples grow in both seq and time (a clock set
+ * back makes none until it passes the last again). Samples past the oldest
+ * age that still matters (two levels) go first.
+ */
+static void
+age_note(struct queue *q, uint64_t seq, int64_t now)
+{
+    struct queue_ages *a = &q->ages;
+    struct queue_age_sample *s;
+
+    if (a->n > 0) {
+        const struct queue_age_sample *last = age_sample(a, a->n - 1);
+
+        if (seq <= last->seq || now < last->t + a->gran)
+            return;
+    }
+    while (a->n > 0 && now - age_sample(a, 0)->t >= 2 * (int64_t)q->aging + a->gran)
+        age_drop(a);
+    if (a->n == QUEUE_AGE_SAMPLES)
+        age_drop(a); /* not reached with gran as set; older jobs would only seem younger */
+    s = &a->s[(a->head + a->n) % QUEUE_AGE_SAMPLES];
+    s->seq = seq;
+    s->t = now;
+    a->n++;
+}
+
+/*
+ * The latest second j can have started waiting at: the end of the period
+ * its seq was added in, or its epoch time if later (a scheduled job waits
+ * from then).
+ */
+static int64_t
+age_since(const struct queue *q, const struct job *j)
+{
+    const struct queue_ages *a = &q->ages;
+    unsigned lo = 0, hi = a->n;
+    int64_t t;
+
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+
+        if (age_sample(a, mid)->seq <= j->seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    t = (lo > 0 ? age_sample(a, lo - 1)->t : a->floor) + a->gran - 1;
+    return job_when(j) > t ? job_when(j) : t;
+}
+
+enum job_prio
+queue_rank(const struct queue *q, const struct job *j, int64_t now)
+{
+    unsigned p = j->prio;
+    int64_t waited;
+
+    if (q->aging == 0 || p == JOB_PRIO_HIGH)
+        return (enum job_prio)p;
+    /*
+     * Whole seconds on both sides: more than aging of them apart is more
+     * than aging seconds of real time, so a job never ages early (it may
+     * age up to a second, or a period, late).
+     */
+    waited = now - age_since(q, j);
+    while (p > JOB_PRIO_HIGH && waited > (int64_t)q->aging) {
+        p--;
+        waited -= q->aging;
+    }
+    return (enum job_prio)p;
 }
 
 static void
@@ -82,6 +191,7 @@ func_free(struct func *f)
     hmap_release(&f->uniques);
     hmap_release(&f->payloads);
     hmap_release(&f->settling);
+    hmap_release(&f->kept);
     free(f);
 }
 
@@ -150,6 +260,8 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     hmap_init(&f->uniques, unique_key);
     hmap_init(&f->payloads, payload_key);
     hmap_init(&f->settling, unique_key);
+    hmap_init(&f->kept, unique_key);
+    TAILQ_INIT(&f->dead);
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
@@ -163,7 +275,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
 void
 queue_drop_func(struct queue *q, struct func *f)
 {
-    assert(f->nworkers == 0 && queue_total(f) == 0);
+    assert(f->nworkers == 0 && queue_total(f) == 0 && f->ndead == 0 && f->nkept == 0);
     hmap_remove(&q->funcs, &f->node);
     TAILQ_REMOVE(&q->func_order, f, order);
     func_free(f);
@@ -272,6 +384,8 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
 {
     assert(j->state == JOB_NEW);
     j->func = f;
+    if (q->aging > 0)
+        age_note(q, j->seq, now);
     if (hmap_insert(&q->jobs, &j->by_handle, job_handle(j), j->handle_len) < 0)
         return -1;
     if (j->unique_len > 0 &&
@@ -317,7 +431,28 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
         break;
     case JOB_PENDING: f->npending--; break;
     case JOB_SETTLING: f->nsettling--; break;
+    case JOB_DEAD:
+        TAILQ_REMOVE(&f->dead, j, link);
+        f->ndead--;
+        break;
+    case JOB_DONE:
+        TAILQ_REMOVE(&q->kept, j, link);
+        f->nkept--;
+        break;
     case JOB_NEW: break;
+    }
+}
+
+/* Take j out of the index its state keeps it in: unique, settling or kept. */
+static void
+queue_unindex(struct func *f, struct job *j)
+{
+    if (j->state == JOB_SETTLING || j->state == JOB_DONE) {
+        if (j->settle_indexed)
+            hmap_remove(j->state == JOB_DONE ? &f->kept : &f->settling, &j->by_unique);
+        j->settle_indexed = false;
+    } else if (j->state != JOB_DEAD && j->unique_len > 0) {
+        hmap_remove(unique_index(f, j), &j->by_unique);
     }
 }
 
@@ -329,13 +464,7 @@ queue_remove(struct queue *q, struct job *j)
     assert(!job_has_waiters(j));
     if (j->state == JOB_NEW)
         return;
-    if (j->state == JOB_SETTLING) {
-        if (j->settle_indexed)
-            hmap_remove(&f->settling, &j->by_unique);
-        j->settle_indexed = false;
-    } else if (j->unique_len > 0) {
-        hmap_remove(unique_index(f, j), &j->by_unique);
-    }
+    queue_unindex(f, j);
     queue_unplace(q, f, j);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
@@ -372,6 +501,93 @@ queue_find_settling(const struct func *f, const void *unique, size_t len)
     return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
 }
 
+void
+queue_bury(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DEAD);
+    queue_unindex(f, j);
+    queue_unplace(q, f, j);
+    TAILQ_INSERT_TAIL(&f->dead, j, link);
+    f->ndead++;
+    j->state = JOB_DEAD;
+}
+
+void
+queue_keep(struct queue *q, struct job *j)
+{
+    struct func *f = j->func;
+
+    assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DONE);
+    queue_unindex(f, j);
+    queue_unplace(q, f, j);
+    /* The newest of a key is found first: hmap_find sees the last one inserted. */
+    j->settle_indexed = j->unique_len > 0 && !j->unique_is_data &&
+                        hmap_insert(&f->kept, &j->by_unique, job_unique(j), j->unique_len) == 0;
+    TAILQ_INSERT_TAIL(&q->kept, j, link);
+    f->nkept++;
+    j->state = JOB_DONE;
+}
+
+struct job *
+queue_find_kept(const struct func *f, const void *unique, size_t len)
+{
+    struct hnode *n = hmap_find(&f->kept, unique, len);
+
+    return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
+}
+
+int
+queue_revive(struct queue *q, struct job *j, int64_t now)
+{
+    struct func *f = j->func;
+    const void *key = j->unique_is_data ? (const void *)job_data(j) : (const void *)job_unique(j);
+    size_t klen = j->unique_is_data ? j->data_len : j->unique_len;
+
+    assert(j->state == JOB_DEAD);
+    if (j->unique_len > 0) {
+        if (hmap_find(unique_index(f, j), key, klen) != NULL)
+            return -2;
+        if (hmap_insert(unique_index(f, j), &j->by_unique, key, klen) < 0)
+            return -1;
+    }
+    TAILQ_REMOVE(&f->dead, j, link);
+    f->ndead--;
+    if (queue_place(q, f, j, now) < 0) {
+        if (j->unique_len > 0)
+            hmap_remove(unique_index(f, j), &j->by_unique);
+        TAILQ_INSERT_TAIL(&f->dead, j, link);
+        f->ndead++;
+        return -1;
+    }
+    return 0;
+}
+
+int
+queue_backoff(struct queue *q, struct job *j, int64_t when)
+{
+    struct func *f = j->func;
+
+    assert(j->state == JOB_RUNNING);
+    j->ext->when = when;
+    if (heap_insert(&q->scheduled, j) < 0) {
+        j->ext->when = 0;
+        queue_requeue(q, j);
+        return -1;
+    }
+    TAILQ_REMOVE(&j->ext->worker->held, j, link);
+    j->ext->worker->nheld--;
+    j->ext->worker = NULL;
+    f->nrunning--;
+    j->ext->attempts++;
+    j->ext->numerator = 0;
+    j->ext->denominator = 0;
+    j->state = JOB_SCHEDULED;
+    f->nscheduled++;
+    return 0;
+}
+
 struct ability *
 queue_ability_of(const struct qworker *w, const struct func *f)
 {
@@ -383,10 +599,42 @@ queue_ability_of(const struct qworker *w, const struct func *f)
     return NULL;
 }
 
-struct job *
-queue_grab(struct queue *q, struct qworker *w)
+/* Hand j, first in its list, to w (a is w's ability for j's function). */
+static inline struct job *
+grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
 {
-    struct ability *a;
+    struct func *f = j->func;
+
+    /* Out of memory for its job_ext: it stays first in line for the next grab. */
+    if (job_ext(j) == NULL)
+        return NULL;
+    TAILQ_REMOVE(&f->jobs[j->prio], j, link);
+    f->nqueued[j->prio]--;
+    f->nrunning++;
+    j->state = JOB_RUNNING;
+    j->ext->worker = w;
+    TAILQ_INSERT_TAIL(&w->held, j, link);
+    w->nheld++;
+    if (q->round_robin && !q->global && TAILQ_NEXT(a, by_worker) != NULL) {
+        TAILQ_REMOVE(&w->abilities, a, by_worker);
+        TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
+    }
+    return j;
+}
+
+/*
+ * Global order or aging: compare the heads of the lists (three per
+ * function) by rank, then seq. Lists are FIFO, so a head is the oldest of
+ * its list and the only job of it that can win: O(abilities), whatever
+ * the number of jobs. Function order stops at the first function with
+ * work, as the plain loop does.
+ */
+static struct job *
+grab_ranked(struct queue *q, struct qworker *w, int64_t now)
+{
+    struct ability *a, *best_a = NULL;
+    struct job *best = NULL;
+    unsigned best_rank = JOB_NPRIO;
     int p;
 
     TAILQ_FOREACH (a, &w->abilities, by_worker) {
@@ -394,27 +642,70 @@ queue_grab(struct queue *q, struct qworker *w)
 
         for (p = 0; p < JOB_NPRIO; p++) {
             struct job *j = TAILQ_FIRST(&f->jobs[p]);
+            unsigned rank;
 
             if (j == NULL)
                 continue;
-            /* Out of memory for its job_ext: it stays first in line for the next grab. */
-            if (job_ext(j) == NULL)
-                return NULL;
-            TAILQ_REMOVE(&f->jobs[p], j, link);
-            f->nqueued[p]--;
-            f->nrunning++;
-            j->state = JOB_RUNNING;
-            j->ext->worker = w;
-            TAILQ_INSERT_TAIL(&w->held, j, link);
-            w->nheld++;
-            if (q->round_robin && TAILQ_NEXT(a, by_worker) != NULL) {
-                TAILQ_REMOVE(&w->abilities, a, by_worker);
-                TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
+            rank = q->aging > 0 ? (unsigned)queue_rank(q, j, now) : (unsigned)p;
+            if (rank < best_rank || (rank == best_rank && j->seq < best->seq)) {
+                best = j;
+                best_rank = rank;
+                best_a = a;
             }
-            return j;
+            if (q->aging == 0)
+                break; /* without aging, a function's first list with a job holds its best */
+        }
+        if (!q->global && best != NULL)
+            break;
+    }
+    return best != NULL ? grab_take(q, w, best_a, best) : NULL;
+}
+
+struct job *
+queue_grab(struct queue *q, struct qworker *w, int64_t now)
+{
+    struct ability *a;
+    int p;
+
+    if (q->ranked)
+        return grab_ranked(q, w, now);
+    TAILQ_FOREACH (a, &w->abilities, by_worker) {
+        struct func *f = a->func;
+
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j = TAILQ_FIRST(&f->jobs[p]);
+
+            if (j != NULL)
+                return grab_take(q, w, a, j);
         }
     }
     return NULL;
+}
+
+int
+queue_set_prio(struct queue *q, struct job *j, enum job_prio prio)
+{
+    struct func *f = j->func;
+
+    (void)q;
+    switch ((enum job_state)j->state) {
+    case JOB_QUEUED:
+        if (j->prio == (unsigned)prio)
+            return 0;
+        TAILQ_REMOVE(&f->jobs[j->prio], j, link);
+        f->nqueued[j->prio]--;
+        j->prio = (uint8_t)prio;
+        queue_push(f, j, false);
+        return 0;
+    case JOB_SCHEDULED:
+    case JOB_PENDING: j->prio = (uint8_t)prio; return 0;
+    case JOB_NEW:
+    case JOB_RUNNING:
+    case JOB_SETTLING:
+    case JOB_DEAD:
+    case JOB_DONE: break;
+    }
+    return -1;
 }
 
 void

@@ -56,22 +56,83 @@ struct func {
     struct ability_list workers;     /* every worker that can do it */
     struct ability_list sleepers;    /* of those, the ones asleep */
     unsigned nworkers;               /* entries in workers */
+    struct job_list dead;            /* its DEAD jobs, oldest death first */
+    unsigned ndead;                  /* entries in dead */
+    uint64_t dead_dropped;           /* dead jobs dropped as the oldest past --max-dead */
+    unsigned nkept;                  /* its DONE jobs (in queue.kept) */
+    struct hmap kept;                /* of those, the ones with a unique key, by that key */
+    uint32_t retries;                /* admin "retry": attempts allowed; 0: --job-retries */
+    uint32_t backoff_base_ms;        /* admin "retry": first wait; with max, 0: the server's */
+    uint32_t backoff_max_ms;         /* admin "retry": longest wait */
     size_t name_len;                 /* name bytes */
     char name[];                     /* NUL-terminated */
 };
 TAILQ_HEAD(func_list, func);
+
+/*
+ * The time index of --priority-aging: when jobs were submitted, without a
+ * field in struct job. seq grows with every submit, so a ring of samples
+ * (the seq of the first job added in each period of gran seconds, and that
+ * period's start) tells the submit time of any seq by binary search: the
+ * job was added in the period of the last sample whose seq is <= its own.
+ * Samples older than any age that still matters are dropped; a seq before
+ * the first sample left maps to floor, which is that old too.
+ */
+#define QUEUE_AGE_SAMPLES 256
+
+struct queue_age_sample {
+    uint64_t seq; /* the first job added in the period */
+    int64_t t;    /* the period's start, wall-clock seconds */
+};
+
+struct queue_ages {
+    struct queue_age_sample s[QUEUE_AGE_SAMPLES]; /* a ring, oldest at head */
+    unsigned head;                                /* index of the oldest sample */
+    unsigned n;                                   /* samples held */
+    int64_t floor;                                /* the time of seqs before the first sample */
+    int64_t gran;                                 /* seconds per period: aging / 64, at least 1 */
+};
 
 struct queue {
     struct hmap funcs;           /* struct func by name */
     struct func_list func_order; /* the same, oldest first */
     struct hmap jobs;            /* struct job by handle */
     struct heap scheduled;       /* SCHEDULED jobs by time */
+    struct job_list kept;        /* DONE jobs of every function, oldest end first */
     bool round_robin;            /* rotate a worker's abilities after a grab */
     size_t njobs;                /* jobs in queue.jobs */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
+    bool global;                 /* --priority global: the best job over all abilities */
+    bool ranked;                 /* global or aging: queue_grab compares list heads */
+    unsigned aging;              /* --priority-aging seconds per level; 0: off */
+    struct queue_ages ages;      /* submit times, with aging */
 };
 
 void queue_init(struct queue *q, bool round_robin);
+
+/*
+ * queue_set_order chooses how queue_grab ranks jobs, before any job is
+ * added: global takes the highest-priority job among all of a worker's
+ * functions (first submitted first within a priority) instead of the
+ * first function with work; aging > 0 counts a job that has waited more
+ * than aging seconds one priority higher, and one more for each further
+ * aging seconds, up to high. now is the wall clock (seconds).
+ */
+void queue_set_order(struct queue *q, bool global, unsigned aging, int64_t now);
+
+/*
+ * queue_rank returns the priority j counts as at time now: its own, or
+ * higher with aging (JOB_PRIO_HIGH is the highest).
+ */
+enum job_prio queue_rank(const struct queue *q, const struct job *j, int64_t now);
+
+/*
+ * queue_set_prio gives a job that waits (queued, scheduled or waiting for
+ * its store commit) another priority; a queued job moves to the tail of its
+ * new list (it stays where it is if the priority does not change). -1 if
+ * the job does not wait (running, or done and settling): nothing changes.
+ */
+int queue_set_prio(struct queue *q, struct job *j, enum job_prio prio);
 
 /* queue_release unrefs every job and frees every function. */
 void queue_release(struct queue *q);
@@ -150,6 +211,40 @@ void queue_settle(struct queue *q, struct job *j);
 struct job *queue_find_settling(const struct func *f, const void *unique, size_t len);
 
 /*
+ * queue_bury moves a job (running, settling, or just replayed as pending)
+ * into its function's dead set: out of its list and its unique index (a
+ * new submit with its key makes a new job), still found by handle, not
+ * counted by queue_total. The caller must have detached its waiters.
+ */
+void queue_bury(struct queue *q, struct job *j);
+
+/*
+ * queue_keep moves a finished job (as queue_bury takes them) to the tail of
+ * queue.kept, JOB_DONE: found by handle and, the newest of a key first, by
+ * queue_find_kept, not counted by queue_total.
+ */
+void queue_keep(struct queue *q, struct job *j);
+
+/* queue_find_kept finds the newest DONE job of f with this explicit unique key, or NULL. */
+struct job *queue_find_kept(const struct func *f, const void *unique, size_t len);
+
+/*
+ * queue_revive puts a DEAD job back at the tail of its list (or the epoch
+ * heap, if its time is later than now), indexed by its unique key again.
+ * 0; -1 if out of memory, -2 if a live job of its function holds its
+ * unique key (it stays dead).
+ */
+int queue_revive(struct queue *q, struct job *j, int64_t now);
+
+/*
+ * queue_backoff takes a RUNNING job back from its worker, as
+ * queue_requeue does (one attempt counted), but puts it in the epoch heap
+ * to run at when. 0, or -1 if out of memory (it is then requeued at the
+ * head of its list instead).
+ */
+int queue_backoff(struct queue *q, struct job *j, int64_t when);
+
+/*
  * queue_remove takes a job out of wherever it is (list, heap, worker) and
  * out of the indexes, and drops the queue's reference. The caller must have
  * detached its waiters first.
@@ -160,11 +255,14 @@ void queue_remove(struct queue *q, struct job *j);
  * queue_grab gives worker w the next job it can do: over its abilities,
  * newest registration first as in gearmand (with round_robin, the function
  * just served moves to the back), the first high, else normal, else low
- * job. The job becomes RUNNING and is held by w. NULL if
- * there is none, or if there is no memory for the job's job_ext (the job
- * stays first in line).
+ * job. With global order, the job of the highest priority over all its
+ * abilities, the lowest seq (first submitted) among equals; with aging,
+ * priorities are those of queue_rank at now (wall-clock seconds, read only
+ * with aging). The job becomes RUNNING and is held by w. NULL if there is
+ * none, or if there is no memory for the job's job_ext (the job stays
+ * first in line).
  */
-struct job *queue_grab(struct queue *q, struct qworker *w);
+struct job *queue_grab(struct queue *q, struct qworker *w, int64_t now);
 
 /* queue_ability_of returns w's ability for f, or NULL. */
 struct ability *queue_ability_of(const struct qworker *w, const struct func *f);

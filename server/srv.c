@@ -84,6 +84,21 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->store_commit_interval_ms = 0;
     cfg->memcached_prefix = "dsjob";
     cfg->idle_timeout = 60;
+    cfg->retry_on = DSJOB_RETRY_CRASH | DSJOB_RETRY_TIMEOUT; /* what 1.1.20 retries */
+    cfg->max_result_size = 1u << 20;
+    cfg->reject_no_worker = false;
+    cfg->priority = DSJOB_PRIORITY_FUNCTION;
+    cfg->priority_aging = 0;
+}
+
+/* The queue as the config wants it: made empty at new, and again after a failed bind. */
+static void
+srv_queue_init(struct srv *srv)
+{
+    queue_init(&srv->queue, srv->cfg.round_robin);
+    srv->queue.default_max_queue = srv->cfg.max_queue;
+    queue_set_order(&srv->queue, srv->cfg.priority == DSJOB_PRIORITY_GLOBAL,
+                    srv->cfg.priority_aging, srv_now());
 }
 
 static int
@@ -273,6 +288,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("backlog must be positive");
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
+    if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION && srv->cfg.priority != DSJOB_PRIORITY_GLOBAL)
+        FAIL("--priority must be function or global");
+    if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
+        FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);
@@ -288,8 +307,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         snprintf(srv->handle_prefix, sizeof(srv->handle_prefix), "H:%s", host);
     }
     srv->next_job_id = 1;
-    queue_init(&srv->queue, srv->cfg.round_robin);
-    srv->queue.default_max_queue = srv->cfg.max_queue;
+    srv_queue_init(srv);
     return ds;
 
 out_free:
@@ -373,7 +391,10 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    conn_sweep_idle(srv, srv_uptime());
+    if (srv->cfg.idle_timeout > 0)
+        conn_sweep_idle(srv, srv_uptime());
+    if (srv->cfg.keep_results > 0)
+        lifecycle_expire(srv, srv_now());
 }
 
 static void
@@ -518,7 +539,7 @@ srv_setup(struct srv *srv, struct event_base *base)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         goto fail;
     }
-    if (srv->cfg.idle_timeout > 0) {
+    if (srv->cfg.idle_timeout > 0 || srv->cfg.keep_results > 0) {
         struct timeval second = {1, 0};
 
         srv->tick_ev = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
@@ -602,8 +623,7 @@ fail:
     listener_close_all(srv);
     storage_close(srv);
     queue_release(&srv->queue);
-    queue_init(&srv->queue, srv->cfg.round_robin);
-    srv->queue.default_max_queue = srv->cfg.max_queue;
+    srv_queue_init(srv);
     log_release(&srv->log);
     srv_teardown(srv);
     return rc;

@@ -26,6 +26,9 @@ struct evconnlistener;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
+/* The largest --priority-aging, in seconds: a week. */
+#define SRV_MAX_PRIORITY_AGING 604800u
+
 /* An address range allowed to administer: family, address and prefix bits. */
 struct netmask {
     int family;             /* AF_INET or AF_INET6 */

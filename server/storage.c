@@ -67,7 +67,9 @@ sg_calloc(struct storage *sg, const char *what, size_t size)
 static struct store_op *
 op_add_new(struct storage *sg, const struct job *j)
 {
-    size_t len = j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len;
+    size_t rlen = j->ext != NULL ? j->ext->result_len : 0;
+    size_t len =
+        j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len + rlen;
     struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
     struct store_job *sj;
     char *at;
@@ -81,6 +83,14 @@ op_add_new(struct storage *sg, const struct job *j)
     sj->prio = j->prio;
     sj->when = job_when(j);
     sj->unique_is_data = j->unique_is_data;
+    sj->attempts = job_attempts(j);
+    if (j->ext != NULL) {
+        sj->first_fail = j->ext->first_fail;
+        sj->last_fail = j->ext->last_fail;
+        sj->numerator = j->ext->numerator;
+        sj->denominator = j->ext->denominator;
+        sj->state = j->ext->outcome; /* STORE_LIVE until the job ends */
+    }
     at = op->buf;
 #define COPY(field, src, n)                                                                        \
     do {                                                                                           \
@@ -94,16 +104,19 @@ op_add_new(struct storage *sg, const struct job *j)
     COPY(unique, job_unique(j), j->unique_len);
     COPY(reducer, job_reducer(j), j->reducer_len);
     COPY(data, job_data(j), j->data_len);
+    if (rlen > 0)
+        COPY(result, j->ext->result, rlen);
 #undef COPY
     return op;
 }
 
-/* Put one replayed job back in its queue, with its handle and order. */
+/* Put one replayed job back where it was: its queue, its dead set or the kept results. */
 static int
 replay_one(const struct store_job *sj, void *arg)
 {
     struct srv *srv = arg;
     struct func *f = queue_func(&srv->queue, sj->func, sj->func_len, true);
+    bool ended = sj->state != STORE_LIVE;
     struct job *j;
 
     if (f == NULL)
@@ -115,21 +128,51 @@ replay_one(const struct store_job *sj, void *arg)
     j->id = sj->id;
     j->seq = sj->seq;
     j->prio = (uint8_t)(sj->prio >= 0 && sj->prio < JOB_NPRIO ? sj->prio : JOB_PRIO_NORMAL);
-    if (job_set_when(j, sj->when) < 0) {
-        job_unref(j);
-        return -1;
+    if (job_set_when(j, ended ? 0 : sj->when) < 0)
+        goto fail;
+    if ((sj->attempts > 0 || sj->first_fail != 0 || ended) && job_ext(j) == NULL)
+        goto fail;
+    if (j->ext != NULL) {
+        j->ext->attempts = sj->attempts;
+        j->ext->first_fail = sj->first_fail;
+        j->ext->last_fail = sj->last_fail;
+        j->ext->numerator = sj->numerator;
+        j->ext->denominator = sj->denominator;
+        j->ext->outcome = (uint8_t)sj->state;
     }
+    if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
+        goto fail;
     j->background = true;
     j->stored = true;
     j->unique_is_data = sj->unique_is_data;
-    if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
-        job_unref(j);
-        return -1;
-    }
+    if (queue_add_as(&srv->queue, f, j, srv_now(), ended) < 0)
+        goto fail;
+    if (sj->state == STORE_DEAD)
+        queue_bury(&srv->queue, j);
+    else if (ended)
+        lifecycle_keep_replayed(srv, j);
     if (sj->id >= srv->next_job_id)
         srv->next_job_id = sj->id + 1;
     if (sj->seq >= srv->next_seq)
         srv->next_seq = sj->seq + 1;
+    return 0;
+fail:
+    job_unref(j);
+    return -1;
+}
+
+/* Give a replayed function setting back to its function. */
+static int
+replay_func(const struct store_func *sf, void *arg)
+{
+    struct srv *srv = arg;
+    struct func *f = queue_func(&srv->queue, sf->name, sf->name_len, true);
+
+    if (f == NULL)
+        return -1;
+    f->retries = sf->retries;
+    f->backoff_base_ms = sf->backoff_base_ms;
+    f->backoff_max_ms = sf->backoff_max_ms;
     return 0;
 }
 
@@ -163,11 +206,20 @@ storage_open(struct srv *srv)
         return -1;
     }
     sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
+    sg->can_update = sg->ops->version >= 2 && sg->ops->update != NULL &&
+                     sg->ops->set_func != NULL && sg->ops->replay_funcs != NULL;
+    if (sg->durable && !sg->can_update)
+        log_warn(&srv->log, "store %s keeps no retries, dead jobs or kept results across a restart",
+                 sg->ops->name);
     sg->batch_max = srv->cfg.store_batch ? srv->cfg.store_batch : 1;
     sg->interval_ms = srv->cfg.store_commit_interval_ms;
     sg->flush_ev = evtimer_new(srv->base, flush_cb, srv);
     if (sg->flush_ev == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's event");
+        return -1;
+    }
+    if (sg->can_update && sg->ops->replay_funcs(sg->st, replay_func, srv, err) != DSJOB_OK) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
         return -1;
     }
     if (sg->ops->replay(sg->st, replay_one, srv, err) != DSJOB_OK) {
@@ -237,6 +289,25 @@ schedule(struct srv *srv)
         evtimer_add(sg->flush_ev, &tv);
     } else {
         event_active(sg->flush_ev, EV_TIMEOUT, 0);
+    }
+}
+
+/*
+ * Changes nobody waits for (deletions, rewrites): gather them with others
+ * for STORAGE_REMOVE_DELAY_MS, so that a drain by workers that do not
+ * wait costs one commit per few milliseconds, not one per job.
+ */
+static void
+schedule_lazy(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+
+    if (!sg->scheduled) {
+        struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+
+        sg->scheduled = true;
+        sg->lazy = true;
+        evtimer_add(sg->flush_ev, &tv);
     }
 }
 
@@ -331,20 +402,22 @@ bool
 storage_settle(struct srv *srv, struct job *j, struct conn *worker)
 {
     struct storage *sg = &srv->storage;
+    bool rewrite = j->ext != NULL && j->ext->settle_to != JOB_SETTLE_GONE && sg->can_update;
     struct store_op *op;
     struct ack *a = NULL;
 
     if (!j->stored)
         return false;
-    j->stored = false;
-    op = sg_calloc(sg, "remove", sizeof(*op));
+    /* The rewrite copies the job's final state: what it will be once it has settled. */
+    op = rewrite ? op_add_new(sg, j) : sg_calloc(sg, "remove", sizeof(*op));
     if (op == NULL) {
-        log_err(&srv->log,
-                "store: out of memory to remove job %s: it will run again after a restart",
-                job_handle(j));
+        log_err(&srv->log, "store: out of memory to %s job %s: it will run again after a restart",
+                rewrite ? "end" : "remove", job_handle(j));
+        j->stored = rewrite; /* the row is still there; without a rewrite it is live */
         return false;
     }
-    op->is_remove = true;
+    j->stored = rewrite;
+    op->kind = rewrite ? STORE_OP_UPDATE : STORE_OP_REMOVE;
     op->sj.id = j->id;
     op->job = job_ref(j);
     batch_append(&sg->open, op);
@@ -357,20 +430,72 @@ storage_settle(struct srv *srv, struct job *j, struct conn *worker)
         schedule(srv);
         return true;
     }
-    /*
-     * Nobody waits for this deletion: gather it with others for
-     * STORAGE_REMOVE_DELAY_MS, so that a drain by workers that do not wait
-     * costs one commit per few milliseconds, not one per job. Until then
-     * the job is SETTLING, so nothing says it is gone.
-     */
-    if (!sg->scheduled) {
-        struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
-
-        sg->scheduled = true;
-        sg->lazy = true;
-        evtimer_add(sg->flush_ev, &tv);
-    }
+    schedule_lazy(srv);
     return true;
+}
+
+void
+storage_update(struct srv *srv, struct job *j)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op;
+
+    if (!j->stored || !sg->durable || !sg->can_update)
+        return;
+    op = op_add_new(sg, j);
+    if (op == NULL) {
+        log_err(&srv->log, "store: out of memory to update job %s: the store keeps it as it was",
+                job_handle(j));
+        return;
+    }
+    op->kind = STORE_OP_UPDATE;
+    op->job = job_ref(j);
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+}
+
+void
+storage_remove(struct srv *srv, struct job *j)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op;
+
+    if (!j->stored || !sg->durable)
+        return;
+    j->stored = false;
+    op = sg_calloc(sg, "remove", sizeof(*op));
+    if (op == NULL) {
+        log_err(&srv->log, "store: out of memory to remove job %s: it comes back after a restart",
+                job_handle(j));
+        return;
+    }
+    op->kind = STORE_OP_REMOVE;
+    op->sj.id = j->id;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+}
+
+int
+storage_set_func(struct srv *srv, const struct func *f)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op;
+
+    if (!sg->durable || !sg->can_update)
+        return 0;
+    op = sg_calloc(sg, "op", sizeof(*op) + f->name_len + 1);
+    if (op == NULL)
+        return -1;
+    op->kind = STORE_OP_FUNC;
+    memcpy(op->buf, f->name, f->name_len);
+    op->sf.name = op->buf;
+    op->sf.name_len = f->name_len;
+    op->sf.retries = f->retries;
+    op->sf.backoff_base_ms = f->backoff_base_ms;
+    op->sf.backoff_max_ms = f->backoff_max_ms;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return 0;
 }
 
 /* Answer one submitter after the commit: ok says whether it succeeded. */
@@ -448,9 +573,14 @@ writer_main(void *arg)
         sg->handed = NULL;
         pthread_mutex_unlock(&sg->lock);
         for (op = b->ops; op != NULL; op = op->next) {
-            int rc = op->is_remove ? sg->ops->remove(sg->st, op->sj.id, op->why)
-                                   : sg->ops->add(sg->st, &op->sj, op->why);
+            int rc = DSJOB_OK;
 
+            switch (op->kind) {
+            case STORE_OP_ADD: rc = sg->ops->add(sg->st, &op->sj, op->why); break;
+            case STORE_OP_UPDATE: rc = sg->ops->update(sg->st, &op->sj, op->why); break;
+            case STORE_OP_REMOVE: rc = sg->ops->remove(sg->st, op->sj.id, op->why); break;
+            case STORE_OP_FUNC: rc = sg->ops->set_func(sg->st, &op->sf, op->why); break;
+            }
             op->failed = rc != DSJOB_OK;
         }
         b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
@@ -462,6 +592,38 @@ writer_main(void *arg)
         }
     }
     pthread_mutex_unlock(&sg->lock);
+    return NULL;
+}
+
+/*
+ * op_again: what to put in the next batch for an op whose commit failed.
+ * A settling job's remove or rewrite goes again as it is (the job settles
+ * with the next commit that holds it); a function's settings too. A plain
+ * update is made again from the job, whose state may have moved on since,
+ * unless the job is no longer stored. Adds and removes of nothing
+ * settling are the backend's to keep (a remove) or were refused (an add).
+ * Returns the op to append, or NULL (op is freed).
+ */
+static struct store_op *
+op_again(struct srv *srv, struct store_op *op)
+{
+    struct job *j = op->job;
+    struct store_op *again;
+
+    if (op->kind == STORE_OP_FUNC || (j != NULL && j->state == JOB_SETTLING))
+        return op;
+    if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored) {
+        again = op_add_new(&srv->storage, j);
+        if (again != NULL) {
+            again->kind = STORE_OP_UPDATE;
+            again->job = j; /* takes over op's reference */
+            free(op);
+            return again;
+        }
+        log_err(&srv->log, "store: out of memory to update job %s again", job_handle(j));
+    }
+    job_unref(j);
+    free(op);
     return NULL;
 }
 
@@ -490,7 +652,7 @@ batch_finish(struct srv *srv)
         }
     }
     for (op = b->ops; op != NULL; op = op->next)
-        if (op->failed && !op->is_remove)
+        if (op->failed && op->kind == STORE_OP_ADD)
             log_err(&srv->log, "store: job %.*s refused: %s", (int)op->sj.handle_len, op->sj.handle,
                     op->why);
     while ((a = TAILQ_FIRST(&b->acks)) != NULL) {
@@ -510,16 +672,18 @@ batch_finish(struct srv *srv)
     }
     for (op = b->ops; op != NULL; op = next) {
         next = op->next;
-        if (op->job != NULL && (!b->ok || op->failed)) {
-            /* Not durable yet: the job settles with the next commit that holds its deletion. */
-            op->next = NULL;
-            op->failed = false;
-            batch_append(&sg->open, op);
+        if (!b->ok || op->failed) {
+            op = op_again(srv, op);
+            if (op != NULL) {
+                op->next = NULL;
+                op->failed = false;
+                batch_append(&sg->open, op);
+            }
             continue;
         }
         if (op->job != NULL) {
             if (op->job->state == JOB_SETTLING)
-                queue_remove(&srv->queue, op->job);
+                lifecycle_settled(srv, op->job);
             job_unref(op->job);
         }
         free(op);

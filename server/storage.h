@@ -22,17 +22,35 @@
 
 struct conn;
 struct event;
+struct func;
 struct job;
 struct srv;
 
-/* One change for the writer thread: a job to add (its fields copied) or an id to remove. */
+/* What a store_op does. */
+enum store_op_kind {
+    STORE_OP_ADD,    /* add sj: a new job */
+    STORE_OP_UPDATE, /* rewrite sj: a stored job changed (attempts, time, priority, state) */
+    STORE_OP_REMOVE, /* remove sj.id */
+    STORE_OP_FUNC,   /* set sf: a function's settings */
+};
+
+/*
+ * One change for the writer thread: a job to add or rewrite (its fields
+ * copied), an id to remove, or a function's settings.
+ */
 struct store_op {
-    struct store_op *next;  /* next in the batch, in order */
-    bool is_remove;         /* remove sj.id, else add sj */
-    struct job *job;        /* a remove's SETTLING job, referenced, or NULL */
+    struct store_op *next;   /* next in the batch, in order */
+    enum store_op_kind kind; /* what it does */
+    /*
+     * The job, referenced, or NULL: for a remove or update that settles it
+     * (the job is SETTLING until this op commits), and for a plain update
+     * (made again from the job if its batch fails).
+     */
+    struct job *job;
     bool failed;            /* set by the writer: the backend refused it */
     char why[STORE_ERRLEN]; /* set by the writer: why */
-    struct store_job sj;    /* for an add, pointers into buf */
+    struct store_job sj;    /* for an add or update, pointers into buf */
+    struct store_func sf;   /* for a func, its name in buf */
     char buf[];             /* the job's bytes */
 };
 
@@ -96,6 +114,7 @@ struct storage {
     bool want_flush;             /* flush asked for while a batch was in flight */
     bool retry;                  /* the last commit failed: flush even if empty */
     bool durable;                /* a backend other than none */
+    bool can_update;             /* the backend has update and set_func (version 2) */
     uint64_t commits;            /* batches committed */
     uint64_t failures;           /* batches that failed */
 };
@@ -122,7 +141,9 @@ void storage_refuse(struct srv *srv, struct conn *c, const char *code, const cha
 
 /*
  * storage_settle ends a finished job that is in the store: its deletion
- * goes in the open batch, and the job stays SETTLING in the queue (counted
+ * (or, if j->ext->settle_to says it goes to the dead set or is kept, the
+ * rewrite of its row with its final state) goes in the open batch, and the
+ * job stays SETTLING in the queue (counted
  * by status, found by GET_STATUS) until that deletion commits, so that no
  * answer shows it gone before a crash would. If worker (the connection
  * that finished it) is given, its next request waits for that commit too,
@@ -134,6 +155,26 @@ void storage_refuse(struct srv *srv, struct conn *c, const char *code, const cha
  * and the caller removes it from the queue itself.
  */
 bool storage_settle(struct srv *srv, struct job *j, struct conn *worker);
+
+/*
+ * storage_update puts the rewrite of stored job j (its attempts, time,
+ * priority, and while it settles its final state) in the open batch, to
+ * commit with the next one (within STORAGE_REMOVE_DELAY_MS). A no-op for a
+ * job that is not stored. A failed commit makes it again from the job, so
+ * the store gets the job's latest state. Out of memory is logged: the
+ * store then keeps the job as it was.
+ */
+void storage_update(struct srv *srv, struct job *j);
+
+/*
+ * storage_remove deletes a stored job that is not settling (a dead job or
+ * a kept result that is dropped) in the next commit, and marks it not
+ * stored. A no-op for a job that is not stored.
+ */
+void storage_remove(struct srv *srv, struct job *j);
+
+/* storage_set_func stores f's settings (admin "retry") with the next commit. 0, or -1 (memory). */
+int storage_set_func(struct srv *srv, const struct func *f);
 
 /*
  * storage_flush hands the open batch to the writer now (or, if one is in

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_OPS_VERSION 1
+#define STORE_OPS_VERSION 2
 #define STORE_ERRLEN 512
 
 struct store; /* a backend's own state */
@@ -37,6 +37,33 @@ struct store_job {
     int prio;            /* enum job_prio */
     int64_t when;        /* epoch seconds, 0 for now */
     bool unique_is_data; /* unique "-" */
+    /* Version 2: the job's life beyond gearmand's (retries, dead set, kept results). */
+    int state;            /* enum store_state */
+    uint32_t attempts;    /* attempts that failed so far */
+    int64_t first_fail;   /* epoch seconds of the first failed attempt, or 0 */
+    int64_t last_fail;    /* ... of the last one; for a DONE job, when it ended */
+    const void *result;   /* DEAD: the last failure's text; DONE_*: the result bytes */
+    size_t result_len;    /* its bytes */
+    uint32_t numerator;   /* DONE_*: the last WORK_STATUS */
+    uint32_t denominator; /* DONE_*: the last WORK_STATUS */
+};
+
+/* What a stored job is: waiting to run, in its function's dead set, or a kept result. */
+enum store_state {
+    STORE_LIVE,          /* queued or scheduled (a retry's backoff is its when) */
+    STORE_DEAD,          /* past its retries, in the dead set (--max-dead) */
+    STORE_DONE_COMPLETE, /* finished with WORK_COMPLETE, kept (--keep-results) */
+    STORE_DONE_FAIL,     /* finished with WORK_FAIL, kept */
+    STORE_DONE_EXCEPTION /* finished with WORK_EXCEPTION, kept */
+};
+
+/* A function's stored settings (admin "retry FUNCTION N [BASE [MAX]]"). */
+struct store_func {
+    const char *name; /* borrowed for the call */
+    size_t name_len;
+    uint32_t retries;         /* attempts allowed; 0: --job-retries applies */
+    uint32_t backoff_base_ms; /* first retry's wait */
+    uint32_t backoff_max_ms;  /* longest wait */
 };
 
 /* Settings a backend may read; unused ones are ignored. */
@@ -50,6 +77,9 @@ struct store_config {
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */
 typedef int store_replay_fn(const struct store_job *sj, void *arg);
+
+/* Called by replay_funcs once per stored function setting; non-zero stops it. */
+typedef int store_func_fn(const struct store_func *sf, void *arg);
 
 /*
  * Every op that takes err writes a message of at most STORE_ERRLEN bytes
@@ -91,6 +121,19 @@ struct store_ops {
      * a no-op.
      */
     void (*close)(struct store *st);
+    /* Version 2. */
+    /*
+     * update: put the rewrite of a stored job (sj->id) in the open batch:
+     * every field but id, seq, handle and func may have changed. Like
+     * remove, a failed batch loses it (the server makes it again); unlike
+     * remove, an update of an id that is not stored is not an error either
+     * (the job is then not stored, as before).
+     */
+    int (*update)(struct store *st, const struct store_job *sj, char *err);
+    /* set_func: put a function's settings in the open batch (all zero: forget them). */
+    int (*set_func)(struct store *st, const struct store_func *sf, char *err);
+    /* replay_funcs: call fn for every stored function setting, before replay. */
+    int (*replay_funcs)(struct store *st, store_func_fn *fn, void *arg, char *err);
 };
 
 /* The backends built into this dsjobd. */

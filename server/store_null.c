@@ -50,6 +50,20 @@ null_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
     return DSJOB_OK;
 }
 
+static int
+null_set_func(struct store *st, const struct store_func *sf, char *err)
+{
+    (void)st, (void)sf, (void)err;
+    return DSJOB_OK;
+}
+
+static int
+null_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
+{
+    (void)st, (void)fn, (void)arg, (void)err;
+    return DSJOB_OK;
+}
+
 static void
 null_close(struct store *st)
 {
@@ -65,4 +79,7 @@ const struct store_ops store_null_ops = {
     .flush = null_flush,
     .replay = null_replay,
     .close = null_close,
+    .update = null_add, /* keeps nothing either */
+    .set_func = null_set_func,
+    .replay_funcs = null_replay_funcs,
 };

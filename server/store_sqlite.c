@@ -45,7 +45,7 @@
  * a time. Never reuse a number. A dsjobd that is older than the database
  * refuses it, so a downgrade needs a copy taken before the upgrade.
  */
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define SCHEMA_SQL                                                                                 \
     "CREATE TABLE jobs ("                                                                          \
     " id INTEGER PRIMARY KEY," /* the number in the handle */                                      \
@@ -57,9 +57,35 @@
     " reducer BLOB NOT NULL,"   /* empty unless SUBMIT_REDUCE_JOB */                               \
     " prio INTEGER NOT NULL,"   /* enum job_prio */                                                \
     " run_at INTEGER NOT NULL," /* epoch seconds, 0 for now */                                     \
-    " data BLOB NOT NULL);"
+    " data BLOB NOT NULL," SCHEMA_2_JOB_COLUMNS ");" SCHEMA_2_FUNCS
 
-#define JOB_COLUMNS "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data"
+/* Version 2: a job's state, attempts, failures and kept result; function settings. */
+#define SCHEMA_2_JOB_COLUMNS                                                                       \
+    " state INTEGER NOT NULL DEFAULT 0," /* enum store_state */                                    \
+    " attempts INTEGER NOT NULL DEFAULT 0,"                                                        \
+    " first_fail INTEGER NOT NULL DEFAULT 0,"                                                      \
+    " last_fail INTEGER NOT NULL DEFAULT 0,"                                                       \
+    " result BLOB NOT NULL DEFAULT x'',"                                                           \
+    " numerator INTEGER NOT NULL DEFAULT 0,"                                                       \
+    " denominator INTEGER NOT NULL DEFAULT 0"
+#define SCHEMA_2_FUNCS                                                                             \
+    "CREATE TABLE funcs ("                                                                         \
+    " name TEXT PRIMARY KEY,"                                                                      \
+    " retries INTEGER NOT NULL,"                                                                   \
+    " backoff_base_ms INTEGER NOT NULL,"                                                           \
+    " backoff_max_ms INTEGER NOT NULL);"
+#define UPGRADE_1_TO_2                                                                             \
+    "ALTER TABLE jobs ADD COLUMN state INTEGER NOT NULL DEFAULT 0;"                                \
+    "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;"                             \
+    "ALTER TABLE jobs ADD COLUMN first_fail INTEGER NOT NULL DEFAULT 0;"                           \
+    "ALTER TABLE jobs ADD COLUMN last_fail INTEGER NOT NULL DEFAULT 0;"                            \
+    "ALTER TABLE jobs ADD COLUMN result BLOB NOT NULL DEFAULT x'';"                                \
+    "ALTER TABLE jobs ADD COLUMN numerator INTEGER NOT NULL DEFAULT 0;"                            \
+    "ALTER TABLE jobs ADD COLUMN denominator INTEGER NOT NULL DEFAULT 0;" SCHEMA_2_FUNCS
+
+#define JOB_COLUMNS                                                                                \
+    "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data, state, "      \
+    "attempts, first_fail, last_fail, result, numerator, denominator"
 
 enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
                COL_ID,
@@ -72,6 +98,13 @@ enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
                COL_PRIO,
                COL_RUN_AT,
                COL_DATA,
+               COL_STATE,
+               COL_ATTEMPTS,
+               COL_FIRST_FAIL,
+               COL_LAST_FAIL,
+               COL_RESULT,
+               COL_NUMERATOR,
+               COL_DENOMINATOR,
 };
 
 struct store {
@@ -80,6 +113,10 @@ struct store {
     sqlite3_stmt *ins;          /* INSERT of one job */
     sqlite3_stmt *del;          /* DELETE of one job by id */
     sqlite3_stmt *sel;          /* every job in seq order */
+    sqlite3_stmt *upd;          /* UPDATE of one job's changeable columns by id */
+    sqlite3_stmt *fset;         /* INSERT OR REPLACE of one function's settings */
+    sqlite3_stmt *fdel;         /* DELETE of one function's settings */
+    sqlite3_stmt *fsel;         /* every function's settings */
     bool failed;                /* a write of the open batch failed */
     char failure[STORE_ERRLEN]; /* why, for flush to report */
     uint64_t *removes;          /* ids removed since the last good commit */
@@ -242,8 +279,8 @@ set_sync(struct store *st, int sync, char *err)
 }
 
 /*
- * schema_upgrade takes the database from version to SCHEMA_VERSION. Only
- * 0 (fresh) exists so far; a step for each later version goes here.
+ * schema_upgrade takes the database from version to SCHEMA_VERSION: a
+ * fresh one (0) gets SCHEMA_SQL, an older one climbs one step at a time.
  */
 static int
 schema_upgrade(struct store *st, long long version, char *err)
@@ -257,6 +294,8 @@ schema_upgrade(struct store *st, long long version, char *err)
     rc = db_exec(st->db, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK && version == 0)
         rc = db_exec(st->db, SCHEMA_SQL);
+    if (rc == SQLITE_OK && version == 1)
+        rc = db_exec(st->db, UPGRADE_1_TO_2);
     if (rc == SQLITE_OK)
         rc = db_exec(st->db, set_version);
     if (rc == SQLITE_OK)
@@ -273,7 +312,18 @@ schema_upgrade(struct store *st, long long version, char *err)
 static int
 prepare_all(struct store *st, char *err)
 {
-    static const char ins[] = "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?)";
+    static const char ins[] =
+        "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    /* The same bind indexes as ins, so bind_job serves both; ?3 and ?4 are not used. */
+    static const char upd[] =
+        "UPDATE jobs SET seq=?2, unique_key=?5, unique_is_data=?6, reducer=?7, prio=?8, "
+        "run_at=?9, data=?10, state=?11, attempts=?12, first_fail=?13, last_fail=?14, "
+        "result=?15, numerator=?16, denominator=?17 WHERE id=?1";
+    static const char fset[] = "INSERT OR REPLACE INTO funcs (name, retries, backoff_base_ms, "
+                               "backoff_max_ms) VALUES (?,?,?,?)";
+    static const char fdel[] = "DELETE FROM funcs WHERE name = ?";
+    static const char fsel[] =
+        "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM funcs ORDER BY name";
     static const char del[] = "DELETE FROM jobs WHERE id = ?";
     static const char sel[] = "SELECT " JOB_COLUMNS " FROM jobs ORDER BY seq, id";
     int rc;
@@ -283,6 +333,14 @@ prepare_all(struct store *st, char *err)
         rc = sqlite3_prepare_v2(st->db, del, -1, &st->del, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, sel, -1, &st->sel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, upd, -1, &st->upd, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, fset, -1, &st->fset, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, fdel, -1, &st->fdel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, fsel, -1, &st->fsel, NULL);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                          db_error(st->db, rc));
@@ -320,7 +378,11 @@ finalize_all(struct store *st)
     sqlite3_finalize(st->ins);
     sqlite3_finalize(st->del);
     sqlite3_finalize(st->sel);
-    st->ins = st->del = st->sel = NULL;
+    sqlite3_finalize(st->upd);
+    sqlite3_finalize(st->fset);
+    sqlite3_finalize(st->fdel);
+    sqlite3_finalize(st->fsel);
+    st->ins = st->del = st->sel = st->upd = st->fset = st->fdel = st->fsel = NULL;
 }
 
 /*
@@ -481,6 +543,20 @@ bind_job(sqlite3_stmt *stmt, const struct store_job *sj)
         rc = sqlite3_bind_int64(stmt, COL_RUN_AT + 1, sj->when);
     if (rc == SQLITE_OK)
         rc = bind_bytes(stmt, COL_DATA, sj->data, sj->data_len, false);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(stmt, COL_STATE + 1, sj->state);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_ATTEMPTS + 1, sj->attempts);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_FIRST_FAIL + 1, sj->first_fail);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_LAST_FAIL + 1, sj->last_fail);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(stmt, COL_RESULT, sj->result, sj->result_len, false);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_NUMERATOR + 1, sj->numerator);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_DENOMINATOR + 1, sj->denominator);
     return rc;
 }
 
@@ -506,6 +582,83 @@ sqlite_add(struct store *st, const struct store_job *sj, char *err)
         return DSJOB_OK;
 refuse:
     return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+/* update: rewrite the row of sj->id; an id that is not stored changes nothing. */
+static int
+sqlite_update(struct store *st, const struct store_job *sj, char *err)
+{
+    int rc;
+
+    if (!batch_open(st))
+        goto refuse;
+    rc = bind_job(st->upd, sj);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st->upd);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "update job in", rc);
+    sqlite3_reset(st->upd);
+    sqlite3_clear_bindings(st->upd);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+refuse:
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+/* set_func: one row per function with settings; all zero deletes it. */
+static int
+sqlite_set_func(struct store *st, const struct store_func *sf, char *err)
+{
+    bool forget = sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0;
+    sqlite3_stmt *stmt = forget ? st->fdel : st->fset;
+    int rc;
+
+    if (!batch_open(st))
+        goto refuse;
+    rc = bind_bytes(stmt, 0, sf->name, sf->name_len, true);
+    if (rc == SQLITE_OK && !forget)
+        rc = sqlite3_bind_int64(stmt, 2, sf->retries);
+    if (rc == SQLITE_OK && !forget)
+        rc = sqlite3_bind_int64(stmt, 3, sf->backoff_base_ms);
+    if (rc == SQLITE_OK && !forget)
+        rc = sqlite3_bind_int64(stmt, 4, sf->backoff_max_ms);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "set a function's settings in", rc);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+refuse:
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+sqlite_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
+{
+    struct store_func sf;
+    int rc;
+
+    while ((rc = sqlite3_step(st->fsel)) == SQLITE_ROW) {
+        memset(&sf, 0, sizeof(sf));
+        sf.name = (const char *)sqlite3_column_text(st->fsel, 0);
+        sf.name_len = (size_t)sqlite3_column_bytes(st->fsel, 0);
+        sf.retries = (uint32_t)sqlite3_column_int64(st->fsel, 1);
+        sf.backoff_base_ms = (uint32_t)sqlite3_column_int64(st->fsel, 2);
+        sf.backoff_max_ms = (uint32_t)sqlite3_column_int64(st->fsel, 3);
+        if (sf.name == NULL)
+            sf.name = "";
+        if (fn(&sf, arg) != 0) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        store_say(err, DSJOB_ERR_STORE, "cannot read store '%s': %s", st->path,
+                  db_error(st->db, rc));
+    sqlite3_reset(st->fsel);
+    return rc == SQLITE_DONE ? DSJOB_OK : DSJOB_ERR_STORE;
 }
 
 static int
@@ -585,6 +738,13 @@ row_to_job(sqlite3_stmt *stmt, struct store_job *sj)
     sj->prio = sqlite3_column_int(stmt, COL_PRIO);
     sj->when = sqlite3_column_int64(stmt, COL_RUN_AT);
     sj->data = col_bytes(stmt, COL_DATA, &sj->data_len);
+    sj->state = sqlite3_column_int(stmt, COL_STATE);
+    sj->attempts = (uint32_t)sqlite3_column_int64(stmt, COL_ATTEMPTS);
+    sj->first_fail = sqlite3_column_int64(stmt, COL_FIRST_FAIL);
+    sj->last_fail = sqlite3_column_int64(stmt, COL_LAST_FAIL);
+    sj->result = col_bytes(stmt, COL_RESULT, &sj->result_len);
+    sj->numerator = (uint32_t)sqlite3_column_int64(stmt, COL_NUMERATOR);
+    sj->denominator = (uint32_t)sqlite3_column_int64(stmt, COL_DENOMINATOR);
 }
 
 /* replay: every stored job in seq order; fn stopping it early is not an error. */
@@ -671,4 +831,7 @@ const struct store_ops store_sqlite_ops = {
     .flush = sqlite_flush,
     .replay = sqlite_replay,
     .close = sqlite_close,
+    .update = sqlite_update,
+    .set_func = sqlite_set_func,
+    .replay_funcs = sqlite_replay_funcs,
 };

@@ -32,6 +32,10 @@ enum cli_opt {
     OPT_VERSION,      /* --version */
     OPT_AT,           /* submit --at */
     OPT_GRACEFUL,     /* shutdown --graceful */
+    OPT_STREAM,       /* worker --stream */
+    OPT_CHUNK,        /* worker --chunk */
+    OPT_WARNINGS,     /* worker --warnings */
+    OPT_EXCEPTIONS,   /* worker --exceptions */
 };
 
 /* The options every verb takes, and the verb being run. */

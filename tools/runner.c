@@ -3,12 +3,16 @@
  * started with posix_spawnp (no shell) in a process group of its own, with
  * the payload on its stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE in
  * its environment and a pipe on fd 3 for "N/D" status lines; one poll()
- * loop feeds stdin and drains stdout and fd 3 together, so neither a big
- * payload nor a big result can deadlock. Exit status 0 completes the job
- * with the bytes of stdout; anything else fails it. -c N runs N threads,
- * each with a struct dsjob_worker of its own (a handle belongs to one
- * thread). SIGINT or SIGTERM stops grabbing and lets the running commands
- * finish; a second one sends them SIGTERM.
+ * loop feeds stdin and drains stdout, stderr and fd 3 together, so neither
+ * a big payload nor a big result can deadlock. Exit status 0 completes the
+ * job with the bytes of stdout, or with --stream sends stdout as WORK_DATA
+ * lines or chunks as they come and completes it empty. stderr is copied to
+ * ours as it comes (with --warnings also sent as WORK_WARNING lines), and
+ * its last lines are kept: a failure sends them with the exit status, as
+ * WORK_WARNING before WORK_FAIL, or with --exceptions as WORK_EXCEPTION.
+ * -c N runs N threads, each with a struct dsjob_worker of its own (a
+ * handle belongs to one thread). SIGINT or SIGTERM stops grabbing and lets
+ * the running commands finish; a second one sends them SIGTERM.
  */
 #include "config.h"
 #include "dsjob.h"
@@ -39,6 +43,11 @@
 #define RUNNER_IDLE_MS 1000 /* wait for a job this long between looks at errmsg */
 #define RUNNER_KILL_MS 5000 /* after a hurried SIGTERM, SIGKILL the command's group */
 
+#define RUNNER_LINE_MAX RUNNER_CHUNK /* a longer stdout or stderr line goes out in pieces */
+#define RUNNER_CHUNK_MAX 1048576     /* the largest --chunk */
+#define RUNNER_TAIL_BYTES 1024       /* how much of the end of stderr a failure reports */
+#define RUNNER_TAIL_LINES 4          /* and at most this many lines of it */
+
 extern char **environ;
 
 /* The worker verb's state, shared by its threads and the signal handler. */
@@ -48,6 +57,10 @@ struct runner {
     int n;                   /* entries in w: -c */
     atomic_int stopping;     /* a first signal came: dsjob_worker_stop was called */
     atomic_int hurry;        /* a second signal came: terminate the running commands */
+    bool stream;             /* --stream: stdout goes out as WORK_DATA as it comes */
+    size_t chunk;            /* --chunk: WORK_DATA of this many bytes; 0: one per line */
+    bool warnings;           /* --warnings: stderr lines go out as WORK_WARNING */
+    bool exceptions;         /* --exceptions: a failure is WORK_EXCEPTION, not WARNING + FAIL */
 };
 
 /* The handler needs it: there is only one worker verb per process. */
@@ -70,11 +83,32 @@ on_signal(int sig)
         dsjob_worker_stop(r->w[i]);
 }
 
+/* What sends one piece of a stream for a job: dsjob_job_data or dsjob_job_warning. */
+typedef int (*piece_fn)(struct dsjob_job *job, const void *data, size_t len);
+
+/*
+ * A stream cut into packets as it comes: after each newline (lines) and
+ * whenever cap bytes are waiting, so memory stays bounded.
+ */
+struct cutter {
+    char *buf;     /* the bytes not sent yet (malloc'd, cap bytes) */
+    size_t len;    /* bytes in buf */
+    size_t cap;    /* a full buf is sent as it is */
+    bool lines;    /* also send after each '\n' (kept in the piece) */
+    piece_fn send; /* how a piece goes out */
+};
+
 /* What one running command has produced so far. */
 struct run {
-    char *out;                     /* stdout (malloc'd) */
+    char *out;                     /* stdout, without --stream (malloc'd) */
     size_t out_len;                /* bytes in out */
     size_t out_cap;                /* size of out */
+    struct cutter data;            /* stdout, with --stream (buf NULL without) */
+    struct cutter warn;            /* stderr, with --warnings (buf NULL without) */
+    int err_fd;                    /* stderr's read end until its end of file, else -1 */
+    char tail[RUNNER_TAIL_BYTES];  /* the last bytes of stderr */
+    size_t tail_len;               /* bytes in tail */
+    bool tail_cut;                 /* bytes before tail were dropped */
     char line[RUNNER_STATUS_LINE]; /* the fd 3 line being read */
     size_t line_len;               /* bytes in line */
     bool line_long;                /* the current line overflowed: drop it */
@@ -130,10 +164,12 @@ env_free(char **env)
     free(env);
 }
 
-/* Starts the command with fds 0, 1 and 3 on the given pipe ends. Returns 0 or an errno. */
+/* Starts the command with fds 0, 1, 2 and 3 on the given pipe ends. Returns 0 or an errno. */
 static int
-spawn_command(struct runner *r, char **env, int in, int out, int st, pid_t *pid)
+spawn_command(struct runner *r, char **env, const int fds[4], pid_t *pid)
 {
+    int i;
+
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     sigset_t none, dfl;
@@ -141,9 +177,8 @@ spawn_command(struct runner *r, char **env, int in, int out, int st, pid_t *pid)
 
     /* The pipe ends are all above 3 (runner_main makes sure), so dup2 clears close-on-exec. */
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in, 0);
-    posix_spawn_file_actions_adddup2(&fa, out, 1);
-    posix_spawn_file_actions_adddup2(&fa, st, 3);
+    for (i = 0; i < 4; i++)
+        posix_spawn_file_actions_adddup2(&fa, fds[i], i);
     posix_spawnattr_init(&attr);
     sigemptyset(&none);
     sigemptyset(&dfl);
@@ -237,10 +272,100 @@ out_bytes(struct run *run, const char *p, size_t n)
     run->out_len += n;
 }
 
+/* Sends what c holds, if anything, as one piece. */
+static void
+cutter_flush(struct cutter *c, struct dsjob_job *job)
+{
+    /* A send that fails means the connection is gone: the server requeues the job anyway. */
+    if (c->len > 0)
+        c->send(job, c->buf, c->len);
+    c->len = 0;
+}
+
+/* Adds n bytes to c, sending each piece as soon as it is whole. */
+static void
+cutter_feed(struct cutter *c, struct dsjob_job *job, const char *p, size_t n)
+{
+    while (n > 0) {
+        size_t take = n < c->cap - c->len ? n : c->cap - c->len;
+        const char *nl = c->lines ? memchr(p, '\n', take) : NULL;
+
+        if (nl != NULL)
+            take = (size_t)(nl - p) + 1;
+        memcpy(c->buf + c->len, p, take);
+        c->len += take;
+        p += take;
+        n -= take;
+        if (nl != NULL || c->len == c->cap)
+            cutter_flush(c, job);
+    }
+}
+
+/* Sets c up to cut lines (chunk 0) or chunks, sent by fn. Returns -1 when out of memory. */
+static int
+cutter_init(struct cutter *c, size_t chunk, piece_fn fn)
+{
+    c->cap = chunk > 0 ? chunk : RUNNER_LINE_MAX;
+    c->lines = chunk == 0;
+    c->len = 0;
+    c->send = fn;
+    c->buf = malloc(c->cap);
+    return c->buf != NULL ? 0 : -1;
+}
+
+/* What stderr gave: copied to ours as it is, kept in the tail, sent with --warnings. */
+static void
+err_bytes(struct dsjob_job *job, struct run *run, const char *p, size_t n)
+{
+    size_t keep = n < RUNNER_TAIL_BYTES ? n : RUNNER_TAIL_BYTES;
+
+    /* The operator reads it as before; a closed stderr of ours is no reason to fail the job. */
+    (void)cli_write_all(2, p, n);
+    if (run->warn.buf != NULL)
+        cutter_feed(&run->warn, job, p, n);
+    if (run->tail_len + keep > RUNNER_TAIL_BYTES) {
+        size_t drop = run->tail_len + keep - RUNNER_TAIL_BYTES;
+
+        memmove(run->tail, run->tail + drop, run->tail_len - drop);
+        run->tail_len -= drop;
+        run->tail_cut = true;
+    }
+    if (keep < n)
+        run->tail_cut = true;
+    memcpy(run->tail + run->tail_len, p + n - keep, keep);
+    run->tail_len += keep;
+}
+
+/*
+ * One read of stderr. Returns 1 after some bytes, 0 when there are none
+ * now, -1 once it is at its end (run->err_fd is then closed).
+ */
+static int
+err_read(struct dsjob_job *job, struct run *run, char *buf, size_t cap)
+{
+    ssize_t n;
+
+    do
+        n = read(run->err_fd, buf, cap);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        err_bytes(job, run, buf, (size_t)n);
+        return 1;
+    }
+    if (n < 0 && errno == EAGAIN)
+        return 0;
+    close(run->err_fd);
+    run->err_fd = -1;
+    if (run->warn.buf != NULL)
+        cutter_flush(&run->warn, job);
+    return -1;
+}
+
 /*
  * Feeds the payload to fd in and reads fds out and st until both reach
- * end of file. A command that exits without reading all its input is no
- * error here (EPIPE just ends the feeding); its exit status decides.
+ * end of file, and stderr (run->err_fd) meanwhile. A command that exits
+ * without reading all its input is no error here (EPIPE just ends the
+ * feeding); its exit status decides.
  */
 static void
 pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in, int out, int st)
@@ -255,7 +380,7 @@ pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in
         in = -1;
     }
     while (out >= 0 || st >= 0) {
-        struct pollfd pfd[3];
+        struct pollfd pfd[4];
         int np = 0, k;
 
         if (in >= 0)
@@ -264,6 +389,8 @@ pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in
             pfd[np++] = (struct pollfd){.fd = out, .events = POLLIN};
         if (st >= 0)
             pfd[np++] = (struct pollfd){.fd = st, .events = POLLIN};
+        if (run->err_fd >= 0)
+            pfd[np++] = (struct pollfd){.fd = run->err_fd, .events = POLLIN};
         if (poll(pfd, (nfds_t)np, RUNNER_POLL_MS) < 0 && errno != EINTR) {
             cli_err("poll: %s", strerror(errno));
             break;
@@ -287,18 +414,27 @@ pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in
                 }
                 continue;
             }
+            if (pfd[k].fd == run->err_fd) {
+                err_read(job, run, buf, sizeof(buf));
+                continue;
+            }
             n = read(pfd[k].fd, buf, sizeof(buf));
             if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 continue;
             if (n <= 0) {
-                if (pfd[k].fd == out)
+                if (pfd[k].fd == out) {
                     out = -1;
-                else
+                    if (run->data.buf != NULL)
+                        cutter_flush(&run->data, job); /* the unterminated last line */
+                } else {
                     st = -1;
+                }
                 close(pfd[k].fd);
                 continue;
             }
-            if (pfd[k].fd == out)
+            if (pfd[k].fd == out && run->data.buf != NULL)
+                cutter_feed(&run->data, job, buf, (size_t)n);
+            else if (pfd[k].fd == out)
                 out_bytes(run, buf, (size_t)n);
             else
                 status_bytes(job, run, buf, (size_t)n);
@@ -314,24 +450,38 @@ pump(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int in
         close(st);
 }
 
+/* A monotonic clock in milliseconds. */
+static long
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
- * Waits for the command to exit. A command may close stdout and fd 3 and
+ * Waits for the command to exit, reading its stderr meanwhile, then what
+ * is left of it in the pipe (a process the command left behind may hold
+ * it open: it is not waited for). A command may close stdout and fd 3 and
  * go on running, so the wait polls: a second signal (hurry) still reaches
  * its process group, with SIGKILL RUNNER_KILL_MS after the SIGTERM.
  * Returns 0 with *status set, or -1 after reporting a waitpid error.
  */
 static int
-wait_command(struct runner *r, struct dsjob_job *job, pid_t pid, int *status)
+wait_command(struct runner *r, struct dsjob_job *job, struct run *run, pid_t pid, int *status)
 {
-    long waited_ms = 0, kill_at = -1, step; /* kill_at: when to SIGKILL, -1 not due */
+    long start = now_ms(), waited_ms = 0, kill_at = -1; /* kill_at: when to SIGKILL, -1 not due */
     bool termed = false;
-    struct timespec ts;
+    char buf[RUNNER_CHUNK];
+    int i;
 
     for (;;) {
         pid_t got = waitpid(pid, status, WNOHANG);
+        int step;
 
         if (got == pid)
-            return 0;
+            break;
         if (got < 0 && errno != EINTR) {
             cli_err("job %s: waitpid: %s", dsjob_job_handle(job), strerror(errno));
             return -1;
@@ -346,10 +496,29 @@ wait_command(struct runner *r, struct dsjob_job *job, pid_t pid, int *status)
         }
         /* Short sleeps first: most commands are gone by the time pump returns. */
         step = waited_ms < 100 ? 1 : 20;
-        ts = (struct timespec){0, step * 1000000L};
-        nanosleep(&ts, NULL);
-        waited_ms += step;
+        if (run->err_fd >= 0) {
+            struct pollfd pfd = {.fd = run->err_fd, .events = POLLIN};
+
+            if (poll(&pfd, 1, step) > 0)
+                err_read(job, run, buf, sizeof(buf));
+        } else {
+            struct timespec ts = {0, step * 1000000L};
+
+            nanosleep(&ts, NULL);
+        }
+        waited_ms = now_ms() - start;
     }
+    /* What it wrote before it exited; a pipe holds at most a few reads' worth. */
+    i = 0;
+    while (run->err_fd >= 0 && i++ < 16 && err_read(job, run, buf, sizeof(buf)) > 0)
+        continue;
+    if (run->err_fd >= 0) {
+        close(run->err_fd);
+        run->err_fd = -1;
+        if (run->warn.buf != NULL)
+            cutter_flush(&run->warn, job);
+    }
+    return 0;
 }
 
 static int
@@ -360,24 +529,91 @@ set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+/*
+ * Writes into buf (cap bytes) why the command failed: "'CMD' exited with
+ * status N" or "'CMD' was killed by signal N", then, with tail, a newline
+ * and the last RUNNER_TAIL_LINES lines of its stderr within the last
+ * RUNNER_TAIL_BYTES ("..." first when that cut a line). Returns the length.
+ */
+static size_t
+failure_text(const struct runner *r, const struct run *run, int status, bool tail, char *buf,
+             size_t cap)
+{
+    size_t n, end = run->tail_len, from;
+    int lines = 0, w;
+
+    if (WIFSIGNALED(status))
+        w = snprintf(buf, cap, "'%s' was killed by signal %d", r->argv[0], WTERMSIG(status));
+    else
+        w = snprintf(buf, cap, "'%s' exited with status %d", r->argv[0], WEXITSTATUS(status));
+    n = w < 0 ? 0 : (size_t)w < cap ? (size_t)w : cap - 1;
+    while (end > 0 && (run->tail[end - 1] == '\n' || run->tail[end - 1] == '\r'))
+        end--;
+    if (!tail || end == 0)
+        return n;
+    for (from = end; from > 0; from--) {
+        if (run->tail[from - 1] == '\n' && ++lines == RUNNER_TAIL_LINES)
+            break;
+    }
+    w = snprintf(buf + n, cap - n, "\n%s%.*s", from == 0 && run->tail_cut ? "..." : "",
+                 (int)(end - from), run->tail + from);
+    n += w < 0 ? 0 : (size_t)w < cap - n ? (size_t)w : cap - n - 1;
+    return n;
+}
+
+/* Ends a job whose command failed: WORK_EXCEPTION, or WORK_WARNING and WORK_FAIL. */
+static int
+job_failed(struct runner *r, struct dsjob_job *job, const struct run *run, int status)
+{
+    char text[RUNNER_TAIL_BYTES + PATH_MAX + 64];
+    size_t n;
+
+    if (WIFSIGNALED(status))
+        cli_err("job %s: '%s' was killed by signal %d", dsjob_job_handle(job), r->argv[0],
+                WTERMSIG(status));
+    else
+        cli_err("job %s: '%s' exited with status %d", dsjob_job_handle(job), r->argv[0],
+                WEXITSTATUS(status));
+    /* With --warnings the client has had stderr line by line already. */
+    n = failure_text(r, run, status, r->exceptions || !r->warnings, text, sizeof(text));
+    if (!r->exceptions) {
+        /* A line, as those of --warnings are (text has room for the newline). */
+        text[n++] = '\n';
+        dsjob_job_warning(job, text, n);
+        return DSJOB_WORK_FAIL;
+    }
+    if (dsjob_job_set_result(job, text, n) != DSJOB_OK) {
+        cli_err("job %s: out of memory", dsjob_job_handle(job));
+        return DSJOB_WORK_FAIL;
+    }
+    return DSJOB_WORK_EXCEPTION;
+}
+
 /* The job callback: runs the command for one job. */
 static int
 run_job(struct dsjob_job *job, void *user)
 {
     struct runner *r = user;
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, st[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, st[2] = {-1, -1};
     struct run run;
     char **env;
     pid_t pid;
     int err, status, ret = DSJOB_WORK_FAIL;
 
     memset(&run, 0, sizeof(run));
-    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0) {
+    run.err_fd = -1;
+    if ((r->stream && cutter_init(&run.data, r->chunk, dsjob_job_data) < 0) ||
+        (r->warnings && cutter_init(&run.warn, 0, dsjob_job_warning) < 0)) {
+        cli_err("job %s: out of memory", dsjob_job_handle(job));
+        goto out_pipes;
+    }
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0 ||
+        pipe2(st, O_CLOEXEC) < 0) {
         cli_err("job %s: pipe: %s", dsjob_job_handle(job), strerror(errno));
         goto out_pipes;
     }
     env = job_env(job);
-    err = spawn_command(r, env, in[0], out[1], st[1], &pid);
+    err = spawn_command(r, env, (const int[4]){in[0], out[1], er[1], st[1]}, &pid);
     env_free(env);
     if (err != 0) {
         /* Not the job's fault: hand it back, so that it runs once the command is there. */
@@ -388,25 +624,25 @@ run_job(struct dsjob_job *job, void *user)
     }
     close(in[0]);
     close(out[1]);
+    close(er[1]);
     close(st[1]);
     set_nonblock(in[1]);
     set_nonblock(out[0]);
+    set_nonblock(er[0]);
     set_nonblock(st[0]);
+    run.err_fd = er[0];
     pump(r, job, &run, pid, in[1], out[0], st[0]);
-    in[0] = in[1] = out[0] = out[1] = st[0] = st[1] = -1;
-    if (wait_command(r, job, pid, &status) < 0)
+    in[0] = in[1] = out[0] = out[1] = er[0] = er[1] = st[0] = st[1] = -1;
+    if (wait_command(r, job, &run, pid, &status) < 0)
         goto out_pipes;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        /* With --stream every byte went out as WORK_DATA: the result repeats none. */
         if (dsjob_job_set_result(job, run.out ? run.out : "", run.out_len) == DSJOB_OK)
             ret = DSJOB_WORK_COMPLETE;
         else
             cli_err("job %s: out of memory", dsjob_job_handle(job));
-    } else if (WIFEXITED(status)) {
-        cli_err("job %s: '%s' exited with status %d", dsjob_job_handle(job), r->argv[0],
-                WEXITSTATUS(status));
-    } else if (WIFSIGNALED(status)) {
-        cli_err("job %s: '%s' was killed by signal %d", dsjob_job_handle(job), r->argv[0],
-                WTERMSIG(status));
+    } else {
+        ret = job_failed(r, job, &run, status);
     }
 out_pipes:
     for (err = 0; err < 2; err++) {
@@ -414,10 +650,16 @@ out_pipes:
             close(in[err]);
         if (out[err] >= 0)
             close(out[err]);
+        if (er[err] >= 0)
+            close(er[err]);
         if (st[err] >= 0)
             close(st[err]);
     }
+    if (run.err_fd >= 0)
+        close(run.err_fd);
     free(run.out);
+    free(run.data.buf);
+    free(run.warn.buf);
     return ret;
 }
 
@@ -469,16 +711,24 @@ thread_main(void *p)
 }
 
 static const char runner_usage[] =
-    "usage: dsjob worker [-s SERVER]... [-t MS] [-c N] [-i ID] -f FUNCTION [-f FUNCTION]...\n"
+    "usage: dsjob worker [-s SERVER]... [-t MS] [-c N] [-i ID] [--stream] [--chunk BYTES]\n"
+    "                    [--warnings] [--exceptions] -f FUNCTION [-f FUNCTION]...\n"
     "                    -- COMMAND [ARG]...\n"
     "  -f, --function NAME  a function to do (repeatable)\n"
     "  -c, --concurrency N  run up to N commands at once (default 1)\n"
     "  -i, --id ID          the worker id the server's 'workers' list shows\n"
+    "      --stream         send each line of stdout as WORK_DATA as it comes;\n"
+    "                       the job then completes with an empty result\n"
+    "      --chunk BYTES    with --stream, pieces of BYTES instead of lines\n"
+    "      --warnings       send each line of stderr as WORK_WARNING\n"
+    "      --exceptions     end a failed job with WORK_EXCEPTION, not WORK_FAIL\n"
     "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "  -t, --timeout MS     connect and I/O timeout\n"
     "COMMAND gets the payload on stdin, DSJOB_FUNCTION, DSJOB_HANDLE and DSJOB_UNIQUE\n"
     "in its environment, and may write N/D lines to fd 3; its stdout is the result,\n"
-    "a non-zero exit fails the job. SIGINT/SIGTERM: finish the running jobs and exit.\n";
+    "its stderr is copied to dsjob's. A non-zero exit fails the job, with the status\n"
+    "and the end of stderr sent as a WORK_WARNING (or as the exception's text).\n"
+    "SIGINT/SIGTERM: finish the running jobs and exit.\n";
 
 static int
 runner_start(struct cli *cli, struct runner *r, char **funcs, size_t nfuncs, const char *id)
@@ -618,13 +868,17 @@ runner_main(struct cli *cli, int argc, char **argv)
         {"function", required_argument, NULL, 'f'},
         {"concurrency", required_argument, NULL, 'c'},
         {"id", required_argument, NULL, 'i'},
+        {"stream", no_argument, NULL, OPT_STREAM},
+        {"chunk", required_argument, NULL, OPT_CHUNK},
+        {"warnings", no_argument, NULL, OPT_WARNINGS},
+        {"exceptions", no_argument, NULL, OPT_EXCEPTIONS},
         {NULL, 0, NULL, 0},
     };
     struct runner r;
     char **funcs = NULL;
     const char *id = NULL;
     size_t nfuncs = 0;
-    unsigned long n = 1;
+    unsigned long n = 1, chunk;
     const char *why;
     int ch, rc, i;
 
@@ -656,6 +910,18 @@ runner_main(struct cli *cli, int argc, char **argv)
             }
             break;
         case 'i': id = optarg; break;
+        case OPT_STREAM: r.stream = true; break;
+        case OPT_CHUNK:
+            if (cli_parse_uint(optarg, 1, RUNNER_CHUNK_MAX, &chunk) < 0) {
+                free(funcs);
+                return cli_usage_error(cli, "option '--chunk' wants bytes from 1 to %d, not '%s'",
+                                       RUNNER_CHUNK_MAX, optarg);
+            }
+            r.chunk = chunk;
+            r.stream = true;
+            break;
+        case OPT_WARNINGS: r.warnings = true; break;
+        case OPT_EXCEPTIONS: r.exceptions = true; break;
         case OPT_FORMAT:
             free(funcs);
             return cli_usage_error(cli, "option '--format' is for the admin verbs");

@@ -41,6 +41,12 @@ enum dsjob_log_level {
     DSJOB_LOG_DEBUG,
 };
 
+/* How a worker that can do several functions is given work (--priority). */
+enum dsjob_priority_order {
+    DSJOB_PRIORITY_FUNCTION = 0, /* gearmand 1.1.20: newest function first, by priority within it */
+    DSJOB_PRIORITY_GLOBAL,       /* the highest priority over all its functions, oldest first */
+};
+
 /*
  * Server settings. Fill with dsjob_server_config_init, then change fields.
  * Strings are borrowed: they must outlive dsjob_server_new, which copies them.
@@ -76,6 +82,27 @@ struct dsjob_server_config {
     const char *memcached_prefix;      /* memcached: prefix of every key written */
     unsigned idle_timeout;             /* close a peer whose packet stays incomplete this many
                                           seconds; 0: never */
+    /* The job lifecycle beyond gearmand's; every default is 1.1.20's behaviour. */
+    unsigned retry_on;              /* DSJOB_RETRY_* outcomes that count as a failed attempt */
+    unsigned retry_backoff_base_ms; /* a background retry's first wait, doubled each attempt
+                                       (with jitter); 0: at once */
+    unsigned retry_backoff_max_ms;  /* the longest wait; 0: an hour */
+    unsigned max_dead;              /* failed background jobs kept per function; 0: dropped */
+    unsigned keep_results;          /* seconds a background job's outcome stays; 0: none */
+    size_t max_result_size;         /* bytes of a kept result or failure text */
+    /* Fail fast, and priority across functions. */
+    bool reject_no_worker;              /* refuse a submit for a function no worker can do */
+    enum dsjob_priority_order priority; /* across functions or per function (default) */
+    unsigned priority_aging;            /* a job waiting this many seconds counts one priority
+                                           higher, and one more after as many again; 0: never */
+};
+
+/* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
+enum dsjob_retry_on {
+    DSJOB_RETRY_CRASH = 1 << 0,     /* the worker went away, or gave the job back */
+    DSJOB_RETRY_TIMEOUT = 1 << 1,   /* its CAN_DO_TIMEOUT expired */
+    DSJOB_RETRY_FAIL = 1 << 2,      /* WORK_FAIL */
+    DSJOB_RETRY_EXCEPTION = 1 << 3, /* WORK_EXCEPTION */
 };
 
 /* dsjob_server_log_level reads a level name (any case) or number; -1 if unknown. */

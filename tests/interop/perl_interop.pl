@@ -4,7 +4,8 @@
 # against each server given as KIND:PORT (KIND:- skips that server): a
 # foreground job, binary payloads, WORK_STATUS/WORK_DATA to the client,
 # background jobs and GET_STATUS, priorities, a task set of several jobs,
-# WORK_FAIL and WORK_EXCEPTION with and without the exceptions option.
+# WORK_FAIL and WORK_EXCEPTION with and without the exceptions option, and
+# the WORK_DATA lines of a `dsjob worker --stream` (the tool is $DSJOB).
 # gearmand 1.1.20 sends the client that did not ask for exceptions a WORK_FAIL
 # whose handle ends in a NUL, and Gearman::Client croaks on it: that check is
 # a TODO for gearmand and a real check for dsjobd. Run by t_perl.sh, which
@@ -19,7 +20,7 @@ use POSIX ();
 use Test::More;
 use Time::HiRes qw(sleep time);
 
-use constant CHECKS => 17;
+use constant CHECKS => 19;
 
 my @servers;
 for (@ARGV) {
@@ -201,6 +202,35 @@ sub run_checks {
         is("@ev", "fail", "$kind: without exceptions, a dying job calls on_fail");
     }
     stop($w);
+
+    # A `dsjob worker --stream`: on_data gets each line as the command
+    # writes it (the command writes its second line only once the client
+    # has its first, or "late" after 10 s), and the result is empty.
+  SKIP: {
+        skip "$kind: dsjob not built", 2 unless $ENV{DSJOB} && -x $ENV{DSJOB};
+        my $pid = fork;
+        die "fork: $!" unless defined $pid;
+        if ($pid == 0) {
+            open STDERR, '>', '/dev/null';
+            exec $ENV{DSJOB}, 'worker', '-s', "127.0.0.1:$port", '--stream', '-f', 'pl_stream',
+                '--', 'sh', '-c', "cat >/dev/null; echo l1; i=0; while [ ! -e '$d/go' ] &&"
+                . " [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done;"
+                . " [ -e '$d/go' ] && echo l2 || echo late; printf l3";
+            POSIX::_exit(127);
+        }
+        push @kids, $pid;
+        my @data;
+        $r = $c->do_task(
+            'pl_stream', 'x',
+            {
+                timeout => 20,
+                on_data => sub { push @data, ${$_[0]}; append("$d/go", "") if @data == 1 },
+            }
+        );
+        is(join('|', @data), "l1\n|l2\n|l3", "$kind: dsjob worker --stream: on_data gets each line, in order, as written");
+        is(ref $r ? $$r : undef, '', "$kind: dsjob worker --stream: the result repeats none of it");
+        stop($pid);
+    }
 
     ok(!defined $c->get_status("127.0.0.1:$port//H:nosuch:424242")
             || !$c->get_status("127.0.0.1:$port//H:nosuch:424242")->known,

@@ -21,7 +21,7 @@ if [ -z "$GEARADMIN" ] || [ ! -x "$GEARADMIN" ]; then
     exit 0
 fi
 
-CHECKS=26
+CHECKS=27
 
 status_is() { # status_is FUNC LINE
     [ "$(status_of "$1")" = "$2" ]
@@ -135,6 +135,15 @@ bg2" "a later worker runs the background jobs, first in first out"
     track $!
     out=$(gm -P -f cli_pa -f cli_pb "z" | sort | tr '\n' ' ')
     same "$out" "cli_pa: [z] cli_pb: [z] " "a client with two -f and -P gets a prefixed result from each"
+
+    # A worker of two functions: the function order of 1.1.20 (--priority
+    # function, the default): the one it registered last (the CLI registers
+    # its -f in reverse) first, by priority within it.
+    gm -b -f cli_oa a1 && gm -b -f cli_ob b1 && gm -b -f cli_oa a2 &&
+        gm -b -L -f cli_ob l1 && gm -b -I -f cli_oa h1 && gm -b -f cli_ob b2
+    gm -w -f cli_oa -f cli_ob -c 6 -- sh -c "cat >>'$d/ord'; echo >>'$d/ord'"
+    same "$(tr '\n' ' ' <"$d/ord" 2>/dev/null)" "h1 a1 a2 b1 b2 l1 " \
+        "a worker of two functions drains one, by priority, then the other"
 
     # Line mode.
     gm -w -f cli_lines -c 6 -- wc -c &

@@ -4,7 +4,10 @@
 # submit (binary stdin, streamed WORK_DATA, warnings, fail, exception,
 # timeout, no server, usage errors, background, priorities, unique
 # coalescing, --at), worker (fd 3 status, environment, -c 2 overlap proven
-# by two jobs that wait for each other, graceful SIGTERM), interop both
+# by two jobs that wait for each other, graceful SIGTERM; --stream, --chunk
+# and --warnings packet by packet through raw_client.pl, a line streamed
+# before the command goes on, the failure text as WORK_WARNING + WORK_FAIL
+# and as WORK_EXCEPTION, to clients with and without exceptions), interop both
 # ways with the gearman CLI, the admin verbs in table, tsv and json (the
 # json parsed with JSON::PP), cancel, shutdown, and the progress bar (with
 # DSJOB_PROGRESS=force, and on a real terminal under script(1) if present).
@@ -19,6 +22,7 @@
 DSJOB=$top_builddir/tools/dsjob
 export DSJOB
 FAKE_WORKER=$top_srcdir/tests/tools/fake_worker.pl
+RAW_CLIENT=$top_srcdir/tests/tools/raw_client.pl
 if [ ! -x "$DSJOB" ]; then
     echo "1..0 # SKIP dsjob not built ($DSJOB)"
     exit 0
@@ -34,7 +38,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=85
+CHECKS=103
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -49,6 +53,17 @@ dsw() {
     timeout --foreground -k 5 60 "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" "$@" &
     W=$!
     track $W
+}
+
+# packets [-e] FUNCTION DATA: the packets of one foreground job as
+# raw_client.pl shows them, joined by '|' (-e: after OPTION_REQ exceptions).
+packets() {
+    _e=
+    if [ "$1" = -e ]; then
+        _e=-e
+        shift
+    fi
+    timeout -k 5 30 perl "$RAW_CLIENT" $_e "$SERVER_PORT" "$@" | paste -sd '|' -
 }
 
 # tsv_is FUNC LINE: FUNC's row of `dsjob status --format tsv` is LINE.
@@ -141,6 +156,98 @@ checks() {
     same "$rc" "1" "worker: a command killed by a signal is a failed job"
     check "worker: the death by signal is reported on the worker's stderr" \
         poll has "killed by signal 9" "$d/sig.err"
+
+    # --- worker --stream, --chunk, --warnings, the failure text ------
+    # A line goes out as it is written: the command writes its second line
+    # only once the client has the first (or "late" after 10 s).
+    dsw --stream -f t_stream -- sh -c "cat >/dev/null; echo one; i=0
+        while [ ! -e '$d/sw.go' ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+        [ -e '$d/sw.go' ] && echo two || echo late; printf tail"
+    ds submit t_stream x >"$d/sw.out" 2>"$d/sw.err" &
+    c=$!
+    track $c
+    check "worker --stream: the first line reaches submit's stdout while the command runs" \
+        poll has one "$d/sw.out"
+    touch "$d/sw.go"
+    wait_bounded $c
+    rc=$?
+    printf 'one\ntwo\ntail' | cmp -s - "$d/sw.out"
+    ok $? "$K: worker --stream: submit prints all of stdout once, in order, exit $rc ($(cat "$d/sw.out" | tr '\n' ' '))"
+    dsw --stream -f t_lines -- sh -c "cat >/dev/null; echo one; printf 'two\n\nthree'; printf ' and more'"
+    same "$(packets t_lines x)" 'DATA one\n|DATA two\n|DATA \n|DATA three and more|COMPLETE ' \
+        "worker --stream: a WORK_DATA a line, the unterminated tail last, WORK_COMPLETE empty"
+    dsw --chunk 4 -f t_chunk -- sh -c "cat >/dev/null; printf abc; sleep 0.1; printf 'de\nfghij'"
+    same "$(packets t_chunk x)" 'DATA abcd|DATA e\nfg|DATA hij|COMPLETE ' \
+        "worker --chunk 4: WORK_DATA of 4 bytes whatever the writes and newlines, then the rest"
+    dsw --warnings -f t_warn -- sh -c "cat >/dev/null; echo w1 >&2; printf result
+        printf 'w2 no newline' >&2" 2>"$d/warnw.err"
+    same "$(packets t_warn x)" 'WARNING w1\n|WARNING w2 no newline|COMPLETE result' \
+        "worker --warnings: each stderr line a WORK_WARNING; without --stream the result as before"
+    check "worker --warnings: stderr is still copied to the worker's own stderr" \
+        poll sh -c "grep -qx w1 '$d/warnw.err' && grep -q 'w2 no newline' '$d/warnw.err'"
+    dsw --warnings -f t_wfail -- sh -c "cat >/dev/null; echo e1 >&2; exit 2" 2>/dev/null
+    same "$(packets t_wfail x)" "WARNING e1\\n|WARNING 'sh' exited with status 2\\n|FAIL " \
+        "worker --warnings: a failure's own WORK_WARNING has the status line only"
+
+    dsw -f t_tail -- sh -c 'cat >/dev/null; for i in 1 2 3 4 5 6; do echo err$i >&2; done; exit 3' \
+        2>/dev/null
+    same "$(packets t_tail x)" \
+        "WARNING 'sh' exited with status 3\\nerr3\\nerr4\\nerr5\\nerr6\\n|FAIL " \
+        "worker: a failure sends the status and the last 4 stderr lines as WORK_WARNING, then WORK_FAIL"
+    ds submit t_tail x >"$d/tail.out" 2>"$d/tail.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/tail.out" ] &&
+        [ "$(head -5 "$d/tail.err" | tr '\n' ' ')" = "'sh' exited with status 3 err3 err4 err5 err6 " ] &&
+        grep -q "of 't_tail' failed" "$d/tail.err"
+    ok $? "$K: submit: the failure text, then 'failed', on stderr, exit 1 (rc $rc)"
+    if [ -n "$HAVE_GEARMAN" ]; then
+        gm -f t_tail x >/dev/null 2>"$d/gmtail.err"
+        rc=$?
+        [ $rc -ne 0 ] && grep -q "exited with status 3" "$d/gmtail.err" && grep -qx err6 "$d/gmtail.err"
+        ok $? "$K: gearman CLI: a failed dsjob worker job fails, the text on its stderr (rc $rc)"
+        same "$(gm -f t_lines x)" "$(printf 'one\ntwo\n\nthree and more')" \
+            "gearman CLI: prints the WORK_DATA lines of a --stream worker"
+    else
+        skip_n 2 "$K: gearman CLI not installed"
+    fi
+
+    dsw --exceptions -f t_exc -- sh -c "cat >/dev/null; echo why >&2; exit 4" 2>/dev/null
+    same "$(packets -e t_exc x)" "EXCEPTION 'sh' exited with status 4\\nwhy" \
+        "worker --exceptions: WORK_EXCEPTION with the status and stderr, to a client that asked"
+    case $K in
+    gearmand) want='FAIL \0' ;;
+    *) want='FAIL ' ;;
+    esac
+    same "$(packets t_exc x)" "$want" \
+        "worker --exceptions: a client that did not ask gets WORK_FAIL (gearmand: with a stray NUL)"
+    ds submit t_exc x >"$d/exc2.out" 2>"$d/exc2.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/exc2.out" ] &&
+        grep -q "of 't_exc' raised an exception: 'sh' exited with status 4\$" "$d/exc2.err" &&
+        grep -qx why "$d/exc2.err"
+    ok $? "$K: submit: the exception's text on stderr, exit 1 (rc $rc)"
+    if [ -z "$HAVE_GEARMAN" ]; then
+        skip_n 1 "$K: gearman CLI not installed"
+    elif [ "$K" = gearmand ]; then
+        # gearmand 1.1.20's WORK_FAIL with the stray NUL: libgearman waits on (dsjob(1) CAVEATS).
+        skip_n 1 "$K: the gearman CLI never hears the end of an exception from gearmand 1.1.20"
+    else
+        gm -f t_exc x >/dev/null 2>&1
+        rc=$?
+        [ $rc -ne 0 ]
+        ok $? "$K: gearman CLI (no exceptions): a --exceptions job fails (rc $rc)"
+    fi
+    dsw --exceptions -f t_exsig -- sh -c 'kill -9 $$' 2>/dev/null
+    same "$(packets -e t_exsig x)" "EXCEPTION 'sh' was killed by signal 9" \
+        "worker --exceptions: death by a signal, no stderr: the status line alone"
+    dsw --exceptions -f t_long -- perl -e 'print STDERR "x" x 3000, "\n"; exit 1' 2>/dev/null
+    same "$(packets -e t_long x)" \
+        "EXCEPTION 'perl' exited with status 1\\n...$(printf '%1023s' '' | tr ' ' x)" \
+        "worker --exceptions: of a 3000-byte stderr line, '...' and the last 1 KiB"
+    ds worker --chunk 0 -f x -- cat >/dev/null 2>"$d/chunk0.err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "'--chunk'" "$d/chunk0.err"
+    ok $? "$K: usage: worker --chunk 0 exits 2 naming the option (rc $rc)"
 
     # --- errors of the command line ------------------------------------
     p=$(closed_port)

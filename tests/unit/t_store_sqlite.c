@@ -83,7 +83,7 @@ test_version(void)
         version = sqlite3_column_int(stmt, 0);
     sqlite3_finalize(stmt);
     stmt = NULL;
-    tap_is_int(version, 1, "version: user_version is 1 after creation");
+    tap_is_int(version, 2, "version: user_version is 2 after creation");
     if (sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK &&
         sqlite3_step(stmt) == SQLITE_ROW)
         snprintf(mode, sizeof(mode), "%s", (const char *)sqlite3_column_text(stmt, 0));
@@ -99,9 +99,66 @@ test_version(void)
         tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "version: 99 is refused");
     }
     tap_diag("%s", err);
-    tap_ok(has(err, path) && has(err, "99") && has(err, "newer than this dsjobd's 1"),
+    tap_ok(has(err, path) && has(err, "99") && has(err, "newer than this dsjobd's 2"),
            "version: the error names the file and both versions");
     tap_ok(has(err, "cannot open store '"), "version: the error says what failed first");
+    case_done(dir);
+    free(path);
+}
+
+/* Version 1's jobs table, as 0.1 made it, with one job in it. */
+#define V1_SQL                                                                                     \
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, handle TEXT NOT NULL,"       \
+    " func TEXT NOT NULL, unique_key BLOB NOT NULL, unique_is_data INTEGER NOT NULL,"              \
+    " reducer BLOB NOT NULL, prio INTEGER NOT NULL, run_at INTEGER NOT NULL,"                      \
+    " data BLOB NOT NULL);"                                                                        \
+    "INSERT INTO jobs VALUES (7, 3, 'H:x:7', 'f', x'7531', 0, x'', 2, 0, x'00ff');"                \
+    "PRAGMA user_version = 1;"
+
+struct upgraded {
+    int n;
+    struct store_job sj;
+    char data[8];
+};
+
+static int
+upgraded_one(const struct store_job *sj, void *arg)
+{
+    struct upgraded *u = arg;
+
+    u->n++;
+    u->sj = *sj;
+    memcpy(u->data, sj->data, sj->data_len < sizeof(u->data) ? sj->data_len : sizeof(u->data));
+    return 0;
+}
+
+static void
+test_upgrade(void)
+{
+    char *dir = case_dir("upgrade");
+    char *path = path_in(dir, "dsjobd.db");
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
+    struct store_func sf = {.name = "f", .name_len = 1, .retries = 3, .backoff_base_ms = 1000};
+    struct upgraded u = {0};
+    char err[STORE_ERRLEN];
+    struct store *st = NULL;
+    sqlite3 *db = NULL;
+
+    if (sqlite3_open(path, &db) == SQLITE_OK)
+        sqlite3_exec(db, V1_SQL, NULL, NULL, NULL);
+    sqlite3_close(db);
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_OK, "upgrade: a version 1 store opens (%s)", err);
+    tap_is_int(ops->replay(st, upgraded_one, &u, err), DSJOB_OK, "upgrade: replay");
+    tap_is_int(u.n, 1, "upgrade: its one job is there");
+    tap_ok(u.sj.id == 7 && u.sj.seq == 3 && u.sj.prio == 2 && u.sj.data_len == 2 &&
+               memcmp(u.data, "\0\xff", 2) == 0,
+           "upgrade: with its fields");
+    tap_ok(u.sj.state == STORE_LIVE && u.sj.attempts == 0 && u.sj.result_len == 0,
+           "upgrade: live, no attempts, no result");
+    tap_is_int(ops->set_func(st, &sf, err), DSJOB_OK, "upgrade: the funcs table is there");
+    tap_is_int(ops->flush(st, err), DSJOB_OK, "upgrade: and commits");
+    ops->close(st);
+    tap_is_int(sqlite_rows(dir, -1), 1, "upgrade: still one job");
     case_done(dir);
     free(path);
 }
@@ -316,6 +373,7 @@ main(void)
 {
     umask(022);
     test_version();
+    test_upgrade();
     test_foreign();
     test_corrupt();
     test_paths();

@@ -38,6 +38,8 @@ main(void)
     tap_is_int(kind("show"), TEXTCMD_UNKNOWN, "show alone is unknown");
     tap_is_int(kind("prioritystatus"), TEXTCMD_PRIORITYSTATUS, "prioritystatus");
     tap_is_int(kind("shutdown graceful"), TEXTCMD_SHUTDOWN, "shutdown graceful");
+    tap_is_int(kind("priority H:x:1 high"), TEXTCMD_PRIORITY, "priority HANDLE high");
+    tap_is_int(kind("PRIORITY H:x:1 low"), TEXTCMD_PRIORITY, "PRIORITY in any case");
     tap_is_int(kind("STATUS"), TEXTCMD_STATUS, "commands match regardless of case (gearmand)");
     tap_is_int(kind("Show Unique JOBS"), TEXTCMD_SHOW_UNIQUE_JOBS, "two- and three-word ones too");
     tap_is_int(kind("status\tx"), TEXTCMD_UNKNOWN, "a tab is part of a word (gearmand)");
@@ -59,6 +61,23 @@ main(void)
     tap_is_int(textcmd_argc(&cmd), 1, "one argument");
     tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "H:host:12", 9,
                "the handle, without the CR");
+
+    tap_is_int(kind("show job H:x:1"), TEXTCMD_SHOW_JOB, "show job");
+    tap_is_int(kind("show dead"), TEXTCMD_SHOW_DEAD, "show dead");
+    tap_is_int(kind("show result H:x:1"), TEXTCMD_SHOW_RESULT, "show result");
+    tap_is_int(kind("drop dead f"), TEXTCMD_DROP_DEAD, "drop dead");
+    tap_is_int(kind("drop function f"), TEXTCMD_DROP_FUNCTION, "drop function still");
+    line = "retry dead H:x:1";
+    textcmd_parse(line, strlen(line), &cmd);
+    tap_is_int(cmd.kind, TEXTCMD_RETRY_DEAD, "retry dead");
+    tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "H:x:1", 5,
+               "retry dead: the handle");
+    line = "retry resize 5 1 60";
+    textcmd_parse(line, strlen(line), &cmd);
+    tap_is_int(cmd.kind, TEXTCMD_RETRY, "retry FUNCTION N BASE MAX");
+    tap_is_int(textcmd_argc(&cmd), 4, "retry: four arguments");
+    tap_is_mem(cmd.word[cmd.first_arg], cmd.word_len[cmd.first_arg], "resize", 6,
+               "retry: the function first");
 
     line = "a b c d e f g h i j k";
     textcmd_parse(line, strlen(line), &cmd);
