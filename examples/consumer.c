@@ -39,12 +39,14 @@ struct shard {
     char payload[DATASET_SPEC_MAX];
     char unique[DATASET_NAME_MAX + 48];
     enum shard_state state;
-    unsigned attempt;  /* submits so far */
-    uint64_t expected; /* rows a whole shard has */
-    uint64_t got;      /* rows of the current attempt */
-    uint32_t adler;    /* Adler-32 of those rows */
-    bool disorder;     /* a row came out of order in this attempt */
-    unsigned num;      /* the last WORK_STATUS numerator of this attempt */
+    unsigned attempt;               /* submits so far */
+    uint64_t expected;              /* rows a whole shard has */
+    uint64_t got;                   /* rows of the current attempt */
+    uint32_t adler;                 /* Adler-32 of those rows */
+    bool disorder;                  /* a row came out of order in this attempt */
+    unsigned num;                   /* the last WORK_STATUS numerator of this attempt */
+    char tail[DATASET_SUMMARY_MAX]; /* a summary that came as WORK_DATA (produce.sh) */
+    size_t tail_len;                /* its bytes; 0: none */
 };
 
 struct consumer {
@@ -143,6 +145,7 @@ drop_attempt(struct shard *s, const char *why)
     s->adler = DATASET_ADLER_INIT;
     s->disorder = false;
     s->num = 0;
+    s->tail_len = 0;
 }
 
 static void
@@ -154,6 +157,14 @@ on_data(struct dsjob_task *t, const void *data, size_t len, void *user)
     uint64_t want = s->got * o->dataset.shards + s->spec.shard;
 
     (void)t;
+    if (g < 0 && len > 0 && len < sizeof(s->tail) && *(const char *)data == '{') {
+        /* A producer that can only write lines, such as produce.sh under
+         * dsjob worker --stream, sends its summary as the last WORK_DATA
+         * and completes with nothing: keep it for on_complete. */
+        memcpy(s->tail, data, len);
+        s->tail_len = len;
+        return;
+    }
     if (g == (int64_t)s->spec.shard && s->got > 0) {
         s->cs->res->restarts++;
         drop_attempt(s, "the server restarted the shard (its producer went away)");
@@ -188,6 +199,10 @@ on_complete(struct dsjob_task *t, const void *result, size_t len, void *user)
     char err[DATASET_ERR_MAX], why[2 * DATASET_ERR_MAX];
 
     (void)t;
+    if (len == 0 && s->tail_len > 0) {
+        result = s->tail;
+        len = s->tail_len;
+    }
     if (dataset_summary_parse(&sum, result, len, err) < 0) {
         snprintf(why, sizeof(why), "the summary is unreadable: %s", err);
         give_up(s, why);

@@ -16,7 +16,9 @@
  *                           summary (count and Adler-32)
  *   # shard S bad: WHY      shard S did not match, or could not be had
  * So the rows of a shard are those after its last drop line, and each row
- * of a completed shard appears there exactly once.
+ * of a completed shard appears there exactly once. The summary is the
+ * WORK_COMPLETE payload or, when that is empty, a last WORK_DATA starting
+ * with '{' (as produce.sh under dsjob worker --stream sends it).
  */
 #ifndef EXAMPLES_CONSUMER_H
 #define EXAMPLES_CONSUMER_H

@@ -4,7 +4,8 @@
 # awk, must make byte for byte what `dataset-producer --print` makes for
 # every shard. consume.sh, the consumer in sh, reads the 8 shards from
 # dataset-producer processes and, under `dsjob worker --stream`, from
-# produce.sh, with one worker and with four; its kept rows are compared
+# produce.sh, with one worker and with four; so does dataset-consumer, the
+# C consumer, which counts each WORK_DATA as a row. Kept rows are compared
 # with the local ones (tests/examples/lib.sh). nightly.sh, the cron-style
 # script, queues background saves (shard 0 at -p high, the others at -p
 # low): a save.sh worker started afterwards must save shard 0 first, and
@@ -28,7 +29,7 @@ fi
 STREAM=yes
 "$DSJOB" worker --help 2>&1 | grep -q -- --stream || STREAM=
 
-CHECKS=15
+CHECKS=18
 
 ds() {
     timeout -k 5 30 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
@@ -53,7 +54,7 @@ checks() {
     consume c
     same "$rc" 0 "consume.sh from dataset-producer: exit 0"
     rows_are "$d/c.out" "$K: consume.sh from dataset-producer: every row exactly once"
-    oks_are "$d/c.out" "$K: consume.sh from dataset-producer: counts and checksums are the local ones"
+    oks_are "$d/c.out" "$K: consume.sh from dataset-producer: counts and checksums are local"
     reap
 
     if [ -n "$STREAM" ]; then
@@ -68,8 +69,17 @@ checks() {
                 "$K: --stream with $n: counts and checksums are the local ones"
             reap
         done
+        bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" --stream -c 4 -f dataset.shard -- \
+            "$SCRIPTS/produce.sh"
+        timeout -k 5 120 "$CONSUMER" -s "127.0.0.1:$SERVER_PORT" -n 8 -r 2000 \
+            >"$d/cstream.out" 2>"$d/cstream.err"
+        same "$?" 0 "dataset-consumer from produce.sh under --stream: exit 0"
+        rows_are "$d/cstream.out" \
+            "$K: dataset-consumer from produce.sh: each line a WORK_DATA row, each row once"
+        oks_are "$d/cstream.out" "$K: dataset-consumer from produce.sh: the summaries check"
+        reap
     else
-        skip_n 6 "$K: dsjob worker has no --stream yet (dsjob worker --help)"
+        skip_n 9 "$K: dsjob worker has no --stream yet (dsjob worker --help)"
     fi
 
     mkdir -p "$d/saved"
