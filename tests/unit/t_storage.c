@@ -60,6 +60,11 @@ struct store {
     unsigned nstored;
     unsigned removes; /* removes committed */
     bool closed;      /* close was called */
+    /* Version 2: rewrites (update), kept as the last committed state of each id. */
+    struct store_job open_upd[FAKE_MAX]; /* the open batch's updates (pointers dropped) */
+    unsigned nopen_upd;
+    struct store_job updated[FAKE_MAX]; /* committed: the last update of each id */
+    unsigned nupdated;
 };
 
 static struct store fake;
@@ -124,7 +129,16 @@ commit_locked(struct store *st)
             }
         st->removes++;
     }
-    st->nopen_add = st->nopen_rm = 0;
+    for (i = 0; i < st->nopen_upd; i++) {
+        for (k = 0; k < st->nupdated && st->updated[k].id != st->open_upd[i].id; k++)
+            ;
+        if (k < FAKE_MAX) {
+            st->updated[k] = st->open_upd[i];
+            if (k == st->nupdated)
+                st->nupdated++;
+        }
+    }
+    st->nopen_add = st->nopen_rm = st->nopen_upd = 0;
 }
 
 static int
@@ -145,6 +159,7 @@ fake_flush(struct store *st, char *err)
     if (st->fail_flushes > 0) {
         st->fail_flushes--;
         st->nopen_add = 0; /* the adds are lost, the removes stay pending */
+        st->nopen_upd = 0; /* and so are the updates */
         rc = store_say(err, DSJOB_ERR_STORE, "fake: disk full");
     } else {
         commit_locked(st);
@@ -174,6 +189,51 @@ fake_close(struct store *st)
     pthread_mutex_unlock(&st->lock);
 }
 
+static int
+fake_update(struct store *st, const struct store_job *sj, char *err)
+{
+    (void)err;
+    pthread_mutex_lock(&st->lock);
+    if (st->nopen_upd < FAKE_MAX) {
+        st->open_upd[st->nopen_upd] = *sj;
+        st->open_upd[st->nopen_upd].result = NULL; /* borrowed for the call only */
+        st->nopen_upd++;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return DSJOB_OK;
+}
+
+static int
+fake_set_func(struct store *st, const struct store_func *sf, char *err)
+{
+    (void)st, (void)sf, (void)err;
+    return DSJOB_OK;
+}
+
+static int
+fake_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
+{
+    (void)st, (void)fn, (void)arg, (void)err;
+    return DSJOB_OK;
+}
+
+/* The last committed update of id, copied out (under the lock); false if none. */
+static bool
+fake_updated(uint64_t id, struct store_job *out)
+{
+    bool found = false;
+    unsigned i;
+
+    pthread_mutex_lock(&fake.lock);
+    for (i = 0; i < fake.nupdated; i++)
+        if (fake.updated[i].id == id) {
+            *out = fake.updated[i];
+            found = true;
+        }
+    pthread_mutex_unlock(&fake.lock);
+    return found;
+}
+
 static const struct store_ops fake_ops = {
     .version = STORE_OPS_VERSION,
     .name = "fake",
@@ -183,6 +243,9 @@ static const struct store_ops fake_ops = {
     .flush = fake_flush,
     .replay = fake_replay,
     .close = fake_close,
+    .update = fake_update,
+    .set_func = fake_set_func,
+    .replay_funcs = fake_replay_funcs,
 };
 
 static void
@@ -256,6 +319,11 @@ fail_alloc(const char *what, int count)
 
 /* --- a server and its clients -------------------------------------------- */
 
+/* Lifecycle settings of the next rig_start (zero: the defaults). */
+static struct {
+    unsigned max_dead, retry_on, job_retries;
+} rig_extra;
+
 struct rig {
     struct event_base *base;
     struct dsjob_server *ds;
@@ -282,6 +350,10 @@ rig_start(struct rig *r, unsigned max_jobs, unsigned batch)
     cfg.max_jobs = max_jobs;
     if (batch)
         cfg.store_batch = batch;
+    cfg.max_dead = rig_extra.max_dead;
+    if (rig_extra.retry_on)
+        cfg.retry_on = rig_extra.retry_on;
+    cfg.job_retries = rig_extra.job_retries;
     r->base = event_base_new();
     r->ds = dsjob_server_new(&cfg, err, sizeof(err));
     if (r->base == NULL || r->ds == NULL)
@@ -740,6 +812,54 @@ test_replay_and_remove(void)
     rig_stop(&r);
 }
 
+/*
+ * A stored job that goes to the dead set is rewritten, not deleted, and
+ * stays SETTLING (counted as running) until that rewrite commits; a failed
+ * commit takes the rewrite again with the next one.
+ */
+static void
+test_dead_rewrite(void)
+{
+    struct store_job got;
+    struct rig r;
+    struct job *j;
+    int c, w;
+
+    fake_reset();
+    rig_extra.max_dead = 5;
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.job_retries = 1;
+    rig_start(&r, 0, 0);
+    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "dead rewrite: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "dead rewrite: assigned");
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 1;
+    pthread_mutex_unlock(&fake.lock);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 2 && find(&r, "H:t:1") != NULL &&
+                       find(&r, "H:t:1")->state == JOB_SETTLING);
+    j = find(&r, "H:t:1");
+    tap_ok(j != NULL && j->state == JOB_SETTLING && !fake_updated(1, &got),
+           "dead rewrite: after a failed commit the job is still settling, nothing stored");
+    PUMP_UNTIL(&r, fake_updated(1, &got));
+    tap_ok(fake_updated(1, &got) && got.state == STORE_DEAD && got.attempts == 1,
+           "dead rewrite: the next commit stores it dead, with its one attempt");
+    tap_ok(fake_stored(1) && fake_get(&fake.removes) == 0, "dead rewrite: not deleted");
+    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_DEAD);
+    tap_ok(j != NULL && j->state == JOB_DEAD && r.srv->queue.kept.tqh_first == NULL &&
+               j->func->ndead == 1,
+           "dead rewrite: then it is in the dead set");
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
 static void
 test_forget_and_drain(void)
 {
@@ -806,6 +926,7 @@ main(void)
     test_coalesce(true);
     test_refusals();
     test_replay_and_remove();
+    test_dead_rewrite();
     test_forget_and_drain();
     test_submit_nomem("op");
     test_submit_nomem("ack");
