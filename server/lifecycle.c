@@ -439,6 +439,8 @@ void
 lifecycle_keep_replayed(struct srv *srv, struct job *j)
 {
     queue_keep(&srv->queue, j);
+    if (srv->cfg.keep_results == 0)
+        lifecycle_drop_ended(srv, j); /* kept by a run with --keep-results; this one keeps none */
 }
 
 void

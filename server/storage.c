@@ -121,6 +121,11 @@ replay_one(const struct store_job *sj, void *arg)
 
     if (f == NULL)
         return -1;
+    if (sj->state < STORE_LIVE || sj->state > STORE_DONE_EXCEPTION) {
+        log_warn(&srv->log, "store: job %.*s has an unknown state %d: it is queued to run again",
+                 (int)sj->handle_len, sj->handle, sj->state);
+        ended = false;
+    }
     j = job_new(sj->handle, sj->handle_len, sj->unique, sj->unique_len, sj->reducer,
                 sj->reducer_len, sj->data, sj->data_len);
     if (j == NULL)
@@ -138,7 +143,7 @@ replay_one(const struct store_job *sj, void *arg)
         j->ext->last_fail = sj->last_fail;
         j->ext->numerator = sj->numerator;
         j->ext->denominator = sj->denominator;
-        j->ext->outcome = (uint8_t)sj->state;
+        j->ext->outcome = (uint8_t)(ended ? sj->state : STORE_LIVE);
     }
     if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
         goto fail;
@@ -147,7 +152,7 @@ replay_one(const struct store_job *sj, void *arg)
     j->unique_is_data = sj->unique_is_data;
     if (queue_add_as(&srv->queue, f, j, srv_now(), ended) < 0)
         goto fail;
-    if (sj->state == STORE_DEAD)
+    if (ended && sj->state == STORE_DEAD)
         queue_bury(&srv->queue, j);
     else if (ended)
         lifecycle_keep_replayed(srv, j);
