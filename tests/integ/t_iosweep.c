@@ -240,7 +240,7 @@ workload(int port, struct step *s)
 
 /* drain takes every job from a server and returns how many; tallies the step's figures. */
 static bool
-drain(int port, const struct step *s, const char *what)
+drain(int port, const struct step *s, const char *what, unsigned long *bad)
 {
     int w = peer_connect(port), seen[NJOBS + RETRIES] = {0}, i;
     unsigned long lost = 0, phantoms = 0, dups = 0, back = 0;
@@ -279,6 +279,7 @@ drain(int port, const struct step *s, const char *what)
     tot.came_back += back;
     if (back > 0)
         tap_diag("%s: %lu submits answered STORE_ERROR were stored all the same", what, back);
+    *bad = lost + phantoms;
     return lost == 0 && phantoms == 0;
 }
 
@@ -299,6 +300,7 @@ one_step(const char *fail, int no)
 {
     char dir[300], cmd[400];
     struct step s;
+    unsigned long bad = 0;
     pid_t pid;
     int port;
     bool ok;
@@ -323,16 +325,17 @@ one_step(const char *fail, int no)
         tap_ok(false, "%s: the database does not open again", fail);
         return;
     }
-    ok = drain(port, &s, fail) && ok;
+    ok = drain(port, &s, fail, &bad) && ok;
     stop(&pid, SIGTERM);
     if (s.started)
         tap_ok(ok && s.fg_ok && s.recovered && s.bad_answers == 0,
-               "%s: %d STORE_ERROR answers, foreground job %s, %s, no false acknowledgement", fail,
-               s.store_errors, s.fg_ok ? "ran" : "FAILED",
-               s.recovered ? "recovered without a restart" : "NOT RECOVERED");
+               "%s: %d STORE_ERROR answers, foreground job %s, %s, %lu acknowledged jobs lost "
+               "or phantoms after a restart",
+               fail, s.store_errors, s.fg_ok ? "ran" : "FAILED",
+               s.recovered ? "recovered without a restart" : "NOT RECOVERED", bad);
     else
-        tap_ok(ok, "%s: refused to start; starts and holds nothing false once the error is gone",
-               fail);
+        tap_ok(ok, "%s: refused to start; starts once the error is gone, %lu lost or phantoms",
+               fail, bad);
     if (getenv("DSJOB_KEEP_TMP") == NULL) {
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
         if (system(cmd) != 0)
