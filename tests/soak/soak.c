@@ -10,6 +10,11 @@
  * then GET_STATUS said the handle is gone), and prints one table row per
  * server config: dsjobd with --store-sync normal and full, and gearmand
  * 1.1.20 with -q libsqlite3, driven by the same client and workers.
+ * The power-cut configs run tests/soak/dsjobd_cut (dsjobd on the test VFS
+ * cutvfs) and make each kill a power cut: the writes no fsync covered are
+ * dropped or torn, then the store is checked row by row against what was
+ * acknowledged. The I/O-error sweep (tests/integ/t_iosweep) gets its row
+ * in the same table.
  */
 #include "config.h"
 
@@ -37,6 +42,11 @@
 #endif
 
 #include "proto/packet.h"
+#ifdef SOAK_CUTS
+#include <sqlite3.h>
+
+#include "soak/cutvfs.h"
+#endif
 
 #define MAX_CONNS 64
 #define WINDOW 16         /* submits in flight per producer */
@@ -57,7 +67,7 @@ static const char *const func_name[FUNCS] = {"soak_a", "soak_b"};
 enum kind { K_NORMAL, K_HIGH, K_LOW, K_SOLO, K_GROUP, K_EPOCH, K_COUNT };
 static const char *const kind_name[K_COUNT] = {"normal", "high", "low", "solo", "group", "epoch"};
 
-enum jflag { J_SENT = 1, J_ACKED = 2, J_OBSERVED = 4, J_REJECTED = 8 };
+enum jflag { J_SENT = 1, J_ACKED = 2, J_OBSERVED = 4, J_REJECTED = 8, J_LOST = 16 };
 
 /* One submitted job, indexed by the id its payload carries. */
 struct job {
@@ -66,12 +76,14 @@ struct job {
     uint8_t flags;       /* enum jflag */
     uint16_t execs;      /* executions seen */
     uint32_t last_epoch; /* kills before its latest execution */
+    uint32_t when;       /* K_EPOCH: the time submitted for it */
 };
 
 /* A coalescing group: several submits with one unique key, counted as one job. */
 struct group {
     bool acked;    /* one of its submits got JOB_CREATED */
     bool executed; /* one of its payloads ran */
+    bool lost;     /* a power cut lost it (no member was in the store) */
 };
 
 enum role { R_PRODUCER, R_WORKER, R_OBSERVER };
@@ -114,6 +126,8 @@ struct config {
     const char *label; /* table row name */
     bool gearmand;     /* gearmand -q libsqlite3, else dsjobd */
     const char *sync;  /* dsjobd --store-sync */
+    bool cut;          /* each kill is a power cut (dsjobd_cut) */
+    bool sweep;        /* the I/O-error sweep: runs $IOSWEEP for its row */
 };
 
 /* Totals of one config run. */
@@ -128,15 +142,22 @@ struct totals {
     double restart_ms_max;    /* slowest restart */
     double restart_ms_sum;    /* all restarts */
     bool timed_out;           /* a phase hit its time bound */
+    uint64_t cuts;            /* power cuts */
+    uint64_t cut_modes[3];    /* cuts that kept, dropped, tore the unsynced writes */
+    uint64_t cut_records;     /* writes and truncates no sync covered, over all cuts */
+    uint64_t cut_undone;      /* sector pieces of them rolled back */
+    uint64_t cameback;        /* observed completions found in the store after a cut */
+    uint64_t corrupt;         /* stores that failed quick_check or did not open */
+    uint64_t sweep_steps;     /* the sweep's steps */
 };
 
 static struct {
-    unsigned kills, workers, producers, max_backlog;
+    unsigned kills, cuts, workers, producers, max_backlog, sweep_stride;
     uint64_t max_jobs;
     uint64_t seed;
     bool quiet, keep, strict;
-    const char *dsjobd, *gearmand, *tmp;
-} opt = {1000, 3, 2, 400, 0, 0, false, false, false, NULL, NULL, NULL};
+    const char *dsjobd, *gearmand, *tmp, *dsjobd_cut, *iosweep;
+} opt = {1000, 500, 3, 2, 400, 1, 0, 0, false, false, false, NULL, NULL, NULL, NULL, NULL};
 
 static struct {
     const struct config *cfg;
@@ -157,6 +178,8 @@ static struct {
     struct obs asked[MAX_OBS];                   /* GET_STATUS sent, in order */
     unsigned ahead, acount;                      /* ring of asked: first, count */
     unsigned epoch;                              /* kills so far */
+    unsigned nevents;                            /* kills (or cuts) this config makes */
+    char undo_log[300];                          /* dsjobd_cut's undo log */
     unsigned *ep_dups, *ep_reruns, *ep_phantoms; /* per kill */
     long *ep_queued;                             /* per kill: jobs queued after the restart */
     uint64_t *ep_pending;                        /* per kill: acknowledged, not yet run */
@@ -413,7 +436,7 @@ server_spawn(void)
         snprintf(db, sizeof(db), "%s/store", S.dir);
         snprintf(log, sizeof(log), "%s/dsjobd.log", S.dir);
         snprintf(portarg, sizeof(portarg), "0");
-        argv[argc++] = opt.dsjobd;
+        argv[argc++] = S.cfg->cut ? opt.dsjobd_cut : opt.dsjobd;
         argv[argc++] = "-L";
         argv[argc++] = "127.0.0.1";
         argv[argc++] = "-p";
@@ -554,8 +577,8 @@ submit(struct conn *c, uint32_t id)
     case K_LOW: type = PACKET_SUBMIT_JOB_LOW_BG; break;
     case K_EPOCH:
         type = PACKET_SUBMIT_JOB_EPOCH;
-        lens[2] =
-            (size_t)snprintf(when, sizeof(when), "%lld", (long long)time(NULL) + rnd_between(1, 2));
+        S.job[id].when = (uint32_t)(time(NULL) + rnd_between(1, 2));
+        lens[2] = (size_t)snprintf(when, sizeof(when), "%lu", (unsigned long)S.job[id].when);
         args[2] = when;
         args[3] = data;
         lens[3] = dlen;
@@ -619,7 +642,7 @@ on_ack(struct conn *c, bool ok)
     if (j->group != 0) {
         struct group *g = &S.group[j->group];
 
-        if (!g->acked && !g->executed)
+        if (!g->acked && !g->executed && !g->lost)
             S.pending++;
         g->acked = true;
     } else if (j->execs == 0) {
@@ -683,7 +706,10 @@ on_job(struct conn *c, const struct packet *p)
     j->last_epoch = S.epoch;
     if (!(j->flags & J_ACKED) && j->execs == 0)
         S.t.unacked_ran++;
-    if (j->group != 0) {
+    if ((j->flags & J_LOST) || (j->group != 0 && S.group[j->group].lost)) {
+        S.t.errors++; /* the store check after a cut was wrong: it was there */
+        fprintf(stderr, "soak: %s: job %lu, counted lost at a cut, ran\n", S.cfg->label, id);
+    } else if (j->group != 0) {
         struct group *g = &S.group[j->group];
 
         if (g->acked && !g->executed)
@@ -889,6 +915,153 @@ print_kill(unsigned k)
 
 static long queued_on_server(void);
 
+#ifdef SOAK_CUTS
+/* The stored row's id, if its payload is a soak payload; else UINT32_MAX. */
+static uint32_t
+row_id(const unsigned char *data, size_t len)
+{
+    char buf[24];
+    size_t n = len - 5 < sizeof(buf) - 1 ? len - 5 : sizeof(buf) - 1;
+    unsigned long id;
+    char *end;
+
+    if (len < 6 || memcmp(data, "soak ", 5) != 0)
+        return UINT32_MAX;
+    memcpy(buf, data + 5, n);
+    buf[n] = '\0';
+    id = strtoul(buf, &end, 10);
+    if (end == buf || *end != ' ' || id >= S.njobs)
+        return UINT32_MAX;
+    return (uint32_t)id;
+}
+
+/* row_matches: the row holds exactly what job id was submitted with. */
+static bool
+row_matches(uint32_t id, sqlite3_stmt *st)
+{
+    const struct job *j = &S.job[id];
+    char want[128], uniq[32];
+    size_t wlen = payload_of(id, j->kind, want, sizeof(want));
+    size_t ulen = unique_of(id, uniq, sizeof(uniq));
+    const char *fn = func_name[id % FUNCS];
+    int prio = j->kind == K_HIGH ? 0 : j->kind == K_LOW ? 2 : 1;
+    int64_t when = j->kind == K_EPOCH ? (int64_t)j->when : 0;
+
+    return (size_t)sqlite3_column_bytes(st, 0) == strlen(fn) &&
+           memcmp(sqlite3_column_text(st, 0), fn, strlen(fn)) == 0 &&
+           (size_t)sqlite3_column_bytes(st, 1) == ulen &&
+           (ulen == 0 || memcmp(sqlite3_column_blob(st, 1), uniq, ulen) == 0) &&
+           sqlite3_column_int(st, 2) == prio && sqlite3_column_int64(st, 3) == when &&
+           (size_t)sqlite3_column_bytes(st, 4) == wlen &&
+           memcmp(sqlite3_column_blob(st, 4), want, wlen) == 0;
+}
+
+/*
+ * verify_store reads the restarted server's store (read-only, beside it)
+ * after a power cut: it must pass quick_check; every row must be a job
+ * submitted with exactly those bytes, priority, unique key and time; no
+ * completion that was observed may be back; and every acknowledged job
+ * not yet run must be there. One that is not is lost (counted, and no
+ * longer owed); with --store-sync full the soak fails on any.
+ */
+static void
+verify_store(void)
+{
+    static const char sel[] = "SELECT func, unique_key, prio, run_at, data FROM jobs";
+    char path[320];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    unsigned char *present = calloc(S.njobs + 1, 1), *gpresent = calloc(S.ngroups + 1, 1);
+    uint32_t id, lost = 0;
+    unsigned g;
+    int rc;
+
+    if (present == NULL || gpresent == NULL)
+        die("out of memory");
+    snprintf(path, sizeof(path), "%s/store/dsjobd.db", S.dir);
+    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
+    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+        strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0) {
+        sqlite3_finalize(st);
+        rc = sqlite3_prepare_v2(db, sel, -1, &st, NULL);
+    } else {
+        fprintf(stderr, "soak: %s: after cut %u the store fails quick_check: %s\n", S.cfg->label,
+                S.epoch, db ? sqlite3_errmsg(db) : "no memory");
+        S.t.corrupt++;
+        opt.keep = true;
+        goto out;
+    }
+    while (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *data = sqlite3_column_blob(st, 4);
+        size_t len = (size_t)sqlite3_column_bytes(st, 4);
+
+        id = data != NULL ? row_id(data, len) : UINT32_MAX;
+        if (id == UINT32_MAX || !(S.job[id].flags & J_SENT)) {
+            phantom("a stored row that was never submitted", data ? data : (void *)"", len);
+            continue;
+        }
+        if (!row_matches(id, st)) {
+            phantom("a stored row differs from its submit", data, len);
+            continue;
+        }
+        present[id] = 1;
+        gpresent[S.job[id].group] = 1;
+        if (S.job[id].flags & J_OBSERVED) {
+            S.t.cameback++;
+            if (S.t.cameback <= 10 && strcmp(S.cfg->sync, "full") == 0)
+                fprintf(stderr, "soak: %s: after cut %u, observed completion of job %u is back\n",
+                        S.cfg->label, S.epoch, id);
+        }
+    }
+    for (id = 0; id < S.njobs; id++) {
+        struct job *j = &S.job[id];
+
+        if (j->group == 0 && (j->flags & (J_ACKED | J_LOST)) == J_ACKED && j->execs == 0 &&
+            !present[id]) {
+            j->flags |= J_LOST;
+            S.pending--;
+            lost++;
+        }
+    }
+    for (g = 1; g <= S.ngroups; g++) {
+        struct group *gr = &S.group[g];
+
+        if (gr->acked && !gr->executed && !gr->lost && !gpresent[g]) {
+            gr->lost = true;
+            S.pending--;
+            lost++;
+        }
+    }
+    S.t.lost += lost;
+    if (lost > 0 && strcmp(S.cfg->sync, "full") == 0)
+        fprintf(stderr, "soak: %s: cut %u lost %u acknowledged jobs\n", S.cfg->label, S.epoch,
+                lost);
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(present);
+    free(gpresent);
+}
+
+/* power_cut: after the SIGKILL, the writes no sync covered are kept, dropped or torn. */
+static void
+power_cut(void)
+{
+    struct cutvfs_stats st;
+    unsigned r = rnd_between(0, 9);
+    enum cutvfs_mode mode = r < 2 ? CUTVFS_KEEP : r < 5 ? CUTVFS_DROP : CUTVFS_TEAR;
+
+    if (cutvfs_apply(S.undo_log, mode, &S.rng, &st) != 0)
+        die("%s: cannot apply power cut %u", S.cfg->label, S.epoch);
+    S.t.cuts++;
+    S.t.cut_modes[mode]++;
+    S.t.cut_records += st.records;
+    S.t.cut_undone += st.undone;
+}
+#endif
+
 /* Kills the server, reads what it had sent, restarts it and reconnects everyone. */
 static bool
 kill_and_restart(void)
@@ -899,6 +1072,10 @@ kill_and_restart(void)
     kill(S.pid, SIGKILL);
     waitpid(S.pid, &status, 0);
     S.pid = 0;
+#ifdef SOAK_CUTS
+    if (S.cfg->cut)
+        power_cut();
+#endif
     for (i = 0; i < S.nconn; i++) {
         struct conn *c = &S.conn[i];
 
@@ -910,7 +1087,8 @@ kill_and_restart(void)
     S.acount = 0;
     S.ahead = 0;
     S.epoch++;
-    S.t.kills++;
+    if (!S.cfg->cut)
+        S.t.kills++;
     t0 = now_us();
     server_spawn();
     if (!server_ready())
@@ -926,7 +1104,12 @@ kill_and_restart(void)
      * Before anyone reconnects: every job acknowledged and not yet run is
      * owed, so admin status must count at least that many (more is fine:
      * unacknowledged submits and unfinished runs that were stored).
+     * After a power cut the store is read first: what it lost is not owed.
      */
+#ifdef SOAK_CUTS
+    if (S.cfg->cut)
+        verify_store();
+#endif
     S.ep_queued[S.epoch - 1] = queued_on_server();
     S.ep_pending[S.epoch - 1] = S.pending;
     if (S.ep_queued[S.epoch - 1] >= 0 && (uint64_t)S.ep_queued[S.epoch - 1] < S.pending) {
@@ -1061,14 +1244,17 @@ run_config(const struct config *cfg, struct totals *out)
     S.stopping = false;
     memset(S.job, 0, sizeof(*S.job) * opt.max_jobs);
     memset(S.group, 0, sizeof(*S.group) * (opt.max_jobs + 1));
-    memset(S.ep_dups, 0, sizeof(unsigned) * opt.kills);
-    memset(S.ep_reruns, 0, sizeof(unsigned) * opt.kills);
-    memset(S.ep_phantoms, 0, sizeof(unsigned) * opt.kills);
-    memset(S.ep_queued, 0, sizeof(long) * opt.kills);
-    memset(S.ep_pending, 0, sizeof(uint64_t) * opt.kills);
+    S.nevents = cfg->cut ? opt.cuts : opt.kills;
+    memset(S.ep_dups, 0, sizeof(unsigned) * S.nevents);
+    memset(S.ep_reruns, 0, sizeof(unsigned) * S.nevents);
+    memset(S.ep_phantoms, 0, sizeof(unsigned) * S.nevents);
+    memset(S.ep_queued, 0, sizeof(long) * S.nevents);
+    memset(S.ep_pending, 0, sizeof(uint64_t) * S.nevents);
     snprintf(S.dir, sizeof(S.dir), "%s/dsjob-soak.XXXXXX", opt.tmp);
     if (mkdtemp(S.dir) == NULL)
         die("mkdtemp: %s", strerror(errno));
+    snprintf(S.undo_log, sizeof(S.undo_log), "%s/undo", S.dir);
+    setenv("DSJOB_CUTVFS_LOG", S.undo_log, 1); /* read by dsjobd_cut only */
     S.port = cfg->gearmand ? free_port() : 0;
     server_spawn();
     if (!server_ready())
@@ -1084,9 +1270,9 @@ run_config(const struct config *cfg, struct totals *out)
         conn_open(&S.conn[k]);
 
     /* The load phase: a kill every 20 to 200 ms; at most max_jobs submits and 1 s a kill. */
-    deadline = now_us() + (int64_t)opt.kills * 1000000 + 60000000;
+    deadline = now_us() + (int64_t)S.nevents * 1000000 + 60000000;
     next_kill = now_us() + rnd_between(20, 200) * 1000;
-    while (S.t.kills < opt.kills) {
+    while (S.epoch < S.nevents) {
         int64_t now = now_us();
 
         if (now > deadline) {
@@ -1096,7 +1282,7 @@ run_config(const struct config *cfg, struct totals *out)
         }
         if (now >= next_kill) {
             if (!kill_and_restart())
-                die("%s does not serve again after kill %" PRIu64, cfg->label, S.t.kills);
+                die("%s does not serve again after kill %u", cfg->label, S.epoch);
             next_kill = now_us() + rnd_between(20, 200) * 1000;
             continue;
         }
@@ -1142,7 +1328,7 @@ run_config(const struct config *cfg, struct totals *out)
     for (i = 0; i < S.njobs; i++) {
         const struct job *j = &S.job[i];
 
-        if (j->group == 0 && (j->flags & J_ACKED) && j->execs == 0) {
+        if (j->group == 0 && (j->flags & (J_ACKED | J_LOST)) == J_ACKED && j->execs == 0) {
             if (S.t.lost < 10)
                 fprintf(stderr, "soak: %s: lost acknowledged job %" PRIu64 " (%s)\n", cfg->label, i,
                         kind_name[j->kind]);
@@ -1150,12 +1336,12 @@ run_config(const struct config *cfg, struct totals *out)
         }
     }
     for (g = 1; g <= S.ngroups; g++)
-        if (S.group[g].acked && !S.group[g].executed) {
+        if (S.group[g].acked && !S.group[g].executed && !S.group[g].lost) {
             if (S.t.lost < 10)
                 fprintf(stderr, "soak: %s: lost acknowledged group g%u\n", cfg->label, g);
             S.t.lost++;
         }
-    for (k = 0; k < (int)S.epoch && k < (int)opt.kills; k++) {
+    for (k = 0; k < (int)S.epoch && k < (int)S.nevents; k++) {
         if (S.ep_reruns[k] > S.t.max_reruns_kill)
             S.t.max_reruns_kill = S.ep_reruns[k];
         if (S.ep_dups[k] > S.t.max_dups_kill)
@@ -1163,7 +1349,9 @@ run_config(const struct config *cfg, struct totals *out)
     }
     S.t.secs = (double)(now_us() - t_start) / 1e6;
     *out = S.t;
-    if (!opt.keep && S.t.lost == 0 && S.t.phantoms == 0 && S.t.crashes == 0) {
+    /* a power cut under --store-sync normal may lose jobs: that alone keeps nothing */
+    if (!opt.keep && (S.t.lost == 0 || (cfg->cut && strcmp(cfg->sync, "normal") == 0)) &&
+        S.t.phantoms == 0 && S.t.crashes == 0 && S.t.corrupt == 0) {
         char cmd[320];
 
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", S.dir);
@@ -1179,13 +1367,19 @@ usage(FILE *fp)
 {
     fprintf(fp, "usage: soak [options]\n"
                 "  --kills N        kill -9 per server config (default 1000)\n"
-                "  --configs LIST   comma-separated: dsjobd-normal,dsjobd-full,gearmand-sqlite\n"
+                "  --cuts N         power cuts per power-cut config (default 500)\n"
+                "  --configs LIST   comma-separated: dsjobd-normal,dsjobd-full,\n"
+                "                   dsjobd-normal-cut,dsjobd-full-cut,gearmand-sqlite,sweep\n"
+                "                   (default all)\n"
+                "  --sweep-stride K the I/O-error sweep tries every Kth N (default 1)\n"
                 "  --workers N      worker connections (default 3)\n"
                 "  --producers N    producer connections (default 2)\n"
                 "  --max-backlog N  acknowledged jobs not yet run, at most (default 400)\n"
                 "  --max-jobs N     submits per config, at most (default 400 per kill + 10000)\n"
                 "  --seed N         random seed (default: the time)\n"
                 "  --dsjobd PATH    default $DSJOBD or server/dsjobd\n"
+                "  --dsjobd-cut PATH  default $DSJOBD_CUT or tests/soak/dsjobd_cut\n"
+                "  --iosweep PATH   default $IOSWEEP or tests/integ/t_iosweep\n"
                 "  --gearmand PATH  default $GEARMAND or /usr/sbin/gearmand\n"
                 "  --quiet          no line per kill\n"
                 "  --keep           keep the stores and logs\n"
@@ -1194,27 +1388,116 @@ usage(FILE *fp)
 }
 
 static const struct config configs[] = {
-    {"dsjobd sync normal", false, "normal"},
-    {"dsjobd sync full", false, "full"},
-    {"gearmand-sqlite", true, NULL},
+    {"dsjobd sync normal", false, "normal", false, false},
+    {"dsjobd sync full", false, "full", false, false},
+    {"dsjobd normal, cuts", false, "normal", true, false},
+    {"dsjobd full, cuts", false, "full", true, false},
+    {"dsjobd i/o sweep", false, "full", false, true},
+    {"gearmand-sqlite", true, NULL, false, false},
 };
-static const char *const config_key[] = {"dsjobd-normal", "dsjobd-full", "gearmand-sqlite"};
+#define NCONFIGS (sizeof(configs) / sizeof(configs[0]))
+static const char *const config_key[NCONFIGS] = {
+    "dsjobd-normal",   "dsjobd-full", "dsjobd-normal-cut",
+    "dsjobd-full-cut", "sweep",       "gearmand-sqlite"};
+
+/* in_list: key is one of the comma-separated names of list. */
+static bool
+in_list(const char *list, const char *key)
+{
+    size_t n = strlen(key);
+    const char *p;
+
+    for (p = list; (p = strstr(p, key)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/*
+ * run_sweep runs the I/O-error sweep (tests/integ/t_iosweep, a TAP test of
+ * its own in make check) and takes its row from the "# sweep-row" line.
+ */
+static void
+run_sweep(struct totals *t)
+{
+    char cmd[600], line[512];
+    unsigned long long steps, acked, lost, phantoms, dups;
+    int64_t t0 = now_us();
+    bool got = false;
+    FILE *fp;
+
+    memset(t, 0, sizeof(*t));
+    snprintf(cmd, sizeof(cmd), "'%s' --stride %u", opt.iosweep, opt.sweep_stride);
+    fp = popen(cmd, "r");
+    if (fp == NULL)
+        die("cannot run %s", opt.iosweep);
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (sscanf(line,
+                   "# sweep-row steps %llu acknowledged %llu lost %llu phantoms %llu "
+                   "duplicates %llu",
+                   &steps, &acked, &lost, &phantoms, &dups) == 5) {
+            t->sweep_steps = steps;
+            t->acked = acked;
+            t->lost = lost;
+            t->phantoms = phantoms;
+            t->dups = dups;
+            got = true;
+        } else if (strncmp(line, "not ok", 6) == 0) {
+            fprintf(stderr, "soak: sweep: %s", line);
+            t->errors++;
+        } else if (!opt.quiet) {
+            fputs(line, stdout);
+        }
+    }
+    if (pclose(fp) != 0 || !got)
+        t->crashes++; /* it failed: the row says so */
+    t->secs = (double)(now_us() - t0) / 1e6;
+}
+
+/* config_fails: what makes a config's row fail the soak. */
+static bool
+config_fails(const struct config *cfg, const struct totals *t)
+{
+    bool full = cfg->sync != NULL && strcmp(cfg->sync, "full") == 0;
+
+    if (t->phantoms || t->crashes || t->timed_out || t->dups_nokill || t->corrupt || t->errors)
+        return cfg->sweep || t->phantoms || t->crashes || t->timed_out || t->dups_nokill ||
+               t->corrupt || (cfg->cut && t->errors);
+    if (cfg->sweep)
+        return t->lost > 0;
+    /* a power cut with --store-sync normal may lose the last commits: measured, not failed */
+    if (cfg->cut && !full)
+        return false;
+    if (t->lost || t->short_restarts || (cfg->cut && t->cameback))
+        return true;
+    return opt.strict && (t->reruns > 0 || t->max_dups_kill > opt.workers);
+}
+
+static const char *
+env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+
+    return v != NULL && *v != '\0' ? v : dflt;
+}
 
 int
 main(int argc, char **argv)
 {
-    const char *list = "dsjobd-normal,dsjobd-full,gearmand-sqlite";
-    struct totals tot[3];
-    bool ran[3] = {false, false, false};
-    unsigned c, bound;
+    const char *list = "dsjobd-normal,dsjobd-full,dsjobd-normal-cut,dsjobd-full-cut,sweep,"
+                       "gearmand-sqlite";
+    struct totals tot[NCONFIGS];
+    bool ran[NCONFIGS] = {false};
+    unsigned c, bound, events;
     int i, rc = 0;
     int64_t t0 = now_us();
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    opt.dsjobd = getenv("DSJOBD") && *getenv("DSJOBD") ? getenv("DSJOBD") : "server/dsjobd";
-    opt.gearmand =
-        getenv("GEARMAND") && *getenv("GEARMAND") ? getenv("GEARMAND") : "/usr/sbin/gearmand";
-    opt.tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    opt.dsjobd = env_or("DSJOBD", "server/dsjobd");
+    opt.dsjobd_cut = env_or("DSJOBD_CUT", "tests/soak/dsjobd_cut");
+    opt.iosweep = env_or("IOSWEEP", "tests/integ/t_iosweep");
+    opt.gearmand = env_or("GEARMAND", "/usr/sbin/gearmand");
+    opt.tmp = env_or("TMPDIR", "/tmp");
     opt.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1242,6 +1525,10 @@ main(int argc, char **argv)
         i++;
         if (strcmp(a, "--kills") == 0)
             opt.kills = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--cuts") == 0)
+            opt.cuts = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--sweep-stride") == 0)
+            opt.sweep_stride = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--configs") == 0)
             list = v;
         else if (strcmp(a, "--workers") == 0)
@@ -1256,6 +1543,10 @@ main(int argc, char **argv)
             opt.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--dsjobd") == 0)
             opt.dsjobd = v;
+        else if (strcmp(a, "--dsjobd-cut") == 0)
+            opt.dsjobd_cut = v;
+        else if (strcmp(a, "--iosweep") == 0)
+            opt.iosweep = v;
         else if (strcmp(a, "--gearmand") == 0)
             opt.gearmand = v;
         else {
@@ -1263,13 +1554,15 @@ main(int argc, char **argv)
             return 2;
         }
     }
-    if (opt.kills < 1 || opt.kills > MAX_KILLS || opt.workers < 1 || opt.workers > MAX_WORKERS ||
-        opt.producers < 1 || opt.producers > MAX_PRODUCERS || opt.max_backlog < 8) {
+    if (opt.kills < 1 || opt.kills > MAX_KILLS || opt.cuts < 1 || opt.cuts > MAX_KILLS ||
+        opt.workers < 1 || opt.workers > MAX_WORKERS || opt.producers < 1 ||
+        opt.producers > MAX_PRODUCERS || opt.max_backlog < 8 || opt.sweep_stride < 1) {
         usage(stderr);
         return 2;
     }
+    events = opt.kills > opt.cuts ? opt.kills : opt.cuts;
     if (opt.max_jobs == 0)
-        opt.max_jobs = (uint64_t)opt.kills * 400 + 10000;
+        opt.max_jobs = (uint64_t)events * 400 + 10000;
     if (opt.max_jobs > UINT32_MAX - 8)
         opt.max_jobs = UINT32_MAX - 8;
     if (opt.seed == 0)
@@ -1277,32 +1570,55 @@ main(int argc, char **argv)
     S.rng = opt.seed;
     S.job = calloc(opt.max_jobs, sizeof(*S.job));
     S.group = calloc(opt.max_jobs + 1, sizeof(*S.group));
-    S.ep_dups = calloc(opt.kills, sizeof(unsigned));
-    S.ep_reruns = calloc(opt.kills, sizeof(unsigned));
-    S.ep_phantoms = calloc(opt.kills, sizeof(unsigned));
-    S.ep_queued = calloc(opt.kills, sizeof(long));
-    S.ep_pending = calloc(opt.kills, sizeof(uint64_t));
+    S.ep_dups = calloc(events, sizeof(unsigned));
+    S.ep_reruns = calloc(events, sizeof(unsigned));
+    S.ep_phantoms = calloc(events, sizeof(unsigned));
+    S.ep_queued = calloc(events, sizeof(long));
+    S.ep_pending = calloc(events, sizeof(uint64_t));
     if (!S.job || !S.group || !S.ep_dups || !S.ep_reruns || !S.ep_phantoms || !S.ep_queued ||
         !S.ep_pending)
         die("out of memory");
     signal(SIGPIPE, SIG_IGN);
     signal(SIGALRM, on_alarm);
     /* The watchdog: every config's load and drain bounds, with room for restarts. */
-    bound = 3 * (opt.kills + 60 + DRAIN_MS / 1000 + 60);
+    bound = 0;
+    for (c = 0; c < NCONFIGS; c++)
+        if (in_list(list, config_key[c]))
+            bound += (configs[c].sweep ? 300
+                      : configs[c].cut ? opt.cuts
+                                       : opt.kills) +
+                     60 + DRAIN_MS / 1000 + 60;
     alarm(bound);
-    printf("# soak: %u kills per config, %u producers, %u workers, seed %" PRIu64
+    printf("# soak: %u kills or %u power cuts per config, %u producers, %u workers, seed %" PRIu64
            ", watchdog %u s\n",
-           opt.kills, opt.producers, opt.workers, opt.seed, bound);
-    for (c = 0; c < 3; c++) {
-        if (strstr(list, config_key[c]) == NULL)
+           opt.kills, opt.cuts, opt.producers, opt.workers, opt.seed, bound);
+    for (c = 0; c < NCONFIGS; c++) {
+        const char *bin = configs[c].gearmand ? opt.gearmand
+                          : configs[c].sweep  ? opt.iosweep
+                          : configs[c].cut    ? opt.dsjobd_cut
+                                              : opt.dsjobd;
+
+        if (!in_list(list, config_key[c]))
             continue;
-        if (access(configs[c].gearmand ? opt.gearmand : opt.dsjobd, X_OK) != 0) {
-            printf("# %s: skipped, %s is not executable\n", configs[c].label,
-                   configs[c].gearmand ? opt.gearmand : opt.dsjobd);
+#ifndef SOAK_CUTS
+        if (configs[c].cut || configs[c].sweep) {
+            printf("# %s: skipped, built without SQLite\n", configs[c].label);
             continue;
         }
-        run_config(&configs[c], &tot[c]);
+#endif
+        if (access(bin, X_OK) != 0) {
+            printf("# %s: skipped, %s is not executable\n", configs[c].label, bin);
+            continue;
+        }
+        if (configs[c].sweep)
+            run_sweep(&tot[c]);
+        else
+            run_config(&configs[c], &tot[c]);
         ran[c] = true;
+        if (configs[c].sweep) {
+            printf("# %s: %.1f s\n", configs[c].label, tot[c].secs);
+            continue;
+        }
         printf("# %s: %.1f s, %" PRIu64 " submits sent, %" PRIu64 " executions, %" PRIu64
                " completions observed, %" PRIu64 " unacknowledged ran, %" PRIu64
                " rejected, %" PRIu64 " errors, %" PRIu64 " duplicates without a kill, %" PRIu64
@@ -1312,28 +1628,51 @@ main(int argc, char **argv)
                configs[c].label, tot[c].secs, tot[c].sent, tot[c].execs, tot[c].observed,
                tot[c].unacked_ran, tot[c].rejected, tot[c].errors, tot[c].dups_nokill,
                tot[c].short_restarts,
-               tot[c].kills ? tot[c].restart_ms_sum / (double)tot[c].kills : 0.0,
+               tot[c].kills + tot[c].cuts
+                   ? tot[c].restart_ms_sum / (double)(tot[c].kills + tot[c].cuts)
+                   : 0.0,
                tot[c].restart_ms_max, tot[c].max_dups_kill, tot[c].max_reruns_kill, opt.workers);
+#ifdef SOAK_CUTS
+        if (configs[c].cut)
+            printf("# %s: cuts that kept %" PRIu64 ", dropped %" PRIu64 ", tore %" PRIu64
+                   " the unsynced writes; %" PRIu64 " unsynced writes in all, %" PRIu64
+                   " sector pieces rolled back; %" PRIu64
+                   " observed completions back in the store; %" PRIu64 " stores corrupt\n",
+                   configs[c].label, tot[c].cut_modes[CUTVFS_KEEP], tot[c].cut_modes[CUTVFS_DROP],
+                   tot[c].cut_modes[CUTVFS_TEAR], tot[c].cut_records, tot[c].cut_undone,
+                   tot[c].cameback, tot[c].corrupt);
+#endif
     }
     printf("\n%-20s %6s %10s %11s %12s %6s %8s %10s %s\n", "server", "kills", "power cuts",
            "sweep steps", "acknowledged", "lost", "phantoms", "duplicates",
            "re-runs of observed completions");
-    for (c = 0; c < 3; c++) {
+    for (c = 0; c < NCONFIGS; c++) {
+        char steps[24] = "-", reruns[24];
+        bool fails;
+
         if (!ran[c])
             continue;
-        printf("%-20s %6" PRIu64 " %10d %11s %12" PRIu64 " %6" PRIu64 " %8" PRIu64 " %10" PRIu64
-               " %" PRIu64 "%s\n",
-               configs[c].label, tot[c].kills, 0, "-", tot[c].acked, tot[c].lost, tot[c].phantoms,
-               tot[c].dups, tot[c].reruns,
+        if (configs[c].sweep)
+            snprintf(steps, sizeof(steps), "%" PRIu64, tot[c].sweep_steps);
+        fails = config_fails(&configs[c], &tot[c]);
+        if (configs[c].sweep)
+            snprintf(reruns, sizeof(reruns), "-");
+        else
+            snprintf(reruns, sizeof(reruns), "%" PRIu64, tot[c].reruns);
+        printf("%-20s %6" PRIu64 " %10" PRIu64 " %11s %12" PRIu64 " %6" PRIu64 " %8" PRIu64
+               " %10" PRIu64 " %s%s\n",
+               configs[c].label, tot[c].kills, tot[c].cuts, steps, tot[c].acked, tot[c].lost,
+               tot[c].phantoms, tot[c].dups, reruns,
                tot[c].timed_out ? "  (timed out)"
-               : tot[c].crashes ? "  (crashed)"
+               : tot[c].crashes ? "  (crashed or failed)"
+               : fails          ? "  (FAILED)"
                                 : "");
-        if (tot[c].lost || tot[c].phantoms || tot[c].crashes || tot[c].timed_out ||
-            tot[c].short_restarts || tot[c].dups_nokill)
-            rc = 1;
-        if (opt.strict && (tot[c].reruns > 0 || tot[c].max_dups_kill > opt.workers))
+        if (fails)
             rc = 1;
     }
+    if (ran[NCONFIGS - 1])
+        printf("# gearmand-sqlite: kills only; cutvfs is registered by dsjobd_cut's main, and\n"
+               "# gearmand cannot load it, so power cuts and the sweep are dsjobd's alone\n");
     printf("# total %.1f s\n", (double)(now_us() - t0) / 1e6);
     free(S.job);
     free(S.group);
