@@ -509,6 +509,12 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
         return;
     }
+    /* It has ended already: only its deletion, or its place among dead or kept jobs, is left. */
+    if (j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE) {
+        conn_printf(c, "ERR JOB_ENDED the+job+has+ended%s\r\n",
+                    j->state == JOB_DEAD ? ";+drop+dead+removes+it" : "");
+        return;
+    }
     log_notice(&c->srv->log, "%s: cancelled job %s of '%s'", c->peer, job_handle(j), j->func->name);
     lifecycle_cancel(c->srv, j);
     conn_printf(c, "OK\r\n");
@@ -621,6 +627,12 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
     if (f->retries != 0 || f->backoff_base_ms != 0) {
         f->retries = f->backoff_base_ms = f->backoff_max_ms = 0;
         (void)storage_set_func(c->srv, f); /* forget its settings in the store too */
+    }
+    if (queue_total(f) > 0) {
+        /* Stored jobs settle until their deletion commits; the function must outlive them. */
+        conn_printf(c, "ERR its jobs are cancelled but their deletion is not committed yet; "
+                       "try again\r\n");
+        return;
     }
     queue_drop_func(&c->srv->queue, f);
     conn_printf(c, "OK\r\n");

@@ -444,6 +444,13 @@ lifecycle_keep_replayed(struct srv *srv, struct job *j)
 }
 
 void
+lifecycle_bury_replayed(struct srv *srv, struct job *j)
+{
+    queue_bury(&srv->queue, j);
+    trim_dead(srv, j->func); /* buried by a run with a larger --max-dead, or with one */
+}
+
+void
 lifecycle_drop_ended(struct srv *srv, struct job *j)
 {
     storage_remove(srv, j);

@@ -137,6 +137,12 @@ void lifecycle_retry_as(struct srv *srv, struct job *j, unsigned how, const char
 /* lifecycle_keep_replayed puts a replayed DONE job among the kept results. */
 void lifecycle_keep_replayed(struct srv *srv, struct job *j);
 
+/*
+ * lifecycle_bury_replayed puts a replayed DEAD job in its function's dead
+ * set, and trims the set to this run's --max-dead (0: it keeps none).
+ */
+void lifecycle_bury_replayed(struct srv *srv, struct job *j);
+
 /* lifecycle_drop_ended forgets a dead or kept job, in the store too. j may be freed. */
 void lifecycle_drop_ended(struct srv *srv, struct job *j);
 

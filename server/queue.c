@@ -478,8 +478,7 @@ queue_settle(struct queue *q, struct job *j)
     struct func *f = j->func;
 
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_SETTLING);
-    if (j->unique_len > 0)
-        hmap_remove(unique_index(f, j), &j->by_unique);
+    queue_unindex(f, j);
     queue_unplace(q, f, j);
     /*
      * Only a key that is not already settling: two jobs of one key can end
@@ -522,9 +521,21 @@ queue_keep(struct queue *q, struct job *j)
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DONE);
     queue_unindex(f, j);
     queue_unplace(q, f, j);
-    /* The newest of a key is found first: hmap_find sees the last one inserted. */
-    j->settle_indexed = j->unique_len > 0 && !j->unique_is_data &&
-                        hmap_insert(&f->kept, &j->by_unique, job_unique(j), j->unique_len) == 0;
+    /*
+     * The index holds the newest of a key only: a table's chain order is
+     * not kept when it grows, and one chain must not grow with every
+     * repeat of a key. An older one is then found by handle only.
+     */
+    j->settle_indexed = false;
+    if (j->unique_len > 0 && !j->unique_is_data) {
+        struct job *old = queue_find_kept(f, job_unique(j), j->unique_len);
+
+        if (old != NULL) {
+            hmap_remove(&f->kept, &old->by_unique);
+            old->settle_indexed = false;
+        }
+        j->settle_indexed = hmap_insert(&f->kept, &j->by_unique, job_unique(j), j->unique_len) == 0;
+    }
     TAILQ_INSERT_TAIL(&q->kept, j, link);
     f->nkept++;
     j->state = JOB_DONE;

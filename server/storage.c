@@ -153,7 +153,7 @@ replay_one(const struct store_job *sj, void *arg)
     if (queue_add_as(&srv->queue, f, j, srv_now(), ended) < 0)
         goto fail;
     if (ended && sj->state == STORE_DEAD)
-        queue_bury(&srv->queue, j);
+        lifecycle_bury_replayed(srv, j);
     else if (ended)
         lifecycle_keep_replayed(srv, j);
     if (sj->id >= srv->next_job_id)
@@ -425,6 +425,7 @@ storage_settle(struct srv *srv, struct job *j, struct conn *worker)
     op->kind = rewrite ? STORE_OP_UPDATE : STORE_OP_REMOVE;
     op->sj.id = j->id;
     op->job = job_ref(j);
+    op->settles = true;
     batch_append(&sg->open, op);
     queue_settle(&srv->queue, j);
     if (worker != NULL && worker->state == CONN_ACTIVE)
@@ -602,12 +603,14 @@ writer_main(void *arg)
 
 /*
  * op_again: what to put in the next batch for an op whose commit failed.
- * A settling job's remove or rewrite goes again as it is (the job settles
- * with the next commit that holds it); a function's settings too. A plain
- * update is made again from the job, whose state may have moved on since,
- * unless the job is no longer stored. Adds and removes of nothing
- * settling are the backend's to keep (a remove) or were refused (an add).
- * Returns the op to append, or NULL (op is freed).
+ * The remove or rewrite that settles a job goes again as it is (the job
+ * settles with the next commit that holds it); a function's settings too.
+ * A plain update is made again from the job, whose state may have moved on
+ * since, unless the job is no longer stored or is settling: then the op
+ * that settles it, already in the open batch, carries its final state, and
+ * the old update appended after it would undo that. Adds and removes of
+ * nothing settling are the backend's to keep (a remove) or were refused
+ * (an add). Returns the op to append, or NULL (op is freed).
  */
 static struct store_op *
 op_again(struct srv *srv, struct store_op *op)
@@ -615,9 +618,9 @@ op_again(struct srv *srv, struct store_op *op)
     struct job *j = op->job;
     struct store_op *again;
 
-    if (op->kind == STORE_OP_FUNC || (j != NULL && j->state == JOB_SETTLING))
+    if (op->kind == STORE_OP_FUNC || op->settles)
         return op;
-    if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored) {
+    if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored && j->state != JOB_SETTLING) {
         again = op_add_new(&srv->storage, j);
         if (again != NULL) {
             again->kind = STORE_OP_UPDATE;
@@ -687,7 +690,8 @@ batch_finish(struct srv *srv)
             continue;
         }
         if (op->job != NULL) {
-            if (op->job->state == JOB_SETTLING)
+            /* Only its own op settles it: a plain update may commit while it settles. */
+            if (op->settles && op->job->state == JOB_SETTLING)
                 lifecycle_settled(srv, op->job);
             job_unref(op->job);
         }

@@ -47,6 +47,7 @@ struct store_op {
      * (made again from the job if its batch fails).
      */
     struct job *job;
+    bool settles;           /* the remove or rewrite that ends job's SETTLING */
     bool failed;            /* set by the writer: the backend refused it */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */

@@ -793,6 +793,182 @@ test_refusal_order(void)
     work_dir_remove(dir);
 }
 
+/*
+ * end_one: a worker of func takes the next job and ends it with type
+ * (WORK_FAIL or WORK_COMPLETE "res"); its next request is answered once
+ * that end has committed, so the job has settled when this returns.
+ */
+static void
+end_one(const char *func, uint32_t type)
+{
+    char h[128];
+    int w = worker(func);
+
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    if (!recv_type(w, PACKET_JOB_ASSIGN, h, sizeof(h), PEER_TIMEOUT_MS))
+        tap_diag("no job of %s to end", func);
+    if (type == PACKET_WORK_FAIL)
+        peer_send(w, type, 1, h);
+    else
+        peer_send(w, type, 2, h, "res");
+    peer_send(w, PACKET_ECHO_REQ, 1, "settled");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS);
+    close(w);
+}
+
+/*
+ * Jobs that have ended: cancel job of a dead or kept job is refused
+ * (it crashed the server), the newest kept result of a unique key is the
+ * one found after the index grows, and drop function of a function whose
+ * stored jobs it cancels waits for their deletion instead of aborting.
+ */
+static void
+test_ended_jobs(void)
+{
+    char dir[] = "/tmp/dsjob-ended.XXXXXX", wd[300], dead[128], kept[2][128], h[128], line[160];
+    char buf[2048];
+    const char *args[] = {"--work-dir", wd,   "--retry-on",     "fail", "-j", "1",
+                          "--max-dead", "10", "--keep-results", "3600", NULL};
+    struct daemon d;
+    int a, c, i;
+
+    work_dir_make(dir, wd, sizeof(wd));
+    daemon_start(&d, args);
+    port = d.port;
+    a = peer_connect(d.port);
+    c = peer_connect(d.port);
+    submit(c, PACKET_SUBMIT_JOB_BG, "ended", "k1", "x", dead, sizeof(dead));
+    end_one("ended", PACKET_WORK_FAIL);
+    submit(c, PACKET_SUBMIT_JOB_BG, "ended", "k2", "x", kept[0], sizeof(kept[0]));
+    end_one("ended", PACKET_WORK_COMPLETE);
+    snprintf(line, sizeof(line), "cancel job %s", dead);
+    peer_admin(a, line, false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR JOB_ENDED", 13) == 0 && strstr(buf, "drop+dead") != NULL,
+           "cancel job of a dead job is refused, naming drop dead: %.60s", buf);
+    snprintf(line, sizeof(line), "cancel job %s", kept[0]);
+    peer_admin(a, line, false, buf, sizeof(buf));
+    tap_ok(strncmp(buf, "ERR JOB_ENDED", 13) == 0, "cancel job of a kept result is refused: %.60s",
+           buf);
+    tap_ok(daemon_alive(&d), "and the server is still up");
+    snprintf(line, sizeof(line), "show job %s", dead);
+    peer_admin(a, line, true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "state dead\n") != NULL, "the dead job is still dead");
+
+    /* The same key kept twice, then enough others to grow the index. */
+    submit(c, PACKET_SUBMIT_JOB_BG, "ended", "k2", "y", kept[1], sizeof(kept[1]));
+    end_one("ended", PACKET_WORK_COMPLETE);
+    for (i = 0; i < 40; i++) {
+        char key[16];
+
+        snprintf(key, sizeof(key), "other%d", i);
+        submit(c, PACKET_SUBMIT_JOB_BG, "ended", key, "z", h, sizeof(h));
+        end_one("ended", PACKET_WORK_COMPLETE);
+    }
+    peer_admin(a, "show job unique ended k2", true, buf, sizeof(buf));
+    snprintf(line, sizeof(line), "handle %s\n", kept[1]);
+    tap_ok(strncmp(buf, line, strlen(line)) == 0,
+           "after 40 more kept results, the key's newest one is found (%s): %.30s", kept[1], buf);
+
+    /* drop function with a stored queued job: cancelled, dropped once its deletion commits. */
+    submit(c, PACKET_SUBMIT_JOB_BG, "dropstored", "", "q", h, sizeof(h));
+    peer_admin(a, "drop function dropstored", false, buf, sizeof(buf));
+    tap_ok(strcmp(buf, "OK\r\n") == 0 || strstr(buf, "try again") != NULL,
+           "drop function of a stored job: OK or try again: %.70s", buf);
+    tap_ok(daemon_alive(&d), "and the server is still up");
+    for (i = 0; i < 50 && strcmp(buf, "OK\r\n") != 0; i++) {
+        usleep(20000);
+        peer_admin(a, "drop function dropstored", false, buf, sizeof(buf));
+    }
+    tap_is_str(buf, "OK\r\n", "once the deletion has committed, the drop goes through");
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropstored\t") == NULL, "and the function is gone");
+    close(a);
+    close(c);
+    tap_is_int(daemon_stop(&d), 0, "the server stops cleanly");
+
+    /* The cancelled job does not come back. */
+    daemon_start(&d, args);
+    a = peer_connect(d.port);
+    peer_admin(a, "status", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "dropstored\t") == NULL,
+           "after a restart the dropped function's job is gone");
+    close(a);
+    tap_is_int(daemon_stop(&d), 0, "and the server stops cleanly");
+    work_dir_remove(dir);
+}
+
+/* dead_lines: the lines of a "show dead" reply before its "." line. */
+static int
+dead_lines(const char *buf)
+{
+    int n = 0;
+
+    while (*buf != '\0' && strncmp(buf, ".\n", 2) != 0) {
+        const char *nl = strchr(buf, '\n');
+
+        if (nl == NULL)
+            break;
+        n++;
+        buf = nl + 1;
+    }
+    return n;
+}
+
+/*
+ * The dead set replayed at start is held to that run's --max-dead: three
+ * dead jobs, a restart with --max-dead 2 keeps the two newest, one without
+ * --max-dead keeps none, and they do not come back after another restart.
+ */
+static void
+test_dead_trimmed(void)
+{
+    char dir[] = "/tmp/dsjob-trim.XXXXXX", wd[300], h[3][128], buf[2048];
+    const char *first[] = {"--work-dir", wd,           "--retry-on", "fail", "-j",
+                           "1",          "--max-dead", "5",          NULL};
+    const char *two[] = {"--work-dir", wd, "--max-dead", "2", NULL};
+    const char *none[] = {"--work-dir", wd, NULL};
+    struct daemon d;
+    int a, c, i;
+
+    work_dir_make(dir, wd, sizeof(wd));
+    daemon_start(&d, first);
+    port = d.port;
+    c = peer_connect(d.port);
+    for (i = 0; i < 3; i++) {
+        submit(c, PACKET_SUBMIT_JOB_BG, "trim", "", "x", h[i], sizeof(h[i]));
+        end_one("trim", PACKET_WORK_FAIL);
+    }
+    a = peer_connect(d.port);
+    peer_admin(a, "show dead trim", true, buf, sizeof(buf));
+    tap_is_int(dead_lines(buf), 3, "three dead jobs with --max-dead 5");
+    close(a);
+    close(c);
+    daemon_stop(&d);
+
+    daemon_start(&d, two);
+    a = peer_connect(d.port);
+    peer_admin(a, "show dead trim", true, buf, sizeof(buf));
+    tap_ok(dead_lines(buf) == 2 && strstr(buf, h[0]) == NULL && strstr(buf, h[2]) != NULL,
+           "restarted with --max-dead 2: the two newest are kept (%d lines)", dead_lines(buf));
+    close(a);
+    daemon_stop(&d);
+
+    daemon_start(&d, none);
+    a = peer_connect(d.port);
+    peer_admin(a, "show dead trim", true, buf, sizeof(buf));
+    tap_is_int(dead_lines(buf), 0, "restarted without --max-dead: none is kept");
+    close(a);
+    daemon_stop(&d);
+
+    daemon_start(&d, two);
+    a = peer_connect(d.port);
+    peer_admin(a, "show dead trim", true, buf, sizeof(buf));
+    tap_is_int(dead_lines(buf), 0, "and they do not come back with --max-dead again");
+    close(a);
+    tap_is_int(daemon_stop(&d), 0, "the server stops cleanly");
+    work_dir_remove(dir);
+}
+
 #endif
 
 int
@@ -827,6 +1003,8 @@ main(void)
     test_drop_pending();
     test_done_stays_done();
     test_refusal_order();
+    test_ended_jobs();
+    test_dead_trimmed();
 #endif
     return tap_done();
 }

@@ -914,6 +914,115 @@ test_must_wait(void)
            "must_wait: background submits do not (they share the batch)");
 }
 
+/*
+ * A plain update (a retry's rewrite) still committing when the job
+ * settles: its commit must not settle the job; the remove's commit does.
+ */
+static void
+test_update_inflight(void)
+{
+    struct rig r;
+    struct job *j;
+    struct peer_pkt pk;
+    unsigned f0;
+    int c, w, s, t;
+
+    fake_reset();
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_start(&r, 0, 0);
+    rig_extra.retry_on = 0;
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "inflight: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "inflight: assigned");
+    fake_set_hold(true);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* retried at once: storage_update */
+    PUMP_UNTIL(&r, fake_holding());
+    tap_ok(fake_holding(), "inflight: the batch holding the retry's update is in flight");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "inflight: the retry is assigned again");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, "H:t:1", "done");
+    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_SETTLING);
+    tap_ok(find(&r, "H:t:1") && find(&r, "H:t:1")->state == JOB_SETTLING,
+           "inflight: completed, settling (its remove is in the open batch)");
+    /* Let the update's batch commit, but hold the next one (the remove). */
+    f0 = fake_get(&fake.flushes);
+    fake_set_hold(false);
+    while (fake_get(&fake.flushes) == f0)
+        usleep(100);
+    fake_set_hold(true);
+    PUMP_UNTIL(&r, fake_holding());
+    tap_ok(fake_holding() && fake_stored(1) && fake_get(&fake.removes) == 0,
+           "inflight: the remove is in flight, not committed; the row is still stored");
+    j = find(&r, "H:t:1");
+    tap_ok(j != NULL, "inflight: so the job must still be found (got %s)",
+           j ? "found" : "NOT FOUND: settled by the update's commit");
+    s = rig_client(&r);
+    peer_send(s, PACKET_GET_STATUS, 1, "H:t:1");
+    t = next(&r, s, &pk);
+    tap_ok(t == PACKET_STATUS_RES && pk.nargs > 1 && pk.arg[1][0] == '1',
+           "inflight: GET_STATUS says known (got known=%c) while the remove is uncommitted",
+           pk.nargs > 1 ? pk.arg[1][0] : '?');
+    peer_pkt_release(&pk);
+    fake_set_hold(false);
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
+    close(s);
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A failed batch's plain update (attempt 1, live) must not be written
+ * again after the dead rewrite that settles the job: the row says dead.
+ */
+static void
+test_stale_update(void)
+{
+    struct store_job got;
+    struct rig r;
+    struct job *j;
+    int c, w;
+
+    fake_reset();
+    rig_extra.max_dead = 5;
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.job_retries = 2;
+    rig_start(&r, 0, 0);
+    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "stale: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "stale: assigned");
+    fake_set_hold(true);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* attempt 1 failed: retried, storage_update */
+    PUMP_UNTIL(&r, fake_holding());
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "stale: assigned again");
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* attempt 2 failed: dead, rewrite in open batch */
+    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_SETTLING);
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 1; /* the batch holding the retry's update fails */
+    pthread_mutex_unlock(&fake.lock);
+    fake_set_hold(false);
+    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_DEAD &&
+                       fake_get(&fake.flushes) >= 2);
+    j = find(&r, "H:t:1");
+    tap_ok(j != NULL && j->state == JOB_DEAD, "stale: in memory the job is dead");
+    tap_ok(fake_updated(1, &got), "stale: its row was rewritten");
+    tap_ok(got.state == STORE_DEAD, "stale: and the row says dead too (got state %d, attempts %u)",
+           got.state, (unsigned)got.attempts);
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
 int
 main(void)
 {
@@ -933,6 +1042,8 @@ main(void)
     test_batch_nomem();
     test_refuse_nomem(false);
     test_refuse_nomem(true);
+    test_update_inflight();
+    test_stale_update();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();
