@@ -9,6 +9,15 @@
  * committed. An allocation seam fails storage.c's allocations by name. The
  * server is real (dsjob_server_new on its own event_base) and its clients
  * are socketpairs speaking the binary protocol.
+ *
+ * Also: replay of every state a stored job can be in (queued, scheduled,
+ * retrying, dead, kept, function settings) and of bad rows (unknown
+ * states and priorities, ids out of order); a backend that cannot be
+ * opened or read; --store none; backends without version 2's calls;
+ * rewrites, their failed commits and the memory they need; the drain at
+ * a stop, bounded, and a store failing at close. The server logs to a
+ * file, and each case runs three times: at debug level (logged() finds
+ * the line), at --verbose FATAL (it must not), and with no log at all.
  */
 #include "config.h"
 
@@ -20,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -45,8 +55,13 @@ struct store {
     bool hold;            /* a flush waits until this is false */
     int fail_flushes;     /* so many flushes fail */
     uint64_t fail_add_id; /* the add of this id fails; 0: none */
-    struct store_job replay[4];
+    struct store_job replay[8];
     unsigned nreplay;
+    struct store_func funcs[2]; /* function settings to replay */
+    unsigned nfuncs;
+    bool replay_fails, replay_funcs_fails; /* the replay reports a read error */
+    bool open_fails;                       /* open reports an error */
+    unsigned set_funcs;                    /* function settings committed */
     /* Seen by the test. */
     bool holding;                  /* a flush waits in hold */
     unsigned flushes;              /* flush calls */
@@ -82,7 +97,9 @@ fake_reset(void)
 static int
 fake_open(struct store **out, const struct store_config *cfg, char *err)
 {
-    (void)cfg, (void)err;
+    (void)cfg;
+    if (fake.open_fails)
+        return store_say(err, DSJOB_ERR_STORE, "fake: cannot open");
     *out = &fake;
     return DSJOB_OK;
 }
@@ -173,7 +190,8 @@ fake_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
 {
     unsigned i;
 
-    (void)err;
+    if (st->replay_fails)
+        return store_say(err, DSJOB_ERR_STORE, "fake: cannot read the jobs");
     for (i = 0; i < st->nreplay; i++)
         if (fn(&st->replay[i], arg) != 0)
             break;
@@ -206,14 +224,23 @@ fake_update(struct store *st, const struct store_job *sj, char *err)
 static int
 fake_set_func(struct store *st, const struct store_func *sf, char *err)
 {
-    (void)st, (void)sf, (void)err;
+    (void)sf, (void)err;
+    pthread_mutex_lock(&st->lock);
+    st->set_funcs++; /* counted when set; a failed flush is seen through flushes */
+    pthread_mutex_unlock(&st->lock);
     return DSJOB_OK;
 }
 
 static int
 fake_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
 {
-    (void)st, (void)fn, (void)arg, (void)err;
+    unsigned i;
+
+    if (st->replay_funcs_fails)
+        return store_say(err, DSJOB_ERR_STORE, "fake: cannot read the functions");
+    for (i = 0; i < st->nfuncs; i++)
+        if (fn(&st->funcs[i], arg) != 0)
+            break;
     return DSJOB_OK;
 }
 
@@ -246,6 +273,59 @@ static const struct store_ops fake_ops = {
     .update = fake_update,
     .set_func = fake_set_func,
     .replay_funcs = fake_replay_funcs,
+};
+
+/* A version 2 backend that lacks replay_funcs: used as version 1. */
+static const struct store_ops fake_ops_partial = {
+    .version = STORE_OPS_VERSION,
+    .name = "fake1",
+    .open = fake_open,
+    .add = fake_add,
+    .remove = fake_remove,
+    .flush = fake_flush,
+    .replay = fake_replay,
+    .close = fake_close,
+    .update = fake_update,
+    .set_func = fake_set_func,
+};
+
+/* Version 2 backends that lack update, or set_func: used as version 1 too. */
+static const struct store_ops fake_ops_noupdate = {
+    .version = STORE_OPS_VERSION,
+    .name = "fake1",
+    .open = fake_open,
+    .add = fake_add,
+    .remove = fake_remove,
+    .flush = fake_flush,
+    .replay = fake_replay,
+    .close = fake_close,
+    .set_func = fake_set_func,
+    .replay_funcs = fake_replay_funcs,
+};
+
+static const struct store_ops fake_ops_nosetfunc = {
+    .version = STORE_OPS_VERSION,
+    .name = "fake1",
+    .open = fake_open,
+    .add = fake_add,
+    .remove = fake_remove,
+    .flush = fake_flush,
+    .replay = fake_replay,
+    .close = fake_close,
+    .update = fake_update,
+    .replay_funcs = fake_replay_funcs,
+};
+
+/* A version 1 backend: no update, set_func or replay_funcs. */
+static const struct store_ops fake_ops_v1 = {
+    .version = 1,
+    .name = "fake1",
+    .open = fake_open,
+    .add = fake_add,
+    .remove = fake_remove,
+    .flush = fake_flush,
+    .replay = fake_replay,
+    .close = fake_close,
 };
 
 static void
@@ -295,6 +375,7 @@ fake_stored(uint64_t id)
 /* --- the allocation seam ------------------------------------------------- */
 
 static const char *fail_what; /* storage.c's allocation to fail */
+static int fail_skip;         /* after letting so many of them through */
 static int fail_count;        /* so many times */
 static int failed;            /* allocations failed so far */
 
@@ -304,6 +385,10 @@ alloc_fails(const char *what, void *arg)
     (void)arg;
     if (fail_what == NULL || fail_count == 0 || strcmp(what, fail_what) != 0)
         return false;
+    if (fail_skip > 0) {
+        fail_skip--;
+        return false;
+    }
     fail_count--;
     failed++;
     return true;
@@ -314,6 +399,7 @@ fail_alloc(const char *what, int count)
 {
     fail_what = what;
     fail_count = count;
+    fail_skip = 0;
     failed = 0;
 }
 
@@ -321,8 +407,19 @@ fail_alloc(const char *what, int count)
 
 /* Lifecycle settings of the next rig_start (zero: the defaults). */
 static struct {
-    unsigned max_dead, retry_on, job_retries;
+    unsigned max_dead, retry_on, job_retries, keep_results;
+    const struct store_ops *ops; /* instead of fake_ops; NULL: fake_ops */
+    const char *store;           /* --store, with no backend seam; NULL: the fake */
+    unsigned interval_ms;        /* --store-commit-interval */
 } rig_extra;
+
+/*
+ * The cases run three times: logging at debug, where logged() checks that
+ * a line is there; at --verbose FATAL, where it checks that the line is
+ * not (store errors are logged at ERROR and below); and with the log
+ * "none", where it checks that no log file was made.
+ */
+static bool log_quiet, log_none;
 
 struct rig {
     struct event_base *base;
@@ -330,10 +427,12 @@ struct rig {
     struct srv *srv;
     char dir[64];
     char sock[128];
+    char log[128]; /* the server's log, at debug level */
 };
 
-static void
-rig_start(struct rig *r, unsigned max_jobs, unsigned batch)
+/* Make and attach a server; its attach's result (the rig is to be stopped either way). */
+static int
+rig_try_start(struct rig *r, unsigned max_jobs, unsigned batch)
 {
     struct dsjob_server_config cfg;
     char err[256];
@@ -342,10 +441,13 @@ rig_start(struct rig *r, unsigned max_jobs, unsigned batch)
     if (mkdtemp(r->dir) == NULL)
         tap_bail("mkdtemp failed");
     snprintf(r->sock, sizeof(r->sock), "%s/sock", r->dir);
+    snprintf(r->log, sizeof(r->log), "%s/log", r->dir);
     dsjob_server_config_init(&cfg);
     cfg.port = -1;
     cfg.unix_socket = r->sock;
-    cfg.log_file = "none";
+    cfg.log_file = log_none ? "none" : r->log;
+    cfg.verbose = log_quiet ? DSJOB_LOG_FATAL : DSJOB_LOG_DEBUG;
+    cfg.store_commit_interval_ms = rig_extra.interval_ms;
     cfg.job_handle_prefix = "H:t";
     cfg.max_jobs = max_jobs;
     if (batch)
@@ -354,14 +456,23 @@ rig_start(struct rig *r, unsigned max_jobs, unsigned batch)
     if (rig_extra.retry_on)
         cfg.retry_on = rig_extra.retry_on;
     cfg.job_retries = rig_extra.job_retries;
+    cfg.keep_results = rig_extra.keep_results;
+    cfg.store = rig_extra.store;
     r->base = event_base_new();
     r->ds = dsjob_server_new(&cfg, err, sizeof(err));
     if (r->base == NULL || r->ds == NULL)
         tap_bail("cannot make a server: %s", err);
     r->srv = (struct srv *)r->ds; /* struct dsjob_server wraps struct srv first */
-    r->srv->storage.seam.ops = &fake_ops;
+    if (rig_extra.store == NULL)
+        r->srv->storage.seam.ops = rig_extra.ops != NULL ? rig_extra.ops : &fake_ops;
     r->srv->storage.seam.alloc_fails = alloc_fails;
-    if (dsjob_server_attach(r->ds, r->base) != DSJOB_OK)
+    return dsjob_server_attach(r->ds, r->base);
+}
+
+static void
+rig_start(struct rig *r, unsigned max_jobs, unsigned batch)
+{
+    if (rig_try_start(r, max_jobs, batch) != DSJOB_OK)
         tap_bail("cannot start the server: %s", r->srv->errmsg);
 }
 
@@ -371,8 +482,31 @@ rig_stop(struct rig *r)
     dsjob_server_free(r->ds);
     event_base_free(r->base);
     unlink(r->sock);
+    unlink(r->log);
     rmdir(r->dir);
     fail_alloc(NULL, 0);
+}
+
+/* Whether the server's log has a line with text in it. */
+static bool
+logged(struct rig *r, const char *text)
+{
+    char line[1024];
+    bool found = false;
+    FILE *fp = fopen(r->log, "r");
+
+    if (log_none) {
+        if (fp != NULL)
+            fclose(fp);
+        return fp == NULL;
+    }
+    while (fp != NULL && !found && fgets(line, sizeof(line), fp) != NULL)
+        found = strstr(line, text) != NULL;
+    if (fp != NULL)
+        fclose(fp);
+    if (found == log_quiet)
+        tap_diag("%s the log: %s", log_quiet ? "in" : "not in", text);
+    return found != log_quiet;
 }
 
 /* A client: the test's end of a socketpair whose other end is a conn. */
@@ -566,6 +700,8 @@ test_commit_fails(void)
            "failed commit: its jobs are dropped");
     tap_is_int((long long)r.srv->queue.njobs, 0, "failed commit: the queue holds nothing");
     tap_is_int((long long)r.srv->storage.failures, 1, "failed commit: storage counts a failure");
+    tap_ok(logged(&r, "store: commit of 2 jobs failed: fake: disk full"),
+           "failed commit: the log says how many and why");
     PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 2);
     tap_is_int(fake_get(&fake.flushes), 2, "failed commit: flushed again with nothing new");
     submit_bg(c, "", "z");
@@ -593,6 +729,8 @@ test_add_refused(void)
     expect(&r, c, PACKET_JOB_CREATED, "H:t:3", "refused add: the job after it is created");
     tap_ok(find(&r, "H:t:2") == NULL, "refused add: the refused job is dropped");
     tap_is_int((long long)r.srv->queue.njobs, 2, "refused add: the others are queued");
+    tap_ok(logged(&r, "store: job H:t:2 refused: fake: add of 2 refused"),
+           "refused add: the log names the job and says why");
     close(c);
     rig_stop(&r);
 }
@@ -759,6 +897,8 @@ test_batch_nomem(void)
            failed);
     fail_alloc(NULL, 0);
     expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "batch without memory: committed once there is");
+    tap_ok(logged(&r, "store: out of memory for a batch; trying again"),
+           "batch without memory: the log says so");
     close(c);
     rig_stop(&r);
 }
@@ -808,6 +948,9 @@ test_replay_and_remove(void)
     tap_ok(quiet(&r, w) && failed == 1 && fake_stored(9),
            "remove without memory: the job stays stored (it runs again after a restart)");
     tap_is_int(fake_get(&fake.removes), 1, "remove without memory: no remove reached the store");
+    tap_ok(
+        logged(&r, "store: out of memory to remove job H:t:9: it will run again after a restart"),
+        "remove without memory: the log says what it means");
     close(w);
     rig_stop(&r);
 }
@@ -912,6 +1055,606 @@ test_must_wait(void)
                !storage_must_wait(&c, PACKET_SUBMIT_JOB_EPOCH) &&
                !storage_must_wait(&c, PACKET_SUBMIT_REDUCE_JOB_BACKGROUND),
            "must_wait: background submits do not (they share the batch)");
+}
+
+/* Send an admin line on fd; whether the answer's first line starts with want. */
+static bool
+admin_says(struct rig *r, int fd, const char *line, const char *want)
+{
+    char buf[512];
+    size_t n = 0;
+    int ms;
+
+    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        tap_bail("cannot send an admin line");
+    for (ms = 0; ms < WAIT_MS && memchr(buf, '\n', n) == NULL && n < sizeof(buf) - 1; ms++) {
+        ssize_t k;
+
+        turn(r);
+        k = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (k > 0)
+            n += (size_t)k;
+        else
+            usleep(1000);
+    }
+    buf[n] = '\0';
+    if (strncmp(buf, want, strlen(want)) != 0) {
+        tap_diag("%s: got \"%s\", want \"%s...\"", line, buf, want);
+        return false;
+    }
+    return true;
+}
+
+static void
+replay_row(unsigned i, uint64_t id, const char *func, int state, int64_t when, const char *result)
+{
+    static char handles[8][16];
+    struct store_job *sj = &fake.replay[i];
+
+    snprintf(handles[i], sizeof(handles[i]), "H:t:%llu", (unsigned long long)id);
+    memset(sj, 0, sizeof(*sj));
+    sj->id = id;
+    sj->seq = i + 1;
+    sj->handle = handles[i];
+    sj->handle_len = strlen(handles[i]);
+    sj->func = func;
+    sj->func_len = strlen(func);
+    sj->unique = "";
+    sj->data = "d";
+    sj->data_len = 1;
+    sj->prio = JOB_PRIO_NORMAL;
+    sj->state = state;
+    sj->when = when;
+    sj->result = result;
+    sj->result_len = result ? strlen(result) : 0;
+    fake.stored[fake.nstored++] = id;
+    if (i + 1 > fake.nreplay)
+        fake.nreplay = i + 1;
+}
+
+/*
+ * Every state a stored job can be in comes back as it was: queued,
+ * scheduled (an epoch job), retrying with its attempts and run-at, dead
+ * with its reason, kept with its result; and the functions' settings. A
+ * row with an unknown state runs again (logged), one with an impossible
+ * priority runs at normal. With --keep-results 0 a kept row is dropped,
+ * and its deletion reaches the store.
+ */
+static void
+test_replay_states(unsigned keep, bool nomem)
+{
+    const char *how = keep    ? "replay states"
+                      : nomem ? "replay states, no keep, no memory"
+                              : "replay states, no keep";
+    int64_t now = (int64_t)time(NULL);
+    struct rig r;
+    struct job *j;
+    struct func *f;
+
+    fake_reset();
+    replay_row(0, 1, "f", STORE_LIVE, 0, NULL);
+    fake.replay[0].first_fail = now - 30; /* a failure, but no attempt counted: still queued */
+    replay_row(1, 2, "f", STORE_LIVE, now + 3600, NULL);
+    replay_row(2, 3, "f", STORE_LIVE, now + 3600, NULL);
+    fake.replay[2].attempts = 2;
+    fake.replay[2].first_fail = now - 20;
+    fake.replay[2].last_fail = now - 10;
+    replay_row(3, 4, "f", STORE_DEAD, 0, "why it died");
+    fake.replay[3].attempts = 3;
+    replay_row(4, 5, "f", STORE_DONE_COMPLETE, 0, "the result");
+    replay_row(5, 6, "f", 99, 0, NULL);
+    fake.replay[5].prio = 9;
+    replay_row(6, 12, "g", STORE_LIVE, 0, NULL);
+    replay_row(7, 8, "f", -1, 0, NULL); /* a lower id, the same seq as the one before */
+    fake.replay[7].seq = 7;
+    fake.replay[7].prio = -1;
+    fake.funcs[0] = (struct store_func){
+        .name = "f", .name_len = 1, .retries = 4, .backoff_base_ms = 1000, .backoff_max_ms = 8000};
+    fake.funcs[1] = (struct store_func){.name = "h", .name_len = 1, .retries = 2};
+    fake.nfuncs = 2;
+    rig_extra.keep_results = keep;
+    rig_extra.max_dead = 5;
+    if (nomem)
+        fail_alloc("remove", 1);
+    rig_start(&r, 0, 0);
+    rig_extra.keep_results = rig_extra.max_dead = 0;
+    tap_ok(queued(&r, "H:t:1"), "%s: a queued job is queued", how);
+    j = find(&r, "H:t:2");
+    tap_ok(j != NULL && j->state == JOB_SCHEDULED && job_when(j) == now + 3600,
+           "%s: an epoch job is scheduled for its time", how);
+    j = find(&r, "H:t:3");
+    tap_ok(j != NULL && j->state == JOB_SCHEDULED && job_attempts(j) == 2 &&
+               j->ext->first_fail == now - 20 && j->ext->last_fail == now - 10,
+           "%s: a retrying job waits for its run-at, with its attempts and failures", how);
+    j = find(&r, "H:t:4");
+    tap_ok(j != NULL && j->state == JOB_DEAD && job_attempts(j) == 3 && j->ext->result_len == 11 &&
+               memcmp(j->ext->result, "why it died", 11) == 0 && j->func->ndead == 1,
+           "%s: a dead job is in the dead set, with why", how);
+    j = find(&r, "H:t:5");
+    if (keep)
+        tap_ok(j != NULL && j->state == JOB_DONE && j->ext->result_len == 10 &&
+                   memcmp(j->ext->result, "the result", 10) == 0 && j->func->nkept == 1,
+               "%s: a kept result is kept", how);
+    else
+        tap_ok(j == NULL, "%s: a kept result is dropped", how);
+    j = find(&r, "H:t:6");
+    tap_ok(j != NULL && j->state == JOB_QUEUED && j->prio == JOB_PRIO_NORMAL,
+           "%s: a row of unknown state is queued to run, at normal priority", how);
+    tap_ok(logged(&r, "store: job H:t:6 has an unknown state 99: it is queued to run again"),
+           "%s: and the log says so", how);
+    j = find(&r, "H:t:8");
+    tap_ok(j != NULL && j->state == JOB_QUEUED && j->prio == JOB_PRIO_NORMAL &&
+               logged(&r, "store: job H:t:8 has an unknown state -1"),
+           "%s: so is one of a negative state and priority", how);
+    tap_ok(queued(&r, "H:t:12") &&
+               find(&r, "H:t:12")->func == queue_func(&r.srv->queue, "g", 1, false),
+           "%s: a job of another function is queued in it", how);
+    f = queue_func(&r.srv->queue, "f", 1, false);
+    tap_ok(f != NULL && f->retries == 4 && f->backoff_base_ms == 1000 && f->backoff_max_ms == 8000,
+           "%s: a function's settings come back", how);
+    f = queue_func(&r.srv->queue, "h", 1, false);
+    tap_ok(f != NULL && f->retries == 2, "%s: also of a function with no job", how);
+    tap_is_int((long long)r.srv->next_job_id, 13, "%s: new handles follow the highest id", how);
+    tap_is_int((long long)r.srv->next_seq, 8, "%s: new jobs follow the highest seq", how);
+    tap_ok(logged(&r, keep ? "store fake: replayed 8 jobs" : "store fake: replayed 7 jobs"),
+           "%s: the log counts them", how);
+    if (!keep && !nomem) {
+        PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
+        tap_ok(!fake_stored(5) && fake_stored(4), "%s: the dropped result is deleted", how);
+    } else if (nomem) {
+        tap_ok(failed == 1 && fake_stored(5) &&
+                   logged(&r, "store: out of memory to remove job H:t:5: it comes back after a "
+                              "restart"),
+               "%s: without memory the dropped result stays stored, and the log says so", how);
+    }
+    rig_stop(&r);
+}
+
+/*
+ * A store that cannot be opened or read stops the start, saying why;
+ * nothing half-replayed runs.
+ */
+static void
+test_replay_fails(int what)
+{
+    static const char *const hows[] = {"unopenable store", "unreadable jobs",
+                                       "unreadable settings"};
+    static const char *const says[] = {"fake: cannot open",
+                                       "replaying the store: fake: cannot read the jobs",
+                                       "replaying the store: fake: cannot read the functions"};
+    struct rig r;
+
+    fake_reset();
+    fake.open_fails = what == 0;
+    fake.replay_fails = what == 1;
+    fake.replay_funcs_fails = what == 2;
+    tap_ok(rig_try_start(&r, 0, 0) != DSJOB_OK, "%s: the server does not start", hows[what]);
+    tap_ok(strstr(r.srv->errmsg, says[what]) != NULL, "%s: it says why (%s)", hows[what],
+           r.srv->errmsg);
+    rig_stop(&r);
+}
+
+/* --store none, with no seam: nothing is kept, no writer runs, submits are answered at once. */
+static void
+test_store_none(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_extra.store = "none";
+    rig_start(&r, 0, 0);
+    rig_extra.store = NULL;
+    tap_ok(!r.srv->storage.durable && !r.srv->storage.writer_running,
+           "store none: none is not durable and has no writer");
+    c = rig_client(&r);
+    submit_bg(c, "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "store none: none answers at once");
+    tap_ok(admin_says(&r, c, "retry f 2\n", "OK"), "store none: a function's settings are taken");
+    tap_is_int(fake_get(&fake.flushes), 0, "store none: the fake backend was not used");
+    srv_stop(r.srv, false); /* nothing to drain */
+    close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A version 1 backend keeps jobs but no states: the start warns; a job
+ * that goes to the dead set is deleted from the store, not rewritten; a
+ * retry's state and a function's settings are not stored, and that is
+ * not an error.
+ */
+static void
+test_v1_backend(const struct store_ops *ops)
+{
+    struct rig r;
+    int c, w;
+
+    fake_reset();
+    rig_extra.ops = ops;
+    rig_extra.max_dead = 5;
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.job_retries = 1;
+    rig_start(&r, 0, 0);
+    rig_extra.ops = NULL;
+    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
+    tap_ok(logged(&r, "store fake1 keeps no retries, dead jobs or kept results across a restart"),
+           "version 1 store: the start warns what it does not keep");
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "version 1 store: a job is stored");
+    tap_ok(admin_says(&r, c, "retry g 2\n", "OK"),
+           "version 1 store: a function's settings are taken (and kept in memory only)");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "version 1 store: assigned");
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* its one attempt */
+    PUMP_UNTIL(&r, find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD);
+    tap_ok(find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD,
+           "version 1 store: then it is dead");
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
+    tap_ok(!fake_stored(1) && fake.nupdated == 0,
+           "version 1 store: and deleted from the store, never rewritten");
+    close(w), close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A retry rewrites the job's row (its attempts). Without memory for that
+ * rewrite the log says the store keeps the job as it was, and the job
+ * still runs again; a rewrite whose commit fails is made again from the
+ * job, so the store gets its latest state. A function's settings go
+ * through the writer too, again after a failed commit; without memory
+ * for them the admin is told.
+ */
+static void
+test_rewrites(void)
+{
+    struct store_job got;
+    struct rig r;
+    int c, w;
+
+    fake_reset();
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.job_retries = 5;
+    rig_start(&r, 0, 0);
+    rig_extra.retry_on = rig_extra.job_retries = 0;
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "rewrites: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned");
+    fail_alloc("op", 1);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    PUMP_UNTIL(&r, queued(&r, "H:t:1"));
+    tap_ok(queued(&r, "H:t:1") && failed == 1, "rewrites: without memory the job still retries");
+    tap_ok(logged(&r, "store: out of memory to update job H:t:1: the store keeps it as it was"),
+           "rewrites: and the log says the store keeps it as it was");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned again");
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 1;
+    pthread_mutex_unlock(&fake.lock);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    PUMP_UNTIL(&r, fake_updated(1, &got));
+    tap_ok(fake_updated(1, &got) && got.attempts == 2 && fake_get(&fake.flushes) >= 2,
+           "rewrites: after a failed commit the rewrite is stored with the next (attempts 2)");
+    fail_alloc("op", 1);
+    tap_ok(admin_says(&r, c, "retry f 3\n", "ERR MEMORY_ALLOCATION_FAILURE"),
+           "rewrites: without memory for a function's settings the admin is told");
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 1;
+    pthread_mutex_unlock(&fake.lock);
+    tap_ok(admin_says(&r, c, "retry f 9\n", "OK"), "rewrites: with memory, OK");
+    PUMP_UNTIL(&r, fake_get(&fake.set_funcs) >= 2);
+    tap_is_int(fake_get(&fake.set_funcs), 2,
+               "rewrites: the setting whose commit failed is written again");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned a third time");
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 1;
+    pthread_mutex_unlock(&fake.lock);
+    fail_alloc("op", 1);
+    fail_skip = 1; /* the rewrite is made; making it again after the failed commit is not */
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    PUMP_UNTIL(&r, failed == 1);
+    tap_ok(failed == 1 && logged(&r, "store: out of memory to update job H:t:1 again"),
+           "rewrites: without memory to make it again, the log says so");
+    tap_ok(queued(&r, "H:t:1") && job_attempts(find(&r, "H:t:1")) == 3,
+           "rewrites: and the job runs again all the same");
+    close(w), close(c);
+    rig_stop(&r);
+}
+
+/*
+ * Without memory for the answer that holds a worker until its job's
+ * deletion commits, the deletion still commits (on the deletions' timer)
+ * and the worker is served.
+ */
+static void
+test_settle_nomem(void)
+{
+    struct rig r;
+    int c, w;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    submit_bg(c, "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "settle without memory: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "settle without memory: assigned");
+    fail_alloc("ack", 1);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, "H:t:1", "done");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_NO_JOB, NULL, "settle without memory: the worker is served");
+    submit_bg(c, "", "y"); /* while the deletion waits for its timer: no waiting behind it */
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "settle without memory: a submit meanwhile");
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, "H:t:1") == NULL);
+    tap_ok(failed == 1 && !fake_stored(1) && find(&r, "H:t:1") == NULL,
+           "settle without memory: the job is deleted all the same");
+    close(w), close(c);
+    rig_stop(&r);
+}
+
+/*
+ * Without memory for the rewrite that ends a stored job in the dead set,
+ * the job still goes there; the store keeps its row as it was (it runs
+ * again after a restart), and the log says so.
+ */
+static void
+test_end_nomem(void)
+{
+    struct store_job got;
+    struct rig r;
+    int c, w;
+
+    fake_reset();
+    rig_extra.max_dead = 5;
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.job_retries = 1;
+    rig_start(&r, 0, 0);
+    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
+    c = rig_client(&r);
+    submit_bg(c, "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "end without memory: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "end without memory: assigned");
+    fail_alloc("op", 1);
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    PUMP_UNTIL(&r, find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD);
+    tap_ok(find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD,
+           "end without memory: the job is in the dead set");
+    tap_ok(fake_stored(1) && !fake_updated(1, &got),
+           "end without memory: the store keeps its live row");
+    tap_ok(logged(&r, "store: out of memory to end job H:t:1: it will run again after a restart"),
+           "end without memory: the log says what that means");
+    close(w), close(c);
+    rig_stop(&r);
+}
+
+/* --store-commit-interval: the batch waits that long, then commits as one. */
+static void
+test_interval(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_extra.interval_ms = 20;
+    rig_start(&r, 0, 0);
+    rig_extra.interval_ms = 0;
+    c = rig_client(&r);
+    submit_bg(c, "", "a");
+    turn(&r);
+    submit_bg(c, "", "b");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "commit interval: the first is created");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "commit interval: then the second");
+    tap_ok(fake_stored(1) && fake_stored(2), "commit interval: both stored");
+    close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A stop waits for three batches (the one in flight, the one behind it,
+ * and the one that answering those let in); the close after it closes
+ * the connections first, so what they let in last is committed, and
+ * nothing more comes in. The client here keeps a submit waiting behind
+ * each answer (an echo between submits, but for one pair): of seven,
+ * five are stored.
+ */
+static void
+test_drain_rounds(void)
+{
+    struct rig r;
+    int c, i;
+
+    fake_reset();
+    fake.hold = true;
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    for (i = 0; i < 7; i++) {
+        submit_bg(c, "", "x");
+        if (i != 3) /* the fourth and fifth go together */
+            peer_send(c, PACKET_ECHO_REQ, 1, "e");
+    }
+    PUMP_UNTIL(&r, fake_holding());
+    for (i = 0; i < 50; i++)
+        turn(&r); /* everything read: the rest waits behind the first answer */
+    fake_set_hold(false);
+    srv_stop(r.srv, false);
+    tap_ok(fake_stored(1) && fake_stored(2) && fake_stored(3) && !fake_stored(4),
+           "drain rounds: a stop commits three batches");
+    rig_stop(&r);
+    tap_ok(fake_stored(4) && fake_stored(5) && !fake_stored(6),
+           "drain rounds: the close one more (two jobs), and no other");
+    close(c);
+}
+
+/*
+ * A store that fails every commit at a stop: the drain tries three times
+ * and gives up; what it still holds (a function's settings) is freed
+ * with the close, and the backend is closed all the same.
+ */
+static void
+test_close_failing(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    pthread_mutex_lock(&fake.lock);
+    fake.fail_flushes = 100;
+    pthread_mutex_unlock(&fake.lock);
+    tap_ok(admin_says(&r, c, "retry f 2\n", "OK"), "close failing: a function's settings set");
+    PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 1 && r.srv->storage.inflight == NULL);
+    close(c);
+    rig_stop(&r);
+    tap_ok(fake.closed && fake.flushes == 4 && fake.set_funcs == 4,
+           "close failing: its write was tried once and three times at the close (%u flushes)",
+           fake.flushes);
+}
+
+/* An epoch job is scheduled once its commit is in, not queued. */
+static void
+test_epoch(void)
+{
+    char when[32];
+    struct rig r;
+    struct job *j;
+    int c;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    snprintf(when, sizeof(when), "%lld", (long long)time(NULL) + 3600);
+    peer_send(c, PACKET_SUBMIT_JOB_EPOCH, 4, "f", "", when, "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "epoch: created after its commit");
+    j = find(&r, "H:t:1");
+    tap_ok(j != NULL && j->state == JOB_SCHEDULED && fake_stored(1),
+           "epoch: stored and scheduled for its time");
+    close(c);
+    rig_stop(&r);
+}
+
+/* A foreground job is never written to the store, also not when it fails. */
+static void
+test_foreground(void)
+{
+    struct rig r;
+    int c, w;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    peer_send(c, PACKET_SUBMIT_JOB, 3, "f", "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "foreground: created at once");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "foreground: assigned");
+    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    expect(&r, c, PACKET_WORK_FAIL, "H:t:1", "foreground: its client hears the failure");
+    tap_ok(fake_get(&fake.flushes) == 0 && fake_get(&fake.nupdated) == 0,
+           "foreground: the store never saw it");
+    close(w), close(c);
+    rig_stop(&r);
+}
+
+/* An admin cancel of a stored job deletes it from the store (nobody's answer waits on it). */
+static void
+test_cancel_stored(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    submit_bg(c, "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "cancel: stored");
+    tap_ok(admin_says(&r, c, "cancel job H:t:1\n", "OK"), "cancel: the admin cancels it");
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, "H:t:1") == NULL);
+    tap_ok(!fake_stored(1) && find(&r, "H:t:1") == NULL, "cancel: it is deleted from the store");
+    close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A submit that coalesces onto a stored job but whose answer cannot be
+ * allocated is told out of memory; the job it joined is not touched.
+ */
+static void
+test_coalesce_nomem(void)
+{
+    struct rig r;
+    int a, b;
+
+    fake_reset();
+    fake.hold = true;
+    rig_start(&r, 0, 0);
+    a = rig_client(&r);
+    b = rig_client(&r);
+    submit_bg(a, "u", "a");
+    PUMP_UNTIL(&r, fake_holding());
+    fail_alloc("ack", 1);
+    submit_bg(b, "u", "b");
+    expect(&r, b, PACKET_ERROR, "MEMORY_ALLOCATION_FAILURE", "coalesce without memory: told");
+    fake_set_hold(false);
+    expect(&r, a, PACKET_JOB_CREATED, "H:t:1", "coalesce without memory: the first is created");
+    tap_ok(queued(&r, "H:t:1") && fake_stored(1), "coalesce without memory: and queued, stored");
+    close(a), close(b);
+    rig_stop(&r);
+}
+
+static void
+run_cases(void)
+{
+    test_must_wait();
+    test_group_commit();
+    test_answer_order();
+    test_commit_fails();
+    test_add_refused();
+    test_coalesce(false);
+    test_coalesce(true);
+    test_refusals();
+    test_replay_and_remove();
+    test_dead_rewrite();
+    test_forget_and_drain();
+    test_submit_nomem("op");
+    test_submit_nomem("ack");
+    test_batch_nomem();
+    test_refuse_nomem(false);
+    test_refuse_nomem(true);
+    test_replay_states(60, false);
+    test_replay_states(0, false);
+    test_replay_states(0, true);
+    test_replay_fails(0);
+    test_replay_fails(1);
+    test_replay_fails(2);
+    test_store_none();
+    test_v1_backend(&fake_ops_v1);
+    test_v1_backend(&fake_ops_partial);
+    test_v1_backend(&fake_ops_noupdate);
+    test_v1_backend(&fake_ops_nosetfunc);
+    test_foreground();
+    test_cancel_stored();
+    test_coalesce_nomem();
+    test_rewrites();
+    test_end_nomem();
+    test_settle_nomem();
+    test_interval();
+    test_drain_rounds();
+    test_close_failing();
+    test_epoch();
 }
 
 /*
@@ -1026,22 +1769,13 @@ test_stale_update(void)
 int
 main(void)
 {
-    test_must_wait();
-    test_group_commit();
-    test_answer_order();
-    test_commit_fails();
-    test_add_refused();
-    test_coalesce(false);
-    test_coalesce(true);
-    test_refusals();
-    test_replay_and_remove();
-    test_dead_rewrite();
-    test_forget_and_drain();
-    test_submit_nomem("op");
-    test_submit_nomem("ack");
-    test_batch_nomem();
-    test_refuse_nomem(false);
-    test_refuse_nomem(true);
+    run_cases();
+    tap_diag("again at --verbose FATAL: each log check is now that the line is not there");
+    log_quiet = true;
+    run_cases();
+    tap_diag("again with the log none: each log check is now that there is no log file");
+    log_none = true;
+    run_cases();
     test_update_inflight();
     test_stale_update();
     pthread_mutex_destroy(&fake.lock);

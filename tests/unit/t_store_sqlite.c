@@ -1,12 +1,16 @@
 /*
  * What only the sqlite store has (the contract every backend keeps is in
- * t_store_contract): the schema version is checked and set, newer,
- * foreign and corrupt files are refused untouched, the work directory is
- * made (mode 0750) and db_path wins over it, read-only files and
- * directories are refused with the file named, and a full disk (through
- * max_page_count) fails the batch, rolls back its remove and keeps it
- * pending, and works again once there is room. Each case runs in its own
- * mkdtemp directory.
+ * t_store_contract): the schema version is checked and set; newer,
+ * negative, foreign, half-made and corrupt files are refused untouched;
+ * the work directory is made (mode 0750) and db_path wins over it;
+ * read-only files and directories are refused with the file named (as
+ * nobody when the tests run as root); a store another process has open is
+ * refused, and one whose write lock another connection holds fails its
+ * batch; a full disk (through max_page_count) fails the batch, rolls back
+ * its remove and keeps it pending, and works again once there is room;
+ * rewrites and function settings; damaged rows fail the replay; and I/O
+ * errors at open, through the test VFS tests/soak/cutvfs.c, leave a file a
+ * later open takes. Each case runs in its own mkdtemp directory.
  */
 #include "config.h"
 
@@ -17,7 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -27,6 +35,7 @@
 #include "server/store.h"
 #include "store_backends.h"
 #include "tap.h"
+#include "tests/soak/cutvfs.h"
 
 /* A test seam in server/store_sqlite.c. */
 extern int store_sqlite_test_limit_pages(struct store *st, long pages);
@@ -275,43 +284,103 @@ test_paths(void)
     free(deep), free(db), free(file), free(under), free(own);
 }
 
+/*
+ * ops->open as user uid (a child process that drops root's privileges
+ * first, since root ignores file modes), closing what it opened; the
+ * open's result, with its error in err.
+ */
+static int
+open_as(uid_t uid, const struct store_config *cfg, char *err)
+{
+    struct store *st = NULL;
+    int fds[2], rc = DSJOB_ERR_SYS, status;
+    pid_t pid;
+
+    if (uid == geteuid()) {
+        rc = ops->open(&st, cfg, err);
+        if (rc == DSJOB_OK)
+            ops->close(st);
+        return rc;
+    }
+    if (pipe(fds) < 0 || (pid = fork()) < 0)
+        tap_bail("pipe or fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        if (setgid(uid) < 0 || setuid(uid) < 0)
+            _exit(1);
+        rc = ops->open(&st, cfg, err);
+        if (rc == DSJOB_OK)
+            ops->close(st);
+        if (write(fds[1], &rc, sizeof(rc)) != sizeof(rc) ||
+            write(fds[1], err, STORE_ERRLEN) != STORE_ERRLEN)
+            _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    if (read(fds[0], &rc, sizeof(rc)) != sizeof(rc) || read(fds[0], err, STORE_ERRLEN) <= 0)
+        snprintf(err, STORE_ERRLEN, "the child could not run as uid %ld", (long)uid);
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    return rc;
+}
+
 static void
 test_readonly(void)
 {
     char *dir = case_dir("readonly");
     char *path = path_in(dir, "dsjobd.db");
     char *fresh = path_in(dir, "ro");
-    struct store_config cfg = {.work_dir = fresh, .sync = 1};
-    char err[STORE_ERRLEN];
-    struct store *st;
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
+    uid_t uid = geteuid() == 0 ? 65534 : geteuid(); /* root tries as nobody */
+    char err[STORE_ERRLEN] = "";
 
-    if (geteuid() == 0) {
-        tap_skip(6, "readonly: root ignores file modes");
-        goto done;
-    }
-    st = open_dir(dir, err);
-    ops->close(st);
+    if (chown(dir, uid, uid) < 0)
+        tap_bail("chown: %s", strerror(errno));
+    tap_is_int(open_as(uid, &cfg, err), DSJOB_OK, "readonly: as uid %ld the store is made (%s)",
+               (long)uid, err);
     chmod(path, 0444);
-    st = open_dir(dir, err);
-    tap_ok(st == NULL, "readonly: a read-only file is refused");
+    tap_is_int(open_as(uid, &cfg, err), DSJOB_ERR_STORE, "readonly: a read-only file is refused");
     tap_ok(has(err, path) && has(err, "read-only"), "readonly: the error names it (%s)", err);
-    ops->close(st);
     chmod(dir, 0555);
-    st = open_dir(dir, err);
-    tap_ok(st == NULL, "readonly: a read-only file in a read-only directory is refused");
+    tap_is_int(open_as(uid, &cfg, err), DSJOB_ERR_STORE,
+               "readonly: a read-only file in a read-only directory is refused");
     tap_ok(has(err, path), "readonly: the error names the file (%s)", err);
-    ops->close(st);
     chmod(dir, 0700);
     mkdir(fresh, 0500);
-    st = NULL;
-    tap_ok(ops->open(&st, &cfg, err) != DSJOB_OK,
+    if (chown(fresh, uid, uid) < 0)
+        tap_bail("chown: %s", strerror(errno));
+    cfg.work_dir = fresh;
+    tap_ok(open_as(uid, &cfg, err) != DSJOB_OK,
            "readonly: a new database in a read-only directory is refused");
     tap_ok(has(err, fresh), "readonly: the error names the file (%s)", err);
     chmod(fresh, 0700);
-done:
     case_done(dir);
     free(path);
     free(fresh);
+}
+
+/*
+ * A negative user_version is nobody's schema: refused as not a dsjob
+ * store rather than upgraded.
+ */
+static void
+test_negative_version(void)
+{
+    char *dir = case_dir("negative");
+    char *path = path_in(dir, "dsjobd.db");
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
+    char err[STORE_ERRLEN] = "";
+    struct store *st = NULL;
+    sqlite3 *db = NULL;
+
+    if (sqlite3_open(path, &db) == SQLITE_OK)
+        sqlite3_exec(db, "PRAGMA user_version = -1", NULL, NULL, NULL);
+    sqlite3_close(db);
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "negative version: refused");
+    tap_ok(has(err, path) && has(err, "not a dsjob store (version -1)"),
+           "negative version: and says so (%s)", err);
+    case_done(dir);
+    free(path);
 }
 
 /*
@@ -368,6 +437,510 @@ done:
     case_done(dir);
 }
 
+/* Runs sql on the file at path through a connection of its own; false if it fails. */
+static bool
+exec_on(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    char *msg = NULL;
+    bool ok = sqlite3_open(path, &db) == SQLITE_OK &&
+              sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK;
+
+    if (!ok)
+        tap_diag("%s: %s", sql, msg ? msg : db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_free(msg);
+    sqlite3_close(db);
+    return ok;
+}
+
+/*
+ * A database that says it is version 2 but whose tables are not ours (a
+ * hand-made file, or one a newer dsjobd half-made) is refused at open,
+ * naming the file, instead of failing at the first add.
+ */
+static void
+test_bad_schema(void)
+{
+    char *dir = case_dir("badschema");
+    char *path = path_in(dir, "dsjobd.db");
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
+    char err[STORE_ERRLEN] = "";
+    struct store *st = NULL;
+
+    exec_on(path, "CREATE TABLE jobs (id INTEGER PRIMARY KEY); PRAGMA user_version = 2;");
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE,
+               "bad schema: a version 2 file without our columns is refused");
+    tap_ok(has(err, path) && has(err, "cannot open store"), "bad schema: and says which (%s)", err);
+    tap_is_int(sqlite_rows(dir, -1), 0, "bad schema: the file is left as it was");
+    case_done(dir);
+    free(path);
+}
+
+/* An in-memory database cannot run in WAL mode: refused, not silently not durable. */
+static void
+test_not_wal(void)
+{
+    struct store_config cfg = {.db_path = ":memory:", .sync = 1};
+    char err[STORE_ERRLEN] = "";
+    struct store *st = NULL;
+
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "not wal: :memory: is refused");
+    tap_ok(has(err, "cannot set wal mode") && has(err, "journal mode is 'memory'"),
+           "not wal: it says the journal mode it got (%s)", err);
+}
+
+/* db_path "" means none: the work directory's dsjobd.db, also when it ends in '/'. */
+static void
+test_path_forms(void)
+{
+    char *dir = case_dir("pathforms");
+    char *slash = path_in(dir, "");
+    char *db = path_in(dir, "dsjobd.db");
+    struct store_config cfg = {.work_dir = slash, .db_path = "", .sync = 1};
+    char err[STORE_ERRLEN] = "";
+    struct store *st = NULL;
+    struct stat sb;
+
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_OK, "path forms: work dir with a trailing /");
+    tap_ok(st != NULL && add_job(ops, st, 1, 1, "x", err) == DSJOB_OK &&
+               ops->flush(st, err) == DSJOB_OK,
+           "path forms: and a job stored in it");
+    ops->close(st);
+    tap_ok(stat(db, &sb) == 0 && sqlite_rows(dir, 1) == 1, "path forms: in dir/dsjobd.db");
+    cfg.work_dir = "";
+    st = NULL;
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_ARG, "path forms: an empty work dir (%s)", err);
+    ops->close(NULL); /* closing no store is a no-op */
+    case_done(dir);
+    free(slash);
+    free(db);
+}
+
+/*
+ * Another dsjobd has the database open: the second is refused (two
+ * servers replaying one store would each run every job), and gets it
+ * once the first is gone.
+ */
+static void
+test_locked(void)
+{
+    char *dir = case_dir("locked");
+    char *path = path_in(dir, "dsjobd.db");
+    struct store_config cfg = {.work_dir = dir, .sync = 1};
+    char err[STORE_ERRLEN] = "";
+    struct store *st = NULL;
+    int ready[2], go[2], status = -1;
+    char byte = 0;
+    pid_t pid;
+
+    if (pipe(ready) < 0 || pipe(go) < 0)
+        tap_bail("pipe: %s", strerror(errno));
+    pid = fork();
+    if (pid < 0)
+        tap_bail("fork: %s", strerror(errno));
+    if (pid == 0) { /* the other dsjobd: open, say so, hold it until told */
+        byte = ops->open(&st, &cfg, err) == DSJOB_OK ? 'y' : 'n';
+        if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) < 0)
+            _exit(2);
+        ops->close(st);
+        _exit(0);
+    }
+    if (read(ready[0], &byte, 1) != 1)
+        byte = 0;
+    tap_is_int(byte, 'y', "locked: another process opens the store");
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "locked: a second open is refused");
+    tap_ok(has(err, path) && has(err, "in use by another process: locked"),
+           "locked: and says who has it (%s)", err);
+    if (write(go[1], &byte, 1) != 1)
+        tap_bail("cannot tell the child");
+    waitpid(pid, &status, 0);
+    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "locked: the other one closes it");
+    st = NULL;
+    err[0] = '\0';
+    tap_is_int(ops->open(&st, &cfg, err), DSJOB_OK, "locked: then it opens %s", err);
+    ops->close(st);
+    close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+    case_done(dir);
+    free(path);
+}
+
+/*
+ * Another connection holds the write lock (a sqlite3 shell in a
+ * transaction): after the busy timeout the batch fails with "locked",
+ * nothing is lost that was committed, its removes stay pending, and the
+ * next batch works once the lock is gone.
+ */
+static void
+test_busy(void)
+{
+    char *dir = case_dir("busy");
+    char *path = path_in(dir, "dsjobd.db");
+    char err[STORE_ERRLEN] = "";
+    struct seen s = {0};
+    struct store *st;
+    sqlite3 *other = NULL;
+
+    st = open_dir(dir, err);
+    if (!tap_ok(st != NULL, "busy: open"))
+        goto done;
+    tap_ok(add_job(ops, st, 1, 1, "one", err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "busy: job 1 stored");
+    if (sqlite3_open(path, &other) != SQLITE_OK ||
+        sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        tap_bail("busy: cannot take the write lock");
+    tap_is_int(ops->remove(st, 1, err), DSJOB_OK, "busy: a remove is taken (and remembered)");
+    tap_is_int(add_job(ops, st, 2, 2, "two", err), DSJOB_ERR_STORE,
+               "busy: an add is refused while another holds the lock");
+    tap_ok(has(err, "cannot begin a batch in store '") && has(err, "locked"),
+           "busy: it says the store is locked (%s)", err);
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "busy: the flush reports it");
+    sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(other);
+    tap_is_int(sqlite_rows(dir, 1), 1, "busy: job 1 is still stored");
+    tap_is_int(add_job(ops, st, 3, 3, "three", err), DSJOB_OK, "busy: the lock gone, adds work");
+    tap_is_int(ops->flush(st, err), DSJOB_OK, "busy: and commit");
+    tap_ok(replay_all(ops, st, &s) && s.n == 1 && s.ids[0] == 3,
+           "busy: job 3 only: the pending remove of job 1 went with it");
+    ops->close(st);
+done:
+    seen_release(&s);
+    case_done(dir);
+    free(path);
+}
+
+/* A replay callback that copies function settings out; stops after stop_after if set. */
+struct fseen {
+    int n, stop_after;
+    char names[4][16];
+    uint32_t retries[4];
+};
+
+static int
+collect_func(const struct store_func *sf, void *arg)
+{
+    struct fseen *fs = arg;
+
+    if (fs->n < 4) {
+        snprintf(fs->names[fs->n], sizeof(fs->names[0]), "%.*s", (int)sf->name_len, sf->name);
+        fs->retries[fs->n] = sf->retries;
+    }
+    fs->n++;
+    return fs->stop_after != 0 && fs->n >= fs->stop_after;
+}
+
+/*
+ * Function settings: set, replaced, forgotten when all zero; a replay that
+ * its callback stops is not an error; a row with a NULL name (a hand-edited
+ * file) comes back as the empty name rather than crashing the replay.
+ */
+static void
+test_funcs(void)
+{
+    char *dir = case_dir("funcs");
+    char *path = path_in(dir, "dsjobd.db");
+    struct store_func a = {.name = "a", .name_len = 1, .retries = 3, .backoff_base_ms = 10};
+    struct store_func b = {.name = "b", .name_len = 1, .retries = 5, .backoff_max_ms = 99};
+    struct store_func gone = {.name = "a", .name_len = 1};
+    char err[STORE_ERRLEN] = "";
+    struct fseen fs = {0};
+    struct store *st;
+
+    st = open_dir(dir, err);
+    if (!tap_ok(st != NULL, "funcs: open"))
+        goto done;
+    tap_ok(ops->set_func(st, &a, err) == DSJOB_OK && ops->set_func(st, &b, err) == DSJOB_OK &&
+               ops->flush(st, err) == DSJOB_OK,
+           "funcs: two functions' settings stored");
+    b.retries = 7;
+    tap_ok(ops->set_func(st, &b, err) == DSJOB_OK && ops->set_func(st, &gone, err) == DSJOB_OK &&
+               ops->flush(st, err) == DSJOB_OK,
+           "funcs: b changed, a set to all zero");
+    tap_is_int(ops->replay_funcs(st, collect_func, &fs, err), DSJOB_OK, "funcs: replay");
+    tap_ok(fs.n == 1 && strcmp(fs.names[0], "b") == 0 && fs.retries[0] == 7,
+           "funcs: only b is left, with its new retries (%d rows)", fs.n);
+    /* No retries but a backoff is still a setting worth keeping. */
+    b.retries = 0;
+    gone.backoff_base_ms = 5;
+    tap_ok(ops->set_func(st, &b, err) == DSJOB_OK && ops->set_func(st, &gone, err) == DSJOB_OK &&
+               ops->flush(st, err) == DSJOB_OK,
+           "funcs: a and b with a backoff but no retries");
+    memset(&fs, 0, sizeof(fs));
+    tap_ok(ops->replay_funcs(st, collect_func, &fs, err) == DSJOB_OK && fs.n == 2 &&
+               strcmp(fs.names[0], "a") == 0 && strcmp(fs.names[1], "b") == 0,
+           "funcs: both are kept (%d rows)", fs.n);
+    gone.backoff_base_ms = 0;
+    tap_ok(ops->set_func(st, &gone, err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "funcs: a forgotten again");
+    ops->close(st);
+    exec_on(path,
+            "INSERT INTO funcs VALUES ('c', 1, 0, 0); INSERT INTO funcs VALUES (NULL, 2, 0, 0)");
+    st = open_dir(dir, err);
+    memset(&fs, 0, sizeof(fs));
+    tap_ok(st != NULL && ops->replay_funcs(st, collect_func, &fs, err) == DSJOB_OK && fs.n == 3 &&
+               strcmp(fs.names[0], "") == 0 && fs.retries[0] == 2,
+           "funcs: a NULL name replays as the empty name (%d rows)", fs.n);
+    memset(&fs, 0, sizeof(fs));
+    fs.stop_after = 1;
+    tap_ok(st != NULL && ops->replay_funcs(st, collect_func, &fs, err) == DSJOB_OK && fs.n == 1,
+           "funcs: a callback may stop the replay");
+    ops->close(st);
+done:
+    case_done(dir);
+    free(path);
+}
+
+/*
+ * Rows are updated in place (the state of a job that failed, died or
+ * kept a result); an update in a batch that already failed is refused at
+ * once, and one that does not fit fails its batch.
+ */
+static void
+test_update(void)
+{
+    char *dir = case_dir("update");
+    char err[STORE_ERRLEN] = "";
+    struct store_func f = {.name = "f", .name_len = 1, .retries = 1};
+    struct seen s = {0};
+    struct tjob tj;
+    struct store *st;
+    char *big = big_payload();
+
+    st = open_dir(dir, err);
+    if (!tap_ok(st != NULL, "update: open"))
+        goto done;
+    tap_ok(add_job(ops, st, 1, 1, "one", err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "update: job 1 stored");
+    tjob_init(&tj, 1, 1, "one", 3);
+    tj.sj.state = STORE_DEAD;
+    tj.sj.attempts = 4;
+    tj.sj.result = "why";
+    tj.sj.result_len = 3;
+    tap_ok(ops->update(st, &tj.sj, err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "update: job 1 rewritten as dead");
+    tap_ok(replay_all(ops, st, &s) && s.n == 1 && s.copies[0].sj.state == STORE_DEAD &&
+               s.copies[0].sj.attempts == 4 && s.copies[0].sj.result_len == 3,
+           "update: it replays dead, with its attempts and its result");
+    tjob_init(&tj, 1, 1, "one", 3);
+    tj.sj.handle_len = (size_t)INT_MAX + 1;
+    tap_is_int(ops->update(st, &tj.sj, err), DSJOB_ERR_STORE,
+               "update: a field over INT_MAX bytes is refused");
+    tap_ok(has(err, "too big"), "update: as too big (%s)", err);
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "update: and sinks its batch");
+    f.name_len = (size_t)INT_MAX + 1;
+    tap_is_int(ops->set_func(st, &f, err), DSJOB_ERR_STORE,
+               "update: so does a function name over INT_MAX bytes");
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "update: in its batch");
+    f.name_len = 1;
+    tap_ok(store_sqlite_test_limit_pages(st, 1) > 0, "update: the disk is full");
+    {
+        struct store_func huge = {.name = big, .name_len = BIG_LEN, .retries = 1};
+
+        tap_is_int(ops->set_func(st, &huge, err), DSJOB_ERR_STORE,
+                   "update: a setting that does not fit fails");
+        tap_ok(has(err, "cannot set a function's settings in store '"), "update: and says so (%s)",
+               err);
+        tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "update: its batch fails");
+    }
+    tjob_init(&tj, 1, 1, big, BIG_LEN);
+    tap_is_int(ops->update(st, &tj.sj, err), DSJOB_ERR_STORE, "update: a 1 MiB rewrite fails");
+    tap_ok(has(err, "cannot update job in store '"), "update: and says so (%s)", err);
+    tjob_init(&tj, 1, 1, "x", 1);
+    tap_is_int(ops->update(st, &tj.sj, err), DSJOB_ERR_STORE,
+               "update: a later one in the failed batch is refused at once");
+    tap_is_int(ops->set_func(st, &f, err), DSJOB_ERR_STORE, "update: so is a function's setting");
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "update: the batch fails");
+    store_sqlite_test_limit_pages(st, 1L << 30);
+    tap_ok(replay_all(ops, st, &s) && s.n == 1 && s.copies[0].sj.state == STORE_DEAD &&
+               s.copies[0].sj.data_len == 3,
+           "update: the job is as it was before the failed batch");
+    ops->close(st);
+done:
+    seen_release(&s);
+    free(big);
+    case_done(dir);
+}
+
+/*
+ * A field longer than SQLite can bind (over INT_MAX bytes; the protocol's
+ * limits keep the server far below) fails the add with "too big" and
+ * sinks only its batch. The length is checked before the bytes are read.
+ */
+static void
+test_too_big(void)
+{
+    char *dir = case_dir("toobig");
+    char err[STORE_ERRLEN] = "";
+    struct seen s = {0};
+    struct tjob tj;
+    struct store *st;
+
+    st = open_dir(dir, err);
+    if (!tap_ok(st != NULL, "too big: open"))
+        goto done;
+    tjob_init(&tj, 1, 1, "x", 1);
+    tj.sj.handle_len = (size_t)INT_MAX + 1;
+    tap_is_int(ops->add(st, &tj.sj, err), DSJOB_ERR_STORE, "too big: the add is refused");
+    tap_ok(has(err, "too big"), "too big: as too big (%s)", err);
+    tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "too big: its batch fails");
+    tap_ok(add_job(ops, st, 2, 2, "two", err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "too big: the next batch works");
+    tap_ok(replay_all(ops, st, &s) && s.n == 1 && s.ids[0] == 2, "too big: only job 2 is stored");
+    ops->close(st);
+done:
+    seen_release(&s);
+    case_done(dir);
+}
+
+/*
+ * A file damaged past its first page opens (only the header and schema
+ * are read then) but cannot be replayed: the replay fails naming the file
+ * and sqlite's reason, and the server refuses to start rather than run
+ * with part of its jobs. The same for the function settings.
+ */
+static void
+test_corrupt_rows(const char *table)
+{
+    char *dir = case_dir("corruptrows");
+    char *path = path_in(dir, "dsjobd.db");
+    char err[STORE_ERRLEN] = "";
+    struct seen s = {0};
+    struct fseen fs = {0};
+    struct store *st;
+    unsigned char junk[4096];
+    int i, fd, rc;
+    off_t size;
+    bool jobs = strcmp(table, "jobs") == 0;
+
+    st = open_dir(dir, err);
+    if (!tap_ok(st != NULL, "corrupt %s: open", table))
+        goto done;
+    for (i = 1; i <= 200; i++) {
+        char name[32];
+        struct store_func sf = {.name = name, .retries = 1};
+
+        snprintf(name, sizeof(name), "function-number-%03d", i);
+        sf.name_len = strlen(name);
+        if (jobs)
+            rc = add_job(ops, st, (uint64_t)i, (uint64_t)i, "some data for a row of its own", err);
+        else
+            rc = ops->set_func(st, &sf, err);
+        if (rc != DSJOB_OK)
+            tap_bail("corrupt %s: cannot fill: %s", table, err);
+    }
+    tap_is_int(ops->flush(st, err), DSJOB_OK, "corrupt %s: 200 rows stored", table);
+    ops->close(st); /* the last connection checkpoints the wal into the file */
+    memset(junk, 0xa5, sizeof(junk));
+    fd = open(path, O_WRONLY);
+    size = fd < 0 ? 0 : lseek(fd, 0, SEEK_END);
+    /* Every page past the schema's (1 to 4: sqlite_master, jobs, funcs, its index). */
+    for (i = 4; fd >= 0 && (off_t)(i + 1) * 4096 <= size; i++)
+        if (pwrite(fd, junk, sizeof(junk), (off_t)i * 4096) != (ssize_t)sizeof(junk))
+            break;
+    tap_ok(fd >= 0 && size >= 8 * 4096 && i > 4, "corrupt %s: pages 5 to %d overwritten", table, i);
+    if (fd >= 0)
+        close(fd);
+    st = open_dir(dir, err);
+    tap_ok(st != NULL, "corrupt %s: the file still opens", table);
+    if (st != NULL && jobs)
+        rc = ops->replay(st, collect, &s, err);
+    else if (st != NULL)
+        rc = ops->replay_funcs(st, collect_func, &fs, err);
+    tap_is_int(rc, DSJOB_ERR_STORE, "corrupt %s: the replay fails", table);
+    tap_ok(has(err, "cannot read store '") && has(err, path) && has(err, "malformed"),
+           "corrupt %s: naming the file and why (%s)", table, err);
+    if (st != NULL && jobs) {
+        /* Finding the row to delete reads the damaged pages too. */
+        tap_is_int(ops->remove(st, 150, err), DSJOB_OK, "corrupt jobs: a remove is remembered");
+        tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "corrupt jobs: its commit fails");
+        tap_ok(has(err, "cannot remove job from store '") && has(err, "malformed"),
+               "corrupt jobs: saying why (%s)", err);
+        tap_is_int(add_job(ops, st, 300, 300, "x", err), DSJOB_ERR_STORE,
+                   "corrupt jobs: the next batch, which deletes it first, fails too");
+        tap_is_int(ops->flush(st, err), DSJOB_ERR_STORE, "corrupt jobs: and is not committed");
+    }
+    ops->close(st);
+done:
+    seen_release(&s);
+    case_done(dir);
+    free(path);
+}
+
+/*
+ * I/O errors at open, through the test VFS: the nth write, sync or open
+ * fails, for every n that open reaches, on a fresh file and on a version
+ * 1 file being upgraded. Each open either works or fails naming the file;
+ * a failed one leaves a file that a later open (without errors) takes,
+ * with the version 1 job still in it.
+ */
+static void
+sweep_open(const char *dir, bool v1, enum cutvfs_op op, const char *opname)
+{
+    char *path = path_in(dir, "dsjobd.db");
+    char *wal = path_in(dir, "dsjobd.db-wal");
+    char *shm = path_in(dir, "dsjobd.db-shm");
+    struct store_config cfg = {.work_dir = dir, .sync = 2};
+    const char *what = v1 ? "version 1" : "fresh";
+    int n, failed = 0, named = 0, reopened = 0, kept = 0;
+    uint64_t base;
+    char err[STORE_ERRLEN];
+
+    for (n = 1; n <= 40; n++) {
+        struct store *st = NULL;
+        struct seen s = {0};
+        int rc;
+
+        unlink(path), unlink(wal), unlink(shm);
+        if (v1 && !exec_on(path, V1_SQL))
+            tap_bail("cannot make a version 1 file");
+        base = cutvfs_count(op);
+        cutvfs_fail(op, base + (uint64_t)n, 1,
+                    op == CUTVFS_OPEN ? SQLITE_CANTOPEN : SQLITE_IOERR_WRITE);
+        rc = ops->open(&st, &cfg, err);
+        cutvfs_fail(op, 0, 0, 0);
+        if (rc == DSJOB_OK) {
+            ops->close(st);
+            if (cutvfs_count(op) - base < (uint64_t)n)
+                break; /* open needs fewer than n: every one was failed once */
+            continue;
+        }
+        failed++;
+        named += has(err, path);
+        st = NULL;
+        if (ops->open(&st, &cfg, err) == DSJOB_OK) {
+            reopened++;
+            kept += !v1 || (replay_all(ops, st, &s) && s.n == 1 && s.ids[0] == 7);
+            ops->close(st);
+        } else {
+            tap_diag("%s, %s %d: reopen: %s", what, opname, n, err);
+        }
+        seen_release(&s);
+    }
+    tap_ok(failed > 0, "open sweep, %s, %s: %d opens failed", what, opname, failed);
+    tap_is_int(named, failed, "open sweep, %s, %s: each failure names the file", what, opname);
+    tap_is_int(reopened, failed, "open sweep, %s, %s: and a later open works", what, opname);
+    tap_is_int(kept, failed, "open sweep, %s, %s: with the stored job kept", what, opname);
+    free(path), free(wal), free(shm);
+}
+
+static void
+test_open_sweep(void)
+{
+    char *dir = case_dir("sweep");
+    char *log = path_in(dir, "cutvfs.log");
+
+    if (cutvfs_register(log) != 0)
+        tap_bail("cutvfs_register: %s", strerror(errno));
+    cutvfs_skip_fsync(true);
+    sweep_open(dir, false, CUTVFS_WRITE, "write");
+    sweep_open(dir, false, CUTVFS_SYNC, "sync");
+    sweep_open(dir, false, CUTVFS_OPEN, "open");
+    sweep_open(dir, true, CUTVFS_WRITE, "write");
+    sweep_open(dir, true, CUTVFS_SYNC, "sync");
+    sweep_open(dir, true, CUTVFS_OPEN, "open");
+    case_done(dir);
+    free(log);
+}
+
 int
 main(void)
 {
@@ -378,6 +951,18 @@ main(void)
     test_corrupt();
     test_paths();
     test_readonly();
+    test_negative_version();
     test_full();
+    test_bad_schema();
+    test_not_wal();
+    test_path_forms();
+    test_locked();
+    test_busy();
+    test_funcs();
+    test_update();
+    test_too_big();
+    test_corrupt_rows("jobs");
+    test_corrupt_rows("funcs");
+    test_open_sweep(); /* last: the test VFS stays registered */
     return tap_done();
 }
