@@ -7,7 +7,10 @@
  * (of chunks, the head and the job records alike) starts with "dsj" and a
  * format version byte, so that keys of something else under the prefix,
  * or of a newer dsjobd, are refused rather than misread. Integers are
- * little-endian.
+ * little-endian. The job records and the function settings count their
+ * format versions apart (JOB_FORMAT_VERSION and FUNCS_FORMAT_VERSION in
+ * store_memcached.c, each with its own change procedure); the version
+ * here is the head's and the chunks'.
  *
  *   head:  "dsj", version, first (8 bytes), next (8 bytes): chunks
  *          first..next-1 are live.

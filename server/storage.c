@@ -581,6 +581,7 @@ writer_main(void *arg)
         for (op = b->ops; op != NULL; op = op->next) {
             int rc = DSJOB_OK;
 
+            op->why[0] = '\0'; /* an update may say something even when it works */
             switch (op->kind) {
             case STORE_OP_ADD: rc = sg->ops->add(sg->st, &op->sj, op->why); break;
             case STORE_OP_UPDATE: rc = sg->ops->update(sg->st, &op->sj, op->why); break;
@@ -659,10 +660,14 @@ batch_finish(struct srv *srv)
             evtimer_add(sg->flush_ev, &retry);
         }
     }
-    for (op = b->ops; op != NULL; op = op->next)
+    for (op = b->ops; op != NULL; op = op->next) {
         if (op->failed && op->kind == STORE_OP_ADD)
             log_err(&srv->log, "store: job %.*s refused: %s", (int)op->sj.handle_len, op->sj.handle,
                     op->why);
+        else if (b->ok && !op->failed && op->kind == STORE_OP_UPDATE && op->why[0] != '\0')
+            log_warn(&srv->log, "store: job %.*s: %s", (int)op->sj.handle_len, op->sj.handle,
+                     op->why);
+    }
     while ((a = TAILQ_FIRST(&b->acks)) != NULL) {
         struct conn *c = a->client;
 

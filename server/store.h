@@ -127,7 +127,10 @@ struct store_ops {
      * every field but id, seq, handle and func may have changed. Like
      * remove, a failed batch loses it (the server makes it again); unlike
      * remove, an update of an id that is not stored is not an error either
-     * (the job is then not stored, as before).
+     * (the job is then not stored, as before). A backend that cannot keep
+     * all of sj->result (memcached: a record must fit in an item) keeps its
+     * first bytes and returns DSJOB_OK with a message in err, which the
+     * server logs; otherwise err is left as it was on DSJOB_OK.
      */
     int (*update)(struct store *st, const struct store_job *sj, char *err);
     /* set_func: put a function's settings in the open batch (all zero: forget them). */

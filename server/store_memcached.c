@@ -16,16 +16,20 @@
  *
  *   P:job:<id>    one job record: every field of struct store_job,
  *                 length-prefixed (see encode_job), format version first.
+ *                 An update rewrites it whole.
  *   P:batch:<n>   an index chunk: the ids one flush added, then the ids it
  *                 removed. Replaying chunks first..next-1 in order (adds,
  *                 then removes, chunk by chunk) gives the live ids.
  *   P:head        the range of live chunks: first and next.
+ *   P:funcs       every function's settings (set_func), in one value that
+ *                 a flush rewrites whole (see encode_funcs).
  *
  * The index values are encoded by mcindex.c, and the live ids are kept in
  * an idset (idset.c); this file does the memcached I/O and the records.
  *
- * A flush writes its job keys, then its chunk(s) at number next, then the
- * head with next moved past them, so it costs O(batch), never O(queue).
+ * A flush writes the function settings if they changed, its job keys (adds
+ * and updates), then its chunk(s) at number next, then the head with next
+ * moved past them, so it costs O(batch), never O(queue).
  * Chunks pile up one per flush, so the store keeps the live ids in memory
  * and now and then rewrites them as fresh chunks after the old ones
  * (compaction, O(queue) but amortized over at least as many entries), then
@@ -76,14 +80,42 @@
 #define RETRY_TIMEOUT_S 1 /* a failed server is tried again after this */
 #define MGET_KEYS 500     /* keys per multi-get */
 #define COMPACT_CHUNKS 64 /* compact only once this many chunks are live */
-#define JOB_HEADER (BODY + 8 + 8 + 8 + 4 + 1)
-#define JOB_FIELDS 5 /* handle, func, unique, reducer, data */
 
-/* An add of the open batch: the encoded record, written by flush. */
-struct pending_add {
+/*
+ * A job record's format version, its own (the head and chunks have
+ * MCINDEX_FORMAT_VERSION): 1 had no lifecycle fields, 2 added them. The
+ * layouts are at encode_job. Changing one: bump JOB_FORMAT_VERSION, add
+ * the new layout's sizes below, make encode_job write only the newest and
+ * decode_job read every version up to it (the fields an older record lacks
+ * get the values a job had before they existed), and add the old layout to
+ * test_old_format in t_store_memcached.c. An older dsjobd then refuses the
+ * store at its first record of the new version, naming the key.
+ */
+#define JOB_FORMAT_VERSION 2
+#define JOB_HEADER_V1 (BODY + 8 + 8 + 8 + 4 + 1)           /* id, seq, when, prio, flag */
+#define JOB_HEADER (JOB_HEADER_V1 + 1 + 4 + 8 + 8 + 4 + 4) /* v2: then the lifecycle */
+#define JOB_FIELDS_V1 5                                    /* handle, func, unique, reducer, data */
+#define JOB_FIELDS 6                                       /* v2: then result */
+/* The function settings' format version (encode_funcs); the same rule applies. */
+#define FUNCS_FORMAT_VERSION 1
+#define FUNCS_HEADER (BODY + 4) /* P:funcs's bytes before its functions */
+#define FUNC_ENTRY 16 /* a function's fixed bytes in P:funcs: three settings, name length */
+
+/* A job key the open batch writes: a new job's record, or a stored job's new one. */
+struct pending_write {
     uint64_t id; /* the job's id */
     char *rec;   /* its record, malloc()ed */
     size_t len;  /* bytes in rec */
+    bool update; /* a rewrite of a stored job: no index entry, never deleted on failure */
+};
+
+/* A function's settings as set_func last gave them. */
+struct mc_func {
+    char *name;               /* malloc()ed, name_len bytes */
+    size_t name_len;          /* its bytes */
+    uint32_t retries;         /* struct store_func's */
+    uint32_t backoff_base_ms; /* struct store_func's */
+    uint32_t backoff_max_ms;  /* struct store_func's */
 };
 
 struct store {
@@ -97,8 +129,13 @@ struct store {
     struct idset live;            /* ids the index holds, as of the last good head */
     uint64_t since_compact;       /* index entries written since the last compaction */
     bool live_short;              /* an id did not fit in live (no memory): never compact */
-    struct pending_add *adds;     /* the open batch's adds */
-    size_t nadds, adds_cap;       /* how many, room */
+    struct pending_write *writes; /* the open batch's job keys, adds and updates */
+    size_t nwrites, writes_cap;   /* how many, room */
+    struct idset pending;         /* the ids in writes, each there once */
+    struct mc_func *funcs;        /* every function's settings, as stored once flushed */
+    size_t nfuncs, funcs_cap;     /* how many, room */
+    size_t funcs_len;             /* bytes of their encoded P:funcs value */
+    bool funcs_dirty;             /* funcs changed since P:funcs was last written */
     uint64_t *removes;            /* ids removed since the last good head */
     size_t nremoves, removes_cap; /* how many, room */
 };
@@ -124,6 +161,12 @@ static size_t
 key_job(const struct store *st, uint64_t id, char *key)
 {
     return (size_t)snprintf(key, MEMCACHED_MAX_KEY, "%s:job:%" PRIu64, st->prefix, id);
+}
+
+static size_t
+key_funcs(const struct store *st, char *key)
+{
+    return (size_t)snprintf(key, MEMCACHED_MAX_KEY, "%s:funcs", st->prefix);
 }
 
 /* server_of names the server that holds key, as host:port, into buf. */
@@ -186,7 +229,16 @@ static size_t
 job_len(const struct store_job *sj)
 {
     return JOB_HEADER + JOB_FIELDS * 4 + sj->handle_len + sj->func_len + sj->unique_len +
-           sj->reducer_len + sj->data_len;
+           sj->reducer_len + sj->data_len + sj->result_len;
+}
+
+/* fields_fit says whether every byte field's length fits the record's 4 bytes. */
+static bool
+fields_fit(const struct store_job *sj)
+{
+    return sj->handle_len <= UINT32_MAX && sj->func_len <= UINT32_MAX &&
+           sj->unique_len <= UINT32_MAX && sj->reducer_len <= UINT32_MAX &&
+           sj->data_len <= UINT32_MAX && sj->result_len <= UINT32_MAX;
 }
 
 static unsigned char *
@@ -199,45 +251,65 @@ put_field(unsigned char *p, const void *bytes, size_t len)
 }
 
 /*
- * encode_job lays a job out as: "dsj" and the version (1 byte), id, seq,
- * when (8 bytes each), prio (4), unique_is_data (1), then handle, func,
- * unique, reducer and data, each as a 4-byte length and its bytes.
- * Integers are little-endian. The head is "dsj", version, first, next; a
- * chunk is "dsj", version, the count of adds and of removes (4 bytes
- * each), then their ids (8 bytes each), adds first.
+ * encode_job lays a job out as version 2: "dsj" and the version (1 byte),
+ * id, seq, when (8 bytes each), prio (4), unique_is_data (1), state (1),
+ * attempts (4), first_fail, last_fail (8 each), numerator, denominator (4
+ * each), then handle, func, unique, reducer, data and result, each as a
+ * 4-byte length and its bytes. Version 1 stopped after unique_is_data and
+ * after data: no lifecycle fields, no result. Integers are little-endian.
+ * The head is "dsj", version, first, next; a chunk is "dsj", version, the
+ * count of adds and of removes (4 bytes each), then their ids (8 bytes
+ * each), adds first (mcindex.h).
  */
 static void
 encode_job(const struct store_job *sj, unsigned char *p)
 {
-    mcindex_put_magic(p);
+    memcpy(p, MCINDEX_MAGIC, MAGIC_LEN);
+    p[MAGIC_LEN] = JOB_FORMAT_VERSION;
     mcindex_put_u64(p + BODY, sj->id);
     mcindex_put_u64(p + BODY + 8, sj->seq);
     mcindex_put_u64(p + BODY + 16, (uint64_t)sj->when);
     mcindex_put_u32(p + BODY + 24, (uint32_t)sj->prio);
     p[BODY + 28] = sj->unique_is_data ? 1 : 0;
+    p[JOB_HEADER_V1] = (unsigned char)sj->state;
+    mcindex_put_u32(p + JOB_HEADER_V1 + 1, sj->attempts);
+    mcindex_put_u64(p + JOB_HEADER_V1 + 5, (uint64_t)sj->first_fail);
+    mcindex_put_u64(p + JOB_HEADER_V1 + 13, (uint64_t)sj->last_fail);
+    mcindex_put_u32(p + JOB_HEADER_V1 + 21, sj->numerator);
+    mcindex_put_u32(p + JOB_HEADER_V1 + 25, sj->denominator);
     p += JOB_HEADER;
     p = put_field(p, sj->handle, sj->handle_len);
     p = put_field(p, sj->func, sj->func_len);
     p = put_field(p, sj->unique, sj->unique_len);
     p = put_field(p, sj->reducer, sj->reducer_len);
-    put_field(p, sj->data, sj->data_len);
+    p = put_field(p, sj->data, sj->data_len);
+    put_field(p, sj->result, sj->result_len);
 }
 
-/* decode_job is encode_job backwards; sj points into rec. -1 if rec is not
- * a record, -2 if newer. */
+/*
+ * decode_job is encode_job backwards, for every version up to this one's;
+ * sj points into rec. A version 1 record is a live job that never failed.
+ * -1 if rec is not a record, -2 if newer.
+ */
 static int
 decode_job(const unsigned char *rec, size_t len, struct store_job *sj)
 {
-    const void *field[JOB_FIELDS];
-    size_t flen[JOB_FIELDS], off = JOB_HEADER, i;
+    const void *field[JOB_FIELDS] = {"", "", "", "", "", ""};
+    size_t flen[JOB_FIELDS] = {0}, off, nfields, i;
+    int version;
 
-    int rc = mcindex_check_magic(rec, len);
-
-    if (rc != 0)
-        return rc;
-    if (len < JOB_HEADER)
+    if (len < BODY || memcmp(rec, MCINDEX_MAGIC, MAGIC_LEN) != 0)
         return -1;
-    for (i = 0; i < JOB_FIELDS; i++) {
+    version = rec[MAGIC_LEN];
+    if (version > JOB_FORMAT_VERSION)
+        return -2;
+    if (version < 1)
+        return -1;
+    off = version == 1 ? JOB_HEADER_V1 : JOB_HEADER;
+    nfields = version == 1 ? JOB_FIELDS_V1 : JOB_FIELDS;
+    if (len < off)
+        return -1;
+    for (i = 0; i < nfields; i++) {
         if (len - off < 4)
             return -1;
         flen[i] = mcindex_get_u32(rec + off);
@@ -255,12 +327,131 @@ decode_job(const unsigned char *rec, size_t len, struct store_job *sj)
     sj->when = (int64_t)mcindex_get_u64(rec + BODY + 16);
     sj->prio = (int)(int32_t)mcindex_get_u32(rec + BODY + 24);
     sj->unique_is_data = rec[BODY + 28] != 0;
+    sj->state = STORE_LIVE;
+    if (version >= 2) {
+        sj->state = rec[JOB_HEADER_V1];
+        sj->attempts = mcindex_get_u32(rec + JOB_HEADER_V1 + 1);
+        sj->first_fail = (int64_t)mcindex_get_u64(rec + JOB_HEADER_V1 + 5);
+        sj->last_fail = (int64_t)mcindex_get_u64(rec + JOB_HEADER_V1 + 13);
+        sj->numerator = mcindex_get_u32(rec + JOB_HEADER_V1 + 21);
+        sj->denominator = mcindex_get_u32(rec + JOB_HEADER_V1 + 25);
+    }
     sj->handle = field[0], sj->handle_len = flen[0];
     sj->func = field[1], sj->func_len = flen[1];
     sj->unique = field[2], sj->unique_len = flen[2];
     sj->reducer = field[3], sj->reducer_len = flen[3];
     sj->data = field[4], sj->data_len = flen[4];
+    sj->result = field[5], sj->result_len = flen[5];
     return 0;
+}
+
+/*
+ * The function settings, P:funcs: "dsj", FUNCS_FORMAT_VERSION (1 byte),
+ * the count of functions (4 bytes), then per function retries,
+ * backoff_base_ms, backoff_max_ms and the name's length (4 bytes each),
+ * and the name's bytes. One value for all functions, so that one set
+ * replaces them all at once: a crash leaves the old settings or the new,
+ * never some of each. Changing it: as for a job record (JOB_FORMAT_VERSION).
+ */
+static void
+encode_funcs(const struct store *st, unsigned char *p)
+{
+    size_t i;
+
+    memcpy(p, MCINDEX_MAGIC, MAGIC_LEN);
+    p[MAGIC_LEN] = FUNCS_FORMAT_VERSION;
+    mcindex_put_u32(p + BODY, (uint32_t)st->nfuncs);
+    p += FUNCS_HEADER;
+    for (i = 0; i < st->nfuncs; i++) {
+        const struct mc_func *f = &st->funcs[i];
+
+        mcindex_put_u32(p, f->retries);
+        mcindex_put_u32(p + 4, f->backoff_base_ms);
+        mcindex_put_u32(p + 8, f->backoff_max_ms);
+        p = put_field(p + 12, f->name, f->name_len);
+    }
+}
+
+/* func_put sets (or, all zero, forgets) name's settings in st->funcs: 0, or -1 out of memory. */
+static int
+func_put(struct store *st, const struct store_func *sf)
+{
+    bool forget = sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0;
+    struct mc_func *f = NULL, *grown;
+    size_t i, cap;
+
+    for (i = 0; i < st->nfuncs; i++)
+        if (st->funcs[i].name_len == sf->name_len &&
+            memcmp(st->funcs[i].name, sf->name, sf->name_len) == 0)
+            f = &st->funcs[i];
+    if (f == NULL && forget)
+        return 0;
+    if (f != NULL && forget) {
+        st->funcs_len -= FUNC_ENTRY + f->name_len;
+        free(f->name);
+        *f = st->funcs[--st->nfuncs]; /* order does not matter */
+        return 0;
+    }
+    if (f == NULL) {
+        if (st->nfuncs == st->funcs_cap) {
+            cap = st->funcs_cap ? st->funcs_cap * 2 : 8;
+            grown = realloc(st->funcs, cap * sizeof(*grown));
+            if (grown == NULL)
+                return -1;
+            st->funcs = grown;
+            st->funcs_cap = cap;
+        }
+        f = &st->funcs[st->nfuncs];
+        f->name = malloc(sf->name_len + 1);
+        if (f->name == NULL)
+            return -1;
+        if (sf->name_len > 0)
+            memcpy(f->name, sf->name, sf->name_len);
+        f->name_len = sf->name_len;
+        st->nfuncs++;
+        st->funcs_len += FUNC_ENTRY + f->name_len;
+    }
+    f->retries = sf->retries;
+    f->backoff_base_ms = sf->backoff_base_ms;
+    f->backoff_max_ms = sf->backoff_max_ms;
+    return 0;
+}
+
+/*
+ * decode_funcs fills st->funcs from a P:funcs value: 0; -1 if it is not
+ * one, -2 if it is newer, -3 if out of memory.
+ */
+static int
+decode_funcs(struct store *st, const unsigned char *v, size_t len)
+{
+    struct store_func sf;
+    size_t off = FUNCS_HEADER;
+    uint32_t n, i;
+
+    if (len < BODY || memcmp(v, MCINDEX_MAGIC, MAGIC_LEN) != 0)
+        return -1;
+    if (v[MAGIC_LEN] > FUNCS_FORMAT_VERSION)
+        return -2;
+    if (v[MAGIC_LEN] < 1 || len < off)
+        return -1;
+    n = mcindex_get_u32(v + BODY);
+    for (i = 0; i < n; i++) {
+        if (len - off < FUNC_ENTRY)
+            return -1;
+        memset(&sf, 0, sizeof(sf));
+        sf.retries = mcindex_get_u32(v + off);
+        sf.backoff_base_ms = mcindex_get_u32(v + off + 4);
+        sf.backoff_max_ms = mcindex_get_u32(v + off + 8);
+        sf.name_len = mcindex_get_u32(v + off + 12);
+        off += FUNC_ENTRY;
+        if (len - off < sf.name_len)
+            return -1;
+        sf.name = (const char *)v + off;
+        off += sf.name_len;
+        if (func_put(st, &sf) != 0)
+            return -3;
+    }
+    return off == len ? 0 : -1;
 }
 
 /* ---- the head and the chunks ---- */
@@ -492,6 +683,67 @@ free_bufs:
     return ret;
 }
 
+/* load_funcs reads P:funcs into st->funcs; no key is no settings. */
+static int
+load_funcs(struct store *st, char *err)
+{
+    char key[MEMCACHED_MAX_KEY], server[300];
+    memcached_return_t rc;
+    size_t keylen = key_funcs(st, key), len;
+    uint32_t flags;
+    unsigned char *v;
+    int ret = DSJOB_OK;
+
+    st->funcs_len = FUNCS_HEADER;
+    v = (unsigned char *)memcached_get(st->mc, key, keylen, &len, &flags, &rc);
+    if (rc == MEMCACHED_NOTFOUND)
+        return DSJOB_OK;
+    if (rc != MEMCACHED_SUCCESS)
+        return fail_on(st, err, "read function settings from", key, keylen, rc);
+    server_of(st, key, keylen, server, sizeof(server));
+    switch (decode_funcs(st, v, len)) {
+    case 0: break;
+    case -3:
+        ret = store_say(err, DSJOB_ERR_NOMEM, "cannot open memcached store: out of memory");
+        break;
+    case -2:
+        ret =
+            store_say(err, DSJOB_ERR_STORE,
+                      "cannot open memcached store: key '%s' on server '%s' has format version %u, "
+                      "newer than this dsjobd's %d",
+                      key, server, v[MAGIC_LEN], FUNCS_FORMAT_VERSION);
+        break;
+    default:
+        ret = store_say(err, DSJOB_ERR_STORE,
+                        "cannot open memcached store: key '%s' on server '%s' is not a dsjob "
+                        "function settings record",
+                        key, server);
+    }
+    free(v);
+    return ret;
+}
+
+/* write_funcs sets P:funcs to every function's settings, waiting for the reply. */
+static int
+write_funcs(struct store *st, char *err)
+{
+    char key[MEMCACHED_MAX_KEY];
+    size_t keylen = key_funcs(st, key);
+    memcached_return_t rc;
+    unsigned char *v;
+
+    v = malloc(st->funcs_len);
+    if (v == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
+    encode_funcs(st, v);
+    rc = memcached_set(st->mc, key, keylen, (const char *)v, st->funcs_len, 0, 0);
+    free(v);
+    if (rc != MEMCACHED_SUCCESS)
+        return fail_on(st, err, "write function settings to", key, keylen, rc);
+    st->funcs_dirty = false;
+    return DSJOB_OK;
+}
+
 /*
  * delete_quietly deletes keys without waiting for replies (noreply,
  * buffered): for garbage that nothing refers to any more, so a delete that
@@ -708,11 +960,15 @@ free_store(struct store *st)
 {
     size_t i;
 
-    for (i = 0; i < st->nadds; i++)
-        free(st->adds[i].rec);
-    free(st->adds);
+    for (i = 0; i < st->nwrites; i++)
+        free(st->writes[i].rec);
+    free(st->writes);
     free(st->removes);
     idset_release(&st->live);
+    idset_release(&st->pending);
+    for (i = 0; i < st->nfuncs; i++)
+        free(st->funcs[i].name);
+    free(st->funcs);
     if (st->mc != NULL)
         memcached_free(st->mc);
     free(st->servers);
@@ -757,6 +1013,8 @@ mc_open(struct store **out, const struct store_config *cfg, char *err)
     rc = read_head(st, err);
     if (rc == DSJOB_OK)
         rc = load_index(st, err);
+    if (rc == DSJOB_OK)
+        rc = load_funcs(st, err);
     if (rc != DSJOB_OK)
         goto fail;
     if (st->next - st->first > 1)
@@ -770,6 +1028,24 @@ fail:
 
 /* ---- the batch ---- */
 
+/* pending_slot gives room for one more write in the batch, or NULL if out of memory. */
+static struct pending_write *
+pending_slot(struct store *st)
+{
+    struct pending_write *grown;
+    size_t cap;
+
+    if (st->nwrites == st->writes_cap) {
+        cap = st->writes_cap ? st->writes_cap * 2 : 64;
+        grown = realloc(st->writes, cap * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        st->writes = grown;
+        st->writes_cap = cap;
+    }
+    return &st->writes[st->nwrites];
+}
+
 /*
  * add: encode the job now (the caller's pointers are borrowed) and keep it
  * for flush. A record memcached would refuse is refused here, so the rest
@@ -779,42 +1055,109 @@ static int
 mc_add(struct store *st, const struct store_job *sj, char *err)
 {
     char key[MEMCACHED_MAX_KEY], server[300];
-    struct pending_add *grown, *pa;
-    size_t len = job_len(sj), keylen, cap;
+    struct pending_write *pw;
+    size_t len = job_len(sj), keylen;
 
     keylen = key_job(st, sj->id, key);
-    if (len + keylen + ITEM_OVERHEAD > st->item_max || sj->handle_len > UINT32_MAX ||
-        sj->func_len > UINT32_MAX || sj->unique_len > UINT32_MAX || sj->reducer_len > UINT32_MAX ||
-        sj->data_len > UINT32_MAX)
+    if (len + keylen + ITEM_OVERHEAD > st->item_max || !fields_fit(sj))
         return store_say(
             err, DSJOB_ERR_STORE,
             "cannot add job %" PRIu64 " to memcached server '%s': its record of %zu bytes "
             "is larger than memcached's item size (%zu bytes, memcached -I)",
             sj->id, server_of(st, key, keylen, server, sizeof(server)), len, st->item_max);
-    if (idset_has(&st->live, sj->id))
+    if (idset_has(&st->live, sj->id) || idset_has(&st->pending, sj->id))
         return store_say(err, DSJOB_ERR_STORE,
                          "cannot add job %" PRIu64 " to memcached store: that id is already stored",
                          sj->id);
-    if (st->nadds == st->adds_cap) {
-        cap = st->adds_cap ? st->adds_cap * 2 : 64;
-        grown = realloc(st->adds, cap * sizeof(*grown));
-        if (grown == NULL)
-            goto nomem;
-        st->adds = grown;
-        st->adds_cap = cap;
-    }
-    pa = &st->adds[st->nadds];
-    pa->rec = malloc(len);
-    if (pa->rec == NULL)
+    pw = pending_slot(st);
+    if (pw == NULL || (pw->rec = malloc(len)) == NULL)
         goto nomem;
-    encode_job(sj, (unsigned char *)pa->rec);
-    pa->id = sj->id;
-    pa->len = len;
-    st->nadds++;
+    if (idset_add(&st->pending, sj->id) != 0) {
+        free(pw->rec);
+        goto nomem;
+    }
+    encode_job(sj, (unsigned char *)pw->rec);
+    pw->id = sj->id;
+    pw->len = len;
+    pw->update = false;
+    st->nwrites++;
     return DSJOB_OK;
 nomem:
     return store_say(err, DSJOB_ERR_NOMEM,
                      "cannot add job %" PRIu64 " to memcached store: out of memory", sj->id);
+}
+
+/*
+ * update: encode the job's new record and keep it for flush, which writes
+ * it with the adds. An id that is neither in the index nor added in this
+ * batch is not stored: nothing is written (no stray key). A job written
+ * twice in one batch is written once, with its last record, so that the
+ * read-back of a flush never sees a key hold a record it did not expect.
+ * A record too large for an item loses the tail of its result: it keeps
+ * its first bytes, as --max-result-size does, and err says so (DSJOB_OK).
+ */
+static int
+mc_update(struct store *st, const struct store_job *sj, char *err)
+{
+    char key[MEMCACHED_MAX_KEY], server[300];
+    struct pending_write *pw = NULL;
+    struct store_job cut;
+    size_t keylen, len, room, fixed, i;
+    char *rec;
+
+    if (!idset_has(&st->pending, sj->id) && !idset_has(&st->live, sj->id) && !st->live_short)
+        return DSJOB_OK;
+    keylen = key_job(st, sj->id, key);
+    room = st->item_max - ITEM_OVERHEAD - keylen;
+    len = job_len(sj);
+    fixed = len - sj->result_len;
+    if (fixed > room)
+        return store_say(err, DSJOB_ERR_STORE,
+                         "cannot update job %" PRIu64 " in memcached server '%s': its record "
+                         "of %zu bytes without a result is larger than memcached's item size "
+                         "(%zu bytes, memcached -I)",
+                         sj->id, server_of(st, key, keylen, server, sizeof(server)), fixed,
+                         st->item_max);
+    if (len > room) {
+        cut = *sj;
+        cut.result_len = room - fixed;
+        store_say(err, DSJOB_OK,
+                  "kept %zu of the %zu result bytes of job %" PRIu64 " in memcached server "
+                  "'%s': its record must fit memcached's item size (%zu bytes, memcached -I); "
+                  "a --max-result-size of %zu or less keeps them whole",
+                  cut.result_len, sj->result_len, sj->id,
+                  server_of(st, key, keylen, server, sizeof(server)), st->item_max, cut.result_len);
+        sj = &cut;
+        len = job_len(sj);
+    }
+    rec = malloc(len);
+    if (rec == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM,
+                         "cannot update job %" PRIu64 " in memcached store: out of memory", sj->id);
+    if (idset_has(&st->pending, sj->id)) {
+        /* Rare (a job that ends in the batch that added it): look from the newest. */
+        for (i = st->nwrites; i-- > 0 && pw == NULL;)
+            if (st->writes[i].id == sj->id)
+                pw = &st->writes[i];
+    }
+    if (pw != NULL) {
+        free(pw->rec); /* keeps its kind: an add stays an add */
+    } else {
+        pw = pending_slot(st);
+        if (pw == NULL || idset_add(&st->pending, sj->id) != 0) {
+            free(rec);
+            return store_say(err, DSJOB_ERR_NOMEM,
+                             "cannot update job %" PRIu64 " in memcached store: out of memory",
+                             sj->id);
+        }
+        pw->id = sj->id;
+        pw->update = true;
+        st->nwrites++;
+    }
+    encode_job(sj, (unsigned char *)rec);
+    pw->rec = rec;
+    pw->len = len;
+    return DSJOB_OK;
 }
 
 /* remove: kept until a head covers it; DSJOB_OK even if the last flush failed. */
@@ -827,14 +1170,87 @@ mc_remove(struct store *st, uint64_t id, char *err)
     return DSJOB_OK;
 }
 
+/* func_name writes name's first 64 bytes into buf for a message, unprintable ones as \xNN. */
+static const char *
+func_name(const char *name, size_t len, char *buf, size_t size)
+{
+    size_t i, at = 0;
+
+    for (i = 0; i < len && i < 64 && at + 5 < size; i++) {
+        unsigned char c = (unsigned char)name[i];
+
+        if (c > ' ' && c < 0x7f && c != '\\')
+            buf[at++] = (char)c;
+        else
+            at += (size_t)snprintf(buf + at, size - at, "\\x%02x", c);
+    }
+    buf[at] = '\0';
+    return buf;
+}
+
+/*
+ * set_func: change the settings in memory; the next flush that works
+ * writes P:funcs whole, so a failed flush loses nothing. Refused if all
+ * the functions' settings would no longer fit in one item.
+ */
+static int
+mc_set_func(struct store *st, const struct store_func *sf, char *err)
+{
+    bool forget = sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0;
+    char key[MEMCACHED_MAX_KEY], server[300], name[300];
+    size_t keylen = key_funcs(st, key), len = st->funcs_len, i;
+
+    for (i = 0; i < st->nfuncs; i++)
+        if (st->funcs[i].name_len == sf->name_len &&
+            memcmp(st->funcs[i].name, sf->name, sf->name_len) == 0)
+            len -= FUNC_ENTRY + sf->name_len;
+    if (!forget)
+        len += FUNC_ENTRY + sf->name_len;
+    if (sf->name_len > UINT32_MAX || len + keylen + ITEM_OVERHEAD > st->item_max)
+        return store_say(err, DSJOB_ERR_STORE,
+                         "cannot set function '%s' in memcached server '%s': the settings of "
+                         "every function would take %zu bytes, more than memcached's item size "
+                         "(%zu bytes, memcached -I)",
+                         func_name(sf->name, sf->name_len, name, sizeof(name)),
+                         server_of(st, key, keylen, server, sizeof(server)), len, st->item_max);
+    if (func_put(st, sf) != 0)
+        return store_say(err, DSJOB_ERR_NOMEM,
+                         "cannot set function '%s' in memcached store: out of memory",
+                         func_name(sf->name, sf->name_len, name, sizeof(name)));
+    st->funcs_dirty = true;
+    return DSJOB_OK;
+}
+
+/* replay_funcs: the settings read at open, as changed since. */
+static int
+mc_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
+{
+    struct store_func sf;
+    size_t i;
+
+    (void)err;
+    for (i = 0; i < st->nfuncs; i++) {
+        memset(&sf, 0, sizeof(sf));
+        sf.name = st->funcs[i].name;
+        sf.name_len = st->funcs[i].name_len;
+        sf.retries = st->funcs[i].retries;
+        sf.backoff_base_ms = st->funcs[i].backoff_base_ms;
+        sf.backoff_max_ms = st->funcs[i].backoff_max_ms;
+        if (fn(&sf, arg) != 0)
+            break;
+    }
+    return DSJOB_OK;
+}
+
 static void
-drop_adds(struct store *st)
+drop_writes(struct store *st)
 {
     size_t i;
 
-    for (i = 0; i < st->nadds; i++)
-        free(st->adds[i].rec);
-    st->nadds = 0;
+    for (i = 0; i < st->nwrites; i++)
+        free(st->writes[i].rec);
+    st->nwrites = 0;
+    idset_release(&st->pending);
 }
 
 /* job_failed says that job id's key was not written, and why, naming its server. */
@@ -849,8 +1265,8 @@ job_failed(struct store *st, char *err, uint64_t id, memcached_return_t rc)
 }
 
 /*
- * verify_jobs reads back the keys of the batch's adds, MGET_KEYS at a time,
- * and lists in *redo (nadds entries of room) those that do not hold the
+ * verify_jobs reads back the keys of the batch's writes, MGET_KEYS at a
+ * time, and lists in *redo (nwrites entries of room) those that do not hold the
  * very record written: with noreply nothing says that a set was refused
  * (memcached out of memory under -M) or never arrived.
  */
@@ -871,8 +1287,8 @@ verify_jobs(struct store *st, const uint64_t *ids, size_t *redo, size_t *nredo, 
         ret = store_say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
         goto free_bufs;
     }
-    for (at = 0; at < st->nadds && ret == DSJOB_OK; at += n) {
-        n = st->nadds - at < MGET_KEYS ? st->nadds - at : MGET_KEYS;
+    for (at = 0; at < st->nwrites && ret == DSJOB_OK; at += n) {
+        n = st->nwrites - at < MGET_KEYS ? st->nwrites - at : MGET_KEYS;
         memset(seen, 0, n);
         rc = mget_start(st, ids + at, n, key_job, b.keys, b.kp, b.kl);
         if (rc != MEMCACHED_SUCCESS) {
@@ -882,7 +1298,7 @@ verify_jobs(struct store *st, const uint64_t *ids, size_t *redo, size_t *nredo, 
         cur = 0;
         while ((res = memcached_fetch_result(st->mc, &result, &rc)) != NULL) {
             const char *key = memcached_result_key_value(res);
-            const struct pending_add *pa;
+            const struct pending_write *pa;
 
             keylen = memcached_result_key_length(res);
             /* Replies come in the order asked, per server: look from the last one on. */
@@ -891,7 +1307,7 @@ verify_jobs(struct store *st, const uint64_t *ids, size_t *redo, size_t *nredo, 
                     break;
             if (k == n)
                 continue; /* not asked for */
-            pa = &st->adds[at + cur];
+            pa = &st->writes[at + cur];
             seen[cur] = memcached_result_length(res) == pa->len &&
                         memcmp(memcached_result_value(res), pa->rec, pa->len) == 0;
         }
@@ -909,7 +1325,7 @@ free_bufs:
 }
 
 /*
- * write_jobs sets the key of every add of the batch, pipelined: the sets
+ * write_jobs sets the key of every add and update of the batch, pipelined: the sets
  * go out with noreply, one after the other without waiting, and are then
  * read back by verify_jobs, a round trip per MGET_KEYS jobs. Each key that
  * does not hold its record then (in order; after an error, the rest were
@@ -928,13 +1344,13 @@ write_jobs(struct store *st, const uint64_t *ids, char *err)
     size_t i, keylen, *redo, nredo = 0;
     int ret;
 
-    redo = malloc((st->nadds + 1) * sizeof(*redo));
+    redo = malloc((st->nwrites + 1) * sizeof(*redo));
     if (redo == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
     memcached_behavior_set(st->mc, MEMCACHED_BEHAVIOR_NOREPLY, 1);
-    for (i = 0; i < st->nadds; i++) {
+    for (i = 0; i < st->nwrites; i++) {
         keylen = key_job(st, ids[i], key);
-        rc = memcached_set(st->mc, key, keylen, st->adds[i].rec, st->adds[i].len, 0, 0);
+        rc = memcached_set(st->mc, key, keylen, st->writes[i].rec, st->writes[i].len, 0, 0);
         /*
          * memcached answers an error even to a noreply set, and libmemcached
          * reports it at a later set: which job failed, verify_jobs tells.
@@ -945,7 +1361,7 @@ write_jobs(struct store *st, const uint64_t *ids, char *err)
     memcached_behavior_set(st->mc, MEMCACHED_BEHAVIOR_NOREPLY, 0);
     ret = verify_jobs(st, ids, redo, &nredo, err);
     for (i = 0; i < nredo && ret == DSJOB_OK; i++) {
-        const struct pending_add *pa = &st->adds[redo[i]];
+        const struct pending_write *pa = &st->writes[redo[i]];
 
         keylen = key_job(st, pa->id, key);
         rc = memcached_set(st->mc, key, keylen, pa->rec, pa->len, 0, 0);
@@ -959,63 +1375,83 @@ write_jobs(struct store *st, const uint64_t *ids, char *err)
 /*
  * flush: the order of the writes is what makes a crash safe.
  *
- *   1. every added job's key (pipelined, then read back): nothing refers
- *      to them yet, so a crash here leaves stray keys and the old state;
+ *   0. the function settings, if they changed: one set of P:funcs, which
+ *      memcached applies whole; they do not depend on the jobs;
+ *   1. every added or updated job's key (pipelined, then read back):
+ *      nothing refers to an added one yet, so a crash here leaves stray
+ *      keys and the old state; an updated one is already in the index, so
+ *      its new record counts at once, as if its batch had committed (the
+ *      server reports nothing of it before the commit, so nobody was told
+ *      of the old one either);
  *   2. the chunk(s) at number next: still outside the head's range, so
  *      the old state is what a replay sees;
  *   3. the head, with next moved past the new chunks: one set, which
  *      memcached applies whole, so a replay sees the old state or the new.
  *
- * Any failure stops the flush there: the batch's adds are refused (their
- * keys are deleted, best effort) and the removes stay pending, to go in
- * the chunk of the next flush. A half-written chunk at next is harmless:
- * the next flush writes that number again before any head covers it.
- * Only after the head is written are the removed jobs' keys deleted,
- * without waiting for replies.
+ * A batch of updates alone writes no chunk and no head. Any failure stops
+ * the flush there: the batch's adds are refused (their keys are deleted,
+ * best effort), its updates dropped (the server makes them again), the
+ * removes stay pending, to go in the chunk of the next flush, and changed
+ * settings stay to be written. A half-written chunk at next is harmless:
+ * the next flush writes that number again before any head covers it. Only
+ * after the head is written are the removed jobs' keys deleted, without
+ * waiting for replies; a removed job updated in the same batch is deleted
+ * after its update, on the same connection, so it does not come back.
  */
 static int
 mc_flush(struct store *st, char *err)
 {
     uint64_t *ids = NULL, count = 0;
-    size_t i;
+    size_t i, nnew = 0;
     int rc = DSJOB_OK;
 
-    if (st->nadds == 0 && st->nremoves == 0)
+    if (st->nwrites == 0 && st->nremoves == 0 && !st->funcs_dirty)
         return DSJOB_OK;
-    ids = malloc((st->nadds + 1) * sizeof(*ids));
+    if (st->funcs_dirty) {
+        rc = write_funcs(st, err);
+        if (rc != DSJOB_OK)
+            goto refuse;
+    }
+    ids = malloc((st->nwrites + 1) * sizeof(*ids));
     if (ids == NULL) {
         rc = store_say(err, DSJOB_ERR_NOMEM, "cannot flush memcached store: out of memory");
         goto refuse;
     }
-    for (i = 0; i < st->nadds; i++)
-        ids[i] = st->adds[i].id;
-    rc = write_jobs(st, ids, err);
+    for (i = 0; i < st->nwrites; i++)
+        ids[i] = st->writes[i].id;
+    rc = st->nwrites > 0 ? write_jobs(st, ids, err) : DSJOB_OK;
+    /* From here on ids holds the adds only: they alone go in the index. */
+    for (i = 0; i < st->nwrites; i++)
+        if (!st->writes[i].update)
+            ids[nnew++] = st->writes[i].id;
     if (rc != DSJOB_OK)
         goto refuse;
-    rc = write_chunks(st, ids, st->nadds, st->removes, st->nremoves, &count, err);
-    if (rc == DSJOB_OK)
-        rc = write_head(st, st->first, st->next + count, err);
-    if (rc != DSJOB_OK)
-        goto refuse;
+    if (nnew > 0 || st->nremoves > 0) {
+        rc = write_chunks(st, ids, nnew, st->removes, st->nremoves, &count, err);
+        if (rc == DSJOB_OK)
+            rc = write_head(st, st->first, st->next + count, err);
+        if (rc != DSJOB_OK)
+            goto refuse;
+    }
     st->next += count;
-    st->since_compact += st->nadds + st->nremoves;
-    for (i = 0; i < st->nadds; i++)
+    st->since_compact += nnew + st->nremoves;
+    for (i = 0; i < nnew; i++)
         if (idset_add(&st->live, ids[i]) != 0)
             st->live_short = true; /* a compaction would forget the job */
     for (i = 0; i < st->nremoves; i++)
         idset_del(&st->live, st->removes[i]);
     delete_quietly(st, key_job, st->removes, st->nremoves, 0, 0);
     st->nremoves = 0;
-    drop_adds(st);
+    drop_writes(st);
     free(ids);
     if (st->next - st->first >= COMPACT_CHUNKS && st->since_compact >= idset_count(&st->live))
         compact(st);
     return DSJOB_OK;
 refuse:
     if (ids != NULL)
-        delete_quietly(st, key_job, ids, st->nadds, 0, 0);
+        delete_quietly(st, key_job, ids, nnew, 0, 0);
     free(ids);
-    drop_adds(st);
+    drop_writes(st);
     return rc;
 }
 
@@ -1062,7 +1498,7 @@ check_record(struct store *st, const char *key, size_t keylen, struct fetched *f
             err, DSJOB_ERR_STORE,
             "cannot read memcached store: key '%.*s' on server '%s' has format version "
             "%u, newer than this dsjobd's %d",
-            (int)keylen, key, server, f->rec[MAGIC_LEN], FORMAT_VERSION);
+            (int)keylen, key, server, f->rec[MAGIC_LEN], JOB_FORMAT_VERSION);
     if (rc != 0 || key_job(st, sj.id, want) != keylen || memcmp(want, key, keylen) != 0)
         return store_say(
             err, DSJOB_ERR_STORE,
@@ -1236,4 +1672,7 @@ const struct store_ops store_memcached_ops = {
     .flush = mc_flush,
     .replay = mc_replay,
     .close = mc_close,
+    .update = mc_update,
+    .set_func = mc_set_func,
+    .replay_funcs = mc_replay_funcs,
 };
