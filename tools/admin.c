@@ -507,7 +507,7 @@ static const struct table_col dead_cols[] = {
     {"server", TABLE_STR},       {"handle", TABLE_STR},   {"function", TABLE_STR},
     {"priority", TABLE_STR},     {"attempts", TABLE_NUM}, {"first_failure", TABLE_NUM},
     {"last_failure", TABLE_NUM}, {"size", TABLE_NUM},     {"unique", TABLE_STR},
-    {"error", TABLE_STR},
+    {"error", TABLE_STR},        {"dropped", TABLE_NUM},
 };
 static const struct table_col field_cols[] = {
     {"server", TABLE_STR},
@@ -524,7 +524,7 @@ static const struct listing listings[] = {
     {"workers", "workers\n", workers_cols, 5, 0, NULL, false},
     {"jobs", "show jobs detail\n", detail_cols, 9, 1u << 8, "show jobs detail", false},
     {"version", "version\n", version_cols, 2, 0, NULL, false},
-    {"dead", NULL, dead_cols, 10, 1u << 8 | 1u << 9, "show dead", false},
+    {"dead", NULL, dead_cols, 11, 1u << 8 | 1u << 9, "show dead", false},
     {"job", NULL, field_cols, 3, 0, "show job", true},
 };
 /* jobs of a server without "show jobs detail" (gearmand). */
@@ -1009,10 +1009,18 @@ admin_main(struct cli *cli, int argc, char **argv)
     } else if (one_job) {
         snprintf(line, cap, "show %s %s%s%s%s\n", verb, func ? "unique " : "", func ? func : arg,
                  func ? " " : "", func ? uniq : "");
-        if (verb[0] == 'r')
-            rc = run_result(cli, line, func ? uniq : arg);
-        else
+        if (verb[0] == 'r') {
+            char *what = cli_xmalloc(cap);
+
+            if (func != NULL)
+                snprintf(what, cap, "of '%s' with unique key '%s'", func, uniq);
+            else
+                snprintf(what, cap, "%s", arg);
+            rc = run_result(cli, line, what);
+            free(what);
+        } else {
             rc = run_listing(cli, &listings[5], line);
+        }
     } else if (is_dead) {
         snprintf(line, cap, "show dead%s%s\n", arg ? " " : "", arg ? arg : "");
         rc = run_listing(cli, &listings[4], line);

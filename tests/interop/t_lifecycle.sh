@@ -221,6 +221,8 @@ check "max-dead: the newer one is dead" poll state_is "$h2" dead
 same "$(admin "show dead" | cut -f1)" "$h2
 ." "max-dead: only the newer one is kept"
 same "$(admin "show job $h1")" "ERR UNKNOWN_JOB" "max-dead: the older one is dropped"
+same "$(admin "show dead lc_trim" | cut -f10)" "1
+." "max-dead: and counted, in show dead's last field"
 reap
 worker lc_fg 99 1 "$T/fg.log"
 gm -f lc_fg fg-payload > /dev/null 2>&1

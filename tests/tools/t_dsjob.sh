@@ -38,7 +38,7 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-LIFECYCLE_CHECKS=26 # lifecycle_verbs
+LIFECYCLE_CHECKS=27 # lifecycle_verbs
 CHECKS=$((104 + LIFECYCLE_CHECKS))
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
@@ -653,8 +653,8 @@ lifecycle_verbs() {
     wait_bounded $w_dead
     ds dead list >"$d/dead.table"
     head -1 "$d/dead.table" |
-        grep -Eq '^HANDLE +FUNCTION +PRIORITY +ATTEMPTS +FIRST_FAILURE +LAST_FAILURE +SIZE +UNIQUE +ERROR$' &&
-        grep -Eq "^$h1 +t_dead +normal +[0-9]+ +[0-9]{10} +[0-9]{10} +2 +key one +'sh' exited with status 3\\\\nit broke\\\\n\$" \
+        grep -Eq '^HANDLE +FUNCTION +PRIORITY +ATTEMPTS +FIRST_FAILURE +LAST_FAILURE +SIZE +UNIQUE +ERROR +DROPPED$' &&
+        grep -Eq "^$h1 +t_dead +normal +[0-9]+ +[0-9]{10} +[0-9]{10} +2 +key one +'sh' exited with status 3\\\\nit broke\\\\n +0\$" \
             "$d/dead.table"
     ok $? "$K: dead list: a table, the unique key and error unescaped, then escaped as dsjob does"
     same "$(ds dead list t_dead --format tsv | grep "^$h2	" | cut -f2,3,7,8,9)" \
@@ -662,7 +662,8 @@ lifecycle_verbs() {
     ds dead list --format json >"$d/dead.json"
     json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{unique} eq "key one" &&
         $x->{error} eq "'"'sh'"' exited with status 3\nit broke\n" && $x->{size} == 2 &&
-        $x->{first_failure} > 1e9 && $x->{first_failure} <= $x->{last_failure}' "$h1" <"$d/dead.json" &&
+        $x->{first_failure} > 1e9 && $x->{first_failure} <= $x->{last_failure} &&
+        $x->{dropped} == 0' "$h1" <"$d/dead.json" &&
         grep -q '"first_failure": [0-9]*,' "$d/dead.json"
     ok $? "$K: dead list --format json: real newlines in the error, numbers as numbers"
     same "$(ds dead list t_nothing --format tsv; echo "rc $?")" "rc 0" \
@@ -695,6 +696,14 @@ lifecycle_verbs() {
     ok $? "$K: dead drop of a dropped job: UNKNOWN_JOB, exit 1 (rc $rc)"
     ds dead retry t_nothing >/dev/null 2>&1
     same "$?" "1" "dead retry of an unknown function: exit 1"
+    # A dead job whose unique key a live job holds stays dead.
+    hlive=$(ds submit -b -u k2 t_dead live)
+    ds dead retry "$h2" --format tsv >"$d/left.out" 2>"$d/left.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(cat "$d/left.out")" = "0	1" ] &&
+        grep -q "not: a live job holds the unique key" "$d/left.err"
+    ok $? "$K: dead retry while a live job holds the unique key: left dead, why, exit 1 (rc $rc)"
+    ds cancel "$hlive"
 
     # Retried with a command that works, they complete, and their results are kept.
     dsw -f t_dead -- sh -c 'cat; printf "\000end\n\n"'
