@@ -187,8 +187,9 @@ on_status(struct dsjob_task *t, unsigned num, unsigned den, void *user)
     struct shard *s = user;
 
     (void)t;
-    (void)den;
     s->num = num;
+    if (s->cs->o->statuses)
+        mark(s, "status %u/%u", num, den);
 }
 
 static void

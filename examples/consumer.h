@@ -15,6 +15,7 @@
  *   # shard S ok N ADLER    shard S completed and its N rows matched the
  *                           summary (count and Adler-32)
  *   # shard S bad: WHY      shard S did not match, or could not be had
+ *   # shard S status N/D    a WORK_STATUS of shard S (only with statuses)
  * So the rows of a shard are those after its last drop line, and each row
  * of a completed shard appears there exactly once. The summary is the
  * WORK_COMPLETE payload or, when that is empty, a last WORK_DATA starting
@@ -23,6 +24,7 @@
 #ifndef EXAMPLES_CONSUMER_H
 #define EXAMPLES_CONSUMER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -42,6 +44,7 @@ struct consumer_opts {
     enum dsjob_priority prio;        /* of every shard's job */
     enum consumer_progress progress; /* the progress line on stderr */
     FILE *out;                       /* rows and markers; NULL: markers only, on stderr */
+    bool statuses;                   /* also a marker line for each WORK_STATUS */
 };
 
 struct consumer_result {

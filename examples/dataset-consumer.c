@@ -4,9 +4,11 @@
  *
  *   dataset-consumer [-s SERVER]... [-d NAME] [-n SHARDS] [-r ROWS] [--seed S]
  *                    [-a ATTEMPTS] [-p high|normal|low] [-q] [--progress force|never]
+ *                    [--statuses]
  *
  * Defaults: dataset "demo", 8 shards, 2000 rows, seed 42, 3 attempts a
- * shard. -q prints no rows, only the marker lines (on stderr). Exit status
+ * shard. -q prints no rows, only the marker lines (on stderr). --statuses
+ * adds a marker line for each WORK_STATUS a shard reports. Exit status
  * 0 when every shard matched its summary, 1 otherwise, 2 for a usage error.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -26,7 +28,7 @@ usage(FILE *f)
 {
     fputs("usage: dataset-consumer [-s SERVER]... [-d NAME] [-n SHARDS] [-r ROWS] [--seed S]\n"
           "                        [-a ATTEMPTS] [-p high|normal|low] [-q]\n"
-          "                        [--progress force|never]\n",
+          "                        [--progress force|never] [--statuses]\n",
           f);
 }
 
@@ -48,7 +50,7 @@ number(const char *opt, const char *arg, unsigned long lo, unsigned long hi)
 int
 main(int argc, char **argv)
 {
-    enum { OPT_SEED = 256, OPT_PROGRESS };
+    enum { OPT_SEED = 256, OPT_PROGRESS, OPT_STATUSES };
     static const struct option longopts[] = {
         {"server", required_argument, NULL, 's'},
         {"dataset", required_argument, NULL, 'd'},
@@ -59,6 +61,7 @@ main(int argc, char **argv)
         {"priority", required_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        {"statuses", no_argument, NULL, OPT_STATUSES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -117,6 +120,7 @@ main(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_STATUSES: o.statuses = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -309,12 +309,12 @@ show_dead_of(struct conn *c, const struct func *f)
         print_escaped(c, job_unique(j), j->unique_len);
         conn_write(c, "\t", 1);
         print_escaped(c, j->ext->result, j->ext->result_len);
-        conn_write(c, "\n", 1);
+        conn_printf(c, "\t%" PRIu64 "\n", f->dead_dropped);
     }
 }
 
 /* show dead [FUNCTION]: handle, function, priority, attempts, first and last failure, size,
- * unique, error; oldest death first. */
+ * unique, error, and the function's dead jobs dropped past --max-dead; oldest death first. */
 static void
 admin_show_dead(struct conn *c, const struct textcmd *cmd)
 {

@@ -1,13 +1,15 @@
 /*
- * The admin verbs of dsjob: status, workers, jobs, cancel, shutdown and
- * version. libdsjobclient speaks only the binary protocol, so this file has
- * its own small client for the text protocol: connect (TCP or a unix
- * socket) without blocking, send one line, and read the reply with poll()
- * until it is complete (a listing ends with a "." line; every other reply
- * is one line) or the deadline passes. Each server given is asked in turn;
+ * The admin verbs of dsjob: status, workers, jobs, job, result, dead,
+ * cancel, shutdown and version. libdsjobclient speaks only the binary
+ * protocol, so this file has its own small client for the text protocol:
+ * connect (TCP or a unix socket) without blocking, send one line, and read
+ * the reply with poll() until it is complete (a listing ends with a "."
+ * line; show result's bytes follow its line; every other reply is one
+ * line) or the deadline passes. Each server given is asked in turn;
  * listings are parsed into rows (table.c prints them) with a server column
  * when there are several. An "ERR CODE text+with+pluses" reply goes to
- * stderr with the pluses turned back into spaces.
+ * stderr with the pluses turned back into spaces. job, result and dead
+ * are dsjobd's: a server without them (gearmand) is named as such.
  */
 #include "config.h"
 #include "dsjob.h"
@@ -36,6 +38,13 @@ enum admin_result {
     ADMIN_ERR,    /* the server answered ERR */
     ADMIN_DOWN,   /* no connection: the server could not be reached */
     ADMIN_BROKEN, /* connected, but no complete reply (closed or timed out): a failure */
+};
+
+/* The shape of the reply awaited. */
+enum reply_kind {
+    REPLY_LINE = 0, /* one line */
+    REPLY_LISTING,  /* lines up to a "." line (or one ERR line) */
+    REPLY_RESULT,   /* show result: "OK ... BYTES ...", a newline, BYTES bytes and a newline */
 };
 
 /* A reply being read. */
@@ -175,15 +184,31 @@ is_err_line(const char *buf, size_t len)
     return n == 3 || buf[3] == ' ' || buf[3] == '\r';
 }
 
-/* Whether r holds a whole reply: one line, or for a listing up to a "." line. */
+/* The BYTES of a show result reply's first line, or -1 if it has none. */
+static long long
+result_bytes(const char *buf)
+{
+    unsigned long long n;
+    int end = 0;
+
+    if (sscanf(buf, "OK %*s %llu %*u %*u %*u%n", &n, &end) != 1 || end == 0 ||
+        (buf[end] != '\n' && buf[end] != '\r') || n > ADMIN_MAX_REPLY)
+        return -1;
+    return (long long)n;
+}
+
+/* Whether r holds a whole reply of its kind. */
 static bool
-reply_complete(const struct reply *r, bool listing)
+reply_complete(const struct reply *r, enum reply_kind kind)
 {
     const char *nl = memchr(r->buf, '\n', r->len);
+    long long n;
 
     if (nl == NULL)
         return false;
-    if (!listing || is_err_line(r->buf, r->len) || strncmp(r->buf, ".\n", 2) == 0 ||
+    if (kind == REPLY_RESULT && (n = result_bytes(r->buf)) >= 0)
+        return r->len >= (size_t)(nl + 1 - r->buf) + (size_t)n + 1;
+    if (kind != REPLY_LISTING || is_err_line(r->buf, r->len) || strncmp(r->buf, ".\n", 2) == 0 ||
         strncmp(r->buf, ".\r\n", 3) == 0)
         return true;
     return (r->len >= 3 && memcmp(r->buf + r->len - 3, "\n.\n", 3) == 0) ||
@@ -195,7 +220,7 @@ reply_complete(const struct reply *r, bool listing)
  * -1 with the reason in err.
  */
 static int
-admin_exchange(int fd, const char *line, bool listing, long long deadline, struct reply *r,
+admin_exchange(int fd, const char *line, enum reply_kind kind, long long deadline, struct reply *r,
                char *err, size_t cap)
 {
     size_t off = 0, len = strlen(line);
@@ -237,7 +262,7 @@ admin_exchange(int fd, const char *line, bool listing, long long deadline, struc
         if (n > 0) {
             r->len += (size_t)n;
             r->buf[r->len] = '\0';
-            if (reply_complete(r, listing))
+            if (reply_complete(r, kind))
                 return 0;
             continue;
         }
@@ -289,7 +314,7 @@ line_len(const char *p, size_t n, const char **next)
  * line has been printed; on ADMIN_DOWN and ADMIN_BROKEN the reason.
  */
 static enum admin_result
-admin_ask(const struct cli *cli, const char *server, const char *line, bool listing,
+admin_ask(const struct cli *cli, const char *server, const char *line, enum reply_kind kind,
           struct reply *r, bool quiet_err)
 {
     long long deadline = now_ms() + (cli->timeout_ms ? cli->timeout_ms : ADMIN_TIMEOUT_MS);
@@ -303,7 +328,7 @@ admin_ask(const struct cli *cli, const char *server, const char *line, bool list
         cli_err("%s: %s", server, err);
         return ADMIN_DOWN;
     }
-    if (admin_exchange(fd, line, listing, deadline, r, err, sizeof(err)) < 0) {
+    if (admin_exchange(fd, line, kind, deadline, r, err, sizeof(err)) < 0) {
         close(fd);
         cli_err("%s: %s", server, err);
         return ADMIN_BROKEN; /* it was reached: exit 1, not 3 */
@@ -373,12 +398,92 @@ split_worker(const char *p, size_t len, const char **cells, size_t *lens)
     return true;
 }
 
+/* "name value": show job's lines; the value may hold spaces, or be absent. */
+static bool
+split_field(const char *p, size_t len, const char **cells, size_t *lens)
+{
+    const char *sp = memchr(p, ' ', len);
+
+    cells[0] = p;
+    lens[0] = sp ? (size_t)(sp - p) : len;
+    cells[1] = sp ? sp + 1 : p + len;
+    lens[1] = sp ? len - lens[0] - 1 : 0;
+    return lens[0] > 0;
+}
+
+static int
+hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/*
+ * A copy (malloc'd) of a unique key or error text as dsjobd escapes them,
+ * unescaped: "\xHH" is the byte HH, except a NUL, which stays "\x00" (cells
+ * are strings), and a lone "-" is empty. *len is updated.
+ */
+static char *
+unescape(const char *s, size_t *len)
+{
+    char *u = cli_xmalloc(*len + 1);
+    size_t i, k = 0;
+
+    if (*len == 1 && s[0] == '-')
+        *len = 0;
+    for (i = 0; i < *len; i++) {
+        int hi = i + 3 < *len && s[i] == '\\' && s[i + 1] == 'x' ? hex_digit(s[i + 2]) : -1;
+        int lo = hi >= 0 ? hex_digit(s[i + 3]) : -1;
+
+        if (lo >= 0 && hi * 16 + lo != 0) {
+            u[k++] = (char)(hi * 16 + lo);
+            i += 3;
+        } else {
+            u[k++] = s[i];
+        }
+    }
+    *len = k;
+    return u;
+}
+
+/* Whether r is "ERR CODE" followed by a space or the line end. */
+static bool
+err_code_is(const struct reply *r, const char *code)
+{
+    size_t n = strlen(code);
+
+    return r->len > 4 + n && strncmp(r->buf, "ERR ", 4) == 0 && strncmp(r->buf + 4, code, n) == 0 &&
+           strchr(" \r\n", r->buf[4 + n]) != NULL;
+}
+
+/*
+ * Prints the ERR reply r of server; for ext, a dsjobd command, also says
+ * so when the server does not know it (gearmand answers UNKNOWN_COMMAND,
+ * UNKNOWN_SHOW_ARGUMENTS, or for "drop dead" an incomplete "drop").
+ */
+static void
+report_err(const char *server, const struct reply *r, const char *ext)
+{
+    const char *next;
+
+    print_err_line(server, r->buf, line_len(r->buf, r->len, &next));
+    if (ext != NULL &&
+        (err_code_is(r, "UNKNOWN_COMMAND") || err_code_is(r, "UNKNOWN_SHOW_ARGUMENTS") ||
+         (err_code_is(r, "INVALID_ARGUMENTS") && strstr(r->buf, "incomplete"))))
+        cli_err("%s: the server does not have '%s', a dsjobd admin command (gearmand lacks it)",
+                server, ext);
+}
+
 /* A listing verb: its command, its columns (after "server") and how a line splits. */
 struct listing {
     const char *verb;             /* dsjob's word */
-    const char *command;          /* the admin line sent */
+    const char *command;          /* the admin line sent, or NULL: made from the arguments */
     const struct table_col *cols; /* server first, then the reply's columns */
     size_t ncols;                 /* entries in cols, server included */
+    unsigned escaped;             /* bit i: cols[i] holds dsjobd's escapes (see unescape) */
+    const char *ext;              /* the dsjobd command, or NULL for one gearmand has too */
+    bool any;                     /* one job: done when a server knows it; ERRs only if none */
 };
 
 static const struct table_col status_cols[] = {
@@ -393,24 +498,50 @@ static const struct table_col jobs_cols[] = {
     {"server", TABLE_STR}, {"handle", TABLE_STR}, {"retries", TABLE_NUM},
     {"ignore", TABLE_NUM}, {"queued", TABLE_NUM},
 };
+static const struct table_col detail_cols[] = {
+    {"server", TABLE_STR},   {"handle", TABLE_STR},     {"function", TABLE_STR},
+    {"priority", TABLE_STR}, {"state", TABLE_STR},      {"attempts", TABLE_NUM},
+    {"run_at", TABLE_NUM},   {"background", TABLE_NUM}, {"unique", TABLE_STR},
+};
+static const struct table_col dead_cols[] = {
+    {"server", TABLE_STR},       {"handle", TABLE_STR},   {"function", TABLE_STR},
+    {"priority", TABLE_STR},     {"attempts", TABLE_NUM}, {"first_failure", TABLE_NUM},
+    {"last_failure", TABLE_NUM}, {"size", TABLE_NUM},     {"unique", TABLE_STR},
+    {"error", TABLE_STR},        {"dropped", TABLE_NUM},
+};
+static const struct table_col field_cols[] = {
+    {"server", TABLE_STR},
+    {"field", TABLE_STR},
+    {"value", TABLE_STR},
+};
 static const struct table_col version_cols[] = {
     {"server", TABLE_STR},
     {"version", TABLE_STR},
 };
 
 static const struct listing listings[] = {
-    {"status", "status\n", status_cols, 5},
-    {"workers", "workers\n", workers_cols, 5},
-    {"jobs", "show jobs\n", jobs_cols, 5},
-    {"version", "version\n", version_cols, 2},
+    {"status", "status\n", status_cols, 5, 0, NULL, false},
+    {"workers", "workers\n", workers_cols, 5, 0, NULL, false},
+    {"jobs", "show jobs detail\n", detail_cols, 9, 1u << 8, "show jobs detail", false},
+    {"version", "version\n", version_cols, 2, 0, NULL, false},
+    {"dead", NULL, dead_cols, 11, 1u << 8 | 1u << 9, "show dead", false},
+    {"job", NULL, field_cols, 3, 0, "show job", true},
+};
+/* jobs of a server without "show jobs detail" (gearmand). */
+static const struct listing old_jobs = {"jobs", "show jobs\n", jobs_cols, 5, 0, NULL, false};
+
+/* The fields of show job that JSON gets as numbers. */
+static const char *const job_nums[] = {
+    "background",    "attempts",     "run_at", "payload_size", "waiters",
+    "first_failure", "last_failure", "ended",  "result_size",  NULL,
 };
 
 /* Adds the rows of one server's reply to t; returns false on a line that does not parse. */
 static bool
 parse_reply(const struct listing *ls, const char *server, const struct reply *r, struct table *t)
 {
-    const char *cells[8], *p = r->buf, *end = r->buf + r->len, *next;
-    size_t lens[8];
+    const char *cells[12], *p = r->buf, *end = r->buf + r->len, *next;
+    size_t lens[12];
 
     cells[0] = server;
     lens[0] = strlen(server);
@@ -425,102 +556,313 @@ parse_reply(const struct listing *ls, const char *server, const struct reply *r,
         return true;
     }
     while (p < end) {
-        size_t n = line_len(p, (size_t)(end - p), &next);
+        size_t n = line_len(p, (size_t)(end - p), &next), k;
+        char *copy[12] = {NULL};
         bool ok;
 
         if (n == 1 && p[0] == '.')
             return true;
         if (ls->cols == workers_cols)
             ok = split_worker(p, n, cells + 1, lens + 1);
+        else if (ls->cols == field_cols)
+            ok = split_field(p, n, cells + 1, lens + 1);
         else
             ok = split_tabs(p, n, ls->ncols - 1, cells + 1, lens + 1);
         if (!ok) {
             cli_err("%s: cannot parse the %s line '%.*s'", server, ls->verb, (int)n, p);
             return false;
         }
+        for (k = 1; k < ls->ncols; k++) {
+            if ((ls->escaped & 1u << k) || (ls->cols == field_cols && k == 2 &&
+                                            ((lens[1] == 6 && memcmp(cells[1], "unique", 6) == 0) ||
+                                             (lens[1] == 5 && memcmp(cells[1], "error", 5) == 0))))
+                cells[k] = copy[k] = unescape(cells[k], &lens[k]);
+        }
         table_add(t, cells, lens);
+        for (k = 0; k < ls->ncols; k++)
+            free(copy[k]);
         p = next;
     }
     return false;
 }
 
-static int
-run_listing(struct cli *cli, const struct listing *ls)
+/* The row of old, a show jobs line, in jobs' detail columns: what it has. */
+static void
+add_old_row(struct table *t, const struct table *old, size_t row)
 {
-    struct table t;
-    size_t i, ndown = 0;
+    char *const *o = old->cells + row * old->ncols;
+    const char *cells[9] = {o[0], o[1], "", "", "", o[2], "", o[4], ""};
+    size_t lens[9], k;
+
+    for (k = 0; k < 9; k++)
+        lens[k] = strlen(cells[k]);
+    table_add(t, cells, lens);
+}
+
+/*
+ * A listing from every server. For jobs, a server without "show jobs
+ * detail" (gearmand) is asked "show jobs": with no server that had it, its
+ * old columns are printed, else those rows fill what they have.
+ */
+static int
+run_listing(struct cli *cli, const struct listing *ls, const char *line)
+{
+    struct reply *errs = cli_xmalloc(cli->nservers * sizeof(*errs));
+    struct table t, old;
+    size_t i, ndown = 0, nok = 0, nold = 0;
     int rc = CLI_OK;
 
     table_init(&t, ls->cols, ls->ncols);
+    table_init(&old, old_jobs.cols, old_jobs.ncols);
     for (i = 0; i < cli->nservers; i++) {
+        const char *server = cli->servers[i];
         struct reply r;
-        enum admin_result res =
-            admin_ask(cli, cli->servers[i], ls->command, ls->cols != version_cols, &r, false);
+        enum admin_result res = admin_ask(
+            cli, server, line, ls->cols != version_cols ? REPLY_LISTING : REPLY_LINE, &r, true);
 
-        if (res == ADMIN_OK && !parse_reply(ls, cli->servers[i], &r, &t)) {
-            if (ls->cols == version_cols)
-                cli_err("%s: unexpected reply to version: '%.*s'", cli->servers[i],
-                        (int)strcspn(r.buf, "\r\n"), r.buf);
-            rc = CLI_FAILED;
+        memset(&errs[i], 0, sizeof(errs[i]));
+        if (res == ADMIN_ERR && ls->cols == detail_cols &&
+            err_code_is(&r, "UNKNOWN_SHOW_ARGUMENTS")) {
+            free(r.buf);
+            res = admin_ask(cli, server, old_jobs.command, REPLY_LISTING, &r, true);
+            if (res == ADMIN_OK) {
+                size_t from = old.nrows;
+
+                nold++;
+                if (!parse_reply(&old_jobs, server, &r, &old))
+                    rc = CLI_FAILED;
+                for (; from < old.nrows; from++)
+                    add_old_row(&t, &old, from);
+            }
+        } else if (res == ADMIN_OK) {
+            nok++;
+            if (!parse_reply(ls, server, &r, &t)) {
+                if (ls->cols == version_cols)
+                    cli_err("%s: unexpected reply to version: '%.*s'", server,
+                            (int)strcspn(r.buf, "\r\n"), r.buf);
+                rc = CLI_FAILED;
+            }
         }
-        if (res == ADMIN_ERR || res == ADMIN_BROKEN)
+        if (res == ADMIN_ERR) {
+            errs[i] = r; /* reported below */
+            r.buf = NULL;
+        }
+        if (res != ADMIN_OK && !ls->any)
             rc = CLI_FAILED;
-        if (res == ADMIN_DOWN) {
+        if (res == ADMIN_DOWN)
             ndown++;
-            rc = CLI_FAILED;
-        }
         free(r.buf);
     }
+    for (i = 0; i < cli->nservers; i++) {
+        if (errs[i].buf != NULL && (!ls->any || nok == 0))
+            report_err(cli->servers[i], &errs[i], ls->ext);
+        free(errs[i].buf);
+    }
+    free(errs);
+    if (ls->any && nok == 0)
+        rc = CLI_FAILED;
     if (ndown == cli->nservers)
         rc = CLI_UNREACHABLE;
-    /* JSON readers get a document even with no server up: the empty array. */
-    if ((rc != CLI_UNREACHABLE || cli->format == CLI_FORMAT_JSON) &&
-        table_print(&t, cli->format, cli->nservers > 1 ? 0 : 1, stdout) < 0) {
-        cli_err("write to standard output: %s", strerror(errno));
-        rc = CLI_FAILED;
+    /* JSON readers get a document even with no answer: the empty array. */
+    if (nok > 0 || nold > 0 || cli->format == CLI_FORMAT_JSON) {
+        const struct table *shown = ls->cols == detail_cols && nok == 0 && nold > 0 ? &old : &t;
+        int w = ls->cols == field_cols && cli->format == CLI_FORMAT_JSON
+                    ? table_print_records(shown, job_nums, stdout)
+                    : table_print(shown, cli->format, cli->nservers > 1 ? 0 : 1, stdout);
+
+        if (w < 0) {
+            cli_err("write to standard output: %s", strerror(errno));
+            rc = CLI_FAILED;
+        }
     }
+    table_release(&old);
     table_release(&t);
     return rc;
 }
 
 /*
- * cancel: a handle does not name its server, so every server is asked; it
- * is done when one of them knew the job. Errors are printed only then.
+ * Asks every server line, about one job or function that a handle does not
+ * place: the answers in rs and res. Returns how many answered OK; when none
+ * did, prints their ERR lines (ext as for report_err). *ndown gets how many
+ * could not be reached.
  */
-static int
-run_cancel(struct cli *cli, const char *handle)
+static size_t
+ask_every(struct cli *cli, const char *line, enum reply_kind kind, const char *ext,
+          struct reply *rs, enum admin_result *res, size_t *ndown)
 {
-    enum admin_result *res = cli_xmalloc(cli->nservers * sizeof(*res));
-    struct reply *rs = cli_xmalloc(cli->nservers * sizeof(*rs));
-    size_t i, ndown = 0, nok = 0;
-    size_t hl = strlen(handle);
-    char *line = cli_xmalloc(hl + 16);
-    int rc;
+    size_t i, nok = 0;
 
-    snprintf(line, hl + 16, "cancel job %s\n", handle);
+    *ndown = 0;
     for (i = 0; i < cli->nservers; i++) {
-        res[i] = admin_ask(cli, cli->servers[i], line, false, &rs[i], true);
+        res[i] = admin_ask(cli, cli->servers[i], line, kind, &rs[i], true);
         if (res[i] == ADMIN_OK)
             nok++;
         if (res[i] == ADMIN_DOWN)
-            ndown++;
+            (*ndown)++;
     }
-    if (nok > 0) {
-        rc = CLI_OK;
-    } else {
-        for (i = 0; i < cli->nservers; i++) {
-            const char *next;
+    for (i = 0; i < cli->nservers && nok == 0; i++) {
+        if (res[i] == ADMIN_ERR)
+            report_err(cli->servers[i], &rs[i], ext);
+    }
+    return nok;
+}
 
-            if (res[i] == ADMIN_ERR)
-                print_err_line(cli->servers[i], rs[i].buf, line_len(rs[i].buf, rs[i].len, &next));
-        }
-        rc = ndown == cli->nservers ? CLI_UNREACHABLE : CLI_FAILED;
-    }
+static void
+free_replies(struct cli *cli, struct reply *rs, enum admin_result *res)
+{
+    size_t i;
+
     for (i = 0; i < cli->nservers; i++)
         free(rs[i].buf);
     free(rs);
     free(res);
-    free(line);
+}
+
+static const struct table_col retried_cols[] = {
+    {"server", TABLE_STR},
+    {"retried", TABLE_NUM},
+    {"left", TABLE_NUM},
+};
+static const struct table_col dropped_cols[] = {
+    {"server", TABLE_STR},
+    {"dropped", TABLE_NUM},
+};
+static const struct table_col result_cols[] = {
+    {"server", TABLE_STR},      {"outcome", TABLE_STR}, {"numerator", TABLE_NUM},
+    {"denominator", TABLE_NUM}, {"size", TABLE_NUM},    {"kept", TABLE_NUM},
+    {"result", TABLE_STR},
+};
+
+/*
+ * cancel, dead retry and dead drop: a handle does not name its server, so
+ * every server is asked; it is done when one of them knew the job (or the
+ * function). dead prints each such server's count ("OK N", and for retry
+ * "(M not: why)" when some stay dead: then it fails).
+ */
+static int
+run_change(struct cli *cli, const char *line, const char *ext, const struct table_col *cols)
+{
+    enum admin_result *res = cli_xmalloc(cli->nservers * sizeof(*res));
+    struct reply *rs = cli_xmalloc(cli->nservers * sizeof(*rs));
+    size_t i, ndown, nok = ask_every(cli, line, REPLY_LINE, ext, rs, res, &ndown);
+    int rc = nok > 0 ? CLI_OK : ndown == cli->nservers ? CLI_UNREACHABLE : CLI_FAILED;
+    struct table t;
+
+    table_init(&t, cols, cols == retried_cols ? 3 : 2);
+    for (i = 0; i < cli->nservers && cols != NULL; i++) {
+        unsigned long done = 0, left = 0;
+        const char *cells[3] = {cli->servers[i], NULL, NULL}, *paren;
+        char num[2][24];
+        size_t lens[3];
+
+        if (res[i] != ADMIN_OK)
+            continue;
+        paren = strchr(rs[i].buf, '(');
+        if (sscanf(rs[i].buf, "OK %lu", &done) != 1 ||
+            (paren != NULL && sscanf(paren, "(%lu", &left) != 1)) {
+            cli_err("%s: unexpected reply: '%.*s'", cli->servers[i],
+                    (int)strcspn(rs[i].buf, "\r\n"), rs[i].buf);
+            rc = CLI_FAILED;
+            continue;
+        }
+        if (left > 0) {
+            cli_err("%s: %.*s", cli->servers[i], (int)strcspn(paren, "\r\n"), paren);
+            rc = CLI_FAILED;
+        }
+        snprintf(num[0], sizeof(num[0]), "%lu", done);
+        snprintf(num[1], sizeof(num[1]), "%lu", left);
+        cells[1] = num[0];
+        cells[2] = num[1];
+        lens[0] = strlen(cells[0]);
+        lens[1] = strlen(cells[1]);
+        lens[2] = strlen(cells[2]);
+        table_add(&t, cells, lens);
+    }
+    if (cols != NULL && (nok > 0 || cli->format == CLI_FORMAT_JSON) &&
+        table_print(&t, cli->format, cli->nservers > 1 ? 0 : 1, stdout) < 0) {
+        cli_err("write to standard output: %s", strerror(errno));
+        rc = CLI_FAILED;
+    }
+    table_release(&t);
+    free_replies(cli, rs, res);
+    return rc;
+}
+
+/*
+ * result: the first server that kept the job's outcome gives it. In the
+ * table format (the default) its bytes go to standard output as they are;
+ * tsv and json print a row. Exit 0 for a complete job whose result was
+ * kept whole; 1 for a failure, an exception (its text on standard error),
+ * or a result cut by --max-result-size.
+ */
+static int
+run_result(struct cli *cli, const char *line, const char *what)
+{
+    enum admin_result *res = cli_xmalloc(cli->nservers * sizeof(*res));
+    struct reply *rs = cli_xmalloc(cli->nservers * sizeof(*rs));
+    size_t i, ndown, nok = ask_every(cli, line, REPLY_RESULT, "show result", rs, res, &ndown);
+    int rc = nok > 0 ? CLI_OK : ndown == cli->nservers ? CLI_UNREACHABLE : CLI_FAILED;
+    char outcome[16], nums[4][24];
+    unsigned long long bytes, num, den, size;
+    const char *body;
+    struct reply *r;
+
+    for (i = 0; i < cli->nservers && res[i] != ADMIN_OK; i++)
+        ;
+    if (i == cli->nservers)
+        goto out;
+    r = &rs[i];
+    body = (const char *)memchr(r->buf, '\n', r->len) + 1;
+    if (sscanf(r->buf, "OK %15s %llu %llu %llu %llu", outcome, &bytes, &num, &den, &size) != 5 ||
+        result_bytes(r->buf) < 0 || (size_t)(r->buf + r->len - body) < bytes + 1) {
+        cli_err("%s: unexpected reply: '%.*s'", cli->servers[i], (int)strcspn(r->buf, "\r\n"),
+                r->buf);
+        rc = CLI_FAILED;
+        goto out;
+    }
+    if (cli->format == CLI_FORMAT_TABLE) {
+        if (strcmp(outcome, "complete") == 0 && cli_write_all(1, body, bytes) < 0) {
+            cli_err("write to standard output: %s", strerror(errno));
+            rc = CLI_FAILED;
+        }
+    } else {
+        struct table t;
+        const char *cells[7] = {cli->servers[i], outcome, nums[0], nums[1], nums[2], nums[3], NULL};
+        char *text = cli_xmalloc(bytes + 1);
+        size_t lens[7], k;
+
+        /* A cell is a string: a NUL in the result ends it in tsv and json. */
+        memcpy(text, body, bytes);
+        text[bytes] = '\0';
+        cells[6] = text;
+        snprintf(nums[0], sizeof(nums[0]), "%llu", num);
+        snprintf(nums[1], sizeof(nums[1]), "%llu", den);
+        snprintf(nums[2], sizeof(nums[2]), "%llu", size);
+        snprintf(nums[3], sizeof(nums[3]), "%llu", bytes);
+        for (k = 0; k < 7; k++)
+            lens[k] = strlen(cells[k]);
+        table_init(&t, result_cols, 7);
+        table_add(&t, cells, lens);
+        if (table_print(&t, cli->format, cli->nservers > 1 ? 0 : 1, stdout) < 0) {
+            cli_err("write to standard output: %s", strerror(errno));
+            rc = CLI_FAILED;
+        }
+        table_release(&t);
+        free(text);
+    }
+    if (strcmp(outcome, "exception") == 0) {
+        cli_err("job %s raised an exception: %.*s", what, (int)bytes, body);
+        rc = CLI_FAILED;
+    } else if (strcmp(outcome, "complete") != 0) {
+        cli_err("job %s failed", what);
+        rc = CLI_FAILED;
+    } else if (bytes < size) {
+        cli_err("job %s: the server kept only %llu of its %llu result bytes (--max-result-size)",
+                what, bytes, size);
+        rc = CLI_FAILED;
+    }
+out:
+    free_replies(cli, rs, res);
     return rc;
 }
 
@@ -534,8 +876,8 @@ run_shutdown(struct cli *cli, bool graceful)
     for (i = 0; i < cli->nservers; i++) {
         struct reply r;
         enum admin_result res =
-            admin_ask(cli, cli->servers[i], graceful ? "shutdown graceful\n" : "shutdown\n", false,
-                      &r, false);
+            admin_ask(cli, cli->servers[i], graceful ? "shutdown graceful\n" : "shutdown\n",
+                      REPLY_LINE, &r, false);
 
         if (res != ADMIN_OK)
             rc = CLI_FAILED;
@@ -555,6 +897,14 @@ admin_usage(const char *verb)
     else if (strcmp(verb, "shutdown") == 0)
         printf("usage: dsjob shutdown [-s SERVER]... [-t MS] [--graceful]\n"
                "Stops each server; --graceful lets running jobs finish first.\n");
+    else if (strcmp(verb, "dead") == 0)
+        printf("usage: dsjob dead list [FUNCTION]  (dsjobd --max-dead)\n"
+               "       dsjob dead retry|drop HANDLE|FUNCTION\n"
+               "  [-s SERVER]... [-t MS] [--format table|tsv|json]\n");
+    else if (strcmp(verb, "job") == 0 || strcmp(verb, "result") == 0)
+        printf("usage: dsjob %s [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
+               "       HANDLE | -f FUNCTION -u UNIQUE\n",
+               verb);
     else
         printf("usage: dsjob %s [-s SERVER]... [-t MS] [--format table|tsv|json]\n", verb);
     printf("  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
@@ -562,7 +912,7 @@ admin_usage(const char *verb)
            ADMIN_TIMEOUT_MS);
 }
 
-/* A handle is one word of the text protocol: no space or control byte. */
+/* A handle (or a function or unique key) is one word of the text protocol. */
 static bool
 handle_ok(const char *h)
 {
@@ -581,21 +931,32 @@ admin_main(struct cli *cli, int argc, char **argv)
     static const struct option longopts[] = {
         CLI_GLOBAL_LONG,
         {"graceful", no_argument, NULL, OPT_GRACEFUL},
+        {"function", required_argument, NULL, 'f'},
+        {"unique", required_argument, NULL, 'u'},
         {NULL, 0, NULL, 0},
     };
-    bool is_cancel = strcmp(cli->verb, "cancel") == 0;
-    bool is_shutdown = strcmp(cli->verb, "shutdown") == 0;
-    bool graceful = false;
-    size_t i;
-    int ch, rc, nargs;
+    const char *verb = cli->verb, *sub = NULL, *func = NULL, *uniq = NULL, *arg;
+    bool is_dead = strcmp(verb, "dead") == 0, graceful = false;
+    bool one_job = strcmp(verb, "job") == 0 || strcmp(verb, "result") == 0;
+    int ch, rc, nargs, want;
+    char *line = NULL;
+    size_t i, cap;
 
-    while ((ch = getopt_long(argc, argv, ":" CLI_GLOBAL_SHORT, longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":f:u:" CLI_GLOBAL_SHORT, longopts, NULL)) != -1) {
         switch (ch) {
-        case 'h': admin_usage(cli->verb); return CLI_OK;
+        case 'h': admin_usage(verb); return CLI_OK;
         case OPT_GRACEFUL:
-            if (!is_shutdown)
+            if (strcmp(verb, "shutdown") != 0)
                 return cli_usage_error(cli, "unknown option '--graceful' (only for shutdown)");
             graceful = true;
+            break;
+        case 'f':
+        case 'u':
+            if (!one_job)
+                return cli_usage_error(cli, "unknown option '-%c' (only for job and result)", ch);
+            if (!handle_ok(optarg))
+                return cli_usage_error(cli, "option '-%c' wants one word, not '%s'", ch, optarg);
+            *(ch == 'f' ? &func : &uniq) = optarg;
             break;
         case '?':
         case ':': return cli_getopt_error(cli, ch, argv);
@@ -607,23 +968,68 @@ admin_main(struct cli *cli, int argc, char **argv)
         }
     }
     nargs = argc - optind;
-    if (is_cancel && nargs == 0)
-        return cli_usage_error(cli, "missing HANDLE");
-    if (nargs > (is_cancel ? 1 : 0))
-        return cli_usage_error(cli, "unexpected argument '%s'", argv[optind + (is_cancel ? 1 : 0)]);
-    if (is_cancel && !handle_ok(argv[optind]))
-        return cli_usage_error(cli, "bad HANDLE '%s' (no spaces or control characters)",
-                               argv[optind]);
+    if (is_dead) {
+        if (nargs == 0)
+            return cli_usage_error(cli, "missing list, retry or drop");
+        sub = argv[optind++];
+        nargs--;
+        if (strcmp(sub, "list") != 0 && strcmp(sub, "retry") != 0 && strcmp(sub, "drop") != 0)
+            return cli_usage_error(cli, "unknown 'dead %s' (want list, retry or drop)", sub);
+    }
+    want = strcmp(verb, "cancel") == 0 || (sub != NULL && strcmp(sub, "list") != 0) ? 1 : 0;
+    if (one_job && (func != NULL) != (uniq != NULL))
+        return cli_usage_error(cli, "options '-f' and '-u' go together");
+    if (one_job && func == NULL)
+        want = 1;
+    if (nargs < want)
+        return cli_usage_error(cli, "missing %s", is_dead ? "HANDLE or FUNCTION" : "HANDLE");
+    if (sub != NULL && strcmp(sub, "list") == 0 && nargs >= 1)
+        want = 1; /* dead list FUNCTION */
+    if (nargs > want)
+        return cli_usage_error(cli, "unexpected argument '%s'", argv[optind + want]);
+    arg = want ? argv[optind] : NULL;
+    if (arg != NULL && !handle_ok(arg))
+        return cli_usage_error(cli, "bad %s '%s' (no spaces or control characters)",
+                               sub != NULL && strcmp(sub, "list") == 0 ? "FUNCTION" : "HANDLE",
+                               arg);
     rc = cli_servers(cli);
     if (rc != 0)
         return rc;
-    if (is_cancel)
-        return run_cancel(cli, argv[optind]);
-    if (is_shutdown)
+    if (strcmp(verb, "shutdown") == 0)
         return run_shutdown(cli, graceful);
-    for (i = 0; i < sizeof(listings) / sizeof(listings[0]); i++) {
-        if (strcmp(cli->verb, listings[i].verb) == 0)
-            return run_listing(cli, &listings[i]);
+    cap = 48 + (arg ? strlen(arg) : 0) + (func ? strlen(func) + strlen(uniq) : 0);
+    line = cli_xmalloc(cap);
+    if (strcmp(verb, "cancel") == 0) {
+        snprintf(line, cap, "cancel job %s\n", arg);
+        rc = run_change(cli, line, NULL, NULL);
+    } else if (sub != NULL && strcmp(sub, "list") != 0) {
+        snprintf(line, cap, "%s dead %s\n", sub, arg);
+        rc = run_change(cli, line, sub[0] == 'r' ? "retry dead" : "drop dead",
+                        sub[0] == 'r' ? retried_cols : dropped_cols);
+    } else if (one_job) {
+        snprintf(line, cap, "show %s %s%s%s%s\n", verb, func ? "unique " : "", func ? func : arg,
+                 func ? " " : "", func ? uniq : "");
+        if (verb[0] == 'r') {
+            char *what = cli_xmalloc(cap);
+
+            if (func != NULL)
+                snprintf(what, cap, "of '%s' with unique key '%s'", func, uniq);
+            else
+                snprintf(what, cap, "%s", arg);
+            rc = run_result(cli, line, what);
+            free(what);
+        } else {
+            rc = run_listing(cli, &listings[5], line);
+        }
+    } else if (is_dead) {
+        snprintf(line, cap, "show dead%s%s\n", arg ? " " : "", arg ? arg : "");
+        rc = run_listing(cli, &listings[4], line);
+    } else {
+        for (i = 0; i < 4 && strcmp(verb, listings[i].verb) != 0; i++)
+            ;
+        rc = i < 4 ? run_listing(cli, &listings[i], listings[i].command)
+                   : cli_usage_error(cli, "unknown verb");
     }
-    return cli_usage_error(cli, "unknown verb");
+    free(line);
+    return rc;
 }

@@ -39,7 +39,13 @@ static const char usage_text[] =
     "                       do jobs by running COMMAND for each\n"
     "  status               functions: jobs, running jobs, workers\n"
     "  workers              connections and their functions\n"
-    "  jobs                 queued and running jobs\n"
+    "  jobs                 jobs: function, priority, state, run-at time\n"
+    "  job HANDLE | job -f FUNCTION -u UNIQUE\n"
+    "                       one job, field by field (dsjobd)\n"
+    "  result HANDLE | result -f FUNCTION -u UNIQUE\n"
+    "                       a kept result's bytes (dsjobd --keep-results)\n"
+    "  dead list [FUNCTION] | dead retry|drop HANDLE|FUNCTION\n"
+    "                       failed background jobs (dsjobd --max-dead)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -267,7 +273,8 @@ static const struct verb {
 } verbs[] = {
     {"submit", submit_main},  {"worker", runner_main}, {"status", admin_main},
     {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
-    {"shutdown", admin_main}, {"version", admin_main},
+    {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
+    {"result", admin_main},   {"dead", admin_main},
 };
 
 void

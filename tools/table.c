@@ -281,6 +281,38 @@ print_text(const struct table *t, bool header, size_t first, FILE *out)
 }
 
 int
+table_print_records(const struct table *t, const char *const *nums, FILE *out)
+{
+    json_t *arr = json_array(), *o = NULL;
+    size_t r;
+    int rc;
+
+    if (arr == NULL)
+        return -1;
+    for (r = 0; r < t->nrows; r++) {
+        enum table_kind kind = TABLE_STR;
+        size_t i;
+
+        if (o == NULL || strcmp(cell(t, r, 0), cell(t, r - 1, 0)) != 0) {
+            o = json_object();
+            json_object_set_new(o, t->cols[0].key, json_str(cell(t, r, 0)));
+            json_array_append_new(arr, o);
+        }
+        for (i = 0; nums[i] != NULL; i++)
+            if (strcmp(nums[i], cell(t, r, 1)) == 0)
+                kind = TABLE_NUM;
+        json_object_set_new(o, cell(t, r, 1), json_cell(cell(t, r, 2), kind));
+    }
+    rc = json_dumpf(arr, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(arr);
+    if (rc == 0 && fputc('\n', out) == EOF)
+        rc = -1;
+    if (fflush(out) != 0)
+        rc = -1;
+    return rc;
+}
+
+int
 table_print(const struct table *t, enum cli_format fmt, size_t first, FILE *out)
 {
     int rc;

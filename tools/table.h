@@ -53,4 +53,13 @@ void table_add(struct table *t, const char *const *cells, const size_t *lens);
  */
 int table_print(const struct table *t, enum cli_format fmt, size_t first, FILE *out);
 
+/*
+ * table_print_records writes a table of three columns (server, name,
+ * value), each server's rows together, as a JSON array of one object per
+ * server: its "server" key, then each name as a key of its value, an
+ * integer for the names in nums (NULL-terminated). Returns 0, or -1 when
+ * writing or encoding failed.
+ */
+int table_print_records(const struct table *t, const char *const *nums, FILE *out);
+
 #endif

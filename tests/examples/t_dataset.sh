@@ -25,7 +25,7 @@ if [ ! -x "$PRODUCER" ] || [ ! -x "$CONSUMER" ]; then
     exit 0
 fi
 
-CHECKS=30
+CHECKS=31
 SHARDS=8
 ROWS=2000
 
@@ -92,6 +92,14 @@ checks() {
     consume progress -q --progress force
     grep -q "\[#*\] 8/8 shards, 2000/2000 rows" "$d/progress.err"
     ok $? "$K: --progress force: the progress line ends at 8/8 shards, 2000/2000 rows"
+    # Each shard's WORK_STATUS reports come while it streams, not only at its end:
+    # every shard has one with 0 < N < D before its ok line.
+    consume statuses -q --statuses
+    awk '/^# shard [0-9]+ status [0-9]+\/[0-9]+$/ { split($5, f, "/")
+            if (f[1] > 0 && f[1] < f[2] && !($3 in ok)) mid[$3] = 1 }
+        /^# shard [0-9]+ ok / { ok[$3] = 1 }
+        END { n = 0; for (s in mid) n++; exit n != 8 }' "$d/statuses.err"
+    ok $? "$K: --statuses: every shard reports a WORK_STATUS mid-shard (0 < N < D) before it ends"
     reap
 
     killed_mid_shard restart

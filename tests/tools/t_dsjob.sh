@@ -38,7 +38,8 @@ command -v script >/dev/null 2>&1 || HAVE_SCRIPT=
 # Progress must be decided by the test, not by the terminal it runs in.
 unset DSJOB_PROGRESS DSJOB_SERVERS
 
-CHECKS=103
+LIFECYCLE_CHECKS=27 # lifecycle_verbs
+CHECKS=$((104 + LIFECYCLE_CHECKS))
 
 # ds ARG...: dsjob pointed at the server under test, bounded.
 ds() {
@@ -346,10 +347,17 @@ checks() {
     same "$r1 $? $(cat "$d/u1") $(cat "$d/u2")" "0 0 RESULT RESULT" "unique: both clients get the one result"
     same "$(cat "$d/uw")" "payload" "unique: the worker ran the coalesced job once"
 
-    h=$(ds submit --at $(($(date +%s) + 3600)) t_at later)
+    at=$(($(date +%s) + 3600))
+    h=$(ds submit --at $at t_at later)
     rc=$?
     echo "$h" | grep -Eq '^H:[^[:space:]]+:[0-9]+$'
     ok $? "$K: submit --at prints a handle (got '$h', rc $rc)"
+    if [ "$K" = gearmand ]; then
+        skip_n 1 "$K: show jobs has no state or run-at time"
+    else
+        same "$(ds jobs --format tsv | grep "^$h	" | cut -f2,4,6)" "t_at	scheduled	$at" \
+            "jobs: a --at job is scheduled, at its run-at time"
+    fi
     ds submit --at 1 -p high t_at x >/dev/null 2>&1
     same "$?" "2" "submit --at with -p is a usage error"
 
@@ -473,15 +481,31 @@ checks() {
           $w && ref $w->{functions} eq "ARRAY" && "@{$w->{functions}}" eq "t_adm_w" && $w->{fd} =~ /^\d+$/' \
         <"$d/wk.json"
     ok $? "$K: workers --format json: functions as an array"
+    # gearmand has no "show jobs detail": its old columns.
     ds jobs >"$d/jobs.table"
-    head -1 "$d/jobs.table" | grep -Eq '^HANDLE +RETRIES +IGNORE +QUEUED$' &&
-        grep -Eq "^$hq +0 +0 +1\$" "$d/jobs.table"
-    ok $? "$K: jobs: table with the queued background job"
-    same "$(ds jobs --format tsv | grep "^$hq	")" "$hq	0	0	1" "jobs --format tsv"
-    ds jobs --format json >"$d/jobs.json"
-    json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{queued} == 1 && $x->{retries} == 0' \
-        "$hq" <"$d/jobs.json"
-    ok $? "$K: jobs --format json"
+    if [ "$K" = gearmand ]; then
+        head -1 "$d/jobs.table" | grep -Eq '^HANDLE +RETRIES +IGNORE +QUEUED$' &&
+            grep -Eq "^$hq +0 +0 +1\$" "$d/jobs.table"
+        ok $? "$K: jobs: table with the queued background job (show jobs' columns)"
+        same "$(ds jobs --format tsv | grep "^$hq	")" "$hq	0	0	1" "jobs --format tsv"
+        ds jobs --format json >"$d/jobs.json"
+        json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{queued} == 1 &&
+            $x->{retries} == 0 && !exists $x->{state}' "$hq" <"$d/jobs.json"
+        ok $? "$K: jobs --format json"
+    else
+        head -1 "$d/jobs.table" |
+            grep -Eq '^HANDLE +FUNCTION +PRIORITY +STATE +ATTEMPTS +RUN_AT +BACKGROUND +UNIQUE$' &&
+            grep -Eq "^$hq +t_adm_q +normal +queued +0 +0 +1 *\$" "$d/jobs.table"
+        ok $? "$K: jobs: table with function, priority, state and run-at time"
+        same "$(ds jobs --format tsv | grep "^$hq	")" "$hq	t_adm_q	normal	queued	0	0	1	" \
+            "jobs --format tsv"
+        ds jobs --format json >"$d/jobs.json"
+        json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{function} eq "t_adm_q" &&
+            $x->{state} eq "queued" && $x->{priority} eq "normal" && $x->{attempts} == 0 &&
+            $x->{run_at} == 0 && $x->{background} == 1 && $x->{unique} eq ""' \
+            "$hq" <"$d/jobs.json"
+        ok $? "$K: jobs --format json: the detail columns, numbers as numbers"
+    fi
     want=$(ds version --format tsv)
     case $K:$want in
     gearmand:1.1.20*) rc=0 ;;
@@ -516,6 +540,8 @@ checks() {
     dsw -f t_adm_q -- sh -c "cat >>'$d/cancelled'; echo >>'$d/cancelled'"
     check "after cancel, a worker runs only the later job" poll has after "$d/cancelled"
     same "$(cat "$d/cancelled")" "after" "the cancelled job never ran"
+
+    lifecycle_verbs
 
     # A command that is not there is refused at start, naming it (exit 2).
     "$DSJOB" worker -s "$addr" -f t_typo -- "$d/nonexistent-typo" 2>"$d/typo.err"
@@ -578,6 +604,161 @@ checks() {
     esac
 }
 
+# ndead FUNCTION N: FUNCTION's dead set has N jobs.
+ndead() {
+    [ "$(ds dead list "$1" --format tsv | wc -l)" -eq "$2" ]
+}
+
+# job_is HANDLE STATE: dsjob job shows that state.
+job_is() {
+    ds job "$1" --format tsv | grep -q "^state	$2\$"
+}
+
+# The verbs of dsjobd's lifecycle (dsjob(1): job, result, dead), against
+# dsjobd with --max-dead and --keep-results (server_args); gearmand has
+# none of them, and each must say so.
+
+lifecycle_verbs() {
+    rc=0
+    ds dead >/dev/null 2>&1 || rc=$?
+    ds dead frob x >/dev/null 2>&1 || rc="$rc $?"
+    ds job >/dev/null 2>&1 || rc="$rc $?"
+    ds result -f t_x >/dev/null 2>&1 || rc="$rc $?"
+    ds job 'a b' >/dev/null 2>&1 || rc="$rc $?"
+    ds status -u x >/dev/null 2>&1 || rc="$rc $?"
+    same "$rc" "2 2 2 2 2 2" \
+        "usage: dead alone or frob, job without a handle, -f without -u, a spaced handle, status -u"
+    if [ "$K" = gearmand ]; then
+        for v in "dead list" "dead retry t_x" "dead drop t_x" "job H:x:1" "result H:x:1" \
+            "job -f t_x -u u"; do
+            # shellcheck disable=SC2086
+            ds $v >"$d/gm.out" 2>"$d/gm.err"
+            rc=$?
+            [ $rc -eq 1 ] && [ ! -s "$d/gm.out" ] && grep -q "a dsjobd admin command" "$d/gm.err"
+            ok $? "$K: $v: exit 1, nothing on stdout, stderr says it is dsjobd's (rc $rc)"
+        done
+        out=$(ds dead list --format json 2>/dev/null)
+        same "$? $out" "1 []" "dead list --format json: an empty array, exit 1"
+        skip_n $((LIFECYCLE_CHECKS - 8)) "$K: no dead sets or kept results"
+        return
+    fi
+
+    # Three background jobs whose command fails: dead (--max-dead).
+    dsw -f t_dead -- sh -c 'cat >/dev/null; echo "it broke" >&2; exit 3' 2>/dev/null
+    w_dead=$W
+    h1=$(ds submit -b -u 'key one' t_dead p1)
+    h2=$(ds submit -b -u k2 t_dead p2)
+    h3=$(ds submit -b t_dead p3)
+    check "dead: the three failed jobs are in the dead set" poll ndead t_dead 3
+    kill $w_dead
+    wait_bounded $w_dead
+    ds dead list >"$d/dead.table"
+    head -1 "$d/dead.table" |
+        grep -Eq '^HANDLE +FUNCTION +PRIORITY +ATTEMPTS +FIRST_FAILURE +LAST_FAILURE +SIZE +UNIQUE +ERROR +DROPPED$' &&
+        grep -Eq "^$h1 +t_dead +normal +[0-9]+ +[0-9]{10} +[0-9]{10} +2 +key one +'sh' exited with status 3\\\\nit broke\\\\n +0\$" \
+            "$d/dead.table"
+    ok $? "$K: dead list: a table, the unique key and error unescaped, then escaped as dsjob does"
+    same "$(ds dead list t_dead --format tsv | grep "^$h2	" | cut -f2,3,7,8,9)" \
+        "t_dead	normal	2	k2	'sh' exited with status 3\nit broke\n" "dead list FUNCTION --format tsv"
+    ds dead list --format json >"$d/dead.json"
+    json 'my ($x) = grep { $_->{handle} eq $a[0] } @$j; $x && $x->{unique} eq "key one" &&
+        $x->{error} eq "'"'sh'"' exited with status 3\nit broke\n" && $x->{size} == 2 &&
+        $x->{first_failure} > 1e9 && $x->{first_failure} <= $x->{last_failure} &&
+        $x->{dropped} == 0' "$h1" <"$d/dead.json" &&
+        grep -q '"first_failure": [0-9]*,' "$d/dead.json"
+    ok $? "$K: dead list --format json: real newlines in the error, numbers as numbers"
+    same "$(ds dead list t_nothing --format tsv; echo "rc $?")" "rc 0" \
+        "dead list of a function with no dead jobs: nothing, exit 0"
+
+    ds job "$h1" >"$d/job.table"
+    head -1 "$d/job.table" | grep -Eq '^FIELD +VALUE$' && grep -Eq '^state +dead$' "$d/job.table" &&
+        grep -Eq '^unique +key one$' "$d/job.table" && grep -Eq '^error +.*it broke' "$d/job.table"
+    ok $? "$K: job HANDLE: field by field, state dead, the unique key and the error"
+    ds job "$h2" --format json >"$d/job.json"
+    json '@$j == 1 && $j->[0]{handle} eq $a[0] && $j->[0]{function} eq "t_dead" &&
+        $j->[0]{state} eq "dead" && $j->[0]{payload_size} == 2 && $j->[0]{unique} eq "k2"' \
+        "$h2" <"$d/job.json" && grep -q '"payload_size": 2,' "$d/job.json"
+    ok $? "$K: job --format json: one object, its fields as keys, sizes as numbers"
+    ds job H:nowhere:1 >"$d/nojob.out" 2>"$d/nojob.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/nojob.out" ] && grep -q UNKNOWN_JOB "$d/nojob.err"
+    ok $? "$K: job of an unknown handle: UNKNOWN_JOB on stderr, exit 1 (rc $rc)"
+    ds result "$h1" >"$d/deadres.out" 2>"$d/deadres.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/deadres.out" ] && grep -q "NOT_DONE job is dead" "$d/deadres.err"
+    ok $? "$K: result of a dead job: NOT_DONE, exit 1 (rc $rc)"
+
+    same "$(ds dead drop "$h3" --format tsv)" "1" "dead drop HANDLE: one dropped"
+    same "$(ds dead list t_dead --format tsv | cut -f1 | sort | tr '\n' ' ')" \
+        "$(printf '%s\n' "$h1" "$h2" | sort | tr '\n' ' ')" "dead drop: the job is gone from the list"
+    ds dead drop "$h3" >"$d/drop2.out" 2>"$d/drop2.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/drop2.out" ] && grep -q UNKNOWN_JOB "$d/drop2.err"
+    ok $? "$K: dead drop of a dropped job: UNKNOWN_JOB, exit 1 (rc $rc)"
+    ds dead retry t_nothing >/dev/null 2>&1
+    same "$?" "1" "dead retry of an unknown function: exit 1"
+    # A dead job whose unique key a live job holds stays dead.
+    hlive=$(ds submit -b -u k2 t_dead live)
+    ds dead retry "$h2" --format tsv >"$d/left.out" 2>"$d/left.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(cat "$d/left.out")" = "0	1" ] &&
+        grep -q "not: a live job holds the unique key" "$d/left.err"
+    ok $? "$K: dead retry while a live job holds the unique key: left dead, why, exit 1 (rc $rc)"
+    ds cancel "$hlive"
+
+    # Retried with a command that works, they complete, and their results are kept.
+    dsw -f t_dead -- sh -c 'cat; printf "\000end\n\n"'
+    ds dead retry t_dead >"$d/retry.table"
+    rc=$?
+    [ $rc -eq 0 ] && head -1 "$d/retry.table" | grep -Eq '^RETRIED +LEFT$' &&
+        tail -n 1 "$d/retry.table" | grep -Eq '^ +2 +0$'
+    ok $? "$K: dead retry FUNCTION: both put back, a table, exit 0 (rc $rc)"
+    check "the retried jobs complete" poll job_is "$h1" done
+    check "both of them" poll job_is "$h2" done
+    same "$(ds dead list --format tsv | grep -c "	t_dead	")" "0" "the dead set is empty"
+    ds result "$h1" >"$d/res.out"
+    rc=$?
+    printf 'p1\000end\n\n' | cmp -s - "$d/res.out"
+    ok $? "$K: result HANDLE: the bytes exactly (a NUL, trailing newlines), exit $rc"
+    same "$rc" "0" "result of a completed job exits 0"
+    ds result --format json -f t_dead -u k2 >"$d/res.json"
+    json '@$j == 1 && $j->[0]{outcome} eq "complete" && $j->[0]{size} == 8 && $j->[0]{kept} == 8 &&
+        $j->[0]{result} eq "p2"' <"$d/res.json"
+    ok $? "$K: result -f -u --format json: outcome, size, kept, the result (to its NUL)"
+    same "$(ds job -f t_dead -u k2 --format tsv | grep -E '^(handle|state|outcome)	' | tr '\t\n' '= ')" \
+        "handle=$h2 state=done outcome=complete " "job -f FUNCTION -u UNIQUE: the kept job"
+
+    # Outcomes that are not a success: an exception's text, a failure, a cut result.
+    _pid=$SERVER_PID _port=$SERVER_PORT
+    server_start dsjobd --keep-results 600 --max-result-size 32 || return 1
+    s2=$SERVER_PID
+    dsw --exceptions -f t_kx -- sh -c 'cat >/dev/null; exit 5' 2>/dev/null
+    dsw -f t_kf -- sh -c 'cat >/dev/null; exit 6' 2>/dev/null
+    dsw -f t_kl -- sh -c 'cat >/dev/null; printf 0123456789abcdef0123456789abcdefXYZ'
+    hx=$(ds submit -b t_kx x)
+    hf=$(ds submit -b t_kf x)
+    hl=$(ds submit -b t_kl x)
+    check "the three jobs end" poll sh -c "$DSJOB -s 127.0.0.1:$SERVER_PORT jobs --format tsv |
+        grep -c '	done	' | grep -qx 3"
+    ds result "$hx" >"$d/rx.out" 2>"$d/rx.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/rx.out" ] &&
+        grep -q "job $hx raised an exception: 'sh' exited with status 5" "$d/rx.err"
+    ok $? "$K: result of an exception: its text on stderr, exit 1 (rc $rc)"
+    ds result "$hf" >"$d/rf.out" 2>"$d/rf.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$d/rf.out" ] && grep -q "job $hf failed" "$d/rf.err"
+    ok $? "$K: result of a failed job: exit 1, saying so (rc $rc)"
+    ds result "$hl" >"$d/rl.out" 2>"$d/rl.err"
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(cat "$d/rl.out")" = 0123456789abcdef0123456789abcdef ] &&
+        grep -q "kept only 32 of its 35 result bytes" "$d/rl.err"
+    ok $? "$K: result cut by --max-result-size: the 32 bytes kept, exit 1, saying so (rc $rc)"
+    server_stop
+    SERVER_PID=$_pid SERVER_PORT=$_port
+    wait "$s2" 2>/dev/null
+}
+
 # Once, before the servers: the address forms of -s and what dsjob prints
 # with no server up. A host without a port means 4730 (as with the gearman
 # tools) for the admin verbs and for the libraries alike; 4730 on
@@ -629,6 +810,11 @@ address_checks() {
     got=$(timeout 20 "$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
     same "$? $got" "0 $want" "dsjob -s '[::1]:$SERVER_PORT' version: the same server over IPv6"
     server_stop
+}
+
+# dsjobd keeps dead jobs and results for lifecycle_verbs.
+server_args() {
+    [ "$1" = dsjobd ] && echo "--max-dead 10 --keep-results 600"
 }
 
 address_checks
