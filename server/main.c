@@ -3,6 +3,7 @@
  * itself is libdsjobserver. Option names follow gearmand's, so dsjobd can
  * take its place in an init script; options gearmand has and dsjobd does
  * not need (--threads, --worker-wakeup) are checked and then ignored.
+ * --config-file is read before argv, whose options override it.
  */
 #include "config.h"
 
@@ -44,6 +45,7 @@ usage(FILE *fp)
         "  -P, --pid-file FILE        write the process id to FILE\n"
         "  -u, --user USER            switch to USER after binding\n"
         "  -l, --log-file DEST        stderr (default), none, or a file path\n"
+        "      --log-format FORMAT    text (default) or json (one object a line)\n"
         "      --verbose LEVEL        FATAL ALERT CRITICAL ERROR WARNING NOTICE INFO DEBUG\n"
         "                             (default ERROR)\n"
         "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
@@ -125,6 +127,7 @@ enum {
     OPT_PRIORITY,
     OPT_PRIORITY_AGING,
     OPT_CONFIG_FILE,
+    OPT_LOG_FORMAT,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -176,6 +179,7 @@ static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {"config-file", required_argument, NULL, OPT_CONFIG_FILE},
+    {"log-format", required_argument, NULL, OPT_LOG_FORMAT},
     {NULL, 0, NULL, 0},
 };
 
@@ -881,6 +885,14 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             opts_release(o);
             exit(0);
         case OPT_CONFIG_FILE: break; /* read first, by read_config */
+        case OPT_LOG_FORMAT:
+            if (strcmp(optarg, "text") == 0)
+                cfg->log_format = DSJOB_LOG_FORMAT_TEXT;
+            else if (strcmp(optarg, "json") == 0)
+                cfg->log_format = DSJOB_LOG_FORMAT_JSON;
+            else
+                die_usage("--log-format: '%s' is not text or json", optarg);
+            break;
         case OPT_FILE_DONE: listen_given = admin_given = false; break;
         default:
             /* getopt_long has printed which option it did not know. */
