@@ -3,7 +3,8 @@
  * itself is libdsjobserver. Option names follow gearmand's, so dsjobd can
  * take its place in an init script; options gearmand has and dsjobd does
  * not need (--threads, --worker-wakeup) are checked and then ignored.
- * --config-file is read before argv, whose options override it.
+ * --config-file is read before argv, whose options override it. Built with
+ * libsystemd, it tells systemd (NOTIFY_SOCKET) when it is ready and stopping.
  */
 #include "config.h"
 
@@ -24,6 +25,9 @@
 #include <unistd.h>
 
 #include <dsjob/server.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 static struct dsjob_server *the_server; /* for the signal handlers */
 
@@ -341,6 +345,21 @@ daemonize(void)
         /* Staying in the start directory is harmless. */
     }
     return fds[1];
+}
+
+/*
+ * notify_systemd sends state ("READY=1", "STOPPING=1") to the service
+ * manager when there is one (NOTIFY_SOCKET is set) and dsjobd was built
+ * with libsystemd; otherwise nothing.
+ */
+static void
+notify_systemd(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+    (void)sd_notify(0, state);
+#else
+    (void)state;
+#endif
 }
 
 static void
@@ -977,7 +996,9 @@ main(int argc, char **argv)
         }
     }
     report_ready(ready_fd, NULL);
+    notify_systemd("READY=1"); /* bound, files written, user switched: as --daemon's parent */
     rc = dsjob_server_run(the_server);
+    notify_systemd("STOPPING=1");
     if (rc != DSJOB_OK)
         fprintf(stderr, "dsjobd: %s\n", dsjob_server_errmsg(the_server));
     else

@@ -143,5 +143,9 @@ case $out in
 "dsjobd: --port: invalid value 'nonsense'"*) ok 0 "the message names no file" ;;
 *) ok 1 "the message names no file"; diag "got: $out" ;;
 esac
+"$DSJOBD" --config-file "$dir/ok.conf" --version >/dev/null; ok $? "--version after a good file: exit 0"
+printf 'port = 0\nport = nonsense\n' >"$dir/v.conf"
+"$DSJOBD" --config-file "$dir/v.conf" --version >/dev/null 2>&1
+is "$?" 2 "--version after a bad file: exit 2 (the file is checked first)"
 "$DSJOBD" --help | grep -q -- "--config-file"; ok $? "--help lists --config-file"
 done_testing
