@@ -178,7 +178,7 @@ grab(struct conn *c, enum packet_type assign)
         args[n] = job_data(j), lens[n++] = j->data_len;
         conn_send(c, assign, n, args, lens);
     }
-    log_debug(&srv->log, "%s: assigned %s of '%s'", c->peer, job_handle(j), j->func->name);
+    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "assigned", c->peer, j, NULL);
 }
 
 static void
@@ -213,13 +213,13 @@ struct submit {
 };
 
 /*
- * refuse answers a submit with an ERROR of code (a limit's QUEUE_ERROR is
- * logged too). A durable submitter may be owed JOB_CREATEDs still waiting
+ * refuse answers the submit p with an ERROR of code, and logs a refused
+ * job event. A durable submitter may be owed JOB_CREATEDs still waiting
  * for their commit: the ERROR goes behind them (storage_refuse), so the
  * client can tell which submit it answers.
  */
-static void __attribute__((format(printf, 4, 5)))
-refuse(struct conn *c, bool durable, const char *code, const char *fmt, ...)
+static void __attribute__((format(printf, 5, 6)))
+refuse(struct conn *c, const struct packet *p, bool durable, const char *code, const char *fmt, ...)
 {
     char text[300];
     va_list ap;
@@ -227,8 +227,13 @@ refuse(struct conn *c, bool durable, const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (strcmp(code, "QUEUE_ERROR") == 0)
-        log_notice(&c->srv->log, "%s: refused a submit: %s", c->peer, text);
+    if (LOG_ON(&c->srv->log, DSJOB_LOG_NOTICE)) {
+        char why[340];
+
+        snprintf(why, sizeof(why), "%s: %s", code, text);
+        log_job(&c->srv->log, DSJOB_LOG_NOTICE, "refused", c->peer, NULL, ARG(p, 0), p->arg_len[0],
+                why);
+    }
     if (durable)
         storage_refuse(c->srv, c, code, text);
     else
@@ -252,7 +257,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
 
     durable = s->background && srv->storage.durable;
     if (p->arg_len[0] == 0) {
-        refuse(c, durable, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
+        refuse(c, p, durable, "INVALID_ARGUMENT", "%s: empty function name", packet_name(p->type));
         return;
     }
     if (!name_ok(c, p, durable))
@@ -266,7 +271,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     if (c->reject_no_worker) {
         f = queue_func(&srv->queue, ARG(p, 0), p->arg_len[0], false);
         if (f == NULL || f->nworkers == 0) {
-            refuse(c, durable, "NO_WORKER", "no worker can do %.*s",
+            refuse(c, p, durable, "NO_WORKER", "no worker can do %.*s",
                    (int)(p->arg_len[0] > 200 ? 200 : p->arg_len[0]), ARG(p, 0));
             return;
         }
@@ -293,20 +298,20 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     if (queue_full(f, s->prio)) {
-        refuse(c, durable, "QUEUE_ERROR",
+        refuse(c, p, durable, "QUEUE_ERROR",
                "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
                f->max_queue[s->prio]);
         return;
     }
     if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
-        refuse(c, durable, "QUEUE_ERROR", "Server is full: it holds %zu jobs, its --max-jobs limit",
-               srv->queue.njobs);
+        refuse(c, p, durable, "QUEUE_ERROR",
+               "Server is full: it holds %zu jobs, its --max-jobs limit", srv->queue.njobs);
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
-        refuse(c, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
+        refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
                data_len);
         return;
     }
@@ -315,7 +320,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->background = s->background;
     if (job_set_when(j, s->when) < 0) {
         job_unref(j);
-        refuse(c, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     j->id = srv->next_job_id;
@@ -337,6 +342,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
+    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", c->peer, j, NULL);
     if (j->state == JOB_SCHEDULED)
         srv_epoch_arm(srv);
     else

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "lifecycle.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,6 +26,15 @@
 #include "storage.h"
 
 #define LIFECYCLE_BACKOFF_MAX_MS 3600000u /* --retry-backoff's longest wait unless given */
+
+/* The peer of the worker holding j, for job events; NULL if none holds it. */
+static const char *
+worker_peer(const struct job *j)
+{
+    struct qworker *w = job_worker(j);
+
+    return w != NULL ? conn_of_worker(w)->peer : NULL;
+}
 
 int
 lifecycle_attach(struct conn *c, struct job *j)
@@ -288,16 +298,22 @@ static void
 run_again(struct srv *srv, struct job *j, const char *why)
 {
     int64_t delay = backoff_secs(srv, j);
+    const char *peer = worker_peer(j);
 
     if (delay > 0 && queue_backoff(&srv->queue, j, srv_now() + delay) == 0) {
-        log_info(&srv->log, "job %s of '%s' runs again in %lld s (attempt %u failed): %s",
-                 job_handle(j), j->func->name, (long long)delay, job_attempts(j), why);
+        if (LOG_ON(&srv->log, DSJOB_LOG_INFO)) {
+            char text[200];
+
+            snprintf(text, sizeof(text), "%s; runs again in %lld s (attempt %u failed)", why,
+                     (long long)delay, job_attempts(j));
+            LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "requeued", peer, j, text);
+        }
         storage_update(srv, j);
         srv_epoch_arm(srv);
     } else {
         if (delay == 0)
             queue_requeue(&srv->queue, j);
-        log_info(&srv->log, "job %s of '%s' requeued: %s", job_handle(j), j->func->name, why);
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "requeued", peer, j, why);
         if (!j->background && !job_has_waiters(j)) {
             queue_remove(&srv->queue, j); /* nobody is left to want it */
             return;
@@ -374,12 +390,14 @@ lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const
             free(warned);
             return;
         }
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_FAIL");
         lifecycle_tell(j, PACKET_WORK_FAIL, 1, (const void *const[]){job_handle(j)},
                        (const size_t[]){j->handle_len});
         lifecycle_end(srv, j, STORE_DONE_FAIL, text, text_len);
         free(warned);
         return;
     }
+    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "completed", worker_peer(j), j, NULL);
     lifecycle_tell(j, PACKET_WORK_COMPLETE, 2, (const void *const[]){job_handle(j), data},
                    (const size_t[]){j->handle_len, len});
     lifecycle_end(srv, j, STORE_DONE_COMPLETE, data, len);
@@ -394,6 +412,7 @@ lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len
 
     if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_EXCEPTION, data, len))
         return;
+    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_EXCEPTION");
     if (j->ext != NULL) {
         TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
             if (w->client->exceptions)
@@ -414,15 +433,16 @@ lifecycle_retry_as(struct srv *srv, struct job *j, unsigned how, const char *why
         return;
     }
     note_failure(srv, j, why, strlen(why));
-    if (!(srv->cfg.retry_on & how)) {
-        log_warn(&srv->log, "job %s of '%s' failed (not retried, see --retry-on): %s",
-                 job_handle(j), j->func->name, why);
-        fail_for_good(srv, j, why);
-        return;
-    }
-    if (past_limit(srv, j)) {
-        log_warn(&srv->log, "job %s of '%s' failed after %u attempts: %s", job_handle(j),
-                 j->func->name, job_attempts(j) + 1, why);
+    if (!(srv->cfg.retry_on & how) || past_limit(srv, j)) {
+        if (LOG_ON(&srv->log, DSJOB_LOG_WARNING)) {
+            char text[200];
+
+            if (!(srv->cfg.retry_on & how))
+                snprintf(text, sizeof(text), "%s (not retried, see --retry-on)", why);
+            else
+                snprintf(text, sizeof(text), "%s, after %u attempts", why, job_attempts(j) + 1);
+            LIFECYCLE_LOG(srv, DSJOB_LOG_WARNING, "failed", worker_peer(j), j, text);
+        }
         fail_for_good(srv, j, why);
         return;
     }

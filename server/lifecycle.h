@@ -25,6 +25,16 @@ struct job;
 struct srv;
 
 /*
+ * LIFECYCLE_LOG logs job event (see log_job in log.h) of the job j at
+ * level lvl, by peer (NULL if none) for why (NULL, or the server's own
+ * text). The one way job events are logged; when lvl is off it compares
+ * two numbers and formats nothing. Needs srv.h and job.h where it is used.
+ */
+#define LIFECYCLE_LOG(srv, lvl, event, peer, j, why)                                               \
+    LOG_JOB(&(srv)->log, (lvl), (event), (peer), job_handle(j), (j)->func->name,                   \
+            (j)->func->name_len, (why))
+
+/*
  * lifecycle_attach makes client c wait for j's result: c is sent every
  * packet lifecycle_tell sends for j until j ends or c goes. j gets its
  * job_ext if it had none. Returns 0, or -1 if out of memory (nothing is

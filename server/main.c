@@ -3,6 +3,8 @@
  * itself is libdsjobserver. Option names follow gearmand's, so dsjobd can
  * take its place in an init script; options gearmand has and dsjobd does
  * not need (--threads, --worker-wakeup) are checked and then ignored.
+ * --config-file is read before argv, whose options override it. Built with
+ * libsystemd, it tells systemd (NOTIFY_SOCKET) when it is ready and stopping.
  */
 #include "config.h"
 
@@ -23,6 +25,9 @@
 #include <unistd.h>
 
 #include <dsjob/server.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 static struct dsjob_server *the_server; /* for the signal handlers */
 
@@ -44,6 +49,7 @@ usage(FILE *fp)
         "  -P, --pid-file FILE        write the process id to FILE\n"
         "  -u, --user USER            switch to USER after binding\n"
         "  -l, --log-file DEST        stderr (default), none, or a file path\n"
+        "      --log-format FORMAT    text (default) or json (one object a line)\n"
         "      --verbose LEVEL        FATAL ALERT CRITICAL ERROR WARNING NOTICE INFO DEBUG\n"
         "                             (default ERROR)\n"
         "  -j, --job-retries N        attempts before a job is failed (0: unlimited)\n"
@@ -87,6 +93,8 @@ usage(FILE *fp)
         "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
         "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
         "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
+        "      --config-file FILE     read options from FILE first (NAME=VALUE or gearmand's\n"
+        "                             --NAME=VALUE, one a line); the command line wins\n"
         "  -h, --help                 show this help\n"
         "  -V, --version              show the version\n"
         "\n"
@@ -122,7 +130,12 @@ enum {
     OPT_REJECT_NO_WORKER,
     OPT_PRIORITY,
     OPT_PRIORITY_AGING,
+    OPT_CONFIG_FILE,
+    OPT_LOG_FORMAT,
+    OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
+
+#define SHORT_OPTIONS "L:p:b:dP:u:l:j:Rt:w:q:hV"
 
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, 'L'},
@@ -169,17 +182,22 @@ static const struct option long_options[] = {
     {"worker-wakeup", required_argument, NULL, 'w'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
+    {"config-file", required_argument, NULL, OPT_CONFIG_FILE},
+    {"log-format", required_argument, NULL, OPT_LOG_FORMAT},
     {NULL, 0, NULL, 0},
 };
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* The config file line being applied ("FILE:LINE: "), so that errors say where; else "". */
+static char where[PATH_MAX + 32];
 
 static void
 die_usage(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "dsjobd: ");
+    fprintf(stderr, "dsjobd: %s", where);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -219,8 +237,7 @@ parse_number(const char *opt, const char *s, unsigned long long max, bool sizes)
     return v;
 
 bad:
-    fprintf(stderr, "dsjobd: %s: invalid value '%s'\n", opt, s);
-    exit(2);
+    die_usage("%s: invalid value '%s'", opt, s);
 }
 
 /* Paths given relative to the start directory stay valid after a daemon's chdir("/"). */
@@ -330,6 +347,21 @@ daemonize(void)
     return fds[1];
 }
 
+/*
+ * notify_systemd sends state ("READY=1", "STOPPING=1") to the service
+ * manager when there is one (NOTIFY_SOCKET is set) and dsjobd was built
+ * with libsystemd; otherwise nothing.
+ */
+static void
+notify_systemd(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+    (void)sd_notify(0, state);
+#else
+    (void)state;
+#endif
+}
+
 static void
 report_ready(int fd, const char *err)
 {
@@ -347,30 +379,62 @@ report_ready(int fd, const char *err)
     close(fd);
 }
 
-static int
-drop_privileges(const char *user, char *err, size_t errlen)
-{
-    struct passwd *pw = getpwnam(user);
-
-    if (pw == NULL) {
-        snprintf(err, errlen, "dsjobd: --user: no such user '%s'", user);
-        return -1;
-    }
-    if (setgid(pw->pw_gid) < 0 || initgroups(pw->pw_name, pw->pw_gid) < 0 ||
-        setuid(pw->pw_uid) < 0) {
-        snprintf(err, errlen, "dsjobd: --user %s: %s", user, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
+/* One option of the config file, kept until argv is parsed after it. */
+struct file_opt {
+    int val;       /* the option, as getopt_long returns it */
+    char *value;   /* its value, in opts.config_text, or NULL */
+    unsigned line; /* its line, for error messages */
+};
 
 /* What main needs beside the server's config; the strings are owned here. */
 struct opts {
     char *pid_file, *port_file, *log_file, *unix_socket; /* absolute paths, or NULL */
     char *work_dir, *store_db;                           /* absolute paths, or NULL */
-    const char *user;                                    /* --user, borrowed from argv */
-    bool daemon_mode;                                    /* --daemon */
+    const char *user;           /* --user, borrowed from argv or config_text */
+    uid_t uid;                  /* --user's uid, looked up before binding */
+    gid_t gid;                  /* and its group */
+    bool daemon_mode;           /* --daemon */
+    const char *config_file;    /* --config-file, borrowed from argv */
+    char *config_text;          /* the config file's text, split in place */
+    struct file_opt *file_opts; /* the config file's options, in order */
+    size_t nfile_opts;          /* entries in file_opts */
+    size_t next_file_opt;       /* the next one next_option returns */
 };
+
+/*
+ * find_user looks --user up before anything is bound, so that a name that
+ * does not exist, or a switch that needs root, is a usage error (exit 2).
+ */
+static void
+find_user(struct opts *o)
+{
+    struct passwd *pw;
+
+    pw = getpwnam(o->user);
+    if (pw == NULL)
+        die_usage("--user: no such user '%s'", o->user);
+    o->uid = pw->pw_uid;
+    o->gid = pw->pw_gid;
+    if (geteuid() != 0 && geteuid() != o->uid)
+        die_usage("--user %s: switching to another user needs root", o->user);
+}
+
+/*
+ * drop_privileges switches to --user's uid, gid and supplementary groups;
+ * nothing to do when dsjobd already runs as that user. glibc's setuid
+ * changes every thread, the store's writer included.
+ */
+static int
+drop_privileges(const struct opts *o, char *err, size_t errlen)
+{
+    if (geteuid() == o->uid && getuid() == o->uid)
+        return 0;
+    if (setgid(o->gid) < 0 || initgroups(o->user, o->gid) < 0 || setuid(o->uid) < 0) {
+        snprintf(err, errlen, "dsjobd: --user %s: %s", o->user, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
 
 static void
 opts_release(struct opts *o)
@@ -381,6 +445,8 @@ opts_release(struct opts *o)
     free(o->unix_socket);
     free(o->work_dir);
     free(o->store_db);
+    free(o->config_text);
+    free(o->file_opts);
 }
 
 /*
@@ -402,11 +468,6 @@ set_path(char **slot, const char *opt, const char *arg)
     return *slot;
 }
 
-/*
- * parse_options fills cfg and o from argv. It exits for --help, --version
- * (0) and a usage error (2, with a message that names the option). Strings
- * in cfg are borrowed from argv or from o.
- */
 /* parse_retry_on reads "crash,timeout,fail,exception" (any of them) into DSJOB_RETRY_* bits. */
 static unsigned
 parse_retry_on(const char *s)
@@ -461,16 +522,238 @@ parse_seconds_ms(const char *opt, const char *s, size_t len, unsigned max)
     return (unsigned)ms;
 }
 
+#define CONFIG_MAX_SIZE (1 << 20) /* a config file larger than this is refused */
+
+/* find_long returns the long_options[] entry named name (len bytes), or NULL. */
+static const struct option *
+find_long(const char *name, size_t len)
+{
+    const struct option *lo;
+
+    for (lo = long_options; lo->name != NULL; lo++)
+        if (strlen(lo->name) == len && strncmp(lo->name, name, len) == 0)
+            return lo;
+    return NULL;
+}
+
+/* find_short returns the long_options[] entry of the short option c, or NULL. */
+static const struct option *
+find_short(int c)
+{
+    const struct option *lo;
+
+    for (lo = long_options; lo->name != NULL; lo++)
+        if (lo->val == c)
+            return lo;
+    return NULL;
+}
+
+/*
+ * config_add keeps the option lo of the config file's current line, with
+ * its value (NULL if none was written), for next_option. What cannot be
+ * in a file, a missing value and a value for a flag are usage errors.
+ */
+static void
+config_add(struct opts *o, const struct option *lo, char *value, unsigned line)
+{
+    struct file_opt *fo;
+
+    if (lo->val == OPT_CONFIG_FILE || lo->val == 'h' || lo->val == 'V')
+        die_usage("--%s cannot be used in a config file", lo->name);
+    if (lo->has_arg == required_argument && value == NULL)
+        die_usage("--%s needs a value", lo->name);
+    if (lo->has_arg == no_argument && value != NULL)
+        die_usage("--%s takes no value, but has '%s'", lo->name, value);
+    fo = realloc(o->file_opts, (o->nfile_opts + 1) * sizeof(*fo));
+    if (fo == NULL)
+        die_usage("--config-file: out of memory");
+    o->file_opts = fo;
+    fo += o->nfile_opts++;
+    fo->val = lo->val;
+    fo->value = value;
+    fo->line = line;
+}
+
+static bool
+is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* next_word ends the word at *p with a NUL and returns it; *p moves past it. NULL at the end. */
+static char *
+next_word(char **p)
+{
+    char *w = *p;
+
+    while (is_space(*w))
+        w++;
+    if (*w == '\0')
+        return NULL;
+    *p = w + strcspn(w, " \t\r");
+    if (**p != '\0')
+        *(*p)++ = '\0';
+    return w;
+}
+
+/*
+ * config_words reads a line in gearmand's form: command-line words
+ * separated by blanks, such as "--port=4730 -q sqlite", as gearmand reads
+ * its --config-file. A word starting with # ends the line.
+ */
+static void
+config_words(struct opts *o, char *line, unsigned lineno)
+{
+    const struct option *lo;
+    char *w, *value;
+
+    while ((w = next_word(&line)) != NULL && w[0] != '#') {
+        if (w[0] != '-' || w[1] == '\0')
+            die_usage("unexpected '%s': an option starts with - or --", w);
+        if (w[1] == '-') {
+            value = strchr(w + 2, '=');
+            lo = find_long(w + 2, value ? (size_t)(value - w - 2) : strlen(w + 2));
+            if (lo == NULL)
+                die_usage("unknown option '%.*s'", value ? (int)(value - w) : (int)strlen(w), w);
+            if (value != NULL)
+                value++;
+        } else {
+            lo = find_short(w[1]);
+            if (lo == NULL)
+                die_usage("unknown option '-%c'", w[1]);
+            value = w[2] != '\0' ? w + 2 : NULL;
+        }
+        if (value == NULL && lo->has_arg == required_argument)
+            value = next_word(&line);
+        config_add(o, lo, value, lineno);
+    }
+}
+
+/* config_line reads one line: blank, # comment, gearmand's words or NAME [= VALUE]. */
+static void
+config_line(struct opts *o, char *line, unsigned lineno)
+{
+    const struct option *lo;
+    char *end, *value;
+    size_t len;
+
+    while (is_space(*line))
+        line++;
+    if (*line == '\0' || *line == '#')
+        return;
+    if (*line == '-') {
+        config_words(o, line, lineno);
+        return;
+    }
+    end = line + strlen(line);
+    while (end > line && is_space(end[-1]))
+        *--end = '\0';
+    len = strcspn(line, " \t\r=");
+    lo = find_long(line, len);
+    if (lo == NULL)
+        die_usage("unknown option '%.*s'", (int)len, line);
+    value = line + len;
+    while (is_space(*value))
+        value++;
+    if (*value == '=') {
+        for (value++; is_space(*value); value++)
+            ;
+    } else if (*value != '\0') {
+        die_usage("'%s': expected %s = VALUE", line, lo->name);
+    } else {
+        value = NULL;
+    }
+    config_add(o, lo, value, lineno);
+}
+
+/*
+ * read_config finds --config-file in argv (the last one counts) and reads
+ * that file whole into o->config_text, which keeps the values, and its
+ * options into o->file_opts; next_option returns them before argv's.
+ */
+static void
+read_config(int argc, char **argv, struct opts *o)
+{
+    char *line, *next;
+    unsigned lineno = 1;
+    size_t n;
+    FILE *fp;
+    int opt;
+
+    opterr = 0; /* the second pass, next_option's, reports argv's errors */
+    while ((opt = getopt_long(argc, argv, SHORT_OPTIONS, long_options, NULL)) != -1)
+        if (opt == OPT_CONFIG_FILE)
+            o->config_file = optarg;
+    opterr = 1;
+    optind = 0; /* glibc: start again from argv[1] */
+    if (o->config_file == NULL)
+        return;
+    fp = fopen(o->config_file, "r");
+    if (fp == NULL)
+        die_usage("--config-file: cannot open '%s': %s", o->config_file, strerror(errno));
+    o->config_text = malloc(CONFIG_MAX_SIZE + 1);
+    if (o->config_text == NULL)
+        die_usage("--config-file: out of memory");
+    n = fread(o->config_text, 1, CONFIG_MAX_SIZE + 1, fp);
+    if (ferror(fp))
+        die_usage("--config-file: cannot read '%s': %s", o->config_file, strerror(errno));
+    fclose(fp);
+    if (n > CONFIG_MAX_SIZE)
+        die_usage("--config-file: '%s' is larger than %d bytes", o->config_file, CONFIG_MAX_SIZE);
+    if (memchr(o->config_text, '\0', n) != NULL)
+        die_usage("--config-file: '%s' has a NUL byte: not a text file", o->config_file);
+    o->config_text[n] = '\0';
+    for (line = o->config_text; line != NULL; line = next, lineno++) {
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        snprintf(where, sizeof(where), "%s:%u: ", o->config_file, lineno);
+        config_line(o, line, lineno);
+    }
+    where[0] = '\0';
+}
+
+/*
+ * next_option returns the next option as getopt_long does, its value in
+ * optarg: the config file's first, then OPT_FILE_DONE once, then argv's.
+ * While it returns the file's, errors name their FILE:LINE.
+ */
+static int
+next_option(int argc, char **argv, struct opts *o)
+{
+    if (o->next_file_opt < o->nfile_opts) {
+        const struct file_opt *fo = &o->file_opts[o->next_file_opt++];
+
+        snprintf(where, sizeof(where), "%s:%u: ", o->config_file, fo->line);
+        optarg = fo->value;
+        return fo->val;
+    }
+    where[0] = '\0';
+    if (o->next_file_opt++ == o->nfile_opts)
+        return OPT_FILE_DONE;
+    return getopt_long(argc, argv, SHORT_OPTIONS, long_options, NULL);
+}
+
+/*
+ * parse_options fills cfg and o: from the --config-file first, if one is
+ * given, then from argv, so that the command line overrides the file
+ * wherever --config-file stands. An option given again keeps its last
+ * value; a repeatable one (--listen, --admin-allow) given on the command
+ * line replaces the file's list. It exits for --help, --version (0) and a
+ * usage error (2, with a message that names the option, and FILE:LINE for
+ * the file's). Strings in cfg are borrowed from argv or from o.
+ */
 static void
 parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opts *o)
 {
-    bool store_given = false, listen_given = false;
+    bool store_given = false, listen_given = false, admin_given = false;
     int opt, rc;
 
     /* getopt's own messages name argv[0], which may be a long path. */
     argv[0] = "dsjobd";
     dsjob_server_config_init(cfg);
-    while ((opt = getopt_long(argc, argv, "L:p:b:dP:u:l:j:Rt:w:q:hV", long_options, NULL)) != -1) {
+    read_config(argc, argv, o);
+    while ((opt = next_option(argc, argv, o)) != -1) {
         switch (opt) {
         case 'L':
             if (!listen_given)
@@ -600,6 +883,9 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
                 (size_t)parse_number("--max-result-size", optarg, UINT32_MAX, true);
             break;
         case OPT_ADMIN_ALLOW:
+            if (!admin_given)
+                cfg->nadmin_allow = 0;
+            admin_given = true;
             if (cfg->nadmin_allow == DSJOB_SERVER_MAX_ADMIN_ALLOW)
                 die_usage("too many --admin-allow ranges (at most %d)",
                           DSJOB_SERVER_MAX_ADMIN_ALLOW);
@@ -617,6 +903,16 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             printf("dsjobd %s\n", DSJOB_VERSION_STRING);
             opts_release(o);
             exit(0);
+        case OPT_CONFIG_FILE: break; /* read first, by read_config */
+        case OPT_LOG_FORMAT:
+            if (strcmp(optarg, "text") == 0)
+                cfg->log_format = DSJOB_LOG_FORMAT_TEXT;
+            else if (strcmp(optarg, "json") == 0)
+                cfg->log_format = DSJOB_LOG_FORMAT_JSON;
+            else
+                die_usage("--log-format: '%s' is not text or json", optarg);
+            break;
+        case OPT_FILE_DONE: listen_given = admin_given = false; break;
         default:
             /* getopt_long has printed which option it did not know. */
             fprintf(stderr, "Try 'dsjobd --help'.\n");
@@ -643,6 +939,8 @@ main(int argc, char **argv)
     bool pid_written = false;
 
     parse_options(argc, argv, &cfg, &o);
+    if (o.user != NULL)
+        find_user(&o);
     the_server = dsjob_server_new(&cfg, err, sizeof(err));
     if (the_server == NULL) {
         fprintf(stderr, "dsjobd: %s\n", err);
@@ -681,7 +979,7 @@ main(int argc, char **argv)
             goto out;
         }
     }
-    if (o.user != NULL && drop_privileges(o.user, err, sizeof(err)) < 0) {
+    if (o.user != NULL && drop_privileges(&o, err, sizeof(err)) < 0) {
         report_ready(ready_fd, err);
         goto out;
     }
@@ -698,7 +996,9 @@ main(int argc, char **argv)
         }
     }
     report_ready(ready_fd, NULL);
+    notify_systemd("READY=1"); /* bound, files written, user switched: as --daemon's parent */
     rc = dsjob_server_run(the_server);
+    notify_systemd("STOPPING=1");
     if (rc != DSJOB_OK)
         fprintf(stderr, "dsjobd: %s\n", dsjob_server_errmsg(the_server));
     else

@@ -290,6 +290,9 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--store-sync must be off, normal or full");
     if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION && srv->cfg.priority != DSJOB_PRIORITY_GLOBAL)
         FAIL("--priority must be function or global");
+    if (srv->cfg.log_format != DSJOB_LOG_FORMAT_TEXT &&
+        srv->cfg.log_format != DSJOB_LOG_FORMAT_JSON)
+        FAIL("unknown log format %d", (int)srv->cfg.log_format);
     if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
         FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
@@ -600,6 +603,7 @@ srv_bind(struct srv *srv, struct event_base *base)
             goto fail;
         }
     }
+    srv->log.json = srv->cfg.log_format == DSJOB_LOG_FORMAT_JSON;
     if (log_open(&srv->log, srv->cfg.log_file, srv->cfg.verbose) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot open log file '%s': %s",
                  srv->cfg.log_file, strerror(errno));

@@ -515,12 +515,21 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         err = a->op->why;
     }
     if (j != NULL && j->state == JOB_PENDING) {
+        const char *peer = a->client != NULL ? a->client->peer : NULL;
+
         if (ok && queue_commit(&srv->queue, j, srv_now()) == 0) {
+            LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, NULL);
             if (j->state == JOB_SCHEDULED)
                 srv_epoch_arm(srv);
             else
                 lifecycle_wake(j);
         } else {
+            if (LOG_ON(&srv->log, DSJOB_LOG_NOTICE)) {
+                char why[300];
+
+                snprintf(why, sizeof(why), "STORE_ERROR: job not stored: %.200s", err ? err : "");
+                LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "refused", peer, j, why);
+            }
             j->stored = false; /* not in the store: nothing to delete */
             j->refused = true; /* later acks of a coalesced submit say so too */
             lifecycle_fail(srv, j);

@@ -41,6 +41,12 @@ enum dsjob_log_level {
     DSJOB_LOG_DEBUG,
 };
 
+/* How log lines are written (--log-format). */
+enum dsjob_log_format {
+    DSJOB_LOG_FORMAT_TEXT = 0, /* date, time, level, source, message */
+    DSJOB_LOG_FORMAT_JSON,     /* one object a line: time, level, and event fields or msg */
+};
+
 /* How a worker that can do several functions is given work (--priority). */
 enum dsjob_priority_order {
     DSJOB_PRIORITY_FUNCTION = 0, /* gearmand 1.1.20: newest function first, by priority within it */
@@ -95,6 +101,7 @@ struct dsjob_server_config {
     enum dsjob_priority_order priority; /* across functions or per function (default) */
     unsigned priority_aging;            /* a job waiting this many seconds counts one priority
                                            higher, and one more after as many again; 0: never */
+    enum dsjob_log_format log_format;   /* text (default) or one JSON object a line */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

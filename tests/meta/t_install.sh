@@ -5,7 +5,9 @@
 # libraries (through pkg-config with PKG_CONFIG_SYSROOT_DIR, since the .pc
 # files name the configured prefix), and run them against the installed
 # dsjobd. Each installed header must also compile on its own, as C11 with
-# -pedantic and, when a C++ compiler is found, as C++.
+# -pedantic and, when a C++ compiler is found, as C++. The systemd unit and
+# the sample config are installed, the unit verified (systemd-analyze) and
+# dsjobd started from the sample; make uninstall removes them.
 #
 # Under `make check -j2` the sub-make runs serially without the parent's
 # MAKEFLAGS (no jobserver, no command-line variables). make install only
@@ -199,4 +201,54 @@ if [ -x "$T/server" ]; then
     ok $rc "the server example stops gracefully with status 0 on SIGTERM"
     [ $rc -eq 0 ] || sed 's/^/# /' "$T/server.err"
 fi
+
+# The systemd unit and the sample config: in place, consistent with what
+# was built, and working.
+unit=$(find "$DEST" -path '*/systemd/system/dsjobd.service' -type f | head -n 1)
+[ -n "$unit" ]; ok $? "dsjobd.service is installed in a systemd/system directory (${unit#"$DEST"})"
+sample=$(find "$DEST" -name dsjobd.conf.sample -type f | head -n 1)
+[ -n "$sample" ]; ok $? "dsjobd.conf.sample is installed (${sample#"$DEST"})"
+conf=${sample%.sample}
+cmp -s "$sample" "$conf"; ok $? "and copied to dsjobd.conf, which did not exist"
+if [ -n "$unit" ]; then
+    want=forking
+    ldd "$DSJOBD" 2>/dev/null | grep -q libsystemd && want=notify
+    is "$(sed -n 's/^Type=//p' "$unit")" "$want" "the unit's Type= fits the dsjobd built ($want)"
+    exec=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")
+    [ -x "$DEST$exec" ]; ok $? "its ExecStart names the installed dsjobd ($exec)"
+    grep -q -- "--config-file ${conf#"$DEST"}\( \|\$\)" "$unit"
+    ok $? "and reads the installed config file"
+    if [ -n "${SYSTEMD_ANALYZE:-}" ] && [ -x "$SYSTEMD_ANALYZE" ]; then
+        mkdir -p "$T/units"
+        sed "s|$exec|$DEST$exec|g" "$unit" >"$T/units/dsjobd.service"
+        out=$("$SYSTEMD_ANALYZE" verify --man=no "$T/units/dsjobd.service" 2>&1)
+        rc=$?
+        [ $rc -eq 0 ] && [ -z "$out" ]
+        ok $? "systemd-analyze verify finds nothing to say about the unit"
+        [ -n "$out" ] && diag "$out"
+    else
+        diag "systemd-analyze not found: the unit is not verified"
+    fi
+fi
+# The sample serves as it is, with the paths of a test.
+if [ -n "$sample" ] && [ -n "$DSJOBD" ] && "$DSJOBD" --help | grep -q -- --work-dir; then
+    "$DSJOBD" --config-file "$sample" -p 0 --port-file "$T/sample.port" --work-dir "$T/var" \
+        -l "$T/sample.log" &
+    spid=$!
+    i=0
+    while [ ! -s "$T/sample.port" ] && [ $i -lt 100 ] && kill -0 $spid 2>/dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    [ -s "$T/sample.port" ] && [ -f "$T/var/dsjobd.db" ]
+    ok $? "dsjobd starts from the sample config (its work dir overridden)"
+    kill -TERM $spid
+    wait $spid
+    ok $? "and stops with status 0"
+fi
+# make uninstall takes them away again, the unedited dsjobd.conf included.
+(cd "$top_builddir" && $MAKE uninstall DESTDIR="$DEST") >"$T/uninstall.log" 2>&1
+ok $? "make uninstall DESTDIR=... succeeds"
+left=$(find "$DEST" -name 'dsjobd.service' -o -name 'dsjobd.conf*' | tr '\n' ' ')
+is "$left" "" "and removes the unit, the sample and the unedited dsjobd.conf"
 done_testing
