@@ -617,6 +617,9 @@ admin_main(struct cli *cli, int argc, char **argv)
     rc = cli_servers(cli);
     if (rc != 0)
         return rc;
+    if (cli->ssl)
+        return cli_usage_error(cli, "--ssl: the admin verbs do not speak TLS yet: use the "
+                                    "server's unix socket (-s /path), which stays plain");
     if (is_cancel)
         return run_cancel(cli, argv[optind]);
     if (is_shutdown)
