@@ -54,6 +54,11 @@ client_new(in_port_t port, char *err, size_t errlen)
         return NULL;
     }
     dsjob_client_set_timeout(c, LG_IO_TIMEOUT_MS, LG_IO_TIMEOUT_MS);
+    if (lg_tls_ca != NULL && dsjob_client_set_tls(c, lg_tls_ca, NULL, NULL, 0) != DSJOB_OK) {
+        snprintf(err, errlen, "--tls-ca: %s", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -311,6 +316,7 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
 
     snprintf(addr, sizeof(addr), "%s:%u", LG_HOST, (unsigned)a->port);
     if (w == NULL || dsjob_worker_add_server(w, addr) != DSJOB_OK ||
+        (lg_tls_ca != NULL && dsjob_worker_set_tls(w, lg_tls_ca, NULL, NULL, 0) != DSJOB_OK) ||
         dsjob_worker_register(w, a->function, echo_fn, a, 0) != DSJOB_OK) {
         snprintf(err, errlen, "worker setup: %s", w ? dsjob_worker_errmsg(w) : "out of memory");
         dsjob_worker_free(w);

@@ -93,6 +93,7 @@ static struct opts o = {
 };
 
 static struct lg_shared sh;
+const char *lg_tls_ca;
 static atomic_uint_fast64_t distinct;    /* jobs of sh.seen that ran at least once */
 static uint64_t acked_upto[MAX_CLIENTS]; /* per submitter: jobs 0..n-1 acknowledged */
 static unsigned char *payload;
@@ -1007,7 +1008,9 @@ usage(FILE *f)
                "      --batch B        bg submits per pipelined batch (default 500)\n"
                "      --conns N        connections to hold (default 10000)\n"
                "      --pid PID        server process, for CPU and RSS from /proc\n"
-               "      --label NAME     server name in the result lines\n");
+               "      --label NAME     server name in the result lines\n"
+               "      --tls-ca FILE    dsjob back end: TLS to a dsjobd --ssl, checking its\n"
+               "                       certificate with the CAs of FILE\n");
 }
 
 /* Prints a loopback port that was free a moment ago (gearmand has no
@@ -1067,15 +1070,25 @@ static void
 parse(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"port", required_argument, NULL, 'p'},    {"backend", required_argument, NULL, 'b'},
-        {"clients", required_argument, NULL, 'c'}, {"inflight", required_argument, NULL, 'k'},
-        {"workers", required_argument, NULL, 'w'}, {"jobs", required_argument, NULL, 'n'},
-        {"secs", required_argument, NULL, 't'},    {"size", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 1},    {"max-secs", required_argument, NULL, 2},
-        {"batch", required_argument, NULL, 3},     {"conns", required_argument, NULL, 4},
-        {"pid", required_argument, NULL, 5},       {"label", required_argument, NULL, 6},
-        {"flood", required_argument, NULL, 7},     {"flood-rate", required_argument, NULL, 8},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},
+        {"backend", required_argument, NULL, 'b'},
+        {"clients", required_argument, NULL, 'c'},
+        {"inflight", required_argument, NULL, 'k'},
+        {"workers", required_argument, NULL, 'w'},
+        {"jobs", required_argument, NULL, 'n'},
+        {"secs", required_argument, NULL, 't'},
+        {"size", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 1},
+        {"max-secs", required_argument, NULL, 2},
+        {"batch", required_argument, NULL, 3},
+        {"conns", required_argument, NULL, 4},
+        {"pid", required_argument, NULL, 5},
+        {"label", required_argument, NULL, 6},
+        {"flood", required_argument, NULL, 7},
+        {"flood-rate", required_argument, NULL, 8},
+        {"tls-ca", required_argument, NULL, 9},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -1104,6 +1117,7 @@ parse(int argc, char **argv)
         case 6: o.label = optarg; break;
         case 7: o.flood = (int)num(optarg, 1, MAX_CLIENTS, "--flood"); break;
         case 8: o.flood_rate = num(optarg, 0, 1e8, "--flood-rate"); break;
+        case 9: lg_tls_ca = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -1113,6 +1127,8 @@ parse(int argc, char **argv)
         exit(2);
     }
     o.scenario = argv[optind];
+    if (lg_tls_ca != NULL && strcmp(o.be->name, "dsjob") != 0)
+        die("--tls-ca: back end '%s' has no TLS (use -b dsjob)", o.be->name);
 }
 
 /* Fills in the defaults that depend on the scenario. */

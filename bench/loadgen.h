@@ -87,6 +87,12 @@ struct lg_backend {
                    double *us, char *err, size_t errlen);
 };
 
+/*
+ * lg_tls_ca is --tls-ca: NULL for plain TCP, else the CA file (borrowed
+ * from argv) the dsjob back end checks a TLS server's certificate with.
+ */
+extern const char *lg_tls_ca;
+
 extern const struct lg_backend lg_gearman_backend;
 extern const struct lg_backend lg_dsjob_backend;
 

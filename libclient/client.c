@@ -177,6 +177,7 @@ dsjob_client_free(struct dsjob_client *c)
         return;
     for (i = 0; i < c->nlinks; i++)
         link_release(&c->links[i]);
+    link_tls_free(c->tls);
     dsjob_free(c->links);
     dsjob_free(c->ring);
     dsjob_free(c);
@@ -207,6 +208,7 @@ dsjob_client_add_server(struct dsjob_client *c, const char *addr)
     err = link_init(&l, addr);
     if (err != DSJOB_OK)
         return client_err(c, err, "bad server address '%s'", addr ? addr : "(null)");
+    link_set_tls(&l, c->tls, c->tls_flags);
     if (c->nlinks == c->cap) {
         size_t ncap = c->cap ? c->cap * 2 : 4;
         struct link *nl = dsjob_malloc(ncap * sizeof(*nl));
@@ -226,6 +228,28 @@ dsjob_client_add_server(struct dsjob_client *c, const char *addr)
         link_release(&c->links[--c->nlinks]);
         return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
     }
+    return DSJOB_OK;
+}
+
+int
+dsjob_client_set_tls(struct dsjob_client *c, const char *ca_file, const char *cert_file,
+                     const char *key_file, unsigned flags)
+{
+    char why[CLIENT_ERR_LEN - 16];
+    struct ssl_ctx_st *ctx;
+    size_t i;
+
+    c->errmsg[0] = '\0';
+    ctx = link_tls_new(ca_file, cert_file, key_file, flags, why, sizeof(why));
+    if (ctx == NULL)
+        return client_err(c, DSJOB_ERR_ARG, "tls: %s", why);
+    for (i = 0; i < c->nlinks; i++) {
+        link_close(&c->links[i]); /* the next call connects again, with TLS */
+        link_set_tls(&c->links[i], ctx, flags);
+    }
+    link_tls_free(c->tls);
+    c->tls = ctx;
+    c->tls_flags = flags;
     return DSJOB_OK;
 }
 

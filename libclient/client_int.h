@@ -34,6 +34,8 @@ struct dsjob_client {
     struct dsjob_client_callbacks cb; /* progress callbacks of blocking submits */
     void *cb_user;                    /* their user pointer */
     char errmsg[CLIENT_ERR_LEN];      /* detail of the last failure */
+    struct ssl_ctx_st *tls;           /* TLS context of dsjob_client_set_tls (owned), or NULL */
+    unsigned tls_flags;               /* its DSJOB_TLS_* flags */
 };
 
 /*

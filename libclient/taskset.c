@@ -174,6 +174,7 @@ dsjob_taskset_new(struct dsjob_client *c, const struct dsjob_task_callbacks *cb)
     for (i = 0; i < c->nlinks; i++) {
         if (link_init(&ts->links[i].l, c->links[i].addr) != DSJOB_OK)
             goto out_free;
+        link_set_tls(&ts->links[i].l, c->tls, c->tls_flags);
         ts->nlinks++;
     }
     return ts;

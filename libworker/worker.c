@@ -71,17 +71,19 @@ struct wctx {
 };
 
 struct dsjob_worker {
-    struct wctx main;    /* connections of work(), and of run()'s first thread */
-    struct wfunc *funcs; /* registered functions (owned) */
-    size_t nfuncs;       /* how many */
-    char *id;            /* SET_CLIENT_ID, NULL for none (owned) */
-    int connect_ms;      /* connect timeout */
-    int io_ms;           /* I/O timeout for reports and results */
-    int concurrency;     /* threads of dsjob_worker_run, >= 1 */
-    int stop_pipe[2];    /* self-pipe written by dsjob_worker_stop and halt_all */
-    atomic_int stop;     /* set by dsjob_worker_stop, for good (lock-free: signal-safe) */
-    atomic_int halt;     /* a thread of run failed: the others end too */
-    atomic_int failed;   /* 1 + index of the first thread of run that failed, 0 none */
+    struct wctx main;       /* connections of work(), and of run()'s first thread */
+    struct wfunc *funcs;    /* registered functions (owned) */
+    size_t nfuncs;          /* how many */
+    char *id;               /* SET_CLIENT_ID, NULL for none (owned) */
+    int connect_ms;         /* connect timeout */
+    int io_ms;              /* I/O timeout for reports and results */
+    int concurrency;        /* threads of dsjob_worker_run, >= 1 */
+    int stop_pipe[2];       /* self-pipe written by dsjob_worker_stop and halt_all */
+    atomic_int stop;        /* set by dsjob_worker_stop, for good (lock-free: signal-safe) */
+    atomic_int halt;        /* a thread of run failed: the others end too */
+    atomic_int failed;      /* 1 + index of the first thread of run that failed, 0 none */
+    struct ssl_ctx_st *tls; /* TLS context of dsjob_worker_set_tls (owned), or NULL */
+    unsigned tls_flags;     /* its DSJOB_TLS_* flags */
 };
 
 /* A thread of dsjob_worker_run beyond the caller's own. */
@@ -171,6 +173,7 @@ dsjob_worker_free(struct dsjob_worker *w)
         link_release(&w->main.links[i].l);
     for (i = 0; i < w->nfuncs; i++)
         dsjob_free(w->funcs[i].name);
+    link_tls_free(w->tls);
     dsjob_free(w->main.links);
     dsjob_free(w->funcs);
     dsjob_free(w->id);
@@ -196,6 +199,7 @@ dsjob_worker_add_server(struct dsjob_worker *w, const char *addr)
         dsjob_free(nl);
         return ctx_err(x, err, "bad server address '%s'", addr ? addr : "(null)");
     }
+    link_set_tls(&nl[x->nlinks].l, w->tls, w->tls_flags);
     if (x->nlinks > 0)
         memcpy(nl, x->links, x->nlinks * sizeof(*nl));
     nl[x->nlinks].state = WLINK_DOWN;
@@ -203,6 +207,35 @@ dsjob_worker_add_server(struct dsjob_worker *w, const char *addr)
     dsjob_free(x->links);
     x->links = nl;
     x->nlinks++;
+    return DSJOB_OK;
+}
+
+int
+dsjob_worker_set_tls(struct dsjob_worker *w, const char *ca_file, const char *cert_file,
+                     const char *key_file, unsigned flags)
+{
+    char why[WORKER_ERR_LEN - 16];
+    struct ssl_ctx_st *ctx;
+    size_t i;
+
+    w->main.errmsg[0] = '\0';
+    ctx = link_tls_new(ca_file, cert_file, key_file, flags, why, sizeof(why));
+    if (ctx == NULL)
+        return ctx_err(&w->main, DSJOB_ERR_ARG, "tls: %s", why);
+    for (i = 0; i < w->main.nlinks; i++) {
+        struct wlink *wl = &w->main.links[i];
+
+        if (wl->state != WLINK_DOWN) {
+            /* Connect again, now with TLS (a job assigned and not run is requeued). */
+            link_close(&wl->l);
+            wl->state = WLINK_DOWN;
+            wl->next_try = link_now_ms();
+        }
+        link_set_tls(&wl->l, ctx, flags);
+    }
+    link_tls_free(w->tls);
+    w->tls = ctx;
+    w->tls_flags = flags;
     return DSJOB_OK;
 }
 
@@ -699,6 +732,7 @@ threads_init(struct dsjob_worker *w, struct wthread *t, size_t n)
                 t[i].x.nlinks = j;
                 return DSJOB_ERR_NOMEM;
             }
+            link_set_tls(&wl->l, w->tls, w->tls_flags);
             wl->state = WLINK_DOWN;
             wl->backoff_ms = BACKOFF_MIN_MS;
         }

@@ -5,6 +5,14 @@
  * packets accumulate in one growing buffer, which is what lets a task set
  * pipeline thousands of submits without a round trip each. Input is read
  * into a buffer that is compacted lazily; decoded packets borrow it.
+ *
+ * With a TLS context (OpenSSL), a connection to a TCP server does its
+ * handshake right after the connect, blocking with poll() up to the same
+ * deadline, and then reads and writes through SSL_read and SSL_write on a
+ * BIO of our own that sends with MSG_NOSIGNAL: a library must not let a
+ * closed server raise SIGPIPE in its caller. A read takes everything
+ * OpenSSL can decrypt, so no byte waits in OpenSSL where poll() cannot see
+ * it. Built without OpenSSL, asking for TLS is an error.
  */
 #include "config.h"
 #include "link/link.h"
@@ -26,6 +34,13 @@
 #include <dsjob/common.h>
 
 #include "link/addr.h"
+
+#ifdef HAVE_OPENSSL
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#endif
 
 int64_t
 link_now_ms(void)
@@ -93,6 +108,7 @@ void
 link_release(struct link *l)
 {
     link_close(l);
+    link_tls_free(l->tls);
     dsjob_free(l->addr);
     dsjob_free(l->in);
     dsjob_free(l->out);
@@ -100,9 +116,12 @@ link_release(struct link *l)
     l->fd = -1;
 }
 
+static void link_tls_end(struct link *l);
+
 void
 link_close(struct link *l)
 {
+    link_tls_end(l);
     if (l->fd >= 0)
         close(l->fd);
     l->fd = -1;
@@ -168,6 +187,8 @@ connect_one(struct link *l, int family, const struct sockaddr *sa, socklen_t sal
     return DSJOB_OK;
 }
 
+static int link_tls_start(struct link *l, const char *host, int64_t deadline);
+
 int
 link_connect(struct link *l, int connect_ms)
 {
@@ -203,6 +224,11 @@ link_connect(struct link *l, int connect_ms)
             break;
     }
     freeaddrinfo(res);
+    if (err == DSJOB_OK && l->tls != NULL) {
+        err = link_tls_start(l, host, deadline);
+        if (err != DSJOB_OK)
+            link_close(l);
+    }
     return err;
 }
 
@@ -253,9 +279,14 @@ link_want_write(const struct link *l)
     return l->out_off < l->out_len;
 }
 
+static int link_tls_write_some(struct link *l);
+static int link_tls_read_some(struct link *l);
+
 int
 link_write_some(struct link *l)
 {
+    if (l->ssl != NULL)
+        return link_tls_write_some(l);
     while (l->out_off < l->out_len) {
         ssize_t n = send(l->fd, l->out + l->out_off, l->out_len - l->out_off, MSG_NOSIGNAL);
 
@@ -278,6 +309,8 @@ link_write_some(struct link *l)
 int
 link_read_some(struct link *l)
 {
+    if (l->ssl != NULL)
+        return link_tls_read_some(l);
     for (;;) {
         ssize_t n;
 
@@ -397,3 +430,335 @@ link_recv(struct link *l, struct packet *p, int64_t deadline)
             return r;
     }
 }
+
+#ifdef HAVE_OPENSSL
+
+/* OpenSSL's reason for the last failure, or fallback when its queue is empty. */
+static const char *
+tls_reason(char *buf, size_t len, const char *fallback)
+{
+    unsigned long e = ERR_get_error();
+
+    if (e == 0)
+        snprintf(buf, len, "%s", fallback);
+    else
+        ERR_error_string_n(e, buf, len);
+    ERR_clear_error();
+    return buf;
+}
+
+struct ssl_ctx_st *
+link_tls_new(const char *ca_file, const char *cert_file, const char *key_file, unsigned flags,
+             char *err, size_t errlen)
+{
+    char why[256];
+    SSL_CTX *ctx;
+
+    ERR_clear_error();
+    ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        snprintf(err, errlen, "cannot make a TLS context: %s",
+                 tls_reason(why, sizeof(why), "out of memory"));
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    /* The output buffer may move between a blocked SSL_write and its retry. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+    if (ca_file != NULL) {
+        if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+            snprintf(err, errlen, "cannot load CA file '%s': %s", ca_file,
+                     tls_reason(why, sizeof(why), "unknown error"));
+            goto fail;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        snprintf(err, errlen, "cannot load the system's CA certificates: %s",
+                 tls_reason(why, sizeof(why), "unknown error"));
+        goto fail;
+    }
+    if (key_file != NULL && cert_file == NULL) {
+        snprintf(err, errlen, "a key file '%s' without a certificate file", key_file);
+        goto fail;
+    }
+    if (cert_file != NULL) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
+            snprintf(err, errlen, "cannot load certificate file '%s': %s", cert_file,
+                     tls_reason(why, sizeof(why), "unknown error"));
+            goto fail;
+        }
+        if (key_file == NULL)
+            key_file = cert_file;
+        if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1) {
+            snprintf(err, errlen, "cannot load key file '%s': %s", key_file,
+                     tls_reason(why, sizeof(why), "unknown error"));
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(ctx) != 1) {
+            snprintf(err, errlen, "key file '%s' is not the key of certificate file '%s'", key_file,
+                     cert_file);
+            ERR_clear_error();
+            goto fail;
+        }
+    }
+    SSL_CTX_set_verify(ctx, (flags & DSJOB_TLS_NO_VERIFY) ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+                       NULL);
+    return ctx;
+
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+void
+link_tls_free(struct ssl_ctx_st *ctx)
+{
+    SSL_CTX_free(ctx);
+}
+
+int
+link_set_tls(struct link *l, struct ssl_ctx_st *ctx, unsigned flags)
+{
+    if (ctx != NULL)
+        SSL_CTX_up_ref(ctx);
+    SSL_CTX_free(l->tls);
+    l->tls = ctx;
+    l->tls_flags = flags;
+    return DSJOB_OK;
+}
+
+/* The socket BIO's I/O, with MSG_NOSIGNAL on every send. */
+static int
+bio_send(BIO *b, const char *buf, int len)
+{
+    ssize_t n;
+
+    BIO_clear_retry_flags(b);
+    do
+        n = send(BIO_get_fd(b, NULL), buf, (size_t)len, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static int
+bio_recv(BIO *b, char *buf, int len)
+{
+    ssize_t n;
+
+    BIO_clear_retry_flags(b);
+    do
+        n = recv(BIO_get_fd(b, NULL), buf, (size_t)len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        BIO_set_retry_read(b);
+    return (int)n;
+}
+
+static int
+bio_puts(BIO *b, const char *s)
+{
+    return bio_send(b, s, (int)strlen(s));
+}
+
+/* A socket BIO (fd, close flag and controls as BIO_s_socket's) whose sends do not raise SIGPIPE. */
+static BIO *
+bio_new_nosigpipe(struct link *l)
+{
+    const BIO_METHOD *base = BIO_s_socket();
+    BIO *b;
+
+    l->bio = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                          "dsjob socket");
+    if (l->bio == NULL)
+        return NULL;
+    BIO_meth_set_write(l->bio, bio_send);
+    BIO_meth_set_read(l->bio, bio_recv);
+    BIO_meth_set_puts(l->bio, bio_puts);
+    BIO_meth_set_ctrl(l->bio, BIO_meth_get_ctrl(base));
+    BIO_meth_set_create(l->bio, BIO_meth_get_create(base));
+    BIO_meth_set_destroy(l->bio, BIO_meth_get_destroy(base));
+    b = BIO_new(l->bio);
+    if (b != NULL)
+        BIO_set_fd(b, l->fd, BIO_NOCLOSE);
+    return b;
+}
+
+/* Why a session failed: OpenSSL's reason, and the certificate check's when it failed. */
+static int
+link_tls_err(struct link *l, int err, const char *what, int ssl_err)
+{
+    char why[256];
+    long v = l->ssl != NULL ? SSL_get_verify_result(l->ssl) : X509_V_OK;
+
+    if (ssl_err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)
+        snprintf(why, sizeof(why), "%s", errno != 0 ? strerror(errno) : "the server closed");
+    else
+        tls_reason(why, sizeof(why), "unknown error");
+    if (v != X509_V_OK)
+        return link_set_err(l, err, "%s '%s' failed: %s (server certificate: %s)", what, l->addr,
+                            why, X509_verify_cert_error_string(v));
+    return link_set_err(l, err, "%s '%s' failed: %s", what, l->addr, why);
+}
+
+static int
+link_tls_start(struct link *l, const char *host, int64_t deadline)
+{
+    unsigned char ip[16];
+    BIO *b;
+    int r, e;
+
+    ERR_clear_error();
+    l->ssl = SSL_new(l->tls);
+    if (l->ssl == NULL || (b = bio_new_nosigpipe(l)) == NULL)
+        return link_set_err(l, DSJOB_ERR_NOMEM, "out of memory");
+    SSL_set_bio(l->ssl, b, b);
+    if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1) {
+        if (!(l->tls_flags & DSJOB_TLS_NO_VERIFY_NAME))
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(l->ssl), host);
+    } else {
+        SSL_set_tlsext_host_name(l->ssl, host);
+        if (!(l->tls_flags & DSJOB_TLS_NO_VERIFY_NAME))
+            SSL_set1_host(l->ssl, host);
+    }
+    for (;;) {
+        struct pollfd pfd = {.fd = l->fd};
+
+        errno = 0;
+        r = SSL_connect(l->ssl);
+        if (r == 1)
+            return DSJOB_OK;
+        e = SSL_get_error(l->ssl, r);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            return link_tls_err(l, DSJOB_ERR_PROTO, "TLS handshake with", e);
+        pfd.events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        r = poll(&pfd, 1, link_wait_ms(deadline));
+        if (r == 0)
+            return link_set_err(l, DSJOB_ERR_TIMEOUT, "TLS handshake with '%s' timed out", l->addr);
+        if (r < 0 && errno != EINTR)
+            return link_set_err(l, DSJOB_ERR_SYS, "poll: %s", strerror(errno));
+    }
+}
+
+static void
+link_tls_end(struct link *l)
+{
+    if (l->ssl != NULL) {
+        SSL_free(l->ssl); /* no close_notify: the server takes EOF as a close */
+        ERR_clear_error();
+    }
+    l->ssl = NULL;
+    BIO_meth_free(l->bio);
+    l->bio = NULL;
+}
+
+static int
+link_tls_write_some(struct link *l)
+{
+    while (l->out_off < l->out_len) {
+        size_t len = l->out_len - l->out_off;
+        int n, e;
+
+        ERR_clear_error();
+        errno = 0;
+        n = SSL_write(l->ssl, l->out + l->out_off, len > INT32_MAX ? INT32_MAX : (int)len);
+        if (n > 0) {
+            l->out_off += (size_t)n;
+            continue;
+        }
+        e = SSL_get_error(l->ssl, n);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ)
+            return DSJOB_OK;
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 &&
+                                           (errno == 0 || errno == EPIPE || errno == ECONNRESET)))
+            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+        return link_tls_err(l, DSJOB_ERR_PROTO, "TLS write to", e);
+    }
+    l->out_off = l->out_len = 0;
+    return DSJOB_OK;
+}
+
+static int
+link_tls_read_some(struct link *l)
+{
+    for (;;) {
+        int n, e;
+
+        if (l->in_pending > 0) {
+            l->in_off += l->in_pending;
+            l->in_pending = 0;
+        }
+        if (buf_reserve(&l->in, &l->in_off, &l->in_len, &l->in_cap, 16384) != DSJOB_OK)
+            return link_set_err(l, DSJOB_ERR_NOMEM, "out of memory");
+        ERR_clear_error();
+        errno = 0;
+        n = SSL_read(l->ssl, l->in + l->in_len,
+                     l->in_cap - l->in_len > INT32_MAX ? INT32_MAX : (int)(l->in_cap - l->in_len));
+        if (n > 0) {
+            l->in_len += (size_t)n;
+            continue; /* until OpenSSL holds nothing poll() cannot see */
+        }
+        e = SSL_get_error(l->ssl, n);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+            return DSJOB_OK;
+        if (e == SSL_ERROR_ZERO_RETURN ||
+            (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0))
+            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+        if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == ECONNRESET)
+            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' reset the connection", l->addr);
+        return link_tls_err(l, DSJOB_ERR_PROTO, "TLS read from", e);
+    }
+}
+
+#else /* !HAVE_OPENSSL */
+
+struct ssl_ctx_st *
+link_tls_new(const char *ca_file, const char *cert_file, const char *key_file, unsigned flags,
+             char *err, size_t errlen)
+{
+    (void)ca_file, (void)cert_file, (void)key_file, (void)flags;
+    snprintf(err, errlen, "TLS was not built: install libssl-dev and configure --with-openssl");
+    return NULL;
+}
+
+void
+link_tls_free(struct ssl_ctx_st *ctx)
+{
+    (void)ctx;
+}
+
+int
+link_set_tls(struct link *l, struct ssl_ctx_st *ctx, unsigned flags)
+{
+    (void)l, (void)ctx, (void)flags;
+    return DSJOB_OK;
+}
+
+static int
+link_tls_start(struct link *l, const char *host, int64_t deadline)
+{
+    (void)host, (void)deadline;
+    return link_set_err(l, DSJOB_ERR_ARG, "TLS was not built");
+}
+
+static void
+link_tls_end(struct link *l)
+{
+    (void)l;
+}
+
+static int
+link_tls_write_some(struct link *l)
+{
+    return link_set_err(l, DSJOB_ERR_ARG, "TLS was not built");
+}
+
+static int
+link_tls_read_some(struct link *l)
+{
+    return link_set_err(l, DSJOB_ERR_ARG, "TLS was not built");
+}
+
+#endif

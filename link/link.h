@@ -15,25 +15,54 @@
 
 #include "proto/packet.h"
 
+struct ssl_ctx_st;
+struct ssl_st;
+struct bio_method_st;
+
 #define LINK_ERR_LEN 256
 #define LINK_MAX_PACKET (64u * 1024 * 1024) /* largest packet accepted from a server */
 
 struct link {
-    char *addr;             /* "host:port", "[v6]:port" or "/path", normalized (owned) */
-    int fd;                 /* the socket, or -1 when not connected */
-    unsigned char *out;     /* queued bytes not yet written (owned) */
-    size_t out_off;         /* bytes of out already written */
-    size_t out_len;         /* bytes of out in use */
-    size_t out_cap;         /* allocated size of out */
-    unsigned char *in;      /* bytes read and not yet consumed (owned) */
-    size_t in_off;          /* bytes of in already consumed */
-    size_t in_len;          /* bytes of in in use */
-    size_t in_cap;          /* allocated size of in */
-    size_t in_pending;      /* size of the packet last returned, consumed on the next call */
-    bool hello;             /* the owner's per-connection preamble is queued */
-    bool hello_wait;        /* the preamble's answer is still due */
-    char err[LINK_ERR_LEN]; /* why the last call failed */
+    char *addr;                /* "host:port", "[v6]:port" or "/path", normalized (owned) */
+    int fd;                    /* the socket, or -1 when not connected */
+    unsigned char *out;        /* queued bytes not yet written (owned) */
+    size_t out_off;            /* bytes of out already written */
+    size_t out_len;            /* bytes of out in use */
+    size_t out_cap;            /* allocated size of out */
+    unsigned char *in;         /* bytes read and not yet consumed (owned) */
+    size_t in_off;             /* bytes of in already consumed */
+    size_t in_len;             /* bytes of in in use */
+    size_t in_cap;             /* allocated size of in */
+    size_t in_pending;         /* size of the packet last returned, consumed on the next call */
+    bool hello;                /* the owner's per-connection preamble is queued */
+    bool hello_wait;           /* the preamble's answer is still due */
+    char err[LINK_ERR_LEN];    /* why the last call failed */
+    struct ssl_ctx_st *tls;    /* TLS context for a TCP server (a reference, owned), NULL: plain */
+    unsigned tls_flags;        /* DSJOB_TLS_* of the context */
+    struct ssl_st *ssl;        /* the TLS session while connected over TLS (owned) */
+    struct bio_method_st *bio; /* the session's socket I/O, without SIGPIPE (owned) */
 };
+
+/*
+ * link_tls_new makes a client TLS context: the server's certificate is
+ * checked against ca_file (NULL: the system's CAs) and, unless flags say
+ * otherwise, against the name or address the link connects to; cert_file
+ * and key_file (both NULL: none; key NULL: in cert_file) are the client's
+ * certificate and key. TLS 1.2 at least. Returns the context, or NULL with
+ * err naming the file that failed (or saying that TLS was not built).
+ */
+struct ssl_ctx_st *link_tls_new(const char *ca_file, const char *cert_file, const char *key_file,
+                                unsigned flags, char *err, size_t errlen);
+
+/* link_tls_free drops a reference to a context from link_tls_new; NULL is a no-op. */
+void link_tls_free(struct ssl_ctx_st *ctx);
+
+/*
+ * link_set_tls makes l's later connections to a TCP server use TLS with
+ * ctx (a reference is taken; NULL: plain) and flags; a unix socket stays
+ * plain. A connection already open is left as it is. Returns DSJOB_OK.
+ */
+int link_set_tls(struct link *l, struct ssl_ctx_st *ctx, unsigned flags);
 
 /* link_now_ms returns a monotonic clock in milliseconds. */
 int64_t link_now_ms(void);
@@ -63,10 +92,12 @@ int link_init(struct link *l, const char *addr);
 void link_release(struct link *l);
 
 /*
- * link_connect connects the socket within connect_ms (<= 0: no limit). A
+ * link_connect connects the socket within connect_ms (<= 0: no limit), and
+ * with a TLS context does the handshake within the same time. A
  * connected link returns DSJOB_OK at once. On failure the link stays closed,
  * l->err says why, and the result is DSJOB_ERR_SYS, DSJOB_ERR_TIMEOUT or
- * DSJOB_ERR_NOTFOUND (the host did not resolve).
+ * DSJOB_ERR_NOTFOUND (the host did not resolve), or DSJOB_ERR_PROTO (the
+ * TLS handshake failed: l->err has OpenSSL's reason and the certificate's).
  */
 int link_connect(struct link *l, int connect_ms);
 

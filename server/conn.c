@@ -19,6 +19,11 @@
  * pipelines requests but does not read replies holds bounded memory; output
  * queued to a peer by others (results, NOOPs) is bounded by
  * --max-output-buffer, past which that peer is dropped with a log line.
+ *
+ * With --ssl a TCP connection first does its TLS handshake on the same two
+ * events (tls.c), and only then reads; its reads and writes go through
+ * tls_read and tls_write instead of readv and writev, into the same
+ * evbuffers. A plain connection pays one test of c->ssl for it.
  */
 #include "config.h"
 #include "conn.h"
@@ -43,12 +48,14 @@
 #include "lifecycle.h"
 #include "proto/textcmd.h"
 #include "srv.h"
+#include "tls.h"
 
 #define CONN_PAUSE_OUTPUT (1024 * 1024) /* stop reading a peer with this much unsent */
 #define CONN_FLUSH_TIMEOUT 5            /* seconds a closing peer gets to read its ERROR */
 #define CONN_LINGER_BYTES (1024 * 1024) /* input discarded while closing before we give up */
 #define CONN_SMALL_PACKET 4096          /* payloads up to this are encoded in one piece */
 #define CONN_READ_SIZE 16384            /* bytes asked of one read */
+#define CONN_TLS_RECORD 16384           /* bytes handed to one SSL_write: a full record */
 
 static const char *const conn_state_names[] = {
     [CONN_ACTIVE] = "active",
@@ -63,6 +70,7 @@ static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_linger(struct conn *c);
 static void conn_retire(struct conn *c);
 static void conn_process(struct conn *c);
+static void conn_tls_step(struct conn *c);
 
 const char *
 conn_state_name(enum conn_state state)
@@ -112,6 +120,7 @@ conn_release(struct conn *c)
         event_free(c->rev);
     if (c->wev != NULL)
         event_free(c->wev);
+    tls_conn_free(c);
     if (c->in != NULL)
         evbuffer_free(c->in);
     if (c->out != NULL)
@@ -145,11 +154,22 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
     c->out = evbuffer_new();
     c->rev = event_new(srv->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
     c->wev = event_new(srv->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
-    if (c->in == NULL || c->out == NULL || c->rev == NULL || c->wev == NULL ||
+    if (c->in == NULL || c->out == NULL || c->rev == NULL || c->wev == NULL) {
+        conn_release(c);
+        return NULL;
+    }
+    /*
+     * A TLS handshake is bounded by --idle-timeout (conn_sweep_idle), not
+     * by a timeout on the read event: libevent would arm that again on
+     * every read of the persistent event for the connection's whole life.
+     */
+    if ((srv->tls != NULL && sa->sa_family != AF_UNIX && tls_conn_start(c) < 0) ||
         event_add(c->rev, NULL) < 0) {
         conn_release(c);
         return NULL;
     }
+    if (c->tls_handshaking && srv->cfg.idle_timeout > 0)
+        c->partial_since = srv_uptime();
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
     log_info(&srv->log, "%s: connected (fd %d)", c->peer, fd);
@@ -188,6 +208,24 @@ conn_unlist(struct conn *c)
     }
 }
 
+/* Hands the head of c's output to SSL_write, a record at most; drains what it took. */
+static int
+conn_tls_write(struct conn *c, size_t left)
+{
+    size_t len = left < CONN_TLS_RECORD ? left : CONN_TLS_RECORD;
+    unsigned char *head = evbuffer_pullup(c->out, (ssize_t)len);
+    ssize_t n;
+
+    if (head == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    n = tls_write(c, head, len);
+    if (n > 0)
+        evbuffer_drain(c->out, (size_t)n);
+    return (int)n;
+}
+
 /*
  * Write what c owes. Returns false if c was closed (write error). What the
  * kernel would not take waits for the write event; a closing connection
@@ -200,7 +238,7 @@ conn_flush(struct conn *c)
     size_t left = evbuffer_get_length(c->out);
 
     while (left > 0) {
-        int n = evbuffer_write(c->out, c->fd);
+        int n = c->ssl == NULL ? evbuffer_write(c->out, c->fd) : conn_tls_write(c, left);
 
         if (n < 0) {
             if (errno == EINTR)
@@ -258,6 +296,10 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
 
     (void)fd;
+    if (c->tls_handshaking) {
+        conn_tls_step(c);
+        return;
+    }
     if (what & EV_TIMEOUT) {
         log_notice(&c->srv->log, "%s: timed out while closing", c->peer);
         conn_retire(c);
@@ -453,6 +495,12 @@ conn_sweep_idle(struct srv *srv, int64_t now)
         }
         if (now - c->partial_since < limit)
             continue;
+        if (c->tls_handshaking) {
+            log_info(&srv->log, "%s: TLS handshake not done in %lld s: closing", c->peer,
+                     (long long)(now - c->partial_since));
+            conn_close(c, false);
+            continue;
+        }
         log_notice(&srv->log, "%s: %zu bytes of an incomplete message for %lld s: closing", c->peer,
                    evbuffer_get_length(c->in), (long long)(now - c->partial_since));
         conn_send_error(c, "IDLE_TIMEOUT",
@@ -472,6 +520,41 @@ conn_resume(struct conn *c)
 }
 
 /*
+ * conn_fill for a TLS connection: SSL_read into the reserved space, each
+ * piece in turn, until it is full or nothing more is decrypted now.
+ */
+static ssize_t
+conn_tls_fill(struct conn *c, struct evbuffer_iovec *vec, int nvec)
+{
+    size_t got = 0;
+    int i, used = 0;
+
+    for (i = 0; i < nvec; i++) {
+        size_t have = 0;
+
+        while (have < vec[i].iov_len) {
+            ssize_t n = tls_read(c, (char *)vec[i].iov_base + have, vec[i].iov_len - have);
+
+            if (n <= 0) {
+                if (got + have > 0)
+                    break; /* what was read counts; the error or EOF comes back next time */
+                evbuffer_commit_space(c->in, vec, 0);
+                return n;
+            }
+            have += (size_t)n;
+        }
+        vec[i].iov_len = have;
+        got += have;
+        if (have > 0)
+            used = i + 1;
+        if (have == 0 || tls_pending(c) == 0)
+            break;
+    }
+    evbuffer_commit_space(c->in, vec, used);
+    return (ssize_t)got;
+}
+
+/*
  * Read once into the input buffer (no FIONREAD: a fixed-size read into the
  * buffer's own space). Returns the bytes read, 0 at end of file, -1 on an
  * error, or -2 if there was nothing to read after all.
@@ -488,6 +571,8 @@ conn_fill(struct conn *c)
     nvec = evbuffer_reserve_space(c->in, CONN_READ_SIZE, vec, 2);
     if (nvec <= 0)
         return -1;
+    if (c->ssl != NULL)
+        return conn_tls_fill(c, vec, nvec);
     for (i = 0; i < nvec; i++) {
         iov[i].iov_base = vec[i].iov_base;
         iov[i].iov_len = vec[i].iov_len;
@@ -519,6 +604,10 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
     ssize_t n;
 
     (void)fd;
+    if (c->tls_handshaking) {
+        conn_tls_step(c);
+        return;
+    }
     if (what & EV_TIMEOUT) {
         log_notice(&c->srv->log, "%s: timed out while closing", c->peer);
         conn_retire(c);
@@ -548,6 +637,54 @@ conn_read_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (c->state == CONN_ACTIVE)
         conn_process(c);
+    /* Bytes OpenSSL decrypted and we did not take are not seen by the read event. */
+    if (c->ssl != NULL && c->state == CONN_ACTIVE && !c->read_paused && tls_pending(c) > 0)
+        event_active(c->rev, EV_READ, 0);
+}
+
+/*
+ * One step of c's TLS handshake, on either event. Done: reading starts
+ * (and the handshake's clock stops). Failed: only c goes.
+ */
+static void
+conn_tls_step(struct conn *c)
+{
+    int r = tls_handshake(c);
+
+    if (r == -2) {
+        /* Said in the clear to a peer that speaks in the clear, then closed. */
+        tls_conn_free(c);
+        c->tls_handshaking = false;
+        event_del(c->wev);
+        conn_send_error(c, "TLS_REQUIRED", "this server takes TLS connections only (--ssl)");
+        conn_close(c, true);
+        return;
+    }
+    if (r < 0) {
+        unsigned char junk[4096];
+        int i;
+
+        /*
+         * Unread input would make close() send a reset, which can destroy
+         * the alert that says why before the peer reads it: take what is
+         * there (a few reads at most; this is no place to wait).
+         */
+        for (i = 0; i < 16 && recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+            ;
+        conn_close(c, false);
+        return;
+    }
+    if (r == 0) {
+        if (c->tls_want_write)
+            event_add(c->wev, NULL);
+        else
+            event_del(c->wev);
+        return;
+    }
+    event_del(c->wev);
+    c->partial_since = 0; /* the handshake's clock stops */
+    /* The first request may have come with the handshake's last flight. */
+    event_active(c->rev, EV_READ, 0);
 }
 
 /*
@@ -565,6 +702,7 @@ conn_linger(struct conn *c)
     if (c->lingering)
         return;
     c->lingering = true;
+    tls_shutdown(c);
     shutdown(c->fd, SHUT_WR);
     c->lingered += evbuffer_get_length(c->in);
     evbuffer_drain(c->in, evbuffer_get_length(c->in));

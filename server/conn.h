@@ -26,6 +26,7 @@
 struct srv;
 struct evbuffer;
 struct event;
+struct ssl_st;
 
 enum conn_state {
     CONN_ACTIVE,   /* reading and writing */
@@ -62,6 +63,9 @@ struct conn {
     bool ack_blocked;             /* input waits until acks are answered */
     int64_t partial_since;        /* monotonic s since which the input ends in the same
                                      incomplete message; 0: it does not */
+    struct ssl_st *ssl;           /* its TLS session (owned), NULL on a plain connection */
+    bool tls_handshaking;         /* the TLS handshake is not done: no packet is read yet */
+    bool tls_want_write;          /* the handshake waits for a writable socket (wev armed) */
 };
 
 /*

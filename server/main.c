@@ -77,6 +77,12 @@ usage(FILE *fp)
         "                             dead set (default 0: dropped, as gearmand)\n"
         "      --keep-results SECONDS keep a background job's outcome that long (default 0)\n"
         "      --max-result-size SZ   bytes kept of a result or failure text (default 1M)\n"
+        "      --ssl                  TLS on every TCP connection (the unix socket stays plain)\n"
+        "      --ssl-certificate FILE the server's certificate (PEM)\n"
+        "      --ssl-key FILE         its private key (PEM)\n"
+        "      --ssl-ca-file FILE     CA certificates (PEM) for --ssl-verify-client\n"
+        "      --ssl-verify-client    admit only clients with a certificate signed by a CA of\n"
+        "                             --ssl-ca-file\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
@@ -132,6 +138,11 @@ enum {
     OPT_PRIORITY_AGING,
     OPT_CONFIG_FILE,
     OPT_LOG_FORMAT,
+    OPT_SSL,
+    OPT_SSL_CERT,
+    OPT_SSL_KEY,
+    OPT_SSL_CA,
+    OPT_SSL_VERIFY,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -178,6 +189,11 @@ static const struct option long_options[] = {
     {"max-dead", required_argument, NULL, OPT_MAX_DEAD},
     {"keep-results", required_argument, NULL, OPT_KEEP_RESULTS},
     {"max-result-size", required_argument, NULL, OPT_MAX_RESULT},
+    {"ssl", no_argument, NULL, OPT_SSL},
+    {"ssl-certificate", required_argument, NULL, OPT_SSL_CERT},
+    {"ssl-key", required_argument, NULL, OPT_SSL_KEY},
+    {"ssl-ca-file", required_argument, NULL, OPT_SSL_CA},
+    {"ssl-verify-client", no_argument, NULL, OPT_SSL_VERIFY},
     {"threads", required_argument, NULL, 't'},
     {"worker-wakeup", required_argument, NULL, 'w'},
     {"help", no_argument, NULL, 'h'},
@@ -399,6 +415,7 @@ struct opts {
     struct file_opt *file_opts; /* the config file's options, in order */
     size_t nfile_opts;          /* entries in file_opts */
     size_t next_file_opt;       /* the next one next_option returns */
+    char *ssl_cert, *ssl_key, *ssl_ca; /* absolute paths, or NULL */
 };
 
 /*
@@ -447,6 +464,9 @@ opts_release(struct opts *o)
     free(o->store_db);
     free(o->config_text);
     free(o->file_opts);
+    free(o->ssl_cert);
+    free(o->ssl_key);
+    free(o->ssl_ca);
 }
 
 /*
@@ -882,6 +902,13 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             cfg->max_result_size =
                 (size_t)parse_number("--max-result-size", optarg, UINT32_MAX, true);
             break;
+        case OPT_SSL: cfg->ssl = true; break;
+        case OPT_SSL_CERT:
+            cfg->ssl_certificate = set_path(&o->ssl_cert, "--ssl-certificate", optarg);
+            break;
+        case OPT_SSL_KEY: cfg->ssl_key = set_path(&o->ssl_key, "--ssl-key", optarg); break;
+        case OPT_SSL_CA: cfg->ssl_ca_file = set_path(&o->ssl_ca, "--ssl-ca-file", optarg); break;
+        case OPT_SSL_VERIFY: cfg->ssl_verify_client = true; break;
         case OPT_ADMIN_ALLOW:
             if (!admin_given)
                 cfg->nadmin_allow = 0;

@@ -30,6 +30,7 @@
 #include "listener.h"
 #include "storage.h"
 #include "store.h"
+#include "tls.h"
 
 #define SRV_STOP_FLUSH 2 /* seconds peers get to read their last replies at a stop */
 
@@ -189,7 +190,7 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 10];
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 16];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -213,6 +214,9 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.store_db;
     strs[n++] = &srv->cfg.memcached_servers;
     strs[n++] = &srv->cfg.memcached_prefix;
+    strs[n++] = &srv->cfg.ssl_certificate;
+    strs[n++] = &srv->cfg.ssl_key;
+    strs[n++] = &srv->cfg.ssl_ca_file;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;
@@ -295,6 +299,15 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("unknown log format %d", (int)srv->cfg.log_format);
     if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
         FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
+    if (srv->cfg.ssl && !tls_built())
+        FAIL("--ssl: TLS was not built: install libssl-dev and configure --with-openssl");
+    if (srv->cfg.ssl && (srv->cfg.ssl_certificate == NULL || srv->cfg.ssl_key == NULL))
+        FAIL("--ssl needs --ssl-certificate and --ssl-key");
+    if (!srv->cfg.ssl && (srv->cfg.ssl_certificate != NULL || srv->cfg.ssl_key != NULL ||
+                          srv->cfg.ssl_ca_file != NULL || srv->cfg.ssl_verify_client))
+        FAIL("--ssl-certificate, --ssl-key, --ssl-ca-file and --ssl-verify-client need --ssl");
+    if (srv->cfg.ssl_verify_client && srv->cfg.ssl_ca_file == NULL)
+        FAIL("--ssl-verify-client needs --ssl-ca-file");
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);
@@ -610,6 +623,10 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_SYS;
         goto fail;
     }
+    if (tls_open(srv) < 0) {
+        rc = DSJOB_ERR_ARG;
+        goto fail;
+    }
     if (storage_open(srv) < 0) {
         rc = DSJOB_ERR_STORE;
         goto fail;
@@ -626,6 +643,7 @@ fail:
         log_err(&srv->log, "%s", srv->errmsg);
     listener_close_all(srv);
     storage_close(srv);
+    tls_close(srv);
     queue_release(&srv->queue);
     srv_queue_init(srv);
     log_release(&srv->log);
@@ -765,6 +783,7 @@ dsjob_server_free(struct dsjob_server *ds)
     if (srv->reaper_ev != NULL)
         reaper_cb(-1, 0, srv);
     storage_close(srv);
+    tls_close(srv);
     queue_release(&srv->queue);
     srv_teardown(srv);
     log_release(&srv->log);

@@ -23,6 +23,7 @@ struct conn;
 struct event;
 struct event_base;
 struct evconnlistener;
+struct ssl_ctx_st;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -71,6 +72,7 @@ struct srv {
     bool threaded;                      /* thread is running */
     int result;                         /* what run returns */
     time_t accept_error_at;             /* last accept error logged, to log one a second */
+    struct ssl_ctx_st *tls;             /* TLS context with --ssl (owned), NULL: plain TCP */
     char errmsg[512];                   /* last error's text */
 };
 

@@ -995,6 +995,9 @@ admin_main(struct cli *cli, int argc, char **argv)
     rc = cli_servers(cli);
     if (rc != 0)
         return rc;
+    if (cli->ssl)
+        return cli_usage_error(cli, "--ssl: the admin verbs do not speak TLS yet: use the "
+                                    "server's unix socket (-s /path), which stays plain");
     if (strcmp(verb, "shutdown") == 0)
         return run_shutdown(cli, graceful);
     cap = 48 + (arg ? strlen(arg) : 0) + (func ? strlen(func) + strlen(uniq) : 0);

@@ -21,7 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dsjob/client.h>
 #include <dsjob/common.h>
+#include <dsjob/worker.h>
 
 #include "link/addr.h"
 #include "proto/decimal.h"
@@ -56,6 +58,12 @@ static const char usage_text[] =
     "                       (default: $DSJOB_SERVERS, else " CLI_DEFAULT_SERVER ")\n"
     "  -t, --timeout MS     connect and reply timeout in milliseconds\n"
     "      --format FMT     table, tsv or json (admin verbs)\n"
+    "      --ssl            TLS to TCP servers (submit and worker)\n"
+    "      --ssl-ca-file FILE  CAs the server's certificate is checked against\n"
+    "                       (default: the system's; also $DSJOB_SSL_CA_FILE)\n"
+    "      --ssl-certificate FILE, --ssl-key FILE\n"
+    "                       a client certificate and its key (also $DSJOB_SSL_CERTIFICATE,\n"
+    "                       $DSJOB_SSL_KEY); each of the three implies --ssl\n"
     "  -h, --help           this text, or a verb's with dsjob VERB --help\n"
     "      --version        dsjob's version\n"
     "\n"
@@ -213,6 +221,23 @@ cli_servers(struct cli *cli)
 {
     size_t i;
 
+    const struct {
+        const char *name;  /* the environment variable */
+        const char **slot; /* the option it stands in for */
+    } tls_env[] = {
+        {"DSJOB_SSL_CA_FILE", &cli->ssl_ca},
+        {"DSJOB_SSL_CERTIFICATE", &cli->ssl_cert},
+        {"DSJOB_SSL_KEY", &cli->ssl_key},
+    };
+
+    for (i = 0; i < sizeof(tls_env) / sizeof(tls_env[0]); i++) {
+        const char *v = getenv(tls_env[i].name);
+
+        if (*tls_env[i].slot == NULL && v != NULL && *v != '\0') {
+            *tls_env[i].slot = v;
+            cli->ssl = true;
+        }
+    }
     if (cli->nservers == 0) {
         const char *env = getenv("DSJOB_SERVERS");
 
@@ -236,6 +261,20 @@ cli_global_opt(struct cli *cli, int c, const char *arg)
 
     switch (c) {
     case 's': add_server_list(cli, arg); return 0;
+    case OPT_SSL: cli->ssl = true; return 0;
+    case OPT_SSL_CA:
+    case OPT_SSL_CERT:
+    case OPT_SSL_KEY:
+        if (*arg == '\0')
+            return cli_usage_error(cli, "option '%s' wants a file, not ''",
+                                   c == OPT_SSL_CA     ? "--ssl-ca-file"
+                                   : c == OPT_SSL_CERT ? "--ssl-certificate"
+                                                       : "--ssl-key");
+        *(c == OPT_SSL_CA     ? &cli->ssl_ca
+          : c == OPT_SSL_CERT ? &cli->ssl_cert
+                              : &cli->ssl_key) = arg;
+        cli->ssl = true;
+        return 0;
     case 't':
         if (cli_parse_uint(arg, 1, 86400000, &v) < 0)
             return cli_usage_error(cli, "option '-t' wants milliseconds (1 to 86400000), not '%s'",
@@ -255,6 +294,26 @@ cli_global_opt(struct cli *cli, int c, const char *arg)
         return 0;
     default: return -1;
     }
+}
+
+int
+cli_tls_client(const struct cli *cli, struct dsjob_client *c)
+{
+    if (!cli->ssl)
+        return 0;
+    if (dsjob_client_set_tls(c, cli->ssl_ca, cli->ssl_cert, cli->ssl_key, 0) != DSJOB_OK)
+        return cli_usage_error(cli, "--ssl: %s", dsjob_client_errmsg(c));
+    return 0;
+}
+
+int
+cli_tls_worker(const struct cli *cli, struct dsjob_worker *w)
+{
+    if (!cli->ssl)
+        return 0;
+    if (dsjob_worker_set_tls(w, cli->ssl_ca, cli->ssl_cert, cli->ssl_key, 0) != DSJOB_OK)
+        return cli_usage_error(cli, "--ssl: %s", dsjob_worker_errmsg(w));
+    return 0;
 }
 
 static void

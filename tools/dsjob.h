@@ -36,6 +36,10 @@ enum cli_opt {
     OPT_CHUNK,        /* worker --chunk */
     OPT_WARNINGS,     /* worker --warnings */
     OPT_EXCEPTIONS,   /* worker --exceptions */
+    OPT_SSL,          /* --ssl */
+    OPT_SSL_CA,       /* --ssl-ca-file */
+    OPT_SSL_CERT,     /* --ssl-certificate */
+    OPT_SSL_KEY,      /* --ssl-key */
 };
 
 /* The options every verb takes, and the verb being run. */
@@ -45,6 +49,10 @@ struct cli {
     size_t nservers;        /* entries in servers */
     int timeout_ms;         /* -t; 0 when not given */
     enum cli_format format; /* --format */
+    bool ssl;               /* --ssl, or implied by a TLS file option or DSJOB_SSL_* */
+    const char *ssl_ca;     /* --ssl-ca-file or DSJOB_SSL_CA_FILE (borrowed), or NULL */
+    const char *ssl_cert;   /* --ssl-certificate or DSJOB_SSL_CERTIFICATE (borrowed), or NULL */
+    const char *ssl_key;    /* --ssl-key or DSJOB_SSL_KEY (borrowed), or NULL */
 };
 
 /*
@@ -54,9 +62,11 @@ struct cli {
 #define CLI_GLOBAL_SHORT "s:t:h"
 #define CLI_GLOBAL_LONG                                                                            \
     {"server", required_argument, NULL, 's'}, {"timeout", required_argument, NULL, 't'},           \
-        {"help", no_argument, NULL, 'h'},                                                          \
+        {"help", no_argument, NULL, 'h'}, {"format", required_argument, NULL, OPT_FORMAT},         \
+        {"ssl", no_argument, NULL, OPT_SSL}, {"ssl-ca-file", required_argument, NULL, OPT_SSL_CA}, \
+        {"ssl-certificate", required_argument, NULL, OPT_SSL_CERT},                                \
     {                                                                                              \
-        "format", required_argument, NULL, OPT_FORMAT                                              \
+        "ssl-key", required_argument, NULL, OPT_SSL_KEY                                            \
     }
 
 /*
@@ -85,6 +95,17 @@ int cli_global_opt(struct cli *cli, int c, const char *arg);
  * CLI_USAGE (out of memory is fatal).
  */
 int cli_servers(struct cli *cli);
+
+struct dsjob_client;
+struct dsjob_worker;
+
+/*
+ * cli_tls_client and cli_tls_worker apply --ssl and its files to a client
+ * or a worker (nothing without --ssl). Return 0, or CLI_USAGE after saying
+ * which file could not be loaded.
+ */
+int cli_tls_client(const struct cli *cli, struct dsjob_client *c);
+int cli_tls_worker(const struct cli *cli, struct dsjob_worker *w);
 
 /* cli_err prints "dsjob: MESSAGE" to stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -764,6 +764,8 @@ runner_start(struct cli *cli, struct runner *r, char **funcs, size_t nfuncs, con
                 return CLI_FAILED;
             }
         }
+        if (cli_tls_worker(cli, r->w[i]) != 0)
+            return CLI_USAGE;
         if (id != NULL && dsjob_worker_set_id(r->w[i], id) != DSJOB_OK)
             return cli_usage_error(cli, "bad worker id '%s'", id);
         if (cli->timeout_ms > 0)

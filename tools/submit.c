@@ -238,7 +238,8 @@ submit_fg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
                 cli_err("no server reachable: %s", dsjob_task_errmsg(t));
             break;
         }
-        r = exit_for(err, st.created);
+        /* A server that broke off before taking the job (a refused TLS handshake): unreachable. */
+        r = err == DSJOB_ERR_PROTO && !st.created ? CLI_UNREACHABLE : exit_for(err, st.created);
     }
     if (r == CLI_OK && st.out_failed)
         r = CLI_FAILED;
@@ -373,6 +374,8 @@ submit_main(struct cli *cli, int argc, char **argv)
         if (dsjob_client_add_server(c, cli->servers[i]) != DSJOB_OK)
             r = cli_usage_error(cli, "bad server address '%s'", cli->servers[i]);
     }
+    if (r == CLI_OK)
+        r = cli_tls_client(cli, c);
     if (r == CLI_OK) {
         dsjob_client_set_timeout(c, cli->timeout_ms ? cli->timeout_ms : SUBMIT_CONNECT_MS,
                                  cli->timeout_ms);

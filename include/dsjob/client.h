@@ -88,6 +88,26 @@ DSJOB_API void dsjob_client_free(struct dsjob_client *c);
 DSJOB_API int dsjob_client_add_server(struct dsjob_client *c, const char *addr);
 
 /*
+ * dsjob_client_set_tls makes c connect to its TCP servers with TLS (1.2 at
+ * least; a unix socket stays plain), for this and later servers, and task
+ * sets made afterwards. The server's certificate must be signed by a CA in
+ * ca_file (PEM; NULL: the system's CAs) and name the host or address the
+ * server was added as, unless flags (enum dsjob_tls_flags) say
+ * DSJOB_TLS_NO_VERIFY_NAME (check the chain only) or DSJOB_TLS_NO_VERIFY
+ * (check nothing: for tests only). cert_file and key_file (PEM; NULL and
+ * NULL: none; key_file NULL: the key is in cert_file) are the client's own
+ * certificate, for a server that asks for one (dsjobd --ssl-verify-client).
+ * The files are read now (borrowed); connections already open are closed,
+ * and the next call connects again. A call again replaces the settings.
+ * Returns DSJOB_OK, DSJOB_ERR_ARG (a file cannot be loaded, or the
+ * library was built without TLS: errmsg says which), DSJOB_ERR_NOMEM.
+ * A failed handshake later is DSJOB_ERR_PROTO from the call that
+ * connected, with OpenSSL's reason in errmsg.
+ */
+DSJOB_API int dsjob_client_set_tls(struct dsjob_client *c, const char *ca_file,
+                                   const char *cert_file, const char *key_file, unsigned flags);
+
+/*
  * dsjob_client_set_timeout sets the connect timeout and the I/O timeout in
  * milliseconds (0 or negative: wait for ever). The I/O timeout bounds every
  * wait for the server: to accept bytes, or to send the next packet, so a

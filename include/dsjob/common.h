@@ -38,6 +38,12 @@ enum dsjob_err {
     DSJOB_ERR_JOB_EXCEPTION, /* the job ended with WORK_EXCEPTION (text in the errmsg) */
 };
 
+/* Flags of dsjob_client_set_tls and dsjob_worker_set_tls. */
+enum dsjob_tls_flags {
+    DSJOB_TLS_NO_VERIFY_NAME = 1 << 0, /* check the server's certificate chain, not its name */
+    DSJOB_TLS_NO_VERIFY = 1 << 1,      /* accept any server certificate: for tests only */
+};
+
 /* dsjob_strerror returns a static, never-NULL text for an enum dsjob_err value. */
 DSJOB_API const char *dsjob_strerror(int err);
 

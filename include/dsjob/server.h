@@ -102,6 +102,12 @@ struct dsjob_server_config {
     unsigned priority_aging;            /* a job waiting this many seconds counts one priority
                                            higher, and one more after as many again; 0: never */
     enum dsjob_log_format log_format;   /* text (default) or one JSON object a line */
+    /* TLS on the TCP listeners (built with OpenSSL only); the unix socket stays plain. */
+    bool ssl;                    /* every TCP connection must complete a TLS handshake */
+    const char *ssl_certificate; /* PEM file: the server's certificate (and chain) */
+    const char *ssl_key;         /* PEM file: the private key of ssl_certificate */
+    const char *ssl_ca_file;     /* PEM file: CAs that client certificates are checked against */
+    bool ssl_verify_client;      /* refuse a client without a certificate signed by ssl_ca_file */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -72,6 +72,24 @@ DSJOB_API void dsjob_worker_free(struct dsjob_worker *w);
 DSJOB_API int dsjob_worker_add_server(struct dsjob_worker *w, const char *addr);
 
 /*
+ * dsjob_worker_set_tls makes w connect to its TCP servers with TLS (1.2 at
+ * least; a unix socket stays plain), as dsjob_client_set_tls does for a
+ * client: the server's certificate is checked against ca_file (PEM; NULL:
+ * the system's CAs) and against the server's name or address unless flags
+ * (enum dsjob_tls_flags) say DSJOB_TLS_NO_VERIFY_NAME or
+ * DSJOB_TLS_NO_VERIFY; cert_file and key_file (NULL: none; key_file NULL:
+ * in cert_file) are the worker's own certificate. Every thread of
+ * dsjob_worker_run uses the same settings. Files are read now (borrowed);
+ * open connections are closed and made again with TLS. Call it before
+ * run, not during. Returns DSJOB_OK, DSJOB_ERR_ARG (a file cannot be
+ * loaded, or no TLS was built: errmsg says which), DSJOB_ERR_NOMEM. A
+ * handshake that fails later is a connection failure like any other: the
+ * worker tries again with backoff, and dsjob_worker_errmsg says why.
+ */
+DSJOB_API int dsjob_worker_set_tls(struct dsjob_worker *w, const char *ca_file,
+                                   const char *cert_file, const char *key_file, unsigned flags);
+
+/*
  * dsjob_worker_set_timeout sets the connect and I/O timeouts in
  * milliseconds (0 or negative: none). The I/O timeout bounds sending a
  * report or a result. Defaults: 5000 and 30000.

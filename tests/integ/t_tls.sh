@@ -1,0 +1,199 @@
+#!/bin/sh
+# TLS on the Gearman port (dsjobd --ssl), end to end with real components:
+# a throwaway PKI made with the openssl command line, our client and worker
+# libraries through dsjob, openssl s_client speaking a Gearman ECHO_REQ,
+# plain, stalled and garbage peers that must cost only their own
+# connection, --ssl-verify-client refusing a certificate of another CA and
+# no certificate, the unix socket staying plain, startup errors that name
+# the file, and Debian's gearman CLI (whose libgearman has no TLS: -S
+# still speaks plain text, so it is refused like any plain client).
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/lib/tls.sh"
+dir=$(test_tmpdir)
+DSJOB=${top_builddir:-.}/tools/dsjob
+
+if [ "${HAVE_OPENSSL:-}" != yes ]; then
+    echo "1..0 # SKIP built without OpenSSL"
+    exit 0
+fi
+command -v "$OPENSSL_BIN" >/dev/null 2>&1 || { echo "1..0 # SKIP no openssl command"; exit 0; }
+tls_make_pki "$dir/pki" || { echo "Bail out! cannot make the test PKI"; exit 1; }
+P=$dir/pki
+
+_pids=""
+bg_stop_all() {
+    for p in $_pids; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    _pids=""
+}
+# A failure shows the servers' logs: the reason is there, and the directory goes.
+show_logs() {
+    [ "$_tap_fail" -eq 0 ] && return
+    for f in "$TEST_TMPDIR"/dsjobd.*.log; do
+        [ -f "$f" ] && sed 's/^/# /' "$f" | tail -60
+    done
+}
+trap 'bg_stop_all; server_stop_all; show_logs; rm -rf "$TEST_TMPDIR"' EXIT
+
+wait_log() { # wait_log PATTERN: until the server's log has it, at most 10 s
+    i=0
+    while ! grep -q -- "$1" "$SERVER_LOG" 2>/dev/null && [ $i -lt 200 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    grep -q -- "$1" "$SERVER_LOG"
+}
+
+# Startup errors: each names the option, and the file when it is a file.
+out=$(timeout 10 "$DSJOBD" -p 0 --ssl 2>&1); rc=$?
+is "$rc" 2 "--ssl without a certificate exits 2"
+echo "$out" | grep -q -- "--ssl needs --ssl-certificate and --ssl-key"; ok $? "saying so: $out"
+out=$(timeout 10 "$DSJOBD" -p 0 --ssl-certificate "$P/server.pem" 2>&1); rc=$?
+is "$rc" 2 "a TLS file without --ssl exits 2 (no silent plain text)"
+out=$(timeout 10 "$DSJOBD" -p 0 --ssl --ssl-certificate "$P/server.pem" --ssl-key "$P/server.key" \
+    --ssl-verify-client 2>&1); rc=$?
+is "$rc" 2 "--ssl-verify-client without --ssl-ca-file exits 2"
+echo "$out" | grep -q -- "--ssl-verify-client needs --ssl-ca-file"; ok $? "saying so: $out"
+out=$(timeout 10 "$DSJOBD" -L 127.0.0.1 -p 0 --ssl --ssl-certificate "$dir/none.pem" \
+    --ssl-key "$P/server.key" 2>&1); rc=$?
+is "$rc" 1 "a missing certificate file stops the start"
+echo "$out" | grep -q -- "--ssl-certificate: cannot load '$dir/none.pem'"; ok $? "naming it: $out"
+out=$(timeout 10 "$DSJOBD" -L 127.0.0.1 -p 0 --ssl --ssl-certificate "$P/server.pem" \
+    --ssl-key "$P/client.key" 2>&1); rc=$?
+is "$rc" 1 "a key that is not the certificate's stops the start"
+echo "$out" | grep -q -- "--ssl-key: .*'$P/client.key'"; ok $? "naming it: $out"
+out=$(timeout 10 "$DSJOBD" -L 127.0.0.1 -p 0 --ssl --ssl-certificate "$P/server.pem" \
+    --ssl-key "$P/server.key" --ssl-ca-file "$P/server.ext" 2>&1); rc=$?
+is "$rc" 1 "a CA file with no certificate in it stops the start"
+echo "$out" | grep -q -- "--ssl-ca-file: cannot load '$P/server.ext'"; ok $? "naming it: $out"
+
+# A TLS server with a plain unix socket beside it.
+sock=$dir/dsjobd.sock
+server_start dsjobd --verbose INFO --idle-timeout 2 --unix-socket "$sock" \
+    --ssl --ssl-certificate "$P/server.pem" --ssl-key "$P/server.key" || exit 1
+S=127.0.0.1:$SERVER_PORT
+TLS="--ssl-ca-file $P/ca.pem"
+
+# shellcheck disable=SC2086
+"$DSJOB" -s "$S" $TLS worker -f tls.upper -- tr a-z A-Z >/dev/null 2>"$dir/worker.err" &
+_pids="$_pids $!"
+# shellcheck disable=SC2086
+out=$(echo hello | "$DSJOB" -s "$S" $TLS -t 10000 submit tls.upper 2>&1)
+is "$out" "HELLO" "a foreground job runs through our client and worker over TLS"
+# shellcheck disable=SC2086
+out=$(echo later | "$DSJOB" -s "localhost:$SERVER_PORT" $TLS -t 10000 submit -b tls.upper 2>&1)
+case $out in H:*) ok 0 "a background job over TLS, by the name localhost: $out" ;;
+*) ok 1 "a background job over TLS, by the name localhost: $out" ;; esac
+grep -q "TLS handshake done: TLSv1.[23]" "$SERVER_LOG"; ok $? "the server logs the handshakes at INFO"
+out=$(echo plain | "$DSJOB" -s "$sock" -t 10000 submit tls.upper 2>&1)
+is "$out" "PLAIN" "the unix socket stays plain"
+
+# openssl s_client speaking a real Gearman packet: ECHO_REQ "tls-echo".
+printf '\000REQ\000\000\000\020\000\000\000\010tls-echo' >"$dir/echo.req"
+printf '\000RES\000\000\000\021\000\000\000\010tls-echo' >"$dir/echo.want"
+(cat "$dir/echo.req"; sleep 2) |
+    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
+        -verify_return_error -verify_hostname localhost >"$dir/echo.got" 2>"$dir/sclient.err"
+cmp -s "$dir/echo.got" "$dir/echo.want"; ok $? "openssl s_client gets ECHO_RES back, byte for byte"
+out=$(timeout 10 "$OPENSSL_BIN" s_client -connect "$S" -CAfile "$P/ca.pem" -tls1_1 </dev/null 2>&1)
+echo "$out" | grep -q "BEGIN CERTIFICATE"; is $? 1 "TLS 1.1 is refused (1.2 at least)"
+
+# A plain Gearman client on the TLS port: told why in its own protocol, then closed.
+printf '\000REQ\000\000\000\020\000\000\000\005plain' >"$dir/plain.req"
+perl -MIO::Socket::INET -e '
+    my $s = IO::Socket::INET->new("127.0.0.1:$ARGV[0]") or die "connect: $!";
+    open(my $f, "<", $ARGV[1]) or die; local $/; my $d = <$f>; print $s $d; shutdown($s, 1);
+    my $r = ""; while (sysread($s, my $b, 4096)) { $r .= $b } print $r;' \
+    "$SERVER_PORT" "$dir/plain.req" >"$dir/plain.got" 2>&1
+grep -q "TLS_REQUIRED" "$dir/plain.got"; ok $? "a plain client gets ERROR TLS_REQUIRED"
+wait_log "TLS handshake failed: the peer speaks plain Gearman"
+ok $? "the server logs the refusal at INFO, with the peer"
+grep "the peer speaks plain Gearman" "$SERVER_LOG" | grep -q "127.0.0.1:[0-9]"
+ok $? "naming the peer's address and port"
+
+# Garbage that looks like a TLS record, and a peer that stalls mid-handshake.
+perl -MIO::Socket::INET -e '
+    my $s = IO::Socket::INET->new("127.0.0.1:$ARGV[0]") or die;
+    print $s "\x16\x03\x01\x00\x10" . ("\xff" x 16); shutdown($s, 1);
+    1 while sysread($s, my $b, 4096);' "$SERVER_PORT"
+wait_log "TLS handshake failed: error:"; ok $? "garbage in a TLS record fails its handshake (logged)"
+perl -MIO::Socket::INET -e '
+    my $s = IO::Socket::INET->new("127.0.0.1:$ARGV[0]") or die;
+    print $s "\x16\x03\x01\x00\xff\x01";   # half a ClientHello, then nothing
+    sleep 60;' "$SERVER_PORT" &
+stall=$!
+_pids="$_pids $stall"
+# shellcheck disable=SC2086
+out=$(echo bystander | "$DSJOB" -s "$S" $TLS -t 10000 submit tls.upper 2>&1)
+is "$out" "BYSTANDER" "a bystander's job runs while a handshake stalls"
+wait_log "TLS handshake not done in"; ok $? "the stalled handshake is closed at --idle-timeout"
+kill "$stall" 2>/dev/null; wait "$stall" 2>/dev/null
+
+# Clients that do not trust the server, or do not speak TLS at all.
+out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$P/other-ca.pem" -t 10000 submit tls.upper 2>&1)
+rc=$?
+is "$rc" 3 "a client that does not trust the server's CA cannot reach it (exit 3)"
+echo "$out" | grep -q "certificate verify failed"; ok $? "saying why: $out"
+out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$dir/none.pem" submit tls.upper 2>&1); rc=$?
+is "$rc" 2 "dsjob --ssl-ca-file with a missing file exits 2"
+echo "$out" | grep -q "cannot load CA file '$dir/none.pem'"; ok $? "naming it: $out"
+out=$(echo x | "$DSJOB" -s "$S" -t 5000 submit tls.upper 2>&1); rc=$?
+[ "$rc" -ne 0 ]; ok $? "a plain dsjob submit to the TLS port fails (exit $rc)"
+# shellcheck disable=SC2086
+out=$(DSJOB_SSL_CA_FILE=$P/ca.pem "$DSJOB" -s "$S" -t 10000 submit tls.upper env 2>&1)
+is "$out" "ENV" "DSJOB_SSL_CA_FILE turns TLS on"
+out=$("$DSJOB" -s "$S" --ssl status 2>&1); rc=$?
+is "$rc" 2 "the admin verbs refuse --ssl (exit 2)"
+echo "$out" | grep -q -- "--ssl: the admin verbs do not speak TLS"; ok $? "saying so: $out"
+
+if [ -n "${GEARMAN:-}" ] && [ -x "$GEARMAN" ]; then
+    # Debian's libgearman 1.1.20 is built without TLS: -S is accepted and ignored.
+    out=$(echo x | timeout 10 "$GEARMAN" -S -h 127.0.0.1 -p "$SERVER_PORT" -f tls.upper 2>&1)
+    rc=$?
+    # It exits 0 after a server's ERROR, so what it printed is the evidence.
+    [ "$rc" -ne 124 ] && echo "$out" | grep -q "TLS_REQUIRED"
+    ok $? "gearman -S (no TLS in Debian's build) is told TLS_REQUIRED: $(echo "$out" | head -1)"
+else
+    ok 0 "# SKIP gearman CLI not installed"
+fi
+# shellcheck disable=SC2086
+out=$(echo still | "$DSJOB" -s "$S" $TLS -t 10000 submit tls.upper 2>&1)
+is "$out" "STILL" "after all of them, jobs still run over TLS"
+bg_stop_all
+server_stop
+
+# --ssl-verify-client: only holders of a certificate signed by --ssl-ca-file get in.
+server_start dsjobd --verbose INFO --ssl --ssl-certificate "$P/server.pem" \
+    --ssl-key "$P/server.key" --ssl-ca-file "$P/ca.pem" --ssl-verify-client || exit 1
+S=127.0.0.1:$SERVER_PORT
+MINE="--ssl-ca-file $P/ca.pem --ssl-certificate $P/client.pem --ssl-key $P/client.key"
+# shellcheck disable=SC2086
+"$DSJOB" -s "$S" $MINE worker -f tls.upper -- tr a-z A-Z >/dev/null 2>"$dir/worker2.err" &
+_pids="$_pids $!"
+# shellcheck disable=SC2086
+out=$(echo certified | "$DSJOB" -s "$S" $MINE -t 10000 submit tls.upper 2>&1)
+is "$out" "CERTIFIED" "a client and worker with certificates of the CA get in"
+out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$P/ca.pem" --ssl-certificate "$P/rogue.pem" \
+    --ssl-key "$P/rogue.key" -t 10000 submit tls.upper 2>&1); rc=$?
+is "$rc" 3 "a certificate of another CA is refused (exit 3)"
+diag "$out"
+wait_log "client certificate: unable to get local issuer certificate"
+ok $? "the server logs why, with the peer"
+out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$P/ca.pem" -t 10000 submit tls.upper 2>&1); rc=$?
+is "$rc" 3 "no certificate is refused (exit 3)"
+diag "$out"
+wait_log "peer did not return a certificate"; ok $? "the server logs that too"
+(cat "$dir/echo.req"; sleep 2) |
+    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
+        -cert "$P/client.pem" -key "$P/client.key" >"$dir/echo2.got" 2>/dev/null
+cmp -s "$dir/echo2.got" "$dir/echo.want"; ok $? "openssl s_client with the client certificate gets ECHO_RES"
+(cat "$dir/echo.req"; sleep 2) |
+    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
+        -cert "$P/rogue.pem" -key "$P/rogue.key" >"$dir/echo3.got" 2>/dev/null
+[ ! -s "$dir/echo3.got" ]; ok $? "and with the rogue certificate gets nothing"
+# shellcheck disable=SC2086
+out=$(echo after | "$DSJOB" -s "$S" $MINE -t 10000 submit tls.upper 2>&1)
+is "$out" "AFTER" "the refusals cost the others nothing"
+bg_stop_all
+server_stop
+
+done_testing
