@@ -342,7 +342,7 @@ srv_schedule_reap(struct srv *srv)
 static void
 epoch_due(struct job *j, void *arg)
 {
-    (void)arg;
+    stats_queued(arg, j); /* its wait starts when it falls due */
     lifecycle_wake(j);
 }
 
@@ -354,7 +354,7 @@ epoch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv->epoch_armed = 0;
-    queue_due(&srv->queue, srv_now(), epoch_due, NULL);
+    queue_due(&srv->queue, srv_now(), epoch_due, srv);
     srv_epoch_arm(srv);
 }
 
@@ -615,6 +615,7 @@ srv_bind(struct srv *srv, struct event_base *base)
         goto fail;
     }
     srv->bound = true;
+    srv->stats.started = srv_uptime();
     return 0;
 
 fail:

@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "queue.h"
+#include "stats.h"
 #include "storage.h"
 
 struct conn;
@@ -48,6 +49,7 @@ struct srv {
     struct queue queue;            /* functions and jobs */
     struct log log;                /* where log lines go */
     struct storage storage;        /* the store and the answers waiting for it */
+    struct stats stats;            /* server-wide counters (stats.c) */
     struct conn_list conns;        /* open connections */
     struct conn_list closing;      /* closed, waiting to be freed */
     unsigned nconns;               /* entries in conns */

@@ -1,6 +1,6 @@
 /*
- * The admin verbs of dsjob: status, workers, jobs, cancel, shutdown and
- * version. libdsjobclient speaks only the binary protocol, so this file has
+ * The admin verbs of dsjob: status, workers, jobs, stats, cancel, shutdown
+ * and version. libdsjobclient speaks only the binary protocol, so this file has
  * its own small client for the text protocol: connect (TCP or a unix
  * socket) without blocking, send one line, and read the reply with poll()
  * until it is complete (a listing ends with a "." line; every other reply
@@ -373,6 +373,23 @@ split_worker(const char *p, size_t len, const char **cells, size_t *lens)
     return true;
 }
 
+/* "NAME{LABELS} VALUE": the value is after the last space (a label may hold spaces). */
+static bool
+split_stat(const char *p, size_t len, const char **cells, size_t *lens)
+{
+    size_t i = len;
+
+    while (i > 0 && p[i - 1] != ' ')
+        i--;
+    if (i < 2 || i == len)
+        return false;
+    cells[0] = p;
+    lens[0] = i - 1;
+    cells[1] = p + i;
+    lens[1] = len - i;
+    return true;
+}
+
 /* A listing verb: its command, its columns (after "server") and how a line splits. */
 struct listing {
     const char *verb;             /* dsjob's word */
@@ -393,16 +410,20 @@ static const struct table_col jobs_cols[] = {
     {"server", TABLE_STR}, {"handle", TABLE_STR}, {"retries", TABLE_NUM},
     {"ignore", TABLE_NUM}, {"queued", TABLE_NUM},
 };
+static const struct table_col stats_cols[] = {
+    {"server", TABLE_STR},
+    {"name", TABLE_STR},
+    {"value", TABLE_NUM},
+};
 static const struct table_col version_cols[] = {
     {"server", TABLE_STR},
     {"version", TABLE_STR},
 };
 
 static const struct listing listings[] = {
-    {"status", "status\n", status_cols, 5},
-    {"workers", "workers\n", workers_cols, 5},
-    {"jobs", "show jobs\n", jobs_cols, 5},
-    {"version", "version\n", version_cols, 2},
+    {"status", "status\n", status_cols, 5}, {"workers", "workers\n", workers_cols, 5},
+    {"jobs", "show jobs\n", jobs_cols, 5},  {"version", "version\n", version_cols, 2},
+    {"stats", "stats\n", stats_cols, 3},
 };
 
 /* Adds the rows of one server's reply to t; returns false on a line that does not parse. */
@@ -432,6 +453,8 @@ parse_reply(const struct listing *ls, const char *server, const struct reply *r,
             return true;
         if (ls->cols == workers_cols)
             ok = split_worker(p, n, cells + 1, lens + 1);
+        else if (ls->cols == stats_cols)
+            ok = split_stat(p, n, cells + 1, lens + 1);
         else
             ok = split_tabs(p, n, ls->ncols - 1, cells + 1, lens + 1);
         if (!ok) {

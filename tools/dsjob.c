@@ -40,6 +40,7 @@ static const char usage_text[] =
     "  status               functions: jobs, running jobs, workers\n"
     "  workers              connections and their functions\n"
     "  jobs                 queued and running jobs\n"
+    "  stats                the server's counters (dsjobd), one per row\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -267,7 +268,7 @@ static const struct verb {
 } verbs[] = {
     {"submit", submit_main},  {"worker", runner_main}, {"status", admin_main},
     {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
-    {"shutdown", admin_main}, {"version", admin_main},
+    {"shutdown", admin_main}, {"version", admin_main}, {"stats", admin_main},
 };
 
 void
