@@ -71,6 +71,10 @@ usage(FILE *fp)
         "                             dead set (default 0: dropped, as gearmand)\n"
         "      --keep-results SECONDS keep a background job's outcome that long (default 0)\n"
         "      --max-result-size SZ   bytes kept of a result or failure text (default 1M)\n"
+        "      --http-port PORT       serve /healthz, /metrics and /api on PORT (default: no\n"
+        "                             HTTP; 0 picks a free port)\n"
+        "      --http-listen ADDR     address HTTP listens on (default 127.0.0.1)\n"
+        "      --http-port-file FILE  write the bound HTTP port to FILE\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
@@ -122,6 +126,9 @@ enum {
     OPT_REJECT_NO_WORKER,
     OPT_PRIORITY,
     OPT_PRIORITY_AGING,
+    OPT_HTTP_PORT,
+    OPT_HTTP_LISTEN,
+    OPT_HTTP_PORT_FILE,
 };
 
 static const struct option long_options[] = {
@@ -159,6 +166,9 @@ static const struct option long_options[] = {
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
     {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"http-port", required_argument, NULL, OPT_HTTP_PORT},
+    {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
+    {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
     {"retry-backoff", required_argument, NULL, OPT_RETRY_BACKOFF},
@@ -367,6 +377,7 @@ drop_privileges(const char *user, char *err, size_t errlen)
 /* What main needs beside the server's config; the strings are owned here. */
 struct opts {
     char *pid_file, *port_file, *log_file, *unix_socket; /* absolute paths, or NULL */
+    char *http_port_file;                                /* absolute path, or NULL */
     char *work_dir, *store_db;                           /* absolute paths, or NULL */
     const char *user;                                    /* --user, borrowed from argv */
     bool daemon_mode;                                    /* --daemon */
@@ -377,6 +388,7 @@ opts_release(struct opts *o)
 {
     free(o->pid_file);
     free(o->port_file);
+    free(o->http_port_file);
     free(o->log_file);
     free(o->unix_socket);
     free(o->work_dir);
@@ -482,6 +494,15 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case 'p': cfg->port = (int)parse_number("--port", optarg, 65535, false); break;
         case OPT_PORT_FILE: set_path(&o->port_file, "--port-file", optarg); break;
+        case OPT_HTTP_PORT:
+            cfg->http_port = (int)parse_number("--http-port", optarg, 65535, false);
+            break;
+        case OPT_HTTP_LISTEN:
+            if (optarg[0] == '\0')
+                die_usage("--http-listen: the address is empty");
+            cfg->http_listen = optarg;
+            break;
+        case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;
@@ -669,6 +690,18 @@ main(int argc, char **argv)
             goto out;
         }
         pid_written = true;
+    }
+    /* Before the port file, which tests wait for: both are there once it is. */
+    if (o.http_port_file != NULL) {
+        char text[32];
+
+        snprintf(text, sizeof(text), "%d\n", dsjob_server_http_port(the_server));
+        if (write_file_atomically(o.http_port_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write HTTP port file '%s': %s",
+                     o.http_port_file, strerror(errno));
+            report_ready(ready_fd, err);
+            goto out;
+        }
     }
     if (o.port_file != NULL) {
         char text[32];

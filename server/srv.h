@@ -24,6 +24,7 @@ struct conn;
 struct event;
 struct event_base;
 struct evconnlistener;
+struct evhttp;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -50,6 +51,8 @@ struct srv {
     struct log log;                /* where log lines go */
     struct storage storage;        /* the store and the answers waiting for it */
     struct stats stats;            /* server-wide counters (stats.c) */
+    struct evhttp *http;           /* the --http-port server, or NULL (http.c) */
+    int http_port;                 /* its bound port, or -1 */
     struct conn_list conns;        /* open connections */
     struct conn_list closing;      /* closed, waiting to be freed */
     unsigned nconns;               /* entries in conns */

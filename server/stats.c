@@ -16,8 +16,10 @@
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "conn.h"
 #include "queue.h"
@@ -108,18 +110,40 @@ stats_conns(const struct srv *srv, unsigned counts[3])
     }
 }
 
-/* The writer: what it appends to, and whether an append failed. */
+/*
+ * The writer: lines are gathered in a block of its own and handed to the
+ * evbuffer a block at a time, since a render is hundreds of thousands of
+ * short pieces and one evbuffer_add each would cost more than the rest.
+ */
 struct out {
     struct evbuffer *buf; /* where lines go (borrowed) */
     bool comments;        /* # HELP and # TYPE lines too */
     bool failed;          /* an append failed: out of memory */
+    size_t len;           /* bytes used in block */
+    char block[16384];    /* the lines not yet in buf */
 };
+
+static void
+flush_out(struct out *o)
+{
+    if (o->len > 0 && evbuffer_add(o->buf, o->block, o->len) != 0)
+        o->failed = true;
+    o->len = 0;
+}
 
 static void
 put(struct out *o, const char *s, size_t len)
 {
-    if (evbuffer_add(o->buf, s, len) != 0)
-        o->failed = true;
+    if (o->len + len > sizeof(o->block)) {
+        flush_out(o);
+        if (len > sizeof(o->block)) {
+            if (evbuffer_add(o->buf, s, len) != 0)
+                o->failed = true;
+            return;
+        }
+    }
+    memcpy(o->block + o->len, s, len);
+    o->len += len;
 }
 
 static void
@@ -150,6 +174,17 @@ put_ms(struct out *o, uint64_t ms)
         snprintf(tmp, sizeof(tmp), ".%03u", (unsigned)(ms % 1000));
         put(o, tmp, strlen(tmp));
     }
+}
+
+/* us as seconds, exactly: "0.001234". */
+static void
+put_us(struct out *o, uint64_t us)
+{
+    char tmp[12];
+
+    put_u64(o, us / 1000000);
+    snprintf(tmp, sizeof(tmp), ".%06u", (unsigned)(us % 1000000));
+    put(o, tmp, strlen(tmp));
 }
 
 /* A label value, escaped as the exposition format says (backslash, quote, newline). */
@@ -222,6 +257,17 @@ value(struct out *o, const char *name, const struct func *f, uint64_t v)
     sample(o, name, f, NULL, NULL);
     put_u64(o, v);
     put(o, "\n", 1);
+}
+
+static uint64_t
+hist_count(const struct stats_hist *h)
+{
+    uint64_t n = 0;
+    unsigned i;
+
+    for (i = 0; i <= STATS_NBOUNDS; i++)
+        n += h->n[i];
+    return n;
 }
 
 /* A histogram's _bucket, _sum and _count samples; times in ms are written as seconds. */
@@ -306,6 +352,11 @@ server_wide(struct srv *srv, struct out *o)
         put_u64(o, st->limits[i]);
         put(o, "\n", 1);
     }
+    family(o, "metrics_render_seconds", "gauge",
+           "Seconds the previous rendering of these samples took (0 before the first).");
+    sample(o, "metrics_render_seconds", NULL, NULL, NULL);
+    put_us(o, st->render_us);
+    put(o, "\n", 1);
     family(o, "store_commits_total", "counter", "Store batches committed.");
     value(o, "store_commits_total", NULL, st->commits);
     family(o, "store_commit_errors_total", "counter", "Store batches whose commit failed.");
@@ -378,20 +429,38 @@ per_function(struct srv *srv, struct out *o)
         put_ms(o, stats_oldest_ms(srv, f));
         put(o, "\n", 1);
     }
+    /* A function that never had a job grabbed has no histogram series: 34 lines saved. */
     family(o, "job_queue_wait_seconds", "histogram", "Seconds from queued to grabbed.");
     TAILQ_FOREACH (f, fl, order)
-        hist(o, "job_queue_wait_seconds", f, &f->stats.wait, true);
+        if (hist_count(&f->stats.wait) > 0)
+            hist(o, "job_queue_wait_seconds", f, &f->stats.wait, true);
     family(o, "job_run_seconds", "histogram", "Seconds from grabbed to the attempt's end.");
     TAILQ_FOREACH (f, fl, order)
-        hist(o, "job_run_seconds", f, &f->stats.run, true);
+        if (hist_count(&f->stats.run) > 0)
+            hist(o, "job_run_seconds", f, &f->stats.run, true);
 }
 
 int
 stats_render(struct srv *srv, struct evbuffer *out, bool comments)
 {
-    struct out o = {out, comments, false};
+    struct out *o = malloc(sizeof(*o));
+    struct timespec t0, t1;
+    int rc;
 
-    server_wide(srv, &o);
-    per_function(srv, &o);
-    return o.failed ? -1 : 0;
+    if (o == NULL)
+        return -1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    o->buf = out;
+    o->comments = comments;
+    o->failed = false;
+    o->len = 0;
+    server_wide(srv, o);
+    per_function(srv, o);
+    flush_out(o);
+    rc = o->failed ? -1 : 0;
+    free(o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    srv->stats.render_us =
+        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    return rc;
 }

@@ -95,6 +95,9 @@ struct dsjob_server_config {
     enum dsjob_priority_order priority; /* across functions or per function (default) */
     unsigned priority_aging;            /* a job waiting this many seconds counts one priority
                                            higher, and one more after as many again; 0: never */
+    /* HTTP: health, metrics and a read-only JSON API; off by default. */
+    int http_port;           /* TCP port of HTTP; 0 picks a free one; -1 (default): no HTTP */
+    const char *http_listen; /* the address HTTP listens on; default "127.0.0.1" */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
@@ -128,6 +131,9 @@ DSJOB_API int dsjob_server_bind(struct dsjob_server *srv);
 
 /* dsjob_server_port returns the bound TCP port (after bind), or -1 if none. */
 DSJOB_API int dsjob_server_port(const struct dsjob_server *srv);
+
+/* dsjob_server_http_port returns the bound HTTP port (after bind), or -1 if HTTP is off. */
+DSJOB_API int dsjob_server_http_port(const struct dsjob_server *srv);
 
 /*
  * dsjob_server_address writes "host:port" of the first TCP listener (or the
