@@ -40,6 +40,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"drop", "dead", TEXTCMD_DROP_DEAD},
     {"retry", NULL, TEXTCMD_RETRY},
     {"priority", NULL, TEXTCMD_PRIORITY},
+    {"stats", NULL, TEXTCMD_STATS},
 };
 
 static bool

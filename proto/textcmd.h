@@ -34,6 +34,7 @@ enum textcmd_kind {
     TEXTCMD_DROP_DEAD,    /* drop dead HANDLE|FUNCTION */
     TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
     TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
+    TEXTCMD_STATS,        /* stats: the counters, one sample a line */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

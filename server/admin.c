@@ -17,12 +17,15 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
+
 #include "conn.h"
 #include "lifecycle.h"
 #include "proto/decimal.h"
 #include "proto/textcmd.h"
 #include "queue.h"
 #include "srv.h"
+#include "stats.h"
 #include "storage.h"
 #include "store.h"
 
@@ -167,16 +170,16 @@ print_escaped(struct conn *c, const void *bytes, size_t len)
         conn_write(c, "-", 1);
 }
 
-static const char *
-prio_name(unsigned prio)
+const char *
+admin_prio_name(unsigned prio)
 {
     static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
 
     return prio < JOB_NPRIO ? names[prio] : "normal";
 }
 
-static const char *
-outcome_name(unsigned outcome)
+const char *
+admin_outcome_name(unsigned outcome)
 {
     switch (outcome) {
     case STORE_DONE_COMPLETE: return "complete";
@@ -188,8 +191,8 @@ outcome_name(unsigned outcome)
 }
 
 /* A job's state for people: SETTLING still shows as running, as status counts it. */
-static const char *
-state_name(const struct job *j)
+const char *
+admin_state_name(const struct job *j)
 {
     switch ((enum job_state)j->state) {
     case JOB_QUEUED: return "queued";
@@ -240,11 +243,11 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     if (j == NULL)
         return;
     conn_printf(c, "handle %s\nfunction %s\nstate %s\n", job_handle(j), j->func->name,
-                state_name(j));
+                admin_state_name(j));
     if (j->state == JOB_DONE)
-        conn_printf(c, "outcome %s\n", outcome_name(j->ext->outcome));
-    conn_printf(c, "priority %s\nbackground %d\nattempts %" PRIu32 "\nunique ", prio_name(j->prio),
-                j->background ? 1 : 0, job_attempts(j));
+        conn_printf(c, "outcome %s\n", admin_outcome_name(j->ext->outcome));
+    conn_printf(c, "priority %s\nbackground %d\nattempts %" PRIu32 "\nunique ",
+                admin_prio_name(j->prio), j->background ? 1 : 0, job_attempts(j));
     print_escaped(c, job_unique(j), j->unique_len);
     conn_printf(c, "\nrun_at %lld\npayload_size %" PRIu32 "\n",
                 j->state == JOB_DEAD || j->state == JOB_DONE ? 0LL : (long long)job_when(j),
@@ -286,11 +289,11 @@ admin_show_result(struct conn *c, const struct textcmd *cmd)
     if (j == NULL)
         return;
     if (j->state != JOB_DONE) {
-        conn_printf(c, "ERR NOT_DONE job+is+%s\r\n", state_name(j));
+        conn_printf(c, "ERR NOT_DONE job+is+%s\r\n", admin_state_name(j));
         return;
     }
     conn_printf(c, "OK %s %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu32 "\n",
-                outcome_name(j->ext->outcome), j->ext->result_len, j->ext->numerator,
+                admin_outcome_name(j->ext->outcome), j->ext->result_len, j->ext->numerator,
                 j->ext->denominator, j->ext->result_size);
     if (j->ext->result_len > 0)
         conn_write(c, j->ext->result, j->ext->result_len);
@@ -304,7 +307,7 @@ show_dead_of(struct conn *c, const struct func *f)
 
     TAILQ_FOREACH (j, &f->dead, link) {
         conn_printf(c, "%s\t%s\t%s\t%" PRIu32 "\t%lld\t%lld\t%" PRIu32 "\t", job_handle(j), f->name,
-                    prio_name(j->prio), job_attempts(j), (long long)j->ext->first_fail,
+                    admin_prio_name(j->prio), job_attempts(j), (long long)j->ext->first_fail,
                     (long long)j->ext->last_fail, j->data_len);
         print_escaped(c, job_unique(j), j->unique_len);
         conn_write(c, "\t", 1);
@@ -455,8 +458,8 @@ static void
 show_detail(struct conn *c, const struct job *j)
 {
     conn_printf(c, "%s\t%s\t%s\t%s\t%" PRIu32 "\t%lld\t%d\t", job_handle(j), j->func->name,
-                prio_name(j->prio), state_name(j), job_attempts(j), (long long)job_when(j),
-                j->background ? 1 : 0);
+                admin_prio_name(j->prio), admin_state_name(j), job_attempts(j),
+                (long long)job_when(j), j->background ? 1 : 0);
     print_escaped(c, job_unique(j), j->unique_len);
     conn_write(c, "\n", 1);
 }
@@ -556,7 +559,7 @@ admin_priority(struct conn *c, const struct textcmd *cmd)
     }
     if (j->state == JOB_RUNNING || j->state == JOB_SETTLING || j->state == JOB_DEAD ||
         j->state == JOB_DONE) {
-        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", state_name(j));
+        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", admin_state_name(j));
         return;
     }
     old = j->prio;
@@ -653,6 +656,26 @@ admin_shutdown(struct conn *c, const struct textcmd *cmd)
     srv_stop(c->srv, graceful);
 }
 
+/*
+ * stats: every counter as a Prometheus sample, "name{labels} value", one a
+ * line, then ".". Rendered into a buffer of its own first, so that running
+ * out of memory half way answers an ERR rather than a listing cut short.
+ */
+static void
+admin_stats(struct conn *c)
+{
+    struct evbuffer *buf = evbuffer_new();
+
+    if (buf == NULL || stats_render(c->srv, buf, false) < 0) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        evbuffer_free(buf);
+        return;
+    }
+    evbuffer_add(buf, ".\n", 2);
+    conn_write(c, evbuffer_pullup(buf, -1), evbuffer_get_length(buf));
+    evbuffer_free(buf);
+}
+
 /* Commands that stop or change the server need an allowed peer. */
 static bool
 admin_privileged(enum textcmd_kind kind)
@@ -702,6 +725,7 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_DROP_FUNCTION: admin_drop(c, &cmd); break;
     case TEXTCMD_SHUTDOWN: admin_shutdown(c, &cmd); break;
     case TEXTCMD_PRIORITY: admin_priority(c, &cmd); break;
+    case TEXTCMD_STATS: admin_stats(c); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -172,6 +172,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
         c->partial_since = srv_uptime();
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
+    srv->stats.accepted++;
     log_info(&srv->log, "%s: connected (fd %d)", c->peer, fd);
     return c;
 }
@@ -240,6 +241,8 @@ conn_flush(struct conn *c)
     while (left > 0) {
         int n = c->ssl == NULL ? evbuffer_write(c->out, c->fd) : conn_tls_write(c, left);
 
+        if (n > 0)
+            c->srv->stats.bytes_out += (uint64_t)n;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -370,6 +373,7 @@ conn_read_line(struct conn *c, struct evbuffer *in, size_t avail)
         return false;
     }
     line = (const char *)evbuffer_pullup(in, eol.pos + (ssize_t)eol_len);
+    c->admin_seen = true;
     admin_line(c, line, (size_t)eol.pos);
     evbuffer_drain(in, (size_t)eol.pos + eol_len);
     return true;
@@ -399,6 +403,7 @@ conn_read_packet(struct conn *c, struct evbuffer *in, size_t avail)
     case PACKET_HEADER_TOO_LARGE:
         log_notice(&c->srv->log, "%s: %s packet of %u bytes is over --max-packet-size %zu: closing",
                    c->peer, packet_name(h.type), (unsigned)h.size, max);
+        c->srv->stats.limits[STATS_LIMIT_MAX_PACKET_SIZE]++;
         conn_send_error(c, "PACKET_TOO_LARGE",
                         "packet of %u bytes is over the limit (--max-packet-size %zu)",
                         (unsigned)h.size, max);
@@ -503,6 +508,7 @@ conn_sweep_idle(struct srv *srv, int64_t now)
         }
         log_notice(&srv->log, "%s: %zu bytes of an incomplete message for %lld s: closing", c->peer,
                    evbuffer_get_length(c->in), (long long)(now - c->partial_since));
+        srv->stats.limits[STATS_LIMIT_IDLE_TIMEOUT]++;
         conn_send_error(c, "IDLE_TIMEOUT",
                         "a message stayed incomplete for %lld s (--idle-timeout %u)",
                         (long long)(now - c->partial_since), srv->cfg.idle_timeout);
@@ -586,6 +592,7 @@ conn_fill(struct conn *c)
             return -2;
         return n;
     }
+    c->srv->stats.bytes_in += (uint64_t)n;
     left = (size_t)n;
     for (i = 0; i < nvec && left > 0; i++) {
         if (vec[i].iov_len > left)
@@ -722,6 +729,7 @@ conn_room(struct conn *c, size_t more)
         log_warn(&c->srv->log,
                  "%s: %zu bytes unread is over --max-output-buffer %zu: dropping the peer", c->peer,
                  queued + more, c->srv->cfg.max_output_buffer);
+        c->srv->stats.limits[STATS_LIMIT_MAX_OUTPUT_BUFFER]++;
         conn_close(c, false);
         return false;
     }

@@ -56,6 +56,7 @@ struct conn {
     bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
     bool reject_no_worker;        /* its submits for a function no worker can do get ERROR */
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
+    bool admin_seen;              /* sent an admin line: counted as an admin connection */
     bool read_paused;             /* input left unread until output drains */
     size_t lingered;              /* input bytes thrown away while closing */
     struct ack_list acks;         /* answers owed once the store commits */

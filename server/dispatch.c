@@ -158,6 +158,7 @@ grab(struct conn *c, enum packet_type assign)
         conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
         return;
     }
+    stats_grabbed(srv, j);
     a = queue_ability_of(&c->worker, j->func);
     if (a != NULL && a->timeout_ms > 0)
         lifecycle_arm_timeout(srv, j, a->timeout_ms); /* queue_grab gave j its job_ext */
@@ -271,6 +272,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     if (c->reject_no_worker) {
         f = queue_func(&srv->queue, ARG(p, 0), p->arg_len[0], false);
         if (f == NULL || f->nworkers == 0) {
+            srv->stats.limits[STATS_LIMIT_REJECT_NO_WORKER]++;
             refuse(c, p, durable, "NO_WORKER", "no worker can do %.*s",
                    (int)(p->arg_len[0] > 200 ? 200 : p->arg_len[0]), ARG(p, 0));
             return;
@@ -298,12 +300,14 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         return;
     }
     if (queue_full(f, s->prio)) {
+        srv->stats.limits[STATS_LIMIT_MAX_QUEUE]++;
         refuse(c, p, durable, "QUEUE_ERROR",
                "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
                f->max_queue[s->prio]);
         return;
     }
     if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
+        srv->stats.limits[STATS_LIMIT_MAX_JOBS]++;
         refuse(c, p, durable, "QUEUE_ERROR",
                "Server is full: it holds %zu jobs, its --max-jobs limit", srv->queue.njobs);
         return;
@@ -326,6 +330,8 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->id = srv->next_job_id;
     j->seq = srv->next_seq++;
     j->func = f;
+    f->stats.submitted++;
+    stats_queued(srv, j);
     if (durable) {
         storage_submit(srv, c, j, false);
         return;

@@ -83,6 +83,7 @@ struct job {
     uint32_t data_len;       /* payload bytes */
     uint32_t unique_len;     /* unique key bytes */
     uint32_t refs;           /* references held */
+    uint32_t stamp;          /* stats_clock() when queued, then when grabbed (stats.c) */
     uint16_t reducer_len;    /* reducer name bytes (SUBMIT_REDUCE_JOB) */
     uint8_t handle_len;      /* handle bytes */
     unsigned prio : 2;       /* enum job_prio */

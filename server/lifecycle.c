@@ -163,6 +163,7 @@ trim_dead(struct srv *srv, struct func *f)
         log_notice(&srv->log, "dead job %s of '%s' dropped: the dead set is at --max-dead %u",
                    job_handle(j), f->name, srv->cfg.max_dead);
         f->dead_dropped++;
+        srv->stats.limits[STATS_LIMIT_MAX_DEAD]++;
         lifecycle_drop_ended(srv, j);
     }
 }
@@ -205,6 +206,14 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
             j->ext->last_fail = srv_now(); /* when it ended: --keep-results counts from it */
         j->ext->settle_to = (uint8_t)to;
     }
+    if (w != NULL)
+        stats_ran(srv, j);
+    if (outcome == STORE_DONE_COMPLETE)
+        j->func->stats.completed++;
+    else if (outcome == STORE_DONE_FAIL)
+        j->func->stats.failed++;
+    else if (outcome == STORE_DONE_EXCEPTION)
+        j->func->stats.exceptions++;
     stop_timer(j);
     release_waiters(j);
     if (!storage_settle(srv, j, w != NULL ? conn_of_worker(w) : NULL))
@@ -300,6 +309,9 @@ run_again(struct srv *srv, struct job *j, const char *why)
     int64_t delay = backoff_secs(srv, j);
     const char *peer = worker_peer(j);
 
+    stats_ran(srv, j);
+    j->func->stats.retried++;
+    stats_queued(srv, j);
     if (delay > 0 && queue_backoff(&srv->queue, j, srv_now() + delay) == 0) {
         if (LOG_ON(&srv->log, DSJOB_LOG_INFO)) {
             char text[200];
@@ -551,6 +563,7 @@ lifecycle_cancel(struct srv *srv, struct job *j)
     const void *args[1] = {job_handle(j)};
     size_t lens[1] = {j->handle_len};
 
+    j->func->stats.cancelled++;
     if (j->state != JOB_RUNNING) {
         lifecycle_fail(srv, j);
         return;

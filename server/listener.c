@@ -56,6 +56,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int
     if (srv->cfg.max_connections > 0 && srv->nconns >= srv->cfg.max_connections) {
         log_warn(&srv->log, "refused a connection: --max-connections %u reached",
                  srv->cfg.max_connections);
+        srv->stats.limits[STATS_LIMIT_MAX_CONNECTIONS]++;
         refuse(srv, fd);
         return;
     }

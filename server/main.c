@@ -83,6 +83,10 @@ usage(FILE *fp)
         "      --ssl-ca-file FILE     CA certificates (PEM) for --ssl-verify-client\n"
         "      --ssl-verify-client    admit only clients with a certificate signed by a CA of\n"
         "                             --ssl-ca-file\n"
+        "      --http-port PORT       serve /healthz, /metrics and /api on PORT (default: no\n"
+        "                             HTTP; 0 picks a free port)\n"
+        "      --http-listen ADDR     address HTTP listens on (default 127.0.0.1)\n"
+        "      --http-port-file FILE  write the bound HTTP port to FILE\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
@@ -143,6 +147,9 @@ enum {
     OPT_SSL_KEY,
     OPT_SSL_CA,
     OPT_SSL_VERIFY,
+    OPT_HTTP_PORT,
+    OPT_HTTP_LISTEN,
+    OPT_HTTP_PORT_FILE,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -183,6 +190,9 @@ static const struct option long_options[] = {
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
     {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"http-port", required_argument, NULL, OPT_HTTP_PORT},
+    {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
+    {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
     {"retry-backoff", required_argument, NULL, OPT_RETRY_BACKOFF},
@@ -405,16 +415,17 @@ struct file_opt {
 /* What main needs beside the server's config; the strings are owned here. */
 struct opts {
     char *pid_file, *port_file, *log_file, *unix_socket; /* absolute paths, or NULL */
+    char *http_port_file;                                /* absolute path, or NULL */
     char *work_dir, *store_db;                           /* absolute paths, or NULL */
-    const char *user;           /* --user, borrowed from argv or config_text */
-    uid_t uid;                  /* --user's uid, looked up before binding */
-    gid_t gid;                  /* and its group */
-    bool daemon_mode;           /* --daemon */
-    const char *config_file;    /* --config-file, borrowed from argv */
-    char *config_text;          /* the config file's text, split in place */
-    struct file_opt *file_opts; /* the config file's options, in order */
-    size_t nfile_opts;          /* entries in file_opts */
-    size_t next_file_opt;       /* the next one next_option returns */
+    const char *user;                  /* --user, borrowed from argv or config_text */
+    uid_t uid;                         /* --user's uid, looked up before binding */
+    gid_t gid;                         /* and its group */
+    bool daemon_mode;                  /* --daemon */
+    const char *config_file;           /* --config-file, borrowed from argv */
+    char *config_text;                 /* the config file's text, split in place */
+    struct file_opt *file_opts;        /* the config file's options, in order */
+    size_t nfile_opts;                 /* entries in file_opts */
+    size_t next_file_opt;              /* the next one next_option returns */
     char *ssl_cert, *ssl_key, *ssl_ca; /* absolute paths, or NULL */
 };
 
@@ -458,6 +469,7 @@ opts_release(struct opts *o)
 {
     free(o->pid_file);
     free(o->port_file);
+    free(o->http_port_file);
     free(o->log_file);
     free(o->unix_socket);
     free(o->work_dir);
@@ -785,6 +797,15 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case 'p': cfg->port = (int)parse_number("--port", optarg, 65535, false); break;
         case OPT_PORT_FILE: set_path(&o->port_file, "--port-file", optarg); break;
+        case OPT_HTTP_PORT:
+            cfg->http_port = (int)parse_number("--http-port", optarg, 65535, false);
+            break;
+        case OPT_HTTP_LISTEN:
+            if (optarg[0] == '\0')
+                die_usage("--http-listen: the address is empty");
+            cfg->http_listen = optarg;
+            break;
+        case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;
@@ -994,6 +1015,18 @@ main(int argc, char **argv)
             goto out;
         }
         pid_written = true;
+    }
+    /* Before the port file, which tests wait for: both are there once it is. */
+    if (o.http_port_file != NULL) {
+        char text[32];
+
+        snprintf(text, sizeof(text), "%d\n", dsjob_server_http_port(the_server));
+        if (write_file_atomically(o.http_port_file, text) < 0) {
+            snprintf(err, sizeof(err), "dsjobd: cannot write HTTP port file '%s': %s",
+                     o.http_port_file, strerror(errno));
+            report_ready(ready_fd, err);
+            goto out;
+        }
     }
     if (o.port_file != NULL) {
         char text[32];

@@ -17,6 +17,7 @@
 #include "heap.h"
 #include "hmap.h"
 #include "job.h"
+#include "stats.h"
 
 struct func;
 
@@ -64,6 +65,7 @@ struct func {
     uint32_t retries;                /* admin "retry": attempts allowed; 0: --job-retries */
     uint32_t backoff_base_ms;        /* admin "retry": first wait; with max, 0: the server's */
     uint32_t backoff_max_ms;         /* admin "retry": longest wait */
+    struct stats_func stats;         /* its counters (stats.c) */
     size_t name_len;                 /* name bytes */
     char name[];                     /* NUL-terminated */
 };

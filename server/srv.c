@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "http.h"
 #include "lifecycle.h"
 #include "listener.h"
 #include "storage.h"
@@ -90,6 +91,8 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->reject_no_worker = false;
     cfg->priority = DSJOB_PRIORITY_FUNCTION;
     cfg->priority_aging = 0;
+    cfg->http_port = -1;
+    cfg->http_listen = "127.0.0.1";
 }
 
 /* The queue as the config wants it: made empty at new, and again after a failed bind. */
@@ -217,6 +220,7 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.ssl_certificate;
     strs[n++] = &srv->cfg.ssl_key;
     strs[n++] = &srv->cfg.ssl_ca_file;
+    strs[n++] = &srv->cfg.http_listen;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;
@@ -266,6 +270,7 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     srv = &ds->srv;
     srv->ctl_pipe[0] = srv->ctl_pipe[1] = -1;
     srv->port = -1;
+    srv->http_port = -1;
     TAILQ_INIT(&srv->conns);
     TAILQ_INIT(&srv->closing);
     TAILQ_INIT(&srv->flushq);
@@ -283,6 +288,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--libsqlite3-db is empty");
     if (srv->cfg.port > 65535)
         FAIL("port %d is out of range", srv->cfg.port);
+    if (srv->cfg.http_port < -1 || srv->cfg.http_port > 65535)
+        FAIL("--http-port %d is out of range", srv->cfg.http_port);
+    if (srv->cfg.http_listen != NULL && srv->cfg.http_listen[0] == '\0')
+        FAIL("--http-listen is empty");
     if (srv->cfg.max_packet_size < 1024)
         FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)
@@ -358,7 +367,7 @@ srv_schedule_reap(struct srv *srv)
 static void
 epoch_due(struct job *j, void *arg)
 {
-    (void)arg;
+    stats_queued(arg, j); /* its wait starts when it falls due */
     lifecycle_wake(j);
 }
 
@@ -370,7 +379,7 @@ epoch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv->epoch_armed = 0;
-    queue_due(&srv->queue, srv_now(), epoch_due, NULL);
+    queue_due(&srv->queue, srv_now(), epoch_due, srv);
     srv_epoch_arm(srv);
 }
 
@@ -440,6 +449,7 @@ srv_exit_loop(struct srv *srv)
         return;
     srv->stopped = true;
     listener_close_all(srv);
+    http_close(srv);
     storage_drain(srv); /* answer the last batches' submitters before they are closed */
     for (c = TAILQ_FIRST(&srv->conns); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
@@ -631,16 +641,18 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_STORE;
         goto fail;
     }
-    if (listener_open_all(srv) < 0) {
+    if (listener_open_all(srv) < 0 || http_open(srv) < 0) {
         rc = DSJOB_ERR_SYS;
         goto fail;
     }
     srv->bound = true;
+    srv->stats.started = srv_uptime();
     return 0;
 
 fail:
     if (srv->log.fp != NULL && srv->log.fp != stderr)
         log_err(&srv->log, "%s", srv->errmsg);
+    http_close(srv);
     listener_close_all(srv);
     storage_close(srv);
     tls_close(srv);
@@ -655,6 +667,12 @@ int
 dsjob_server_bind(struct dsjob_server *ds)
 {
     return srv_bind(&ds->srv, NULL);
+}
+
+int
+dsjob_server_http_port(const struct dsjob_server *ds)
+{
+    return http_port(&ds->srv);
 }
 
 int
@@ -777,6 +795,7 @@ dsjob_server_free(struct dsjob_server *ds)
     srv = &ds->srv;
     if (srv->threaded)
         dsjob_server_join(ds);
+    http_close(srv);
     listener_close_all(srv);
     while ((c = TAILQ_FIRST(&srv->conns)) != NULL)
         conn_close(c, false);

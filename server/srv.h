@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "queue.h"
+#include "stats.h"
 #include "storage.h"
 
 struct conn;
@@ -24,6 +25,7 @@ struct event;
 struct event_base;
 struct evconnlistener;
 struct ssl_ctx_st;
+struct evhttp;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -49,6 +51,9 @@ struct srv {
     struct queue queue;            /* functions and jobs */
     struct log log;                /* where log lines go */
     struct storage storage;        /* the store and the answers waiting for it */
+    struct stats stats;            /* server-wide counters (stats.c) */
+    struct evhttp *http;           /* the --http-port server, or NULL (http.c) */
+    int http_port;                 /* its bound port, or -1 */
     struct conn_list conns;        /* open connections */
     struct conn_list closing;      /* closed, waiting to be freed */
     unsigned nconns;               /* entries in conns */

@@ -160,6 +160,8 @@ replay_one(const struct store_job *sj, void *arg)
         srv->next_job_id = sj->id + 1;
     if (sj->seq >= srv->next_seq)
         srv->next_seq = sj->seq + 1;
+    srv->stats.replayed++;
+    stats_queued(srv, j);
     return 0;
 fail:
     job_unref(j);
@@ -652,15 +654,24 @@ batch_finish(struct srv *srv)
     struct storage *sg = &srv->storage;
     struct batch *b = sg->inflight;
     struct store_op *op, *next;
+    uint64_t nops = 0;
     struct ack *a;
 
     sg->inflight = NULL;
+    for (op = b->ops; op != NULL; op = op->next)
+        nops++;
+    srv->stats.store_failing = !b->ok;
     if (b->ok) {
         sg->commits++;
+        srv->stats.commits++;
+        stats_observe(&srv->stats.batch_ops, false, nops);
+        stats_observe(&srv->stats.commit_ms, true, (uint32_t)(stats_clock(srv) - b->handed_ms));
     } else {
         struct timeval retry = {STORAGE_RETRY_SECS, 0};
 
         sg->failures++;
+        srv->stats.commit_errors++;
+        snprintf(srv->stats.store_error, sizeof(srv->stats.store_error), "%.100s", b->why);
         log_err(&srv->log, "store: commit of %u jobs failed: %s", b->nacks, b->why);
         /* Deletions of that batch are still owed: try again even if nothing new comes. */
         sg->retry = true;
@@ -778,6 +789,7 @@ storage_flush(struct srv *srv)
     sg->want_flush = false;
     sg->retry = false;
     sg->inflight = b;
+    b->handed_ms = stats_clock(srv);
     pthread_mutex_lock(&sg->lock);
     sg->handed = b;
     pthread_cond_broadcast(&sg->wake);

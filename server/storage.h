@@ -74,6 +74,7 @@ struct batch {
     struct store_op **tail; /* where the next goes */
     struct ack_list acks;   /* answers owed, in order */
     unsigned nacks;         /* entries in acks */
+    uint32_t handed_ms;     /* stats_clock() when handed to the writer */
     bool finished;          /* set by the writer (under lock): ok and why are final */
     bool ok;                /* the commit succeeded */
     char why[STORE_ERRLEN]; /* why not */

@@ -1,6 +1,6 @@
 /*
  * The admin verbs of dsjob: status, workers, jobs, job, result, dead,
- * cancel, shutdown and version. libdsjobclient speaks only the binary
+ * stats, cancel, shutdown and version. libdsjobclient speaks only the binary
  * protocol, so this file has its own small client for the text protocol:
  * connect (TCP or a unix socket) without blocking, send one line, and read
  * the reply with poll() until it is complete (a listing ends with a "."
@@ -475,6 +475,23 @@ report_err(const char *server, const struct reply *r, const char *ext)
                 server, ext);
 }
 
+/* "NAME{LABELS} VALUE": the value is after the last space (a label may hold spaces). */
+static bool
+split_stat(const char *p, size_t len, const char **cells, size_t *lens)
+{
+    size_t i = len;
+
+    while (i > 0 && p[i - 1] != ' ')
+        i--;
+    if (i < 2 || i == len)
+        return false;
+    cells[0] = p;
+    lens[0] = i - 1;
+    cells[1] = p + i;
+    lens[1] = len - i;
+    return true;
+}
+
 /* A listing verb: its command, its columns (after "server") and how a line splits. */
 struct listing {
     const char *verb;             /* dsjob's word */
@@ -514,6 +531,11 @@ static const struct table_col field_cols[] = {
     {"field", TABLE_STR},
     {"value", TABLE_STR},
 };
+static const struct table_col stats_cols[] = {
+    {"server", TABLE_STR},
+    {"name", TABLE_STR},
+    {"value", TABLE_NUM},
+};
 static const struct table_col version_cols[] = {
     {"server", TABLE_STR},
     {"version", TABLE_STR},
@@ -526,7 +548,10 @@ static const struct listing listings[] = {
     {"version", "version\n", version_cols, 2, 0, NULL, false},
     {"dead", NULL, dead_cols, 11, 1u << 8 | 1u << 9, "show dead", false},
     {"job", NULL, field_cols, 3, 0, "show job", true},
+    {"stats", "stats\n", stats_cols, 3, 0, "stats", false},
 };
+#define NLISTINGS (sizeof(listings) / sizeof(listings[0]))
+
 /* jobs of a server without "show jobs detail" (gearmand). */
 static const struct listing old_jobs = {"jobs", "show jobs\n", jobs_cols, 5, 0, NULL, false};
 
@@ -566,6 +591,8 @@ parse_reply(const struct listing *ls, const char *server, const struct reply *r,
             ok = split_worker(p, n, cells + 1, lens + 1);
         else if (ls->cols == field_cols)
             ok = split_field(p, n, cells + 1, lens + 1);
+        else if (ls->cols == stats_cols)
+            ok = split_stat(p, n, cells + 1, lens + 1);
         else
             ok = split_tabs(p, n, ls->ncols - 1, cells + 1, lens + 1);
         if (!ok) {
@@ -1028,10 +1055,12 @@ admin_main(struct cli *cli, int argc, char **argv)
         snprintf(line, cap, "show dead%s%s\n", arg ? " " : "", arg ? arg : "");
         rc = run_listing(cli, &listings[4], line);
     } else {
-        for (i = 0; i < 4 && strcmp(verb, listings[i].verb) != 0; i++)
-            ;
-        rc = i < 4 ? run_listing(cli, &listings[i], listings[i].command)
-                   : cli_usage_error(cli, "unknown verb");
+        /* The listings with a fixed command: status, workers, jobs, version, stats. */
+        for (i = 0; i < NLISTINGS; i++)
+            if (listings[i].command != NULL && strcmp(verb, listings[i].verb) == 0)
+                break;
+        rc = i < NLISTINGS ? run_listing(cli, &listings[i], listings[i].command)
+                           : cli_usage_error(cli, "unknown verb");
     }
     free(line);
     return rc;

@@ -48,6 +48,7 @@ static const char usage_text[] =
     "                       a kept result's bytes (dsjobd --keep-results)\n"
     "  dead list [FUNCTION] | dead retry|drop HANDLE|FUNCTION\n"
     "                       failed background jobs (dsjobd --max-dead)\n"
+    "  stats                the server's counters (dsjobd), one per row\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -333,7 +334,7 @@ static const struct verb {
     {"submit", submit_main},  {"worker", runner_main}, {"status", admin_main},
     {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
     {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
-    {"result", admin_main},   {"dead", admin_main},
+    {"result", admin_main},   {"dead", admin_main},    {"stats", admin_main},
 };
 
 void

@@ -167,8 +167,13 @@ json_cell(const char *s, enum table_kind kind)
         char *end;
         long long v = strtoll(s, &end, 10);
 
+        double d;
+
         if (*s != '\0' && *end == '\0')
             return json_integer((json_int_t)v);
+        d = strtod(s, &end); /* stats: seconds with decimals */
+        if (*s != '\0' && *end == '\0')
+            return json_real(d);
         return json_str(s);
     }
     if (kind == TABLE_LIST) {

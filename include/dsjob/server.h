@@ -108,6 +108,9 @@ struct dsjob_server_config {
     const char *ssl_key;         /* PEM file: the private key of ssl_certificate */
     const char *ssl_ca_file;     /* PEM file: CAs that client certificates are checked against */
     bool ssl_verify_client;      /* refuse a client without a certificate signed by ssl_ca_file */
+    /* HTTP: health, metrics and a read-only JSON API; off by default. */
+    int http_port;           /* TCP port of HTTP; 0 picks a free one; -1 (default): no HTTP */
+    const char *http_listen; /* the address HTTP listens on; default "127.0.0.1" */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
@@ -141,6 +144,9 @@ DSJOB_API int dsjob_server_bind(struct dsjob_server *srv);
 
 /* dsjob_server_port returns the bound TCP port (after bind), or -1 if none. */
 DSJOB_API int dsjob_server_port(const struct dsjob_server *srv);
+
+/* dsjob_server_http_port returns the bound HTTP port (after bind), or -1 if HTTP is off. */
+DSJOB_API int dsjob_server_http_port(const struct dsjob_server *srv);
 
 /*
  * dsjob_server_address writes "host:port" of the first TCP listener (or the

@@ -40,6 +40,9 @@ main(void)
     tap_is_int(kind("shutdown graceful"), TEXTCMD_SHUTDOWN, "shutdown graceful");
     tap_is_int(kind("priority H:x:1 high"), TEXTCMD_PRIORITY, "priority HANDLE high");
     tap_is_int(kind("PRIORITY H:x:1 low"), TEXTCMD_PRIORITY, "PRIORITY in any case");
+    tap_is_int(kind("stats"), TEXTCMD_STATS, "stats");
+    tap_is_int(kind("STATS\r"), TEXTCMD_STATS, "STATS with a CR");
+    tap_is_int(kind("statsx"), TEXTCMD_UNKNOWN, "statsx is unknown");
     tap_is_int(kind("STATUS"), TEXTCMD_STATUS, "commands match regardless of case (gearmand)");
     tap_is_int(kind("Show Unique JOBS"), TEXTCMD_SHOW_UNIQUE_JOBS, "two- and three-word ones too");
     tap_is_int(kind("status\tx"), TEXTCMD_UNKNOWN, "a tab is part of a word (gearmand)");

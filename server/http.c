@@ -1,0 +1,609 @@
+/*
+ * HTTP, off unless --http-port is given: GET /healthz, GET /metrics (the
+ * samples of stats.c with their # HELP and # TYPE lines) and a read-only
+ * JSON API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE), built
+ * with jansson from the same structures the admin commands print. evhttp
+ * runs on the server's event_base: each request is answered whole in the
+ * callback that read it (no request waits on the store or a worker), and
+ * evhttp writes the answer without blocking. Requests are bounded before
+ * any work is done (URI length, header size, no body, GET or HEAD only),
+ * and a bad one gets a 4xx with a one-line JSON reason.
+ */
+#include "config.h"
+#include "http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
+#include <jansson.h>
+
+#include "admin.h"
+#include "conn.h"
+#include "job.h"
+#include "queue.h"
+#include "srv.h"
+#include "stats.h"
+
+#define HTTP_MAX_URI 2048     /* longest request target accepted, bytes */
+#define HTTP_MAX_HEADERS 8192 /* request line and headers, bytes */
+#define HTTP_TIMEOUT_SECS 10  /* a peer that sends nothing for this long is closed */
+#define HTTP_JOBS_DEFAULT 100 /* /api/jobs without limit= */
+#define HTTP_JOBS_MAX 10000   /* the largest limit= */
+
+/* A string for JSON: as it is if it is UTF-8 without NUL, else with \xHH escapes. */
+static json_t *
+jstr(const void *s, size_t len)
+{
+    const unsigned char *p = s;
+    json_t *j;
+    char *tmp;
+    size_t i, k = 0;
+
+    if (memchr(s, '\0', len) == NULL && (j = json_stringn(s, len)) != NULL)
+        return j;
+    tmp = malloc(len * 4 + 1);
+    if (tmp == NULL)
+        return NULL;
+    for (i = 0; i < len; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
+            tmp[k++] = (char)p[i];
+        else
+            k += (size_t)snprintf(tmp + k, 5, "\\x%02x", p[i]);
+    }
+    j = json_stringn(tmp, k);
+    free(tmp);
+    return j;
+}
+
+/*
+ * Sends what is in the request's output buffer. HEAD gets the headers a GET
+ * would (its Content-Length too) and no body: this evhttp sends what the
+ * buffer holds whatever the method.
+ */
+static void
+send_reply(struct evhttp_request *req, int code, const char *reason)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(req);
+
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        char len[24];
+
+        snprintf(len, sizeof(len), "%zu", evbuffer_get_length(buf));
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", len);
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+    }
+    evhttp_send_reply(req, code, reason, NULL);
+}
+
+/* Sends j (taken over) with code; a document that cannot be made is a 500. */
+static void
+reply_json(struct evhttp_request *req, int code, const char *reason, json_t *j)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(req);
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+
+    json_decref(j);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    if (text == NULL) {
+        evbuffer_add_printf(buf, "{\"error\":\"out of memory\"}\n");
+        send_reply(req, 500, "Internal Server Error");
+        return;
+    }
+    evbuffer_add(buf, text, strlen(text));
+    evbuffer_add(buf, "\n", 1);
+    free(text);
+    send_reply(req, code, reason);
+}
+
+/* A 4xx (or 5xx) with {"error": "..."}. */
+static void reply_error(struct evhttp_request *req, int code, const char *reason, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
+
+static void
+reply_error(struct evhttp_request *req, int code, const char *reason, const char *fmt, ...)
+{
+    char msg[300];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    reply_json(req, code, reason, json_pack("{s:o*}", "error", jstr(msg, strlen(msg))));
+}
+
+/* Why the server should not be sent work now, or NULL when it can take it. */
+static const char *
+unhealthy(const struct srv *srv, char *buf, size_t len)
+{
+    if (srv->stopped || srv->draining)
+        return "stopping";
+    if (srv->stats.store_failing) {
+        snprintf(buf, len, "store: the last commit failed: %s", srv->stats.store_error);
+        return buf;
+    }
+    if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
+        snprintf(buf, len, "--max-jobs reached: %zu jobs held", srv->queue.njobs);
+        return buf;
+    }
+    if (srv->cfg.max_connections > 0 && srv->nconns >= srv->cfg.max_connections) {
+        snprintf(buf, len, "--max-connections reached: %u connections", srv->nconns);
+        return buf;
+    }
+    return NULL;
+}
+
+static void
+get_healthz(struct srv *srv, struct evhttp_request *req)
+{
+    char buf[256];
+    const char *why = unhealthy(srv, buf, sizeof(buf));
+
+    if (why == NULL)
+        reply_json(req, 200, "OK", json_pack("{s:s}", "status", "ok"));
+    else
+        reply_json(
+            req, 503, "Service Unavailable",
+            json_pack("{s:s,s:o*}", "status", "unavailable", "reason", jstr(why, strlen(why))));
+}
+
+static void
+get_metrics(struct srv *srv, struct evhttp_request *req)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(req);
+
+    if (stats_render(srv, buf, true) < 0) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    send_reply(req, 200, "OK");
+}
+
+/* A histogram's count and sum (seconds). */
+static json_t *
+hist_json(const struct stats_hist *h)
+{
+    uint64_t count = 0;
+    int i;
+
+    for (i = 0; i <= STATS_NBOUNDS; i++)
+        count += h->n[i];
+    return json_pack("{s:I,s:f}", "count", (json_int_t)count, "sum_seconds", h->sum / 1000.0);
+}
+
+static json_t *
+func_json(const struct srv *srv, const struct func *f)
+{
+    const struct stats_func *s = &f->stats;
+
+    return json_pack("{s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,s:o*}",
+                     "name", jstr(f->name, f->name_len), "queued", "high",
+                     f->nqueued[JOB_PRIO_HIGH], "normal", f->nqueued[JOB_PRIO_NORMAL], "low",
+                     f->nqueued[JOB_PRIO_LOW], "scheduled", f->nscheduled, "running",
+                     f->nrunning + f->nsettling, "workers", f->nworkers, "dead", f->ndead,
+                     "oldest_queued_seconds", stats_oldest_ms(srv, f) / 1000.0, "submitted",
+                     (json_int_t)s->submitted, "completed", (json_int_t)s->completed, "failed",
+                     (json_int_t)s->failed, "exceptions", (json_int_t)s->exceptions, "retried",
+                     (json_int_t)s->retried, "cancelled", (json_int_t)s->cancelled, "queue_wait",
+                     hist_json(&s->wait), "run", hist_json(&s->run));
+}
+
+static void
+get_status(struct srv *srv, struct evhttp_request *req)
+{
+    const struct stats *st = &srv->stats;
+    json_t *doc, *funcs, *limits;
+    const struct func *f;
+    unsigned kinds[3];
+    char buf[256];
+    const char *why = unhealthy(srv, buf, sizeof(buf));
+    int i;
+
+    stats_conns(srv, kinds);
+    limits = json_object();
+    for (i = 0; i < STATS_NLIMITS && limits != NULL; i++)
+        json_object_set_new(limits, stats_limit_name((enum stats_limit)i),
+                            json_integer((json_int_t)st->limits[i]));
+    funcs = json_array();
+    TAILQ_FOREACH (f, &srv->queue.func_order, order)
+        if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f)) < 0)
+            break;
+    doc = json_pack(
+        "{s:s,s:I,s:b,s:o*,s:I,s:I,s:{s:i,s:i,s:i,s:I},s:{s:I,s:I},s:o*,"
+        "s:{s:s,s:I,s:I,s:b,s:o*},s:o*}",
+        "version", DSJOB_VERSION_STRING, "uptime_seconds", (json_int_t)(srv_uptime() - st->started),
+        "healthy", why == NULL, "reason", why ? jstr(why, strlen(why)) : json_null(), "jobs",
+        (json_int_t)srv->queue.njobs, "jobs_replayed", (json_int_t)st->replayed, "connections",
+        "client", kinds[0], "worker", kinds[1], "admin", kinds[2], "accepted",
+        (json_int_t)st->accepted, "bytes", "received", (json_int_t)st->bytes_in, "sent",
+        (json_int_t)st->bytes_out, "limit_hits", limits, "store", "name",
+        srv->cfg.store ? srv->cfg.store : "none", "commits", (json_int_t)st->commits,
+        "commit_errors", (json_int_t)st->commit_errors, "failing", st->store_failing, "commit",
+        hist_json(&st->commit_ms), "functions", funcs);
+    if (doc == NULL)
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+    else
+        reply_json(req, 200, "OK", doc);
+}
+
+static json_t *
+worker_json(const struct conn *c)
+{
+    json_t *funcs = json_array(), *held = json_array();
+    const struct ability *a;
+    const struct job *j;
+
+    TAILQ_FOREACH (a, &c->worker.abilities, by_worker)
+        json_array_append_new(funcs, jstr(a->func->name, a->func->name_len));
+    TAILQ_FOREACH (j, &c->worker.held, link)
+        json_array_append_new(held, json_string(job_handle(j)));
+    return json_pack("{s:i,s:s,s:o*,s:o*,s:o*,s:b}", "fd", c->fd, "ip", c->ip, "id",
+                     c->client_id ? jstr(c->client_id, strlen(c->client_id)) : json_null(),
+                     "functions", funcs, "running", held, "asleep", c->worker.asleep);
+}
+
+/* Every connection that registered a function or holds a job, newest first (admin "workers"). */
+static void
+get_workers(struct srv *srv, struct evhttp_request *req)
+{
+    json_t *list = json_array();
+    const struct conn *c;
+
+    TAILQ_FOREACH_REVERSE (c, &srv->conns, conn_list, link)
+        if (list != NULL && (c->worker.nabilities > 0 || c->worker.nheld > 0))
+            json_array_append_new(list, worker_json(c));
+    if (list == NULL)
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+    else
+        reply_json(req, 200, "OK", json_pack("{s:o}", "workers", list));
+}
+
+/* One job, with the fields of admin "show job". */
+static json_t *
+job_json(const struct job *j)
+{
+    const struct job_ext *x = j->ext;
+    struct qworker *w = job_worker(j);
+    json_t *doc, *worker = json_null();
+
+    if (w != NULL) {
+        struct conn *wc = conn_of_worker(w);
+
+        worker =
+            json_pack("{s:i,s:s,s:o*}", "fd", wc->fd, "ip", wc->ip, "id",
+                      wc->client_id ? jstr(wc->client_id, strlen(wc->client_id)) : json_null());
+    }
+    doc = json_pack("{s:s,s:o*,s:s,s:s,s:b,s:I,s:o*,s:I,s:I,s:o*,s:[I,I],s:i}", "handle",
+                    job_handle(j), "function", jstr(j->func->name, j->func->name_len), "state",
+                    admin_state_name(j), "priority", admin_prio_name(j->prio), "background",
+                    j->background, "attempts", (json_int_t)job_attempts(j), "unique",
+                    jstr(job_unique(j), j->unique_len), "run_at",
+                    (json_int_t)(j->state == JOB_DEAD || j->state == JOB_DONE ? 0 : job_when(j)),
+                    "payload_size", (json_int_t)j->data_len, "worker", worker, "status",
+                    (json_int_t)(x ? x->numerator : 0), (json_int_t)(x ? x->denominator : 0),
+                    "waiters", (int)job_nwaiters(j));
+    if (doc == NULL || x == NULL)
+        return doc;
+    if (j->state == JOB_DONE) {
+        json_object_set_new(doc, "outcome", json_string(admin_outcome_name(x->outcome)));
+        json_object_set_new(doc, "ended", json_integer(x->last_fail));
+        json_object_set_new(doc, "result_size", json_integer(x->result_size));
+    } else if (x->first_fail != 0) {
+        json_object_set_new(doc, "first_failure", json_integer(x->first_fail));
+        json_object_set_new(doc, "last_failure", json_integer(x->last_fail));
+        json_object_set_new(doc, "error", jstr(x->result, x->result_len));
+    }
+    return doc;
+}
+
+static void
+free_vals(const char **vals, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        free((char *)vals[i]);
+}
+
+/* The query's parameters, each name allowed once and known; false after a 4xx or 5xx. */
+static bool
+parse_query(struct evhttp_request *req, const char *query, const char *const *known,
+            const char **vals, size_t n)
+{
+    struct evkeyvalq params;
+    struct evkeyval *kv;
+    bool ok = true;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        vals[i] = NULL;
+    if (query == NULL)
+        return true;
+    TAILQ_INIT(&params);
+    if (evhttp_parse_query_str(query, &params) != 0) {
+        reply_error(req, 400, "Bad Request", "the query string does not parse");
+        return false;
+    }
+    TAILQ_FOREACH (kv, &params, next) {
+        for (i = 0; i < n && strcmp(kv->key, known[i]) != 0; i++)
+            ;
+        if (i == n || vals[i] != NULL) {
+            reply_error(req, 400, "Bad Request", "%s query parameter '%.40s'",
+                        i == n ? "unknown" : "repeated", kv->key);
+            ok = false;
+            break;
+        }
+        vals[i] = kv->value;
+    }
+    /* The values live in params, which is cleared here: the caller gets copies. */
+    for (i = 0; ok && i < n; i++) {
+        if (vals[i] != NULL && (vals[i] = strdup(vals[i])) == NULL) {
+            free_vals(vals, i);
+            reply_error(req, 500, "Internal Server Error", "out of memory");
+            ok = false;
+        }
+    }
+    if (!ok)
+        for (i = 0; i < n; i++)
+            vals[i] = NULL;
+    evhttp_clear_headers(&params);
+    return ok;
+}
+
+/* Appends j to list if there is room; false once limit jobs are listed. */
+static bool
+add_job(json_t *list, const struct job *j, const struct func *only, size_t limit, bool *cut)
+{
+    if (only != NULL && j->func != only)
+        return true;
+    if (json_array_size(list) >= limit) {
+        *cut = true;
+        return false;
+    }
+    json_array_append_new(list, job_json(j));
+    return true;
+}
+
+/* Jobs as "show jobs detail" lists them: queued, scheduled, running, dead, kept. */
+static void
+list_jobs(struct srv *srv, json_t *list, const struct func *only, size_t limit, bool *cut)
+{
+    struct queue *q = &srv->queue;
+    const struct func *f;
+    const struct conn *c;
+    const struct job *j;
+    size_t i;
+    int p;
+
+    TAILQ_FOREACH (f, &q->func_order, order)
+        for (p = 0; p < JOB_NPRIO; p++)
+            TAILQ_FOREACH (j, &f->jobs[p], link)
+                if (!add_job(list, j, only, limit, cut))
+                    return;
+    for (i = 0; i < q->scheduled.len; i++)
+        if (!add_job(list, q->scheduled.elems[i], only, limit, cut))
+            return;
+    TAILQ_FOREACH (c, &srv->conns, link)
+        TAILQ_FOREACH (j, &c->worker.held, link)
+            if (!add_job(list, j, only, limit, cut))
+                return;
+    TAILQ_FOREACH (f, &q->func_order, order)
+        TAILQ_FOREACH (j, &f->dead, link)
+            if (!add_job(list, j, only, limit, cut))
+                return;
+    TAILQ_FOREACH (j, &q->kept, link)
+        if (!add_job(list, j, only, limit, cut))
+            return;
+}
+
+static void
+get_jobs(struct srv *srv, struct evhttp_request *req, const char *query)
+{
+    static const char *const known[] = {"function", "limit"};
+    const char *vals[2];
+    const struct func *only = NULL;
+    unsigned long limit = HTTP_JOBS_DEFAULT;
+    bool cut = false;
+    json_t *list;
+
+    if (!parse_query(req, query, known, vals, 2))
+        return;
+    if (vals[1] != NULL) {
+        char *end;
+
+        errno = 0;
+        limit = strtoul(vals[1], &end, 10);
+        if (vals[1][0] < '0' || vals[1][0] > '9' || *end != '\0' || errno != 0 || limit == 0 ||
+            limit > HTTP_JOBS_MAX) {
+            reply_error(req, 400, "Bad Request", "limit must be 1 to %d", HTTP_JOBS_MAX);
+            goto out;
+        }
+    }
+    if (vals[0] != NULL) {
+        only = queue_func(&srv->queue, vals[0], strlen(vals[0]), false);
+        if (only == NULL) {
+            reply_error(req, 404, "Not Found", "no function '%.200s'", vals[0]);
+            goto out;
+        }
+    }
+    list = json_array();
+    if (list == NULL) {
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        goto out;
+    }
+    list_jobs(srv, list, only, limit, &cut);
+    reply_json(req, 200, "OK", json_pack("{s:o,s:b}", "jobs", list, "truncated", cut));
+out:
+    free_vals(vals, 2);
+}
+
+/* /api/job/HANDLE, or /api/job?function=F&unique=U (queued, running, settling or kept). */
+static void
+get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t handle_len,
+        const char *query)
+{
+    static const char *const known[] = {"function", "unique"};
+    const char *vals[2];
+    struct job *j = NULL;
+    struct func *f;
+
+    if (handle_len > 0) {
+        if (query != NULL) {
+            reply_error(req, 400, "Bad Request", "/api/job/HANDLE takes no query");
+            return;
+        }
+        j = queue_find_job(&srv->queue, handle, handle_len);
+        if (j == NULL)
+            reply_error(req, 404, "Not Found", "no job '%.*s'", (int)handle_len, handle);
+        else
+            reply_json(req, 200, "OK", job_json(j));
+        return;
+    }
+    if (!parse_query(req, query, known, vals, 2))
+        return;
+    if (vals[0] == NULL || vals[1] == NULL) {
+        reply_error(req, 400, "Bad Request", "use /api/job/HANDLE or /api/job?function=F&unique=U");
+        goto out;
+    }
+    f = queue_func(&srv->queue, vals[0], strlen(vals[0]), false);
+    if (f != NULL && (j = queue_find_unique(f, vals[1], strlen(vals[1]))) == NULL &&
+        (j = queue_find_settling(f, vals[1], strlen(vals[1]))) == NULL)
+        j = queue_find_kept(f, vals[1], strlen(vals[1]));
+    if (j == NULL)
+        reply_error(req, 404, "Not Found", "no job of '%.100s' with unique '%.100s'", vals[0],
+                    vals[1]);
+    else
+        reply_json(req, 200, "OK", job_json(j));
+out:
+    free_vals(vals, 2);
+}
+
+static void
+route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len, const char *query)
+{
+    static const char job_prefix[] = "/api/job/";
+    bool no_query = query == NULL;
+
+#define IS(s) (len == sizeof(s) - 1 && memcmp(path, s, len) == 0)
+    if (IS("/healthz") && no_query)
+        get_healthz(srv, req);
+    else if (IS("/metrics") && no_query)
+        get_metrics(srv, req);
+    else if (IS("/api/status") && no_query)
+        get_status(srv, req);
+    else if (IS("/api/workers") && no_query)
+        get_workers(srv, req);
+    else if (IS("/api/jobs"))
+        get_jobs(srv, req, query);
+    else if (IS("/api/job"))
+        get_job(srv, req, NULL, 0, query);
+    else if (len > sizeof(job_prefix) - 1 && memcmp(path, job_prefix, sizeof(job_prefix) - 1) == 0)
+        get_job(srv, req, path + sizeof(job_prefix) - 1, len - (sizeof(job_prefix) - 1), query);
+    else if (IS("/healthz") || IS("/metrics") || IS("/api/status") || IS("/api/workers"))
+        reply_error(req, 400, "Bad Request", "%.*s takes no query", (int)len, path);
+    else
+        reply_error(req, 404, "Not Found", "no such page: %.*s", (int)(len > 100 ? 100 : len),
+                    path);
+#undef IS
+}
+
+static void
+http_cb(struct evhttp_request *req, void *arg)
+{
+    struct srv *srv = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    const char *path, *query;
+    size_t len;
+    char *decoded;
+
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        reply_error(req, 405, "Method Not Allowed", "only GET and HEAD");
+        return;
+    }
+    if (uri == NULL || strlen(uri) > HTTP_MAX_URI) {
+        reply_error(req, 414, "URI Too Long", "the request target is over %d bytes", HTTP_MAX_URI);
+        return;
+    }
+    path = u != NULL ? evhttp_uri_get_path(u) : NULL;
+    if (path == NULL || path[0] != '/') {
+        reply_error(req, 400, "Bad Request", "the request target is not an absolute path");
+        return;
+    }
+    query = evhttp_uri_get_query(u);
+    decoded = evhttp_uridecode(path, 0, &len);
+    if (decoded == NULL) {
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    if (strlen(decoded) != len)
+        reply_error(req, 400, "Bad Request", "the path holds a NUL byte");
+    else
+        route(srv, req, decoded, len, query);
+    free(decoded);
+}
+
+int
+http_open(struct srv *srv)
+{
+    struct evhttp_bound_socket *bound;
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    const char *addr = srv->cfg.http_listen ? srv->cfg.http_listen : "127.0.0.1";
+
+    srv->http_port = -1;
+    if (srv->cfg.http_port < 0)
+        return 0;
+    srv->http = evhttp_new(srv->base);
+    if (srv->http == NULL) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "--http-port: cannot make the HTTP server");
+        return -1;
+    }
+    evhttp_set_max_headers_size(srv->http, HTTP_MAX_HEADERS);
+    evhttp_set_max_body_size(srv->http, 0);
+    evhttp_set_timeout(srv->http, HTTP_TIMEOUT_SECS);
+    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(srv->http, http_cb, srv);
+    bound = evhttp_bind_socket_with_handle(srv->http, addr, (ev_uint16_t)srv->cfg.http_port);
+    if (bound == NULL) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "--http-listen %s --http-port %d: %s", addr,
+                 srv->cfg.http_port, errno ? strerror(errno) : "cannot listen");
+        http_close(srv);
+        return -1;
+    }
+    if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sslen) == 0)
+        srv->http_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                        : ((struct sockaddr_in *)&ss)->sin_port);
+    log_notice(&srv->log, "serving HTTP on %s port %d", addr, srv->http_port);
+    return 0;
+}
+
+int
+http_port(const struct srv *srv)
+{
+    return srv->http != NULL ? srv->http_port : -1;
+}
+
+void
+http_close(struct srv *srv)
+{
+    if (srv->http != NULL)
+        evhttp_free(srv->http);
+    srv->http = NULL;
+}

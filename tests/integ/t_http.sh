@@ -1,0 +1,204 @@
+#!/bin/sh
+# dsjobd's HTTP pages (--http-port), against a real dsjobd with real jobs
+# and a real `dsjob worker`, over plain sockets (tests/integ/http.pl):
+# off by default; usage errors naming the option; /healthz 200, and 503
+# with the reason once --max-jobs is reached; /metrics checked by promtool
+# (Debian's prometheus package; those checks are skipped without it),
+# also with 10,000 functions; the JSON of /api/status, /api/workers,
+# /api/jobs and /api/job parsed with JSON::PP; bad input (unknown path,
+# method, parameter, handle, a NUL, a huge target or headers) answered
+# with a 4xx that leaves the server serving. The time /metrics takes with
+# 10,000 functions is printed as a diagnostic, never asserted.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+HTTP=$top_srcdir/tests/integ/http.pl
+if ! perl -MJSON::PP -e 1 2>/dev/null; then
+    echo "1..0 # SKIP perl with JSON::PP not found"
+    exit 0
+fi
+PROMTOOL=$(command -v promtool 2>/dev/null)
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+# req METHOD TARGET [FILLER]: status, content type and body, as http.pl prints them.
+req() {
+    timeout 30 perl "$HTTP" "$HTTP_PORT" "$@"
+}
+code() { # code METHOD TARGET [FILLER]: the status code alone
+    req "$@" | head -1
+}
+body() { # body TARGET: the body of a GET
+    req GET "$1" | tail -n +3
+}
+# json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body, is true.
+json() {
+    body "$1" | perl -MJSON::PP -e '
+        my $d = decode_json(join "", <STDIN>); exit !(eval $ARGV[0]);' "$2"
+}
+# promcheck TARGET DESC: promtool check metrics accepts the page (a skip without promtool).
+promcheck() {
+    if [ -z "$PROMTOOL" ]; then
+        _tap_n=$((_tap_n + 1))
+        echo "ok $_tap_n # SKIP promtool not installed (apt-get install prometheus): $2"
+        return
+    fi
+    body "$1" > "$T/metrics.txt"
+    "$PROMTOOL" check metrics < "$T/metrics.txt" > "$T/promtool.out" 2>&1
+    rc=$?
+    ok $rc "$2"
+    [ $rc -eq 0 ] || sed 's/^/# /' "$T/promtool.out" | head -20
+}
+adm_lines() { # adm_lines: send stdin's admin lines, read the replies (one OK per line)
+    perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]) or die;
+        my @l = <STDIN>; print $s @l; my $ok = 0;
+        while (<$s>) { $ok++ if /^OK/; last if $ok == @l; }
+        print "$ok\n";' "$SERVER_PORT"
+}
+
+# Off by default, and usage errors.
+server_start dsjobd --http-port-file "$T/off.port"
+is "$(cat "$T/off.port")" -1 "without --http-port no HTTP port is opened"
+server_stop
+out=$("$DSJOBD" --http-port 70000 2>&1)
+is $? 2 "--http-port 70000 exits 2"
+echo "$out" | grep -q -- "--http-port"
+ok $? "naming the option: $out"
+out=$("$DSJOBD" --http-port 0 --http-listen '' 2>&1)
+is $? 2 "an empty --http-listen exits 2"
+echo "$out" | grep -q -- "--http-listen"
+ok $? "naming the option: $out"
+out=$(timeout 10 "$DSJOBD" -L 127.0.0.1 -p 0 --http-port 0 --http-listen 192.0.2.1 -l stderr 2>&1)
+is $? 1 "an address that is not ours exits 1"
+echo "$out" | grep -q -- "--http-listen 192.0.2.1"
+ok $? "saying which: $out"
+
+server_start dsjobd --http-port 0 --http-port-file "$T/http.port" --max-jobs 6
+HTTP_PORT=$(cat "$T/http.port")
+[ "$HTTP_PORT" -gt 0 ] 2>/dev/null
+ok $? "--http-port 0 picks a port and --http-port-file tells it: $HTTP_PORT"
+
+# /healthz
+r=$(req GET /healthz)
+is "$(printf "%s\n" "$r" | head -1)" 200 "/healthz: 200"
+is "$(printf "%s\n" "$r" | sed -n 2p)" application/json "as JSON"
+is "$(printf "%s\n" "$r" | tail -n +3)" '{"status":"ok"}' "saying ok"
+is "$(req HEAD /healthz | head -1)" 200 "HEAD /healthz: 200"
+is "$(req HEAD /healthz | tail -n +3)" "" "without a body"
+
+# Real jobs: a worker that does "up", jobs nobody does, odd function names.
+"$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -i web-1 -f up -- tr a-z A-Z &
+track $!
+poll json /api/workers '@{$d->{workers}} == 1'
+ok $? "/api/workers lists the worker once it registered"
+json /api/workers '$d->{workers}[0]{id} eq "web-1" && $d->{workers}[0]{functions}[0] eq "up"'
+ok $? "with its id and its function"
+is "$(echo hello | timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit up)" HELLO \
+    "a job runs through the worker"
+h=$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b -p high -u key-1 idle one)
+timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b -p low idle two >/dev/null
+timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b 'q"uote\back' x >/dev/null
+printf 'create function sp ace\n' | adm_lines >/dev/null
+
+json /api/status '$d->{healthy} && !defined $d->{reason} && $d->{jobs} == 3'
+ok $? "/api/status: healthy, three jobs held"
+json /api/status 'my ($f) = grep { $_->{name} eq "idle" } @{$d->{functions}};
+    $f->{queued}{high} == 1 && $f->{queued}{low} == 1 && $f->{queued}{normal} == 0
+    && $f->{submitted} == 2 && $f->{workers} == 0 && $f->{oldest_queued_seconds} >= 0'
+ok $? "/api/status: a function's queue by priority, its counters"
+json /api/status 'my ($f) = grep { $_->{name} eq "up" } @{$d->{functions}};
+    $f->{completed} == 1 && $f->{workers} == 1 && $f->{run}{count} == 1'
+ok $? "/api/status: the done job is counted, with its run time"
+json /api/status '$d->{connections}{worker} == 1 && $d->{bytes}{received} > 0'
+ok $? "/api/status: connections by kind and bytes"
+
+promcheck /metrics "/metrics passes promtool check metrics"
+r=$(req GET /metrics)
+printf "%s\n" "$r" | sed -n 2p | grep -q '^text/plain; version=0.0.4'
+ok $? "/metrics is text/plain version 0.0.4"
+printf "%s\n" "$r" | grep -qx 'dsjob_jobs_queued{function="idle",priority="high"} 1'
+ok $? "/metrics: queued by function and priority"
+printf "%s\n" "$r" | grep -qF 'dsjob_jobs_submitted_total{function="q\"uote\\back"} 1'
+ok $? "/metrics: a quote and a backslash in a name are escaped"
+printf "%s\n" "$r" | grep -qx 'dsjob_jobs_completed_total{function="up"} 1'
+ok $? "/metrics: the same counters as stats"
+is "$(printf "%s\n" "$r" | grep -c '^# TYPE dsjob_job_run_seconds histogram$')" 1 \
+    "/metrics: one TYPE line per family"
+
+# /api/jobs and /api/job
+json '/api/jobs?function=idle' '@{$d->{jobs}} == 2 && !$d->{truncated}'
+ok $? "/api/jobs?function=idle: its two jobs"
+json '/api/jobs?function=idle&limit=1' '@{$d->{jobs}} == 1 && $d->{truncated}
+    && $d->{jobs}[0]{priority} eq "high"'
+ok $? "limit=1: the first, and truncated"
+json '/api/jobs' '@{$d->{jobs}} == 3'
+ok $? "/api/jobs: every job"
+json "/api/job/$h" '$d->{handle} eq "'"$h"'" && $d->{state} eq "queued" && $d->{unique} eq "key-1"
+    && $d->{function} eq "idle" && !defined $d->{worker}'
+ok $? "/api/job/HANDLE: the job"
+json '/api/job?function=idle&unique=key-1' '$d->{handle} eq "'"$h"'"'
+ok $? "/api/job?function=&unique=: found by its unique key"
+
+# Bad input: a 4xx each, and nothing else happens.
+is "$(code GET /nope)" 404 "an unknown path: 404"
+is "$(code GET /api/job/H:none:1)" 404 "an unknown handle: 404"
+is "$(code GET '/api/job?function=idle&unique=nope')" 404 "an unknown unique: 404"
+is "$(code GET '/api/jobs?function=nope')" 404 "an unknown function: 404"
+is "$(code GET '/api/jobs?limit=ten')" 400 "limit=ten: 400"
+is "$(code GET '/api/jobs?limit=0')" 400 "limit=0: 400"
+is "$(code GET '/api/jobs?limit=99999999999999999999')" 400 "a limit too large: 400"
+is "$(code GET '/api/jobs?colour=red')" 400 "an unknown parameter: 400"
+is "$(code GET '/api/jobs?limit=1&limit=2')" 400 "a repeated parameter: 400"
+is "$(code GET '/api/job')" 400 "/api/job without a handle: 400"
+is "$(code GET '/healthz?x=1')" 400 "a query where none is taken: 400"
+is "$(code GET '/api/job/a%00b')" 400 "a NUL in the path: 400"
+is "$(code POST /healthz)" 405 "POST: 405"
+is "$(code DELETE "/api/job/$h")" 405 "DELETE: 405"
+long=$(perl -e 'print "a" x 3000')
+c=$(code GET "/api/job/$long")
+case $c in 414 | 413 | 400) ok 0 "a 3000-byte target: $c" ;; *) ok 1 "a 3000-byte target: '$c'" ;; esac
+# evhttp closes a connection whose headers are too large, without an answer.
+c=$(code GET /healthz 20000)
+case $c in '' | 413 | 431 | 400) ok 0 "20000 bytes of headers: closed or refused ($c)" ;;
+*) ok 1 "20000 bytes of headers: '$c'" ;; esac
+is "$(code GET /healthz)" 200 "the server still answers after all that"
+is "$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" status --format tsv | grep -c '^idle	2	')" 1 \
+    "and its jobs are untouched"
+
+# 503 once --max-jobs (6) is reached.
+for i in 1 2 3; do
+    timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b idle "more $i" >/dev/null
+done
+r=$(req GET /healthz)
+is "$(printf "%s\n" "$r" | head -1)" 503 "/healthz: 503 at --max-jobs"
+printf "%s\n" "$r" | tail -n +3 | grep -q '"reason":"--max-jobs reached: 6 jobs held"'
+ok $? "with the reason: $(printf "%s\n" "$r" | tail -n +3)"
+json /api/status '!$d->{healthy} && $d->{reason} =~ /max-jobs/'
+ok $? "/api/status says so too"
+timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b idle refused >/dev/null 2>&1
+json /api/status '$d->{limit_hits}{max_jobs} == 1'
+ok $? "a refused submit is a max_jobs hit"
+timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" cancel "$h" >/dev/null
+is "$(code GET /healthz)" 200 "200 again once a job is gone"
+server_stop
+reap
+
+# 10,000 functions: promtool still passes; the render time is a diagnostic.
+server_start dsjobd --http-port 0 --http-port-file "$T/big.port"
+HTTP_PORT=$(cat "$T/big.port")
+is "$(perl -e 'print "create function f$_\n" for 1..10000' | adm_lines)" 10000 \
+    "10,000 functions made"
+t0=$(date +%s%N)
+req GET /metrics >"$T/big.txt"
+t1=$(date +%s%N)
+diag "GET /metrics with 10,000 functions: $(( (t1 - t0) / 1000000 )) ms, $(wc -c <"$T/big.txt") bytes"
+diag "$(body /metrics | grep '^dsjob_metrics_render_seconds ') (the server's own measure)"
+is "$(grep -c '^dsjob_workers{function="f[0-9]*"} 0$' "$T/big.txt")" 10000 \
+    "/metrics lists the 10,000 functions"
+promcheck /metrics "promtool accepts it"
+server_stop
+done_testing
