@@ -71,6 +71,8 @@ struct srv {
     bool threaded;                      /* thread is running */
     int result;                         /* what run returns */
     time_t accept_error_at;             /* last accept error logged, to log one a second */
+    struct event *accept_ev;            /* resumes the listeners paused for the turn */
+    unsigned accepted;                  /* connections taken this loop turn */
     char errmsg[512];                   /* last error's text */
 };
 
