@@ -292,6 +292,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--priority must be function or global");
     if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
         FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
+    if (srv->cfg.job_timeout > 86400)
+        FAIL("--job-timeout must be at most 86400 seconds");
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);

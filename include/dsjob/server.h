@@ -95,6 +95,8 @@ struct dsjob_server_config {
     enum dsjob_priority_order priority; /* across functions or per function (default) */
     unsigned priority_aging;            /* a job waiting this many seconds counts one priority
                                            higher, and one more after as many again; 0: never */
+    unsigned job_timeout; /* a running job whose worker says nothing about it for this many
+                             seconds is taken back as by CAN_DO_TIMEOUT; 0: never */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
