@@ -162,6 +162,8 @@ grab(struct conn *c, enum packet_type assign)
     a = queue_ability_of(&c->worker, j->func);
     if (a != NULL && a->timeout_ms > 0)
         lifecycle_arm_timeout(srv, j, a->timeout_ms); /* queue_grab gave j its job_ext */
+    else if (srv->cfg.job_timeout > 0)
+        lifecycle_arm_silence(srv, j);
     /* GRAB_JOB_ALL sends the reducer only for a job that has one, as gearmand does. */
     if (assign == PACKET_JOB_ASSIGN_ALL && j->reducer_len == 0)
         assign = PACKET_JOB_ASSIGN_UNIQ;
@@ -412,8 +414,10 @@ held_job(struct conn *c, const struct packet *p)
     struct job *j = queue_find_job(&c->srv->queue, ARG(p, 0), p->arg_len[0]);
     const char *text;
 
-    if (j != NULL && j->state == JOB_RUNNING && j->ext->worker == &c->worker)
+    if (j != NULL && j->state == JOB_RUNNING && j->ext->worker == &c->worker) {
+        lifecycle_heard(c->srv, j);
         return j;
+    }
     log_notice(&c->srv->log, "%s: %s for a job it does not hold: %.*s", c->peer,
                packet_name(p->type), (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0));
     /* gearmand's texts, which clients may show or match. */

@@ -70,6 +70,7 @@ struct job_ext {
     uint8_t outcome;       /* enum store_state: STORE_LIVE until it ends dead or kept */
     uint8_t settle_to;     /* SETTLING: enum job_settle */
     uint8_t warned;        /* result holds this attempt's last WORK_WARNING (--max-dead) */
+    uint8_t silence;       /* timeout_ev is --job-timeout's: a report about the job restarts it */
 };
 
 struct job {

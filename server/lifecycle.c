@@ -126,6 +126,12 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (j->ext->silence) {
+        log_notice(&srv->log, "job %s of '%s': its worker said nothing for %u s (--job-timeout)",
+                   job_handle(j), j->func->name, srv->cfg.job_timeout);
+        lifecycle_retry_as(srv, j, DSJOB_RETRY_TIMEOUT, "--job-timeout expired");
+        return;
+    }
     log_notice(&srv->log, "job %s of '%s' passed its CAN_DO_TIMEOUT", job_handle(j), j->func->name);
     lifecycle_retry_as(srv, j, DSJOB_RETRY_TIMEOUT, "CAN_DO_TIMEOUT expired");
 }
@@ -135,9 +141,26 @@ lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms)
 {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 
+    j->ext->silence = 0;
     j->ext->timeout_ev = evtimer_new(srv->base, timeout_cb, j);
     if (j->ext->timeout_ev != NULL)
         evtimer_add(j->ext->timeout_ev, &tv);
+}
+
+void
+lifecycle_arm_silence(struct srv *srv, struct job *j)
+{
+    lifecycle_arm_timeout(srv, j, srv->cfg.job_timeout * 1000u);
+    j->ext->silence = 1;
+}
+
+void
+lifecycle_heard(struct srv *srv, struct job *j)
+{
+    struct timeval tv = {srv->cfg.job_timeout, 0};
+
+    if (j->ext->silence && j->ext->timeout_ev != NULL)
+        evtimer_add(j->ext->timeout_ev, &tv); /* a pending timer starts again from now */
 }
 
 /* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */

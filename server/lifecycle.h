@@ -65,6 +65,16 @@ void lifecycle_wake(struct job *j);
 void lifecycle_arm_timeout(struct srv *srv, struct job *j, uint32_t timeout_ms);
 
 /*
+ * lifecycle_arm_silence starts --job-timeout for j, just given to a worker
+ * that set no CAN_DO_TIMEOUT: it expires as a CAN_DO_TIMEOUT does, unless
+ * lifecycle_heard restarts it first.
+ */
+void lifecycle_arm_silence(struct srv *srv, struct job *j);
+
+/* lifecycle_heard: j's worker sent something about j; --job-timeout starts again. */
+void lifecycle_heard(struct srv *srv, struct job *j);
+
+/*
  * lifecycle_finish ends j: its timeout stops, its waiters are forgotten
  * (the caller has told them whatever they must hear), it is deleted from
  * the store if stored, and the queue drops it. A graceful stop that was

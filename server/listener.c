@@ -3,7 +3,10 @@
  * "::1" and "0.0.0.0" all work; port 0 lets the kernel choose, and the
  * chosen port is read back for dsjob_server_port. Past --max-connections
  * an accepted socket is told why in an ERROR packet and closed at once,
- * rather than left to hang in the backlog.
+ * rather than left to hang in the backlog. libevent's listener accepts
+ * until the backlog is empty, so a flood of connects would keep the loop
+ * from everyone already connected: after ACCEPT_PER_TURN connections the
+ * listeners pause until the loop turn's other ready events have run.
  */
 #include "config.h"
 #include "listener.h"
@@ -47,12 +50,42 @@ refuse(struct srv *srv, evutil_socket_t fd)
     evutil_closesocket(fd);
 }
 
+#define ACCEPT_PER_TURN 16
+
+/* Run after the turn's other ready events: take connections again. */
+static void
+resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    int i;
+
+    (void)fd;
+    (void)what;
+    srv->accepted = 0;
+    for (i = 0; i < srv->nlisteners; i++)
+        evconnlistener_enable(srv->listeners[i]);
+}
+
+/* Count a connection taken; at ACCEPT_PER_TURN, pause the listeners for the rest of the turn. */
+static void
+count_accept(struct srv *srv)
+{
+    int i;
+
+    if (++srv->accepted < ACCEPT_PER_TURN || srv->accept_ev == NULL)
+        return;
+    for (i = 0; i < srv->nlisteners; i++)
+        evconnlistener_disable(srv->listeners[i]);
+    event_active(srv->accept_ev, EV_TIMEOUT, 0);
+}
+
 static void
 accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct srv *srv = arg;
 
     (void)l;
+    count_accept(srv);
     if (srv->cfg.max_connections > 0 && srv->nconns >= srv->cfg.max_connections) {
         log_warn(&srv->log, "refused a connection: --max-connections %u reached",
                  srv->cfg.max_connections);
@@ -202,6 +235,11 @@ listener_open_all(struct srv *srv)
 {
     int i;
 
+    srv->accept_ev = event_new(srv->base, -1, 0, resume_cb, srv);
+    if (srv->accept_ev == NULL) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the listeners' event");
+        return -1;
+    }
     if (srv->cfg.port >= 0)
         for (i = 0; i < srv->cfg.nlisten; i++)
             if (open_tcp(srv, srv->cfg.listen[i]) < 0)
@@ -223,6 +261,9 @@ listener_close_all(struct srv *srv)
     for (i = 0; i < srv->nlisteners; i++)
         evconnlistener_free(srv->listeners[i]);
     srv->nlisteners = 0;
+    if (srv->accept_ev != NULL)
+        event_free(srv->accept_ev);
+    srv->accept_ev = NULL;
     if (srv->cfg.unix_socket != NULL && srv->bound)
         unlink(srv->cfg.unix_socket);
 }

@@ -69,6 +69,8 @@ usage(FILE *fp)
         "      --max-queue N          each new function's maxqueue (default 0: none)\n"
         "      --idle-timeout SECONDS close a peer whose message stays incomplete that long\n"
         "                             (default 60; 0: never)\n"
+        "      --job-timeout SECONDS  take a job back from a worker silent about it that long,\n"
+        "                             as CAN_DO_TIMEOUT does (default 0: never)\n"
         "      --retry-on LIST        outcomes that count as a failed attempt, of crash,\n"
         "                             timeout, fail, exception (default crash,timeout)\n"
         "      --retry-backoff B[,M]  seconds before a background retry, doubled each attempt,\n"
@@ -132,6 +134,7 @@ enum {
     OPT_MC_SERVERS,
     OPT_MC_PREFIX,
     OPT_IDLE_TIMEOUT,
+    OPT_JOB_TIMEOUT,
     OPT_RETRY_ON,
     OPT_RETRY_BACKOFF,
     OPT_MAX_DEAD,
@@ -194,6 +197,7 @@ static const struct option long_options[] = {
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
     {"retry-backoff", required_argument, NULL, OPT_RETRY_BACKOFF},
     {"max-dead", required_argument, NULL, OPT_MAX_DEAD},
@@ -896,6 +900,9 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_IDLE_TIMEOUT:
             cfg->idle_timeout = (unsigned)parse_number("--idle-timeout", optarg, 86400, false);
+            break;
+        case OPT_JOB_TIMEOUT:
+            cfg->job_timeout = (unsigned)parse_number("--job-timeout", optarg, 86400, false);
             break;
         case OPT_RETRY_ON: cfg->retry_on = parse_retry_on(optarg); break;
         case OPT_RETRY_BACKOFF: {

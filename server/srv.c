@@ -317,6 +317,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--ssl-certificate, --ssl-key, --ssl-ca-file and --ssl-verify-client need --ssl");
     if (srv->cfg.ssl_verify_client && srv->cfg.ssl_ca_file == NULL)
         FAIL("--ssl-verify-client needs --ssl-ca-file");
+    if (srv->cfg.job_timeout > 86400)
+        FAIL("--job-timeout must be at most 86400 seconds");
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);

@@ -78,6 +78,8 @@ struct srv {
     int result;                         /* what run returns */
     time_t accept_error_at;             /* last accept error logged, to log one a second */
     struct ssl_ctx_st *tls;             /* TLS context with --ssl (owned), NULL: plain TCP */
+    struct event *accept_ev;            /* resumes the listeners paused for the turn */
+    unsigned accepted;                  /* connections taken this loop turn */
     char errmsg[512];                   /* last error's text */
 };
 

@@ -111,6 +111,8 @@ struct dsjob_server_config {
     /* HTTP: health, metrics and a read-only JSON API; off by default. */
     int http_port;           /* TCP port of HTTP; 0 picks a free one; -1 (default): no HTTP */
     const char *http_listen; /* the address HTTP listens on; default "127.0.0.1" */
+    unsigned job_timeout;    /* a running job whose worker says nothing about it for this many
+                             seconds is taken back as by CAN_DO_TIMEOUT; 0: never */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -88,12 +88,12 @@ case " $(pkg-config --libs libdsjobworker) " in
 *) ok 1 "pkg-config --libs libdsjobworker names -ldsjobclient" ;;
 esac
 
-# libdsjobserver links libevent (and, when built with them, sqlite3 and
-# libmemcached): a dynamic link needs only -ldsjobserver, a static one the
-# rest, through Requires.private and Libs.private. libevent_pthreads is not
-# linked, so it is not named.
-is "$(pkg-config --print-requires-private libdsjobserver)" "libevent >= 2.1" \
-    "libdsjobserver.pc: libevent in Requires.private"
+# libdsjobserver links libevent and jansson (and, when built with them,
+# sqlite3, libmemcached and OpenSSL): a dynamic link needs only
+# -ldsjobserver, a static one the rest, through Requires.private and
+# Libs.private. libevent_pthreads is not linked, so it is not named.
+is "$(pkg-config --print-requires-private libdsjobserver | tr '\n' ' ')" \
+    "libevent >= 2.1 jansson >= 2.11 " "libdsjobserver.pc: libevent and jansson in Requires.private"
 case " $(pkg-config --libs libdsjobserver) " in
 *" -levent"*) ok 1 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;
 *) ok 0 "pkg-config --libs libdsjobserver: no libevent for a dynamic link" ;;

@@ -1,0 +1,162 @@
+/*
+ * --job-timeout: a worker that takes a job and then says nothing about it
+ * loses it after that many seconds, as a CAN_DO_TIMEOUT expiry takes it
+ * back: the job runs again on another worker and its client gets the
+ * result, and the silent worker's late answer gets JOB_NOT_FOUND. The
+ * silent worker is not disconnected. A worker that reports (WORK_STATUS)
+ * more often than the timeout keeps its job; a worker's own
+ * CAN_DO_TIMEOUT wins over the option; and with the default, 0, a silent
+ * worker keeps its job for good, as in gearmand. Waits are bounded; no
+ * time is asserted but "not taken back while the worker keeps talking".
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/peer.h"
+#include "tap.h"
+
+static void
+sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* The next packet's type on fd within ms, its first argument copied into h. */
+static int
+next(int fd, int ms, char *h, size_t cap)
+{
+    struct peer_pkt p;
+    int t = peer_recv(fd, &p, ms);
+
+    if (h != NULL)
+        snprintf(h, cap, "%.*s", p.nargs > 0 ? (int)p.arg_len[0] : 0,
+                 p.nargs > 0 ? (const char *)p.arg[0] : "");
+    peer_pkt_release(&p);
+    return t;
+}
+
+/* A worker of func that takes one job; its handle in h, or false. */
+static bool
+take(int w, char *h, size_t cap)
+{
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    return next(w, PEER_TIMEOUT_MS, h, cap) == PACKET_JOB_ASSIGN;
+}
+
+static void
+test_silent(void)
+{
+    static const char *const args[] = {"--job-timeout", "1", NULL};
+    struct daemon d;
+    char h[64], h2[64];
+    int c, silent, good;
+
+    daemon_start(&d, args);
+    c = peer_connect(d.port);
+    silent = peer_connect(d.port);
+    good = peer_connect(d.port);
+    peer_send(silent, PACKET_CAN_DO, 1, "jt");
+    peer_send(c, PACKET_SUBMIT_JOB, 3, "jt", "", "work");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_JOB_CREATED, "silent: submitted");
+    tap_ok(take(silent, h, sizeof(h)), "silent: a worker takes the job (%s) and says nothing", h);
+    peer_send(good, PACKET_CAN_DO, 1, "jt");
+    peer_send(good, PACKET_PRE_SLEEP, 0);
+    tap_is_int(next(good, 10000, NULL, 0), PACKET_NOOP,
+               "silent: after --job-timeout another worker is woken for it");
+    tap_ok(take(good, h2, sizeof(h2)) && strcmp(h, h2) == 0, "silent: and given the same job");
+    peer_send(good, PACKET_WORK_COMPLETE, 2, h2, "done");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_WORK_COMPLETE,
+               "silent: the client gets the result");
+    peer_send(silent, PACKET_WORK_COMPLETE, 2, h, "late");
+    tap_is_int(next(silent, PEER_TIMEOUT_MS, h2, sizeof(h2)), PACKET_ERROR,
+               "silent: its late answer is refused");
+    tap_is_str(h2, "JOB_NOT_FOUND", "silent: as JOB_NOT_FOUND");
+    peer_send(silent, PACKET_ECHO_REQ, 1, "still here");
+    tap_is_int(next(silent, PEER_TIMEOUT_MS, NULL, 0), PACKET_ECHO_RES,
+               "silent: the slow worker is not disconnected");
+    close(c), close(silent), close(good);
+    tap_is_int(daemon_stop(&d), 0, "silent: dsjobd stops cleanly");
+}
+
+static void
+test_talking(void)
+{
+    static const char *const args[] = {"--job-timeout", "2", NULL};
+    struct daemon d;
+    char h[64];
+    int c, w, other, i, heard = 0;
+
+    daemon_start(&d, args);
+    c = peer_connect(d.port);
+    w = peer_connect(d.port);
+    other = peer_connect(d.port);
+    peer_send(w, PACKET_CAN_DO, 1, "jt");
+    peer_send(other, PACKET_CAN_DO, 1, "jt");
+    peer_send(c, PACKET_SUBMIT_JOB, 3, "jt", "", "work");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_JOB_CREATED, "talking: submitted");
+    tap_ok(take(w, h, sizeof(h)), "talking: a worker takes it");
+    for (i = 1; i <= 15; i++) { /* 3 s of WORK_STATUS every 0.2 s, with --job-timeout 2 */
+        char num[8];
+
+        snprintf(num, sizeof(num), "%d", i);
+        peer_send(w, PACKET_WORK_STATUS, 3, h, num, "15");
+        heard += next(c, PEER_TIMEOUT_MS, NULL, 0) == PACKET_WORK_STATUS;
+        sleep_ms(200);
+    }
+    tap_is_int(heard, 15, "talking: the client hears every status");
+    peer_send(other, PACKET_GRAB_JOB, 0);
+    tap_is_int(next(other, PEER_TIMEOUT_MS, NULL, 0), PACKET_NO_JOB,
+               "talking: a worker that keeps reporting keeps its job past --job-timeout");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "done");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_WORK_COMPLETE, "talking: and finishes it");
+    close(c), close(w), close(other);
+    tap_is_int(daemon_stop(&d), 0, "talking: dsjobd stops cleanly");
+}
+
+/* ext: the option's value; can_do_timeout: the worker's own (ms), or 0. */
+static void
+test_kept(const char *ext, const char *can_do_timeout, const char *how)
+{
+    const char *args[] = {"--job-timeout", ext, NULL};
+    struct daemon d;
+    char h[64];
+    int c, w, other;
+
+    daemon_start(&d, args);
+    c = peer_connect(d.port);
+    w = peer_connect(d.port);
+    other = peer_connect(d.port);
+    if (can_do_timeout != NULL)
+        peer_send(w, PACKET_CAN_DO_TIMEOUT, 2, "jt", can_do_timeout);
+    else
+        peer_send(w, PACKET_CAN_DO, 1, "jt");
+    peer_send(other, PACKET_CAN_DO, 1, "jt");
+    peer_send(c, PACKET_SUBMIT_JOB, 3, "jt", "", "work");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_JOB_CREATED, "%s: submitted", how);
+    tap_ok(take(w, h, sizeof(h)), "%s: a worker takes it and says nothing", how);
+    sleep_ms(2500);
+    peer_send(other, PACKET_GRAB_JOB, 0);
+    tap_is_int(next(other, PEER_TIMEOUT_MS, NULL, 0), PACKET_NO_JOB,
+               "%s: 2.5 s later the job is still its", how);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "done");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_WORK_COMPLETE, "%s: it finishes it", how);
+    close(c), close(w), close(other);
+    tap_is_int(daemon_stop(&d), 0, "%s: dsjobd stops cleanly", how);
+}
+
+int
+main(void)
+{
+    alarm(120);
+    test_silent();
+    test_talking();
+    test_kept("0", NULL, "off");
+    test_kept("1", "60000", "CAN_DO_TIMEOUT wins");
+    return tap_done();
+}
