@@ -49,9 +49,11 @@ ds() {
 # dsw ARG...: a `dsjob worker` in the background, tracked; its pid in $W.
 # --foreground: a signal sent to $W reaches dsjob once; without it timeout
 # forwards it and then signals its whole group, so dsjob would see two (the
-# second one means "hurry": terminate the running commands).
+# second one means "hurry": terminate the running commands). The bound is
+# wide: on a loaded machine the script takes minutes to reach its last use
+# of a worker started at its top.
 dsw() {
-    timeout --foreground -k 5 60 "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" "$@" &
+    timeout --foreground -k 5 180 "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" "$@" &
     W=$!
     track $W
 }
