@@ -20,7 +20,10 @@ use JSON::PP;
 @ARGV == 5 or die "usage: perl consume.pl HOST:PORT NAME SHARDS ROWS SEED\n";
 my ($server, $name, $shards, $rows, $seed) = @ARGV;
 
-my $client = Gearman::Client->new(job_servers => [$server]);
+# exceptions => 1: gearmand 1.1.20 sends a client that did not ask for them
+# a WORK_FAIL with a stray NUL after the handle, which Gearman::Client does
+# not always take for a failure (then the shard is never submitted again).
+my $client = Gearman::Client->new(job_servers => [$server], exceptions => 1);
 my $ts     = $client->new_task_set;
 my (@data, @summary);
 for my $s (0 .. $shards - 1) {
