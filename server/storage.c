@@ -152,6 +152,7 @@ replay_one(const struct store_job *sj, void *arg)
     j->unique_is_data = sj->unique_is_data;
     if (queue_add_as(&srv->queue, f, j, srv_now(), ended) < 0)
         goto fail;
+    stats_queued(srv, j); /* before the dead set's trim or the kept results may drop it */
     if (ended && sj->state == STORE_DEAD)
         lifecycle_bury_replayed(srv, j);
     else if (ended)
@@ -161,7 +162,6 @@ replay_one(const struct store_job *sj, void *arg)
     if (sj->seq >= srv->next_seq)
         srv->next_seq = sj->seq + 1;
     srv->stats.replayed++;
-    stats_queued(srv, j);
     return 0;
 fail:
     job_unref(j);
