@@ -25,41 +25,6 @@
 #define STALLED 10000
 #define ROUNDS 200
 
-static long
-rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    long kb = -1;
-    FILE *fp;
-
-    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
-    fp = fopen(path, "r");
-    if (fp == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), fp) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
-}
-
-static double
-now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /*
  * ROUNDS foreground jobs through client c and worker w, one at a time.
  * Returns the median round trip in microseconds, or -1 if one failed.
@@ -73,7 +38,7 @@ round_trips(int c, int w)
     int i;
 
     for (i = 0; i < ROUNDS; i++) {
-        double t0 = now_us();
+        double t0 = peer_now_us();
 
         peer_send(c, PACKET_SUBMIT_JOB, 3, "exhaust", "", "ping");
         if (peer_recv(c, &p, PEER_TIMEOUT_MS) != PACKET_JOB_CREATED)
@@ -88,10 +53,9 @@ round_trips(int c, int w)
         if (peer_recv(c, &p, PEER_TIMEOUT_MS) != PACKET_WORK_COMPLETE)
             return -1;
         peer_pkt_release(&p);
-        us[i] = now_us() - t0;
+        us[i] = peer_now_us() - t0;
     }
-    qsort(us, ROUNDS, sizeof(us[0]), cmp_double);
-    return us[ROUNDS / 2];
+    return peer_median(us, ROUNDS);
 }
 
 int
@@ -133,7 +97,7 @@ main(void)
 
     p50_idle = round_trips(c, w);
     tap_ok(p50_idle > 0, "foreground jobs run on an idle server (p50 %.0f us)", p50_idle);
-    rss0 = rss_kb(d.pid);
+    rss0 = peer_rss_kb(d.pid);
 
     for (i = 0; i < n; i++) {
         fds[i] = peer_connect(d.port);
@@ -143,7 +107,7 @@ main(void)
     tap_is_int(opened, n, "%d connections each sent half a packet header", n);
     p50_stalled = round_trips(c, w);
     tap_ok(p50_stalled > 0, "foreground jobs still run beside them");
-    rss1 = rss_kb(d.pid);
+    rss1 = peer_rss_kb(d.pid);
     tap_diag("dsjobd RSS %ld kB idle, %ld kB with %d stalled connections (%.1f kB each)", rss0,
              rss1, n, (double)(rss1 - rss0) / n);
     tap_diag("fg round trip p50: %.0f us idle, %.0f us with %d stalled (%.2fx)", p50_idle,

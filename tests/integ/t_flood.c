@@ -48,41 +48,6 @@ struct flooder {
 
 static atomic_int flooding; /* threads still at it */
 
-static long
-rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    long kb = -1;
-    FILE *fp;
-
-    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
-    fp = fopen(path, "r");
-    if (fp == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), fp) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
-}
-
-static double
-now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 static void *
 flood(void *arg)
 {
@@ -118,7 +83,7 @@ flood(void *arg)
 static double
 round_trip(int c, int w)
 {
-    double t0 = now_us();
+    double t0 = peer_now_us();
     struct peer_pkt p;
     char h[128];
     int t;
@@ -143,14 +108,7 @@ round_trip(int c, int w)
         return -1;
     }
     peer_pkt_release(&p);
-    return now_us() - t0;
-}
-
-static double
-median(double *us, int n)
-{
-    qsort(us, (size_t)n, sizeof(us[0]), cmp_double);
-    return n > 0 ? us[n / 2] : -1;
+    return peer_now_us() - t0;
 }
 
 /* Connections dsjobd holds, as its admin "workers" lists them (one line each). */
@@ -198,9 +156,9 @@ main(void)
     for (i = 0; i < ROUNDS; i++)
         if ((us[i] = round_trip(c, w)) < 0)
             bad++;
-    p50_idle = median(us, ROUNDS);
+    p50_idle = peer_median(us, ROUNDS);
     tap_is_int(bad, 0, "foreground jobs run on an idle server (p50 %.0f us)", p50_idle);
-    rss0 = rss_kb(d.pid);
+    rss0 = peer_rss_kb(d.pid);
 
     atomic_store(&flooding, FLOOD_THREADS);
     for (i = 0; i < FLOOD_THREADS; i++) {
@@ -216,7 +174,7 @@ main(void)
             bad++;
         else if (n < MAX_SAMPLES) /* the first MAX_SAMPLES for the p50; jobs go on after */
             us[n++] = t;
-        if ((rss = rss_kb(d.pid)) > rss_max)
+        if ((rss = peer_rss_kb(d.pid)) > rss_max)
             rss_max = rss;
     }
     for (i = 0; i < FLOOD_THREADS; i++) {
@@ -227,7 +185,7 @@ main(void)
             tap_diag("flood thread %d: %d failures, the first: %s", i, fl[i].failed,
                      strerror(fl[i].first_errno));
     }
-    p50_flood = median(us, n);
+    p50_flood = peer_median(us, n);
     tap_is_int(made, FLOOD_THREADS * FLOOD_EACH, "%d connections were opened and closed",
                FLOOD_THREADS * FLOOD_EACH);
     tap_is_int(failed, 0, "none of them was refused");
@@ -236,7 +194,7 @@ main(void)
     for (i = 0; i < 50 && (left = connections(d.port)) > 3; i++)
         usleep(100 * 1000);
     tap_is_int(left, 3, "afterwards dsjobd holds only the pair and the admin connection");
-    rss_after = rss_kb(d.pid);
+    rss_after = peer_rss_kb(d.pid);
     tap_diag("dsjobd RSS %ld kB idle, at most %ld kB during the flood, %ld kB after", rss0, rss_max,
              rss_after);
     tap_diag("fg round trip p50: %.0f us idle, %.0f us during the flood (%.2fx), %d jobs", p50_idle,

@@ -372,3 +372,47 @@ out:
     close(c);
     return ok;
 }
+
+long
+peer_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    fp = fopen(path, "r");
+    if (fp == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), fp) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(fp);
+    return kb;
+}
+
+double
+peer_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+double
+peer_median(double *us, int n)
+{
+    if (n <= 0)
+        return -1;
+    qsort(us, (size_t)n, sizeof(us[0]), cmp_double);
+    return us[n / 2];
+}

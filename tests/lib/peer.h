@@ -83,4 +83,13 @@ size_t peer_admin(int fd, const char *line, bool multi, char *buf, size_t cap);
  */
 bool peer_run_job(int port, const char *func, const char *payload);
 
+/* peer_rss_kb reads a process's resident set (VmRSS) in kB, or -1. */
+long peer_rss_kb(pid_t pid);
+
+/* peer_now_us is the monotonic clock in microseconds. */
+double peer_now_us(void);
+
+/* peer_median sorts the n samples of us in place and returns the middle one, or -1 if none. */
+double peer_median(double *us, int n);
+
 #endif
