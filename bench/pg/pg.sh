@@ -8,10 +8,13 @@
 #   pg_createdb DB       a database with the pg_stat_statements extension
 #   pg_psql DB [ARG]...  psql -X -q -At on DB, stops at the first error
 #   pg_stmts_reset DB    pg_stat_statements_reset()
-#   pg_stmts DB          "TOPLEVEL ALL": statement calls in DB since the
-#                        reset, top-level only and with nested ones (PL/pgSQL),
-#                        not counting pg_stat_statements' own queries or
-#                        those marked /* bench */
+#   pg_stmts DB          "CLIENT ALL": statement calls in DB since the
+#                        reset: those the clients sent (top-level, and not a
+#                        foreign-key check, "... FOR KEY SHARE OF x", which
+#                        pg_stat_statements counts as top-level), and all of
+#                        them (nested PL/pgSQL ones too); neither counts
+#                        pg_stat_statements' own queries or those marked
+#                        /* bench */
 #   pg_stop              fast shutdown of PG_PID (SIGINT), SIGKILL after 20 s,
 #                        and removes PG_DIR
 #
@@ -94,7 +97,8 @@ pg_stmts_reset() {
 }
 
 pg_stmts() {
-    pg_psql "$1" -F ' ' -c "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0),
+    pg_psql "$1" -F ' ' -c "SELECT coalesce(sum(calls) FILTER (WHERE toplevel
+                AND s.query NOT LIKE '%FOR KEY SHARE OF x'), 0),
             coalesce(sum(calls), 0)
         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
         WHERE d.datname = current_database()
