@@ -77,7 +77,7 @@ async function main () {
   }
 
   await phase(stats, base, 'submit', `addJobs x${o.batch}`, () => submit(o.jobs, o.batch));
-  await phase(stats, base, 'drain', `run, localQueue ${o.fetchBatch}, completeJobBatchDelay 0`, () => drain(o.jobs, true));
+  await phase(stats, base, 'drain', `run localQueue=${o.fetchBatch} batchDelay=0`, () => drain(o.jobs, true));
   if (o.one > 0) {
     await phase(stats, base, 'submit-one', 'addJob', () => submit(o.one, 1));
     await phase(stats, base, 'drain-one', 'run, defaults', () => drain(o.one, false));
