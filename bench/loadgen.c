@@ -661,7 +661,7 @@ run_drain(const char *sub, const char *drain)
 {
     uint64_t queued, done, last = 0, lost = 0, dups = 0, unacked = 0;
     uint64_t per = o.jobs / (uint64_t)o.clients;
-    double t0, t1, t_prog, cpu0, cpu1, self0, self1;
+    double t0, t1, t_prog, cpu0, cpu1, self0, self1, settle0, settle;
     int timed_out = 0, verified;
     long held;
 
@@ -726,7 +726,15 @@ run_drain(const char *sub, const char *drain)
                 dups += v - 1;
         }
     }
-    held = admin_held(FUNCTION);
+    /*
+     * A job whose deletion is still being committed is listed as running
+     * (dsjobd's settling jobs): give the servers up to 2 s to finish, and
+     * report how long it took.
+     */
+    settle0 = lg_now();
+    while ((held = admin_held(FUNCTION)) > 0 && lg_now() - settle0 < 2)
+        sleep_s(0.005);
+    settle = lg_now() - settle0;
     verified = !timed_out && lost == 0 && held == 0 && atomic_load(&sh.unknown) == 0;
 
     print_head(drain);
@@ -735,10 +743,11 @@ run_drain(const char *sub, const char *drain)
     print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done, self1 - self0);
     /* a drain cut short by --max-secs has not lost what it did not reach */
     printf(" acked=%llu %s=%llu duplicates=%llu unacked_ran=%llu unknown=%llu "
-           "held_after=%ld verified=%s timed_out=%d errors=%llu\n",
+           "held_after=%ld settle_ms=%.0f verified=%s timed_out=%d errors=%llu\n",
            (unsigned long long)queued, timed_out ? "undrained" : "lost", (unsigned long long)lost,
            (unsigned long long)dups, (unsigned long long)unacked,
-           (unsigned long long)atomic_load(&sh.unknown), held, verified ? "yes" : "no", timed_out,
+           (unsigned long long)atomic_load(&sh.unknown), held, settle * 1e3, verified ? "yes" : "no",
+           timed_out,
            (unsigned long long)atomic_load(&sh.errors));
     if (!timed_out && !verified)
         fprintf(stderr,
