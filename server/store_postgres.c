@@ -83,29 +83,31 @@
     "CREATE FUNCTION dsjob.submit(function text, payload bytea, uniq text DEFAULT NULL,"           \
     " priority text DEFAULT 'normal', run_at timestamptz DEFAULT NULL) RETURNS text"               \
     " LANGUAGE plpgsql AS $$"                                                                      \
-    "DECLARE h text; p smallint; u bytea := convert_to(uniq, 'UTF8');"                             \
+    "#variable_conflict use_column\n"                                                              \
+    "DECLARE h text; p smallint; u bytea := convert_to(submit.uniq, 'UTF8');"                      \
     "BEGIN"                                                                                        \
-    " p := CASE lower(priority) WHEN 'high' THEN 0 WHEN 'normal' THEN 1 WHEN 'low' THEN 2"         \
-    "      ELSE NULL END;"                                                                         \
+    " p := CASE lower(submit.priority) WHEN 'high' THEN 0 WHEN 'normal' THEN 1"                    \
+    "      WHEN 'low' THEN 2 ELSE NULL END;"                                                       \
     " IF p IS NULL THEN"                                                                           \
-    "  RAISE EXCEPTION 'dsjob.submit: priority must be high, normal or low, not %', priority;"     \
+    "  RAISE EXCEPTION 'dsjob.submit: priority must be high, normal or low, not %',"               \
+    "   submit.priority;"                                                                          \
     " END IF;"                                                                                     \
-    " IF function IS NULL OR function = '' THEN"                                                   \
+    " IF submit.function IS NULL OR submit.function = '' THEN"                                     \
     "  RAISE EXCEPTION 'dsjob.submit: function must not be empty';"                                \
     " END IF;"                                                                                     \
     " IF u = '' THEN u := NULL; END IF;"                                                           \
     " LOOP"                                                                                        \
     "  INSERT INTO dsjob.jobs (handle, func, uniq, data, prio, run_at)"                            \
-    "   VALUES ('H:sql:' || nextval('dsjob.sql_handle'), function, u, coalesce(payload, ''), p,"   \
-    "           coalesce(run_at, now()))"                                                          \
+    "   VALUES ('H:sql:' || nextval('dsjob.sql_handle'), submit.function, u,"                      \
+    "           coalesce(submit.payload, ''), p, coalesce(submit.run_at, now()))"                  \
     "   ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"                  \
     "   RETURNING handle INTO h;"                                                                  \
     "  IF h IS NOT NULL THEN"                                                                      \
-    "   PERFORM pg_notify('dsjob', function);"                                                     \
+    "   PERFORM pg_notify('dsjob', submit.function);"                                              \
     "   RETURN h;"                                                                                 \
     "  END IF;"                                                                                    \
     "  SELECT j.handle INTO h FROM dsjob.jobs j"                                                   \
-    "   WHERE j.func = function AND j.uniq = u AND j.state = 0;"                                   \
+    "   WHERE j.func = submit.function AND j.uniq = u AND j.state = 0;"                            \
     "  IF h IS NOT NULL THEN RETURN h; END IF;"                                                    \
     " END LOOP;"                                                                                   \
     "END $$;"
