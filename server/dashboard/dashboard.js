@@ -23,12 +23,12 @@
     let funcs = [];
     let sortKey = "name", sortAsc = true;
     let filter = "";
-    let lastFuncsHtml = "", lastWorkersHtml = "", lastJobHtml = "";
+    let lastWorkersHtml = "", lastJobHtml = "";
     let lookup = null;        /* {q, f} while a job is shown */
     let busy = false;
 
     /* Exposed for tests and the curious: how many samples the chart holds. */
-    window.dsjobDashboard = { samples: () => samples.length, refreshes: 0 };
+    window.dsjobDashboard = { samples: () => samples.length, refreshes: 0, tableMs: 0, refreshMs: 0 };
 
     if (admin) {
         document.body.classList.add("admin");
@@ -162,13 +162,17 @@
             g.textAlign = "left";
             g.fillText(num((maxDepth * i) / 4), L + pw + 6, y + 4);
         }
-        g.textAlign = "center";
-        for (let m = 0; m <= 5; m++) {
-            const x = L + pw - (pw * m * 60) / KEEP;
-            g.fillText(m === 0 ? "now" : "-" + m + "m", x, h - 6);
-        }
+        /* The window grows with the samples, from one minute to five. */
         const now = Date.now();
-        const xOf = (t) => L + pw - (pw * (now - t)) / (KEEP * 1000);
+        const have = samples.length > 0 ? (now - samples[0].t) / 1000 : 0;
+        const span = Math.min(KEEP, Math.max(60, Math.ceil(have / 30) * 30));
+        const step = [10, 15, 30, 60].find((st) => span / st <= 6) || 60;
+        g.textAlign = "center";
+        for (let t = 0; t <= span; t += step) {
+            const x = L + pw - (pw * t) / span;
+            g.fillText(t === 0 ? "now" : t % 60 === 0 ? "-" + t / 60 + "m" : "-" + t + "s", x, h - 6);
+        }
+        const xOf = (t) => L + pw - (pw * (now - t)) / (span * 1000);
         function line(key, max, color) {
             g.strokeStyle = color;
             g.lineWidth = 2;
@@ -206,7 +210,29 @@
         return '<td class="' + (v === 0 ? "zero" : (cls || "")) + '">' + num(v) + "</td>";
     }
 
+    function cellsOf(f) {
+        const q = f.high + f.normal + f.low;
+        return '<td class="l name" title="' + esc(f.name) + '">' + esc(f.name) + "</td>" +
+            cell(f.high) + cell(f.normal) + cell(f.low) + cell(f.scheduled) + cell(f.running) +
+            cell(f.workers, q > 0 && f.workers === 0 ? "warn" : "") +
+            cell(f.dead, "warn") + cell(f.submitted) + cell(f.completed) + cell(f.failed, "warn") +
+            '<td class="' + (f.oldest === 0 ? "zero" : "") + '">' + (q > 0 ? dur(f.oldest) : "-") + "</td>" +
+            '<td class="admin-only">' + (admin && f.dead > 0
+                ? '<button data-act="retry">retry</button> <button data-act="drop" class="danger">drop</button>'
+                : "") + "</td>";
+    }
+
+    /*
+     * The rows shown, in order, are rebuilt in one innerHTML only when that
+     * order changes (sorting, filtering, a function made or dropped); else
+     * only the rows whose cells changed are written, so a thousand quiet
+     * functions cost string compares, not layout.
+     */
+    let shownOrder = null;
+    const shown = new Map(); /* name -> {cells, tr} */
+
     function renderFuncs() {
+        const t0 = performance.now();
         const needle = filter.toLowerCase();
         let rows = needle === "" ? funcs : funcs.filter((f) => f.name.toLowerCase().includes(needle));
         const key = sortKey, dir = sortAsc ? 1 : -1;
@@ -216,24 +242,23 @@
             if (x > y) return dir;
             return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
         });
-        const parts = [];
-        for (const f of rows) {
-            const q = f.high + f.normal + f.low;
-            parts.push('<tr data-fn="' + esc(f.name) + '"><td class="l name" title="' + esc(f.name) + '">' +
-                esc(f.name) + "</td>" + cell(f.high) + cell(f.normal) + cell(f.low) +
-                cell(f.scheduled) + cell(f.running) +
-                cell(f.workers, q > 0 && f.workers === 0 ? "warn" : "") +
-                cell(f.dead, "warn") + cell(f.submitted) + cell(f.completed) +
-                cell(f.failed, "warn") +
-                '<td class="' + (f.oldest === 0 ? "zero" : "") + '">' + (q > 0 ? dur(f.oldest) : "-") + "</td>" +
-                '<td class="admin-only">' + (admin && f.dead > 0
-                    ? '<button data-act="retry">retry</button> <button data-act="drop" class="danger">drop</button>'
-                    : "") + "</td></tr>");
-        }
-        const html = parts.join("");
-        if (html !== lastFuncsHtml) {
-            document.querySelector("#funcs tbody").innerHTML = html;
-            lastFuncsHtml = html;
+        const cells = rows.map(cellsOf);
+        const order = rows.map((f) => f.name).join("\u0000");
+        const tbody = document.querySelector("#funcs tbody");
+        if (order !== shownOrder) {
+            tbody.innerHTML = rows.map((f, i) => '<tr data-fn="' + esc(f.name) + '">' + cells[i] + "</tr>").join("");
+            shown.clear();
+            const trs = tbody.rows;
+            for (let i = 0; i < rows.length; i++) shown.set(rows[i].name, { cells: cells[i], tr: trs[i] });
+            shownOrder = order;
+        } else {
+            for (let i = 0; i < rows.length; i++) {
+                const e = shown.get(rows[i].name);
+                if (e.cells !== cells[i]) {
+                    e.tr.innerHTML = cells[i];
+                    e.cells = cells[i];
+                }
+            }
         }
         $("funcs-count").textContent = "(" + funcs.length + ")";
         $("funcs-note").textContent = needle === "" ? "" : rows.length + " match";
@@ -241,6 +266,7 @@
             th.classList.toggle("sorted", th.dataset.key === sortKey);
             th.classList.toggle("asc", th.dataset.key === sortKey && sortAsc);
         }
+        window.dsjobDashboard.tableMs = performance.now() - t0;
     }
 
     /* ---- workers ---- */
@@ -318,11 +344,18 @@
             bar.style.width = Math.min(100, (100 * r.body.status[0]) / r.body.status[1]) + "%";
     }
 
+    /*
+     * Once found, a job is followed by its handle (one request a second, not
+     * a 404 and a retry by unique key); once gone, no longer polled.
+     */
     async function refreshJob() {
         if (lookup === null) return;
         const mine = lookup;
         const r = await findJob(mine.q, mine.f);
-        if (lookup === mine) renderJob(r);
+        if (lookup !== mine) return;
+        renderJob(r);
+        if (r.status === 200) lookup = { q: r.body.handle, f: "" };
+        else if (r.status === 404) lookup = null;
     }
 
     /* ---- the refresh ---- */
@@ -330,6 +363,7 @@
     async function refresh() {
         if (busy || $("pause").checked) return;
         busy = true;
+        const t0 = performance.now();
         try {
             const [st, wk] = await Promise.all([get("/api/status"), get("/api/workers"), refreshJob()]);
             if (st.status === 200) {
@@ -341,6 +375,7 @@
             drawChart();
             $("updated").textContent = "updated " + new Date().toLocaleTimeString();
             window.dsjobDashboard.refreshes++;
+            window.dsjobDashboard.refreshMs = performance.now() - t0;
         } catch (e) {
             const h = $("health");
             h.textContent = "no answer from the server";
