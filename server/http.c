@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -179,6 +181,43 @@ peer_name(struct evhttp_request *req)
     return addr != NULL ? addr : "?";
 }
 
+/*
+ * Is the request's Host one that DNS rebinding cannot forge: an IP address,
+ * localhost, or --http-listen as given (a name the operator chose)? A site
+ * whose name an attacker re-points at 127.0.0.1 becomes the page's own
+ * origin, but its requests still say its name in Host: they get no token
+ * and may not write.
+ */
+static bool
+host_ok(const struct srv *srv, struct evhttp_request *req)
+{
+    const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+    const char *end, *colon;
+    unsigned char addr[16];
+    char name[256];
+    size_t len;
+
+    if (host == NULL)
+        return false;
+    if (host[0] == '[') {
+        end = strchr(host, ']');
+        len = end != NULL ? (size_t)(end - host - 1) : 0;
+        if (end == NULL || len >= sizeof(name) || (end[1] != '\0' && end[1] != ':'))
+            return false;
+        memcpy(name, host + 1, len);
+        name[len] = '\0';
+        return inet_pton(AF_INET6, name, addr) == 1;
+    }
+    colon = strchr(host, ':');
+    len = colon != NULL ? (size_t)(colon - host) : strlen(host);
+    if (len == 0 || len >= sizeof(name))
+        return false;
+    memcpy(name, host, len);
+    name[len] = '\0';
+    return inet_pton(AF_INET, name, addr) == 1 || strcasecmp(name, "localhost") == 0 ||
+           (srv->cfg.http_listen != NULL && strcasecmp(name, srv->cfg.http_listen) == 0);
+}
+
 /* The headers of every dashboard file: its type, no caching, no framing, no outside loads. */
 static void
 static_headers(struct evhttp_request *req, const char *type)
@@ -195,16 +234,17 @@ static_headers(struct evhttp_request *req, const char *type)
 
 /*
  * GET /: the page, with the CSRF token where it says @TOKEN@ when admin
- * writes are on and the peer may make them (the page shows its buttons
- * only then); an empty token otherwise.
+ * writes are on and the peer may make them, by a Host that is no rebound
+ * name (the page shows its buttons only then); an empty token otherwise.
  */
 static void
 get_page(struct srv *srv, struct evhttp_request *req)
 {
     struct evbuffer *buf = evhttp_request_get_output_buffer(req);
     const char *page = (const char *)dashboard_html, *mark = strstr(page, "@TOKEN@");
-    const char *token =
-        srv->http_token[0] != '\0' && peer_admitted(srv, req) ? srv->http_token : "";
+    const char *token = srv->http_token[0] != '\0' && peer_admitted(srv, req) && host_ok(srv, req)
+                            ? srv->http_token
+                            : "";
 
     if (mark == NULL) {
         evbuffer_add(buf, page, dashboard_html_len);
@@ -714,9 +754,9 @@ split_path(const char *path, size_t len, const char *prefix, const char *suffix,
 
 /*
  * The three writes, with --http-admin only. Checked in this order, before
- * anything changes: a write route (else 405 for a page GET serves, 404),
- * no query, a peer --admin-allow admits (403), the X-CSRF-Token header
- * (403).
+ * anything changes: a write route (404), no query (400), a peer
+ * --admin-allow admits (403), a Host that is not a rebound name (403),
+ * the X-CSRF-Token header (403).
  */
 static void
 route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
@@ -748,6 +788,17 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
                  (int)(len > 200 ? 200 : len), path);
         reply_error(req, 403, "Forbidden", "POST is not allowed from %s (see --admin-allow)",
                     peer_name(req));
+        return;
+    }
+    if (!host_ok(srv, req)) {
+        const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+
+        log_warn(&srv->log, "http %s: refused POST %.*s: Host '%.100s'", peer_name(req),
+                 (int)(len > 200 ? 200 : len), path, host ? host : "");
+        reply_error(req, 403, "Forbidden",
+                    "POST needs a Host header that is an address, localhost or --http-listen's "
+                    "name, not '%.100s' (a guard against DNS rebinding)",
+                    host ? host : "");
         return;
     }
     given = evhttp_find_header(evhttp_request_get_input_headers(req), "X-CSRF-Token");

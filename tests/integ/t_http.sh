@@ -11,7 +11,8 @@
 # its files, its CSRF token only with --http-admin and only to an admitted
 # peer); the admin writes (POST cancel, dead retry and drop): refused
 # without --http-admin, without or with a wrong X-CSRF-Token, from a peer
-# outside --admin-allow, done with all three on real jobs (submitted with
+# outside --admin-allow, with a Host that is a name (DNS rebinding), done
+# with all three on real jobs (submitted with
 # the gearman CLI, dead ones from a failing `dsjob worker`). The time
 # /metrics takes with 10,000 functions, and /api/status with 1,000, are
 # printed as diagnostics, never asserted.
@@ -257,6 +258,15 @@ is "$(HTTP_HEADER="X-CSRF-Token: 0$(printf %s "$tok" | cut -c2-)" code POST "/ap
 is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST "/api/job/$hc/cancel?x=1")" 400 \
     "POST with a query: 400"
 is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST /api/status)" 404 "POST to a read-only page: 404"
+# DNS rebinding: a page loaded by another name gets no token, and its POSTs are refused.
+HTTP_HOST=rebind.example:$HTTP_PORT body / | grep -q '<meta name="dsjob-csrf" content="">'
+ok $? "a page loaded as rebind.example carries no token"
+is "$(HTTP_HOST=localhost:$HTTP_PORT body / | sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')" \
+    "$tok" "loaded as localhost it does"
+r=$(HTTP_HOST=rebind.example:$HTTP_PORT HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
+is "$(printf "%s\n" "$r" | head -1)" 403 "POST with the token as Host rebind.example: 403"
+printf "%s\n" "$r" | grep -q "not 'rebind.example:$HTTP_PORT'"
+ok $? "naming the Host: $(printf "%s\n" "$r" | tail -n +3)"
 adm --show-jobs | grep -q "^$hc	"
 ok $? "the refused POSTs left $hc alone"
 r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
