@@ -1075,9 +1075,10 @@ pg_flush(struct store *st, char *err)
         goto fail;
     if (txn && (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
         goto fail;
+    /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
     if ((txn && (rc = flush_updates(st, err)) != DSJOB_OK) ||
-        (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK) ||
-        (rc = flush_main(st, err)) != DSJOB_OK)
+        (rc = flush_main(st, err)) != DSJOB_OK ||
+        (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
     if (txn && (rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
         goto fail;
