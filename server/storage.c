@@ -604,7 +604,6 @@ shared_hand_off(struct srv *srv, struct job *j, const char *alias)
 
     if (len > 0 && job_set_result(j, alias, len, len) == 0)
         j->aliased = true;
-    j->handed = true;
     j->stored = false; /* the row is not this server's to delete */
     if (job_has_waiters(j))
         lifecycle_fail(srv, j);
