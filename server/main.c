@@ -89,6 +89,8 @@ usage(FILE *fp)
         "                             HTTP; 0 picks a free port)\n"
         "      --http-listen ADDR     address HTTP listens on (default 127.0.0.1)\n"
         "      --http-port-file FILE  write the bound HTTP port to FILE\n"
+        "      --http-admin           take the dashboard's POSTs that cancel jobs and retry or\n"
+        "                             drop dead ones (from --admin-allow peers; default off)\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
@@ -165,6 +167,7 @@ enum {
     OPT_PG_LEASE,
     OPT_PG_PREFETCH,
     OPT_PG_POLL,
+    OPT_HTTP_ADMIN,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -213,6 +216,7 @@ static const struct option long_options[] = {
     {"http-port", required_argument, NULL, OPT_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
+    {"http-admin", no_argument, NULL, OPT_HTTP_ADMIN},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
@@ -827,6 +831,7 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             cfg->http_listen = optarg;
             break;
         case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
+        case OPT_HTTP_ADMIN: cfg->http_admin = true; break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;

@@ -296,6 +296,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--http-port %d is out of range", srv->cfg.http_port);
     if (srv->cfg.http_listen != NULL && srv->cfg.http_listen[0] == '\0')
         FAIL("--http-listen is empty");
+    if (srv->cfg.http_admin && srv->cfg.http_port < 0)
+        FAIL("--http-admin needs --http-port");
     if (srv->cfg.max_packet_size < 1024)
         FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)

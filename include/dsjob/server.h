@@ -118,6 +118,8 @@ struct dsjob_server_config {
     unsigned pg_lease;    /* seconds a server's lease on a job lasts unless renewed */
     unsigned pg_prefetch; /* jobs a server leases beyond its idle workers */
     unsigned pg_poll_ms;  /* look for ready jobs this often even without a NOTIFY */
+    bool http_admin;      /* HTTP takes POSTs that cancel jobs and retry or drop dead ones,
+                                from --admin-allow peers with the CSRF token; default off */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
