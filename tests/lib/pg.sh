@@ -42,6 +42,31 @@
 #
 # The superuser is `postgres` whoever runs the test (initdb -U postgres),
 # authentication is trust, and nothing listens beyond 127.0.0.1.
+#
+# dsjobd on the postgres store, several at once, each known by a NAME (a
+# shell word: a, b, c):
+#
+#   pg_skip_unless_store
+#                     runs `dsjobd --store postgres` once (libpq's defaults
+#                     pointing where nothing listens, bounded to 3 s) and prints its
+#                     answer as a diagnostic; if dsjobd reports the store
+#                     unknown or not built, prints `1..0 # SKIP` with that
+#                     answer and exits 0. Any other answer goes on to the test.
+#   pgd_start NAME [ARG...]
+#                     starts dsjobd -L 127.0.0.1 -p 0 --store postgres
+#                     --pg-dsn "$PG_DSN" with ARGs, waits (10 s at most) for
+#                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
+#                     PGD_LOG_<NAME>. Returns 1 with its log on stderr if it
+#                     did not start.
+#   pgd_port NAME, pgd_pid NAME, pgd_log NAME
+#                     print those
+#   pgd_stop NAME     SIGTERM (SIGCONT first, in case it is stopped), waits
+#                     up to 15 s, then SIGKILL; returns 1 if it needed the KILL
+#   pgd_kill9 NAME    SIGKILL and reap
+#   pgd_stop_all      pgd_stop for every one still running (the EXIT trap)
+#   pgd_stat NAME SAMPLE
+#                     one sample of `dsjob stats` (tsv), e.g.
+#                     dsjob_pg_lease_lost_total; empty if absent
 
 PG_DIR=""
 PG_PID=""
@@ -204,6 +229,97 @@ pg_cleanup() {
     fi
 }
 
+pg_skip_unless_store() {
+    # No --pg-dsn (an older dsjobd would stop at an unknown option first);
+    # libpq's defaults from the environment point where nothing listens.
+    _out=$(PGHOST=127.0.0.1 PGPORT=1 PGCONNECT_TIMEOUT=1 timeout -k 2 3 \
+        "$DSJOBD" -L 127.0.0.1 -p 0 -l stderr --store postgres 2>&1 | head -5)
+    echo "# dsjobd --store postgres (libpq's defaults pointing nowhere) said: $_out" | tr '\n' ' '
+    echo
+    case $_out in
+    *"unknown store 'postgres'"* | *"store 'postgres' was not built"*)
+        echo "1..0 # SKIP dsjobd has no postgres store: $_out" | tr '\n' ' '
+        echo
+        exit 0
+        ;;
+    esac
+}
+
+_pgd_names=""
+
+pgd_port() { eval "echo \"\$PGD_PORT_$1\""; }
+pgd_pid() { eval "echo \"\$PGD_PID_$1\""; }
+pgd_log() { eval "echo \"\$PGD_LOG_$1\""; }
+
+pgd_start() {
+    _n=$1
+    shift
+    _log="$TEST_TMPDIR/dsjobd-$_n.$(date +%s%N).log"
+    _pf="$_log.port"
+    "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_pf" -l "$_log" \
+        --store postgres --pg-dsn "$PG_DSN" "$@" &
+    _pid=$!
+    eval "PGD_PID_$_n=$_pid PGD_LOG_$_n=\$_log PGD_PORT_$_n="
+    _pgd_names="$_pgd_names $_n"
+    _i=0
+    while [ ! -s "$_pf" ] && [ $_i -lt 200 ] && kill -0 "$_pid" 2>/dev/null; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    if [ ! -s "$_pf" ]; then
+        echo "pgd_start $_n: dsjobd did not write its port file; its log:" >&2
+        cat "$_log" >&2
+        return 1
+    fi
+    eval "PGD_PORT_$_n=$(cat "$_pf")"
+    return 0
+}
+
+# _pgd_gone PID: the process is gone or a zombie.
+_pgd_gone() {
+    [ ! -e "/proc/$1" ] || [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
+pgd_stop() {
+    _pid=$(pgd_pid "$1")
+    [ -n "$_pid" ] || return 0
+    kill -CONT "$_pid" 2>/dev/null
+    kill -TERM "$_pid" 2>/dev/null
+    _i=0
+    _rc=0
+    while ! _pgd_gone "$_pid" && [ $_i -lt 300 ]; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    if ! _pgd_gone "$_pid"; then
+        echo "# dsjobd $1 (pid $_pid) did not stop within 15 s of SIGTERM: SIGKILL" >&2
+        kill -KILL "$_pid" 2>/dev/null
+        _rc=1
+    fi
+    wait "$_pid" 2>/dev/null
+    eval "PGD_PID_$1="
+    return $_rc
+}
+
+pgd_kill9() {
+    _pid=$(pgd_pid "$1")
+    [ -n "$_pid" ] || return 0
+    kill -KILL "$_pid" 2>/dev/null
+    wait "$_pid" 2>/dev/null
+    eval "PGD_PID_$1="
+}
+
+pgd_stop_all() {
+    for _n in $_pgd_names; do
+        pgd_stop "$_n"
+    done
+}
+
+pgd_stat() {
+    timeout -k 2 10 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
+        awk -F '\t' -v n="$2" '$1 == n { print $2 }'
+}
+
 # The EXIT trap: the test's own pg_test_cleanup if it defines one (say, to
 # SIGCONT a server it stopped), the test's processes (they hold connections to
 # PostgreSQL), then PostgreSQL, then the test's temp dir.
@@ -211,6 +327,7 @@ _pg_exit() {
     if command -v pg_test_cleanup >/dev/null 2>&1; then
         pg_test_cleanup
     fi
+    pgd_stop_all
     if command -v interop_cleanup >/dev/null 2>&1; then
         interop_cleanup
     else
