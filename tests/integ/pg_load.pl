@@ -6,10 +6,13 @@
 # key: none, or with -u the payload itself. Priority: one of high, normal,
 # low, or "mix" (ID mod 3: 0 high, 1 normal, 2 low).
 #
-# usage: pg_load.pl [-w WINDOW] [-d DELAY-MS] [-p PRIO] [-u] [-r] [-t SECONDS]
+# usage: pg_load.pl [-w WINDOW] [-d DELAY-MS] [-p PRIO] [-u] [-s] [-r] [-t SECONDS]
 #                   PORT FUNCTION PREFIX FIRST LAST
 #   -w  submits in flight at most (default 16)
 #   -d  pause after each window of answers (default 0)
+#   -s  stamp: the payload is "PREFIX-ID-NS", NS the time of the send in
+#       nanoseconds since the epoch (a worker's start time minus NS is the
+#       job's time from submit to assignment); its unique key stays PREFIX-ID
 #   -r  reconnect after the connection drops (every 100 ms, until -t)
 #   -t  give up after this long (default 60 s)
 # One line per job ID on stdout, in ID order as the answers come:
@@ -25,7 +28,7 @@ use Getopt::Std;
 use Time::HiRes qw(time sleep);
 
 my %o;
-getopts('w:d:p:urt:', \%o) or die "usage\n";
+getopts('w:d:p:urst:', \%o) or die "usage\n";
 my ($port, $func, $prefix, $first, $last) = @ARGV;
 die "usage: pg_load.pl [-w N] [-d MS] [-p PRIO] [-u] [-r] [-t S] PORT FUNCTION PREFIX FIRST LAST\n"
     unless defined $last;
@@ -91,6 +94,7 @@ while ($id <= $last) {
     while ($id <= $last && @batch < $window) {
         my $payload = "$prefix-$id";
         my $uniq = $o{u} ? $payload : '';
+        $payload .= sprintf('-%.0f', time * 1e9) if $o{s};
         my $p = join("\0", $func, $uniq, $payload);
         $out .= "\0REQ" . pack('NN', $type{prio_for($id)}, length $p) . $p;
         push @batch, $id++;
