@@ -67,7 +67,17 @@ diag "dsjobd --store postgres on 127.0.0.1:$PORT, pid $(pgd_pid a)"
 
 ns() { date +%s%N; }
 hex() { printf '%s' "$1" | od -An -tx1 -v | tr -d ' \n'; }
-ms_since() { echo $((($2 - $1) / 1000000)); } # ms_since NS-FROM NS-TO
+# ms_since NS-FROM NS-TO: milliseconds, or "never" without NS-TO
+ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never; fi; }
+# poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
+poll_s() {
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.05
+    done
+}
 q() { pg_psql -c "$1"; }                        # q SQL: the value(s), one a line
 
 # The worker's command: one line per job, "NS-TIME HANDLE PAYLOAD-IN-HEX",
@@ -136,12 +146,12 @@ ok $((!$?)) "and no worker has it"
 wait $psql_pid
 ok $? "the transaction commits"
 t_commit=$(ns)
-poll ran "$T/ran.txf" committed-late >/dev/null
+poll_s 10 ran "$T/ran.txf" committed-late >/dev/null
 ok $? "the committed job runs"
 ts=$(ran "$T/ran.txf" committed-late | cut -d' ' -f1)
 [ -n "$ts" ] && [ "$ts" -ge $((t0 + 2000000000)) ]
-ok $? "not before its transaction committed (it ran $(ms_since "$t0" "${ts:-0}") ms after BEGIN; the commit came after 2000)"
-lat=$(ms_since "$t_commit" "${ts:-0}")
+ok $? "not before its transaction committed (it ran $(ms_since "$t0" "$ts") ms after BEGIN; the commit came after 2000)"
+lat=$(ms_since "$t_commit" "$ts")
 diag "pick-up after COMMIT (psql, open transaction): $lat ms"
 [ -n "$ts" ] && [ "$lat" -lt 2000 ]
 ok $? "picked up at once: $lat ms after the commit, while the poll is 5000 ms"
@@ -150,7 +160,7 @@ is "$(ran "$T/ran.txf" committed-late | cut -d' ' -f2)" "$h_late" \
     "the worker got it under the handle dsjob.submit returned"
 is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the rolled-back job, submitted before it, never ran"
 gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$1'")" = 0 ]; }
-poll gone "$h_late"
+poll_s 10 gone "$h_late"
 ok $? "once done its row is gone"
 
 # --- committed, bytes and a gearman CLI worker ---
@@ -165,17 +175,17 @@ SELECT dsjob.submit('txg', 'payload for gearman'::bytea);
 COMMIT;
 EOF
 )
-poll test -s "$T/gw.rc"
+poll_s 10 test -s "$T/gw.rc"
 is "$(cat "$T/gw.rc" 2>/dev/null)" 0 "gearman -w -c 1 did one job and exited 0 (handle $h_g)"
 is "$(cat "$T/gw.out")" "payload for gearman" "with the payload committed from psql"
 diag "gearman CLI worker done $(ms_since "$t_commit" "$(ns)") ms after the psql COMMIT"
 
 t_commit=$(ns)
 h_bin=$(q "SELECT dsjob.submit('txf', '\\x00ff0a41'::bytea)")
-poll grep -q " 00ff0a41\$" "$T/ran.txf"
+poll_s 10 grep -q " 00ff0a41\$" "$T/ran.txf"
 ok $? "a payload with bytes 00 ff 0a from psql reaches the worker whole (autocommit; $h_bin)"
 ts=$(grep " 00ff0a41\$" "$T/ran.txf" | cut -d' ' -f1)
-diag "pick-up after autocommit (psql): $(ms_since "$t_commit" "${ts:-0}") ms"
+diag "pick-up after autocommit (psql): $(ms_since "$t_commit" "$ts") ms"
 
 # --- the libpq program, with writes of its own ---
 if [ -n "$TXN" ]; then
@@ -189,10 +199,10 @@ if [ -n "$TXN" ]; then
     ok $? "it printed a handle and its row: $out"
     is "$(q "SELECT handle FROM pg_txn_app WHERE id = ${row:-0}")" "$h_c" \
         "its application row was committed with the handle"
-    poll ran "$T/ran.txf" "$pl" >/dev/null
+    poll_s 10 ran "$T/ran.txf" "$pl" >/dev/null
     ok $? "its job runs"
     ts=$(ran "$T/ran.txf" "$pl" | cut -d' ' -f1)
-    lat=$(ms_since "$t_commit" "${ts:-0}")
+    lat=$(ms_since "$t_commit" "$ts")
     diag "pick-up after COMMIT (libpq program, connect included): $lat ms"
     [ -n "$ts" ] && [ "$lat" -lt 2000 ]
     ok $? "picked up at once: $lat ms after the program started, while the poll is 5000 ms"
@@ -229,15 +239,15 @@ is "$h_u3" "$h_u1" "SUBMIT_JOB_BG with unique u-1 to dsjobd gets it too"
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txu'")" 1 "one row for txu"
 touch "$T/ran.txu"
 worker txu "$T/ran.txu"
-poll ran "$T/ran.txu" first >/dev/null
+poll_s 10 ran "$T/ran.txu" first >/dev/null
 ok $? "the worker runs it, with the first payload"
-poll gone "$h_u1"
+poll_s 10 gone "$h_u1"
 sleep 0.5
 is "$(wc -l <"$T/ran.txu" | tr -d ' ')" 1 "once"
 h_u4=$(q "SELECT dsjob.submit('txu', 'fourth'::bytea, 'u-1')")
 [ -n "$h_u4" ] && [ "$h_u4" != "$h_u1" ]
 ok $? "once it is done, u-1 makes a new job: $h_u4"
-poll ran "$T/ran.txu" fourth >/dev/null
+poll_s 10 ran "$T/ran.txu" fourth >/dev/null
 ok $? "which runs"
 
 # --- priorities in one transaction, then one worker ---
@@ -255,7 +265,7 @@ ok $? "six txp jobs of three priorities committed in one transaction"
 touch "$T/ran.txp"
 worker txp "$T/ran.txp"
 lines_ge() { [ "$(wc -l <"$1")" -ge "$2" ]; }
-poll lines_ge "$T/ran.txp" 6
+poll_s 10 lines_ge "$T/ran.txp" 6
 order=$(sort -n "$T/ran.txp" | cut -d' ' -f3 | perl -ne 'chomp; print pack("H*", $_), " "')
 is "$order" "p-high p-high2 p-normal p-normal2 p-low p-low2 " \
     "one worker ran them high, normal, low, in submission order within each"
