@@ -58,6 +58,8 @@
 #                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
 #                     PGD_LOG_<NAME>. Returns 1 with its log on stderr if it
 #                     did not start.
+#   pgd_launch NAME [ARG...], pgd_wait NAME
+#                     the two halves of pgd_start, to start several at once
 #   pgd_port NAME, pgd_pid NAME, pgd_log NAME
 #                     print those
 #   pgd_stop NAME     SIGTERM (SIGCONT first, in case it is stopped), waits
@@ -251,16 +253,21 @@ pgd_port() { eval "echo \"\$PGD_PORT_$1\""; }
 pgd_pid() { eval "echo \"\$PGD_PID_$1\""; }
 pgd_log() { eval "echo \"\$PGD_LOG_$1\""; }
 
-pgd_start() {
+pgd_launch() {
     _n=$1
     shift
     _log="$TEST_TMPDIR/dsjobd-$_n.$(date +%s%N).log"
-    _pf="$_log.port"
-    "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_pf" -l "$_log" \
+    "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_log.port" -l "$_log" \
         --store postgres --pg-dsn "$PG_DSN" "$@" &
-    _pid=$!
-    eval "PGD_PID_$_n=$_pid PGD_LOG_$_n=\$_log PGD_PORT_$_n="
+    eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
     _pgd_names="$_pgd_names $_n"
+}
+
+pgd_wait() {
+    _n=$1
+    _pid=$(pgd_pid "$_n")
+    _log=$(pgd_log "$_n")
+    _pf=$_log.port
     _i=0
     while [ ! -s "$_pf" ] && [ $_i -lt 200 ] && kill -0 "$_pid" 2>/dev/null; do
         sleep 0.05
@@ -273,6 +280,11 @@ pgd_start() {
     fi
     eval "PGD_PORT_$_n=$(cat "$_pf")"
     return 0
+}
+
+pgd_start() {
+    pgd_launch "$@"
+    pgd_wait "$1"
 }
 
 # _pgd_gone PID: the process is gone or a zombie.
