@@ -335,37 +335,48 @@ admin_show_dead(struct conn *c, const struct textcmd *cmd)
     conn_write(c, ".\n", 2);
 }
 
+int
+admin_dead_apply(struct srv *srv, const char *name, size_t len, bool retry, unsigned *done,
+                 unsigned *held)
+{
+    struct job *j, *next;
+    struct func *f;
+
+    *done = *held = 0;
+    j = queue_find_job(&srv->queue, name, len);
+    f = j != NULL ? NULL : queue_func(&srv->queue, name, len, false);
+    if ((j == NULL || j->state != JOB_DEAD) && f == NULL)
+        return -1;
+    for (j = j != NULL ? j : TAILQ_FIRST(&f->dead); j != NULL; j = next) {
+        next = f != NULL ? TAILQ_NEXT(j, link) : NULL;
+        if (!retry) {
+            lifecycle_drop_ended(srv, j);
+            (*done)++;
+        } else if (lifecycle_revive(srv, j) == 0) {
+            (*done)++;
+        } else {
+            (*held)++;
+        }
+    }
+    return 0;
+}
+
 /* retry dead / drop dead HANDLE|FUNCTION: one dead job by handle, or all of a function's. */
 static void
 admin_dead(struct conn *c, const struct textcmd *cmd, bool retry)
 {
     struct srv *srv = c->srv;
-    unsigned done = 0, held = 0;
-    struct job *j, *next;
-    struct func *f;
+    unsigned done, held;
 
     if (textcmd_argc(cmd) != 1) {
         conn_printf(c, "ERR INVALID_ARGUMENTS usage:+%s+dead+HANDLE|FUNCTION\r\n",
                     retry ? "retry" : "drop");
         return;
     }
-    j = queue_find_job(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0));
-    f = j != NULL ? NULL : queue_func(&srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
-    if ((j == NULL || j->state != JOB_DEAD) && f == NULL) {
+    if (admin_dead_apply(srv, WORD(cmd, 0), WORD_LEN(cmd, 0), retry, &done, &held) < 0) {
         conn_printf(c, "ERR UNKNOWN_JOB no+dead+job+or+function+%.*s\r\n", (int)WORD_LEN(cmd, 0),
                     WORD(cmd, 0));
         return;
-    }
-    for (j = j != NULL ? j : TAILQ_FIRST(&f->dead); j != NULL; j = next) {
-        next = f != NULL ? TAILQ_NEXT(j, link) : NULL;
-        if (!retry) {
-            lifecycle_drop_ended(srv, j);
-            done++;
-        } else if (lifecycle_revive(srv, j) == 0) {
-            done++;
-        } else {
-            held++;
-        }
     }
     log_notice(&srv->log, "%s: %s %u dead jobs of '%.*s'", c->peer, retry ? "retried" : "dropped",
                done, (int)WORD_LEN(cmd, 0), WORD(cmd, 0));
@@ -498,6 +509,13 @@ admin_maxqueue(struct conn *c, const struct textcmd *cmd)
     conn_printf(c, "OK\r\n");
 }
 
+bool
+admin_job_ended(const struct job *j)
+{
+    /* Only its deletion, or its place among dead or kept jobs, is left. */
+    return j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE;
+}
+
 static void
 admin_cancel(struct conn *c, const struct textcmd *cmd)
 {
@@ -512,8 +530,7 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
         return;
     }
-    /* It has ended already: only its deletion, or its place among dead or kept jobs, is left. */
-    if (j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE) {
+    if (admin_job_ended(j)) {
         conn_printf(c, "ERR JOB_ENDED the+job+has+ended%s\r\n",
                     j->state == JOB_DEAD ? ";+drop+dead+removes+it" : "");
         return;

@@ -78,6 +78,7 @@ can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
         queue_awake(&c->worker);
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
     }
+    storage_want_lease(c->srv); /* a shared store may hold its jobs */
 }
 
 static void
@@ -142,6 +143,7 @@ h_pre_sleep(struct conn *c, const struct packet *p)
         return;
     }
     queue_sleep(&c->worker);
+    storage_want_lease(c->srv);
 }
 
 static void
@@ -154,6 +156,8 @@ grab(struct conn *c, enum packet_type assign)
     queue_awake(&c->worker);
     j = srv->draining ? NULL
                       : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? srv_now() : 0);
+    if (srv->storage.shared)
+        storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {
         conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
         return;

@@ -1,24 +1,32 @@
 /*
  * HTTP, off unless --http-port is given: GET /healthz, GET /metrics (the
- * samples of stats.c with their # HELP and # TYPE lines) and a read-only
- * JSON API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE), built
- * with jansson from the same structures the admin commands print. evhttp
+ * samples of stats.c with their # HELP and # TYPE lines), a read-only JSON
+ * API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE) built with
+ * jansson from the same structures the admin commands print, and the
+ * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
  * callback that read it (no request waits on the store or a worker), and
  * evhttp writes the answer without blocking. Requests are bounded before
- * any work is done (URI length, header size, no body, GET or HEAD only),
- * and a bad one gets a 4xx with a one-line JSON reason.
+ * any work is done (URI length, header size, no body), and a bad one gets
+ * a 4xx with a one-line JSON reason. GET and HEAD never change anything;
+ * with --http-admin, three POSTs do (cancel a job, retry or drop dead
+ * ones), each only from a peer --admin-allow admits and with the CSRF
+ * token the page carries, checked before anything is touched.
  */
 #include "config.h"
 #include "http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -29,7 +37,9 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "dashboard.h"
 #include "job.h"
+#include "lifecycle.h"
 #include "queue.h"
 #include "srv.h"
 #include "stats.h"
@@ -39,6 +49,11 @@
 #define HTTP_TIMEOUT_SECS 10  /* a peer that sends nothing for this long is closed */
 #define HTTP_JOBS_DEFAULT 100 /* /api/jobs without limit= */
 #define HTTP_JOBS_MAX 10000   /* the largest limit= */
+#define HTTP_MAX_BODY 0       /* request body bytes: a POST says all it means in its target */
+#define HTTP_TOKEN_BYTES 32   /* random bytes of the CSRF token (twice as many hex digits) */
+
+/* The dashboard loads nothing from anywhere but this server, and runs no inline code. */
+#define HTTP_CSP "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* A string for JSON: as it is if it is UTF-8 without NUL, else with \xHH escapes. */
 static json_t *
@@ -94,6 +109,7 @@ reply_json(struct evhttp_request *req, int code, const char *reason, json_t *j)
 
     json_decref(j);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
     if (text == NULL) {
         evbuffer_add_printf(buf, "{\"error\":\"out of memory\"}\n");
         send_reply(req, 500, "Internal Server Error");
@@ -140,6 +156,113 @@ unhealthy(const struct srv *srv, char *buf, size_t len)
         return buf;
     }
     return NULL;
+}
+
+/* The peer of req, if --admin-allow admits it (HTTP is TCP only: no unix socket here). */
+static bool
+peer_admitted(const struct srv *srv, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    const struct sockaddr *sa = evcon != NULL ? evhttp_connection_get_addr(evcon) : NULL;
+
+    return sa != NULL && srv_admin_allowed(srv, sa);
+}
+
+/* The peer's address as text, for errors and the log; "?" if unknown. */
+static const char *
+peer_name(struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    const char *addr = NULL;
+    ev_uint16_t port;
+
+    if (evcon != NULL)
+        evhttp_connection_get_peer(evcon, (char **)&addr, &port);
+    return addr != NULL ? addr : "?";
+}
+
+/*
+ * Is the request's Host one that DNS rebinding cannot forge: an IP address,
+ * localhost, or --http-listen as given (a name the operator chose)? A site
+ * whose name an attacker re-points at 127.0.0.1 becomes the page's own
+ * origin, but its requests still say its name in Host: they get no token
+ * and may not write.
+ */
+static bool
+host_ok(const struct srv *srv, struct evhttp_request *req)
+{
+    const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+    const char *end, *colon;
+    unsigned char addr[16];
+    char name[256];
+    size_t len;
+
+    if (host == NULL)
+        return false;
+    if (host[0] == '[') {
+        end = strchr(host, ']');
+        len = end != NULL ? (size_t)(end - host - 1) : 0;
+        if (end == NULL || len >= sizeof(name) || (end[1] != '\0' && end[1] != ':'))
+            return false;
+        memcpy(name, host + 1, len);
+        name[len] = '\0';
+        return inet_pton(AF_INET6, name, addr) == 1;
+    }
+    colon = strchr(host, ':');
+    len = colon != NULL ? (size_t)(colon - host) : strlen(host);
+    if (len == 0 || len >= sizeof(name))
+        return false;
+    memcpy(name, host, len);
+    name[len] = '\0';
+    return inet_pton(AF_INET, name, addr) == 1 || strcasecmp(name, "localhost") == 0 ||
+           (srv->cfg.http_listen != NULL && strcasecmp(name, srv->cfg.http_listen) == 0);
+}
+
+/* The headers of every dashboard file: its type, no caching, no framing, no outside loads. */
+static void
+static_headers(struct evhttp_request *req, const char *type)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+    evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Content-Security-Policy", HTTP_CSP);
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "X-Frame-Options", "DENY");
+    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+}
+
+/*
+ * GET /: the page, with the CSRF token where it says @TOKEN@ when admin
+ * writes are on and the peer may make them, by a Host that is no rebound
+ * name (the page shows its buttons only then); an empty token otherwise.
+ */
+static void
+get_page(struct srv *srv, struct evhttp_request *req)
+{
+    struct evbuffer *buf = evhttp_request_get_output_buffer(req);
+    const char *page = (const char *)dashboard_html, *mark = strstr(page, "@TOKEN@");
+    const char *token = srv->http_token[0] != '\0' && peer_admitted(srv, req) && host_ok(srv, req)
+                            ? srv->http_token
+                            : "";
+
+    if (mark == NULL) {
+        evbuffer_add(buf, page, dashboard_html_len);
+    } else {
+        evbuffer_add(buf, page, (size_t)(mark - page));
+        evbuffer_add(buf, token, strlen(token));
+        evbuffer_add(buf, mark + 7, dashboard_html_len - (size_t)(mark + 7 - page));
+    }
+    static_headers(req, "text/html; charset=utf-8");
+    send_reply(req, 200, "OK");
+}
+
+static void
+get_file(struct evhttp_request *req, const unsigned char *data, size_t len, const char *type)
+{
+    evbuffer_add(evhttp_request_get_output_buffer(req), data, len);
+    static_headers(req, type);
+    send_reply(req, 200, "OK");
 }
 
 static void
@@ -449,7 +572,22 @@ out:
     free_vals(vals, 2);
 }
 
-/* /api/job/HANDLE, or /api/job?function=F&unique=U (queued, running, settling or kept). */
+/* f's job with this unique key: queued, running, settling or kept; NULL if none. */
+static struct job *
+find_unique(const struct func *f, const char *unique)
+{
+    size_t len = strlen(unique);
+    struct job *j = queue_find_unique(f, unique, len);
+
+    if (j == NULL && (j = queue_find_settling(f, unique, len)) == NULL)
+        j = queue_find_kept(f, unique, len);
+    return j;
+}
+
+/*
+ * /api/job/HANDLE, or /api/job?unique=U&function=F (queued, running,
+ * settling or kept); without function=, the one function whose index holds U.
+ */
 static void
 get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t handle_len,
         const char *query)
@@ -473,17 +611,36 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
     }
     if (!parse_query(req, query, known, vals, 2))
         return;
-    if (vals[0] == NULL || vals[1] == NULL) {
-        reply_error(req, 400, "Bad Request", "use /api/job/HANDLE or /api/job?function=F&unique=U");
+    if (vals[1] == NULL) {
+        reply_error(req, 400, "Bad Request",
+                    "use /api/job/HANDLE or /api/job?unique=U[&function=F]");
         goto out;
     }
-    f = queue_func(&srv->queue, vals[0], strlen(vals[0]), false);
-    if (f != NULL && (j = queue_find_unique(f, vals[1], strlen(vals[1]))) == NULL &&
-        (j = queue_find_settling(f, vals[1], strlen(vals[1]))) == NULL)
-        j = queue_find_kept(f, vals[1], strlen(vals[1]));
+    if (vals[0] != NULL) {
+        f = queue_func(&srv->queue, vals[0], strlen(vals[0]), false);
+        j = f != NULL ? find_unique(f, vals[1]) : NULL;
+        if (j == NULL)
+            reply_error(req, 404, "Not Found", "no job of '%.100s' with unique '%.100s'", vals[0],
+                        vals[1]);
+        else
+            reply_json(req, 200, "OK", job_json(j));
+        goto out;
+    }
+    /* Without a function: every function's index, and the key must name one job. */
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        struct job *k = find_unique(f, vals[1]);
+
+        if (k != NULL && j != NULL) {
+            reply_error(
+                req, 409, "Conflict",
+                "unique '%.100s' is held in more than one function: add function=", vals[1]);
+            goto out;
+        }
+        if (k != NULL)
+            j = k;
+    }
     if (j == NULL)
-        reply_error(req, 404, "Not Found", "no job of '%.100s' with unique '%.100s'", vals[0],
-                    vals[1]);
+        reply_error(req, 404, "Not Found", "no job with unique '%.100s'", vals[1]);
     else
         reply_json(req, 200, "OK", job_json(j));
 out:
@@ -497,7 +654,13 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
     bool no_query = query == NULL;
 
 #define IS(s) (len == sizeof(s) - 1 && memcmp(path, s, len) == 0)
-    if (IS("/healthz") && no_query)
+    if (IS("/") && no_query)
+        get_page(srv, req);
+    else if (IS("/dashboard.css") && no_query)
+        get_file(req, dashboard_css, dashboard_css_len, "text/css; charset=utf-8");
+    else if (IS("/dashboard.js") && no_query)
+        get_file(req, dashboard_js, dashboard_js_len, "text/javascript; charset=utf-8");
+    else if (IS("/healthz") && no_query)
         get_healthz(srv, req);
     else if (IS("/metrics") && no_query)
         get_metrics(srv, req);
@@ -511,12 +674,146 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
         get_job(srv, req, NULL, 0, query);
     else if (len > sizeof(job_prefix) - 1 && memcmp(path, job_prefix, sizeof(job_prefix) - 1) == 0)
         get_job(srv, req, path + sizeof(job_prefix) - 1, len - (sizeof(job_prefix) - 1), query);
-    else if (IS("/healthz") || IS("/metrics") || IS("/api/status") || IS("/api/workers"))
+    else if (IS("/") || IS("/dashboard.css") || IS("/dashboard.js") || IS("/healthz") ||
+             IS("/metrics") || IS("/api/status") || IS("/api/workers"))
         reply_error(req, 400, "Bad Request", "%.*s takes no query", (int)len, path);
     else
         reply_error(req, 404, "Not Found", "no such page: %.*s", (int)(len > 100 ? 100 : len),
                     path);
 #undef IS
+}
+
+/* Constant-time comparison of a header with the token, so timing tells nothing of it. */
+static bool
+token_ok(const struct srv *srv, const char *given)
+{
+    size_t i, n = strlen(srv->http_token);
+    unsigned char diff = 0;
+
+    if (given == NULL || n == 0 || strlen(given) != n)
+        return false;
+    for (i = 0; i < n; i++)
+        diff |= (unsigned char)(given[i] ^ srv->http_token[i]);
+    return diff == 0;
+}
+
+/* POST /api/job/HANDLE/cancel: as admin "cancel job". */
+static void
+post_cancel(struct srv *srv, struct evhttp_request *req, const char *handle, size_t len)
+{
+    struct job *j = queue_find_job(&srv->queue, handle, len);
+    json_t *doc;
+
+    if (j == NULL) {
+        reply_error(req, 404, "Not Found", "no job '%.*s'", (int)(len > 100 ? 100 : len), handle);
+        return;
+    }
+    if (admin_job_ended(j)) {
+        reply_error(req, 409, "Conflict", "the job has ended%s",
+                    j->state == JOB_DEAD ? "; POST /api/dead/HANDLE/drop removes it" : "");
+        return;
+    }
+    /* Made before the cancel, which may free j. */
+    doc = json_pack("{s:s}", "cancelled", job_handle(j));
+    log_notice(&srv->log, "http %s: cancelled job %s of '%s'", peer_name(req), job_handle(j),
+               j->func->name);
+    lifecycle_cancel(srv, j);
+    reply_json(req, 200, "OK", doc);
+}
+
+/* POST /api/dead/NAME/retry or /drop: as admin "retry dead" and "drop dead" of NAME. */
+static void
+post_dead(struct srv *srv, struct evhttp_request *req, const char *name, size_t len, bool retry)
+{
+    unsigned done, held;
+
+    if (admin_dead_apply(srv, name, len, retry, &done, &held) < 0) {
+        reply_error(req, 404, "Not Found", "no dead job or function '%.*s'",
+                    (int)(len > 100 ? 100 : len), name);
+        return;
+    }
+    log_notice(&srv->log, "http %s: %s %u dead jobs of '%.*s'", peer_name(req),
+               retry ? "retried" : "dropped", done, (int)len, name);
+    reply_json(req, 200, "OK",
+               json_pack("{s:i,s:i}", retry ? "retried" : "dropped", (int)done, "held", (int)held));
+}
+
+/* Is path PREFIX NAME SUFFIX with a NAME of one byte or more? Sets *name, *name_len. */
+static bool
+split_path(const char *path, size_t len, const char *prefix, const char *suffix, const char **name,
+           size_t *name_len)
+{
+    size_t p = strlen(prefix), s = strlen(suffix);
+
+    if (len <= p + s || memcmp(path, prefix, p) != 0 || memcmp(path + len - s, suffix, s) != 0)
+        return false;
+    *name = path + p;
+    *name_len = len - p - s;
+    return true;
+}
+
+/*
+ * The three writes, with --http-admin only. Checked in this order, before
+ * anything changes: a write route (404), no query (400), a peer
+ * --admin-allow admits (403), a Host that is not a rebound name (403),
+ * the X-CSRF-Token header (403).
+ */
+static void
+route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
+           const char *query)
+{
+    enum { CANCEL, RETRY, DROP } what;
+    const char *name, *given;
+    size_t name_len;
+
+    if (split_path(path, len, "/api/job/", "/cancel", &name, &name_len))
+        what = CANCEL;
+    else if (split_path(path, len, "/api/dead/", "/retry", &name, &name_len))
+        what = RETRY;
+    else if (split_path(path, len, "/api/dead/", "/drop", &name, &name_len))
+        what = DROP;
+    else {
+        reply_error(req, 404, "Not Found",
+                    "POST takes /api/job/HANDLE/cancel, /api/dead/NAME/retry or "
+                    "/api/dead/NAME/drop, not %.*s",
+                    (int)(len > 100 ? 100 : len), path);
+        return;
+    }
+    if (query != NULL) {
+        reply_error(req, 400, "Bad Request", "POST takes no query");
+        return;
+    }
+    if (!peer_admitted(srv, req)) {
+        log_warn(&srv->log, "http %s: refused POST %.*s: peer not in --admin-allow", peer_name(req),
+                 (int)(len > 200 ? 200 : len), path);
+        reply_error(req, 403, "Forbidden", "POST is not allowed from %s (see --admin-allow)",
+                    peer_name(req));
+        return;
+    }
+    if (!host_ok(srv, req)) {
+        const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+
+        log_warn(&srv->log, "http %s: refused POST %.*s: Host '%.100s'", peer_name(req),
+                 (int)(len > 200 ? 200 : len), path, host ? host : "");
+        reply_error(req, 403, "Forbidden",
+                    "POST needs a Host header that is an address, localhost or --http-listen's "
+                    "name, not '%.100s' (a guard against DNS rebinding)",
+                    host ? host : "");
+        return;
+    }
+    given = evhttp_find_header(evhttp_request_get_input_headers(req), "X-CSRF-Token");
+    if (!token_ok(srv, given)) {
+        log_warn(&srv->log, "http %s: refused POST %.*s: %s X-CSRF-Token", peer_name(req),
+                 (int)(len > 200 ? 200 : len), path, given == NULL ? "no" : "a wrong");
+        reply_error(req, 403, "Forbidden",
+                    "%s X-CSRF-Token header: send the token of the page's dsjob-csrf meta tag",
+                    given == NULL ? "no" : "a wrong");
+        return;
+    }
+    if (what == CANCEL)
+        post_cancel(srv, req, name, name_len);
+    else
+        post_dead(srv, req, name, name_len, what == RETRY);
 }
 
 static void
@@ -530,9 +827,17 @@ http_cb(struct evhttp_request *req, void *arg)
     size_t len;
     char *decoded;
 
-    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+    if (cmd == EVHTTP_REQ_POST && !srv->cfg.http_admin) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-        reply_error(req, 405, "Method Not Allowed", "only GET and HEAD");
+        reply_error(req, 405, "Method Not Allowed",
+                    "POST changes the server and is off: start dsjobd with --http-admin");
+        return;
+    }
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD && cmd != EVHTTP_REQ_POST) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          srv->cfg.http_admin ? "GET, HEAD, POST" : "GET, HEAD");
+        reply_error(req, 405, "Method Not Allowed",
+                    srv->cfg.http_admin ? "only GET, HEAD and POST" : "only GET and HEAD");
         return;
     }
     if (uri == NULL || strlen(uri) > HTTP_MAX_URI) {
@@ -552,9 +857,41 @@ http_cb(struct evhttp_request *req, void *arg)
     }
     if (strlen(decoded) != len)
         reply_error(req, 400, "Bad Request", "the path holds a NUL byte");
+    else if (cmd == EVHTTP_REQ_POST)
+        route_post(srv, req, decoded, len, query);
     else
         route(srv, req, decoded, len, query);
     free(decoded);
+}
+
+/* A fresh CSRF token for --http-admin: HTTP_TOKEN_BYTES from /dev/urandom, in hex. */
+static int
+make_token(struct srv *srv)
+{
+    unsigned char raw[HTTP_TOKEN_BYTES];
+    size_t got = 0, i;
+    ssize_t n;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+    while (fd >= 0 && got < sizeof(raw)) {
+        n = read(fd, raw + got, sizeof(raw) - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (got < sizeof(raw)) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg),
+                 "--http-admin: cannot read /dev/urandom for the CSRF token: %s",
+                 errno ? strerror(errno) : "short read");
+        return -1;
+    }
+    for (i = 0; i < sizeof(raw); i++)
+        snprintf(srv->http_token + 2 * i, 3, "%02x", raw[i]);
+    return 0;
 }
 
 int
@@ -566,15 +903,18 @@ http_open(struct srv *srv)
     const char *addr = srv->cfg.http_listen ? srv->cfg.http_listen : "127.0.0.1";
 
     srv->http_port = -1;
+    srv->http_token[0] = '\0';
     if (srv->cfg.http_port < 0)
         return 0;
+    if (srv->cfg.http_admin && make_token(srv) < 0)
+        return -1;
     srv->http = evhttp_new(srv->base);
     if (srv->http == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "--http-port: cannot make the HTTP server");
         return -1;
     }
     evhttp_set_max_headers_size(srv->http, HTTP_MAX_HEADERS);
-    evhttp_set_max_body_size(srv->http, 0);
+    evhttp_set_max_body_size(srv->http, HTTP_MAX_BODY);
     evhttp_set_timeout(srv->http, HTTP_TIMEOUT_SECS);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |

@@ -89,10 +89,13 @@ usage(FILE *fp)
         "                             HTTP; 0 picks a free port)\n"
         "      --http-listen ADDR     address HTTP listens on (default 127.0.0.1)\n"
         "      --http-port-file FILE  write the bound HTTP port to FILE\n"
+        "      --http-admin           take the dashboard's POSTs that cancel jobs and retry or\n"
+        "                             drop dead ones (from --admin-allow peers; default off)\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
-        "  -q, --store TYPE           none (default), sqlite, memcached; also --queue-type, and\n"
-        "                             gearmand's builtin, libsqlite3 and libmemcached\n"
+        "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
+        "                             --queue-type, and gearmand's builtin, libsqlite3,\n"
+        "                             libmemcached and Postgres\n"
         "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store "
         "sqlite)\n"
         "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
@@ -103,6 +106,13 @@ usage(FILE *fp)
         "      --memcached-servers H:P,...  memcached store's servers (also "
         "--libmemcached-servers)\n"
         "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
+        "      --pg-dsn DSN           postgres store's libpq connection string (implies --store\n"
+        "                             postgres; also --libpq-conninfo)\n"
+        "      --pg-lease SECONDS     a server's lease on a job lasts this long unless renewed\n"
+        "                             (default 30)\n"
+        "      --pg-prefetch N        jobs leased beyond the idle workers (default 8)\n"
+        "      --pg-poll-ms MS        look for ready jobs this often without a NOTIFY (default "
+        "1000)\n"
         "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
         "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
         "      --config-file FILE     read options from FILE first (NAME=VALUE or gearmand's\n"
@@ -153,6 +163,11 @@ enum {
     OPT_HTTP_PORT,
     OPT_HTTP_LISTEN,
     OPT_HTTP_PORT_FILE,
+    OPT_PG_DSN,
+    OPT_PG_LEASE,
+    OPT_PG_PREFETCH,
+    OPT_PG_POLL,
+    OPT_HTTP_ADMIN,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -186,6 +201,11 @@ static const struct option long_options[] = {
     {"memcached-servers", required_argument, NULL, OPT_MC_SERVERS},
     {"libmemcached-servers", required_argument, NULL, OPT_MC_SERVERS},
     {"memcached-prefix", required_argument, NULL, OPT_MC_PREFIX},
+    {"pg-dsn", required_argument, NULL, OPT_PG_DSN},
+    {"libpq-conninfo", required_argument, NULL, OPT_PG_DSN},
+    {"pg-lease", required_argument, NULL, OPT_PG_LEASE},
+    {"pg-prefetch", required_argument, NULL, OPT_PG_PREFETCH},
+    {"pg-poll-ms", required_argument, NULL, OPT_PG_POLL},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_MAX_OUTPUT},
@@ -196,6 +216,7 @@ static const struct option long_options[] = {
     {"http-port", required_argument, NULL, OPT_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
+    {"http-admin", no_argument, NULL, OPT_HTTP_ADMIN},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
@@ -810,6 +831,7 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             cfg->http_listen = optarg;
             break;
         case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
+        case OPT_HTTP_ADMIN: cfg->http_admin = true; break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;
@@ -875,6 +897,20 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_MC_SERVERS: cfg->memcached_servers = optarg; break;
         case OPT_MC_PREFIX: cfg->memcached_prefix = optarg; break;
+        case OPT_PG_DSN: cfg->pg_dsn = optarg; break;
+        case OPT_PG_LEASE:
+            cfg->pg_lease = (unsigned)parse_number("--pg-lease", optarg, 86400, false);
+            if (cfg->pg_lease < 2)
+                die_usage("--pg-lease: must be at least %d seconds", 2);
+            break;
+        case OPT_PG_PREFETCH:
+            cfg->pg_prefetch = (unsigned)parse_number("--pg-prefetch", optarg, 100000, false);
+            break;
+        case OPT_PG_POLL:
+            cfg->pg_poll_ms = (unsigned)parse_number("--pg-poll-ms", optarg, 3600000, false);
+            if (cfg->pg_poll_ms < 10)
+                die_usage("--pg-poll-ms: must be at least %d", 10);
+            break;
         case OPT_STORE_INTERVAL:
             cfg->store_commit_interval_ms =
                 (unsigned)parse_number("--store-commit-interval", optarg, 10000, false);
@@ -981,6 +1017,8 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
         cfg->store = "sqlite";
     else if (!store_given && cfg->memcached_servers != NULL)
         cfg->store = "memcached";
+    else if (!store_given && cfg->pg_dsn != NULL)
+        cfg->store = "postgres";
 }
 
 int

@@ -93,6 +93,9 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->priority_aging = 0;
     cfg->http_port = -1;
     cfg->http_listen = "127.0.0.1";
+    cfg->pg_lease = 30;
+    cfg->pg_prefetch = 8;
+    cfg->pg_poll_ms = 1000;
 }
 
 /* The queue as the config wants it: made empty at new, and again after a failed bind. */
@@ -221,6 +224,7 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.ssl_key;
     strs[n++] = &srv->cfg.ssl_ca_file;
     strs[n++] = &srv->cfg.http_listen;
+    strs[n++] = &srv->cfg.pg_dsn;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;
@@ -292,6 +296,8 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--http-port %d is out of range", srv->cfg.http_port);
     if (srv->cfg.http_listen != NULL && srv->cfg.http_listen[0] == '\0')
         FAIL("--http-listen is empty");
+    if (srv->cfg.http_admin && srv->cfg.http_port < 0)
+        FAIL("--http-admin needs --http-port");
     if (srv->cfg.max_packet_size < 1024)
         FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)
@@ -319,6 +325,12 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--ssl-verify-client needs --ssl-ca-file");
     if (srv->cfg.job_timeout > 86400)
         FAIL("--job-timeout must be at most 86400 seconds");
+    if (srv->cfg.pg_lease < 2 || srv->cfg.pg_lease > 86400)
+        FAIL("--pg-lease must be 2 to 86400 seconds");
+    if (srv->cfg.pg_prefetch > 100000)
+        FAIL("--pg-prefetch must be at most 100000 jobs");
+    if (srv->cfg.pg_poll_ms < 10 || srv->cfg.pg_poll_ms > 3600000)
+        FAIL("--pg-poll-ms must be 10 to 3600000 milliseconds");
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);

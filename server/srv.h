@@ -54,6 +54,7 @@ struct srv {
     struct stats stats;            /* server-wide counters (stats.c) */
     struct evhttp *http;           /* the --http-port server, or NULL (http.c) */
     int http_port;                 /* its bound port, or -1 */
+    char http_token[65];           /* --http-admin's CSRF token (hex), "" without it (http.c) */
     struct conn_list conns;        /* open connections */
     struct conn_list closing;      /* closed, waiting to be freed */
     unsigned nconns;               /* entries in conns */

@@ -346,6 +346,17 @@ server_wide(struct srv *srv, struct out *o)
     value(o, "jobs", NULL, srv->queue.njobs);
     family(o, "jobs_replayed_total", "counter", "Jobs replayed from the store at start.");
     value(o, "jobs_replayed_total", NULL, st->replayed);
+    if (srv->storage.shared) {
+        family(o, "pg_claimed_total", "counter",
+               "Jobs this server took by lease from the shared store.");
+        value(o, "pg_claimed_total", NULL, st->pg_claimed);
+        family(o, "pg_lease_lost_total", "counter",
+               "Results and rewrites discarded because another server had taken the job.");
+        value(o, "pg_lease_lost_total", NULL, st->pg_lease_lost);
+        family(o, "pg_dropped_total", "counter",
+               "Queued jobs dropped here because another server had taken them.");
+        value(o, "pg_dropped_total", NULL, st->pg_dropped);
+    }
     family(o, "limit_hits_total", "counter", "Refusals and drops, by the limit that made them.");
     for (i = 0; i < STATS_NLIMITS; i++) {
         sample(o, "limit_hits_total", NULL, "limit", stats_limit_name((enum stats_limit)i));

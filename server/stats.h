@@ -65,6 +65,9 @@ struct stats {
     uint64_t bytes_out;             /* bytes written to peers */
     uint64_t limits[STATS_NLIMITS]; /* refusals, by limit */
     uint64_t replayed;              /* jobs replayed from the store at start */
+    uint64_t pg_claimed;            /* jobs this server took by lease from a shared store */
+    uint64_t pg_lease_lost;         /* results or rewrites discarded: the lease had been lost */
+    uint64_t pg_dropped;            /* queued jobs dropped here: their lease had been lost */
     uint64_t commits;               /* store batches committed */
     uint64_t commit_errors;         /* store batches that failed */
     int64_t started;                /* srv_uptime() when the server was bound */

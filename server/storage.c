@@ -19,6 +19,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,10 @@
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
 static void *writer_main(void *arg);
+static int shared_open(struct srv *srv);
+static void shared_close(struct srv *srv);
+static void shared_lease_op(struct srv *srv);
+static void shared_leased(struct srv *srv, struct store_lease *ls);
 
 /* Every allocation of this module, so that a test can make any one of them fail. */
 static void *
@@ -107,6 +113,26 @@ op_add_new(struct storage *sg, const struct job *j)
     if (rlen > 0)
         COPY(result, j->ext->result, rlen);
 #undef COPY
+    sj->alias = op->alias;
+    sj->lost = &op->lost;
+    return op;
+}
+
+/* A remove: on a shared store it names the row by handle, so it carries a copy. */
+static struct store_op *
+op_remove_new(struct storage *sg, const struct job *j)
+{
+    size_t len = sg->shared ? j->handle_len : 0;
+    struct store_op *op = sg_calloc(sg, "remove", sizeof(*op) + len + 1);
+
+    if (op == NULL)
+        return NULL;
+    op->kind = STORE_OP_REMOVE;
+    op->sj.id = j->id;
+    memcpy(op->buf, job_handle(j), len);
+    op->sj.handle = op->buf;
+    op->sj.handle_len = len;
+    op->sj.lost = &op->lost;
     return op;
 }
 
@@ -190,10 +216,13 @@ storage_open(struct srv *srv)
     struct store_config scfg;
     char err[STORE_ERRLEN] = "";
     size_t before = srv->queue.njobs;
+    uint64_t boot = 0;
 
     TAILQ_INIT(&sg->open.acks);
     sg->open.tail = &sg->open.ops;
     sg->done_pipe[0] = sg->done_pipe[1] = -1;
+    sg->notify_pipe[0] = sg->notify_pipe[1] = -1;
+    sg->stop_pipe[0] = sg->stop_pipe[1] = -1;
     sg->ops = sg->seam.ops;
     if (sg->ops == NULL)
         sg->ops = store_find(srv->cfg.store ? srv->cfg.store : "none", err);
@@ -207,10 +236,29 @@ storage_open(struct srv *srv)
     scfg.sync = srv->cfg.store_sync;
     scfg.servers = srv->cfg.memcached_servers;
     scfg.prefix = srv->cfg.memcached_prefix;
+    scfg.dsn = srv->cfg.pg_dsn;
+    scfg.owner = srv->handle_prefix;
+    scfg.lease_secs = srv->cfg.pg_lease;
+    scfg.boot = &boot;
     if (sg->ops->open(&sg->st, &scfg, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "%s", err);
         sg->ops = NULL;
         return -1;
+    }
+    sg->shared = sg->ops->version >= 3 && sg->ops->lease != NULL && sg->ops->remove_job != NULL &&
+                 sg->ops->wait_notify != NULL;
+    if (sg->shared) {
+        /* Handles and the leases' owner name this start: no other server or start has it. */
+        size_t n = strlen(srv->handle_prefix);
+
+        snprintf(srv->handle_prefix + n, sizeof(srv->handle_prefix) - n, ".%" PRIu64, boot);
+        if (strlen(srv->handle_prefix) + 21 >= STORE_HANDLE_MAX) {
+            snprintf(srv->errmsg, sizeof(srv->errmsg),
+                     "--job-handle-prefix: with store %s a handle prefix must be shorter than "
+                     "%d bytes",
+                     sg->ops->name, STORE_HANDLE_MAX - 21 - 8);
+            return -1;
+        }
     }
     sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
     sg->can_update = sg->ops->version >= 2 && sg->ops->update != NULL &&
@@ -256,7 +304,7 @@ storage_open(struct srv *srv)
         return -1;
     }
     sg->writer_running = true;
-    return 0;
+    return sg->shared ? shared_open(srv) : 0;
 }
 
 static bool
@@ -365,6 +413,37 @@ storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
     schedule(srv);
 }
 
+/* Ready jobs of f held here: queued, not yet grabbed. */
+static unsigned
+func_ready(const struct func *f)
+{
+    return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW];
+}
+
+/* How many more ready jobs of f this server wants: one per idle worker, and the prefetch. */
+static unsigned
+func_wants(const struct storage *sg, const struct func *f)
+{
+    unsigned idle = f->nworkers > f->nrunning ? f->nworkers - f->nrunning : 0;
+    unsigned have = func_ready(f) + f->npending;
+
+    if (f->nworkers == 0)
+        return 0;
+    return idle + sg->prefetch > have ? idle + sg->prefetch - have : 0;
+}
+
+/*
+ * On a shared store, a new job runs here (under this server's lease from
+ * its insert) when a worker here can do it now and the function does not
+ * hold its share already; otherwise it is left to whichever server has a
+ * worker free (and, when it is due, to this one's lease op too).
+ */
+static bool
+shared_runs_here(struct srv *srv, const struct job *j)
+{
+    return job_when(j) <= srv_now() && func_wants(&srv->storage, j->func) > 0;
+}
+
 void
 storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
@@ -398,6 +477,8 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     }
     if (!existing) {
         j->stored = true;
+        if (sg->shared)
+            op->sj.leased = shared_runs_here(srv, j);
         batch_append(&sg->open, op);
         srv->next_job_id++;
     }
@@ -416,7 +497,7 @@ storage_settle(struct srv *srv, struct job *j, struct conn *worker)
     if (!j->stored)
         return false;
     /* The rewrite copies the job's final state: what it will be once it has settled. */
-    op = rewrite ? op_add_new(sg, j) : sg_calloc(sg, "remove", sizeof(*op));
+    op = rewrite ? op_add_new(sg, j) : op_remove_new(sg, j);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to %s job %s: it will run again after a restart",
                 rewrite ? "end" : "remove", job_handle(j));
@@ -471,14 +552,12 @@ storage_remove(struct srv *srv, struct job *j)
     if (!j->stored || !sg->durable)
         return;
     j->stored = false;
-    op = sg_calloc(sg, "remove", sizeof(*op));
+    op = op_remove_new(sg, j);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to remove job %s: it comes back after a restart",
                 job_handle(j));
         return;
     }
-    op->kind = STORE_OP_REMOVE;
-    op->sj.id = j->id;
     batch_append(&sg->open, op);
     schedule_lazy(srv);
 }
@@ -506,6 +585,28 @@ storage_set_func(struct srv *srv, const struct func *f)
     return 0;
 }
 
+/*
+ * A committed job that does not run here: it waits in the shared table
+ * for any server's lease, or it coalesced onto the live job alias there.
+ * It leaves this server's queue; its submitters are told its handle (or
+ * alias). A client waiting for it here (a foreground submit coalesced
+ * onto it) is told WORK_FAIL: its result will come to another server.
+ */
+static void
+shared_hand_off(struct srv *srv, struct job *j, const char *alias)
+{
+    size_t len = strlen(alias);
+
+    if (len > 0 && job_set_result(j, alias, len, len) == 0)
+        j->aliased = true;
+    j->handed = true;
+    j->stored = false; /* the row is not this server's to delete */
+    if (job_has_waiters(j))
+        lifecycle_fail(srv, j);
+    else
+        queue_remove(&srv->queue, j);
+}
+
 /* Answer one submitter after the commit: ok says whether it succeeded. */
 static void
 ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
@@ -519,7 +620,16 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
     if (j != NULL && j->state == JOB_PENDING) {
         const char *peer = a->client != NULL ? a->client->peer : NULL;
 
-        if (ok && queue_commit(&srv->queue, j, srv_now()) == 0) {
+        if (ok && a->op != NULL && srv->storage.shared && !a->op->sj.leased) {
+            /* In the shared table for any server (or coalesced onto a job there). */
+            LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j,
+                          a->op->alias[0] != '\0' ? "coalesced in the store"
+                                                  : "left to any server");
+            shared_hand_off(srv, j, a->op->alias);
+        } else if (ok && a->op != NULL && srv->storage.shared && a->op->alias[0] != '\0') {
+            LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, "coalesced in the store");
+            shared_hand_off(srv, j, a->op->alias);
+        } else if (ok && queue_commit(&srv->queue, j, srv_now()) == 0) {
             LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, NULL);
             if (j->state == JOB_SCHEDULED)
                 srv_epoch_arm(srv);
@@ -549,6 +659,8 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         size_t lens[2] = {strlen(a->error), a->error_len - strlen(a->error) - 1};
 
         conn_send(a->client, PACKET_ERROR, 2, args, lens);
+    } else if (ok && j->aliased) {
+        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->result, j->ext->result_len);
     } else if (ok) {
         conn_send_raw(a->client, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
     } else {
@@ -596,8 +708,12 @@ writer_main(void *arg)
             switch (op->kind) {
             case STORE_OP_ADD: rc = sg->ops->add(sg->st, &op->sj, op->why); break;
             case STORE_OP_UPDATE: rc = sg->ops->update(sg->st, &op->sj, op->why); break;
-            case STORE_OP_REMOVE: rc = sg->ops->remove(sg->st, op->sj.id, op->why); break;
+            case STORE_OP_REMOVE:
+                rc = sg->shared ? sg->ops->remove_job(sg->st, &op->sj, op->why)
+                                : sg->ops->remove(sg->st, op->sj.id, op->why);
+                break;
             case STORE_OP_FUNC: rc = sg->ops->set_func(sg->st, &op->sf, op->why); break;
+            case STORE_OP_LEASE: rc = sg->ops->lease(sg->st, &op->ls, op->why); break;
             }
             op->failed = rc != DSJOB_OK;
         }
@@ -632,6 +748,12 @@ op_again(struct srv *srv, struct store_op *op)
 
     if (op->kind == STORE_OP_FUNC || op->settles)
         return op;
+    if (op->kind == STORE_OP_LEASE) {
+        srv->storage.lease_inflight = false;
+        srv->storage.want_lease = true; /* asked again with the next batch */
+        free(op);
+        return NULL;
+    }
     if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored && j->state != JOB_SETTLING) {
         again = op_add_new(&srv->storage, j);
         if (again != NULL) {
@@ -714,6 +836,19 @@ batch_finish(struct srv *srv)
             }
             continue;
         }
+        if (op->kind == STORE_OP_LEASE) {
+            shared_leased(srv, &op->ls);
+            free(op);
+            continue;
+        }
+        if (op->lost) {
+            srv->stats.pg_lease_lost++;
+            log_notice(&srv->log,
+                       "store: job %.*s had been taken by another server (this one's lease ran "
+                       "out): its %s here is discarded",
+                       (int)op->sj.handle_len, op->sj.handle,
+                       op->kind == STORE_OP_REMOVE ? "end" : "rewrite");
+        }
         if (op->job != NULL) {
             /* Only its own op settles it: a plain update may commit while it settles. */
             if (op->settles && op->job->state == JOB_SETTLING)
@@ -762,6 +897,8 @@ storage_flush(struct srv *srv)
         sg->want_flush = true; /* batch_finish hands this one over */
         return;
     }
+    if (sg->shared && sg->want_lease && !sg->lease_inflight)
+        shared_lease_op(srv);
     if (batch_empty(&sg->open) && !sg->retry)
         return;
     b = sg_calloc(sg, "batch", sizeof(*b));
@@ -883,6 +1020,7 @@ storage_close(struct srv *srv)
 
     if (sg->ops == NULL)
         return;
+    shared_close(srv);
     storage_drain(srv);
     if (sg->writer_running) {
         pthread_mutex_lock(&sg->lock);
@@ -924,5 +1062,314 @@ storage_must_wait(const struct conn *c, uint32_t type)
     case PACKET_SUBMIT_REDUCE_JOB_BACKGROUND:
         return false; /* answered in order through the same batch */
     default: return true;
+    }
+}
+
+/*
+ * The shared store (postgres). This server runs a job only under its
+ * lease. The lease op (one per batch at most) takes ready jobs for the
+ * functions whose workers here lack them, and every third of --pg-lease
+ * it renews the leases held and lists them, so that a queued job whose
+ * lease another server took meanwhile is dropped here, not run twice.
+ */
+
+void
+storage_want_lease(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+
+    if (!sg->shared || sg->want_lease)
+        return;
+    sg->want_lease = true;
+    if (!sg->scheduled) {
+        sg->scheduled = true;
+        sg->lazy = false;
+        event_active(sg->flush_ev, EV_TIMEOUT, 0);
+    }
+}
+
+/* Put a lease op in the open batch: what each function's workers here want, and a renew if due. */
+static void
+shared_lease_op(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op;
+    struct func *f;
+    size_t nf = 0, bytes = 0, i = 0;
+    char *at;
+
+    sg->want_lease = false;
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        if (func_wants(sg, f) > 0) {
+            nf++;
+            bytes += f->name_len + 1;
+        }
+    }
+    if (nf == 0 && !sg->renew_due)
+        return;
+    op = sg_calloc(sg, "op", sizeof(*op) + nf * (sizeof(char *) + sizeof(unsigned)) + bytes + 16);
+    if (op == NULL) {
+        log_err(&srv->log, "store: out of memory for a lease; trying with the next batch");
+        sg->want_lease = true;
+        return;
+    }
+    op->kind = STORE_OP_LEASE;
+    {
+        /* buf: the name pointers, the limits, then the names. */
+        char *base = op->buf + (8 - ((uintptr_t)op->buf & 7)) % 8;
+        const char **names = (const char **)(void *)base;
+        unsigned *limits = (unsigned *)(void *)(names + nf);
+
+        at = (char *)(limits + nf);
+        TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+            unsigned want = func_wants(sg, f);
+
+            if (want == 0)
+                continue;
+            memcpy(at, f->name, f->name_len + 1);
+            names[i] = at;
+            limits[i++] = want;
+            at += f->name_len + 1;
+        }
+        op->ls.funcs = names;
+        op->ls.limits = limits;
+        op->ls.nfuncs = nf;
+    }
+    op->ls.renew = sg->renew_due;
+    sg->renew_due = false;
+    sg->lease_inflight = true;
+    batch_append(&sg->open, op);
+}
+
+static int
+cmp_handle(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Drop queued jobs whose lease this server no longer holds (held: those it does). */
+static void
+shared_drop_lost(struct srv *srv, const struct store_lease *ls)
+{
+    const char **held = malloc((ls->nheld + 1) * sizeof(*held));
+    const char *h = ls->held;
+    struct func *f;
+    size_t i;
+
+    if (held == NULL)
+        return; /* the next renew checks again */
+    for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
+        held[i] = h;
+    qsort(held, ls->nheld, sizeof(*held), cmp_handle);
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        int p;
+
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j, *next;
+
+            for (j = TAILQ_FIRST(&f->jobs[p]); j != NULL; j = next) {
+                const char *key = job_handle(j);
+
+                next = TAILQ_NEXT(j, link);
+                if (!j->stored || job_has_waiters(j) ||
+                    bsearch(&key, held, ls->nheld, sizeof(*held), cmp_handle) != NULL)
+                    continue;
+                srv->stats.pg_dropped++;
+                LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "dropped", NULL, j,
+                              "another server took it: this one's lease ran out");
+                j->stored = false;
+                queue_remove(&srv->queue, j);
+            }
+        }
+    }
+    free(held);
+}
+
+/* On the loop: a lease op committed. Queue what it took; check what it renewed. */
+static void
+shared_leased(struct srv *srv, struct store_lease *ls)
+{
+    struct storage *sg = &srv->storage;
+    unsigned asked = 0;
+    size_t i;
+
+    sg->lease_inflight = false;
+    if (ls->renewed)
+        shared_drop_lost(srv, ls);
+    for (i = 0; i < ls->nfuncs; i++)
+        asked += ls->limits[i];
+    for (i = 0; i < ls->njobs; i++) {
+        const struct store_job *sj = &ls->jobs[i];
+        struct func *f;
+        struct job *j;
+
+        if (queue_find_job(&srv->queue, sj->handle, sj->handle_len) != NULL)
+            continue; /* still here from an earlier lease of this server's */
+        f = queue_func(&srv->queue, sj->func, sj->func_len, true);
+        j = f != NULL ? job_new(sj->handle, sj->handle_len, sj->unique, sj->unique_len, sj->reducer,
+                                sj->reducer_len, sj->data, sj->data_len)
+                      : NULL;
+        if (j == NULL) {
+            log_err(&srv->log,
+                    "store: out of memory for job %.*s: another server runs it when "
+                    "this one's lease runs out",
+                    (int)sj->handle_len, sj->handle);
+            continue;
+        }
+        j->id = srv->next_job_id++;
+        j->seq = srv->next_seq++;
+        j->prio = (uint8_t)(sj->prio >= 0 && sj->prio < JOB_NPRIO ? sj->prio : JOB_PRIO_NORMAL);
+        j->background = true;
+        j->stored = true;
+        j->unique_is_data = sj->unique_is_data;
+        if ((sj->attempts > 0 && job_ext(j) == NULL) ||
+            queue_add_as(&srv->queue, f, j, srv_now(), false) < 0) {
+            job_unref(j);
+            continue;
+        }
+        if (j->ext != NULL) {
+            j->ext->attempts = sj->attempts;
+            j->ext->first_fail = sj->first_fail;
+            j->ext->last_fail = sj->last_fail;
+        }
+        srv->stats.pg_claimed++;
+        stats_queued(srv, j);
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "leased", NULL, j, NULL);
+        lifecycle_wake(j);
+    }
+    if (ls->njobs > 0 && ls->njobs >= asked)
+        storage_want_lease(srv); /* there may be more */
+    free(ls->jobs);
+    free(ls->held);
+    free(ls->mem);
+    ls->jobs = NULL;
+    ls->held = NULL;
+    ls->mem = NULL;
+}
+
+static void
+poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    storage_want_lease(arg);
+}
+
+static void
+renew_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+
+    (void)fd;
+    (void)what;
+    srv->storage.renew_due = true;
+    storage_want_lease(srv);
+}
+
+static void
+notify_cb(evutil_socket_t fd, short what, void *arg)
+{
+    char buf[64];
+
+    (void)what;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    storage_want_lease(arg);
+}
+
+/*
+ * The notifier thread: waits in the backend's wait_notify (its own
+ * connection, LISTEN) and writes a byte to notify_pipe for each wake-up.
+ * It touches nothing else; a lost connection is tried again every second.
+ */
+static void *
+notifier_main(void *arg)
+{
+    struct storage *sg = arg;
+    char err[STORE_ERRLEN];
+
+    for (;;) {
+        int rc = sg->ops->wait_notify(sg->st, sg->stop_pipe[0], err);
+        char byte = 1;
+
+        if (rc == 0)
+            break;
+        if (rc > 0) {
+            if (write(sg->notify_pipe[1], &byte, 1) < 0) {
+                /* A full pipe already holds a wake-up. */
+            }
+            continue;
+        }
+        {
+            struct pollfd p = {sg->stop_pipe[0], POLLIN, 0};
+
+            if (poll(&p, 1, 1000) > 0)
+                break;
+        }
+    }
+    return NULL;
+}
+
+static int
+shared_open(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    unsigned renew_ms = srv->cfg.pg_lease * 1000 / 3;
+    struct timeval poll_tv = {srv->cfg.pg_poll_ms / 1000, (srv->cfg.pg_poll_ms % 1000) * 1000};
+    struct timeval renew_tv = {renew_ms / 1000, (renew_ms % 1000) * 1000};
+
+    sg->prefetch = srv->cfg.pg_prefetch;
+    if (pipe2(sg->notify_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        pipe2(sg->stop_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));
+        return -1;
+    }
+    sg->notify_ev = event_new(srv->base, sg->notify_pipe[0], EV_READ | EV_PERSIST, notify_cb, srv);
+    sg->poll_ev = event_new(srv->base, -1, EV_PERSIST, poll_cb, srv);
+    sg->renew_ev = event_new(srv->base, -1, EV_PERSIST, renew_cb, srv);
+    if (sg->notify_ev == NULL || sg->poll_ev == NULL || sg->renew_ev == NULL ||
+        event_add(sg->notify_ev, NULL) < 0 || event_add(sg->poll_ev, &poll_tv) < 0 ||
+        event_add(sg->renew_ev, &renew_tv) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's events");
+        return -1;
+    }
+    if (pthread_create(&sg->notifier, NULL, notifier_main, sg) != 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot start the store's notifier thread");
+        return -1;
+    }
+    sg->notifier_running = true;
+    log_notice(&srv->log, "store %s: shared; this server's handles and leases are %s",
+               sg->ops->name, srv->handle_prefix);
+    return 0;
+}
+
+static void
+shared_close(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    int i;
+
+    if (sg->notifier_running) {
+        char byte = 1;
+
+        if (write(sg->stop_pipe[1], &byte, 1) < 0) {
+            /* The pipe is empty and ours: this does not fail. */
+        }
+        pthread_join(sg->notifier, NULL);
+        sg->notifier_running = false;
+    }
+    if (sg->notify_ev != NULL)
+        event_free(sg->notify_ev);
+    if (sg->poll_ev != NULL)
+        event_free(sg->poll_ev);
+    if (sg->renew_ev != NULL)
+        event_free(sg->renew_ev);
+    sg->notify_ev = sg->poll_ev = sg->renew_ev = NULL;
+    for (i = 0; i < 2; i++) {
+        if (sg->notify_pipe[i] >= 0)
+            close(sg->notify_pipe[i]);
+        if (sg->stop_pipe[i] >= 0)
+            close(sg->stop_pipe[i]);
+        sg->notify_pipe[i] = sg->stop_pipe[i] = -1;
     }
 }

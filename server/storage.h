@@ -32,6 +32,7 @@ enum store_op_kind {
     STORE_OP_UPDATE, /* rewrite sj: a stored job changed (attempts, time, priority, state) */
     STORE_OP_REMOVE, /* remove sj.id */
     STORE_OP_FUNC,   /* set sf: a function's settings */
+    STORE_OP_LEASE,  /* ls: take ready jobs and renew leases (a shared store) */
 };
 
 /*
@@ -52,7 +53,11 @@ struct store_op {
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */
-    char buf[];             /* the job's bytes */
+    /* A shared store's answers, written by the writer during flush. */
+    bool lost;                    /* a remove or update found the row another server's */
+    char alias[STORE_HANDLE_MAX]; /* an add coalesced onto this handle, or "" */
+    struct store_lease ls;        /* for a lease, what to take and what was taken */
+    char buf[];                   /* the job's bytes */
 };
 
 /* One answer owed to a submitter once the batch holding its job commits. */
@@ -117,8 +122,21 @@ struct storage {
     bool retry;                  /* the last commit failed: flush even if empty */
     bool durable;                /* a backend other than none */
     bool can_update;             /* the backend has update and set_func (version 2) */
-    uint64_t commits;            /* batches committed */
-    uint64_t failures;           /* batches that failed */
+    /* A shared store (postgres): jobs run here only under this server's lease. */
+    bool shared;             /* the backend has lease, remove_job and wait_notify */
+    bool want_lease;         /* a lease op goes in the next batch */
+    bool lease_inflight;     /* a lease op is in the batch in flight */
+    bool renew_due;          /* the next lease op renews this server's leases */
+    unsigned prefetch;       /* --pg-prefetch */
+    struct event *poll_ev;   /* --pg-poll-ms: ask for ready jobs */
+    struct event *renew_ev;  /* a third of --pg-lease: renew */
+    struct event *notify_ev; /* reads notify_pipe */
+    int notify_pipe[2];      /* the notifier's "jobs are ready" to the loop */
+    int stop_pipe[2];        /* the loop's "stop" to the notifier */
+    pthread_t notifier;      /* the thread in the backend's wait_notify */
+    bool notifier_running;   /* notifier started */
+    uint64_t commits;        /* batches committed */
+    uint64_t failures;       /* batches that failed */
 };
 
 /* storage_open opens and replays the configured store. 0, or -1 with srv->errmsg set. */
@@ -187,6 +205,14 @@ void storage_flush(struct srv *srv);
 
 /* storage_drain blocks until everything handed or open is committed and answered (at a stop). */
 void storage_drain(struct srv *srv);
+
+/*
+ * storage_want_lease asks, on a shared store, for a lease op in the next
+ * batch: ready jobs for the functions whose workers here have too few
+ * (a worker grabbed, found nothing, went to sleep or said CAN_DO; another
+ * server said NOTIFY; the poll timer). A no-op on other stores.
+ */
+void storage_want_lease(struct srv *srv);
 
 /* storage_forget_client drops the answers owed to a connection that is closing. */
 void storage_forget_client(struct srv *srv, struct conn *c);

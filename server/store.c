@@ -106,6 +106,16 @@ store_find(const char *name, char *err)
         return NULL;
 #endif
     }
-    snprintf(err, STORE_ERRLEN, "unknown store '%s' (none, sqlite, memcached)", name);
+    if (strcmp(name, "postgres") == 0 || strcmp(name, "postgresql") == 0 ||
+        strcmp(name, "Postgres") == 0) {
+#ifdef HAVE_LIBPQ
+        return &store_postgres_ops;
+#else
+        snprintf(err, STORE_ERRLEN,
+                 "store 'postgres' was not built: install libpq-dev and configure --with-postgres");
+        return NULL;
+#endif
+    }
+    snprintf(err, STORE_ERRLEN, "unknown store '%s' (none, sqlite, memcached, postgres)", name);
     return NULL;
 }

@@ -15,8 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_OPS_VERSION 2
+#define STORE_OPS_VERSION 3
 #define STORE_ERRLEN 512
+#define STORE_HANDLE_MAX 64 /* bytes of a handle a shared store writes back, with its NUL */
 
 struct store; /* a backend's own state */
 
@@ -46,6 +47,17 @@ struct store_job {
     size_t result_len;    /* its bytes */
     uint32_t numerator;   /* DONE_*: the last WORK_STATUS */
     uint32_t denominator; /* DONE_*: the last WORK_STATUS */
+    /*
+     * Version 3, a store several servers share (postgres). The two
+     * pointers are the server's, valid until flush returns; the backend
+     * writes them only in flush.
+     */
+    bool leased; /* add: this server runs it (its lease starts now); else any server may */
+    char *alias; /* add: where flush writes the handle of the live job of the same
+                    function and unique key, on this or another server, that this add
+                    coalesced onto (NUL-terminated, STORE_HANDLE_MAX bytes); "" if none */
+    bool *lost;  /* remove, update: flush sets *lost when the row was no longer this
+                    server's (its lease ran out and another server took it) */
 };
 
 /* What a stored job is: waiting to run, in its function's dead set, or a kept result. */
@@ -66,6 +78,25 @@ struct store_func {
     uint32_t backoff_max_ms;  /* longest wait */
 };
 
+/*
+ * A shared store's lease op: take up to limits[i] ready jobs of funcs[i]
+ * for this server, and renew the leases it holds. Filled in by flush.
+ */
+struct store_lease {
+    const char *const *funcs; /* in: function names (NUL-terminated) */
+    const unsigned *limits;   /* in: jobs to take of each */
+    size_t nfuncs;            /* in: entries in funcs and limits */
+    bool renew;               /* in: renew this server's leases and list them in held */
+    struct store_job *jobs;   /* out: the jobs taken, in priority, run-at, submit order */
+    size_t njobs;             /* out: entries in jobs */
+    char *held;               /* out, with renew: the handles this server still holds, each
+                                 NUL-terminated, back to back */
+    size_t nheld;             /* out: handles in held */
+    bool renewed;             /* out: renew ran */
+    void *mem;                /* out: what jobs, their bytes and held live in; the server
+                                 frees jobs, held and mem with free() */
+};
+
 /* Settings a backend may read; unused ones are ignored. */
 struct store_config {
     const char *work_dir; /* sqlite: directory of dsjobd.db */
@@ -73,6 +104,11 @@ struct store_config {
     int sync;             /* sqlite: 0 off, 1 normal, 2 full */
     const char *servers;  /* memcached: host:port,... */
     const char *prefix;   /* memcached: key prefix */
+    /* Version 3. */
+    const char *dsn;     /* postgres: libpq connection string */
+    const char *owner;   /* postgres: this server's name in the leases it takes */
+    unsigned lease_secs; /* postgres: how long a lease lasts unless renewed */
+    uint64_t *boot;      /* postgres: open writes a number no other start got */
 };
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */
@@ -137,6 +173,21 @@ struct store_ops {
     int (*set_func)(struct store *st, const struct store_func *sf, char *err);
     /* replay_funcs: call fn for every stored function setting, before replay. */
     int (*replay_funcs)(struct store *st, store_func_fn *fn, void *arg, char *err);
+    /* Version 3: a store several servers share. NULL in the others. */
+    /*
+     * remove_job: remove as above, by sj->handle, and only if the row is
+     * still this server's (sj->lost says if not, at flush).
+     */
+    int (*remove_job)(struct store *st, const struct store_job *sj, char *err);
+    /* lease: put a lease op in the open batch; flush fills ls (nothing on a failed flush). */
+    int (*lease)(struct store *st, struct store_lease *ls, char *err);
+    /*
+     * wait_notify: for a thread of its own: block until another server
+     * (or dsjob.submit) says that jobs are ready, or until stop_fd is
+     * readable. 1: told; 0: stop_fd; -1: the connection failed (err says
+     * why; call again later, it reconnects).
+     */
+    int (*wait_notify)(struct store *st, int stop_fd, char *err);
 };
 
 /* The backends built into this dsjobd. */
@@ -146,6 +197,9 @@ extern const struct store_ops store_sqlite_ops;
 #endif
 #ifdef HAVE_MEMCACHED
 extern const struct store_ops store_memcached_ops;
+#endif
+#ifdef HAVE_LIBPQ
+extern const struct store_ops store_postgres_ops;
 #endif
 
 /* store_say writes a message of at most STORE_ERRLEN bytes to err and returns code. */

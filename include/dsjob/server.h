@@ -113,6 +113,13 @@ struct dsjob_server_config {
     const char *http_listen; /* the address HTTP listens on; default "127.0.0.1" */
     unsigned job_timeout;    /* a running job whose worker says nothing about it for this many
                              seconds is taken back as by CAN_DO_TIMEOUT; 0: never */
+    /* The postgres store: several servers share background jobs through one database. */
+    const char *pg_dsn;   /* libpq connection string (store "postgres") */
+    unsigned pg_lease;    /* seconds a server's lease on a job lasts unless renewed */
+    unsigned pg_prefetch; /* jobs a server leases beyond its idle workers */
+    unsigned pg_poll_ms;  /* look for ready jobs this often even without a NOTIFY */
+    bool http_admin;      /* HTTP takes POSTs that cancel jobs and retry or drop dead ones,
+                                from --admin-allow peers with the CSRF token; default off */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

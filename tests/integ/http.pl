@@ -4,7 +4,9 @@
 # what a library would refuse: a huge target, huge headers, any method).
 # Prints the status code on the first line, the Content-Type on the second
 # (empty if none), then the body. Exits 1 if no status line came back
-# within 20 s.
+# within 20 s. $HTTP_HEADER, if set, is sent as one more header line (e.g.
+# "X-CSRF-Token: ..."); $HTTP_HOST replaces the Host (127.0.0.1); $HTTP_HEAD_FILE, if set, names a file that gets the
+# response's status line and headers.
 use strict;
 use warnings;
 use IO::Socket::INET;
@@ -12,8 +14,11 @@ use IO::Socket::INET;
 my ($port, $method, $target, $extra) = @ARGV;
 my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port, Timeout => 20)
     or die "connect: $!\n";
-my $req = "$method $target HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+my $host = $ENV{HTTP_HOST} // "127.0.0.1";
+my $req = "$method $target HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n";
 $req .= "X-Filler: " . ("a" x $extra) . "\r\n" if $extra;
+$req .= "$ENV{HTTP_HEADER}\r\n" if $ENV{HTTP_HEADER};
+$req .= "Content-Length: 0\r\n" if $method eq "POST";
 $req .= "\r\n";
 print $s $req;
 my $resp = "";
@@ -30,5 +35,10 @@ eval {
 my ($head, $body) = split /\r\n\r\n/, $resp, 2;
 exit 1 unless defined $head && $head =~ m{^HTTP/1\.[01] (\d{3})};
 my $code = $1;
+if ($ENV{HTTP_HEAD_FILE}) {
+    open(my $f, ">", $ENV{HTTP_HEAD_FILE}) or die "$ENV{HTTP_HEAD_FILE}: $!\n";
+    print $f $head, "\n";
+    close $f;
+}
 my ($type) = $head =~ /^Content-Type:\s*([^\r\n]*)/mi;
 print "$code\n", (defined $type ? $type : ""), "\n", (defined $body ? $body : "");

@@ -7,8 +7,15 @@
 # also with 10,000 functions; the JSON of /api/status, /api/workers,
 # /api/jobs and /api/job parsed with JSON::PP; bad input (unknown path,
 # method, parameter, handle, a NUL, a huge target or headers) answered
-# with a 4xx that leaves the server serving. The time /metrics takes with
-# 10,000 functions is printed as a diagnostic, never asserted.
+# with a 4xx that leaves the server serving. The dashboard at / (its CSP,
+# its files, its CSRF token only with --http-admin and only to an admitted
+# peer); the admin writes (POST cancel, dead retry and drop): refused
+# without --http-admin, without or with a wrong X-CSRF-Token, from a peer
+# outside --admin-allow, with a Host that is a name (DNS rebinding), done
+# with all three on real jobs (submitted with
+# the gearman CLI, dead ones from a failing `dsjob worker`). The time
+# /metrics takes with 10,000 functions, and /api/status with 1,000, are
+# printed as diagnostics, never asserted.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -33,6 +40,9 @@ code() { # code METHOD TARGET [FILLER]: the status code alone
 }
 body() { # body TARGET: the body of a GET
     req GET "$1" | tail -n +3
+}
+body_post() { # body_post TARGET: the status and body of a POST
+    req POST "$1" | tail -n +3
 }
 # json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body, is true.
 json() {
@@ -165,7 +175,38 @@ case $c in 414 | 413 | 400) ok 0 "a 3000-byte target: $c" ;; *) ok 1 "a 3000-byt
 c=$(code GET /healthz 20000)
 case $c in '' | 413 | 431 | 400) ok 0 "20000 bytes of headers: closed or refused ($c)" ;;
 *) ok 1 "20000 bytes of headers: '$c'" ;; esac
-is "$(code GET /healthz)" 200 "the server still answers after all that"
+# The dashboard, without --http-admin: the page and its two files, a strict
+# CSP, no token, and POST refused naming --http-admin.
+r=$(HTTP_HEAD_FILE="$T/page.head" req GET /)
+is "$(printf "%s\n" "$r" | head -1)" 200 "GET /: 200"
+is "$(printf "%s\n" "$r" | sed -n 2p)" "text/html; charset=utf-8" "as HTML"
+grep -qi "^Content-Security-Policy: default-src 'self'; " "$T/page.head"
+ok $? "with a Content-Security-Policy of default-src 'self'"
+grep -qi '^Cache-Control: no-store' "$T/page.head"
+ok $? "and Cache-Control: no-store"
+printf "%s\n" "$r" | grep -q '<meta name="dsjob-csrf" content="">'
+ok $? "without --http-admin the page carries no token"
+printf "%s\n" "$r" | grep -q 'https\?://'
+ok $((!$?)) "and names no outside URL"
+is "$(req GET /dashboard.js | sed -n 1,2p | tr '\n' ' ')" "200 text/javascript; charset=utf-8 " \
+    "/dashboard.js: 200, JavaScript"
+is "$(req GET /dashboard.css | sed -n 1,2p | tr '\n' ' ')" "200 text/css; charset=utf-8 " \
+    "/dashboard.css: 200, CSS"
+body /dashboard.js | grep -q 'api/status'
+ok $? "the script polls /api/status"
+is "$(req HEAD / | tail -n +3)" "" "HEAD /: no body"
+is "$(code GET '/?x=1')" 400 "/ takes no query"
+r=$(req POST "/api/job/$h/cancel")
+is "$(printf "%s\n" "$r" | head -1)" 405 "POST without --http-admin: 405"
+printf "%s\n" "$r" | grep -q -- '--http-admin'
+ok $? "naming --http-admin: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(code GET "/api/job/$h/cancel")" 404 "GET of a write's path changes nothing: 404"
+json "/api/job/$h" '$d->{state} eq "queued"'
+ok $? "and the job is still queued"
+json '/api/job?unique=key-1' '$d->{handle} eq "'"$h"'"'
+ok $? "/api/job?unique= without function=: the one job with that key"
+is "$(code GET '/api/job?function=idle')" 400 "/api/job?function= without unique=: 400"
+is "$(code GET "/api/job/$h")" 200 "the server still answers after all that"
 is "$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" status --format tsv | grep -c '^idle	2	')" 1 \
     "and its jobs are untouched"
 
@@ -186,6 +227,116 @@ timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" cancel "$h" >/dev/null
 is "$(code GET /healthz)" 200 "200 again once a job is gone"
 server_stop
 reap
+
+# --http-admin needs --http-port.
+out=$("$DSJOBD" -p 0 --http-admin 2>&1)
+is $? 2 "--http-admin without --http-port exits 2"
+echo "$out" | grep -q -- "--http-admin needs --http-port"
+ok $? "saying so: $out"
+
+# --http-admin: the page carries a token; the writes take it from an admitted peer.
+server_start dsjobd --http-port 0 --http-port-file "$T/adm.port" --http-admin --max-dead 10 \
+    --verbose NOTICE
+HTTP_PORT=$(cat "$T/adm.port")
+tok=$(body / | sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
+is "${#tok}" 64 "with --http-admin the page carries a 64-digit token"
+is "$(body / | sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')" "$tok" \
+    "the same on every load"
+gm -b -f cancel_me one
+gm -b -f cancel_me two
+poll json '/api/jobs?function=cancel_me' '@{$d->{jobs}} == 2'
+ok $? "two background jobs submitted with gearman -b"
+hc=$(body '/api/jobs?function=cancel_me' | perl -MJSON::PP -e 'print decode_json(join "", <STDIN>)->{jobs}[0]{handle}')
+adm --show-jobs | grep -q "^$hc	"
+ok $? "gearadmin --show-jobs lists $hc"
+r=$(req POST "/api/job/$hc/cancel")
+is "$(printf "%s\n" "$r" | head -1)" 403 "POST without X-CSRF-Token: 403"
+printf "%s\n" "$r" | grep -q 'X-CSRF-Token'
+ok $? "saying so: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(HTTP_HEADER="X-CSRF-Token: 0$(printf %s "$tok" | cut -c2-)" code POST "/api/job/$hc/cancel")" \
+    403 "POST with a wrong token: 403"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST "/api/job/$hc/cancel?x=1")" 400 \
+    "POST with a query: 400"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST /api/status)" 404 "POST to a read-only page: 404"
+# DNS rebinding: a page loaded by another name gets no token, and its POSTs are refused.
+HTTP_HOST=rebind.example:$HTTP_PORT body / | grep -q '<meta name="dsjob-csrf" content="">'
+ok $? "a page loaded as rebind.example carries no token"
+is "$(HTTP_HOST=localhost:$HTTP_PORT body / | sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')" \
+    "$tok" "loaded as localhost it does"
+r=$(HTTP_HOST=rebind.example:$HTTP_PORT HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
+is "$(printf "%s\n" "$r" | head -1)" 403 "POST with the token as Host rebind.example: 403"
+printf "%s\n" "$r" | grep -q "not 'rebind.example:$HTTP_PORT'"
+ok $? "naming the Host: $(printf "%s\n" "$r" | tail -n +3)"
+adm --show-jobs | grep -q "^$hc	"
+ok $? "the refused POSTs left $hc alone"
+r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
+is "$(printf "%s\n" "$r" | head -1) $(printf "%s\n" "$r" | tail -n +3)" \
+    "200 {\"cancelled\":\"$hc\"}" "POST /api/job/HANDLE/cancel with the token: cancelled"
+adm --show-jobs | grep -q "^$hc	"
+ok $((!$?)) "gearadmin --show-jobs no longer lists it"
+is "$(adm --status | grep '^cancel_me	' | cut -f2)" 1 "and the other job is still queued"
+is "$(code GET "/api/job/$hc")" 404 "/api/job/HANDLE: 404 now"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST "/api/job/$hc/cancel")" 404 \
+    "cancelling it again: 404"
+grep -q "http 127.0.0.1: cancelled job $hc of 'cancel_me'" "$SERVER_LOG"
+ok $? "the log says who cancelled it"
+
+# Dead jobs: a worker whose command fails, --max-dead keeps them.
+"$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dfail -- false 2>/dev/null &
+wpid=$!
+track $wpid
+gm -b -f dfail a
+gm -b -f dfail b
+poll json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}}; $f->{dead} == 2'
+ok $? "a failing worker makes two dead jobs"
+kill -TERM "$wpid"
+wait "$wpid" 2>/dev/null
+is "$(code POST /api/dead/dfail/retry)" 403 "POST retry without the token: 403"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST /api/dead/nope/retry)" 404 \
+    "retry of an unknown function: 404"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" body_post /api/dead/dfail/retry)" \
+    '{"retried":2,"held":0}' "POST /api/dead/FUNCTION/retry: both retried"
+json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}};
+    $f->{dead} == 0 && $f->{queued}{normal} == 2'
+ok $? "and queued again"
+"$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dfail -- false 2>/dev/null &
+wpid=$!
+track $wpid
+poll json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}}; $f->{dead} == 2'
+ok $? "the worker fails them again: dead again"
+kill -TERM "$wpid"
+wait "$wpid" 2>/dev/null
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" body_post /api/dead/dfail/drop)" \
+    '{"dropped":2,"held":0}' "POST /api/dead/FUNCTION/drop: both dropped"
+json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}};
+    $f->{dead} == 0 && $f->{queued}{normal} == 0'
+ok $? "and gone"
+is "$(adm --show-jobs | grep -c '	dfail	')" 0 "gearadmin --show-jobs lists none of them"
+
+# /api/status with 1,000 functions: size and time, as a diagnostic.
+is "$(perl -e 'print "create function g$_\n" for 1..1000' | adm_lines)" 1000 "1,000 functions made"
+t0=$(date +%s%N)
+req GET /api/status >"$T/status.json"
+t1=$(date +%s%N)
+diag "GET /api/status with 1,000 functions: $(( (t1 - t0) / 1000000 )) ms, $(wc -c <"$T/status.json") bytes"
+server_stop
+reap
+
+# A peer outside --admin-allow: no token in its page, its POSTs refused.
+server_start dsjobd --http-port 0 --http-port-file "$T/na.port" --http-admin \
+    --admin-allow 10.0.0.0/8
+HTTP_PORT=$(cat "$T/na.port")
+body / | grep -q '<meta name="dsjob-csrf" content="">'
+ok $? "outside --admin-allow the page carries no token"
+gm -b -f keep_me x
+hk=$(body '/api/jobs?function=keep_me' | perl -MJSON::PP -e 'print decode_json(join "", <STDIN>)->{jobs}[0]{handle}')
+r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hk/cancel")
+is "$(printf "%s\n" "$r" | head -1)" 403 "POST from 127.0.0.1 outside --admin-allow 10.0.0.0/8: 403"
+printf "%s\n" "$r" | grep -q -- '--admin-allow'
+ok $? "naming --admin-allow: $(printf "%s\n" "$r" | tail -n +3)"
+json "/api/job/$hk" '$d->{state} eq "queued"'
+ok $? "and the job is still queued"
+server_stop
 
 # 10,000 functions: promtool still passes; the render time is a diagnostic.
 server_start dsjobd --http-port 0 --http-port-file "$T/big.port"

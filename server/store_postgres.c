@@ -1,0 +1,1204 @@
+/*
+ * The "postgres" store: background jobs in one PostgreSQL table that
+ * several dsjobd share. Unlike the other stores it is the queue, not a
+ * copy of it: a server runs only the jobs it holds a lease on. A submit
+ * is inserted with a lease of its server's if that server has a worker
+ * for it (so it runs here without a round trip), else without one, and
+ * every server that has a worker for it may take it. Each flush is one
+ * transaction: the batch's adds in one multi-row INSERT, its removes in
+ * one DELETE, its rewrites, its function settings, then the lease op
+ * (take ready jobs with FOR UPDATE SKIP LOCKED, renew the leases held),
+ * then one NOTIFY if anything was left for other servers. Removes and
+ * rewrites apply only to rows this server still holds; the others are
+ * reported lost (another server took the job when this one's lease ran
+ * out). Unique keys coalesce across servers through a unique index over
+ * the live jobs. A second connection, used only by the thread that calls
+ * wait_notify, LISTENs for the NOTIFYs of other servers and dsjob.submit.
+ */
+#include "config.h"
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include <dsjob/common.h>
+
+/*
+ * The schema, version SCHEMA_VERSION in dsjob.meta. A database without the
+ * dsjob schema gets it (under an advisory lock, so servers starting
+ * together make it once); a newer version is refused by name.
+ *
+ * To change it: bump SCHEMA_VERSION, change SCHEMA_SQL to the new shape,
+ * and add a step to schema_upgrade() from the previous version, ending
+ * with the meta row set to the new number. Never reuse a number.
+ */
+#define SCHEMA_VERSION 1
+#define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
+#define SCHEMA_SQL                                                                                 \
+    "CREATE SCHEMA dsjob;"                                                                         \
+    "CREATE TABLE dsjob.meta (key text PRIMARY KEY, value text NOT NULL);"                         \
+    "CREATE SEQUENCE dsjob.boot;"       /* one number per server start: handles and owner */       \
+    "CREATE SEQUENCE dsjob.sql_handle;" /* handles of dsjob.submit() */                            \
+    "CREATE TABLE dsjob.jobs ("                                                                    \
+    " id bigserial PRIMARY KEY," /* submission order across servers */                             \
+    " handle text NOT NULL UNIQUE,"                                                                \
+    " func text NOT NULL,"                                                                         \
+    " uniq bytea," /* NULL: no unique key, or unique \"-\" (coalesced per server only) */          \
+    " unique_is_data boolean NOT NULL DEFAULT false,"                                              \
+    " reducer bytea NOT NULL DEFAULT '',"                                                          \
+    " data bytea NOT NULL,"                                                                        \
+    " prio smallint NOT NULL DEFAULT 1," /* 0 high, 1 normal, 2 low */                             \
+    " run_at timestamptz NOT NULL DEFAULT now(),"                                                  \
+    " state smallint NOT NULL DEFAULT 0," /* 0 live, 1 dead, 2-4 kept (enum store_state) */        \
+    " attempts integer NOT NULL DEFAULT 0,"                                                        \
+    " first_fail bigint NOT NULL DEFAULT 0,"                                                       \
+    " last_fail bigint NOT NULL DEFAULT 0,"                                                        \
+    " result bytea,"                                                                               \
+    " numerator integer NOT NULL DEFAULT 0,"                                                       \
+    " denominator integer NOT NULL DEFAULT 0,"                                                     \
+    " owner text," /* the server holding its lease, or NULL */                                     \
+    " lease_until timestamptz,"                                                                    \
+    " submitted timestamptz NOT NULL DEFAULT now());"                                              \
+    "CREATE UNIQUE INDEX jobs_live_unique ON dsjob.jobs (func, uniq)"                              \
+    " WHERE state = 0 AND uniq IS NOT NULL;"                                                       \
+    "CREATE INDEX jobs_ready ON dsjob.jobs (func, prio, run_at, id) WHERE state = 0;"              \
+    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL;"                       \
+    "CREATE TABLE dsjob.funcs (name text PRIMARY KEY, retries integer NOT NULL,"                   \
+    " backoff_base_ms integer NOT NULL, backoff_max_ms integer NOT NULL);" SUBMIT_SQL              \
+    "INSERT INTO dsjob.meta VALUES ('schema_version', '1');"
+
+/*
+ * dsjob.submit: enqueue inside the caller's transaction. The job exists if
+ * and only if that transaction commits; the NOTIFY is delivered at commit,
+ * so a server takes it at once.
+ */
+#define SUBMIT_SQL                                                                                 \
+    "CREATE FUNCTION dsjob.submit(function text, payload bytea, uniq text DEFAULT NULL,"           \
+    " priority text DEFAULT 'normal', run_at timestamptz DEFAULT NULL) RETURNS text"               \
+    " LANGUAGE plpgsql AS $$"                                                                      \
+    "#variable_conflict use_column\n"                                                              \
+    "DECLARE h text; p smallint; u bytea := convert_to(submit.uniq, 'UTF8');"                      \
+    "BEGIN"                                                                                        \
+    " p := CASE lower(submit.priority) WHEN 'high' THEN 0 WHEN 'normal' THEN 1"                    \
+    "      WHEN 'low' THEN 2 ELSE NULL END;"                                                       \
+    " IF p IS NULL THEN"                                                                           \
+    "  RAISE EXCEPTION 'dsjob.submit: priority must be high, normal or low, not %',"               \
+    "   submit.priority;"                                                                          \
+    " END IF;"                                                                                     \
+    " IF submit.function IS NULL OR submit.function = '' THEN"                                     \
+    "  RAISE EXCEPTION 'dsjob.submit: function must not be empty';"                                \
+    " END IF;"                                                                                     \
+    " IF u = '' THEN u := NULL; END IF;"                                                           \
+    " LOOP"                                                                                        \
+    "  INSERT INTO dsjob.jobs (handle, func, uniq, data, prio, run_at)"                            \
+    "   VALUES ('H:sql:' || nextval('dsjob.sql_handle'), submit.function, u,"                      \
+    "           coalesce(submit.payload, ''), p, coalesce(submit.run_at, now()))"                  \
+    "   ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"                  \
+    "   RETURNING handle INTO h;"                                                                  \
+    "  IF h IS NOT NULL THEN"                                                                      \
+    "   PERFORM pg_notify('dsjob', submit.function);"                                              \
+    "   RETURN h;"                                                                                 \
+    "  END IF;"                                                                                    \
+    "  SELECT j.handle INTO h FROM dsjob.jobs j"                                                   \
+    "   WHERE j.func = submit.function AND j.uniq = u AND j.state = 0;"                            \
+    "  IF h IS NOT NULL THEN RETURN h; END IF;"                                                    \
+    " END LOOP;"                                                                                   \
+    "END $$;"
+
+#define CLAIM_COLUMNS                                                                              \
+    "j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,"                       \
+    " extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id"
+
+/* A growing text buffer; oom is sticky, so a batch checks once. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+/* An add waiting for the flush: where to say what it coalesced onto. */
+struct pend_add {
+    char *handle; /* owned copy */
+    char *func;   /* owned copy */
+    void *uniq;   /* owned copy, or NULL */
+    size_t uniq_len;
+    char *alias; /* the server's, see struct store_job */
+};
+
+/* A remove or rewrite waiting for the flush. */
+struct pend_row {
+    char *handle; /* owned copy */
+    bool *lost;   /* the server's, or NULL (a remove kept from a failed batch) */
+};
+
+struct store {
+    PGconn *db;      /* the writer's connection */
+    PGconn *listen;  /* wait_notify's connection (its thread alone) */
+    char *dsn;       /* owned copy */
+    char *owner;     /* owned copy: this server's name in leases */
+    unsigned lease;  /* seconds */
+    struct sbuf ins; /* the VALUES of the open batch's adds */
+    struct pend_add *adds;
+    size_t nadds, adds_cap;
+    struct pend_row *rms; /* removes: this batch's, then those kept from failed ones */
+    size_t nrms, rms_cap, nkept;
+    struct sbuf upd; /* the open batch's rewrites and settings: statements, NUL-separated */
+    struct pend_row *upds;
+    size_t nupds, upds_cap, nfuncs;
+    struct store_lease *ls; /* the open batch's lease op, or NULL */
+    bool notify;            /* the batch leaves jobs for other servers: NOTIFY */
+};
+
+static void
+sb_add(struct sbuf *b, const void *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        char *p;
+
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void
+sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A text literal: 'it''s'. The server runs with standard_conforming_strings. */
+static void
+sb_lit(struct sbuf *b, const char *s, size_t n)
+{
+    size_t i, from = 0;
+
+    sb_add(b, "'", 1);
+    for (i = 0; i < n; i++) {
+        if (s[i] == '\'') {
+            sb_add(b, s + from, i + 1 - from);
+            sb_add(b, "'", 1);
+            from = i + 1;
+        }
+    }
+    sb_add(b, s + from, n - from);
+    sb_add(b, "'", 1);
+}
+
+/* A bytea literal: '\x6869'::bytea. */
+static void
+sb_bytea(struct sbuf *b, const void *data, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = data;
+    size_t i;
+
+    sb_add(b, "'\\x", 3);
+    if (b->oom)
+        return;
+    for (i = 0; i < n; i++) {
+        char two[2] = {hex[p[i] >> 4], hex[p[i] & 15]};
+
+        sb_add(b, two, 2);
+    }
+    sb_add(b, "'::bytea", 8);
+}
+
+static void
+sb_reset(struct sbuf *b)
+{
+    b->len = 0;
+    b->oom = false;
+    if (b->p != NULL)
+        b->p[0] = '\0';
+}
+
+/* Whether s is valid UTF-8 without NULs: what a text column takes. */
+static bool
+utf8_ok(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned c = p[i], more, k;
+
+        if (c == 0)
+            return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            more = 1;
+        else if (c >= 0xe0 && c <= 0xef)
+            more = 2;
+        else if (c >= 0xf0 && c <= 0xf4)
+            more = 3;
+        else
+            return false;
+        if (i + more >= n)
+            return false;
+        for (k = 1; k <= more; k++)
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+        /* No overlong forms, surrogates or code points past U+10FFFF. */
+        if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0) ||
+            (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90))
+            return false;
+        i += more + 1;
+    }
+    return true;
+}
+
+static char *
+memdup0(const void *s, size_t n)
+{
+    char *p = malloc(n + 1);
+
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* Grow an array of elem-sized entries to hold one more. */
+static int
+grow(void **arr, size_t n, size_t *cap, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    {
+        size_t more = *cap ? *cap * 2 : 64;
+        void *p = realloc(*arr, more * elem);
+
+        if (p == NULL)
+            return -1;
+        *arr = p;
+        *cap = more;
+    }
+    return 0;
+}
+
+/* The connection's last error, one line. */
+static int
+pg_say(char *err, int code, PGconn *db, const char *what)
+{
+    const char *m = db != NULL ? PQerrorMessage(db) : "no connection";
+    size_t n = strcspn(m, "\n");
+
+    return store_say(err, code, "postgres: %s: %.*s", what, (int)n, m);
+}
+
+/* Run sql; PGRES_COMMAND_OK or TUPLES_OK, else err. The result is cleared. */
+static int
+exec_ok(PGconn *db, const char *sql, const char *what, char *err)
+{
+    PGresult *r = PQexec(db, sql);
+    ExecStatusType s = PQresultStatus(r);
+    int rc = DSJOB_OK;
+
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+        const char *m = PQresultErrorMessage(r);
+        size_t n = strcspn(m, "\n");
+
+        rc = store_say(err, DSJOB_ERR_STORE, "postgres: %s: %.*s", what, (int)n,
+                       n ? m : PQerrorMessage(db));
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* Connect (again) if the connection is not up. */
+static int
+ensure_conn(struct store *st, char *err)
+{
+    if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
+        return DSJOB_OK;
+    if (st->db != NULL)
+        PQreset(st->db);
+    else
+        st->db = PQconnectdb(st->dsn);
+    if (st->db == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    if (PQstatus(st->db) != CONNECTION_OK)
+        return pg_say(err, DSJOB_ERR_STORE, st->db, "cannot connect");
+    return DSJOB_OK;
+}
+
+static int
+schema_make(struct store *st, char *err)
+{
+    PGresult *r;
+    char sql[128];
+    int rc, version = 0;
+
+    if ((rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
+        return rc;
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)SCHEMA_LOCK);
+    if ((rc = exec_ok(st->db, sql, "locking the schema", err)) != DSJOB_OK)
+        goto rollback;
+    r = PQexec(st->db, "SELECT to_regclass('dsjob.meta') IS NOT NULL");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        PQclear(r);
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading the schema");
+        goto rollback;
+    }
+    if (PQgetvalue(r, 0, 0)[0] == 't') {
+        PQclear(r);
+        r = PQexec(st->db, "SELECT value FROM dsjob.meta WHERE key = 'schema_version'");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+            PQclear(r);
+            rc = store_say(err, DSJOB_ERR_STORE,
+                           "postgres: schema dsjob has no schema_version in dsjob.meta: not "
+                           "made by dsjobd, refused");
+            goto rollback;
+        }
+        version = atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (version > SCHEMA_VERSION) {
+            rc = store_say(err, DSJOB_ERR_STORE,
+                           "postgres: schema dsjob is version %d, newer than this dsjobd's %d: "
+                           "refused (run a newer dsjobd)",
+                           version, SCHEMA_VERSION);
+            goto rollback;
+        }
+        /* Upgrade steps go here: version N to N + 1, each in this transaction. */
+    } else {
+        PQclear(r);
+        if ((rc = exec_ok(st->db, SCHEMA_SQL, "creating schema dsjob", err)) != DSJOB_OK)
+            goto rollback;
+    }
+    return exec_ok(st->db, "COMMIT", "committing the schema", err);
+rollback:
+    PQclear(PQexec(st->db, "ROLLBACK"));
+    return rc;
+}
+
+static void pg_close(struct store *st);
+
+static int
+pg_open(struct store **out, const struct store_config *cfg, char *err)
+{
+    struct store *st;
+    PGresult *r;
+    int rc;
+
+    if (cfg->dsn == NULL)
+        return store_say(err, DSJOB_ERR_ARG, "store postgres needs --pg-dsn");
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    st->dsn = strdup(cfg->dsn);
+    st->owner = strdup(cfg->owner != NULL ? cfg->owner : "dsjobd");
+    st->lease = cfg->lease_secs ? cfg->lease_secs : 30;
+    if (st->dsn == NULL || st->owner == NULL) {
+        pg_close(st);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        goto fail;
+    if (PQserverVersion(st->db) < 90500) {
+        rc = store_say(err, DSJOB_ERR_STORE,
+                       "postgres: server version %d is older than 9.5 (SKIP LOCKED)",
+                       PQserverVersion(st->db));
+        goto fail;
+    }
+    if ((rc = exec_ok(st->db, "SET standard_conforming_strings = on", "set", err)) != DSJOB_OK)
+        goto fail;
+    if ((rc = schema_make(st, err)) != DSJOB_OK)
+        goto fail;
+    r = PQexec(st->db, "SELECT nextval('dsjob.boot')");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        PQclear(r);
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "numbering this start");
+        goto fail;
+    }
+    {
+        /* The owner of this start's leases: the server's name and the number. */
+        uint64_t boot = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        size_t n = strlen(st->owner) + 24;
+        char *owner = malloc(n);
+
+        PQclear(r);
+        if (owner == NULL) {
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+            goto fail;
+        }
+        snprintf(owner, n, "%s.%" PRIu64, st->owner, boot);
+        free(st->owner);
+        st->owner = owner;
+        if (cfg->boot != NULL)
+            *cfg->boot = boot;
+    }
+    *out = st;
+    return DSJOB_OK;
+fail:
+    pg_close(st);
+    return rc;
+}
+
+static int
+pg_add(struct store *st, const struct store_job *sj, char *err)
+{
+    struct pend_add *a;
+    bool uniq = sj->unique_len > 0 && !sj->unique_is_data;
+
+    if (!utf8_ok(sj->func, sj->func_len) || !utf8_ok(sj->handle, sj->handle_len))
+        return store_say(err, DSJOB_ERR_ARG,
+                         "postgres: a function name or handle must be UTF-8 text in this store");
+    if (grow((void **)&st->adds, st->nadds, &st->adds_cap, sizeof(*st->adds)) < 0)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    a = &st->adds[st->nadds];
+    memset(a, 0, sizeof(*a));
+    a->handle = memdup0(sj->handle, sj->handle_len);
+    a->func = memdup0(sj->func, sj->func_len);
+    a->uniq = uniq ? memdup0(sj->unique, sj->unique_len) : NULL;
+    a->uniq_len = uniq ? sj->unique_len : 0;
+    a->alias = sj->alias;
+    if (a->handle == NULL || a->func == NULL || (uniq && a->uniq == NULL)) {
+        free(a->handle);
+        free(a->func);
+        free(a->uniq);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    if (a->alias != NULL)
+        a->alias[0] = '\0';
+    sb_str(&st->ins, st->nadds ? ",(" : "(");
+    sb_lit(&st->ins, sj->handle, sj->handle_len);
+    sb_str(&st->ins, ",");
+    sb_lit(&st->ins, sj->func, sj->func_len);
+    sb_str(&st->ins, ",");
+    if (uniq)
+        sb_bytea(&st->ins, sj->unique, sj->unique_len);
+    else
+        sb_str(&st->ins, "NULL");
+    sb_str(&st->ins, sj->unique_is_data ? ",true," : ",false,");
+    sb_bytea(&st->ins, sj->reducer, sj->reducer_len);
+    sb_str(&st->ins, ",");
+    sb_bytea(&st->ins, sj->data, sj->data_len);
+    if (sj->when > 0)
+        sb_printf(&st->ins, ",%d,to_timestamp(%" PRId64 "),", sj->prio, sj->when);
+    else
+        sb_printf(&st->ins, ",%d,now(),", sj->prio);
+    if (sj->leased) {
+        sb_lit(&st->ins, st->owner, strlen(st->owner));
+        sb_printf(&st->ins, ",now() + interval '%u seconds')", st->lease);
+    } else {
+        sb_str(&st->ins, "NULL,NULL)");
+        st->notify = true;
+    }
+    st->nadds++;
+    if (st->ins.oom)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    return DSJOB_OK;
+}
+
+static int
+push_row(struct pend_row **arr, size_t *n, size_t *cap, const char *handle, size_t len, bool *lost)
+{
+    char *h;
+
+    if (grow((void **)arr, *n, cap, sizeof(**arr)) < 0 || (h = memdup0(handle, len)) == NULL)
+        return -1;
+    (*arr)[*n].handle = h;
+    (*arr)[*n].lost = lost;
+    (*n)++;
+    return 0;
+}
+
+static int
+pg_remove_job(struct store *st, const struct store_job *sj, char *err)
+{
+    if (sj->lost != NULL)
+        *sj->lost = false;
+    if (push_row(&st->rms, &st->nrms, &st->rms_cap, sj->handle, sj->handle_len, sj->lost) < 0)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    return DSJOB_OK;
+}
+
+static int
+pg_remove(struct store *st, uint64_t id, char *err)
+{
+    (void)st;
+    (void)id;
+    return store_say(err, DSJOB_ERR_ARG, "postgres: remove needs the job's handle");
+}
+
+static int
+pg_update(struct store *st, const struct store_job *sj, char *err)
+{
+    size_t mark = st->upd.len;
+
+    if (sj->lost != NULL)
+        *sj->lost = false;
+    sb_printf(&st->upd, "UPDATE dsjob.jobs SET prio = %d, state = %d, attempts = %" PRIu32,
+              sj->prio, sj->state, sj->attempts);
+    sb_printf(&st->upd, ", first_fail = %" PRId64 ", last_fail = %" PRId64, sj->first_fail,
+              sj->last_fail);
+    sb_printf(&st->upd, ", numerator = %" PRIu32 ", denominator = %" PRIu32, sj->numerator,
+              sj->denominator);
+    if (sj->when > 0)
+        sb_printf(&st->upd, ", run_at = to_timestamp(%" PRId64 ")", sj->when);
+    sb_str(&st->upd, ", result = ");
+    if (sj->result_len > 0)
+        sb_bytea(&st->upd, sj->result, sj->result_len);
+    else
+        sb_str(&st->upd, "NULL");
+    sb_str(&st->upd, " WHERE handle = ");
+    sb_lit(&st->upd, sj->handle, sj->handle_len);
+    sb_str(&st->upd, " AND owner = ");
+    sb_lit(&st->upd, st->owner, strlen(st->owner));
+    sb_add(&st->upd, "", 1); /* the NUL between statements */
+    if (st->upd.oom ||
+        push_row(&st->upds, &st->nupds, &st->upds_cap, sj->handle, sj->handle_len, sj->lost) < 0) {
+        st->upd.len = mark;
+        st->upd.oom = false;
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    return DSJOB_OK;
+}
+
+static int
+pg_set_func(struct store *st, const struct store_func *sf, char *err)
+{
+    size_t mark = st->upd.len;
+
+    if (!utf8_ok(sf->name, sf->name_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a function name must be UTF-8 text");
+    if (sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0) {
+        sb_str(&st->upd, "DELETE FROM dsjob.funcs WHERE name = ");
+        sb_lit(&st->upd, sf->name, sf->name_len);
+    } else {
+        sb_str(&st->upd, "INSERT INTO dsjob.funcs VALUES (");
+        sb_lit(&st->upd, sf->name, sf->name_len);
+        sb_printf(&st->upd, ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", sf->retries,
+                  sf->backoff_base_ms, sf->backoff_max_ms);
+        sb_str(&st->upd, " ON CONFLICT (name) DO UPDATE SET retries = excluded.retries,"
+                         " backoff_base_ms = excluded.backoff_base_ms,"
+                         " backoff_max_ms = excluded.backoff_max_ms");
+    }
+    sb_add(&st->upd, "", 1);
+    if (st->upd.oom ||
+        push_row(&st->upds, &st->nupds, &st->upds_cap, sf->name, sf->name_len, NULL) < 0) {
+        st->upd.len = mark;
+        st->upd.oom = false;
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    return DSJOB_OK;
+}
+
+static int
+pg_lease(struct store *st, struct store_lease *ls, char *err)
+{
+    size_t i;
+
+    (void)err;
+    for (i = 0; i < ls->nfuncs; i++)
+        if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            return store_say(err, DSJOB_ERR_ARG, "postgres: a function name must be UTF-8 text");
+    ls->jobs = NULL;
+    ls->njobs = 0;
+    ls->held = NULL;
+    ls->nheld = 0;
+    ls->renewed = false;
+    ls->mem = NULL;
+    st->ls = ls;
+    return DSJOB_OK;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The handles a statement returned in its first column, sorted for bsearch. */
+static char **
+sorted_handles(PGresult *r)
+{
+    int i, n = PQntuples(r);
+    char **v = malloc(((size_t)n + 1) * sizeof(*v));
+
+    if (v == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        v[i] = PQgetvalue(r, i, 0);
+    qsort(v, (size_t)n, sizeof(*v), cmp_str);
+    return v;
+}
+
+static bool
+found(char **v, int n, const char *h)
+{
+    return bsearch(&h, v, (size_t)n, sizeof(*v), cmp_str) != NULL;
+}
+
+/* The live job an add coalesced onto: its handle into alias. DSJOB_OK, or err. */
+static int
+find_alias(struct store *st, struct pend_add *a, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    int rc = DSJOB_OK;
+
+    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE state = 0 AND func = ");
+    sb_lit(&q, a->func, strlen(a->func));
+    sb_str(&q, " AND uniq = ");
+    sb_bytea(&q, a->uniq, a->uniq_len);
+    if (q.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = PQexec(st->db, q.p);
+    free(q.p);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "finding a unique key's job");
+    else if (PQntuples(r) != 1)
+        rc = store_say(err, DSJOB_ERR_STORE,
+                       "postgres: job %s's unique key was taken and then gone: submit again",
+                       a->handle);
+    else if (a->alias != NULL)
+        snprintf(a->alias, STORE_HANDLE_MAX, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return rc;
+}
+
+static int
+flush_adds(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    char **got;
+    size_t i;
+    int n, rc = DSJOB_OK;
+
+    if (st->nadds == 0)
+        return DSJOB_OK;
+    sb_str(&q, "INSERT INTO dsjob.jobs (handle, func, uniq, unique_is_data, reducer, data, prio,"
+               " run_at, owner, lease_until) VALUES ");
+    sb_add(&q, st->ins.p, st->ins.len);
+    sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
+               " RETURNING handle");
+    if (q.oom || st->ins.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = PQexec(st->db, q.p);
+    free(q.p);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "inserting jobs");
+        PQclear(r);
+        return rc;
+    }
+    n = PQntuples(r);
+    if ((size_t)n == st->nadds) {
+        PQclear(r);
+        return DSJOB_OK;
+    }
+    got = sorted_handles(r);
+    if (got == NULL) {
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    for (i = 0; i < st->nadds && rc == DSJOB_OK; i++)
+        if (!found(got, n, st->adds[i].handle))
+            rc = find_alias(st, &st->adds[i], err);
+    free(got);
+    PQclear(r);
+    return rc;
+}
+
+/* Mark the rows of rows[0..n) that r (their handles) does not name as lost. */
+static void
+mark_lost(PGresult *r, struct pend_row *rows, size_t n)
+{
+    char **got = sorted_handles(r);
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (rows[i].lost != NULL)
+            *rows[i].lost = got != NULL && !found(got, PQntuples(r), rows[i].handle);
+    free(got);
+}
+
+static int
+flush_removes(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    size_t i;
+    int rc = DSJOB_OK;
+
+    if (st->nrms == 0)
+        return DSJOB_OK;
+    sb_str(&q, "DELETE FROM dsjob.jobs WHERE owner = ");
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_str(&q, " AND handle IN (");
+    for (i = 0; i < st->nrms; i++) {
+        if (i > 0)
+            sb_str(&q, ",");
+        sb_lit(&q, st->rms[i].handle, strlen(st->rms[i].handle));
+    }
+    sb_str(&q, ") RETURNING handle");
+    if (q.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = PQexec(st->db, q.p);
+    free(q.p);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "deleting jobs");
+    else
+        mark_lost(r, st->rms, st->nrms);
+    PQclear(r);
+    return rc;
+}
+
+static int
+flush_updates(struct store *st, char *err)
+{
+    const char *s = st->upd.p;
+    size_t i;
+
+    for (i = 0; i < st->nupds; i++) {
+        PGresult *r = PQexec(st->db, s);
+        ExecStatusType t = PQresultStatus(r);
+
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+            int rc = pg_say(err, DSJOB_ERR_STORE, st->db, "rewriting a job");
+
+            PQclear(r);
+            return rc;
+        }
+        if (st->upds[i].lost != NULL)
+            *st->upds[i].lost = strcmp(PQcmdTuples(r), "0") == 0;
+        PQclear(r);
+        s += strlen(s) + 1;
+    }
+    return DSJOB_OK;
+}
+
+static uint64_t
+be64(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    uint64_t v = 0;
+    int i;
+
+    for (i = 0; i < 8; i++)
+        v = v << 8 | u[i];
+    return v;
+}
+
+static uint32_t
+be32(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+
+    return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
+}
+
+/* A claimed row (binary format) into ls->jobs[k], its bytes at *at. */
+static void
+take_row(PGresult *r, int row, struct store_job *sj, char **at)
+{
+#define BYTES(col, field)                                                                          \
+    do {                                                                                           \
+        size_t n_ = PQgetisnull(r, row, col) ? 0 : (size_t)PQgetlength(r, row, col);               \
+        memcpy(*at, PQgetvalue(r, row, col), n_);                                                  \
+        (*at)[n_] = '\0';                                                                          \
+        sj->field = *at;                                                                           \
+        sj->field##_len = n_;                                                                      \
+        *at += n_ + 1;                                                                             \
+    } while (0)
+    memset(sj, 0, sizeof(*sj));
+    BYTES(0, handle);
+    BYTES(1, func);
+    BYTES(2, unique);
+    sj->unique_is_data = PQgetvalue(r, row, 3)[0] != 0;
+    BYTES(4, reducer);
+    BYTES(5, data);
+#undef BYTES
+    sj->prio = (int16_t)((unsigned char)PQgetvalue(r, row, 6)[0] << 8 |
+                         (unsigned char)PQgetvalue(r, row, 6)[1]);
+    sj->when = (int64_t)be64(PQgetvalue(r, row, 7));
+    sj->attempts = be32(PQgetvalue(r, row, 8));
+    sj->first_fail = (int64_t)be64(PQgetvalue(r, row, 9));
+    sj->last_fail = (int64_t)be64(PQgetvalue(r, row, 10));
+    sj->seq = be64(PQgetvalue(r, row, 11));
+    sj->state = STORE_LIVE;
+    sj->leased = true;
+}
+
+static int
+cmp_claimed(const void *a, const void *b)
+{
+    const struct store_job *x = a, *y = b;
+
+    if (x->prio != y->prio)
+        return x->prio < y->prio ? -1 : 1;
+    if (x->when != y->when)
+        return x->when < y->when ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int
+flush_claim(struct store *st, struct store_lease *ls, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    size_t i, bytes = 0;
+    int n, k, rc = DSJOB_OK;
+    char *at;
+
+    if (ls->nfuncs == 0)
+        return DSJOB_OK;
+    sb_str(&q, "UPDATE dsjob.jobs j SET owner = ");
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_printf(&q, ", lease_until = now() + interval '%u seconds' FROM (SELECT c.id FROM (VALUES ",
+              st->lease);
+    for (i = 0; i < ls->nfuncs; i++) {
+        sb_str(&q, i ? ",(" : "(");
+        sb_lit(&q, ls->funcs[i], strlen(ls->funcs[i]));
+        sb_printf(&q, ",%u)", ls->limits[i]);
+    }
+    sb_str(&q, ") AS f(name, n), LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
+               " AND func = f.name AND run_at <= now()"
+               " AND (owner IS NULL OR lease_until < now())"
+               " ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
+               " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS);
+    if (q.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = PQexecParams(st->db, q.p, 0, NULL, NULL, NULL, NULL, 1);
+    free(q.p);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "taking jobs");
+        PQclear(r);
+        return rc;
+    }
+    n = PQntuples(r);
+    if (n <= 0) {
+        PQclear(r);
+        return DSJOB_OK;
+    }
+    for (k = 0; k < n; k++)
+        for (i = 0; i < 6; i++)
+            bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
+    ls->jobs = calloc((size_t)n, sizeof(*ls->jobs));
+    ls->mem = malloc(bytes);
+    if (ls->jobs == NULL || ls->mem == NULL) {
+        free(ls->jobs);
+        free(ls->mem);
+        ls->jobs = NULL;
+        ls->mem = NULL;
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    at = ls->mem;
+    for (k = 0; k < n; k++)
+        take_row(r, k, &ls->jobs[k], &at);
+    ls->njobs = (size_t)n;
+    qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+static int
+flush_renew(struct store *st, struct store_lease *ls, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    size_t bytes = 0;
+    int n, k, rc = DSJOB_OK;
+    char *at;
+
+    if (!ls->renew)
+        return DSJOB_OK;
+    sb_printf(&q,
+              "UPDATE dsjob.jobs SET lease_until = now() + interval '%u seconds' WHERE owner = ",
+              st->lease);
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_str(&q, " AND state = 0 RETURNING handle");
+    if (q.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = PQexec(st->db, q.p);
+    free(q.p);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "renewing leases");
+        PQclear(r);
+        return rc;
+    }
+    n = PQntuples(r);
+    for (k = 0; k < n; k++)
+        bytes += (size_t)PQgetlength(r, k, 0) + 1;
+    ls->held = malloc(bytes + 1);
+    if (ls->held == NULL) {
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    at = ls->held;
+    for (k = 0; k < n; k++) {
+        size_t len = (size_t)PQgetlength(r, k, 0);
+
+        memcpy(at, PQgetvalue(r, k, 0), len + 1);
+        at += len + 1;
+    }
+    ls->nheld = (size_t)n;
+    ls->renewed = true;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/* Forget the open batch; removes go on to the next one unless done. */
+static void
+batch_reset(struct store *st, bool ok)
+{
+    size_t i, keep = 0;
+
+    for (i = 0; i < st->nadds; i++) {
+        free(st->adds[i].handle);
+        free(st->adds[i].func);
+        free(st->adds[i].uniq);
+    }
+    st->nadds = 0;
+    sb_reset(&st->ins);
+    for (i = 0; i < st->nrms; i++) {
+        if (ok) {
+            free(st->rms[i].handle);
+            continue;
+        }
+        st->rms[keep].handle = st->rms[i].handle; /* owed: the next batch deletes it */
+        st->rms[keep++].lost = NULL;
+    }
+    st->nrms = keep;
+    for (i = 0; i < st->nupds; i++)
+        free(st->upds[i].handle);
+    st->nupds = 0;
+    sb_reset(&st->upd);
+    st->ls = NULL;
+    st->notify = false;
+}
+
+static void
+lease_clear(struct store_lease *ls)
+{
+    free(ls->jobs);
+    free(ls->held);
+    free(ls->mem);
+    ls->jobs = NULL;
+    ls->held = NULL;
+    ls->mem = NULL;
+    ls->njobs = ls->nheld = 0;
+    ls->renewed = false;
+}
+
+static int
+pg_flush(struct store *st, char *err)
+{
+    int rc;
+
+    if (st->nadds == 0 && st->nrms == 0 && st->nupds == 0 && st->ls == NULL)
+        return DSJOB_OK;
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        goto fail;
+    if ((rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
+        goto fail;
+    if ((rc = flush_adds(st, err)) != DSJOB_OK || (rc = flush_removes(st, err)) != DSJOB_OK ||
+        (rc = flush_updates(st, err)) != DSJOB_OK)
+        goto rollback;
+    if (st->ls != NULL && ((rc = flush_renew(st, st->ls, err)) != DSJOB_OK ||
+                           (rc = flush_claim(st, st->ls, err)) != DSJOB_OK))
+        goto rollback;
+    if (st->notify &&
+        (rc = exec_ok(st->db, "NOTIFY dsjob", "notifying other servers", err)) != DSJOB_OK)
+        goto rollback;
+    if ((rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
+        goto fail;
+    batch_reset(st, true);
+    return DSJOB_OK;
+rollback:
+    PQclear(PQexec(st->db, "ROLLBACK"));
+fail:
+    if (st->ls != NULL)
+        lease_clear(st->ls);
+    batch_reset(st, false);
+    return rc;
+}
+
+static int
+pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
+{
+    /* Live jobs are taken by lease, never replayed; see doc/scale-out.md for the rest. */
+    (void)st;
+    (void)fn;
+    (void)arg;
+    (void)err;
+    return DSJOB_OK;
+}
+
+static int
+pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
+{
+    PGresult *r =
+        PQexec(st->db, "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM dsjob.funcs");
+    int i, rc = DSJOB_OK;
+
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading function settings");
+        PQclear(r);
+        return rc;
+    }
+    for (i = 0; i < PQntuples(r); i++) {
+        struct store_func sf;
+
+        sf.name = PQgetvalue(r, i, 0);
+        sf.name_len = (size_t)PQgetlength(r, i, 0);
+        sf.retries = (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10);
+        sf.backoff_base_ms = (uint32_t)strtoul(PQgetvalue(r, i, 2), NULL, 10);
+        sf.backoff_max_ms = (uint32_t)strtoul(PQgetvalue(r, i, 3), NULL, 10);
+        if (fn(&sf, arg) != 0)
+            break;
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int
+pg_wait_notify(struct store *st, int stop_fd, char *err)
+{
+    struct pollfd pfd[2];
+    PGnotify *n;
+
+    if (st->listen == NULL || PQstatus(st->listen) != CONNECTION_OK) {
+        if (st->listen != NULL)
+            PQfinish(st->listen);
+        st->listen = PQconnectdb(st->dsn);
+        if (st->listen == NULL || PQstatus(st->listen) != CONNECTION_OK) {
+            pg_say(err, DSJOB_ERR_STORE, st->listen, "cannot connect to LISTEN");
+            return -1;
+        }
+        if (exec_ok(st->listen, "LISTEN dsjob", "listen", err) != DSJOB_OK)
+            return -1;
+        return 1; /* jobs may have come while it was not listening */
+    }
+    for (;;) {
+        bool told = false;
+
+        pfd[0].fd = PQsocket(st->listen);
+        pfd[0].events = POLLIN;
+        pfd[1].fd = stop_fd;
+        pfd[1].events = POLLIN;
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return store_say(err, -1, "postgres: poll: %s", strerror(errno));
+        }
+        if (pfd[1].revents != 0)
+            return 0;
+        if (PQconsumeInput(st->listen) == 0) {
+            pg_say(err, DSJOB_ERR_STORE, st->listen, "LISTEN connection");
+            PQfinish(st->listen);
+            st->listen = NULL;
+            return -1;
+        }
+        while ((n = PQnotifies(st->listen)) != NULL) {
+            told = true;
+            PQfreemem(n);
+        }
+        if (told)
+            return 1;
+    }
+}
+
+static void
+pg_close(struct store *st)
+{
+    size_t i;
+
+    if (st == NULL)
+        return;
+    if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK) {
+        char err[STORE_ERRLEN];
+        struct sbuf q = {0};
+
+        (void)pg_flush(st, err);
+        /* Give back what this server holds, so that the others take it at once. */
+        sb_str(&q, "UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL WHERE state = 0"
+                   " AND owner = ");
+        sb_lit(&q, st->owner, strlen(st->owner));
+        sb_str(&q, "; NOTIFY dsjob");
+        if (!q.oom)
+            PQclear(PQexec(st->db, q.p));
+        free(q.p);
+    }
+    batch_reset(st, true);
+    for (i = 0; i < st->nrms; i++)
+        free(st->rms[i].handle);
+    free(st->rms);
+    free(st->adds);
+    free(st->upds);
+    free(st->ins.p);
+    free(st->upd.p);
+    if (st->db != NULL)
+        PQfinish(st->db);
+    if (st->listen != NULL)
+        PQfinish(st->listen);
+    free(st->dsn);
+    free(st->owner);
+    free(st);
+}
+
+const struct store_ops store_postgres_ops = {
+    .version = STORE_OPS_VERSION,
+    .name = "postgres",
+    .open = pg_open,
+    .add = pg_add,
+    .remove = pg_remove,
+    .flush = pg_flush,
+    .replay = pg_replay,
+    .close = pg_close,
+    .update = pg_update,
+    .set_func = pg_set_func,
+    .replay_funcs = pg_replay_funcs,
+    .remove_job = pg_remove_job,
+    .lease = pg_lease,
+    .wait_notify = pg_wait_notify,
+};
