@@ -1,0 +1,522 @@
+#!/bin/sh
+# Three dsjobd on one PostgreSQL (--store postgres), against a PostgreSQL 15
+# of the test's own (tests/lib/pg.sh), with real workers on all three
+# (`dsjob worker`, and the gearman CLI, which is libgearman) and real
+# producers on all three (tests/integ/pg_load.pl, which pipelines
+# SUBMIT_JOB_BG over one connection and logs every JOB_CREATED it saw;
+# `dsjob submit -b`; `gearman -b -v`). Every payload carries a unique id;
+# every worker appends "PAYLOAD LABEL NS-TIME UNIQUE" to a file of its own
+# as a job starts; at the end of each part the test counts runs per id:
+# every acknowledged job ran at least once, and the duplicates are listed
+# and counted (allowed only after kill -9 and SIGSTOP: at least once).
+#
+#   owners      each server leases under an owner of its own (a probe job)
+#   uniques     the same unique key to the three servers, one after the
+#               other and all at once: one handle, one run
+#   priorities  jobs of three priorities submitted round the three servers,
+#               one worker: high, normal, low, in submission order
+#   latency     a producer on A (one job at a time, its send time in the
+#               payload), an idle worker only on B (its command notes the
+#               time it starts): the p50 from submit to assignment, printed,
+#               below a quarter of the poll
+#   cluster     producers and workers on all three: nothing acknowledged
+#               lost, no duplicates, handles unique across servers
+#   kill -9     one server killed under load: nothing acknowledged lost,
+#               each job it held a lease on runs on another server no later
+#               than its lease_until plus one second
+#   SIGSTOP     a server stopped past its lease with its workers mid-job,
+#               then continued: its late results are discarded and counted
+#               (dsjob_pg_lease_lost_total), and each job it held ran once
+#               elsewhere
+#   pg restart  pg_ctl restart -m immediate under load, then PostgreSQL
+#               down for a moment: each server answers ERROR STORE_ERROR
+#               while it is down, takes submits again by itself once it is
+#               back, and nothing acknowledged is lost
+# Every wait is bounded; every process is started here and stopped by its
+# pid; the whole test takes about a minute.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+LOAD=$top_srcdir/tests/integ/pg_load.pl
+[ -x "$DSJOB" ] || {
+    echo "1..0 # SKIP tools/dsjob not built"
+    exit 0
+}
+if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
+    echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
+    exit 0
+fi
+pg_skip_unless_found
+pg_skip_unless_store
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+LEASE=3 # --pg-lease, seconds
+POLL=1000
+SERVER_ARGS="--pg-lease $LEASE --pg-poll-ms $POLL --pg-prefetch 8 --verbose NOTICE"
+t_start=$(date +%s)
+
+# A server that the test stopped must get SIGCONT before anything else.
+pg_test_cleanup() {
+    for n in a b c; do
+        p=$(pgd_pid "$n")
+        [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
+    done
+}
+
+pg_start || {
+    echo "Bail out! PostgreSQL did not start"
+    exit 1
+}
+diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+# All three at once, on a database without schema dsjob: they race to make it.
+for n in a b c; do
+    # shellcheck disable=SC2086 # SERVER_ARGS are words
+    pgd_launch "$n" $SERVER_ARGS
+done
+for n in a b c; do
+    pgd_wait "$n" || {
+        echo "Bail out! dsjobd $n did not start"
+        exit 1
+    }
+    diag "dsjobd $n on 127.0.0.1:$(pgd_port "$n"), pid $(pgd_pid "$n")"
+done
+
+ms() { echo $(($(date +%s%N) / 1000000)); }
+q() { pg_psql -c "$1"; }
+
+# The workers' command: one line per job as it starts, then an optional sleep.
+cat >"$T/rec.sh" <<'EOF'
+ts=$(date +%s%N)
+p=$(cat)
+echo "$p $2 $ts ${DSJOB_UNIQUE:--}" >> "$1"
+[ -z "$3" ] || sleep "$3"
+EOF
+
+ds_worker() { # ds_worker SERVER FUNCTION LABEL CONCURRENCY [SLEEP]
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$1")" -c "$4" -i "$3" -f "$2" -- \
+        sh "$T/rec.sh" "$T/ran.$3" "$3" "${5:-}" 2>>"$T/worker.err" &
+    track $!
+}
+gm_worker() { # gm_worker SERVER FUNCTION LABEL
+    "$GEARMAN" -h 127.0.0.1 -p "$(pgd_port "$1")" -w -f "$2" -- \
+        sh "$T/rec.sh" "$T/ran.$3" "$3" >/dev/null 2>>"$T/worker.err" &
+    track $!
+}
+registered() { # registered SERVER FUNCTION [N]: at least N (1) workers for FUNCTION
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
+        awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
+}
+# load SERVER FUNCTION FIRST LAST [pg_load.pl options]: a producer in the
+# background, its log in $T/ack.FUNCTION.SERVER.FIRST; LOAD_PID is its pid.
+load() {
+    _s=$1 _f=$2 _a=$3 _b=$4
+    shift 4
+    perl "$LOAD" "$@" "$(pgd_port "$_s")" "$_f" "$_f" "$_a" "$_b" \
+        >"$T/ack.$_f.$_s.$_a" 2>>"$T/load.err" &
+    LOAD_PID=$!
+}
+prio_of() { # the mix of pg_load.pl -p mix: ID mod 3
+    case $(($1 % 3)) in 0) echo high ;; 1) echo normal ;; *) echo low ;; esac
+}
+# ds_produce SERVER FUNCTION FIRST LAST: dsjob submit -b, one process a job.
+ds_produce() {
+    _i=$3
+    while [ "$_i" -le "$4" ]; do
+        if _h=$(timeout -k 2 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" submit -b \
+            -p "$(prio_of "$_i")" "$2" "$2-$_i" 2>/dev/null) && [ -n "$_h" ]; then
+            echo "$_i ok $_h"
+        else
+            echo "$_i err"
+        fi
+        _i=$((_i + 1))
+    done >"$T/ack.$2.$1.$3"
+}
+# gm_produce SERVER FUNCTION FIRST LAST: gearman -b -v, one process a job
+# (its exit status says nothing; "Task created: HANDLE" is the ack).
+gm_produce() {
+    _i=$3
+    while [ "$_i" -le "$4" ]; do
+        _o=$(timeout -k 2 10 "$GEARMAN" -v -h 127.0.0.1 -p "$(pgd_port "$1")" -b -f "$2" \
+            "$2-$_i" 2>/dev/null | sed -n 's/^Task created: //p')
+        if [ -n "$_o" ]; then echo "$_i ok $_o"; else echo "$_i err"; fi
+        _i=$((_i + 1))
+    done >"$T/ack.$2.$1.$3"
+}
+wait_pids() { # wait_pids PID...: each is bounded by its own timeout
+    for _p in "$@"; do wait "$_p"; done
+}
+
+# account FUNCTION: compares the acks of FUNCTION's producers with its runs.
+# Sets ACKED, MISSING (acknowledged, never ran), DUPS (ids that ran more
+# than once), EXTRA (ran, never acknowledged); lists up to 10 of each.
+account() {
+    cat "$T"/ack."$1".* 2>/dev/null | awk '$2 == "ok" { print $1 }' | sort -u >"$T/acked.$1"
+    cat "$T"/ran.* 2>/dev/null | awk -v p="$1-" 'index($1, p) == 1 { print substr($1, length(p) + 1) }' |
+        sort >"$T/runs.$1"
+    sort -u "$T/runs.$1" >"$T/ranids.$1"
+    ACKED=$(wc -l <"$T/acked.$1" | tr -d ' ')
+    MISSING=$(comm -23 "$T/acked.$1" "$T/ranids.$1" | wc -l | tr -d ' ')
+    DUPS=$(uniq -d "$T/runs.$1" | wc -l | tr -d ' ')
+    EXTRA=$(comm -13 "$T/acked.$1" "$T/ranids.$1" | wc -l | tr -d ' ')
+    _notacked=$(cat "$T"/ack."$1".* 2>/dev/null | awk '$2 != "ok"' | wc -l | tr -d ' ')
+    diag "$1: acknowledged $ACKED, not acknowledged $_notacked, ran $(wc -l <"$T/runs.$1" | tr -d ' ') times" \
+        "for $(wc -l <"$T/ranids.$1" | tr -d ' ') ids; missing $MISSING, duplicated $DUPS, ran unacknowledged $EXTRA"
+    [ "$MISSING" = 0 ] || diag "$1 missing: $(comm -23 "$T/acked.$1" "$T/ranids.$1" | head -10 | tr '\n' ' ')"
+    [ "$DUPS" = 0 ] || diag "$1 duplicated (id x runs): $(uniq -c "$T/runs.$1" | awk '$1 > 1 { print $2 "x" $1 }' | head -10 | tr '\n' ' ')"
+}
+all_ran() { # all_ran FUNCTION: every acknowledged id has run (for poll_s)
+    account "$1" >/dev/null
+    [ "$MISSING" = 0 ]
+}
+poll_s() { # poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.1
+    done
+}
+live_rows() { q "SELECT count(*) FROM dsjob.jobs WHERE func = '$1' AND state = 0"; }
+no_live_rows() { [ "$(live_rows "$1")" = 0 ]; }
+lines_ge() { [ "$(wc -l 2>/dev/null <"$1" || echo 0)" -ge "$2" ]; } # lines_ge FILE N
+# run_ms FUNCTION ID LABEL-REGEX: the first start time (ms) of ID's runs by
+# workers whose label matches; empty if none.
+run_ms() {
+    cat "$T"/ran.* | awk -v p="$1-$2" -v l="$3" '$1 == p && $2 ~ l { t = substr($3, 1, length($3) - 6); if (m == "" || t < m) m = t } END { print m }'
+}
+# id_of FUNCTION HANDLE: the id an ack log gave HANDLE, or empty.
+id_of() {
+    cat "$T"/ack."$1".* | awk -v h="$2" '$2 == "ok" && $3 == h { print $1; exit }'
+}
+# The server's owner name, from a probe job its own worker holds.
+owner_of() {
+    q "SELECT owner FROM dsjob.jobs WHERE func = 'probe_$1' AND owner IS NOT NULL LIMIT 1"
+}
+has_owner() { [ -n "$(owner_of "$1")" ]; }
+
+schema_ready() { [ "$(q "SELECT to_regclass('dsjob.jobs') IS NOT NULL")" = t ]; }
+poll_s 20 schema_ready
+ok $? "three dsjobd started at once on one empty database; schema dsjob is there"
+
+# ---- owners ----------------------------------------------------------------
+for n in a b c; do
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$n")" worker -f "probe_$n" -- sleep 2 2>>"$T/worker.err" &
+    track $!
+done
+for n in a b c; do
+    poll_s 10 registered "$n" "probe_$n"
+    timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$n")" submit -b "probe_$n" x >/dev/null
+done
+for n in a b c; do poll_s 10 has_owner "$n"; done
+OWN_A=$(owner_of a) OWN_B=$(owner_of b) OWN_C=$(owner_of c)
+diag "owners: a '$OWN_A', b '$OWN_B', c '$OWN_C'"
+[ -n "$OWN_A" ] && [ -n "$OWN_B" ] && [ -n "$OWN_C" ] &&
+    [ "$OWN_A" != "$OWN_B" ] && [ "$OWN_B" != "$OWN_C" ] && [ "$OWN_A" != "$OWN_C" ]
+ok $? "each server leases its workers' jobs under an owner of its own"
+reap
+
+# ---- uniques across servers ------------------------------------------------
+s1=$(timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" submit -b -u seq cu cu-seq-a)
+s2=$(timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b -u seq cu cu-seq-b)
+s3=$(timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port c)" submit -b -u seq cu cu-seq-c)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$s2" = "$s3" ]
+ok $? "unique 'seq' submitted to a, then b, then c: one handle ($s1 $s2 $s3)"
+k=1
+pids=""
+while [ $k -le 15 ]; do
+    for n in a b c; do
+        timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$n")" submit -b -u "race-$k" cu "cu-race-$k-$n" \
+            >"$T/u.$k.$n" 2>&1 &
+        pids="$pids $!"
+    done
+    k=$((k + 1))
+done
+# shellcheck disable=SC2086 # pids are words
+wait_pids $pids
+bad=0
+k=1
+while [ $k -le 15 ]; do
+    h=$(cat "$T/u.$k.a")
+    if [ -z "$h" ] || [ "$h" != "$(cat "$T/u.$k.b")" ] || [ "$h" != "$(cat "$T/u.$k.c")" ]; then
+        bad=$((bad + 1))
+        diag "race-$k: a '$h' b '$(cat "$T/u.$k.b")' c '$(cat "$T/u.$k.c")'"
+    fi
+    k=$((k + 1))
+done
+is "$bad" 0 "15 unique keys each submitted to a, b and c at once: one handle each"
+is "$(live_rows cu)" 16 "16 rows for 16 unique keys"
+ds_worker c cu cu-c 2
+poll_s 20 lines_ge "$T/ran.cu-c" 16
+sleep 1
+is "$(awk '{ print $4 }' "$T/ran.cu-c" | sort -u | wc -l | tr -d ' ')" 16 "a worker on c ran all 16 keys"
+is "$(wc -l <"$T/ran.cu-c" | tr -d ' ')" 16 "each once"
+is "$(grep -c '^cu-seq-a ' "$T/ran.cu-c")" 1 "unique 'seq' ran with the first submit's payload"
+reap
+
+# ---- priorities across servers ---------------------------------------------
+i=1
+expect_h="" expect_n="" expect_l=""
+while [ $i -le 12 ]; do
+    case $((i % 3)) in 0) srv=a ;; 1) srv=b ;; *) srv=c ;; esac
+    case $(((i / 3) % 3)) in 0) pr=low ;; 1) pr=high ;; *) pr=normal ;; esac
+    timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port $srv)" submit -b -p $pr cp "cp-$i" >/dev/null
+    case $pr in high) expect_h="$expect_h cp-$i" ;; normal) expect_n="$expect_n cp-$i" ;; *) expect_l="$expect_l cp-$i" ;; esac
+    i=$((i + 1))
+done
+ds_worker b cp cp-b 1
+poll_s 20 lines_ge "$T/ran.cp-b" 12
+got=$(sort -k3,3n "$T/ran.cp-b" | awk '{ printf " %s", $1 }')
+is "$got" "$expect_h$expect_n$expect_l" \
+    "12 jobs submitted round a, b, c with mixed priorities run on b high, normal, low, each in submission order"
+reap
+
+# ---- latency: producer on a, idle worker only on b ---------------------------
+ds_worker b lat lat-b 1
+poll_s 10 registered b lat
+load a lat 1 25 -w 1 -d 120 -s
+wait $LOAD_PID
+poll_s 10 lines_ge "$T/ran.lat-b" 25
+awk '{ split($1, f, "-"); print int(($3 - f[3]) / 1000) }' "$T/ran.lat-b" | sort -n >"$T/lat.us"
+n_lat=$(wc -l <"$T/lat.us" | tr -d ' ')
+p50_us=$(awk -v n="$n_lat" 'NR == int((n + 1) / 2) { print }' "$T/lat.us")
+max_us=$(tail -1 "$T/lat.us")
+diag "submit on a -> assignment on b: p50 $((${p50_us:-0} / 1000)).$(printf '%03d' $((${p50_us:-0} % 1000))) ms," \
+    "max $((${max_us:-0} / 1000)) ms, over $n_lat jobs (the worker's command start included; --pg-poll-ms $POLL)"
+echo "# p50 submit-to-assignment latency across servers: ${p50_us:-?} us"
+is "$n_lat" 25 "all 25 latency jobs ran on b"
+[ -n "$p50_us" ] && [ "$p50_us" -lt $((POLL * 1000 / 4)) ]
+ok $? "p50 below a quarter of the poll interval ($((${p50_us:-0} / 1000)) ms < $((POLL / 4)) ms): woken, not polled"
+reap
+
+# ---- cluster: producers and workers on all three ---------------------------------
+for n in a b c; do
+    ds_worker "$n" cl "cl-$n-ds" 2
+    gm_worker "$n" cl "cl-$n-gm"
+done
+for n in a b c; do poll_s 10 registered "$n" cl 2; done
+load a cl 1 300 -w 20 -p mix
+p1=$LOAD_PID
+load b cl 1001 1300 -w 5 -p mix
+p2=$LOAD_PID
+ds_produce b cl 2001 2040 &
+p3=$!
+gm_produce c cl 3001 3040 &
+p4=$!
+load c cl 4001 4200 -w 1 -p mix
+p5=$LOAD_PID
+wait_pids $p1 $p2 $p3 $p4 $p5
+poll_s 40 all_ran cl
+account cl
+is "$MISSING" 0 "cluster: every one of $ACKED acknowledged jobs ran"
+is "$DUPS" 0 "cluster: none ran twice"
+is "$ACKED" 880 "cluster: all 880 submits were acknowledged"
+poll_s 10 no_live_rows cl
+is "$(live_rows cl)" 0 "cluster: no live row of cl is left"
+for n in a b c; do
+    r=$(cat "$T"/ran.cl-"$n"-* 2>/dev/null | wc -l | tr -d ' ')
+    [ "$r" -gt 0 ]
+    ok $? "cluster: workers on $n ran jobs ($r)"
+done
+cat "$T"/ack.cl.* "$T"/ack.cu.* 2>/dev/null | awk '$2 == "ok" { print $3 }' | sort | uniq -d >"$T/dup_handles"
+is "$(wc -l <"$T/dup_handles" | tr -d ' ')" 0 "cluster: the handles of $ACKED acknowledged jobs are all different"
+pfx() { awk '$2 == "ok" { sub(/:[^:]*$/, "", $3); print $3; exit }' "$@"; }
+ha=$(pfx "$T/ack.cl.a.1") hb=$(pfx "$T/ack.cl.b.1001") hc=$(pfx "$T/ack.cl.c.4001")
+diag "handle prefixes: a $ha, b $hb, c $hc"
+[ -n "$ha" ] && [ "$ha" != "$hb" ] && [ "$hb" != "$hc" ] && [ "$ha" != "$hc" ]
+ok $? "cluster: each server's handles have a prefix of their own"
+for n in a b c; do
+    c_n=$(pgd_stat "$n" dsjob_pg_claimed_total)
+    diag "$n: dsjob_pg_claimed_total ${c_n:-absent}"
+    [ "${c_n:-0}" -gt 0 ]
+    ok $? "cluster: $n counts the jobs it claimed (dsjob_pg_claimed_total $c_n)"
+done
+reap
+
+# ---- kill -9 under load ----------------------------------------------------------
+for n in a b c; do
+    ds_worker "$n" ck "ck-$n-ds" 2 0.02
+    gm_worker "$n" ck "ck-$n-gm"
+done
+for n in a b c; do poll_s 10 registered "$n" ck 2; done
+load a ck 1 400 -w 5 -d 40 -p mix
+p1=$LOAD_PID
+load b ck 1001 1400 -w 5 -d 40 -p mix
+p2=$LOAD_PID
+load c ck 2001 2400 -w 5 -d 40 -p mix
+p3=$LOAD_PID
+sleep 1.5
+pgd_kill9 a
+t_kill=$(ms)
+q "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
+   WHERE owner = '$OWN_A' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
+diag "kill -9 a at $t_kill ms: it held $(wc -l <"$T/ck.leased" | tr -d ' ') leases"
+wait_pids $p1 $p2 $p3
+poll_s 40 all_ran ck
+account ck
+is "$MISSING" 0 "kill -9: every one of $ACKED acknowledged jobs ran (0 lost)"
+echo "# kill -9: duplicates $DUPS (at least once: a job a's worker ran before the kill may run again)"
+[ -s "$T/ck.leased" ]
+ok $? "kill -9: a held leases when it died ($(wc -l <"$T/ck.leased" | tr -d ' '))"
+late=0 unmapped=0 worst=0 nl=0
+while read -r h until_ms; do
+    [ -n "$h" ] || continue
+    id=$(id_of ck "$h")
+    if [ -z "$id" ]; then
+        unmapped=$((unmapped + 1))
+        continue
+    fi
+    nl=$((nl + 1))
+    t=$(run_ms ck "$id" '^ck-[bc]-')
+    if [ -z "$t" ] || [ "$t" -gt $((until_ms + 1000)) ]; then
+        late=$((late + 1))
+        diag "job $id ($h), lease until $until_ms: ran elsewhere at ${t:-never}"
+    fi
+    [ -n "$t" ] && [ $((t - t_kill)) -gt $worst ] && worst=$((t - t_kill))
+done <"$T/ck.leased"
+diag "kill -9: $nl of a's leased jobs traced, $unmapped not (their ack was lost); the last ran elsewhere $worst ms after the kill (lease $LEASE s)"
+is "$late" 0 "kill -9: each job a held a lease on ran on b or c by its lease_until + 1 s"
+[ "$worst" -le $((LEASE * 1000 + 1000)) ]
+ok $? "kill -9: all within lease + 1 s of the kill ($worst ms)"
+is "$(live_rows ck)" 0 "kill -9: no live row of ck is left"
+reap
+# shellcheck disable=SC2086
+pgd_start a $SERVER_ARGS || {
+    echo "Bail out! dsjobd a did not start again"
+    exit 1
+}
+diag "dsjobd a again on 127.0.0.1:$(pgd_port a), pid $(pgd_pid a)"
+
+# ---- SIGSTOP past the lease -----------------------------------------------------
+lost0=$(pgd_stat b dsjob_pg_lease_lost_total)
+diag "b: dsjob_pg_lease_lost_total ${lost0:-absent} before"
+load a cs 1 30 -w 30
+wait $LOAD_PID
+touch "$T/ran.cs-b"
+ds_worker b cs cs-b 2 1
+poll_s 10 lines_ge "$T/ran.cs-b" 2
+kill -STOP "$(pgd_pid b)"
+t_stop=$(ms)
+sleep 0.2
+q "SELECT handle FROM dsjob.jobs WHERE owner = '$OWN_B' AND state = 0" >"$T/cs.leased"
+cp "$T/ran.cs-b" "$T/cs.b_before"
+diag "SIGSTOP b at $t_stop ms: its worker had started $(wc -l <"$T/cs.b_before" | tr -d ' ') jobs; it held $(wc -l <"$T/cs.leased" | tr -d ' ') leases"
+[ -s "$T/cs.leased" ]
+ok $? "SIGSTOP: b held leases when stopped"
+for n in a c; do ds_worker "$n" cs "cs-$n" 2; done
+# The jobs b held: each must run on a or c once its lease is gone.
+held_ran() {
+    while read -r h; do
+        id=$(id_of cs "$h")
+        [ -n "$id" ] && [ -n "$(run_ms cs "$id" '^cs-[ac]$')" ] || return 1
+    done <"$T/cs.leased"
+}
+poll_s $((LEASE + 10)) held_ran
+ok $? "SIGSTOP: every job b held ran on a or c while b was stopped"
+sleep 0.5
+[ $(($(ms) - t_stop)) -gt $((LEASE * 1000)) ]
+ok $? "SIGSTOP: b was stopped past its lease ($(($(ms) - t_stop)) ms > $LEASE s)"
+kill -CONT "$(pgd_pid b)"
+t_cont=$(ms)
+lost_gt() { [ "$(pgd_stat b dsjob_pg_lease_lost_total)" -gt "${lost0:-0}" ] 2>/dev/null; }
+poll_s 15 lost_gt
+lost1=$(pgd_stat b dsjob_pg_lease_lost_total)
+diag "b: dsjob_pg_lease_lost_total ${lost1:-absent} after SIGCONT"
+[ "${lost1:-0}" -gt "${lost0:-0}" ]
+ok $? "SIGSTOP: after SIGCONT b discarded and counted its late results (dsjob_pg_lease_lost_total ${lost0:-0} -> ${lost1:-absent})"
+poll_s 20 all_ran cs
+sleep 1
+account cs
+is "$MISSING" 0 "SIGSTOP: every one of $ACKED acknowledged jobs ran"
+echo "# SIGSTOP: duplicates $DUPS (a job b's worker had started before the stop ran again elsewhere)"
+once=0 twice=0
+while read -r h; do
+    id=$(id_of cs "$h")
+    c=$(cat "$T"/ran.cs-a "$T"/ran.cs-c 2>/dev/null | grep -c "^cs-$id ")
+    if [ "$c" = 1 ]; then once=$((once + 1)); else
+        twice=$((twice + 1))
+        diag "job $id ($h) ran $c times on a and c"
+    fi
+done <"$T/cs.leased"
+is "$twice" 0 "SIGSTOP: each of the $once jobs b held ran exactly once on a or c"
+again=$(awk -v t="$t_cont" 'substr($3, 1, length($3) - 6) + 0 >= t' "$T/ran.cs-b" | wc -l | tr -d ' ')
+diag "SIGSTOP: b's worker started $again jobs after SIGCONT"
+is "$(live_rows cs)" 0 "SIGSTOP: no live row of cs is left"
+reap
+h=$(timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b cs2 after-stop 2>&1)
+case $h in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "SIGSTOP: b takes submits again after SIGCONT ($h)"
+
+# ---- PostgreSQL restarted under load ---------------------------------------------
+for n in a b c; do
+    ds_worker "$n" cr "cr-$n-ds" 2
+    gm_worker "$n" cr "cr-$n-gm"
+done
+for n in a b c; do poll_s 10 registered "$n" cr 2; done
+load a cr 1 300 -w 4 -d 50 -r -t 40
+p1=$LOAD_PID
+load b cr 1001 1300 -w 4 -d 50 -r -t 40
+p2=$LOAD_PID
+load c cr 2001 2300 -w 4 -d 50 -r -t 40
+p3=$LOAD_PID
+sleep 1.5
+t0=$(ms)
+pg_restart_immediate
+ok $? "pg_ctl restart -m immediate under load"
+restart_ms=$(($(ms) - t0))
+diag "PostgreSQL restarted in $restart_ms ms, postmaster pid $PG_PID"
+wait_pids $p1 $p2 $p3
+errs=$(cat "$T"/ack.cr.* | awk '$2 == "err" { print $3 }' | sort | uniq -c | tr '\n' ' ')
+diag "answers other than JOB_CREATED during the restart: ${errs:-none}"
+# Down for a moment: each server says STORE_ERROR.
+pg_stop_immediate
+# shellcheck disable=SC2034 # gpacket reads SERVER_PORT
+for n in a b c; do
+    SERVER_PORT=$(pgd_port "$n")
+    r=$(gpacket 18 crx "" "down-$n")
+    case $r in "19 STORE_ERROR"*) rc=0 ;; *) rc=1 ;; esac
+    ok $rc "PostgreSQL down: $n answers a background submit with ERROR STORE_ERROR ($r)"
+done
+pg_start_again
+ok $? "PostgreSQL started again (pid $PG_PID)"
+took_submit() {
+    r=$(gpacket 18 crx "" "back-$1")
+    case $r in "8 H:"*) return 0 ;; *) return 1 ;; esac
+}
+t0=$(ms)
+# shellcheck disable=SC2034 # gpacket reads SERVER_PORT
+for n in a b c; do
+    SERVER_PORT=$(pgd_port "$n")
+    poll_s 20 took_submit "$n"
+    ok $? "$n takes background submits again by itself ($(($(ms) - t0)) ms after PostgreSQL came back)"
+done
+for n in a b c; do
+    kill -0 "$(pgd_pid "$n")" 2>/dev/null
+    ok $? "$n is still running"
+done
+poll_s 30 all_ran cr
+account cr
+is "$MISSING" 0 "PostgreSQL restart: every one of $ACKED acknowledged jobs ran (0 lost)"
+# A lease that ran out while PostgreSQL was down may go to another server
+# before its owner renews it: duplicates are an error only if the restart
+# was shorter than the lease.
+echo "# PostgreSQL restart: duplicates $DUPS (the restart took $restart_ms ms, the lease is $LEASE s)"
+if [ "$restart_ms" -lt $((LEASE * 1000 - 500)) ]; then
+    is "$DUPS" 0 "PostgreSQL restart: none ran twice (down for less than a lease)"
+else
+    skip_n 1 "PostgreSQL restart: the restart took $restart_ms ms, longer than the lease: duplicates allowed"
+fi
+reap
+
+for n in a b c; do
+    pgd_stop "$n"
+    ok $? "dsjobd $n stops on SIGTERM"
+done
+grep -h -i 'error\|warn' "$(pgd_log a)" "$(pgd_log b)" "$(pgd_log c)" 2>/dev/null | sort | uniq -c | sort -rn | head -8 |
+    sed 's/^/# server log: /'
+diag "t_pg_cluster took $(($(date +%s) - t_start)) s"
+done_testing

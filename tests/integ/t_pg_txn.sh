@@ -1,0 +1,315 @@
+#!/bin/sh
+# Transactional enqueue on the postgres store (--store postgres): an
+# application calls dsjob.submit(function, payload, uniq, priority, run_at)
+# inside its own transaction, from psql and from a small libpq program
+# (tests/integ/pg_txn_submit.c, which writes rows of an application table
+# around the call), and the job exists if and only if that transaction
+# commits. Against a PostgreSQL 15 of the test's own (tests/lib/pg.sh) and
+# one dsjobd with --pg-poll-ms 5000, so that a job picked up within 2 s was
+# woken by NOTIFY, not found by the poll. Real workers: `dsjob worker` and
+# the gearman CLI.
+#
+# Asserts: dsjobd makes schema dsjob (table jobs, function submit); a
+# rolled-back submit returned a handle but leaves no row and never runs
+# (not even later, behind committed jobs of its function); a job in a
+# transaction still open is invisible to other sessions and does not run
+# until the commit, then runs within 2 s with its payload; a committed
+# submit runs on a gearman CLI worker with its payload, and bytes 00 ff 0a
+# survive the bytea; the libpq program's committed job runs under the very
+# handle dsjob.submit returned, its application row holds that handle, its
+# rolled-back job and row never exist; a unique key given twice in committed
+# transactions (psql, then libpq) and once over the Gearman protocol gets
+# the first job's handle while it is live, runs once, and is free again
+# once done; priorities in one transaction run high, normal, low (in
+# submission order within one); a job with run_at 3 s ahead does not run
+# before it and does run after it. Each pick-up time is printed.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+[ -x "$DSJOB" ] || {
+    echo "1..0 # SKIP tools/dsjob not built"
+    exit 0
+}
+pg_skip_unless_found
+pg_skip_unless_store
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+# The libpq program: make check builds it when configure found libpq;
+# otherwise (a tree configured before, say) it is built here with pkg-config.
+TXN=$top_builddir/tests/integ/pg_txn_submit
+if [ ! -x "$TXN" ]; then
+    TXN=$T/pg_txn_submit
+    # shellcheck disable=SC2046 # pkg-config's flags are words
+    if ! ${CC:-cc} -o "$TXN" $(pkg-config --cflags libpq 2>/dev/null) \
+        "$top_srcdir/tests/integ/pg_txn_submit.c" $(pkg-config --libs libpq 2>/dev/null || echo -lpq) \
+        >"$T/cc.log" 2>&1; then
+        sed 's/^/# /' "$T/cc.log"
+        TXN=""
+    fi
+fi
+
+pg_start || {
+    echo "Bail out! PostgreSQL did not start"
+    exit 1
+}
+diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID ($PG_BIN)"
+pgd_start a --pg-poll-ms 5000 --pg-lease 3 --verbose NOTICE || {
+    echo "Bail out! dsjobd --store postgres did not start"
+    exit 1
+}
+PORT=$(pgd_port a)
+diag "dsjobd --store postgres on 127.0.0.1:$PORT, pid $(pgd_pid a)"
+
+ns() { date +%s%N; }
+hex() { printf '%s' "$1" | od -An -tx1 -v | tr -d ' \n'; }
+# ms_since NS-FROM NS-TO: milliseconds, or "never" without NS-TO
+ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never; fi; }
+# poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
+poll_s() {
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.05
+    done
+}
+q() { pg_psql -c "$1"; }                        # q SQL: the value(s), one a line
+
+# The worker's command: one line per job, "NS-TIME HANDLE PAYLOAD-IN-HEX",
+# the time taken as it starts.
+cat >"$T/rec.sh" <<'EOF'
+ts=$(date +%s%N)
+hex=$(od -An -tx1 -v | tr -d ' \n')
+echo "$ts $DSJOB_HANDLE $hex" >> "$1"
+EOF
+# ran FILE PAYLOAD: the line of the job with that payload (none: fails)
+ran() { grep " $(hex "$2")\$" "$1"; }
+ran_count() { grep -c " $(hex "$2")\$" "$1" 2>/dev/null; }
+worker() { # worker FUNCTION FILE: a dsjob worker for FUNCTION, recording into FILE
+    "$DSJOB" worker -s "127.0.0.1:$PORT" -f "$1" -- sh "$T/rec.sh" "$2" 2>>"$T/worker.err" &
+    track $!
+}
+registered() { # registered FUNCTION: dsjob status shows a worker for it
+    "$DSJOB" -s "127.0.0.1:$PORT" status --format tsv 2>/dev/null |
+        awk -F '\t' -v f="$1" '$1 == f && $NF > 0 { x = 1 } END { exit !x }'
+}
+schema_ready() {
+    [ "$(q "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'dsjob' AND p.proname = 'submit'")" = 1 ] &&
+        [ "$(q "SELECT to_regclass('dsjob.jobs') IS NOT NULL")" = t ]
+}
+
+poll schema_ready
+ok $? "dsjobd made schema dsjob: table dsjob.jobs and function dsjob.submit"
+schema_ready || {
+    echo "Bail out! no schema dsjob to test against"
+    exit 1
+}
+touch "$T/ran.txf"
+worker txf "$T/ran.txf"
+# Wait for the worker to register (dsjob status lists its function).
+poll registered txf
+ok $? "a dsjob worker for txf is registered"
+
+# --- rolled back: a handle, but no job ---
+h_rb=$(pg_psql <<'EOF'
+BEGIN;
+SELECT dsjob.submit('txf', 'rolled-back'::bytea);
+ROLLBACK;
+EOF
+)
+ok $? "psql: BEGIN; SELECT dsjob.submit(...); ROLLBACK succeeds"
+[ -n "$h_rb" ]
+ok $? "dsjob.submit returned a handle inside the transaction: $h_rb"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txf'")" 0 "after ROLLBACK no row of txf"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h_rb'")" 0 "nor of its handle"
+
+# --- open transaction: invisible until it commits ---
+t0=$(ns)
+pg_psql >"$T/late.out" 2>&1 <<'EOF' &
+BEGIN;
+SELECT dsjob.submit('txf', 'committed-late'::bytea);
+SELECT pg_sleep(2);
+COMMIT;
+EOF
+psql_pid=$!
+sleep 1
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txf'")" 0 \
+    "a job in a transaction still open is invisible to another session"
+ran "$T/ran.txf" committed-late >/dev/null
+ok $((!$?)) "and no worker has it"
+wait $psql_pid
+ok $? "the transaction commits"
+t_commit=$(ns)
+poll_s 10 ran "$T/ran.txf" committed-late >/dev/null
+ok $? "the committed job runs"
+ts=$(ran "$T/ran.txf" committed-late | cut -d' ' -f1)
+[ -n "$ts" ] && [ "$ts" -ge $((t0 + 2000000000)) ]
+ok $? "not before its transaction committed (it ran $(ms_since "$t0" "$ts") ms after BEGIN; the commit came after 2000)"
+lat=$(ms_since "$t_commit" "$ts")
+diag "pick-up after COMMIT (psql, open transaction): $lat ms"
+[ -n "$ts" ] && [ "$lat" -lt 2000 ]
+ok $? "picked up at once: $lat ms after the commit, while the poll is 5000 ms"
+h_late=$(head -1 "$T/late.out")
+is "$(ran "$T/ran.txf" committed-late | cut -d' ' -f2)" "$h_late" \
+    "the worker got it under the handle dsjob.submit returned"
+is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the rolled-back job, submitted before it, never ran"
+gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$1'")" = 0 ]; }
+poll_s 10 gone "$h_late"
+ok $? "once done its row is gone"
+
+# --- committed, bytes and a gearman CLI worker ---
+(timeout 30 "$GEARMAN" -h 127.0.0.1 -p "$PORT" -w -f txg -c 1 >"$T/gw.out" 2>"$T/gw.err"
+    echo $? >"$T/gw.rc") &
+track $!
+poll registered txg
+t_commit=$(ns)
+h_g=$(pg_psql <<'EOF'
+BEGIN;
+SELECT dsjob.submit('txg', 'payload for gearman'::bytea);
+COMMIT;
+EOF
+)
+poll_s 10 test -s "$T/gw.rc"
+is "$(cat "$T/gw.rc" 2>/dev/null)" 0 "gearman -w -c 1 did one job and exited 0 (handle $h_g)"
+is "$(cat "$T/gw.out")" "payload for gearman" "with the payload committed from psql"
+diag "gearman CLI worker done $(ms_since "$t_commit" "$(ns)") ms after the psql COMMIT"
+
+t_commit=$(ns)
+h_bin=$(q "SELECT dsjob.submit('txf', '\\x00ff0a41'::bytea)")
+poll_s 10 grep -q " 00ff0a41\$" "$T/ran.txf"
+ok $? "a payload with bytes 00 ff 0a from psql reaches the worker whole (autocommit; $h_bin)"
+ts=$(grep " 00ff0a41\$" "$T/ran.txf" | cut -d' ' -f1)
+diag "pick-up after autocommit (psql): $(ms_since "$t_commit" "$ts") ms"
+
+# --- the libpq program, with writes of its own ---
+if [ -n "$TXN" ]; then
+    pl=libpq-commit-$$
+    t_commit=$(ns)
+    out=$("$TXN" "$PG_DSN" commit txf "$pl" 2>"$T/txn.err")
+    ok $? "pg_txn_submit commit: exit 0 ($(cat "$T/txn.err"))"
+    h_c=${out% *}
+    row=${out#* }
+    [ -n "$h_c" ] && [ "$h_c" != "$out" ]
+    ok $? "it printed a handle and its row: $out"
+    is "$(q "SELECT handle FROM pg_txn_app WHERE id = ${row:-0}")" "$h_c" \
+        "its application row was committed with the handle"
+    poll_s 10 ran "$T/ran.txf" "$pl" >/dev/null
+    ok $? "its job runs"
+    ts=$(ran "$T/ran.txf" "$pl" | cut -d' ' -f1)
+    lat=$(ms_since "$t_commit" "$ts")
+    diag "pick-up after COMMIT (libpq program, connect included): $lat ms"
+    [ -n "$ts" ] && [ "$lat" -lt 2000 ]
+    ok $? "picked up at once: $lat ms after the program started, while the poll is 5000 ms"
+    is "$(ran "$T/ran.txf" "$pl" | cut -d' ' -f2)" "$h_c" "under the handle dsjob.submit returned"
+
+    plr=libpq-rollback-$$
+    out=$("$TXN" "$PG_DSN" rollback txf "$plr" 2>"$T/txn.err")
+    ok $? "pg_txn_submit rollback: exit 0 ($(cat "$T/txn.err"))"
+    h_r=${out% *}
+    is "$(q "SELECT count(*) FROM pg_txn_app WHERE note = '$plr'")" 0 "its application row is not there"
+    is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '${h_r:-none}'")" 0 "nor its job ($h_r)"
+else
+    skip_n 9 "pg_txn_submit could not be built (libpq-dev missing?)"
+fi
+
+# --- unique keys: the same handle while live, one run, free once done ---
+h_u1=$(pg_psql <<'EOF'
+BEGIN;
+SELECT dsjob.submit('txu', 'first'::bytea, 'u-1');
+COMMIT;
+EOF
+)
+[ -n "$h_u1" ]
+ok $? "a job with unique u-1 from psql: $h_u1"
+if [ -n "$TXN" ]; then
+    out=$("$TXN" "$PG_DSN" commit txu second u-1 2>"$T/txn.err")
+    is "${out% *}" "$h_u1" "the libpq program's committed submit with u-1 gets the same handle"
+else
+    h_u2=$(q "SELECT dsjob.submit('txu', 'second'::bytea, 'u-1')")
+    is "$h_u2" "$h_u1" "a second committed submit with u-1 gets the same handle"
+fi
+h_u3=$(timeout 20 "$DSJOB" -s "127.0.0.1:$PORT" submit -b -u u-1 txu third 2>&1)
+is "$h_u3" "$h_u1" "SUBMIT_JOB_BG with unique u-1 to dsjobd gets it too"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txu'")" 1 "one row for txu"
+touch "$T/ran.txu"
+worker txu "$T/ran.txu"
+poll_s 10 ran "$T/ran.txu" first >/dev/null
+ok $? "the worker runs it, with the first payload"
+poll_s 10 gone "$h_u1"
+sleep 0.5
+is "$(wc -l <"$T/ran.txu" | tr -d ' ')" 1 "once"
+h_u4=$(q "SELECT dsjob.submit('txu', 'fourth'::bytea, 'u-1')")
+[ -n "$h_u4" ] && [ "$h_u4" != "$h_u1" ]
+ok $? "once it is done, u-1 makes a new job: $h_u4"
+poll_s 10 ran "$T/ran.txu" fourth >/dev/null
+ok $? "which runs"
+
+# --- priorities in one transaction, then one worker ---
+pg_psql >/dev/null <<'EOF'
+BEGIN;
+SELECT dsjob.submit('txp', 'p-low'::bytea, NULL, 'low');
+SELECT dsjob.submit('txp', 'p-normal'::bytea);
+SELECT dsjob.submit('txp', 'p-high'::bytea, NULL, 'high');
+SELECT dsjob.submit('txp', 'p-low2'::bytea, NULL, 'low');
+SELECT dsjob.submit('txp', 'p-high2'::bytea, NULL, 'high');
+SELECT dsjob.submit('txp', 'p-normal2'::bytea, NULL, 'normal');
+COMMIT;
+EOF
+ok $? "six txp jobs of three priorities committed in one transaction"
+touch "$T/ran.txp"
+worker txp "$T/ran.txp"
+lines_ge() { [ "$(wc -l <"$1")" -ge "$2" ]; }
+poll_s 10 lines_ge "$T/ran.txp" 6
+order=$(sort -n "$T/ran.txp" | cut -d' ' -f3 | perl -ne 'chomp; print pack("H*", $_), " "')
+is "$order" "p-high p-high2 p-normal p-normal2 p-low p-low2 " \
+    "one worker ran them high, normal, low, in submission order within each"
+
+# --- run_at ahead ---
+touch "$T/ran.txr"
+worker txr "$T/ran.txr"
+out=$(pg_psql -F ' ' <<'EOF'
+BEGIN;
+SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '3 seconds'),
+       (extract(epoch FROM now() + interval '3 seconds') * 1000)::bigint;
+COMMIT;
+EOF
+)
+due_ms=${out#* }
+diag "run_at job ${out% *} due at $due_ms ms since the epoch"
+sleep 1.5
+is "$(ran_count "$T/ran.txr" later)" 0 "the run_at job has not run 1.5 s before its time"
+i=0
+while [ "$(ran_count "$T/ran.txr" later)" = 0 ] && [ $i -lt 240 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+ts=$(ran "$T/ran.txr" later | cut -d' ' -f1)
+[ -n "$ts" ]
+ok $? "it runs (within 12 s of the submit: run_at + poll + slack)"
+if [ -n "$ts" ]; then
+    late=$((ts / 1000000 - due_ms))
+    diag "the run_at job started $late ms after its run_at"
+    [ "$late" -ge 0 ]
+    ok $? "not before its run_at ($late ms after it)"
+else
+    ok 1 "not before its run_at (it did not run)"
+fi
+
+# Last: nothing rolled back ever ran, and the server stops cleanly.
+is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the psql-rolled-back job never ran"
+if [ -n "$TXN" ]; then
+    is "$(ran_count "$T/ran.txf" "$plr")" 0 "the libpq-rolled-back job never ran"
+else
+    skip_n 1 "pg_txn_submit could not be built"
+fi
+grep -q 'STORE_ERROR\|lease' "$T/worker.err" 2>/dev/null && sed 's/^/# worker: /' "$T/worker.err" | head -5
+reap
+pgd_stop a
+ok $? "dsjobd stops on SIGTERM"
+done_testing

@@ -1,0 +1,351 @@
+# Shell helper for the PostgreSQL store's tests: a throwaway PostgreSQL
+# (15 or later) of the test's own, in a temp dir, on a loopback port.
+# Sourced after tests/lib/server.sh (and tests/interop/lib.sh, if the test
+# uses it); POSIX sh.
+#
+#   pg_find           sets PG_BIN to the directory of initdb and pg_ctl
+#                     (/usr/lib/postgresql/15/bin, else `pg_config --bindir`)
+#                     and PG_VERSION; returns 1 and sets PG_WHY if there is
+#                     none, or if we are root and have no `postgres` user or
+#                     no runuser.
+#   pg_skip_unless_found
+#                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
+#   pg_start          initdb in a fresh temp dir (owned by the `postgres` user
+#                     when we are root, since initdb refuses root; initdb,
+#                     pg_ctl and postgres then run through `runuser -u
+#                     postgres --`), start it on 127.0.0.1 only, on a port
+#                     that was free (tried again on another port if the
+#                     start fails), its unix socket in the temp dir, then
+#                     CREATE DATABASE dsjob. Durability settings are the
+#                     defaults (fsync, synchronous_commit and
+#                     full_page_writes on); only shared_buffers is small.
+#                     Sets PG_DIR, PG_DATA, PG_LOG, PG_PORT, PG_PID (from
+#                     postmaster.pid), PG_DSN (libpq conninfo for dsjobd's
+#                     --pg-dsn). Returns 1, with the server log on stderr,
+#                     if it could not start.
+#   pg_psql ARG...    psql against the dsjob database (quiet, unaligned,
+#                     tuples only, no psqlrc, ON_ERROR_STOP), as the caller:
+#                     psql is a client and does not mind root, and so it can
+#                     read the test's own files
+#   pg_restart_immediate
+#                     pg_ctl restart -m immediate (a crash: no checkpoint,
+#                     recovery at the start); PG_PID is the new postmaster's
+#   pg_stop_immediate, pg_start_again
+#                     the two halves of that, for a test that wants to act
+#                     while PostgreSQL is down
+#   pg_stop           SIGINT (fast shutdown) to PG_PID, waits for it to go
+#                     (SIGQUIT after 20 s); the postmaster is pg_ctl's child,
+#                     not ours, so this polls kill -0
+#   pg_cleanup        pg_stop if it runs, then removes PG_DIR; safe to call
+#                     more than once and from an EXIT trap (pg_start installs
+#                     one that also runs the test's own cleanup)
+#
+# The superuser is `postgres` whoever runs the test (initdb -U postgres),
+# authentication is trust, and nothing listens beyond 127.0.0.1.
+#
+# dsjobd on the postgres store, several at once, each known by a NAME (a
+# shell word: a, b, c):
+#
+#   pg_skip_unless_store
+#                     runs `dsjobd --store postgres` once (libpq's defaults
+#                     pointing where nothing listens, bounded to 3 s) and prints its
+#                     answer as a diagnostic; if dsjobd reports the store
+#                     unknown or not built, prints `1..0 # SKIP` with that
+#                     answer and exits 0. Any other answer goes on to the test.
+#   pgd_start NAME [ARG...]
+#                     starts dsjobd -L 127.0.0.1 -p 0 --store postgres
+#                     --pg-dsn "$PG_DSN" with ARGs, waits (10 s at most) for
+#                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
+#                     PGD_LOG_<NAME>. Returns 1 with its log on stderr if it
+#                     did not start.
+#   pgd_launch NAME [ARG...], pgd_wait NAME
+#                     the two halves of pgd_start, to start several at once
+#   pgd_port NAME, pgd_pid NAME, pgd_log NAME
+#                     print those
+#   pgd_stop NAME     SIGTERM (SIGCONT first, in case it is stopped), waits
+#                     up to 15 s, then SIGKILL; returns 1 if it needed the KILL
+#   pgd_kill9 NAME    SIGKILL and reap
+#   pgd_stop_all      pgd_stop for every one still running (the EXIT trap)
+#   pgd_stat NAME SAMPLE
+#                     one sample of `dsjob stats` (tsv), e.g.
+#                     dsjob_pg_lease_lost_total; empty if absent
+
+PG_DIR=""
+PG_PID=""
+
+pg_find() {
+    PG_WHY=""
+    PG_BIN=""
+    for _d in /usr/lib/postgresql/15/bin "$(pg_config --bindir 2>/dev/null)"; do
+        if [ -n "$_d" ] && [ -x "$_d/initdb" ] && [ -x "$_d/pg_ctl" ] && [ -x "$_d/postgres" ]; then
+            PG_BIN=$_d
+            break
+        fi
+    done
+    if [ -z "$PG_BIN" ]; then
+        PG_WHY="PostgreSQL 15 binaries not found (no initdb/pg_ctl in /usr/lib/postgresql/15/bin nor in pg_config --bindir; apt-get install postgresql-15)"
+        return 1
+    fi
+    PG_VERSION=$("$PG_BIN/postgres" --version 2>/dev/null | sed -n 's/.* \([0-9][0-9]*\)\.[0-9].*/\1/p')
+    if [ -z "$PG_VERSION" ] || [ "$PG_VERSION" -lt 15 ]; then
+        PG_WHY="PostgreSQL in $PG_BIN is '${PG_VERSION:-unknown}', not 15 or later (apt-get install postgresql-15)"
+        return 1
+    fi
+    [ -x "$PG_BIN/psql" ] || {
+        PG_WHY="no psql in $PG_BIN"
+        return 1
+    }
+    if [ "$(id -u)" = 0 ]; then
+        if ! id postgres >/dev/null 2>&1; then
+            PG_WHY="running as root and there is no 'postgres' user to run initdb as"
+            return 1
+        fi
+        if ! command -v runuser >/dev/null 2>&1; then
+            PG_WHY="running as root and there is no runuser to run initdb as postgres"
+            return 1
+        fi
+    fi
+    return 0
+}
+
+pg_skip_unless_found() {
+    pg_find || {
+        echo "1..0 # SKIP $PG_WHY"
+        exit 0
+    }
+}
+
+# _pg_as CMD ARG...: CMD as the owner of the cluster.
+_pg_as() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+_pg_read_pid() {
+    PG_PID=$(head -1 "$PG_DATA/postmaster.pid" 2>/dev/null)
+}
+
+pg_start() {
+    [ -n "$PG_BIN" ] || pg_find || {
+        echo "pg_start: $PG_WHY" >&2
+        return 1
+    }
+    # Not inside the test's own temp dir: that one is root's and mode 700
+    # when we are root, and the postgres user must reach its data directory.
+    PG_DIR=$(mktemp -d /tmp/dsjob-pg.XXXXXX) || return 1
+    PG_DATA=$PG_DIR/data
+    PG_LOG=$PG_DIR/postgres.log
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres "$PG_DIR" || return 1
+    fi
+    # --no-sync: initdb does not fsync the files it writes; the server's own
+    # settings (fsync on) are untouched.
+    if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
+        >"$PG_DIR/initdb.log" 2>&1; then
+        echo "pg_start: initdb failed:" >&2
+        cat "$PG_DIR/initdb.log" >&2
+        return 1
+    fi
+    {
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$PG_DIR'"
+        echo "shared_buffers = 16MB"
+        echo "max_connections = 60"
+        echo "log_min_messages = warning"
+    } | _pg_as sh -c "cat >> '$PG_DATA/postgresql.conf'"
+    _try=0
+    while :; do
+        _try=$((_try + 1))
+        PG_PORT=$(free_port)
+        echo "port = $PG_PORT" | _pg_as sh -c "cat >> '$PG_DATA/postgresql.conf'"
+        if _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >"$PG_DIR/pg_ctl.log" 2>&1; then
+            break
+        fi
+        if [ $_try -ge 5 ]; then
+            echo "pg_start: PostgreSQL did not start after $_try tries:" >&2
+            cat "$PG_DIR/pg_ctl.log" "$PG_LOG" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+    _pg_read_pid
+    PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=dsjob user=postgres connect_timeout=5"
+    if ! "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+        -c 'CREATE DATABASE dsjob' >"$PG_DIR/createdb.log" 2>&1; then
+        echo "pg_start: CREATE DATABASE dsjob failed:" >&2
+        cat "$PG_DIR/createdb.log" >&2
+        return 1
+    fi
+    export PG_PORT PG_DSN PG_PID
+    return 0
+}
+
+pg_psql() {
+    PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
+        -h 127.0.0.1 -p "$PG_PORT" -U postgres -d dsjob "$@"
+}
+
+pg_restart_immediate() {
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -m immediate -w -t 60 restart \
+        >>"$PG_DIR/pg_ctl.log" 2>&1 || return 1
+    _pg_read_pid
+}
+
+pg_stop_immediate() {
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w -t 60 stop \
+        >>"$PG_DIR/pg_ctl.log" 2>&1 || return 1
+    PG_PID=""
+}
+
+pg_start_again() {
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start \
+        >>"$PG_DIR/pg_ctl.log" 2>&1 || return 1
+    _pg_read_pid
+}
+
+pg_stop() {
+    [ -n "$PG_PID" ] || return 0
+    kill -INT "$PG_PID" 2>/dev/null
+    _i=0
+    while kill -0 "$PG_PID" 2>/dev/null; do
+        _i=$((_i + 1))
+        if [ $_i -eq 400 ]; then
+            kill -QUIT "$PG_PID" 2>/dev/null
+        elif [ $_i -ge 600 ]; then
+            kill -KILL "$PG_PID" 2>/dev/null
+            break
+        fi
+        sleep 0.05
+    done
+    PG_PID=""
+}
+
+pg_cleanup() {
+    pg_stop
+    if [ -n "$PG_DIR" ]; then
+        rm -rf "$PG_DIR"
+        PG_DIR=""
+    fi
+}
+
+pg_skip_unless_store() {
+    # No --pg-dsn (an older dsjobd would stop at an unknown option first);
+    # libpq's defaults from the environment point where nothing listens.
+    _out=$(PGHOST=127.0.0.1 PGPORT=1 PGCONNECT_TIMEOUT=1 timeout -k 2 3 \
+        "$DSJOBD" -L 127.0.0.1 -p 0 -l stderr --store postgres 2>&1 | head -5)
+    echo "# dsjobd --store postgres (libpq's defaults pointing nowhere) said: $_out" | tr '\n' ' '
+    echo
+    case $_out in
+    *"unknown store 'postgres'"* | *"store 'postgres' was not built"*)
+        echo "1..0 # SKIP dsjobd has no postgres store: $_out" | tr '\n' ' '
+        echo
+        exit 0
+        ;;
+    esac
+}
+
+_pgd_names=""
+
+pgd_port() { eval "echo \"\$PGD_PORT_$1\""; }
+pgd_pid() { eval "echo \"\$PGD_PID_$1\""; }
+pgd_log() { eval "echo \"\$PGD_LOG_$1\""; }
+
+pgd_launch() {
+    _n=$1
+    shift
+    _log="$TEST_TMPDIR/dsjobd-$_n.$(date +%s%N).log"
+    "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_log.port" -l "$_log" \
+        --store postgres --pg-dsn "$PG_DSN" "$@" &
+    eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
+    _pgd_names="$_pgd_names $_n"
+}
+
+pgd_wait() {
+    _n=$1
+    _pid=$(pgd_pid "$_n")
+    _log=$(pgd_log "$_n")
+    _pf=$_log.port
+    _i=0
+    while [ ! -s "$_pf" ] && [ $_i -lt 200 ] && kill -0 "$_pid" 2>/dev/null; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    if [ ! -s "$_pf" ]; then
+        echo "pgd_start $_n: dsjobd did not write its port file; its log:" >&2
+        cat "$_log" >&2
+        return 1
+    fi
+    eval "PGD_PORT_$_n=$(cat "$_pf")"
+    return 0
+}
+
+pgd_start() {
+    pgd_launch "$@"
+    pgd_wait "$1"
+}
+
+# _pgd_gone PID: the process is gone or a zombie.
+_pgd_gone() {
+    [ ! -e "/proc/$1" ] || [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
+pgd_stop() {
+    _pid=$(pgd_pid "$1")
+    [ -n "$_pid" ] || return 0
+    kill -CONT "$_pid" 2>/dev/null
+    kill -TERM "$_pid" 2>/dev/null
+    _i=0
+    _rc=0
+    while ! _pgd_gone "$_pid" && [ $_i -lt 300 ]; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    if ! _pgd_gone "$_pid"; then
+        echo "# dsjobd $1 (pid $_pid) did not stop within 15 s of SIGTERM: SIGKILL" >&2
+        kill -KILL "$_pid" 2>/dev/null
+        _rc=1
+    fi
+    wait "$_pid" 2>/dev/null
+    eval "PGD_PID_$1="
+    return $_rc
+}
+
+pgd_kill9() {
+    _pid=$(pgd_pid "$1")
+    [ -n "$_pid" ] || return 0
+    kill -KILL "$_pid" 2>/dev/null
+    wait "$_pid" 2>/dev/null
+    eval "PGD_PID_$1="
+}
+
+pgd_stop_all() {
+    for _n in $_pgd_names; do
+        pgd_stop "$_n"
+    done
+}
+
+pgd_stat() {
+    timeout -k 2 10 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
+        awk -F '\t' -v n="$2" '$1 == n { print $2 }'
+}
+
+# The EXIT trap: the test's own pg_test_cleanup if it defines one (say, to
+# SIGCONT a server it stopped), the test's processes (they hold connections to
+# PostgreSQL), then PostgreSQL, then the test's temp dir.
+_pg_exit() {
+    if command -v pg_test_cleanup >/dev/null 2>&1; then
+        pg_test_cleanup
+    fi
+    pgd_stop_all
+    if command -v interop_cleanup >/dev/null 2>&1; then
+        interop_cleanup
+    else
+        server_stop_all
+        rm -rf "$TEST_TMPDIR"
+    fi
+    pg_cleanup
+}
+trap _pg_exit EXIT
