@@ -384,7 +384,8 @@ while read -r h until_ms; do
     t=$(run_ms ck "$id" '^ck-[bc]-')
     if [ -z "$t" ] || [ "$t" -gt $((until_ms + 1000)) ]; then
         late=$((late + 1))
-        diag "job $id ($h), lease until $until_ms: ran elsewhere ${t:+$((t - until_ms)) ms after it}${t:-never}"
+        if [ -n "$t" ]; then w="$((t - until_ms)) ms after it"; else w=never; fi
+        diag "job $id ($h), lease until $until_ms: ran elsewhere $w"
     fi
     [ -n "$t" ] && [ $((t - t_kill)) -gt $worst ] && worst=$((t - t_kill))
 done <"$T/ck.leased"
