@@ -168,6 +168,8 @@ account() {
     diag "$1: acknowledged $ACKED, not acknowledged $_notacked, ran $(wc -l <"$T/runs.$1" | tr -d ' ') times" \
         "for $(wc -l <"$T/ranids.$1" | tr -d ' ') ids; missing $MISSING, duplicated $DUPS, ran unacknowledged $EXTRA"
     [ "$MISSING" = 0 ] || diag "$1 missing: $(comm -23 "$T/acked.$1" "$T/ranids.$1" | head -10 | tr '\n' ' ')"
+    [ "$EXTRA" = 0 ] || diag "$1 ran unacknowledged (id: producer's answer): $(comm -13 "$T/acked.$1" "$T/ranids.$1" | head -10 |
+        while read -r _x; do printf '%s: %s; ' "$_x" "$(cat "$T"/ack."$1".* | awk -v x="$_x" '$1 == x { $1 = ""; print }')"; done)"
     [ "$DUPS" = 0 ] || diag "$1 duplicated (id x runs): $(uniq -c "$T/runs.$1" | awk '$1 > 1 { print $2 "x" $1 }' | head -10 | tr '\n' ' ')"
 }
 all_ran() { # all_ran FUNCTION: every acknowledged id has run (for poll_s)
@@ -366,7 +368,7 @@ t_kill=$(ms)
 # worker retries with a pause and stays.
 kill "$gm_a" 2>/dev/null
 q "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
-   WHERE owner = '$OWN_A' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
+   WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
 diag "kill -9 a at $t_kill ms: it held $(wc -l <"$T/ck.leased" | tr -d ' ') leases"
 diag "live ck rows by owner (owner|rows|lowest id) just after: $(q "SELECT coalesce(owner, 'none'), count(*), min(id)
     FROM dsjob.jobs WHERE func = 'ck' AND state = 0 GROUP BY owner ORDER BY 1" | tr '\n' ' ')"
@@ -418,7 +420,7 @@ poll_s 10 lines_ge "$T/ran.cs-b" 2
 kill -STOP "$(pgd_pid b)"
 t_stop=$(ms)
 sleep 0.2
-q "SELECT handle FROM dsjob.jobs WHERE owner = '$OWN_B' AND state = 0" >"$T/cs.leased"
+q "SELECT handle FROM dsjob.jobs WHERE owner = '$OWN_B' AND func = 'cs' AND state = 0" >"$T/cs.leased"
 cp "$T/ran.cs-b" "$T/cs.b_before"
 diag "SIGSTOP b at $t_stop ms: its worker had started $(wc -l <"$T/cs.b_before" | tr -d ' ') jobs; it held $(wc -l <"$T/cs.leased" | tr -d ' ') leases"
 [ -s "$T/cs.leased" ]
