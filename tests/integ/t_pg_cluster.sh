@@ -186,6 +186,12 @@ poll_s() { # poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
 }
 live_rows() { q "SELECT count(*) FROM dsjob.jobs WHERE func = '$1' AND state = 0"; }
 no_live_rows() { [ "$(live_rows "$1")" = 0 ]; }
+show_live_rows() { # show_live_rows FUNCTION: up to 10 live rows, as diagnostics
+    q "SELECT handle, coalesce(owner, '-'), coalesce(to_char(lease_until, 'HH24:MI:SS.MS'), '-'),
+              to_char(submitted, 'HH24:MI:SS.MS'), attempts, to_char(now(), 'HH24:MI:SS.MS')
+       FROM dsjob.jobs WHERE func = '$1' AND state = 0 ORDER BY id LIMIT 10" |
+        sed 's/^/# live row (handle|owner|lease_until|submitted|attempts|now): /'
+}
 lines_ge() { [ "$(wc -l 2>/dev/null <"$1" || echo 0)" -ge "$2" ]; } # lines_ge FILE N
 # run_ms FUNCTION ID LABEL-REGEX: the first start time (ms) of ID's runs by
 # workers whose label matches; empty if none.
@@ -324,7 +330,9 @@ is "$MISSING" 0 "cluster: every one of $ACKED acknowledged jobs ran"
 is "$DUPS" 0 "cluster: none ran twice"
 is "$ACKED" 880 "cluster: all 880 submits were acknowledged"
 poll_s 10 no_live_rows cl
-is "$(live_rows cl)" 0 "cluster: no live row of cl is left"
+left=$(live_rows cl)
+is "$left" 0 "cluster: no live row of cl is left"
+[ "$left" = 0 ] || show_live_rows cl
 for n in a b c; do
     r=$(cat "$T"/ran.cl-"$n"-* 2>/dev/null | wc -l | tr -d ' ')
     [ "$r" -gt 0 ]
@@ -400,7 +408,9 @@ diag "kill -9: $nl of a's leased jobs traced, $unmapped not (their ack was lost)
 is "$late" 0 "kill -9: each job a held a lease on ran on b or c by its lease_until + 1 s"
 [ "$worst" -le $((LEASE * 1000 + 1000)) ]
 ok $? "kill -9: all within lease + 1 s of the kill ($worst ms)"
-is "$(live_rows ck)" 0 "kill -9: no live row of ck is left"
+left=$(live_rows ck)
+is "$left" 0 "kill -9: no live row of ck is left"
+[ "$left" = 0 ] || show_live_rows ck
 reap
 # shellcheck disable=SC2086
 pgd_start a $SERVER_ARGS || {
@@ -463,7 +473,9 @@ done <"$T/cs.leased"
 is "$twice" 0 "SIGSTOP: each of the $once jobs b held ran exactly once on a or c"
 again=$(awk -v t="$t_cont" 'substr($3, 1, length($3) - 6) + 0 >= t' "$T/ran.cs-b" | wc -l | tr -d ' ')
 diag "SIGSTOP: b's worker started $again jobs after SIGCONT"
-is "$(live_rows cs)" 0 "SIGSTOP: no live row of cs is left"
+left=$(live_rows cs)
+is "$left" 0 "SIGSTOP: no live row of cs is left"
+[ "$left" = 0 ] || show_live_rows cs
 reap
 h=$(timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b cs2 after-stop 2>&1)
 case $h in H:*) r=0 ;; *) r=1 ;; esac
@@ -505,7 +517,9 @@ fi
 # Every end committed before PostgreSQL goes down again: a job done while it
 # is down longer than a lease would rightly run again elsewhere.
 poll_s 10 no_live_rows cr
-ok $? "PostgreSQL restart: no live row of cr is left"
+left=$?
+ok $left "PostgreSQL restart: no live row of cr is left"
+[ "$left" = 0 ] || show_live_rows cr
 # Down for a moment: each server says STORE_ERROR.
 pg_stop_immediate
 # shellcheck disable=SC2034 # gpacket reads SERVER_PORT
