@@ -95,7 +95,6 @@ struct job {
     bool stored : 1;         /* written to the store: remove it there when done */
     bool refused : 1;        /* the store refused it: coalesced submits are told */
     bool settle_indexed : 1; /* SETTLING or DONE, and in its function's index of those */
-    bool handed : 1;         /* shared store: committed for any server, not run here */
     bool aliased : 1;        /* shared store: coalesced onto a job elsewhere, whose handle
                                 is in ext->result */
     char buf[];              /* handle NUL unique NUL reducer NUL data */

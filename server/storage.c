@@ -420,16 +420,21 @@ func_ready(const struct func *f)
     return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW];
 }
 
-/* How many more ready jobs of f this server wants: one per idle worker, and the prefetch. */
+/*
+ * How many more ready jobs of f this server wants: one per idle worker,
+ * and the prefetch; none until it holds half of that or less, so that a
+ * drain takes jobs in few, large leases rather than one per grab.
+ */
 static unsigned
 func_wants(const struct storage *sg, const struct func *f)
 {
     unsigned idle = f->nworkers > f->nrunning ? f->nworkers - f->nrunning : 0;
     unsigned have = func_ready(f) + f->npending;
+    unsigned target = idle + sg->prefetch;
 
-    if (f->nworkers == 0)
+    if (f->nworkers == 0 || have * 2 > target)
         return 0;
-    return idle + sg->prefetch > have ? idle + sg->prefetch - have : 0;
+    return target - have;
 }
 
 /*
@@ -599,7 +604,6 @@ shared_hand_off(struct srv *srv, struct job *j, const char *alias)
 
     if (len > 0 && job_set_result(j, alias, len, len) == 0)
         j->aliased = true;
-    j->handed = true;
     j->stored = false; /* the row is not this server's to delete */
     if (job_has_waiters(j))
         lifecycle_fail(srv, j);

@@ -112,6 +112,13 @@
     " END LOOP;"                                                                                   \
     "END $$;"
 
+#define INSERT_COLUMNS                                                                             \
+    "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
+/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified), then CLAIM_COLUMNS. */
+#define NULL_REST                                                                                  \
+    ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
+    " NULL::int4, NULL::int8, NULL::int8, NULL::int8"
+#define NULL_COLUMNS ", NULL::text" NULL_REST
 #define CLAIM_COLUMNS                                                                              \
     "j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,"                       \
     " extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id"
@@ -129,7 +136,10 @@ struct pend_add {
     char *func;   /* owned copy */
     void *uniq;   /* owned copy, or NULL */
     size_t uniq_len;
-    char *alias; /* the server's, see struct store_job */
+    char *alias;   /* the server's, see struct store_job */
+    size_t row_at; /* where its VALUES row starts in st->ins */
+    size_t row_len;
+    bool conflict; /* the INSERT coalesced it onto a live job */
 };
 
 /* A remove or rewrite waiting for the flush. */
@@ -497,7 +507,10 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
     }
     if (a->alias != NULL)
         a->alias[0] = '\0';
-    sb_str(&st->ins, st->nadds ? ",(" : "(");
+    if (st->nadds > 0)
+        sb_str(&st->ins, ",");
+    a->row_at = st->ins.len;
+    sb_str(&st->ins, "(");
     sb_lit(&st->ins, sj->handle, sj->handle_len);
     sb_str(&st->ins, ",");
     sb_lit(&st->ins, sj->func, sj->func_len);
@@ -521,6 +534,7 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
         sb_str(&st->ins, "NULL,NULL)");
         st->notify = true;
     }
+    a->row_len = st->ins.len - a->row_at;
     st->nadds++;
     if (st->ins.oom)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
@@ -640,176 +654,76 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     return DSJOB_OK;
 }
 
+/*
+ * The live job an add coalesced onto: its handle into alias. If that job
+ * ended meanwhile, the add is inserted again (it may then coalesce onto a
+ * newer one). Runs after the batch committed, in statements of its own.
+ */
+static int
+find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
+{
+    int tries;
+
+    for (tries = 0; tries < 3; tries++) {
+        struct sbuf q = {0};
+        PGresult *r;
+        bool got = false;
+
+        sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE state = 0 AND func = ");
+        sb_lit(&q, a->func, strlen(a->func));
+        sb_str(&q, " AND uniq = ");
+        sb_bytea(&q, a->uniq, a->uniq_len);
+        if (q.oom) {
+            free(q.p);
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        }
+        r = PQexec(st->db, q.p);
+        free(q.p);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            PQclear(r);
+            return pg_say(err, DSJOB_ERR_STORE, st->db, "finding a unique key's job");
+        }
+        if (PQntuples(r) == 1) {
+            if (a->alias != NULL)
+                snprintf(a->alias, STORE_HANDLE_MAX, "%s", PQgetvalue(r, 0, 0));
+            got = true;
+        }
+        PQclear(r);
+        if (got)
+            return DSJOB_OK;
+        /* Gone since the INSERT: insert this one again. */
+        sb_str(&q, "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
+        sb_str(&q, row);
+        sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING");
+        if (q.oom) {
+            free(q.p);
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        }
+        r = PQexec(st->db, q.p);
+        free(q.p);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            PQclear(r);
+            return pg_say(err, DSJOB_ERR_STORE, st->db, "inserting a job again");
+        }
+        got = strcmp(PQcmdTuples(r), "1") == 0;
+        PQclear(r);
+        if (got)
+            return DSJOB_OK;
+    }
+    return store_say(err, DSJOB_ERR_STORE, "postgres: job %s's unique key keeps changing hands",
+                     a->handle);
+}
+
 static int
 cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The handles a statement returned in its first column, sorted for bsearch. */
-static char **
-sorted_handles(PGresult *r)
-{
-    int i, n = PQntuples(r);
-    char **v = malloc(((size_t)n + 1) * sizeof(*v));
-
-    if (v == NULL)
-        return NULL;
-    for (i = 0; i < n; i++)
-        v[i] = PQgetvalue(r, i, 0);
-    qsort(v, (size_t)n, sizeof(*v), cmp_str);
-    return v;
-}
-
 static bool
-found(char **v, int n, const char *h)
+found(char **v, size_t n, const char *h)
 {
-    return bsearch(&h, v, (size_t)n, sizeof(*v), cmp_str) != NULL;
-}
-
-/* The live job an add coalesced onto: its handle into alias. DSJOB_OK, or err. */
-static int
-find_alias(struct store *st, struct pend_add *a, char *err)
-{
-    struct sbuf q = {0};
-    PGresult *r;
-    int rc = DSJOB_OK;
-
-    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE state = 0 AND func = ");
-    sb_lit(&q, a->func, strlen(a->func));
-    sb_str(&q, " AND uniq = ");
-    sb_bytea(&q, a->uniq, a->uniq_len);
-    if (q.oom) {
-        free(q.p);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    r = PQexec(st->db, q.p);
-    free(q.p);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "finding a unique key's job");
-    else if (PQntuples(r) != 1)
-        rc = store_say(err, DSJOB_ERR_STORE,
-                       "postgres: job %s's unique key was taken and then gone: submit again",
-                       a->handle);
-    else if (a->alias != NULL)
-        snprintf(a->alias, STORE_HANDLE_MAX, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    return rc;
-}
-
-static int
-flush_adds(struct store *st, char *err)
-{
-    struct sbuf q = {0};
-    PGresult *r;
-    char **got;
-    size_t i;
-    int n, rc = DSJOB_OK;
-
-    if (st->nadds == 0)
-        return DSJOB_OK;
-    sb_str(&q, "INSERT INTO dsjob.jobs (handle, func, uniq, unique_is_data, reducer, data, prio,"
-               " run_at, owner, lease_until) VALUES ");
-    sb_add(&q, st->ins.p, st->ins.len);
-    sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
-               " RETURNING handle");
-    if (q.oom || st->ins.oom) {
-        free(q.p);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    r = PQexec(st->db, q.p);
-    free(q.p);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "inserting jobs");
-        PQclear(r);
-        return rc;
-    }
-    n = PQntuples(r);
-    if ((size_t)n == st->nadds) {
-        PQclear(r);
-        return DSJOB_OK;
-    }
-    got = sorted_handles(r);
-    if (got == NULL) {
-        PQclear(r);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    for (i = 0; i < st->nadds && rc == DSJOB_OK; i++)
-        if (!found(got, n, st->adds[i].handle))
-            rc = find_alias(st, &st->adds[i], err);
-    free(got);
-    PQclear(r);
-    return rc;
-}
-
-/* Mark the rows of rows[0..n) that r (their handles) does not name as lost. */
-static void
-mark_lost(PGresult *r, struct pend_row *rows, size_t n)
-{
-    char **got = sorted_handles(r);
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        if (rows[i].lost != NULL)
-            *rows[i].lost = got != NULL && !found(got, PQntuples(r), rows[i].handle);
-    free(got);
-}
-
-static int
-flush_removes(struct store *st, char *err)
-{
-    struct sbuf q = {0};
-    PGresult *r;
-    size_t i;
-    int rc = DSJOB_OK;
-
-    if (st->nrms == 0)
-        return DSJOB_OK;
-    sb_str(&q, "DELETE FROM dsjob.jobs WHERE owner = ");
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_str(&q, " AND handle IN (");
-    for (i = 0; i < st->nrms; i++) {
-        if (i > 0)
-            sb_str(&q, ",");
-        sb_lit(&q, st->rms[i].handle, strlen(st->rms[i].handle));
-    }
-    sb_str(&q, ") RETURNING handle");
-    if (q.oom) {
-        free(q.p);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    r = PQexec(st->db, q.p);
-    free(q.p);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "deleting jobs");
-    else
-        mark_lost(r, st->rms, st->nrms);
-    PQclear(r);
-    return rc;
-}
-
-static int
-flush_updates(struct store *st, char *err)
-{
-    const char *s = st->upd.p;
-    size_t i;
-
-    for (i = 0; i < st->nupds; i++) {
-        PGresult *r = PQexec(st->db, s);
-        ExecStatusType t = PQresultStatus(r);
-
-        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
-            int rc = pg_say(err, DSJOB_ERR_STORE, st->db, "rewriting a job");
-
-            PQclear(r);
-            return rc;
-        }
-        if (st->upds[i].lost != NULL)
-            *st->upds[i].lost = strcmp(PQcmdTuples(r), "0") == 0;
-        PQclear(r);
-        s += strlen(s) + 1;
-    }
-    return DSJOB_OK;
+    return bsearch(&h, v, n, sizeof(*v), cmp_str) != NULL;
 }
 
 static uint64_t
@@ -832,7 +746,7 @@ be32(const char *p)
     return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
 }
 
-/* A claimed row (binary format) into ls->jobs[k], its bytes at *at. */
+/* A taken row (binary format, MAIN_COLUMNS) into sj, its bytes at *at. */
 static void
 take_row(PGresult *r, int row, struct store_job *sj, char **at)
 {
@@ -846,20 +760,20 @@ take_row(PGresult *r, int row, struct store_job *sj, char **at)
         *at += n_ + 1;                                                                             \
     } while (0)
     memset(sj, 0, sizeof(*sj));
-    BYTES(0, handle);
-    BYTES(1, func);
-    BYTES(2, unique);
-    sj->unique_is_data = PQgetvalue(r, row, 3)[0] != 0;
-    BYTES(4, reducer);
-    BYTES(5, data);
+    BYTES(1, handle);
+    BYTES(2, func);
+    BYTES(3, unique);
+    sj->unique_is_data = PQgetvalue(r, row, 4)[0] != 0;
+    BYTES(5, reducer);
+    BYTES(6, data);
 #undef BYTES
-    sj->prio = (int16_t)((unsigned char)PQgetvalue(r, row, 6)[0] << 8 |
-                         (unsigned char)PQgetvalue(r, row, 6)[1]);
-    sj->when = (int64_t)be64(PQgetvalue(r, row, 7));
-    sj->attempts = be32(PQgetvalue(r, row, 8));
-    sj->first_fail = (int64_t)be64(PQgetvalue(r, row, 9));
-    sj->last_fail = (int64_t)be64(PQgetvalue(r, row, 10));
-    sj->seq = be64(PQgetvalue(r, row, 11));
+    sj->prio = (int16_t)((unsigned char)PQgetvalue(r, row, 7)[0] << 8 |
+                         (unsigned char)PQgetvalue(r, row, 7)[1]);
+    sj->when = (int64_t)be64(PQgetvalue(r, row, 8));
+    sj->attempts = be32(PQgetvalue(r, row, 9));
+    sj->first_fail = (int64_t)be64(PQgetvalue(r, row, 10));
+    sj->last_fail = (int64_t)be64(PQgetvalue(r, row, 11));
+    sj->seq = be64(PQgetvalue(r, row, 12));
     sj->state = STORE_LIVE;
     sj->leased = true;
 }
@@ -876,66 +790,179 @@ cmp_claimed(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static int
-flush_claim(struct store *st, struct store_lease *ls, char *err)
+/*
+ * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
+ * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) and its NOTIFY,
+ * as data-modifying CTEs whose RETURNING rows come back tagged (1 added,
+ * 2 removed, 3 taken). No two of them touch one row: the INSERT's rows are
+ * new, the DELETE's are this server's, and the take skips this server's
+ * (its own expired leases are renewed, not taken). Returns the SQL in q.
+ */
+static void
+main_sql(struct store *st, struct sbuf *q)
 {
+    struct store_lease *ls = st->ls;
+    const char *sep = "";
+    size_t i;
+
+    sb_str(q, "WITH ");
+    if (st->nadds > 0) {
+        sb_str(q, "ins AS (INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
+        sb_add(q, st->ins.p, st->ins.len);
+        sb_str(q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
+                  " RETURNING handle)");
+        sep = ", ";
+    }
+    if (st->nrms > 0) {
+        sb_str(q, sep);
+        sb_str(q, "del AS (DELETE FROM dsjob.jobs WHERE owner = ");
+        sb_lit(q, st->owner, strlen(st->owner));
+        sb_str(q, " AND handle IN (");
+        for (i = 0; i < st->nrms; i++) {
+            if (i > 0)
+                sb_str(q, ",");
+            sb_lit(q, st->rms[i].handle, strlen(st->rms[i].handle));
+        }
+        sb_str(q, ") RETURNING handle)");
+        sep = ", ";
+    }
+    if (ls != NULL && ls->nfuncs > 0) {
+        sb_str(q, sep);
+        sb_str(q, "cl AS (UPDATE dsjob.jobs j SET owner = ");
+        sb_lit(q, st->owner, strlen(st->owner));
+        sb_printf(q, ", lease_until = now() + interval '%u seconds'", st->lease);
+        sb_str(q, " FROM (SELECT c.id FROM (VALUES ");
+        for (i = 0; i < ls->nfuncs; i++) {
+            sb_str(q, i ? ",(" : "(");
+            sb_lit(q, ls->funcs[i], strlen(ls->funcs[i]));
+            sb_printf(q, ",%u)", ls->limits[i]);
+        }
+        sb_str(q, ") AS f(name, n), LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
+                  " AND func = f.name AND run_at <= now()"
+                  " AND (owner IS NULL OR (lease_until < now() AND owner <> ");
+        sb_lit(q, st->owner, strlen(st->owner));
+        sb_str(q, ")) ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
+                  " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
+        sep = ", ";
+    }
+    if (*sep == '\0')
+        sb_str(q, "none AS (SELECT 1)");
+    sb_str(q, " SELECT 0::int2" NULL_COLUMNS " WHERE false");
+    if (st->nadds > 0)
+        sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
+    if (st->nrms > 0)
+        sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
+    if (ls != NULL && ls->nfuncs > 0)
+        sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
+    if (st->notify)
+        sb_str(q, " UNION ALL SELECT 4::int2" NULL_COLUMNS " FROM pg_notify('dsjob', '')");
+}
+
+/* Mark each row of rows[0..n) whose handle got (n_got, sorted) lacks as lost. */
+static void
+mark_lost(char **got, size_t n_got, struct pend_row *rows, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (rows[i].lost != NULL)
+            *rows[i].lost = !found(got, n_got, rows[i].handle);
+}
+
+/* Run the batch's one statement and sort out what came back. */
+static int
+flush_main(struct store *st, char *err)
+{
+    struct store_lease *ls = st->ls;
     struct sbuf q = {0};
     PGresult *r;
-    size_t i, bytes = 0;
-    int n, k, rc = DSJOB_OK;
-    char *at;
+    char **added = NULL, **removed = NULL, *at;
+    size_t nadded = 0, nremoved = 0, ntaken = 0, bytes = 0, i;
+    int k, n, rc = DSJOB_OK;
 
-    if (ls->nfuncs == 0)
+    if (st->nadds == 0 && st->nrms == 0 && (ls == NULL || ls->nfuncs == 0) && !st->notify)
         return DSJOB_OK;
-    sb_str(&q, "UPDATE dsjob.jobs j SET owner = ");
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_printf(&q, ", lease_until = now() + interval '%u seconds' FROM (SELECT c.id FROM (VALUES ",
-              st->lease);
-    for (i = 0; i < ls->nfuncs; i++) {
-        sb_str(&q, i ? ",(" : "(");
-        sb_lit(&q, ls->funcs[i], strlen(ls->funcs[i]));
-        sb_printf(&q, ",%u)", ls->limits[i]);
-    }
-    sb_str(&q, ") AS f(name, n), LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
-               " AND func = f.name AND run_at <= now()"
-               " AND (owner IS NULL OR lease_until < now())"
-               " ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
-               " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS);
-    if (q.oom) {
+    main_sql(st, &q);
+    if (q.oom || st->ins.oom) {
         free(q.p);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
     r = PQexecParams(st->db, q.p, 0, NULL, NULL, NULL, NULL, 1);
     free(q.p);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "taking jobs");
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
         PQclear(r);
         return rc;
     }
     n = PQntuples(r);
-    if (n <= 0) {
-        PQclear(r);
-        return DSJOB_OK;
+    added = malloc(((size_t)n + 1) * sizeof(*added));
+    removed = malloc(((size_t)n + 1) * sizeof(*removed));
+    if (added == NULL || removed == NULL) {
+        rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        goto out;
     }
-    for (k = 0; k < n; k++)
-        for (i = 0; i < 6; i++)
-            bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
-    ls->jobs = calloc((size_t)n, sizeof(*ls->jobs));
-    ls->mem = malloc(bytes);
-    if (ls->jobs == NULL || ls->mem == NULL) {
-        free(ls->jobs);
-        free(ls->mem);
-        ls->jobs = NULL;
-        ls->mem = NULL;
-        PQclear(r);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    for (k = 0; k < n; k++) {
+        int kind = (unsigned char)PQgetvalue(r, k, 0)[1];
+
+        if (kind == 1)
+            added[nadded++] = PQgetvalue(r, k, 1);
+        else if (kind == 2)
+            removed[nremoved++] = PQgetvalue(r, k, 1);
+        else if (kind == 3) {
+            ntaken++;
+            for (i = 1; i <= 6; i++)
+                bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
+        }
     }
-    at = ls->mem;
-    for (k = 0; k < n; k++)
-        take_row(r, k, &ls->jobs[k], &at);
-    ls->njobs = (size_t)n;
-    qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
+    qsort(added, nadded, sizeof(*added), cmp_str);
+    qsort(removed, nremoved, sizeof(*removed), cmp_str);
+    mark_lost(removed, nremoved, st->rms, st->nrms);
+    if (ntaken > 0) {
+        ls->jobs = calloc(ntaken, sizeof(*ls->jobs));
+        ls->mem = malloc(bytes);
+        if (ls->jobs == NULL || ls->mem == NULL) {
+            /* Taken but not run here: they run when this server's leases run out. */
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+            goto out;
+        }
+        at = ls->mem;
+        for (k = 0; k < n; k++)
+            if ((unsigned char)PQgetvalue(r, k, 0)[1] == 3)
+                take_row(r, k, &ls->jobs[ls->njobs++], &at);
+        qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
+    }
+    /* An add the INSERT did not return coalesced onto a live job: which (after the commit). */
+    for (i = 0; i < st->nadds; i++)
+        st->adds[i].conflict = nadded < st->nadds && !found(added, nadded, st->adds[i].handle);
+out:
+    free(added);
+    free(removed);
     PQclear(r);
+    return rc;
+}
+
+/* The batch's rewrites and function settings, one statement each (they are few). */
+static int
+flush_updates(struct store *st, char *err)
+{
+    const char *s = st->upd.p;
+    size_t i;
+
+    for (i = 0; i < st->nupds; i++) {
+        PGresult *r = PQexec(st->db, s);
+        ExecStatusType t = PQresultStatus(r);
+
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+            int rc = pg_say(err, DSJOB_ERR_STORE, st->db, "rewriting a job");
+
+            PQclear(r);
+            return rc;
+        }
+        if (st->upds[i].lost != NULL)
+            *st->upds[i].lost = strcmp(PQcmdTuples(r), "0") == 0;
+        PQclear(r);
+        s += strlen(s) + 1;
+    }
     return DSJOB_OK;
 }
 
@@ -1030,32 +1057,50 @@ lease_clear(struct store_lease *ls)
     ls->renewed = false;
 }
 
+/*
+ * One statement for the batch when it can be (adds, removes, the lease's
+ * take, the NOTIFY: flush_main, in autocommit); a transaction around it
+ * when the batch also rewrites jobs, sets functions or renews leases.
+ */
 static int
 pg_flush(struct store *st, char *err)
 {
+    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew);
+    size_t i;
     int rc;
 
-    if (st->nadds == 0 && st->nrms == 0 && st->nupds == 0 && st->ls == NULL)
+    if (st->nadds == 0 && st->nrms == 0 && st->nupds == 0 && st->ls == NULL && !st->notify)
         return DSJOB_OK;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         goto fail;
-    if ((rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
+    if (txn && (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
         goto fail;
-    if ((rc = flush_adds(st, err)) != DSJOB_OK || (rc = flush_removes(st, err)) != DSJOB_OK ||
-        (rc = flush_updates(st, err)) != DSJOB_OK)
+    /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
+    if ((txn && (rc = flush_updates(st, err)) != DSJOB_OK) ||
+        (rc = flush_main(st, err)) != DSJOB_OK ||
+        (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
-    if (st->ls != NULL && ((rc = flush_renew(st, st->ls, err)) != DSJOB_OK ||
-                           (rc = flush_claim(st, st->ls, err)) != DSJOB_OK))
-        goto rollback;
-    if (st->notify &&
-        (rc = exec_ok(st->db, "NOTIFY dsjob", "notifying other servers", err)) != DSJOB_OK)
-        goto rollback;
-    if ((rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
+    if (txn && (rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
         goto fail;
-    batch_reset(st, true);
-    return DSJOB_OK;
+    /* Committed. Adds that coalesced learn onto which job. */
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
+        char *row;
+
+        if (!a->conflict)
+            continue;
+        row = memdup0(st->ins.p + a->row_at, a->row_len);
+        rc = row != NULL ? find_alias(st, a, row, err)
+                         : store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        free(row);
+        if (rc != DSJOB_OK)
+            break; /* the batch is refused; its other adds run anyway (at-least-once) */
+    }
+    batch_reset(st, rc == DSJOB_OK);
+    return rc;
 rollback:
-    PQclear(PQexec(st->db, "ROLLBACK"));
+    if (txn)
+        PQclear(PQexec(st->db, "ROLLBACK"));
 fail:
     if (st->ls != NULL)
         lease_clear(st->ls);
