@@ -869,6 +869,66 @@ mark_lost(char **got, size_t n_got, struct pend_row *rows, size_t n)
             *rows[i].lost = !found(got, n_got, rows[i].handle);
 }
 
+/*
+ * A batch of adds alone (a submit burst): a plain INSERT ... RETURNING
+ * handle, and its NOTIFY in the same query string (one implicit
+ * transaction). Cheaper for PostgreSQL to parse and plan than the CTE.
+ */
+static int
+flush_adds_only(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r, *ins = NULL;
+    char **added = NULL;
+    size_t nadded = 0, i;
+    int k, rc = DSJOB_OK;
+
+    sb_str(&q, "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
+    sb_add(&q, st->ins.p, st->ins.len);
+    sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
+               " RETURNING handle");
+    if (st->notify)
+        sb_str(&q, "; NOTIFY dsjob");
+    if (q.oom || st->ins.oom) {
+        free(q.p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    if (!PQsendQuery(st->db, q.p)) {
+        free(q.p);
+        return pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
+    }
+    free(q.p);
+    while ((r = PQgetResult(st->db)) != NULL) {
+        ExecStatusType t = PQresultStatus(r);
+
+        if (t != PGRES_TUPLES_OK && t != PGRES_COMMAND_OK && rc == DSJOB_OK)
+            rc = pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
+        if (t == PGRES_TUPLES_OK && ins == NULL)
+            ins = r;
+        else
+            PQclear(r);
+    }
+    if (rc != DSJOB_OK || ins == NULL) {
+        PQclear(ins);
+        return rc != DSJOB_OK ? rc : store_say(err, DSJOB_ERR_STORE, "postgres: no rows back");
+    }
+    if ((size_t)PQntuples(ins) < st->nadds) {
+        added = malloc(((size_t)PQntuples(ins) + 1) * sizeof(*added));
+        if (added == NULL) {
+            PQclear(ins);
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        }
+        for (k = 0; k < PQntuples(ins); k++)
+            added[nadded++] = PQgetvalue(ins, k, 0);
+        qsort(added, nadded, sizeof(*added), cmp_str);
+        for (i = 0; i < st->nadds; i++)
+            st->adds[i].conflict = !found(added, nadded, st->adds[i].handle);
+        free(added);
+    }
+    PQclear(ins);
+    return DSJOB_OK;
+}
+
 /* Run the batch's one statement and sort out what came back. */
 static int
 flush_main(struct store *st, char *err)
@@ -882,6 +942,8 @@ flush_main(struct store *st, char *err)
 
     if (st->nadds == 0 && st->nrms == 0 && (ls == NULL || ls->nfuncs == 0) && !st->notify)
         return DSJOB_OK;
+    if (st->nadds > 0 && st->nrms == 0 && (ls == NULL || ls->nfuncs == 0))
+        return flush_adds_only(st, err);
     main_sql(st, &q);
     if (q.oom || st->ins.oom) {
         free(q.p);

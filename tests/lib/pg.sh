@@ -56,7 +56,7 @@
 #                     starts dsjobd -L 127.0.0.1 -p 0 --store postgres
 #                     --pg-dsn "$PG_DSN" with ARGs, waits (10 s at most) for
 #                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
-#                     PGD_LOG_<NAME>. Returns 1 with its log on stderr if it
+#                     PGD_LOG_<NAME> (its stderr goes to PGD_LOG_<NAME>.stderr). Returns 1 with its log on stderr if it
 #                     did not start.
 #   pgd_launch NAME [ARG...], pgd_wait NAME
 #                     the two halves of pgd_start, to start several at once
@@ -258,7 +258,7 @@ pgd_launch() {
     shift
     _log="$TEST_TMPDIR/dsjobd-$_n.$(date +%s%N).log"
     "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_log.port" -l "$_log" \
-        --store postgres --pg-dsn "$PG_DSN" "$@" &
+        --store postgres --pg-dsn "$PG_DSN" "$@" 2>>"$_log.stderr" &
     eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
     _pgd_names="$_pgd_names $_n"
 }
@@ -274,8 +274,8 @@ pgd_wait() {
         _i=$((_i + 1))
     done
     if [ ! -s "$_pf" ]; then
-        echo "pgd_start $_n: dsjobd did not write its port file; its log:" >&2
-        cat "$_log" >&2
+        echo "pgd_start $_n: dsjobd did not write its port file; its log and stderr:" >&2
+        cat "$_log" "$_log.stderr" >&2
         return 1
     fi
     eval "PGD_PORT_$_n=$(cat "$_pf")"
