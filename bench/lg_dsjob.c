@@ -312,10 +312,15 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
 {
     struct dsjob_worker *w = dsjob_worker_new();
     char addr[64];
-    int r, rc = 0;
+    int r, rc = 0, added = 0;
 
-    snprintf(addr, sizeof(addr), "%s:%u", LG_HOST, (unsigned)a->port);
-    if (w == NULL || dsjob_worker_add_server(w, addr) != DSJOB_OK ||
+    for (int i = 0; w != NULL && i < a->nports; i++) {
+        snprintf(addr, sizeof(addr), "%s:%u", LG_HOST, (unsigned)a->ports[i]);
+        if (dsjob_worker_add_server(w, addr) != DSJOB_OK)
+            break;
+        added++;
+    }
+    if (w == NULL || added < a->nports ||
         (lg_tls_ca != NULL && dsjob_worker_set_tls(w, lg_tls_ca, NULL, NULL, 0) != DSJOB_OK) ||
         dsjob_worker_register(w, a->function, echo_fn, a, 0) != DSJOB_OK) {
         snprintf(err, errlen, "worker setup: %s", w ? dsjob_worker_errmsg(w) : "out of memory");

@@ -214,8 +214,16 @@ lg_worker(struct lg_worker_args *a, char *err, size_t errlen)
         atomic_fetch_add(a->ready, 1);
         return -1;
     }
-    if (gearman_worker_add_server(w, LG_HOST, a->port) != GEARMAN_SUCCESS ||
-        gearman_worker_add_function(w, a->function, 0, echo_fn, a) != GEARMAN_SUCCESS) {
+    for (int i = 0; i < a->nports; i++) {
+        if (gearman_worker_add_server(w, LG_HOST, a->ports[i]) != GEARMAN_SUCCESS) {
+            snprintf(err, errlen, "worker add server %u: %s", (unsigned)a->ports[i],
+                     gearman_worker_error(w));
+            gearman_worker_free(w);
+            atomic_fetch_add(a->ready, 1);
+            return -1;
+        }
+    }
+    if (gearman_worker_add_function(w, a->function, 0, echo_fn, a) != GEARMAN_SUCCESS) {
         snprintf(err, errlen, "worker setup: %s", gearman_worker_error(w));
         gearman_worker_free(w);
         atomic_fetch_add(a->ready, 1);

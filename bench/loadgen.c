@@ -60,7 +60,9 @@ struct opts {
     const char *scenario;
     const char *label; /* server name printed in the result line */
     const struct lg_backend *be;
-    in_port_t port;
+    in_port_t port;                    /* ports[0] */
+    in_port_t ports[LG_MAX_SERVERS];   /* -p PORT[,PORT]...: the servers */
+    int nports;
     int clients;
     int inflight;
     int workers;
@@ -73,7 +75,10 @@ struct opts {
     int conns;
     int flood;         /* mixed: background flood connections */
     double flood_rate; /* mixed: their submits/s in all, 0: no limit */
-    pid_t pid;         /* server process for /proc, 0: none */
+    pid_t pid;         /* server process for /proc, 0: none (pids[0]) */
+    pid_t pids[LG_MAX_SERVERS]; /* --pid PID[,PID]...: CPU and RSS are their sums */
+    int npids;
+    const char *between; /* bg-drain, durable: a shell command run after the submits */
 };
 
 static struct opts o = {
@@ -191,9 +196,9 @@ sleep_s(double s)
         ;
 }
 
-/* The server's user+system CPU seconds, or -1 without --pid. */
+/* One server's user+system CPU seconds, or -1. */
 static double
-proc_cpu(void)
+proc_cpu_one(pid_t pid)
 {
     char path[64], buf[1024];
     unsigned long long ut, st;
@@ -201,9 +206,7 @@ proc_cpu(void)
     char *p;
     size_t n;
 
-    if (o.pid <= 0)
-        return -1;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)o.pid);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -220,17 +223,33 @@ proc_cpu(void)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* The server's resident set in kB, or -1 without --pid. */
+/* The servers' user+system CPU seconds in all, or -1 without --pid. */
+static double
+proc_cpu(void)
+{
+    double sum = 0;
+
+    if (o.npids == 0)
+        return -1;
+    for (int i = 0; i < o.npids; i++) {
+        double c = proc_cpu_one(o.pids[i]);
+
+        if (c < 0)
+            return -1;
+        sum += c;
+    }
+    return sum;
+}
+
+/* One server's resident set in kB, or -1. */
 static long
-proc_rss_kb(void)
+proc_rss_kb_one(pid_t pid)
 {
     char path[64], line[256];
     long kb = -1;
     FILE *f;
 
-    if (o.pid <= 0)
-        return -1;
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)o.pid);
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -239,6 +258,24 @@ proc_rss_kb(void)
             break;
     fclose(f);
     return kb;
+}
+
+/* The servers' resident sets in kB in all, or -1 without --pid. */
+static long
+proc_rss_kb(void)
+{
+    long sum = 0;
+
+    if (o.npids == 0)
+        return -1;
+    for (int i = 0; i < o.npids; i++) {
+        long kb = proc_rss_kb_one(o.pids[i]);
+
+        if (kb < 0)
+            return -1;
+        sum += kb;
+    }
+    return sum;
 }
 
 static int
@@ -347,7 +384,12 @@ workers_start(int n)
         die("%s", "out of memory");
     for (int i = 0; i < n; i++) {
         wargs[i] = (struct lg_worker_args){
-            .port = o.port, .function = FUNCTION, .sh = &sh, .ready = &workers_ready};
+            .port = o.port,
+            .ports = o.ports,
+            .nports = o.nports,
+            .function = FUNCTION,
+            .sh = &sh,
+            .ready = &workers_ready};
         if (pthread_create(&wtid[i], NULL, worker_thread, &wargs[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -374,7 +416,7 @@ fg_start(struct lg_fg_args *a, pthread_t *tid)
 {
     workers_start(o.workers);
     for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_fg_args){.port = o.port,
+        a[i] = (struct lg_fg_args){.port = o.ports[i % o.nports],
                                    .function = FUNCTION,
                                    .payload = payload,
                                    .len = o.payload,
@@ -466,7 +508,7 @@ submit_phase(const char *name)
     cpu0 = proc_cpu();
     t0 = lg_now();
     for (int i = 0; i < o.clients; i++) {
-        a[i] = (struct lg_bg_args){.port = o.port,
+        a[i] = (struct lg_bg_args){.port = o.ports[i % o.nports],
                                    .function = FUNCTION,
                                    .payload = payload,
                                    .len = o.payload,
@@ -526,11 +568,11 @@ run_bg_submit(void)
     return atomic_load(&sh.errors) || atomic_load(&sh.stop) ? 1 : 0;
 }
 
-/* A loopback TCP connection to the server, or -1. */
+/* A loopback TCP connection to the server on port, or -1. */
 static int
-tcp_connect(void)
+tcp_connect(in_port_t port)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o.port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
     if (fd < 0)
@@ -549,12 +591,12 @@ tcp_connect(void)
  * listed, -1 when the answer did not come within 5 s.
  */
 static long
-admin_held(const char *function)
+admin_held_one(in_port_t port, const char *function)
 {
     char buf[65536], *line;
     size_t got = 0, flen = strlen(function);
     double deadline = lg_now() + 5;
-    int fd = tcp_connect();
+    int fd = tcp_connect(port);
     long held = 0;
 
     if (fd < 0 || write(fd, "status\n", 7) != 7)
@@ -591,6 +633,22 @@ fail:
     return -1;
 }
 
+/* admin_held summed over every server: -1 when one did not answer. */
+static long
+admin_held(const char *function)
+{
+    long sum = 0;
+
+    for (int i = 0; i < o.nports; i++) {
+        long h = admin_held_one(o.ports[i], function);
+
+        if (h < 0)
+            return -1;
+        sum += h;
+    }
+    return sum;
+}
+
 /*
  * bg-drain and durable: submits o.jobs background jobs (the SUB line), then
  * o.workers workers drain them (the DRAIN line). The workers count every
@@ -603,7 +661,7 @@ run_drain(const char *sub, const char *drain)
 {
     uint64_t queued, done, last = 0, lost = 0, dups = 0, unacked = 0;
     uint64_t per = o.jobs / (uint64_t)o.clients;
-    double t0, t1, t_prog, cpu0, cpu1, self0, self1;
+    double t0, t1, t_prog, cpu0, cpu1, self0, self1, settle0, settle;
     int timed_out = 0, verified;
     long held;
 
@@ -615,6 +673,14 @@ run_drain(const char *sub, const char *drain)
     queued = submit_phase(sub);
     if (atomic_load(&sh.errors) || queued == 0)
         return 1;
+    if (o.between != NULL) {
+        int st = system(o.between);
+
+        if (st != 0) {
+            fprintf(stderr, "loadgen: --between command exited with status %d\n", st);
+            return 1;
+        }
+    }
     atomic_store(&sh.stop, false);
     atomic_store(&sh.worked, 0);
     cpu0 = proc_cpu();
@@ -660,7 +726,15 @@ run_drain(const char *sub, const char *drain)
                 dups += v - 1;
         }
     }
-    held = admin_held(FUNCTION);
+    /*
+     * A job whose deletion is still being committed is listed as running
+     * (dsjobd's settling jobs): give the servers up to 2 s to finish, and
+     * report how long it took.
+     */
+    settle0 = lg_now();
+    while ((held = admin_held(FUNCTION)) > 0 && lg_now() - settle0 < 2)
+        sleep_s(0.005);
+    settle = lg_now() - settle0;
     verified = !timed_out && lost == 0 && held == 0 && atomic_load(&sh.unknown) == 0;
 
     print_head(drain);
@@ -669,10 +743,11 @@ run_drain(const char *sub, const char *drain)
     print_cpu(cpu1 >= 0 && cpu0 >= 0 ? cpu1 - cpu0 : -1, done, self1 - self0);
     /* a drain cut short by --max-secs has not lost what it did not reach */
     printf(" acked=%llu %s=%llu duplicates=%llu unacked_ran=%llu unknown=%llu "
-           "held_after=%ld verified=%s timed_out=%d errors=%llu\n",
+           "held_after=%ld settle_ms=%.0f verified=%s timed_out=%d errors=%llu\n",
            (unsigned long long)queued, timed_out ? "undrained" : "lost", (unsigned long long)lost,
            (unsigned long long)dups, (unsigned long long)unacked,
-           (unsigned long long)atomic_load(&sh.unknown), held, verified ? "yes" : "no", timed_out,
+           (unsigned long long)atomic_load(&sh.unknown), held, settle * 1e3, verified ? "yes" : "no",
+           timed_out,
            (unsigned long long)atomic_load(&sh.errors));
     if (!timed_out && !verified)
         fprintf(stderr,
@@ -782,7 +857,7 @@ run_mixed(void)
     for (int i = 0; i < o.clients; i++)
         mark1[i] = a[i].lat.n;
     for (int i = 0; i < o.flood; i++) {
-        fa[i] = (struct lg_bg_args){.port = o.port,
+        fa[i] = (struct lg_bg_args){.port = o.ports[i % o.nports],
                                     .function = FLOOD_FUNCTION,
                                     .payload = payload,
                                     .len = o.payload,
@@ -987,7 +1062,9 @@ usage(FILE *f)
                "Scenarios: fg, fg1, bg-submit, bg-drain, memory (= bg-submit), "
                "durable (= bg-drain,\nnamed for a server with a store), mixed, "
                "connections\n\n"
-               "  -p, --port PORT      server port on " LG_HOST " (required)\n"
+               "  -p, --port PORT[,PORT]...  server port on " LG_HOST " (required); with\n"
+               "                       several, client i uses PORT number i modulo their\n"
+               "                       count and every worker connects to all of them\n"
                "  -b, --backend NAME   client library: gearman (default)"
 #ifdef LG_HAVE_DSJOB
                " or dsjob"
@@ -1007,7 +1084,11 @@ usage(FILE *f)
                "  -s, --size BYTES     payload size (default 64)\n"
                "      --batch B        bg submits per pipelined batch (default 500)\n"
                "      --conns N        connections to hold (default 10000)\n"
-               "      --pid PID        server process, for CPU and RSS from /proc\n"
+               "      --pid PID[,PID]...  server processes, for CPU and RSS from /proc\n"
+               "                       (summed over them)\n"
+               "      --between CMD    bg-drain, durable: run the shell command CMD after\n"
+               "                       the submits, before the workers start; a non-zero\n"
+               "                       exit fails the run\n"
                "      --label NAME     server name in the result lines\n"
                "      --tls-ca FILE    dsjob back end: TLS to a dsjobd --ssl, checking its\n"
                "                       certificate with the CAs of FILE\n");
@@ -1066,6 +1147,32 @@ num(const char *s, double lo, double hi, const char *what)
     return v;
 }
 
+/* Fills out[] (LG_MAX_SERVERS) from a comma-separated list; returns the count. */
+#define list(arg, out, lo, hi, what) list_((arg), (out), sizeof(*(out)), (lo), (hi), (what))
+static int
+list_(const char *arg, void *out, size_t size, double lo, double hi, const char *what)
+{
+    char buf[512], *save = NULL, *tok;
+    int n = 0;
+
+    if (strlen(arg) >= sizeof(buf))
+        die("bad value for %s", what);
+    strcpy(buf, arg);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        double v = num(tok, lo, hi, what);
+
+        if (n == LG_MAX_SERVERS)
+            die("too many values for %s", what);
+        if (size == sizeof(in_port_t))
+            ((in_port_t *)out)[n++] = (in_port_t)v;
+        else
+            ((pid_t *)out)[n++] = (pid_t)v;
+    }
+    if (n == 0)
+        die("bad value for %s", what);
+    return n;
+}
+
 static void
 parse(int argc, char **argv)
 {
@@ -1087,6 +1194,7 @@ parse(int argc, char **argv)
         {"flood", required_argument, NULL, 7},
         {"flood-rate", required_argument, NULL, 8},
         {"tls-ca", required_argument, NULL, 9},
+        {"between", required_argument, NULL, 10},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1094,7 +1202,7 @@ parse(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "p:b:c:k:w:n:t:s:h", lo, NULL)) != -1) {
         switch (c) {
-        case 'p': o.port = (in_port_t)num(optarg, 1, 65535, "--port"); break;
+        case 'p': o.nports = list(optarg, o.ports, 1, 65535, "--port"); o.port = o.ports[0]; break;
         case 'b':
             o.be = NULL;
             for (size_t i = 0; i < sizeof(backends) / sizeof(*backends); i++)
@@ -1113,11 +1221,12 @@ parse(int argc, char **argv)
         case 2: o.max_secs = num(optarg, 1, MAX_SECS, "--max-secs"); break;
         case 3: o.batch = (int)num(optarg, 1, 100000, "--batch"); break;
         case 4: o.conns = (int)num(optarg, 1, MAX_CONNS, "--conns"); break;
-        case 5: o.pid = (pid_t)num(optarg, 1, 1 << 30, "--pid"); break;
+        case 5: o.npids = list(optarg, o.pids, 1, 1 << 30, "--pid"); o.pid = o.pids[0]; break;
         case 6: o.label = optarg; break;
         case 7: o.flood = (int)num(optarg, 1, MAX_CLIENTS, "--flood"); break;
         case 8: o.flood_rate = num(optarg, 0, 1e8, "--flood-rate"); break;
         case 9: lg_tls_ca = optarg; break;
+        case 10: o.between = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }

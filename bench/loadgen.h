@@ -20,6 +20,7 @@
 #define LG_HOST "127.0.0.1"    /* the only address the harness talks to */
 #define LG_IO_TIMEOUT_MS 10000 /* per-call timeout inside a back end */
 #define LG_WORKER_POLL_MS 100  /* how often an idle worker checks *stop */
+#define LG_MAX_SERVERS 16      /* -p PORT,PORT,...: servers a worker connects to */
 
 /* Latency samples of one thread, in microseconds. */
 struct lg_lat {
@@ -68,9 +69,14 @@ struct lg_bg_args {
     uint64_t done;        /* out: jobs 0..done-1 were acknowledged */
 };
 
-/* One worker connection; echoes the payload back until sh->stop_workers. */
+/*
+ * One worker (a connection to each of its servers); echoes the payload
+ * back until sh->stop_workers.
+ */
 struct lg_worker_args {
-    in_port_t port;
+    in_port_t port;         /* ports[0] */
+    const in_port_t *ports; /* every server on LG_HOST, borrowed */
+    int nports;             /* at least 1 */
     const char *function;
     struct lg_shared *sh; /* worked counts jobs done */
     atomic_int *ready;    /* incremented once the function is registered */
