@@ -352,6 +352,17 @@ exec_ok(PGconn *db, const char *sql, const char *what, char *err)
     return rc;
 }
 
+/*
+ * libpq prints the server's notices and warnings (a shutdown's "terminating
+ * connection") to stderr; the store reports what failed through err.
+ */
+static void
+quiet(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 /* Connect (again) if the connection is not up. */
 static int
 ensure_conn(struct store *st, char *err)
@@ -364,6 +375,7 @@ ensure_conn(struct store *st, char *err)
         st->db = PQconnectdb(st->dsn);
     if (st->db == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    PQsetNoticeProcessor(st->db, quiet, NULL);
     if (PQstatus(st->db) != CONNECTION_OK)
         return pg_say(err, DSJOB_ERR_STORE, st->db, "cannot connect");
     return DSJOB_OK;
@@ -1218,6 +1230,8 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
         if (st->listen != NULL)
             PQfinish(st->listen);
         st->listen = PQconnectdb(st->dsn);
+        if (st->listen != NULL)
+            PQsetNoticeProcessor(st->listen, quiet, NULL);
         if (st->listen == NULL || PQstatus(st->listen) != CONNECTION_OK) {
             pg_say(err, DSJOB_ERR_STORE, st->listen, "cannot connect to LISTEN");
             return -1;
