@@ -60,8 +60,8 @@ struct opts {
     const char *scenario;
     const char *label; /* server name printed in the result line */
     const struct lg_backend *be;
-    in_port_t port;                    /* ports[0] */
-    in_port_t ports[LG_MAX_SERVERS];   /* -p PORT[,PORT]...: the servers */
+    in_port_t port;                  /* ports[0] */
+    in_port_t ports[LG_MAX_SERVERS]; /* -p PORT[,PORT]...: the servers */
     int nports;
     int clients;
     int inflight;
@@ -73,9 +73,9 @@ struct opts {
     size_t payload;
     int batch;
     int conns;
-    int flood;         /* mixed: background flood connections */
-    double flood_rate; /* mixed: their submits/s in all, 0: no limit */
-    pid_t pid;         /* server process for /proc, 0: none (pids[0]) */
+    int flood;                  /* mixed: background flood connections */
+    double flood_rate;          /* mixed: their submits/s in all, 0: no limit */
+    pid_t pid;                  /* server process for /proc, 0: none (pids[0]) */
     pid_t pids[LG_MAX_SERVERS]; /* --pid PID[,PID]...: CPU and RSS are their sums */
     int npids;
     const char *between; /* bg-drain, durable: a shell command run after the submits */
@@ -383,13 +383,12 @@ workers_start(int n)
     if (wargs == NULL || wtid == NULL)
         die("%s", "out of memory");
     for (int i = 0; i < n; i++) {
-        wargs[i] = (struct lg_worker_args){
-            .port = o.port,
-            .ports = o.ports,
-            .nports = o.nports,
-            .function = FUNCTION,
-            .sh = &sh,
-            .ready = &workers_ready};
+        wargs[i] = (struct lg_worker_args){.port = o.port,
+                                           .ports = o.ports,
+                                           .nports = o.nports,
+                                           .function = FUNCTION,
+                                           .sh = &sh,
+                                           .ready = &workers_ready};
         if (pthread_create(&wtid[i], NULL, worker_thread, &wargs[i]) != 0)
             die("%s", "pthread_create failed");
     }
@@ -746,9 +745,8 @@ run_drain(const char *sub, const char *drain)
            "held_after=%ld settle_ms=%.0f verified=%s timed_out=%d errors=%llu\n",
            (unsigned long long)queued, timed_out ? "undrained" : "lost", (unsigned long long)lost,
            (unsigned long long)dups, (unsigned long long)unacked,
-           (unsigned long long)atomic_load(&sh.unknown), held, settle * 1e3, verified ? "yes" : "no",
-           timed_out,
-           (unsigned long long)atomic_load(&sh.errors));
+           (unsigned long long)atomic_load(&sh.unknown), held, settle * 1e3,
+           verified ? "yes" : "no", timed_out, (unsigned long long)atomic_load(&sh.errors));
     if (!timed_out && !verified)
         fprintf(stderr,
                 "loadgen: %s: %s: %llu acknowledged jobs did not run, the server "
@@ -1177,32 +1175,25 @@ static void
 parse(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"port", required_argument, NULL, 'p'},
-        {"backend", required_argument, NULL, 'b'},
-        {"clients", required_argument, NULL, 'c'},
-        {"inflight", required_argument, NULL, 'k'},
-        {"workers", required_argument, NULL, 'w'},
-        {"jobs", required_argument, NULL, 'n'},
-        {"secs", required_argument, NULL, 't'},
-        {"size", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 1},
-        {"max-secs", required_argument, NULL, 2},
-        {"batch", required_argument, NULL, 3},
-        {"conns", required_argument, NULL, 4},
-        {"pid", required_argument, NULL, 5},
-        {"label", required_argument, NULL, 6},
-        {"flood", required_argument, NULL, 7},
-        {"flood-rate", required_argument, NULL, 8},
-        {"tls-ca", required_argument, NULL, 9},
-        {"between", required_argument, NULL, 10},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},    {"backend", required_argument, NULL, 'b'},
+        {"clients", required_argument, NULL, 'c'}, {"inflight", required_argument, NULL, 'k'},
+        {"workers", required_argument, NULL, 'w'}, {"jobs", required_argument, NULL, 'n'},
+        {"secs", required_argument, NULL, 't'},    {"size", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 1},    {"max-secs", required_argument, NULL, 2},
+        {"batch", required_argument, NULL, 3},     {"conns", required_argument, NULL, 4},
+        {"pid", required_argument, NULL, 5},       {"label", required_argument, NULL, 6},
+        {"flood", required_argument, NULL, 7},     {"flood-rate", required_argument, NULL, 8},
+        {"tls-ca", required_argument, NULL, 9},    {"between", required_argument, NULL, 10},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
 
     while ((c = getopt_long(argc, argv, "p:b:c:k:w:n:t:s:h", lo, NULL)) != -1) {
         switch (c) {
-        case 'p': o.nports = list(optarg, o.ports, 1, 65535, "--port"); o.port = o.ports[0]; break;
+        case 'p':
+            o.nports = list(optarg, o.ports, 1, 65535, "--port");
+            o.port = o.ports[0];
+            break;
         case 'b':
             o.be = NULL;
             for (size_t i = 0; i < sizeof(backends) / sizeof(*backends); i++)
@@ -1221,7 +1212,10 @@ parse(int argc, char **argv)
         case 2: o.max_secs = num(optarg, 1, MAX_SECS, "--max-secs"); break;
         case 3: o.batch = (int)num(optarg, 1, 100000, "--batch"); break;
         case 4: o.conns = (int)num(optarg, 1, MAX_CONNS, "--conns"); break;
-        case 5: o.npids = list(optarg, o.pids, 1, 1 << 30, "--pid"); o.pid = o.pids[0]; break;
+        case 5:
+            o.npids = list(optarg, o.pids, 1, 1 << 30, "--pid");
+            o.pid = o.pids[0];
+            break;
         case 6: o.label = optarg; break;
         case 7: o.flood = (int)num(optarg, 1, MAX_CLIENTS, "--flood"); break;
         case 8: o.flood_rate = num(optarg, 0, 1e8, "--flood-rate"); break;

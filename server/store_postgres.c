@@ -114,7 +114,7 @@
 
 #define INSERT_COLUMNS                                                                             \
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
-/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified), then CLAIM_COLUMNS. */
+/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified), CLAIM_COLUMNS. */
 #define NULL_REST                                                                                  \
     ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
     " NULL::int4, NULL::int8, NULL::int8, NULL::int8"
