@@ -248,17 +248,26 @@ storage_open(struct srv *srv)
     sg->shared = sg->ops->version >= 3 && sg->ops->lease != NULL && sg->ops->remove_job != NULL &&
                  sg->ops->wait_notify != NULL;
     if (sg->shared) {
-        /* Handles and the leases' owner name this start: no other server or start has it. */
+        /*
+         * Handles and the leases' owner name this start: no other server or
+         * start has it. A handle (prefix.start:id, the id up to 20 digits)
+         * must fit STORE_HANDLE_MAX: a long host name in the default prefix
+         * is cut; a --job-handle-prefix that long is refused.
+         */
+        char suffix[24];
         size_t n = strlen(srv->handle_prefix);
+        size_t room =
+            STORE_HANDLE_MAX - 1 - 21 - (size_t)snprintf(suffix, sizeof(suffix), ".%" PRIu64, boot);
 
-        snprintf(srv->handle_prefix + n, sizeof(srv->handle_prefix) - n, ".%" PRIu64, boot);
-        if (strlen(srv->handle_prefix) + 21 >= STORE_HANDLE_MAX) {
+        if (n > room && srv->cfg.job_handle_prefix != NULL) {
             snprintf(srv->errmsg, sizeof(srv->errmsg),
-                     "--job-handle-prefix: with store %s a handle prefix must be shorter than "
-                     "%d bytes",
-                     sg->ops->name, STORE_HANDLE_MAX - 21 - 8);
+                     "--job-handle-prefix: with store %s it must be at most %zu bytes",
+                     sg->ops->name, room);
             return -1;
         }
+        if (n > room)
+            n = room;
+        snprintf(srv->handle_prefix + n, sizeof(srv->handle_prefix) - n, "%s", suffix);
     }
     sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
     sg->can_update = sg->ops->version >= 2 && sg->ops->update != NULL &&
