@@ -1091,7 +1091,7 @@ storage_want_lease(struct srv *srv)
 {
     struct storage *sg = &srv->storage;
 
-    if (!sg->shared || sg->want_lease)
+    if (!sg->shared)
         return;
     sg->want_lease = true;
     if (!sg->scheduled) {

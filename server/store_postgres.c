@@ -650,12 +650,7 @@ pg_set_func(struct store *st, const struct store_func *sf, char *err)
 static int
 pg_lease(struct store *st, struct store_lease *ls, char *err)
 {
-    size_t i;
-
     (void)err;
-    for (i = 0; i < ls->nfuncs; i++)
-        if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
-            return store_say(err, DSJOB_ERR_ARG, "postgres: a function name must be UTF-8 text");
     ls->jobs = NULL;
     ls->njobs = 0;
     ls->held = NULL;
@@ -802,6 +797,18 @@ cmp_claimed(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* Whether ls asks for jobs of any function this store can hold (UTF-8 names). */
+static bool
+lease_takes(const struct store_lease *ls)
+{
+    size_t i;
+
+    for (i = 0; ls != NULL && i < ls->nfuncs; i++)
+        if (utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            return true;
+    return false;
+}
+
 /*
  * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
  * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) and its NOTIFY,
@@ -814,7 +821,8 @@ static void
 main_sql(struct store *st, struct sbuf *q)
 {
     struct store_lease *ls = st->ls;
-    const char *sep = "";
+    const char *sep = "", *vsep = "";
+    bool take = lease_takes(ls);
     size_t i;
 
     sb_str(q, "WITH ");
@@ -838,14 +846,18 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, ") RETURNING handle)");
         sep = ", ";
     }
-    if (ls != NULL && ls->nfuncs > 0) {
+    if (take) {
         sb_str(q, sep);
         sb_str(q, "cl AS (UPDATE dsjob.jobs j SET owner = ");
         sb_lit(q, st->owner, strlen(st->owner));
         sb_printf(q, ", lease_until = now() + interval '%u seconds'", st->lease);
         sb_str(q, " FROM (SELECT c.id FROM (VALUES ");
         for (i = 0; i < ls->nfuncs; i++) {
-            sb_str(q, i ? ",(" : "(");
+            /* A name that is not UTF-8 has no rows here (its adds were refused). */
+            if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+                continue;
+            sb_str(q, *vsep == '\0' ? "(" : ",(");
+            vsep = ",";
             sb_lit(q, ls->funcs[i], strlen(ls->funcs[i]));
             sb_printf(q, ",%u)", ls->limits[i]);
         }
@@ -864,7 +876,7 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
     if (st->nrms > 0)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
-    if (ls != NULL && ls->nfuncs > 0)
+    if (take)
         sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
     if (st->notify)
         sb_str(q, " UNION ALL SELECT 4::int2" NULL_COLUMNS " FROM pg_notify('dsjob', '')");
@@ -952,9 +964,9 @@ flush_main(struct store *st, char *err)
     size_t nadded = 0, nremoved = 0, ntaken = 0, bytes = 0, i;
     int k, n, rc = DSJOB_OK;
 
-    if (st->nadds == 0 && st->nrms == 0 && (ls == NULL || ls->nfuncs == 0) && !st->notify)
+    if (st->nadds == 0 && st->nrms == 0 && !lease_takes(ls) && !st->notify)
         return DSJOB_OK;
-    if (st->nadds > 0 && st->nrms == 0 && (ls == NULL || ls->nfuncs == 0))
+    if (st->nadds > 0 && st->nrms == 0 && !lease_takes(ls))
         return flush_adds_only(st, err);
     main_sql(st, &q);
     if (q.oom || st->ins.oom) {
