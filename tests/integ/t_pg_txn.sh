@@ -301,6 +301,23 @@ else
     ok 1 "not before its run_at (it did not run)"
 fi
 
+# A worker whose function name is not UTF-8 (a text column cannot hold it):
+# its submits are refused by name, and it must not stop the server taking
+# jobs of the others (a lease op naming it failed as a whole once).
+timeout 30 gearman -h 127.0.0.1 -p "$PORT" -w -f "$(printf 'bad\377')" -- cat >/dev/null 2>&1 &
+bad_w=$!
+poll_s 10 registered "$(printf 'bad\377')" >/dev/null
+worker txn8 "$T/ran.txn8"
+poll_s 10 registered txn8
+out=$(printf x | timeout 20 gearman -h 127.0.0.1 -p "$PORT" -b -f "$(printf 'bad\377')" 2>&1)
+case $out in *UTF-8*) true ;; *) false ;; esac
+ok $? "a background submit of a function that is not UTF-8 is refused by name ($out)"
+h_8=$(q "SELECT dsjob.submit('txn8', convert_to('beside-bad', 'UTF8'))")
+poll_s 10 ran "$T/ran.txn8" beside-bad >/dev/null
+ok $? "with a worker for that name connected, a job of another function still runs ($h_8)"
+kill "$bad_w" 2>/dev/null
+wait "$bad_w" 2>/dev/null
+
 # Last: nothing rolled back ever ran, and the server stops cleanly.
 is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the psql-rolled-back job never ran"
 if [ -n "$TXN" ]; then
