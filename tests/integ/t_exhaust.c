@@ -22,6 +22,22 @@
 #include "lib/peer.h"
 #include "tap.h"
 
+/*
+ * The budget of a stalled connection's memory, in kB. ASan's redzones and
+ * shadow memory make dsjobd's small allocations about twice as large; it
+ * measured 16.2 kB a connection under ASan, against about 11 here.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define KB_PER_STALLED 32
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KB_PER_STALLED 32
+#endif
+#endif
+#ifndef KB_PER_STALLED
+#define KB_PER_STALLED 16
+#endif
+
 #define STALLED 10000
 #define ROUNDS 200
 
@@ -112,7 +128,8 @@ main(void)
              rss1, n, (double)(rss1 - rss0) / n);
     tap_diag("fg round trip p50: %.0f us idle, %.0f us with %d stalled (%.2fx)", p50_idle,
              p50_stalled, n, p50_stalled / p50_idle);
-    tap_ok(rss1 > 0 && rss1 - rss0 < (long)n * 16, "memory stays under 16 kB a stalled connection");
+    tap_ok(rss1 > 0 && rss1 - rss0 < (long)n * KB_PER_STALLED,
+           "memory stays under %d kB a stalled connection", KB_PER_STALLED);
 
     /* --idle-timeout 2, swept once a second: each is told and closed within a few seconds. */
     for (i = 0; i < n; i++) {
