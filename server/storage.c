@@ -1154,12 +1154,6 @@ shared_lease_op(struct srv *srv)
     batch_append(&sg->open, op);
 }
 
-static int
-cmp_handle(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* Drop queued jobs whose lease this server no longer holds (held: those it does). */
 static void
 shared_drop_lost(struct srv *srv, const struct store_lease *ls)
@@ -1173,7 +1167,7 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
         return; /* the next renew checks again */
     for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
         held[i] = h;
-    qsort(held, ls->nheld, sizeof(*held), cmp_handle);
+    qsort(held, ls->nheld, sizeof(*held), store_cmp_strs);
     TAILQ_FOREACH (f, &srv->queue.func_order, order) {
         int p;
 
@@ -1185,7 +1179,7 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
 
                 next = TAILQ_NEXT(j, link);
                 if (!j->stored || job_has_waiters(j) ||
-                    bsearch(&key, held, ls->nheld, sizeof(*held), cmp_handle) != NULL)
+                    bsearch(&key, held, ls->nheld, sizeof(*held), store_cmp_strs) != NULL)
                     continue;
                 srv->stats.pg_dropped++;
                 LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "dropped", NULL, j,
@@ -1252,12 +1246,7 @@ shared_leased(struct srv *srv, struct store_lease *ls)
     }
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
-    free(ls->jobs);
-    free(ls->held);
-    free(ls->mem);
-    ls->jobs = NULL;
-    ls->held = NULL;
-    ls->mem = NULL;
+    store_lease_free(ls);
 }
 
 static void

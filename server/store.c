@@ -81,6 +81,25 @@ store_ids_push(uint64_t **ids, size_t *n, size_t *cap, uint64_t id)
     return 0;
 }
 
+void
+store_lease_free(struct store_lease *ls)
+{
+    free(ls->jobs);
+    free(ls->held);
+    free(ls->mem);
+    ls->jobs = NULL;
+    ls->held = NULL;
+    ls->mem = NULL;
+    ls->njobs = ls->nheld = 0;
+    ls->renewed = false;
+}
+
+int
+store_cmp_strs(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 const struct store_ops *
 store_find(const char *name, char *err)
 {

@@ -97,6 +97,12 @@ struct store_lease {
                                  frees jobs, held and mem with free() */
 };
 
+/* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */
+void store_lease_free(struct store_lease *ls);
+
+/* store_cmp_strs orders pointers to strings by strcmp, for qsort and bsearch of handles. */
+int store_cmp_strs(const void *a, const void *b);
+
 /* Settings a backend may read; unused ones are ignored. */
 struct store_config {
     const char *work_dir; /* sqlite: directory of dsjobd.db */

@@ -353,6 +353,35 @@ exec_ok(PGconn *db, const char *sql, const char *what, char *err)
 }
 
 /*
+ * Run the statement built in q, and free it: binary asks for binary rows.
+ * DSJOB_OK with *out holding the result when its status is want; else
+ * err says why (out of memory while q was built, or the server's error,
+ * after what), and *out is NULL.
+ */
+static int
+run(struct store *st, struct sbuf *q, bool binary, ExecStatusType want, const char *what,
+    PGresult **out, char *err)
+{
+    PGresult *r;
+    int rc;
+
+    *out = NULL;
+    if (q->oom) {
+        free(q->p);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    r = binary ? PQexecParams(st->db, q->p, 0, NULL, NULL, NULL, NULL, 1) : PQexec(st->db, q->p);
+    free(q->p);
+    if (PQresultStatus(r) != want) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, what);
+        PQclear(r);
+        return rc;
+    }
+    *out = r;
+    return DSJOB_OK;
+}
+
+/*
  * libpq prints the server's notices and warnings (a shutdown's "terminating
  * connection") to stderr; the store reports what failed through err.
  */
@@ -669,7 +698,7 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
 static int
 find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
 {
-    int tries;
+    int tries, rc;
 
     for (tries = 0; tries < 3; tries++) {
         struct sbuf q = {0};
@@ -680,16 +709,9 @@ find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
         sb_lit(&q, a->func, strlen(a->func));
         sb_str(&q, " AND uniq = ");
         sb_bytea(&q, a->uniq, a->uniq_len);
-        if (q.oom) {
-            free(q.p);
-            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-        }
-        r = PQexec(st->db, q.p);
-        free(q.p);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            PQclear(r);
-            return pg_say(err, DSJOB_ERR_STORE, st->db, "finding a unique key's job");
-        }
+        if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "finding a unique key's job", &r, err)) !=
+            DSJOB_OK)
+            return rc;
         if (PQntuples(r) == 1) {
             if (a->alias != NULL)
                 snprintf(a->alias, STORE_HANDLE_MAX, "%s", PQgetvalue(r, 0, 0));
@@ -699,19 +721,13 @@ find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
         if (got)
             return DSJOB_OK;
         /* Gone since the INSERT: insert this one again. */
+        q = (struct sbuf){0};
         sb_str(&q, "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
         sb_str(&q, row);
         sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING");
-        if (q.oom) {
-            free(q.p);
-            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-        }
-        r = PQexec(st->db, q.p);
-        free(q.p);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-            PQclear(r);
-            return pg_say(err, DSJOB_ERR_STORE, st->db, "inserting a job again");
-        }
+        if ((rc = run(st, &q, false, PGRES_COMMAND_OK, "inserting a job again", &r, err)) !=
+            DSJOB_OK)
+            return rc;
         got = strcmp(PQcmdTuples(r), "1") == 0;
         PQclear(r);
         if (got)
@@ -721,16 +737,10 @@ find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
                      a->handle);
 }
 
-static int
-cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static bool
 found(char **v, size_t n, const char *h)
 {
-    return bsearch(&h, v, n, sizeof(*v), cmp_str) != NULL;
+    return bsearch(&h, v, n, sizeof(*v), store_cmp_strs) != NULL;
 }
 
 static uint64_t
@@ -944,7 +954,7 @@ flush_adds_only(struct store *st, char *err)
         }
         for (k = 0; k < PQntuples(ins); k++)
             added[nadded++] = PQgetvalue(ins, k, 0);
-        qsort(added, nadded, sizeof(*added), cmp_str);
+        qsort(added, nadded, sizeof(*added), store_cmp_strs);
         for (i = 0; i < st->nadds; i++)
             st->adds[i].conflict = !found(added, nadded, st->adds[i].handle);
         free(added);
@@ -969,17 +979,9 @@ flush_main(struct store *st, char *err)
     if (st->nadds > 0 && st->nrms == 0 && !lease_takes(ls))
         return flush_adds_only(st, err);
     main_sql(st, &q);
-    if (q.oom || st->ins.oom) {
-        free(q.p);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    r = PQexecParams(st->db, q.p, 0, NULL, NULL, NULL, NULL, 1);
-    free(q.p);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
-        PQclear(r);
+    q.oom = q.oom || st->ins.oom;
+    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
         return rc;
-    }
     n = PQntuples(r);
     added = malloc(((size_t)n + 1) * sizeof(*added));
     removed = malloc(((size_t)n + 1) * sizeof(*removed));
@@ -1000,8 +1002,8 @@ flush_main(struct store *st, char *err)
                 bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
         }
     }
-    qsort(added, nadded, sizeof(*added), cmp_str);
-    qsort(removed, nremoved, sizeof(*removed), cmp_str);
+    qsort(added, nadded, sizeof(*added), store_cmp_strs);
+    qsort(removed, nremoved, sizeof(*removed), store_cmp_strs);
     mark_lost(removed, nremoved, st->rms, st->nrms);
     if (ntaken > 0) {
         ls->jobs = calloc(ntaken, sizeof(*ls->jobs));
@@ -1068,17 +1070,8 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
               st->lease);
     sb_lit(&q, st->owner, strlen(st->owner));
     sb_str(&q, " AND state = 0 RETURNING handle");
-    if (q.oom) {
-        free(q.p);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
-    r = PQexec(st->db, q.p);
-    free(q.p);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "renewing leases");
-        PQclear(r);
+    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "renewing leases", &r, err)) != DSJOB_OK)
         return rc;
-    }
     n = PQntuples(r);
     for (k = 0; k < n; k++)
         bytes += (size_t)PQgetlength(r, k, 0) + 1;
@@ -1130,19 +1123,6 @@ batch_reset(struct store *st, bool ok)
     st->notify = false;
 }
 
-static void
-lease_clear(struct store_lease *ls)
-{
-    free(ls->jobs);
-    free(ls->held);
-    free(ls->mem);
-    ls->jobs = NULL;
-    ls->held = NULL;
-    ls->mem = NULL;
-    ls->njobs = ls->nheld = 0;
-    ls->renewed = false;
-}
-
 /*
  * One statement for the batch when it can be (adds, removes, the lease's
  * take, the NOTIFY: flush_main, in autocommit); a transaction around it
@@ -1189,7 +1169,7 @@ rollback:
         PQclear(PQexec(st->db, "ROLLBACK"));
 fail:
     if (st->ls != NULL)
-        lease_clear(st->ls);
+        store_lease_free(st->ls);
     batch_reset(st, false);
     return rc;
 }
