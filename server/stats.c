@@ -356,6 +356,10 @@ server_wide(struct srv *srv, struct out *o)
         family(o, "pg_dropped_total", "counter",
                "Queued jobs dropped here because another server had taken them.");
         value(o, "pg_dropped_total", NULL, st->pg_dropped);
+        family(o, "pg_released_total", "counter",
+               "Leases given up on jobs this server had lost track of (a batch's answer lost "
+               "with its connection).");
+        value(o, "pg_released_total", NULL, st->pg_released);
     }
     family(o, "limit_hits_total", "counter", "Refusals and drops, by the limit that made them.");
     for (i = 0; i < STATS_NLIMITS; i++) {

@@ -68,6 +68,7 @@ struct stats {
     uint64_t pg_claimed;            /* jobs this server took by lease from a shared store */
     uint64_t pg_lease_lost;         /* results or rewrites discarded: the lease had been lost */
     uint64_t pg_dropped;            /* queued jobs dropped here: their lease had been lost */
+    uint64_t pg_released;           /* leases given up: on jobs it had lost track of */
     uint64_t commits;               /* store batches committed */
     uint64_t commit_errors;         /* store batches that failed */
     int64_t started;                /* srv_uptime() when the server was bound */

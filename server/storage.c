@@ -1108,7 +1108,7 @@ shared_lease_op(struct srv *srv)
     struct storage *sg = &srv->storage;
     struct store_op *op;
     struct func *f;
-    size_t nf = 0, bytes = 0, i = 0;
+    size_t nf = 0, bytes = 0, stray_bytes, i;
     char *at;
 
     sg->want_lease = false;
@@ -1118,9 +1118,14 @@ shared_lease_op(struct srv *srv)
             bytes += f->name_len + 1;
         }
     }
-    if (nf == 0 && !sg->renew_due)
+    for (i = 0, at = sg->strays; i < sg->nstrays; i++, at += strlen(at) + 1)
+        ;
+    stray_bytes = sg->nstrays > 0 ? (size_t)(at - sg->strays) : 0;
+    if (nf == 0 && !sg->renew_due && sg->nstrays == 0)
         return;
-    op = sg_calloc(sg, "op", sizeof(*op) + nf * (sizeof(char *) + sizeof(unsigned)) + bytes + 16);
+    op = sg_calloc(sg, "op",
+                   sizeof(*op) + (nf + sg->nstrays) * sizeof(char *) + nf * sizeof(unsigned) +
+                       bytes + stray_bytes + 16);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory for a lease; trying with the next batch");
         sg->want_lease = true;
@@ -1128,12 +1133,15 @@ shared_lease_op(struct srv *srv)
     }
     op->kind = STORE_OP_LEASE;
     {
-        /* buf: the name pointers, the limits, then the names. */
+        /* buf: the name and stray pointers, the limits, the names, then the strays. */
         char *base = op->buf + (8 - ((uintptr_t)op->buf & 7)) % 8;
         const char **names = (const char **)(void *)base;
-        unsigned *limits = (unsigned *)(void *)(names + nf);
+        const char **strays = names + nf;
+        unsigned *limits = (unsigned *)(void *)(strays + sg->nstrays);
+        const char *h = sg->strays;
 
         at = (char *)(limits + nf);
+        i = 0;
         TAILQ_FOREACH (f, &srv->queue.func_order, order) {
             unsigned want = func_wants(sg, f);
 
@@ -1147,7 +1155,18 @@ shared_lease_op(struct srv *srv)
         op->ls.funcs = names;
         op->ls.limits = limits;
         op->ls.nfuncs = nf;
+        for (i = 0; i < sg->nstrays; i++, h += strlen(h) + 1) {
+            memcpy(at, h, strlen(h) + 1);
+            strays[i] = at;
+            at += strlen(h) + 1;
+        }
+        op->ls.release = strays;
+        op->ls.nrelease = sg->nstrays;
     }
+    /* Not asked again if this op's batch fails: the next renew lists them again. */
+    free(sg->strays);
+    sg->strays = NULL;
+    sg->nstrays = 0;
     op->ls.renew = sg->renew_due;
     sg->renew_due = false;
     sg->lease_inflight = true;
@@ -1190,6 +1209,48 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
         }
     }
     free(held);
+}
+
+/*
+ * Rows under this server's lease that its queue lacks: a take or a leased
+ * add whose batch committed while its answer was lost with the connection
+ * (or whose alias lookup failed after the commit). The renew keeps their
+ * leases alive, so no server would ever take them: the next lease op gives
+ * them up, and its NOTIFY lets a server with a worker free take them. Run
+ * after the takes of the same batch are queued; a job settling here stays
+ * in the queue until its deletion commits, so it is never given up.
+ */
+static void
+shared_find_strays(struct srv *srv, const struct store_lease *ls)
+{
+    struct storage *sg = &srv->storage;
+    const char *h = ls->held;
+    size_t i, n = 0, bytes = 0;
+    char *at;
+
+    for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+            n++;
+            bytes += strlen(h) + 1;
+        }
+    if (n == 0)
+        return;
+    at = malloc(bytes);
+    if (at == NULL)
+        return; /* the next renew finds them again */
+    free(sg->strays);
+    sg->strays = at;
+    sg->nstrays = n;
+    for (i = 0, h = ls->held; i < ls->nheld; i++, h += strlen(h) + 1)
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+            memcpy(at, h, strlen(h) + 1);
+            at += strlen(h) + 1;
+        }
+    log_notice(&srv->log,
+               "store: %zu jobs under this server's lease were not in its queue (a batch's answer "
+               "was lost with the connection): giving their leases up",
+               n);
+    storage_want_lease(srv);
 }
 
 /* On the loop: a lease op committed. Queue what it took; check what it renewed. */
@@ -1244,6 +1305,9 @@ shared_leased(struct srv *srv, struct store_lease *ls)
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "leased", NULL, j, NULL);
         lifecycle_wake(j);
     }
+    srv->stats.pg_released += ls->nreleased;
+    if (ls->renewed)
+        shared_find_strays(srv, ls);
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
     store_lease_free(ls);
@@ -1367,6 +1431,9 @@ shared_close(struct srv *srv)
     if (sg->renew_ev != NULL)
         event_free(sg->renew_ev);
     sg->notify_ev = sg->poll_ev = sg->renew_ev = NULL;
+    free(sg->strays);
+    sg->strays = NULL;
+    sg->nstrays = 0;
     for (i = 0; i < 2; i++) {
         if (sg->notify_pipe[i] >= 0)
             close(sg->notify_pipe[i]);

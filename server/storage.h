@@ -127,6 +127,8 @@ struct storage {
     bool want_lease;         /* a lease op goes in the next batch */
     bool lease_inflight;     /* a lease op is in the batch in flight */
     bool renew_due;          /* the next lease op renews this server's leases */
+    char *strays;            /* handles the last renew held that the queue lacks, back to back */
+    size_t nstrays;          /* entries in strays: the next lease op gives their leases up */
     unsigned prefetch;       /* --pg-prefetch */
     struct event *poll_ev;   /* --pg-poll-ms: ask for ready jobs */
     struct event *renew_ev;  /* a third of --pg-lease: renew */

@@ -90,7 +90,7 @@ store_lease_free(struct store_lease *ls)
     ls->jobs = NULL;
     ls->held = NULL;
     ls->mem = NULL;
-    ls->njobs = ls->nheld = 0;
+    ls->njobs = ls->nheld = ls->nreleased = 0;
     ls->renewed = false;
 }
 

@@ -83,18 +83,23 @@ struct store_func {
  * for this server, and renew the leases it holds. Filled in by flush.
  */
 struct store_lease {
-    const char *const *funcs; /* in: function names (NUL-terminated) */
-    const unsigned *limits;   /* in: jobs to take of each */
-    size_t nfuncs;            /* in: entries in funcs and limits */
-    bool renew;               /* in: renew this server's leases and list them in held */
-    struct store_job *jobs;   /* out: the jobs taken, in priority, run-at, submit order */
-    size_t njobs;             /* out: entries in jobs */
-    char *held;               /* out, with renew: the handles this server still holds, each
-                                 NUL-terminated, back to back */
-    size_t nheld;             /* out: handles in held */
-    bool renewed;             /* out: renew ran */
-    void *mem;                /* out: what jobs, their bytes and held live in; the server
-                                 frees jobs, held and mem with free() */
+    const char *const *funcs;   /* in: function names (NUL-terminated) */
+    const unsigned *limits;     /* in: jobs to take of each */
+    size_t nfuncs;              /* in: entries in funcs and limits */
+    bool renew;                 /* in: renew this server's leases and list them in held */
+    struct store_job *jobs;     /* out: the jobs taken, in priority, run-at, submit order */
+    size_t njobs;               /* out: entries in jobs */
+    char *held;                 /* out, with renew: the handles this server still holds, each
+                                   NUL-terminated, back to back */
+    size_t nheld;               /* out: handles in held */
+    bool renewed;               /* out: renew ran */
+    void *mem;                  /* out: what jobs, their bytes and held live in; the server
+                                   frees jobs, held and mem with free() */
+    const char *const *release; /* in: handles a renew listed as held that the server does
+                                   not know (a take or an add whose answer was lost): their
+                                   leases are given up, for any server to take */
+    size_t nrelease;            /* in: entries in release */
+    size_t nreleased;           /* out: leases given up */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -114,7 +114,7 @@
 
 #define INSERT_COLUMNS                                                                             \
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
-/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified), CLAIM_COLUMNS. */
+/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified, 5 given up), CLAIM_COLUMNS. */
 #define NULL_REST                                                                                  \
     ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
     " NULL::int4, NULL::int8, NULL::int8, NULL::int8"
@@ -686,7 +686,10 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->nheld = 0;
     ls->renewed = false;
     ls->mem = NULL;
+    ls->nreleased = 0;
     st->ls = ls;
+    if (ls->nrelease > 0)
+        st->notify = true; /* a server with a worker free takes what is given up */
     return DSJOB_OK;
 }
 
@@ -819,13 +822,23 @@ lease_takes(const struct store_lease *ls)
     return false;
 }
 
+/* Whether ls needs the main statement: jobs to take, or leases to give up. */
+static bool
+lease_reads(const struct store_lease *ls)
+{
+    return lease_takes(ls) || (ls != NULL && ls->nrelease > 0);
+}
+
 /*
  * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
- * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) and its NOTIFY,
- * as data-modifying CTEs whose RETURNING rows come back tagged (1 added,
- * 2 removed, 3 taken). No two of them touch one row: the INSERT's rows are
- * new, the DELETE's are this server's, and the take skips this server's
- * (its own expired leases are renewed, not taken). Returns the SQL in q.
+ * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) or gives up (rows
+ * under this server's lease that its queue lacks) and its NOTIFY, as
+ * data-modifying CTEs whose RETURNING rows come back tagged (1 added, 2
+ * removed, 3 taken, 5 given up). No two of them touch one row: the
+ * INSERT's rows are new, the DELETE's are this server's and in its queue,
+ * those given up are this server's and not in its queue, and the take
+ * skips this server's (its own expired leases are renewed, not taken).
+ * Returns the SQL in q.
  */
 static void
 main_sql(struct store *st, struct sbuf *q)
@@ -879,6 +892,21 @@ main_sql(struct store *st, struct sbuf *q)
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
         sep = ", ";
     }
+    if (ls != NULL && ls->nrelease > 0) {
+        /* Rows under this server's lease that it lost track of: for any server to take. */
+        sb_str(q, sep);
+        sb_str(q, "rel AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
+                  " WHERE state = 0 AND owner = ");
+        sb_lit(q, st->owner, strlen(st->owner));
+        sb_str(q, " AND handle IN (");
+        for (i = 0; i < ls->nrelease; i++) {
+            if (i > 0)
+                sb_str(q, ",");
+            sb_lit(q, ls->release[i], strlen(ls->release[i]));
+        }
+        sb_str(q, ") RETURNING handle)");
+        sep = ", ";
+    }
     if (*sep == '\0')
         sb_str(q, "none AS (SELECT 1)");
     sb_str(q, " SELECT 0::int2" NULL_COLUMNS " WHERE false");
@@ -888,6 +916,8 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
     if (take)
         sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
+    if (ls != NULL && ls->nrelease > 0)
+        sb_str(q, " UNION ALL SELECT 5::int2, handle" NULL_REST " FROM rel");
     if (st->notify)
         sb_str(q, " UNION ALL SELECT 4::int2" NULL_COLUMNS " FROM pg_notify('dsjob', '')");
 }
@@ -974,9 +1004,9 @@ flush_main(struct store *st, char *err)
     size_t nadded = 0, nremoved = 0, ntaken = 0, bytes = 0, i;
     int k, n, rc = DSJOB_OK;
 
-    if (st->nadds == 0 && st->nrms == 0 && !lease_takes(ls) && !st->notify)
+    if (st->nadds == 0 && st->nrms == 0 && !lease_reads(ls) && !st->notify)
         return DSJOB_OK;
-    if (st->nadds > 0 && st->nrms == 0 && !lease_takes(ls))
+    if (st->nadds > 0 && st->nrms == 0 && !lease_reads(ls))
         return flush_adds_only(st, err);
     main_sql(st, &q);
     q.oom = q.oom || st->ins.oom;
@@ -996,6 +1026,8 @@ flush_main(struct store *st, char *err)
             added[nadded++] = PQgetvalue(r, k, 1);
         else if (kind == 2)
             removed[nremoved++] = PQgetvalue(r, k, 1);
+        else if (kind == 5)
+            ls->nreleased++;
         else if (kind == 3) {
             ntaken++;
             for (i = 1; i <= 6; i++)

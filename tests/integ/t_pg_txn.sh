@@ -318,6 +318,39 @@ ok $? "with a worker for that name connected, a job of another function still ru
 kill "$bad_w" 2>/dev/null
 wait "$bad_w" 2>/dev/null
 
+# A row under this server's lease that its queue lacks: what a take or a
+# leased add leaves when its batch commits but the answer is lost with the
+# connection (PostgreSQL restarted at that moment). The server renews its
+# leases by owner, so no other server would ever take that row: at its next
+# renewal (every second with --pg-lease 3) it must give the lease up, and a
+# server with a worker free (a itself, here) take the job.
+# Made here by hand: a job with no worker anywhere, then put under a's lease.
+h_probe=$("$DSJOB" -s "127.0.0.1:$PORT" submit -b txs-probe probe 2>&1)
+owner=${h_probe%:*}
+diag "a's leases are held as '$owner' (from the handle $h_probe)"
+q "DELETE FROM dsjob.jobs WHERE handle = '$h_probe'" >/dev/null
+h_s=$(q "SELECT dsjob.submit('txs', convert_to('stray', 'UTF8'))")
+rel0=$(pgd_stat a dsjob_pg_released_total)
+q "UPDATE dsjob.jobs SET owner = '$owner', lease_until = now() + interval '1 hour'
+   WHERE handle = '$h_s'" >/dev/null
+is "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h_s'")" "$owner" \
+    "a row of txs is under a's lease, which a never took ($h_s)"
+released() { [ "$(pgd_stat a dsjob_pg_released_total)" = "$((${rel0:-0} + 1))" ]; }
+poll_s 10 released
+ok $? "a gives that lease up at its next renewal (dsjob_pg_released_total ${rel0:-absent} -> $(pgd_stat a dsjob_pg_released_total))"
+is "$(q "SELECT coalesce(owner, 'none') FROM dsjob.jobs WHERE handle = '$h_s'")" none \
+    "the row is for any server now (no worker for txs yet)"
+grep -q 'giving their leases up' "$(pgd_log a)"
+ok $? "a logged that it gave up leases on jobs it lacked"
+touch "$T/ran.txs"
+t0=$(ns)
+worker txs "$T/ran.txs"
+poll_s 15 ran "$T/ran.txs" stray >/dev/null
+ok $? "a worker for txs gets it ($(ms_since "$t0" "$(ran "$T/ran.txs" stray | cut -d' ' -f1)") ms after it started)"
+is "$(ran "$T/ran.txs" stray | cut -d' ' -f2)" "$h_s" "under the handle dsjob.submit returned"
+poll_s 10 gone "$h_s"
+ok $? "and its row is gone once it ran"
+
 # Last: nothing rolled back ever ran, and the server stops cleanly.
 is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the psql-rolled-back job never ran"
 if [ -n "$TXN" ]; then
