@@ -40,6 +40,7 @@
 
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
+#define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out is taken this long after */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
@@ -1308,6 +1309,13 @@ shared_leased(struct srv *srv, struct store_lease *ls)
     srv->stats.pg_released += ls->nreleased;
     if (ls->renewed)
         shared_find_strays(srv, ls);
+    if (ls->renewed && ls->expiry_ms >= 0) {
+        /* A little after it, so that PostgreSQL's clock has passed it too. */
+        int64_t ms = ls->expiry_ms + STORAGE_EXPIRY_SLACK_MS;
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+        evtimer_add(sg->expiry_ev, &tv);
+    }
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
     store_lease_free(ls);
@@ -1393,9 +1401,10 @@ shared_open(struct srv *srv)
     sg->notify_ev = event_new(srv->base, sg->notify_pipe[0], EV_READ | EV_PERSIST, notify_cb, srv);
     sg->poll_ev = event_new(srv->base, -1, EV_PERSIST, poll_cb, srv);
     sg->renew_ev = event_new(srv->base, -1, EV_PERSIST, renew_cb, srv);
+    sg->expiry_ev = evtimer_new(srv->base, poll_cb, srv);
     if (sg->notify_ev == NULL || sg->poll_ev == NULL || sg->renew_ev == NULL ||
-        event_add(sg->notify_ev, NULL) < 0 || event_add(sg->poll_ev, &poll_tv) < 0 ||
-        event_add(sg->renew_ev, &renew_tv) < 0) {
+        sg->expiry_ev == NULL || event_add(sg->notify_ev, NULL) < 0 ||
+        event_add(sg->poll_ev, &poll_tv) < 0 || event_add(sg->renew_ev, &renew_tv) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's events");
         return -1;
     }
@@ -1430,7 +1439,9 @@ shared_close(struct srv *srv)
         event_free(sg->poll_ev);
     if (sg->renew_ev != NULL)
         event_free(sg->renew_ev);
-    sg->notify_ev = sg->poll_ev = sg->renew_ev = NULL;
+    if (sg->expiry_ev != NULL)
+        event_free(sg->expiry_ev);
+    sg->notify_ev = sg->poll_ev = sg->renew_ev = sg->expiry_ev = NULL;
     free(sg->strays);
     sg->strays = NULL;
     sg->nstrays = 0;

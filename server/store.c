@@ -92,6 +92,7 @@ store_lease_free(struct store_lease *ls)
     ls->mem = NULL;
     ls->njobs = ls->nheld = ls->nreleased = 0;
     ls->renewed = false;
+    ls->expiry_ms = -1;
 }
 
 int

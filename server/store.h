@@ -100,6 +100,8 @@ struct store_lease {
                                    leases are given up, for any server to take */
     size_t nrelease;            /* in: entries in release */
     size_t nreleased;           /* out: leases given up */
+    int64_t expiry_ms;          /* out, with renew: milliseconds until the first lease another
+                                   server holds runs out (0: already out), or -1 for none */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -687,6 +687,7 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->renewed = false;
     ls->mem = NULL;
     ls->nreleased = 0;
+    ls->expiry_ms = -1;
     st->ls = ls;
     if (ls->nrelease > 0)
         st->notify = true; /* a server with a worker free takes what is given up */
@@ -1120,6 +1121,21 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
         at += len + 1;
     }
     ls->nheld = (size_t)n;
+    PQclear(r);
+    /*
+     * When the first lease of another server runs out: the server takes
+     * that job then, not at its next poll. Leased rows are few (the
+     * partial index jobs_owner holds only them).
+     */
+    q = (struct sbuf){0};
+    sb_str(&q, "SELECT coalesce(greatest(ceil(extract(epoch FROM min(lease_until) - now()) * 1000),"
+               " 0)::bigint, -1) FROM dsjob.jobs WHERE state = 0 AND owner IS NOT NULL"
+               " AND owner <> ");
+    sb_lit(&q, st->owner, strlen(st->owner));
+    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "reading lease expiries", &r, err)) != DSJOB_OK)
+        return rc;
+    if (PQntuples(r) == 1)
+        ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     ls->renewed = true;
     PQclear(r);
     return DSJOB_OK;

@@ -388,7 +388,7 @@ is "$MISSING" 0 "kill -9: every one of $ACKED acknowledged jobs ran (0 lost)"
 echo "# kill -9: duplicates $DUPS (at least once: a job a's worker ran before the kill may run again)"
 [ -s "$T/ck.leased" ]
 ok $? "kill -9: a held leases when it died ($(wc -l <"$T/ck.leased" | tr -d ' '))"
-late=0 unmapped=0 worst=0 nl=0
+late=0 unmapped=0 worst=0 nl=0 past=-100000
 while read -r h until_ms; do
     [ -n "$h" ] || continue
     id=$(id_of ck "$h")
@@ -404,8 +404,9 @@ while read -r h until_ms; do
         diag "job $id ($h), lease until $until_ms: ran elsewhere $w"
     fi
     [ -n "$t" ] && [ $((t - t_kill)) -gt $worst ] && worst=$((t - t_kill))
+    [ -n "$t" ] && [ $((t - until_ms)) -gt $past ] && past=$((t - until_ms))
 done <"$T/ck.leased"
-diag "kill -9: $nl of a's leased jobs traced, $unmapped not (their ack was lost); the last ran elsewhere $worst ms after the kill (lease $LEASE s)"
+diag "kill -9: $nl of a's leased jobs traced, $unmapped not (their ack was lost); the last ran elsewhere $worst ms after the kill (lease $LEASE s), at most $past ms after its lease_until"
 is "$late" 0 "kill -9: each job a held a lease on ran on b or c by its lease_until + 1 s"
 [ "$worst" -le $((LEASE * 1000 + 1000)) ]
 ok $? "kill -9: all within lease + 1 s of the kill ($worst ms)"
