@@ -1218,8 +1218,10 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
  * (or whose alias lookup failed after the commit). The renew keeps their
  * leases alive, so no server would ever take them: the next lease op gives
  * them up, and its NOTIFY lets a server with a worker free take them. Run
- * after the takes of the same batch are queued; a job settling here stays
- * in the queue until its deletion commits, so it is never given up.
+ * after the takes of the same batch are queued. The renewal lists live
+ * rows only, and a live job leaves the queue only once its deletion or
+ * rewrite commits (it settles first), so no job of this server's is given
+ * up.
  */
 static void
 shared_find_strays(struct srv *srv, const struct store_lease *ls)

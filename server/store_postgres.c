@@ -41,6 +41,12 @@
  */
 #define SCHEMA_VERSION 1
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
+/*
+ * A running server holds the session advisory lock (LIVE_LOCK, its start's
+ * number) on its writer connection: whoever can take it knows that start
+ * is over, and may take the dead set and kept results it left.
+ */
+#define LIVE_LOCK 0x64736a31 /* "dsj1" */
 #define SCHEMA_SQL                                                                                 \
     "CREATE SCHEMA dsjob;"                                                                         \
     "CREATE TABLE dsjob.meta (key text PRIMARY KEY, value text NOT NULL);"                         \
@@ -114,7 +120,10 @@
 
 #define INSERT_COLUMNS                                                                             \
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
-/* The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified, 5 given up), CLAIM_COLUMNS. */
+/*
+ * The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified,
+ * 5 given up), CLAIM_COLUMNS.
+ */
 #define NULL_REST                                                                                  \
     ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
     " NULL::int4, NULL::int8, NULL::int8, NULL::int8"
@@ -153,6 +162,7 @@ struct store {
     PGconn *listen;  /* wait_notify's connection (its thread alone) */
     char *dsn;       /* owned copy */
     char *owner;     /* owned copy: this server's name in leases */
+    uint64_t boot;   /* this start's number (dsjob.boot), once known */
     unsigned lease;  /* seconds */
     struct sbuf ins; /* the VALUES of the open batch's adds */
     struct pend_add *adds;
@@ -392,10 +402,19 @@ quiet(void *arg, const char *message)
     (void)message;
 }
 
-/* Connect (again) if the connection is not up. */
+/* The second key of a start's live lock (advisory locks take two int4 keys). */
+static int
+live_key(uint64_t boot)
+{
+    return (int)(boot % 2147483647u);
+}
+
+/* Connect (again) if the connection is not up, holding this start's live lock. */
 static int
 ensure_conn(struct store *st, char *err)
 {
+    char sql[96];
+
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
         return DSJOB_OK;
     if (st->db != NULL)
@@ -407,6 +426,14 @@ ensure_conn(struct store *st, char *err)
     PQsetNoticeProcessor(st->db, quiet, NULL);
     if (PQstatus(st->db) != CONNECTION_OK)
         return pg_say(err, DSJOB_ERR_STORE, st->db, "cannot connect");
+    if (st->boot == 0)
+        return DSJOB_OK; /* pg_open takes it once the start has its number */
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%d, %d)", LIVE_LOCK, live_key(st->boot));
+    if (exec_ok(st->db, sql, "taking this start's live lock", err) != DSJOB_OK) {
+        PQfinish(st->db); /* connected without it is not connected: start again next time */
+        st->db = NULL;
+        return DSJOB_ERR_STORE;
+    }
     return DSJOB_OK;
 }
 
@@ -514,6 +541,15 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
         st->owner = owner;
         if (cfg->boot != NULL)
             *cfg->boot = boot;
+        st->boot = boot;
+    }
+    {
+        char sql[96];
+
+        snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%d, %d)", LIVE_LOCK,
+                 live_key(st->boot));
+        if ((rc = exec_ok(st->db, sql, "taking this start's live lock", err)) != DSJOB_OK)
+            goto fail;
     }
     *out = st;
     return DSJOB_OK;
@@ -846,7 +882,7 @@ main_sql(struct store *st, struct sbuf *q)
 {
     struct store_lease *ls = st->ls;
     const char *sep = "", *vsep = "";
-    bool take = lease_takes(ls);
+    bool take = lease_takes(ls), release = ls != NULL && ls->nrelease > 0;
     size_t i;
 
     sb_str(q, "WITH ");
@@ -893,7 +929,7 @@ main_sql(struct store *st, struct sbuf *q)
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
         sep = ", ";
     }
-    if (ls != NULL && ls->nrelease > 0) {
+    if (release) {
         /* Rows under this server's lease that it lost track of: for any server to take. */
         sb_str(q, sep);
         sb_str(q, "rel AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
@@ -917,7 +953,7 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
     if (take)
         sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
-    if (ls != NULL && ls->nrelease > 0)
+    if (release)
         sb_str(q, " UNION ALL SELECT 5::int2, handle" NULL_REST " FROM rel");
     if (st->notify)
         sb_str(q, " UNION ALL SELECT 4::int2" NULL_COLUMNS " FROM pg_notify('dsjob', '')");
@@ -1222,15 +1258,117 @@ fail:
     return rc;
 }
 
+/*
+ * Whether the start that owner names is over: its live lock is free. The
+ * lock is let go at once; that start's number never comes again.
+ */
+static int
+start_over(struct store *st, const char *owner, bool *over, char *err)
+{
+    const char *dot = strrchr(owner, '.');
+    char sql[128];
+    PGresult *r;
+    int rc;
+
+    *over = false;
+    if (dot == NULL || dot[1] < '0' || dot[1] > '9')
+        return DSJOB_OK; /* not a server's name: left alone */
+    snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock(%d, %d)", LIVE_LOCK,
+             live_key(strtoull(dot + 1, NULL, 10)));
+    r = PQexec(st->db, sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "asking whether a server runs");
+        PQclear(r);
+        return rc;
+    }
+    *over = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!*over)
+        return DSJOB_OK;
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(%d, %d)", LIVE_LOCK,
+             live_key(strtoull(dot + 1, NULL, 10)));
+    return exec_ok(st->db, sql, "letting a lock go", err);
+}
+
+/*
+ * Live jobs are taken by lease, never replayed. What is replayed is the
+ * dead set and the kept results that no running server holds: those a
+ * server gave up when it stopped (no owner), and those of a start that is
+ * over (its live lock is free: killed, or its connection lost). This
+ * server takes them, so that it shows them and may retry or drop them.
+ */
 static int
 pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
 {
-    /* Live jobs are taken by lease, never replayed; see doc/scale-out.md for the rest. */
-    (void)st;
-    (void)fn;
-    (void)arg;
-    (void)err;
-    return DSJOB_OK;
+    struct sbuf q = {0};
+    PGresult *r;
+    const char *sep = "";
+    int k, rc;
+
+    r = PQexec(st->db, "SELECT DISTINCT owner FROM dsjob.jobs WHERE state <> 0"
+                       " AND owner IS NOT NULL");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading the dead set's servers");
+        PQclear(r);
+        return rc;
+    }
+    sb_str(&q, "WITH t AS (UPDATE dsjob.jobs j SET owner = ");
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_str(&q, ", lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN (");
+    for (k = 0; k < PQntuples(r); k++) {
+        const char *owner = PQgetvalue(r, k, 0);
+        bool over;
+
+        if (strcmp(owner, st->owner) == 0)
+            continue;
+        if ((rc = start_over(st, owner, &over, err)) != DSJOB_OK) {
+            PQclear(r);
+            free(q.p);
+            return rc;
+        }
+        if (!over)
+            continue;
+        sb_str(&q, sep);
+        sep = ",";
+        sb_lit(&q, owner, strlen(owner));
+    }
+    PQclear(r);
+    if (*sep == '\0')
+        sb_str(&q, "NULL");
+    sb_str(&q, ")) RETURNING 0::int2, " CLAIM_COLUMNS ", j.state, j.result, j.numerator,"
+               " j.denominator) SELECT * FROM t ORDER BY id");
+    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r) && rc == DSJOB_OK; k++) {
+        static const int cols[] = {1, 2, 3, 5, 6};
+        struct store_job sj;
+        size_t bytes = 0, i;
+        char *mem, *at;
+        const char *v;
+
+        for (i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+            bytes += (size_t)PQgetlength(r, k, cols[i]) + 1;
+        if ((mem = malloc(bytes)) == NULL) {
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+            break;
+        }
+        at = mem;
+        take_row(r, k, &sj, &at);
+        sj.id = sj.seq;
+        sj.leased = false;
+        v = PQgetvalue(r, k, 13);
+        sj.state = (int16_t)((unsigned char)v[0] << 8 | (unsigned char)v[1]);
+        sj.result = PQgetisnull(r, k, 14) ? NULL : PQgetvalue(r, k, 14);
+        sj.result_len = PQgetisnull(r, k, 14) ? 0 : (size_t)PQgetlength(r, k, 14);
+        sj.numerator = be32(PQgetvalue(r, k, 15));
+        sj.denominator = be32(PQgetvalue(r, k, 16));
+        if (fn(&sj, arg) != 0)
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: replay stopped at job %s", sj.handle);
+        free(mem);
+    }
+    PQclear(r);
+    return rc;
 }
 
 static int
@@ -1322,8 +1460,8 @@ pg_close(struct store *st)
 
         (void)pg_flush(st, err);
         /* Give back what this server holds, so that the others take it at once. */
-        sb_str(&q, "UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL WHERE state = 0"
-                   " AND owner = ");
+        /* Its dead set and kept results too: the next server to start takes them. */
+        sb_str(&q, "UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL WHERE owner = ");
         sb_lit(&q, st->owner, strlen(st->owner));
         sb_str(&q, "; NOTIFY dsjob");
         if (!q.oom)

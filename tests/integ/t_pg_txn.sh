@@ -331,9 +331,9 @@ diag "a's leases are held as '$owner' (from the handle $h_probe)"
 q "DELETE FROM dsjob.jobs WHERE handle = '$h_probe'" >/dev/null
 h_s=$(q "SELECT dsjob.submit('txs', convert_to('stray', 'UTF8'))")
 rel0=$(pgd_stat a dsjob_pg_released_total)
-q "UPDATE dsjob.jobs SET owner = '$owner', lease_until = now() + interval '1 hour'
-   WHERE handle = '$h_s'" >/dev/null
-is "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h_s'")" "$owner" \
+# RETURNING: a renewal may give the lease up at any moment after the UPDATE.
+is "$(q "UPDATE dsjob.jobs SET owner = '$owner', lease_until = now() + interval '1 hour'
+         WHERE handle = '$h_s' RETURNING owner")" "$owner" \
     "a row of txs is under a's lease, which a never took ($h_s)"
 released() { [ "$(pgd_stat a dsjob_pg_released_total)" = "$((${rel0:-0} + 1))" ]; }
 poll_s 10 released

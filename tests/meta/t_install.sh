@@ -230,6 +230,18 @@ if [ -n "$unit" ]; then
         diag "systemd-analyze not found: the unit is not verified"
     fi
 fi
+# Every option the sample names, set or in a comment, is one dsjobd takes.
+if [ -n "$sample" ] && [ -n "$DSJOBD" ]; then
+    "$DSJOBD" --help >"$T/help.txt" 2>&1
+    unknown=""
+    n=0
+    for k in $(sed -n 's/^#* *\([a-z][a-z0-9-]*\)\( *=.*\)\{0,1\}$/\1/p' "$sample"); do
+        n=$((n + 1))
+        grep -q -- "--$k\([ ,=]\|\$\)" "$T/help.txt" || unknown="$unknown $k"
+    done
+    [ "$n" -gt 20 ] && [ -z "$unknown" ]
+    ok $? "the $n options the sample names are all dsjobd's (unknown:${unknown:- none})"
+fi
 # The sample serves as it is, with the paths of a test.
 if [ -n "$sample" ] && [ -n "$DSJOBD" ] && "$DSJOBD" --help | grep -q -- --work-dir; then
     "$DSJOBD" --config-file "$sample" -p 0 --port-file "$T/sample.port" --work-dir "$T/var" \

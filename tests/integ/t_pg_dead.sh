@@ -1,0 +1,156 @@
+#!/bin/sh
+# The dead set and kept results on the postgres store (--store postgres):
+# they live in PostgreSQL, stay with the server that made them while it
+# runs (its connection holds an advisory lock naming its start), survive
+# its restart, and go to the next server that starts once their server is
+# gone. Against a
+# PostgreSQL 15 of the test's own (tests/lib/pg.sh), dsjobd with
+# --max-dead and --keep-results, and real `dsjob worker`s.
+#
+# Asserts: two jobs whose command fails go to a's dead set and one that
+# succeeds leaves a kept result, as rows of state dead (1) and done (2);
+# after a clean stop those rows have no owner, and when a starts again
+# it lists the same dead handles (with the failure's text) and gives the
+# kept result's bytes; b, started later while a runs, shows none of them;
+# after kill -9 of a, b started again shows them, retries one dead job (it runs
+# on b's worker and its row then holds the kept result) and drops the
+# other (its row goes).
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+[ -x "$DSJOB" ] || {
+    echo "1..0 # SKIP tools/dsjob not built"
+    exit 0
+}
+pg_skip_unless_found
+pg_skip_unless_store
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+LEASE=3
+ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
+
+pg_start || {
+    echo "Bail out! PostgreSQL did not start"
+    exit 1
+}
+diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start a $ARGS || {
+    echo "Bail out! dsjobd a did not start"
+    exit 1
+}
+
+q() { pg_psql -c "$1"; }
+dsn() {
+    _n=$1
+    shift
+    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" "$@"
+}
+poll_s() {
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.05
+    done
+}
+registered() { # registered NAME FUNCTION
+    dsn "$1" status --format tsv 2>/dev/null |
+        awk -F '\t' -v f="$2" '$1 == f && $NF > 0 { x = 1 } END { exit !x }'
+}
+dead_handles() { # dead_handles NAME: the handles of pgdead's dead set there, sorted
+    dsn "$1" dead list pgdead --format tsv 2>/dev/null | cut -f1 | grep '^H:' | sort | tr '\n' ' '
+}
+rows() { # rows: state:count of the test's rows, sorted
+    q "SELECT state || ':' || count(*) FROM dsjob.jobs WHERE func IN ('pgdead', 'pgkeep')
+       GROUP BY state ORDER BY state" | tr '\n' ' '
+}
+
+# --- a makes a dead set and a kept result ---
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f pgdead -- sh -c 'echo broken >&2; exit 3' \
+    2>/dev/null &
+w_dead=$!
+track $w_dead
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f pgkeep -- sh -c 'printf "r:"; cat' 2>/dev/null &
+w_keep=$!
+track $w_keep
+poll_s 10 registered a pgdead && poll_s 10 registered a pgkeep
+ok $? "workers for pgdead and pgkeep are registered on a"
+hd1=$(dsn a submit -b pgdead one 2>&1)
+hd2=$(dsn a submit -b pgdead two 2>&1)
+hk=$(dsn a submit -b pgkeep kept 2>&1)
+diag "dead-to-be $hd1 $hd2, kept-to-be $hk"
+want_dead=$(printf '%s\n%s\n' "$hd1" "$hd2" | sort | tr '\n' ' ')
+has_dead() { [ "$(dead_handles "$1")" = "$want_dead" ]; }
+poll_s 15 has_dead a
+ok $? "a's dead set holds the two failed jobs ($(dead_handles a))"
+is "$(dsn a result "$hk" 2>&1)" "r:kept" "a keeps the third job's result"
+rows_are() { [ "$(rows)" = "$1" ]; }
+poll_s 10 rows_are "1:2 2:1 "
+ok $? "PostgreSQL holds them: two dead rows and one kept ($(rows))"
+kill "$w_dead" "$w_keep" 2>/dev/null
+wait "$w_dead" "$w_keep" 2>/dev/null
+
+# --- a stops cleanly and starts again ---
+pgd_stop a
+ok $? "a stops on SIGTERM"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func IN ('pgdead', 'pgkeep') AND owner IS NOT NULL")" 0 \
+    "a gave them up as it stopped (no owner)"
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start a $ARGS
+ok $? "a starts again"
+is "$(dead_handles a)" "$want_dead" "a lists the same dead jobs after its restart"
+reason=$(dsn a dead list pgdead --format tsv 2>/dev/null | grep -c 'broken')
+is "$reason" 2 "with the failure's text (broken)"
+is "$(dsn a result "$hk" 2>&1)" "r:kept" "and gives the kept result's bytes"
+
+# --- b starts while a runs: they stay a's ---
+sleep $((LEASE + 1))
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start b $ARGS
+ok $? "b starts, $((LEASE + 1)) s after a (past a lease: no lease holds them, a's start does)"
+is "$(dead_handles b)" "" "b's dead set is empty: a's stays a's"
+out=$(dsn b result "$hk" 2>&1)
+case $out in r:kept) r=1 ;; *) r=0 ;; esac
+ok $r "b has no kept result of a's ($out)"
+
+# --- a dies: the next server to start takes them ---
+pgd_kill9 a
+sleep $((LEASE + 1))
+pgd_stop b
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start b $ARGS
+ok $? "b starts again after a's kill -9"
+is "$(dead_handles b)" "$want_dead" "b lists a's dead jobs"
+is "$(dsn b result "$hk" 2>&1)" "r:kept" "b gives a's kept result"
+touch "$T/ran"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port b)" -f pgdead -- sh -c 'tee -a "$1"; echo >> "$1"' sh "$T/ran" \
+    2>/dev/null &
+track $!
+poll_s 10 registered b pgdead
+out=$(dsn b dead retry "$hd1" 2>&1)
+ok $? "b retries $hd1 ($out)"
+ran_one() { grep -qx one "$T/ran"; }
+poll_s 15 ran_one
+ok $? "it runs on b's worker"
+kept_row() { [ "$(q "SELECT state FROM dsjob.jobs WHERE handle = '$1'")" = 2 ]; }
+poll_s 10 kept_row "$hd1"
+ok $? "and its row now holds its kept result (state 2, not dead)"
+is "$(dsn b result "$hd1" 2>&1)" "one" "which b gives (the payload, echoed by the worker)"
+gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$1'")" = 0 ]; }
+out=$(dsn b dead drop "$hd2" 2>&1)
+ok $? "b drops $hd2 ($out)"
+poll_s 10 gone "$hd2"
+ok $? "and its row is gone"
+is "$(dead_handles b)" "" "b's dead set is empty"
+is "$(grep -c . "$T/ran")" 1 "nothing else ran (the dropped job did not)"
+is "$(pgd_stat b dsjob_pg_released_total)" 0 "b gave up no lease (its dead set and kept results are in its queue)"
+reap
+pgd_stop b
+ok $? "b stops on SIGTERM"
+done_testing
