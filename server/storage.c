@@ -1309,6 +1309,18 @@ shared_leased(struct srv *srv, struct store_lease *ls)
         lifecycle_wake(j);
     }
     srv->stats.pg_released += ls->nreleased;
+    if (ls->nended > 0) {
+        size_t took = 0;
+
+        for (i = 0; i < ls->nended; i++)
+            if (queue_find_job(&srv->queue, ls->ended[i].handle, ls->ended[i].handle_len) == NULL &&
+                replay_one(&ls->ended[i], srv) == 0)
+                took++;
+        log_notice(&srv->log,
+                   "store: took %zu dead jobs and kept results of servers that are gone or "
+                   "stopped",
+                   took);
+    }
     if (ls->renewed)
         shared_find_strays(srv, ls);
     if (ls->renewed && ls->expiry_ms >= 0) {

@@ -87,6 +87,11 @@ store_lease_free(struct store_lease *ls)
     free(ls->jobs);
     free(ls->held);
     free(ls->mem);
+    free(ls->ended);
+    free(ls->ended_mem);
+    ls->ended = NULL;
+    ls->ended_mem = NULL;
+    ls->nended = 0;
     ls->jobs = NULL;
     ls->held = NULL;
     ls->mem = NULL;

@@ -102,6 +102,10 @@ struct store_lease {
     size_t nreleased;           /* out: leases given up */
     int64_t expiry_ms;          /* out, with renew: milliseconds until the first lease another
                                    server holds runs out (0: already out), or -1 for none */
+    struct store_job *ended;    /* out, with renew: dead jobs and kept results taken from
+                                   starts that are over, to replay (state, result set) */
+    size_t nended;              /* out: entries in ended */
+    void *ended_mem;            /* out: what ended and its bytes live in */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -36,10 +36,11 @@
  * together make it once); a newer version is refused by name.
  *
  * To change it: bump SCHEMA_VERSION, change SCHEMA_SQL to the new shape,
- * and add a step to schema_upgrade() from the previous version, ending
- * with the meta row set to the new number. Never reuse a number.
+ * and add a step in schema_make() from the previous version, ending with
+ * the meta row set to the new number. Never reuse a number; a step must
+ * make of the previous shape exactly what SCHEMA_SQL makes.
  */
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -75,10 +76,32 @@
     "CREATE UNIQUE INDEX jobs_live_unique ON dsjob.jobs (func, uniq)"                              \
     " WHERE state = 0 AND uniq IS NOT NULL;"                                                       \
     "CREATE INDEX jobs_ready ON dsjob.jobs (func, prio, run_at, id) WHERE state = 0;"              \
-    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL;"                       \
+    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL AND state = 0;"         \
+    "CREATE INDEX jobs_ended_owner ON dsjob.jobs (owner) WHERE state <> 0;"                        \
+    "CREATE TABLE dsjob.servers (owner text PRIMARY KEY, boot bigint NOT NULL,"                    \
+    " started timestamptz NOT NULL DEFAULT now());" /* the starts that may still run */            \
     "CREATE TABLE dsjob.funcs (name text PRIMARY KEY, retries integer NOT NULL,"                   \
     " backoff_base_ms integer NOT NULL, backoff_max_ms integer NOT NULL);" SUBMIT_SQL              \
-    "INSERT INTO dsjob.meta VALUES ('schema_version', '1');"
+    "INSERT INTO dsjob.meta VALUES ('schema_version', '2');"
+
+/*
+ * Version 1 to 2: the starts that may still run (dsjob.servers, so that
+ * a running server finds those that are over without reading the table
+ * of jobs), and jobs_owner on live rows only (a renewal no longer reads
+ * a server's dead set and kept results), with the ended rows by owner
+ * beside it. Starts that own rows are listed, so their ended rows are
+ * found when they are over.
+ */
+#define SCHEMA_STEP_1_2                                                                            \
+    "DROP INDEX dsjob.jobs_owner;"                                                                 \
+    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL AND state = 0;"         \
+    "CREATE INDEX jobs_ended_owner ON dsjob.jobs (owner) WHERE state <> 0;"                        \
+    "CREATE TABLE dsjob.servers (owner text PRIMARY KEY, boot bigint NOT NULL,"                    \
+    " started timestamptz NOT NULL DEFAULT now());"                                                \
+    "INSERT INTO dsjob.servers (owner, boot)"                                                      \
+    " SELECT DISTINCT owner, substring(owner FROM '\\.([0-9]+)$')::bigint FROM dsjob.jobs"         \
+    " WHERE owner ~ '\\.[0-9]+$';"                                                                 \
+    "UPDATE dsjob.meta SET value = '2' WHERE key = 'schema_version';"
 
 /*
  * dsjob.submit: enqueue inside the caller's transaction. The job exists if
@@ -409,11 +432,35 @@ live_key(uint64_t boot)
     return (int)(boot % 2147483647u);
 }
 
+/*
+ * Hold this start's live lock on the writer connection and list the start
+ * in dsjob.servers (again, after a reconnect: a server that found the lock
+ * free meanwhile took it off).
+ */
+static int
+hold_live(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+    int rc;
+
+    sb_printf(&q,
+              "SELECT pg_advisory_lock(%d, %d); INSERT INTO dsjob.servers (owner, boot)"
+              " VALUES (",
+              LIVE_LOCK, live_key(st->boot));
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_printf(&q, ", %" PRIu64 ") ON CONFLICT (owner) DO NOTHING", st->boot);
+    if ((rc = run(st, &q, false, PGRES_COMMAND_OK, "taking this start's live lock", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 /* Connect (again) if the connection is not up, holding this start's live lock. */
 static int
 ensure_conn(struct store *st, char *err)
 {
-    char sql[96];
 
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
         return DSJOB_OK;
@@ -428,8 +475,7 @@ ensure_conn(struct store *st, char *err)
         return pg_say(err, DSJOB_ERR_STORE, st->db, "cannot connect");
     if (st->boot == 0)
         return DSJOB_OK; /* pg_open takes it once the start has its number */
-    snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%d, %d)", LIVE_LOCK, live_key(st->boot));
-    if (exec_ok(st->db, sql, "taking this start's live lock", err) != DSJOB_OK) {
+    if (hold_live(st, err) != DSJOB_OK) {
         PQfinish(st->db); /* connected without it is not connected: start again next time */
         st->db = NULL;
         return DSJOB_ERR_STORE;
@@ -474,7 +520,11 @@ schema_make(struct store *st, char *err)
                            version, SCHEMA_VERSION);
             goto rollback;
         }
-        /* Upgrade steps go here: version N to N + 1, each in this transaction. */
+        /* Version N to N + 1, each in this transaction. */
+        if (version < 2 &&
+            (rc = exec_ok(st->db, SCHEMA_STEP_1_2, "upgrading schema dsjob from version 1 to 2",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st->db, SCHEMA_SQL, "creating schema dsjob", err)) != DSJOB_OK)
@@ -487,6 +537,7 @@ rollback:
 }
 
 static void pg_close(struct store *st);
+static int take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char *err);
 
 static int
 pg_open(struct store **out, const struct store_config *cfg, char *err)
@@ -543,14 +594,8 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
             *cfg->boot = boot;
         st->boot = boot;
     }
-    {
-        char sql[96];
-
-        snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%d, %d)", LIVE_LOCK,
-                 live_key(st->boot));
-        if ((rc = exec_ok(st->db, sql, "taking this start's live lock", err)) != DSJOB_OK)
-            goto fail;
-    }
+    if ((rc = hold_live(st, err)) != DSJOB_OK)
+        goto fail;
     *out = st;
     return DSJOB_OK;
 fail:
@@ -724,6 +769,9 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->mem = NULL;
     ls->nreleased = 0;
     ls->expiry_ms = -1;
+    ls->ended = NULL;
+    ls->nended = 0;
+    ls->ended_mem = NULL;
     st->ls = ls;
     if (ls->nrelease > 0)
         st->notify = true; /* a server with a worker free takes what is given up */
@@ -1172,8 +1220,10 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
         return rc;
     if (PQntuples(r) == 1)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    ls->renewed = true;
     PQclear(r);
+    if ((rc = take_ended(st, &ls->ended, &ls->nended, &ls->ended_mem, err)) != DSJOB_OK)
+        return rc;
+    ls->renewed = true;
     return DSJOB_OK;
 }
 
@@ -1259,115 +1309,100 @@ fail:
 }
 
 /*
- * Whether the start that owner names is over: its live lock is free. The
- * lock is let go at once; that start's number never comes again.
+ * Take the dead jobs and kept results no running server holds: those with
+ * no owner (a server gave them up as it stopped) and those of starts that
+ * are over (their live lock is free: killed, or cut off from the
+ * database). Those starts leave dsjob.servers. The rows come back in *out
+ * with their bytes in *mem, in submission order.
  */
 static int
-start_over(struct store *st, const char *owner, bool *over, char *err)
+take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char *err)
 {
-    const char *dot = strrchr(owner, '.');
-    char sql[128];
+    struct sbuf q = {0};
     PGresult *r;
-    int rc;
+    size_t bytes = 0;
+    char *at;
+    int k, rc;
 
-    *over = false;
-    if (dot == NULL || dot[1] < '0' || dot[1] > '9')
-        return DSJOB_OK; /* not a server's name: left alone */
-    snprintf(sql, sizeof(sql), "SELECT pg_try_advisory_lock(%d, %d)", LIVE_LOCK,
-             live_key(strtoull(dot + 1, NULL, 10)));
-    r = PQexec(st->db, sql);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "asking whether a server runs");
-        PQclear(r);
+    *out = NULL;
+    *mem = NULL;
+    *n = 0;
+    sb_str(&q, "WITH gone AS (DELETE FROM dsjob.servers s WHERE CASE WHEN s.owner <> ");
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_printf(&q,
+              " THEN pg_try_advisory_xact_lock(%d, (s.boot %% 2147483647)::int) ELSE false END"
+              " RETURNING s.owner), t AS (UPDATE dsjob.jobs j SET owner = ",
+              LIVE_LOCK);
+    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_str(&q, ", lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN"
+               " (SELECT owner FROM gone)) RETURNING 0::int2, " CLAIM_COLUMNS ", j.state,"
+               " j.result, j.numerator, j.denominator) SELECT * FROM t ORDER BY id");
+    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
+                  err)) != DSJOB_OK)
         return rc;
-    }
-    *over = PQgetvalue(r, 0, 0)[0] == 't';
-    PQclear(r);
-    if (!*over)
+    if (PQntuples(r) == 0) {
+        PQclear(r);
         return DSJOB_OK;
-    snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(%d, %d)", LIVE_LOCK,
-             live_key(strtoull(dot + 1, NULL, 10)));
-    return exec_ok(st->db, sql, "letting a lock go", err);
+    }
+    for (k = 0; k < PQntuples(r); k++)
+        bytes += (size_t)PQgetlength(r, k, 1) + PQgetlength(r, k, 2) + PQgetlength(r, k, 3) +
+                 PQgetlength(r, k, 5) + PQgetlength(r, k, 6) + PQgetlength(r, k, 14) + 6;
+    *out = calloc((size_t)PQntuples(r), sizeof(**out));
+    *mem = malloc(bytes);
+    if (*out == NULL || *mem == NULL) {
+        /* Taken, not shown: the next start takes them again once this one is over. */
+        PQclear(r);
+        free(*out);
+        free(*mem);
+        *out = NULL;
+        *mem = NULL;
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    at = *mem;
+    for (k = 0; k < PQntuples(r); k++) {
+        struct store_job *sj = &(*out)[k];
+        const char *v = PQgetvalue(r, k, 13);
+        size_t len = (size_t)PQgetlength(r, k, 14);
+
+        take_row(r, k, sj, &at);
+        sj->id = sj->seq;
+        sj->leased = false;
+        sj->state = (int16_t)((unsigned char)v[0] << 8 | (unsigned char)v[1]);
+        if (!PQgetisnull(r, k, 14)) {
+            memcpy(at, PQgetvalue(r, k, 14), len);
+            at[len] = '\0';
+            sj->result = at;
+            sj->result_len = len;
+            at += len + 1;
+        }
+        sj->numerator = be32(PQgetvalue(r, k, 15));
+        sj->denominator = be32(PQgetvalue(r, k, 16));
+    }
+    *n = (size_t)PQntuples(r);
+    PQclear(r);
+    return DSJOB_OK;
 }
 
 /*
  * Live jobs are taken by lease, never replayed. What is replayed is the
- * dead set and the kept results that no running server holds: those a
- * server gave up when it stopped (no owner), and those of a start that is
- * over (its live lock is free: killed, or its connection lost). This
- * server takes them, so that it shows them and may retry or drop them.
+ * dead set and the kept results no running server holds (take_ended);
+ * this server takes them, so that it shows them and may retry or drop
+ * them. While it runs, each renewal takes those of starts found over.
  */
 static int
 pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
 {
-    struct sbuf q = {0};
-    PGresult *r;
-    const char *sep = "";
-    int k, rc;
+    struct store_job *jobs;
+    void *mem;
+    size_t n, i;
+    int rc = take_ended(st, &jobs, &n, &mem, err);
 
-    r = PQexec(st->db, "SELECT DISTINCT owner FROM dsjob.jobs WHERE state <> 0"
-                       " AND owner IS NOT NULL");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading the dead set's servers");
-        PQclear(r);
-        return rc;
-    }
-    sb_str(&q, "WITH t AS (UPDATE dsjob.jobs j SET owner = ");
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_str(&q, ", lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN (");
-    for (k = 0; k < PQntuples(r); k++) {
-        const char *owner = PQgetvalue(r, k, 0);
-        bool over;
-
-        if (strcmp(owner, st->owner) == 0)
-            continue;
-        if ((rc = start_over(st, owner, &over, err)) != DSJOB_OK) {
-            PQclear(r);
-            free(q.p);
-            return rc;
-        }
-        if (!over)
-            continue;
-        sb_str(&q, sep);
-        sep = ",";
-        sb_lit(&q, owner, strlen(owner));
-    }
-    PQclear(r);
-    if (*sep == '\0')
-        sb_str(&q, "NULL");
-    sb_str(&q, ")) RETURNING 0::int2, " CLAIM_COLUMNS ", j.state, j.result, j.numerator,"
-               " j.denominator) SELECT * FROM t ORDER BY id");
-    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
-                  err)) != DSJOB_OK)
-        return rc;
-    for (k = 0; k < PQntuples(r) && rc == DSJOB_OK; k++) {
-        static const int cols[] = {1, 2, 3, 5, 6};
-        struct store_job sj;
-        size_t bytes = 0, i;
-        char *mem, *at;
-        const char *v;
-
-        for (i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
-            bytes += (size_t)PQgetlength(r, k, cols[i]) + 1;
-        if ((mem = malloc(bytes)) == NULL) {
-            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-            break;
-        }
-        at = mem;
-        take_row(r, k, &sj, &at);
-        sj.id = sj.seq;
-        sj.leased = false;
-        v = PQgetvalue(r, k, 13);
-        sj.state = (int16_t)((unsigned char)v[0] << 8 | (unsigned char)v[1]);
-        sj.result = PQgetisnull(r, k, 14) ? NULL : PQgetvalue(r, k, 14);
-        sj.result_len = PQgetisnull(r, k, 14) ? 0 : (size_t)PQgetlength(r, k, 14);
-        sj.numerator = be32(PQgetvalue(r, k, 15));
-        sj.denominator = be32(PQgetvalue(r, k, 16));
-        if (fn(&sj, arg) != 0)
-            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: replay stopped at job %s", sj.handle);
-        free(mem);
-    }
-    PQclear(r);
+    for (i = 0; i < n && rc == DSJOB_OK; i++)
+        if (fn(&jobs[i], arg) != 0)
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: replay stopped at job %s",
+                           jobs[i].handle);
+    free(jobs);
+    free(mem);
     return rc;
 }
 
@@ -1462,6 +1497,8 @@ pg_close(struct store *st)
         /* Give back what this server holds, so that the others take it at once. */
         /* Its dead set and kept results too: the next server to start takes them. */
         sb_str(&q, "UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL WHERE owner = ");
+        sb_lit(&q, st->owner, strlen(st->owner));
+        sb_str(&q, "; DELETE FROM dsjob.servers WHERE owner = ");
         sb_lit(&q, st->owner, strlen(st->owner));
         sb_str(&q, "; NOTIFY dsjob");
         if (!q.oom)
