@@ -103,6 +103,7 @@ usage(FILE *fp)
         "loss)\n"
         "      --store-batch N        background submits per commit at most (default 10000)\n"
         "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
+        "      --store-async-ends     give a worker more work before its last job's end commits\n"
         "      --memcached-servers H:P,...  memcached store's servers (also "
         "--libmemcached-servers)\n"
         "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
@@ -168,6 +169,7 @@ enum {
     OPT_PG_PREFETCH,
     OPT_PG_POLL,
     OPT_HTTP_ADMIN,
+    OPT_STORE_ASYNC_ENDS,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -217,6 +219,7 @@ static const struct option long_options[] = {
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
     {"http-admin", no_argument, NULL, OPT_HTTP_ADMIN},
+    {"store-async-ends", no_argument, NULL, OPT_STORE_ASYNC_ENDS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
@@ -832,6 +835,7 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
         case OPT_HTTP_ADMIN: cfg->http_admin = true; break;
+        case OPT_STORE_ASYNC_ENDS: cfg->store_async_ends = true; break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;

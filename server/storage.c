@@ -526,7 +526,8 @@ storage_settle(struct srv *srv, struct job *j, struct conn *worker)
     op->settles = true;
     batch_append(&sg->open, op);
     queue_settle(&srv->queue, j);
-    if (worker != NULL && worker->state == CONN_ACTIVE)
+    /* Unless --store-async-ends: more work once this end is durable. */
+    if (worker != NULL && worker->state == CONN_ACTIVE && !srv->cfg.store_async_ends)
         a = ack_alloc(sg, "ack", 0);
     if (a != NULL) {
         /* An answer of nothing: it only holds the worker's next request. */

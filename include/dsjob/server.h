@@ -114,12 +114,14 @@ struct dsjob_server_config {
     unsigned job_timeout;    /* a running job whose worker says nothing about it for this many
                              seconds is taken back as by CAN_DO_TIMEOUT; 0: never */
     /* The postgres store: several servers share background jobs through one database. */
-    const char *pg_dsn;   /* libpq connection string (store "postgres") */
-    unsigned pg_lease;    /* seconds a server's lease on a job lasts unless renewed */
-    unsigned pg_prefetch; /* jobs a server leases beyond its idle workers */
-    unsigned pg_poll_ms;  /* look for ready jobs this often even without a NOTIFY */
-    bool http_admin;      /* HTTP takes POSTs that cancel jobs and retry or drop dead ones,
-                                from --admin-allow peers with the CSRF token; default off */
+    const char *pg_dsn;    /* libpq connection string (store "postgres") */
+    unsigned pg_lease;     /* seconds a server's lease on a job lasts unless renewed */
+    unsigned pg_prefetch;  /* jobs a server leases beyond its idle workers */
+    unsigned pg_poll_ms;   /* look for ready jobs this often even without a NOTIFY */
+    bool http_admin;       /* HTTP takes POSTs that cancel jobs and retry or drop dead ones,
+                               from --admin-allow peers with the CSRF token; default off */
+    bool store_async_ends; /* a worker's next request is answered before the end of its last
+                              job commits (a crash may run that job again); default off */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

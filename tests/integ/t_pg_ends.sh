@@ -1,0 +1,110 @@
+#!/bin/sh
+# --store-async-ends on the postgres store: whether a worker that ended a
+# stored job gets more work before that end commits. Against a PostgreSQL
+# 15 of the test's own (tests/lib/pg.sh) and a real `dsjob worker`; the
+# commit is held back by a psql session that locks the ended job's row.
+#
+# Asserts, for dsjobd a (default) and b (--store-async-ends): job "first"
+# runs for 2.5 s, job "second" commits meanwhile and waits in the
+# server's queue, and psql holds first's row FOR UPDATE for 5 s; on a, "second" starts only after
+# psql lets the row go (the worker's next request waits for the commit of
+# first's deletion); on b it starts before that; both jobs' rows are gone
+# at the end and each ran once.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+DSJOB=$top_builddir/tools/dsjob
+[ -x "$DSJOB" ] || {
+    echo "1..0 # SKIP tools/dsjob not built"
+    exit 0
+}
+pg_skip_unless_found
+pg_skip_unless_store
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+pg_start || {
+    echo "Bail out! PostgreSQL did not start"
+    exit 1
+}
+diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+pgd_start a --verbose NOTICE && pgd_start b --verbose NOTICE --store-async-ends || {
+    echo "Bail out! dsjobd did not start"
+    exit 1
+}
+q() { pg_psql -c "$1"; }
+ns() { date +%s%N; }
+poll_s() {
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.05
+    done
+}
+registered() { # registered NAME FUNCTION
+    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
+        awk -F '\t' -v f="$2" '$1 == f && $NF > 0 { x = 1 } END { exit !x }'
+}
+# The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts 2.5 s.
+cat >"$T/rec.sh" <<'EOF'
+ts=$(date +%s%N)
+p=$(cat)
+echo "$ts $p" >>"$1"
+[ "$p" = first ] && sleep 2.5
+exit 0
+EOF
+started() { awk -v p="$2" '$2 == p { print $1; exit }' "$1"; } # started FILE PAYLOAD: ns
+has() { [ -n "$(started "$1" "$2")" ]; }
+
+for n in a b; do
+    f=end_$n
+    : >"$T/ran.$n"
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port $n)" -f $f -- sh "$T/rec.sh" "$T/ran.$n" 2>/dev/null &
+    track $!
+    poll_s 10 registered $n $f
+    ok $? "$n: a worker for $f is registered"
+    h1=$("$DSJOB" -s "127.0.0.1:$(pgd_port $n)" submit -b $f first 2>&1)
+    poll_s 10 has "$T/ran.$n" first
+    ok $? "$n: first ($h1) runs"
+    # second commits while the worker is busy: it waits in n's queue.
+    h2=$("$DSJOB" -s "127.0.0.1:$(pgd_port $n)" submit -b $f second 2>&1)
+    # Hold first's row for 5 s from now: its deletion cannot commit before.
+    (
+        pg_psql >/dev/null 2>&1 <<EOF
+BEGIN;
+SELECT 1 FROM dsjob.jobs WHERE handle = '$h1' FOR UPDATE;
+SELECT pg_sleep(5);
+COMMIT;
+EOF
+        ns >"$T/released.$n"
+    ) &
+    locker=$!
+    wait $locker
+    poll_s 15 has "$T/ran.$n" second
+    ok $? "$n: second ($h2) runs"
+    rel=$(cat "$T/released.$n")
+    s2=$(started "$T/ran.$n" second)
+    e1=$(($(started "$T/ran.$n" first) + 2500000000))
+    diag "$n: second started $(((s2 - e1) / 1000000)) ms after first ended, $(((s2 - rel) / 1000000)) ms after psql let first's row go"
+    if [ $n = a ]; then
+        [ "$s2" -ge "$rel" ]
+        ok $? "a (default): second started only once first's deletion could commit"
+    else
+        [ "$s2" -lt "$rel" ]
+        ok $? "b (--store-async-ends): second started while first's deletion waited"
+    fi
+    gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle IN ('$h1', '$h2')")" = 0 ]; }
+    poll_s 10 gone
+    ok $? "$n: both rows are gone"
+    is "$(wc -l <"$T/ran.$n" | tr -d ' ')" 2 "$n: each ran once"
+done
+reap
+for n in a b; do
+    pgd_stop $n
+    ok $? "dsjobd $n stops on SIGTERM"
+done
+done_testing
