@@ -1262,6 +1262,69 @@ batch_reset(struct store *st, bool ok)
  * take, the NOTIFY: flush_main, in autocommit); a transaction around it
  * when the batch also rewrites jobs, sets functions or renews leases.
  */
+static bool
+conn_lost(const struct store *st)
+{
+    return st->db == NULL || PQstatus(st->db) == CONNECTION_BAD;
+}
+
+/* Whether the open batch is submits alone (flush_main sends flush_adds_only's INSERT). */
+static bool
+adds_only(const struct store *st)
+{
+    return st->nadds > 0 && st->nrms == 0 && !lease_reads(st->ls);
+}
+
+/*
+ * A batch of submits alone whose connection broke before its answer: it
+ * may have committed or not. Connect again and look for its rows: if any
+ * is there it committed (an add whose row is missing coalesced onto a live
+ * job, as RETURNING would have said); if none is, it is sent again, which
+ * is what it would have done had it committed with every add coalesced
+ * (ON CONFLICT DO NOTHING). One case runs a job twice: a row another
+ * server took, ran and deleted before this check (at least once).
+ */
+static int
+recover_adds(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    char **there = NULL;
+    PGresult *r;
+    size_t i;
+    int k, n, rc;
+
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE handle IN (");
+    for (i = 0; i < st->nadds; i++) {
+        if (i > 0)
+            sb_str(&q, ",");
+        sb_lit(&q, st->adds[i].handle, strlen(st->adds[i].handle));
+    }
+    sb_str(&q, ")");
+    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "checking a batch after a lost connection", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    n = PQntuples(r);
+    if (n == 0) {
+        PQclear(r);
+        return flush_adds_only(st, err);
+    }
+    there = malloc((size_t)n * sizeof(*there));
+    if (there == NULL) {
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    for (k = 0; k < n; k++)
+        there[k] = PQgetvalue(r, k, 0);
+    qsort(there, (size_t)n, sizeof(*there), store_cmp_strs);
+    for (i = 0; i < st->nadds; i++)
+        st->adds[i].conflict = !found(there, (size_t)n, st->adds[i].handle);
+    free(there);
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 static int
 pg_flush(struct store *st, char *err)
 {
@@ -1273,11 +1336,18 @@ pg_flush(struct store *st, char *err)
         return DSJOB_OK;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         goto fail;
-    if (txn && (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
+    /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
+    if (txn && (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK &&
+        (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
+         (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK))
         goto fail;
     /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
-    if ((txn && (rc = flush_updates(st, err)) != DSJOB_OK) ||
-        (rc = flush_main(st, err)) != DSJOB_OK ||
+    if (txn && (rc = flush_updates(st, err)) != DSJOB_OK)
+        goto rollback;
+    rc = flush_main(st, err);
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
+        rc = recover_adds(st, err);
+    if (rc != DSJOB_OK ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
     if (txn && (rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)

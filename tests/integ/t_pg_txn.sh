@@ -351,6 +351,30 @@ is "$(ran "$T/ran.txs" stray | cut -d' ' -f2)" "$h_s" "under the handle dsjob.su
 poll_s 10 gone "$h_s"
 ok $? "and its row is gone once it ran"
 
+# The servers' connections killed while idle (what idle_session_timeout,
+# a proxy or a failover does): the next batch of submits finds its
+# connection dead, connects again and goes through; nobody is told
+# STORE_ERROR. Server k has nothing else to send (no worker, no poll, no
+# renewal for an hour), so its next batch is that submit alone.
+pgd_start k --pg-lease 3600 --pg-poll-ms 3600000 --verbose NOTICE
+ok $? "dsjobd k starts (no poll, no renewal for an hour)"
+k1=$("$DSJOB" -s "127.0.0.1:$(pgd_port k)" submit -b txk before 2>&1)
+killed=$(q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE datname = 'dsjob' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+diag "terminated $killed connections of a and k"
+k2=$("$DSJOB" -s "127.0.0.1:$(pgd_port k)" submit -b txk after-kill 2>&1)
+case $k2 in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "k takes a submit right after its connection was killed ($k2; before: $k1)"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$k2'")" 1 "its row is there, once"
+k3=$("$DSJOB" -s "127.0.0.1:$(pgd_port k)" submit -b txk later 2>&1)
+case $k3 in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "and the next ($k3)"
+a4=$("$DSJOB" -s "127.0.0.1:$PORT" submit -b txk on-a 2>&1)
+case $a4 in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "a, whose connections were killed too, takes a submit ($a4)"
+pgd_stop k
+ok $? "dsjobd k stops"
+
 # Last: nothing rolled back ever ran, and the server stops cleanly.
 is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the psql-rolled-back job never ran"
 if [ -n "$TXN" ]; then
