@@ -461,7 +461,6 @@ hold_live(struct store *st, char *err)
 static int
 ensure_conn(struct store *st, char *err)
 {
-
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
         return DSJOB_OK;
     if (st->db != NULL)
