@@ -109,10 +109,6 @@ gm_worker() { # gm_worker SERVER FUNCTION LABEL; GM_PID is its pid
     GM_PID=$!
     track $GM_PID
 }
-registered() { # registered SERVER FUNCTION [N]: at least N (1) workers for FUNCTION
-    "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
-        awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
-}
 # load SERVER FUNCTION FIRST LAST [pg_load.pl options]: a producer in the
 # background, its log in $T/ack.FUNCTION.SERVER.FIRST; LOAD_PID is its pid.
 load() {
@@ -173,17 +169,11 @@ account() {
         while read -r _x; do printf '%s: %s; ' "$_x" "$(cat "$T"/ack."$1".* | awk -v x="$_x" '$1 == x { $1 = ""; print }')"; done)"
     [ "$DUPS" = 0 ] || diag "$1 duplicated (id x runs): $(uniq -c "$T/runs.$1" | awk '$1 > 1 { print $2 "x" $1 }' | head -10 | tr '\n' ' ')"
 }
+# poll_s (tests/lib/pg.sh) tries every 0.1 s here: its checks read whole logs.
+POLL_S_SLEEP=0.1
 all_ran() { # all_ran FUNCTION: every acknowledged id has run (for poll_s)
     account "$1" >/dev/null
     [ "$MISSING" = 0 ]
-}
-poll_s() { # poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.1
-    done
 }
 live_rows() { q "SELECT count(*) FROM dsjob.jobs WHERE func = '$1' AND state = 0"; }
 no_live_rows() { [ "$(live_rows "$1")" = 0 ]; }
@@ -220,7 +210,7 @@ for n in a b c; do
     probes="$probes $!"
 done
 for n in a b c; do
-    poll_s 10 registered "$n" "probe_$n"
+    poll_s 10 pgd_registered "$n" "probe_$n"
     timeout 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$n")" submit -b "probe_$n" x >/dev/null
 done
 for n in a b c; do poll_s 10 has_owner "$n"; done
@@ -292,7 +282,7 @@ reap
 
 # ---- latency: producer on a, idle worker only on b ---------------------------
 ds_worker b lat lat-b 1
-poll_s 10 registered b lat
+poll_s 10 pgd_registered b lat
 load a lat 1 25 -w 1 -d 120 -s
 wait $LOAD_PID
 poll_s 10 lines_ge "$T/ran.lat-b" 25
@@ -313,7 +303,7 @@ for n in a b c; do
     ds_worker "$n" cl "cl-$n-ds" 2
     gm_worker "$n" cl "cl-$n-gm"
 done
-for n in a b c; do poll_s 10 registered "$n" cl 2; done
+for n in a b c; do poll_s 10 pgd_registered "$n" cl 2; done
 load a cl 1 300 -w 20 -p mix
 p1=$LOAD_PID
 load b cl 1001 1300 -w 5 -p mix
@@ -360,7 +350,7 @@ for n in a b c; do
     gm_worker "$n" ck "ck-$n-gm"
     [ "$n" = a ] && gm_a=$GM_PID
 done
-for n in a b c; do poll_s 10 registered "$n" ck 2; done
+for n in a b c; do poll_s 10 pgd_registered "$n" ck 2; done
 # One priority: with a mix, a backlog of newer high jobs rightly runs before
 # the dead server's older low ones, and "lease + 1 s" would not hold.
 load a ck 1 400 -w 5 -d 60
@@ -505,7 +495,7 @@ for n in a b c; do
     ds_worker "$n" cr "cr-$n-ds" 2
     gm_worker "$n" cr "cr-$n-gm"
 done
-for n in a b c; do poll_s 10 registered "$n" cr 2; done
+for n in a b c; do poll_s 10 pgd_registered "$n" cr 2; done
 load a cr 1 300 -w 4 -d 50 -r -t 40
 p1=$LOAD_PID
 load b cr 1001 1300 -w 4 -d 50 -r -t 40

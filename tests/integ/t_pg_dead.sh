@@ -51,18 +51,6 @@ dsn() {
     shift
     timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" "$@"
 }
-poll_s() {
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.05
-    done
-}
-registered() { # registered NAME FUNCTION
-    dsn "$1" status --format tsv 2>/dev/null |
-        awk -F '\t' -v f="$2" '$1 == f && $NF > 0 { x = 1 } END { exit !x }'
-}
 dead_handles() { # dead_handles NAME: the handles of pgdead's dead set there, sorted
     dsn "$1" dead list pgdead --format tsv 2>/dev/null | cut -f1 | grep '^H:' | sort | tr '\n' ' '
 }
@@ -79,7 +67,7 @@ track $w_dead
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f pgkeep -- sh -c 'printf "r:"; cat' 2>/dev/null &
 w_keep=$!
 track $w_keep
-poll_s 10 registered a pgdead && poll_s 10 registered a pgkeep
+poll_s 10 pgd_registered a pgdead && poll_s 10 pgd_registered a pgkeep
 ok $? "workers for pgdead and pgkeep are registered on a"
 hd1=$(dsn a submit -b pgdead one 2>&1)
 hd2=$(dsn a submit -b pgdead two 2>&1)
@@ -134,7 +122,7 @@ touch "$T/ran"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port b)" -f pgdead -- sh -c 'tee -a "$1"; echo >> "$1"' sh "$T/ran" \
     2>/dev/null &
 track $!
-poll_s 10 registered b pgdead
+poll_s 10 pgd_registered b pgdead
 out=$(dsn b dead retry "$hd1" 2>&1)
 ok $? "b retries $hd1 ($out)"
 ran_one() { grep -qx one "$T/ran"; }

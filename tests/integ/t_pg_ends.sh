@@ -37,18 +37,6 @@ pgd_start a --verbose NOTICE && pgd_start b --verbose NOTICE --store-async-ends 
 }
 q() { pg_psql -c "$1"; }
 ns() { date +%s%N; }
-poll_s() {
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.05
-    done
-}
-registered() { # registered NAME FUNCTION
-    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
-        awk -F '\t' -v f="$2" '$1 == f && $NF > 0 { x = 1 } END { exit !x }'
-}
 # The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts 2.5 s.
 cat >"$T/rec.sh" <<'EOF'
 ts=$(date +%s%N)
@@ -65,7 +53,7 @@ for n in a b; do
     : >"$T/ran.$n"
     "$DSJOB" worker -s "127.0.0.1:$(pgd_port $n)" -f $f -- sh "$T/rec.sh" "$T/ran.$n" 2>/dev/null &
     track $!
-    poll_s 10 registered $n $f
+    poll_s 10 pgd_registered $n $f
     ok $? "$n: a worker for $f is registered"
     h1=$("$DSJOB" -s "127.0.0.1:$(pgd_port $n)" submit -b $f first 2>&1)
     poll_s 10 has "$T/ran.$n" first

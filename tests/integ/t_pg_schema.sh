@@ -41,14 +41,6 @@ qdb() { # qdb DATABASE SQL
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$1" -c "$2"
 }
-poll_s() {
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.05
-    done
-}
 dsn() {
     _n=$1
     shift

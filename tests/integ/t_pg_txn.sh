@@ -69,15 +69,6 @@ ns() { date +%s%N; }
 hex() { printf '%s' "$1" | od -An -tx1 -v | tr -d ' \n'; }
 # ms_since NS-FROM NS-TO: milliseconds, or "never" without NS-TO
 ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never; fi; }
-# poll_s SECONDS CMD...: CMD until it succeeds, at most SECONDS
-poll_s() {
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.05
-    done
-}
 q() { pg_psql -c "$1"; }                        # q SQL: the value(s), one a line
 
 # The worker's command: one line per job, "NS-TIME HANDLE PAYLOAD-IN-HEX",

@@ -69,6 +69,12 @@
 #   pgd_stat NAME SAMPLE
 #                     one sample of `dsjob stats` (tsv), e.g.
 #                     dsjob_pg_lease_lost_total; empty if absent
+#   pgd_registered NAME FUNCTION [N]
+#                     `dsjob status` of NAME shows at least N (1) workers
+#                     for FUNCTION
+#   poll_s SECONDS CMD...
+#                     CMD until it succeeds, at most SECONDS; between tries
+#                     it sleeps POLL_S_SLEEP seconds (0.05)
 
 PG_DIR=""
 PG_PID=""
@@ -324,6 +330,20 @@ pgd_kill9() {
 pgd_stop_all() {
     for _n in $_pgd_names; do
         pgd_stop "$_n"
+    done
+}
+
+pgd_registered() {
+    timeout -k 2 20 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
+        awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
+}
+
+poll_s() {
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep "${POLL_S_SLEEP:-0.05}"
     done
 }
 
