@@ -40,7 +40,7 @@
 
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
-#define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out is taken this long after */
+#define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out or a job due is taken this long after */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
@@ -1331,6 +1331,13 @@ shared_leased(struct srv *srv, struct store_lease *ls)
 
         evtimer_add(sg->expiry_ev, &tv);
     }
+    if (ls->due_ms >= 0) {
+        /* An epoch job or a retry's backoff: taken when due, not at the next poll. */
+        int64_t ms = (ls->due_ms < 86400000 ? ls->due_ms : 86400000) + STORAGE_EXPIRY_SLACK_MS;
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+        evtimer_add(sg->due_ev, &tv);
+    }
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
     store_lease_free(ls);
@@ -1417,8 +1424,9 @@ shared_open(struct srv *srv)
     sg->poll_ev = event_new(srv->base, -1, EV_PERSIST, poll_cb, srv);
     sg->renew_ev = event_new(srv->base, -1, EV_PERSIST, renew_cb, srv);
     sg->expiry_ev = evtimer_new(srv->base, poll_cb, srv);
+    sg->due_ev = evtimer_new(srv->base, poll_cb, srv);
     if (sg->notify_ev == NULL || sg->poll_ev == NULL || sg->renew_ev == NULL ||
-        sg->expiry_ev == NULL || event_add(sg->notify_ev, NULL) < 0 ||
+        sg->expiry_ev == NULL || sg->due_ev == NULL || event_add(sg->notify_ev, NULL) < 0 ||
         event_add(sg->poll_ev, &poll_tv) < 0 || event_add(sg->renew_ev, &renew_tv) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's events");
         return -1;
@@ -1456,7 +1464,9 @@ shared_close(struct srv *srv)
         event_free(sg->renew_ev);
     if (sg->expiry_ev != NULL)
         event_free(sg->expiry_ev);
-    sg->notify_ev = sg->poll_ev = sg->renew_ev = sg->expiry_ev = NULL;
+    if (sg->due_ev != NULL)
+        event_free(sg->due_ev);
+    sg->notify_ev = sg->poll_ev = sg->renew_ev = sg->expiry_ev = sg->due_ev = NULL;
     free(sg->strays);
     sg->strays = NULL;
     sg->nstrays = 0;

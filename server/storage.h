@@ -133,6 +133,7 @@ struct storage {
     struct event *poll_ev;   /* --pg-poll-ms: ask for ready jobs */
     struct event *renew_ev;  /* a third of --pg-lease: renew */
     struct event *expiry_ev; /* when another server's first lease runs out: take */
+    struct event *due_ev;    /* when the first job waiting for its run-at time is due: take */
     struct event *notify_ev; /* reads notify_pipe */
     int notify_pipe[2];      /* the notifier's "jobs are ready" to the loop */
     int stop_pipe[2];        /* the loop's "stop" to the notifier */

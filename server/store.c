@@ -98,6 +98,7 @@ store_lease_free(struct store_lease *ls)
     ls->njobs = ls->nheld = ls->nreleased = 0;
     ls->renewed = false;
     ls->expiry_ms = -1;
+    ls->due_ms = -1;
 }
 
 int

@@ -106,6 +106,9 @@ struct store_lease {
                                    starts that are over, to replay (state, result set) */
     size_t nended;              /* out: entries in ended */
     void *ended_mem;            /* out: what ended and its bytes live in */
+    int64_t due_ms;             /* out, when funcs were asked for: milliseconds until the first
+                                   job of funcs that waits for its run-at time is due, or -1
+                                   for none */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -145,7 +145,8 @@
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
 /*
  * The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified,
- * 5 given up), CLAIM_COLUMNS.
+ * 5 given up, 6 the next waiting job's milliseconds to its run-at time in
+ * the handle column), CLAIM_COLUMNS.
  */
 #define NULL_REST                                                                                  \
     ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
@@ -768,6 +769,7 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->mem = NULL;
     ls->nreleased = 0;
     ls->expiry_ms = -1;
+    ls->due_ms = -1;
     ls->ended = NULL;
     ls->nended = 0;
     ls->ended_mem = NULL;
@@ -913,22 +915,44 @@ lease_reads(const struct store_lease *ls)
     return lease_takes(ls) || (ls != NULL && ls->nrelease > 0);
 }
 
+/* The functions ls asks for, with how many of each: "(VALUES (name, n), ...) AS f(name, n)". */
+static void
+funcs_values(struct sbuf *q, const struct store_lease *ls)
+{
+    const char *vsep = "";
+    size_t i;
+
+    sb_str(q, "(VALUES ");
+    for (i = 0; i < ls->nfuncs; i++) {
+        /* A name that is not UTF-8 has no rows here (its adds were refused). */
+        if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            continue;
+        sb_str(q, vsep);
+        vsep = ",";
+        sb_str(q, "(");
+        sb_lit(q, ls->funcs[i], strlen(ls->funcs[i]));
+        sb_printf(q, ",%u)", ls->limits[i]);
+    }
+    sb_str(q, ") AS f(name, n)");
+}
+
 /*
  * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
  * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) or gives up (rows
  * under this server's lease that its queue lacks) and its NOTIFY, as
  * data-modifying CTEs whose RETURNING rows come back tagged (1 added, 2
- * removed, 3 taken, 5 given up). No two of them touch one row: the
- * INSERT's rows are new, the DELETE's are this server's and in its queue,
- * those given up are this server's and not in its queue, and the take
- * skips this server's (its own expired leases are renewed, not taken).
- * Returns the SQL in q.
+ * removed, 3 taken, 5 given up), and when the first job of the functions
+ * taken that waits for its run-at time is due (6). No two of them touch
+ * one row: the INSERT's rows are new, the DELETE's are this server's and
+ * in its queue, those given up are this server's and not in its queue,
+ * and the take skips this server's (its own expired leases are renewed,
+ * not taken). Returns the SQL in q.
  */
 static void
 main_sql(struct store *st, struct sbuf *q)
 {
     struct store_lease *ls = st->ls;
-    const char *sep = "", *vsep = "";
+    const char *sep = "";
     bool take = lease_takes(ls), release = ls != NULL && ls->nrelease > 0;
     size_t i;
 
@@ -958,22 +982,26 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, "cl AS (UPDATE dsjob.jobs j SET owner = ");
         sb_lit(q, st->owner, strlen(st->owner));
         sb_printf(q, ", lease_until = now() + interval '%u seconds'", st->lease);
-        sb_str(q, " FROM (SELECT c.id FROM (VALUES ");
-        for (i = 0; i < ls->nfuncs; i++) {
-            /* A name that is not UTF-8 has no rows here (its adds were refused). */
-            if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
-                continue;
-            sb_str(q, *vsep == '\0' ? "(" : ",(");
-            vsep = ",";
-            sb_lit(q, ls->funcs[i], strlen(ls->funcs[i]));
-            sb_printf(q, ",%u)", ls->limits[i]);
-        }
-        sb_str(q, ") AS f(name, n), LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
+        sb_str(q, " FROM (SELECT c.id FROM ");
+        funcs_values(q, ls);
+        sb_str(q, ", LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
                   " AND func = f.name AND run_at <= now()"
                   " AND (owner IS NULL OR (lease_until < now() AND owner <> ");
         sb_lit(q, st->owner, strlen(st->owner));
         sb_str(q, ")) ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
+        /*
+         * When the first job of these functions that waits for its run-at
+         * time (an epoch job, a retry's backoff) is due, for a timer: one
+         * index probe per function and priority.
+         */
+        sb_str(q, ", due AS (SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8"
+                  " AS ms FROM ");
+        funcs_values(q, ls);
+        sb_str(q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
+                  " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
+                  " AND prio = p.prio AND run_at > now() AND owner IS NULL"
+                  " ORDER BY run_at LIMIT 1) d)");
         sep = ", ";
     }
     if (release) {
@@ -998,8 +1026,10 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
     if (st->nrms > 0)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
-    if (take)
+    if (take) {
         sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
+        sb_str(q, " UNION ALL SELECT 6::int2, ms::text" NULL_REST " FROM due WHERE ms IS NOT NULL");
+    }
     if (release)
         sb_str(q, " UNION ALL SELECT 5::int2, handle" NULL_REST " FROM rel");
     if (st->notify)
@@ -1112,6 +1142,8 @@ flush_main(struct store *st, char *err)
             removed[nremoved++] = PQgetvalue(r, k, 1);
         else if (kind == 5)
             ls->nreleased++;
+        else if (kind == 6)
+            ls->due_ms = strtoll(PQgetvalue(r, k, 1), NULL, 10);
         else if (kind == 3) {
             ntaken++;
             for (i = 1; i <= 6; i++)

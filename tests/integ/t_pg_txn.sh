@@ -22,7 +22,9 @@
 # the first job's handle while it is live, runs once, and is free again
 # once done; priorities in one transaction run high, normal, low (in
 # submission order within one); a job with run_at 3 s ahead does not run
-# before it and does run after it. Each pick-up time is printed.
+# before it and does run after it; on a server that polls once an hour, a
+# Gearman epoch job and a dsjob.submit() job with a run_at 2-3 s ahead run
+# when due, not before. Each pick-up time is printed.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -267,7 +269,7 @@ worker txr "$T/ran.txr"
 out=$(pg_psql -F ' ' <<'EOF'
 BEGIN;
 SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '3 seconds'),
-       (extract(epoch FROM now() + interval '3 seconds') * 1000)::bigint;
+       floor(extract(epoch FROM now() + interval '3 seconds') * 1000)::bigint;
 COMMIT;
 EOF
 )
@@ -365,6 +367,36 @@ case $a4 in H:*) r=0 ;; *) r=1 ;; esac
 ok $r "a, whose connections were killed too, takes a submit ($a4)"
 pgd_stop k
 ok $? "dsjobd k stops"
+
+# Jobs waiting for their run-at time start when due, not at the next poll:
+# server e polls and renews once an hour, so only the timer its lease ops
+# set from the first waiting job's run-at time can start them. One is a
+# Gearman epoch job submitted to e; one comes from dsjob.submit() with a
+# run_at, whose NOTIFY wakes e before the job is due.
+pgd_start e --pg-lease 3600 --pg-poll-ms 3600000 --verbose NOTICE
+ok $? "dsjobd e starts (no poll, no renewal for an hour)"
+touch "$T/ran.txe"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port e)" -f txe -- sh "$T/rec.sh" "$T/ran.txe" \
+    2>>"$T/worker.err" &
+track $!
+poll_s 10 pgd_registered e txe
+ok $? "a dsjob worker for txe is registered on e"
+at=$(($(date +%s) + 2))
+he=$("$DSJOB" -s "127.0.0.1:$(pgd_port e)" submit -b --at $at txe epoch 2>&1)
+hs=$(q "SELECT dsjob.submit('txe', 'sql-run-at'::bytea, NULL, 'normal', now() + interval '3 seconds')")
+sql_ms=$(q "SELECT floor(extract(epoch FROM run_at) * 1000)::bigint FROM dsjob.jobs
+            WHERE handle = '$hs'")
+for p in epoch sql-run-at; do
+    if [ $p = epoch ]; then due=$((at * 1000)) h=$he; else due=${sql_ms:-0} h=$hs; fi
+    poll_s 15 ran "$T/ran.txe" $p >/dev/null
+    ok $? "$p ($h) runs on e without a poll ($(ms_since "${due}000000" \
+        "$(ran "$T/ran.txe" $p | cut -d' ' -f1)") ms after its run-at time)"
+    ts=$(ran "$T/ran.txe" $p | cut -d' ' -f1)
+    [ -n "$ts" ] && [ $((ts / 1000000)) -ge "$due" ]
+    ok $? "and not before that time"
+done
+pgd_stop e
+ok $? "dsjobd e stops"
 
 # Last: nothing rolled back ever ran, and the server stops cleanly.
 is "$(ran_count "$T/ran.txf" rolled-back)" 0 "the psql-rolled-back job never ran"
