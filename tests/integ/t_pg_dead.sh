@@ -77,6 +77,9 @@ want_dead=$(printf '%s\n%s\n' "$hd1" "$hd2" | sort | tr '\n' ' ')
 has_dead() { [ "$(dead_handles "$1")" = "$want_dead" ]; }
 poll_s 15 has_dead a
 ok $? "a's dead set holds the two failed jobs ($(dead_handles a))"
+# The kept job runs on another worker than the failing ones: wait for it too.
+kept_on() { [ "$(dsn "$1" result "$hk" 2>&1)" = r:kept ]; }
+poll_s 10 kept_on a
 is "$(dsn a result "$hk" 2>&1)" "r:kept" "a keeps the third job's result"
 rows_are() { [ "$(rows)" = "$1" ]; }
 poll_s 10 rows_are "1:2 2:1 "

@@ -148,11 +148,12 @@ same "$(field "$h" run_at)" "$at" "backoff: at the same run-at time"
 same "$(field "$h" attempts)" 1 "backoff: with its attempt counted"
 same "$(admin "show jobs detail" | grep "^$h	")" "$h	lc_sched	normal	retrying	1	$at	1	-" \
     "show jobs detail: the retrying job, its run-at time, no unique key"
-# The admin priority command rewrites a stored job too (the rewrite commits
-# within 10 ms, unacknowledged: a second is plenty).
+# The admin priority command rewrites a stored job too, unacknowledged; the
+# store commits in order, so a background submit acknowledged after it is
+# proof that the rewrite is on disk (a fixed sleep raced a slow fsync).
 h3=$(submit_bg lc_prio "" z)
 same "$(admin "priority $h3 high")" "OK" "priority: a queued stored job moves to high"
-sleep 1
+check "priority: a later acknowledged submit (the commit barrier)" [ -n "$(submit_bg lc_sync "" s0)" ]
 server_kill9
 # shellcheck disable=SC2086
 server_start dsjobd $args || { echo "Bail out! dsjobd did not restart"; exit 1; }

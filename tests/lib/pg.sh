@@ -333,6 +333,15 @@ pgd_stop_all() {
     done
 }
 
+# pgd_writer_pid OWNER: the PostgreSQL backend of that dsjobd start's
+# writer connection (the one holding its start's advisory lock, LIVE_LOCK
+# 0x64736a31 and the start's number); empty once it is gone.
+pgd_writer_pid() {
+    pg_psql -c "SELECT l.pid FROM pg_locks l JOIN dsjob.servers s
+        ON l.objid::int8 = s.boot % 2147483647 WHERE l.locktype = 'advisory'
+        AND l.classid = 1685285425::oid AND l.objsubid = 2 AND s.owner = '$1'"
+}
+
 pgd_registered() {
     timeout -k 2 20 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
         awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
