@@ -372,6 +372,23 @@ ok $r "and the next ($k3)"
 a4=$("$DSJOB" -s "127.0.0.1:$PORT" submit -b txk on-a 2>&1)
 case $a4 in H:*) r=0 ;; *) r=1 ;; esac
 ok $r "a, whose connections were killed too, takes a submit ($a4)"
+# Again with a worker waiting on k: the submit and the lease op that hands
+# the job to that worker both go through on connections made again.
+touch "$T/ran.txk2"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port k)" -f txk2 -- sh "$T/rec.sh" "$T/ran.txk2" \
+    2>>"$T/worker.err" &
+track $!
+poll_s 10 pgd_registered k txk2
+ok $? "a dsjob worker for txk2 waits on k"
+sleep 0.5 # its lease op (finding nothing) is done: k is idle again
+killed=$(q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE datname = 'dsjob' AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+k4=$("$DSJOB" -s "127.0.0.1:$(pgd_port k)" submit -b txk2 mixed 2>&1)
+case $k4 in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "k takes a submit with a worker waiting, right after $killed connections were killed ($k4)"
+poll_s 10 ran "$T/ran.txk2" mixed >/dev/null
+ok $? "and that worker runs it"
+is "$(ran_count "$T/ran.txk2" mixed)" 1 "once"
 pgd_stop k
 ok $? "dsjobd k stops"
 
