@@ -273,6 +273,16 @@ link_queue(struct link *l, uint32_t type, unsigned nargs, const void *const *arg
     return DSJOB_OK;
 }
 
+int
+link_queue_raw(struct link *l, const void *buf, size_t len)
+{
+    if (buf_reserve(&l->out, &l->out_off, &l->out_len, &l->out_cap, len) != DSJOB_OK)
+        return link_set_err(l, DSJOB_ERR_NOMEM, "out of memory");
+    memcpy(l->out + l->out_len, buf, len);
+    l->out_len += len;
+    return DSJOB_OK;
+}
+
 bool
 link_want_write(const struct link *l)
 {
@@ -428,6 +438,38 @@ link_recv(struct link *l, struct packet *p, int64_t deadline)
         r = link_read_some(l);
         if (r != DSJOB_OK)
             return r;
+    }
+}
+
+int
+link_recv_some(struct link *l, int64_t deadline)
+{
+    size_t had;
+    int r;
+
+    if (l->fd < 0)
+        return link_set_err(l, DSJOB_ERR_CLOSED, "not connected to '%s'", l->addr);
+    l->in_off += l->in_pending;
+    l->in_pending = 0;
+    had = l->in_len - l->in_off;
+    for (;;) {
+        short events = POLLIN;
+
+        if (link_want_write(l)) {
+            r = link_write_some(l);
+            if (r != DSJOB_OK)
+                return r;
+        }
+        if (link_want_write(l))
+            events |= POLLOUT;
+        r = link_poll(l, events, deadline);
+        if (r != DSJOB_OK)
+            return r;
+        r = link_read_some(l);
+        if (r != DSJOB_OK)
+            return r;
+        if (l->in_len - l->in_off > had)
+            return DSJOB_OK;
     }
 }
 

@@ -112,6 +112,13 @@ void link_close(struct link *l);
 int link_queue(struct link *l, uint32_t type, unsigned nargs, const void *const *args,
                const size_t *lens);
 
+/*
+ * link_queue_raw appends len bytes of a text protocol (an admin command
+ * line) to the output buffer as they are. Returns DSJOB_OK or
+ * DSJOB_ERR_NOMEM.
+ */
+int link_queue_raw(struct link *l, const void *buf, size_t len);
+
 /* link_want_write tells whether queued bytes are waiting to be written. */
 bool link_want_write(const struct link *l);
 
@@ -149,6 +156,15 @@ int link_flush(struct link *l, int64_t deadline);
  * DSJOB_ERR_CLOSED, DSJOB_ERR_SYS, DSJOB_ERR_PROTO, DSJOB_ERR_NOMEM.
  */
 int link_recv(struct link *l, struct packet *p, int64_t deadline);
+
+/*
+ * link_recv_some flushes, then waits up to deadline until bytes beyond
+ * those unread in l->in (from l->in_off to l->in_len) have come, for a
+ * caller that reads a text protocol and consumes them itself (by moving
+ * l->in_off). Returns DSJOB_OK, DSJOB_ERR_TIMEOUT, DSJOB_ERR_CLOSED,
+ * DSJOB_ERR_SYS, DSJOB_ERR_PROTO (TLS), DSJOB_ERR_NOMEM.
+ */
+int link_recv_some(struct link *l, int64_t deadline);
 
 /*
  * link_set_err formats the reason of the last failure into l->err and

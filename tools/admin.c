@@ -1,11 +1,11 @@
 /*
  * The admin verbs of dsjob: status, workers, jobs, job, result, dead,
  * stats, cancel, shutdown and version. libdsjobclient speaks only the binary
- * protocol, so this file has its own small client for the text protocol:
- * connect (TCP or a unix socket) without blocking, send one line, and read
- * the reply with poll() until it is complete (a listing ends with a "."
- * line; show result's bytes follow its line; every other reply is one
- * line) or the deadline passes. Each server given is asked in turn;
+ * protocol, so this file has its own small client for the text protocol on
+ * libdslink's connection (TCP, TLS with --ssl, or a unix socket, which
+ * stays plain): send one line, and read the reply until it is complete (a
+ * listing ends with a "." line; show result's bytes follow its line; every
+ * other reply is one line) or the deadline passes. Each server given is asked in turn;
  * listings are parsed into rows (table.c prints them) with a server column
  * when there are several. An "ERR CODE text+with+pluses" reply goes to
  * stderr with the pluses turned back into spaces. job, result and dead
@@ -16,17 +16,14 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "link/addr.h"
+#include <dsjob/common.h>
+
+#include "link/link.h"
 #include "table.h"
 
 #define ADMIN_TIMEOUT_MS 5000      /* per server, without -t */
@@ -53,120 +50,6 @@ struct reply {
     size_t len; /* bytes in buf */
     size_t cap; /* size of buf */
 };
-
-static long long
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int
-left_ms(long long deadline)
-{
-    long long left = deadline - now_ms();
-
-    return left < 0 ? 0 : (int)left;
-}
-
-/* Waits for fd to become ready for events; returns 0, or -1 with errno (ETIMEDOUT). */
-static int
-wait_fd(int fd, short events, long long deadline)
-{
-    struct pollfd pfd = {.fd = fd, .events = events};
-
-    for (;;) {
-        int r = poll(&pfd, 1, left_ms(deadline));
-
-        if (r > 0)
-            return 0;
-        if (r == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
-static int
-connect_addr(int family, const struct sockaddr *sa, socklen_t salen, long long deadline)
-{
-    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int soerr = 0;
-    socklen_t len = sizeof(soerr);
-
-    if (fd < 0)
-        return -1;
-    if (connect(fd, sa, salen) == 0)
-        return fd;
-    if (errno != EINPROGRESS && errno != EAGAIN)
-        goto fail;
-    if (wait_fd(fd, POLLOUT, deadline) < 0)
-        goto fail;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
-        goto fail;
-    if (soerr != 0) {
-        errno = soerr;
-        goto fail;
-    }
-    return fd;
-fail:
-    soerr = errno;
-    close(fd);
-    errno = soerr;
-    return -1;
-}
-
-/*
- * Connects to addr ("/path", "host[:port]", "[v6][:port]"; checked by
- * cli_servers, normalized here). Returns the socket, or -1 with the reason
- * in err.
- */
-static int
-admin_connect(const char *addr, long long deadline, char *err, size_t cap)
-{
-    struct addrinfo hints, *res = NULL, *ai;
-    char host[256], norm[300];
-    const char *port;
-    int fd = -1, gai;
-
-    if (addr[0] == '/') {
-        struct sockaddr_un sun;
-
-        memset(&sun, 0, sizeof(sun));
-        sun.sun_family = AF_UNIX;
-        memcpy(sun.sun_path, addr, strlen(addr));
-        fd = connect_addr(AF_UNIX, (struct sockaddr *)&sun, sizeof(sun), deadline);
-        if (fd < 0)
-            snprintf(err, cap, "connect: %s", strerror(errno));
-        return fd;
-    }
-    if (addr_normalize(addr, norm, sizeof(norm)) != 0 ||
-        (port = addr_split(norm, host, sizeof(host))) == NULL) {
-        snprintf(err, cap, "bad server address");
-        return -1;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, cap, "resolve: %s", gai_strerror(gai));
-        return -1;
-    }
-    snprintf(err, cap, "connect: no address");
-    for (ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        fd = connect_addr(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline);
-        if (fd < 0)
-            snprintf(err, cap, "connect: %s", strerror(errno));
-    }
-    freeaddrinfo(res);
-    return fd;
-}
 
 /*
  * Whether the first line of buf (len bytes, up to its newline) is an ERR
@@ -216,36 +99,40 @@ reply_complete(const struct reply *r, enum reply_kind kind)
 }
 
 /*
- * Sends line to the server on fd and reads its reply into r. Returns 0, or
- * -1 with the reason in err.
+ * Sends line to the server on l (connected) and reads its reply into r.
+ * Returns 0, or -1 with the reason in err.
  */
 static int
-admin_exchange(int fd, const char *line, enum reply_kind kind, long long deadline, struct reply *r,
-               char *err, size_t cap)
+admin_exchange(struct link *l, const char *line, enum reply_kind kind, int64_t deadline,
+               struct reply *r, char *err, size_t cap)
 {
-    size_t off = 0, len = strlen(line);
-
-    while (off < len) {
-        ssize_t n = send(fd, line + off, len - off, MSG_NOSIGNAL);
-
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT, deadline) == 0)
-            continue;
-        snprintf(err, cap, "send: %s", strerror(errno));
+    if (link_queue_raw(l, line, strlen(line)) != DSJOB_OK) {
+        snprintf(err, cap, "out of memory");
         return -1;
     }
     for (;;) {
-        ssize_t n;
+        size_t n;
+        int rc = link_recv_some(l, deadline);
 
-        if (r->len + 4096 + 1 > r->cap) {
-            size_t ncap = r->cap ? r->cap * 2 : 8192;
+        if (rc == DSJOB_ERR_TIMEOUT) {
+            snprintf(err, cap, "no complete reply in time");
+            return -1;
+        }
+        if (rc == DSJOB_ERR_CLOSED) {
+            snprintf(err, cap, "the server closed the connection before the reply ended");
+            return -1;
+        }
+        if (rc != DSJOB_OK) {
+            snprintf(err, cap, "%s", l->err);
+            return -1;
+        }
+        n = l->in_len - l->in_off;
+        if (r->len + n + 1 > r->cap) {
+            size_t ncap = r->cap ? r->cap : 8192;
             char *nb;
 
+            while (ncap < r->len + n + 1)
+                ncap *= 2;
             if (ncap > ADMIN_MAX_REPLY) {
                 snprintf(err, cap, "reply longer than %d bytes", ADMIN_MAX_REPLY);
                 return -1;
@@ -258,27 +145,12 @@ admin_exchange(int fd, const char *line, enum reply_kind kind, long long deadlin
             r->buf = nb;
             r->cap = ncap;
         }
-        n = recv(fd, r->buf + r->len, r->cap - r->len - 1, 0);
-        if (n > 0) {
-            r->len += (size_t)n;
-            r->buf[r->len] = '\0';
-            if (reply_complete(r, kind))
-                return 0;
-            continue;
-        }
-        if (n == 0) {
-            snprintf(err, cap, "the server closed the connection before the reply ended");
-            return -1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN && wait_fd(fd, POLLIN, deadline) == 0)
-            continue;
-        if (errno == ETIMEDOUT)
-            snprintf(err, cap, "no complete reply in time");
-        else
-            snprintf(err, cap, "recv: %s", strerror(errno));
-        return -1;
+        memcpy(r->buf + r->len, l->in + l->in_off, n);
+        l->in_off += n;
+        r->len += n;
+        r->buf[r->len] = '\0';
+        if (reply_complete(r, kind))
+            return 0;
     }
 }
 
@@ -317,23 +189,30 @@ static enum admin_result
 admin_ask(const struct cli *cli, const char *server, const char *line, enum reply_kind kind,
           struct reply *r, bool quiet_err)
 {
-    long long deadline = now_ms() + (cli->timeout_ms ? cli->timeout_ms : ADMIN_TIMEOUT_MS);
-    char err[256];
+    int timeout = cli->timeout_ms ? cli->timeout_ms : ADMIN_TIMEOUT_MS;
+    int64_t deadline = link_deadline(timeout);
+    struct link l;
+    char err[LINK_ERR_LEN];
     const char *next;
-    int fd;
 
     memset(r, 0, sizeof(*r));
-    fd = admin_connect(server, deadline, err, sizeof(err));
-    if (fd < 0) {
-        cli_err("%s: %s", server, err);
+    if (link_init(&l, server) != DSJOB_OK) {
+        cli_err("%s: bad server address", server);
         return ADMIN_DOWN;
     }
-    if (admin_exchange(fd, line, kind, deadline, r, err, sizeof(err)) < 0) {
-        close(fd);
+    link_set_tls(&l, cli->admin_tls, 0);
+    if (link_connect(&l, timeout) != DSJOB_OK) {
+        /* A failed TLS handshake too, as for submit: exit 3. */
+        cli_err("%s: %s", server, l.err);
+        link_release(&l);
+        return ADMIN_DOWN;
+    }
+    if (admin_exchange(&l, line, kind, deadline, r, err, sizeof(err)) < 0) {
+        link_release(&l);
         cli_err("%s: %s", server, err);
         return ADMIN_BROKEN; /* it was reached: exit 1, not 3 */
     }
-    close(fd);
+    link_release(&l);
     if (is_err_line(r->buf, r->len)) {
         if (!quiet_err)
             print_err_line(server, r->buf, line_len(r->buf, r->len, &next));
@@ -1022,11 +901,20 @@ admin_main(struct cli *cli, int argc, char **argv)
     rc = cli_servers(cli);
     if (rc != 0)
         return rc;
-    if (cli->ssl)
-        return cli_usage_error(cli, "--ssl: the admin verbs do not speak TLS yet: use the "
-                                    "server's unix socket (-s /path), which stays plain");
-    if (strcmp(verb, "shutdown") == 0)
-        return run_shutdown(cli, graceful);
+    if (cli->ssl) {
+        char err[LINK_ERR_LEN];
+
+        cli->admin_tls =
+            link_tls_new(cli->ssl_ca, cli->ssl_cert, cli->ssl_key, 0, err, sizeof(err));
+        if (cli->admin_tls == NULL)
+            return cli_usage_error(cli, "--ssl: %s", err);
+    }
+    if (strcmp(verb, "shutdown") == 0) {
+        rc = run_shutdown(cli, graceful);
+        link_tls_free(cli->admin_tls);
+        cli->admin_tls = NULL;
+        return rc;
+    }
     cap = 48 + (arg ? strlen(arg) : 0) + (func ? strlen(func) + strlen(uniq) : 0);
     line = cli_xmalloc(cap);
     if (strcmp(verb, "cancel") == 0) {
@@ -1063,5 +951,7 @@ admin_main(struct cli *cli, int argc, char **argv)
                            : cli_usage_error(cli, "unknown verb");
     }
     free(line);
+    link_tls_free(cli->admin_tls);
+    cli->admin_tls = NULL;
     return rc;
 }

@@ -59,7 +59,7 @@ static const char usage_text[] =
     "                       (default: $DSJOB_SERVERS, else " CLI_DEFAULT_SERVER ")\n"
     "  -t, --timeout MS     connect and reply timeout in milliseconds\n"
     "      --format FMT     table, tsv or json (admin verbs)\n"
-    "      --ssl            TLS to TCP servers (submit and worker)\n"
+    "      --ssl            TLS to TCP servers (every verb; a unix socket stays plain)\n"
     "      --ssl-ca-file FILE  CAs the server's certificate is checked against\n"
     "                       (default: the system's; also $DSJOB_SSL_CA_FILE)\n"
     "      --ssl-certificate FILE, --ssl-key FILE\n"

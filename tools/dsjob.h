@@ -53,6 +53,7 @@ struct cli {
     const char *ssl_ca;     /* --ssl-ca-file or DSJOB_SSL_CA_FILE (borrowed), or NULL */
     const char *ssl_cert;   /* --ssl-certificate or DSJOB_SSL_CERTIFICATE (borrowed), or NULL */
     const char *ssl_key;    /* --ssl-key or DSJOB_SSL_KEY (borrowed), or NULL */
+    struct ssl_ctx_st *admin_tls; /* the admin verbs' TLS context with --ssl (owned), or NULL */
 };
 
 /*

@@ -141,9 +141,16 @@ out=$(echo x | "$DSJOB" -s "$S" -t 5000 submit tls.upper 2>&1); rc=$?
 # shellcheck disable=SC2086
 out=$(DSJOB_SSL_CA_FILE=$P/ca.pem "$DSJOB" -s "$S" -t 10000 submit tls.upper env 2>&1)
 is "$out" "ENV" "DSJOB_SSL_CA_FILE turns TLS on"
-out=$("$DSJOB" -s "$S" --ssl status 2>&1); rc=$?
-is "$rc" 2 "the admin verbs refuse --ssl (exit 2)"
-echo "$out" | grep -q -- "--ssl: the admin verbs do not speak TLS"; ok $? "saying so: $out"
+# The admin verbs over TLS, on the same port.
+# shellcheck disable=SC2086
+out=$("$DSJOB" -s "$S" $TLS -t 10000 status --format tsv 2>&1); rc=$?
+is "$rc" 0 "dsjob status over TLS exits 0"
+echo "$out" | grep -q "^tls.upper	"; ok $? "and lists tls.upper ($(echo "$out" | grep "^tls.upper" | tr '\t' ' '))"
+out=$("$DSJOB" -s "$S" --ssl-ca-file "$P/other-ca.pem" -t 10000 status 2>&1); rc=$?
+is "$rc" 3 "dsjob status not trusting the server's CA cannot reach it (exit 3)"
+echo "$out" | grep -q "certificate verify failed"; ok $? "saying why: $out"
+out=$("$DSJOB" -s "$S" -t 5000 status 2>&1); rc=$?
+[ "$rc" -ne 0 ]; ok $? "a plain dsjob status to the TLS port fails (exit $rc): $out"
 
 if [ -n "${GEARMAN:-}" ] && [ -x "$GEARMAN" ]; then
     # Debian's libgearman 1.1.20 is built without TLS: -S is accepted and ignored.
@@ -190,6 +197,12 @@ cmp -s "$dir/echo2.got" "$dir/echo.want"; ok $? "openssl s_client with the clien
     timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
         -cert "$P/rogue.pem" -key "$P/rogue.key" >"$dir/echo3.got" 2>/dev/null
 [ ! -s "$dir/echo3.got" ]; ok $? "and with the rogue certificate gets nothing"
+# shellcheck disable=SC2086
+out=$("$DSJOB" -s "$S" $MINE -t 10000 workers --format tsv 2>&1); rc=$?
+is "$rc" 0 "dsjob workers with the client certificate exits 0"
+echo "$out" | grep -q "tls.upper"; ok $? "and lists the worker of tls.upper"
+out=$("$DSJOB" -s "$S" --ssl-ca-file "$P/ca.pem" -t 10000 status 2>&1); rc=$?
+[ "$rc" -ne 0 ]; ok $? "dsjob status without a certificate is refused (exit $rc): $out"
 # shellcheck disable=SC2086
 out=$(echo after | "$DSJOB" -s "$S" $MINE -t 10000 submit tls.upper 2>&1)
 is "$out" "AFTER" "the refusals cost the others nothing"
