@@ -992,15 +992,17 @@ main_sql(struct store *st, struct sbuf *q)
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
         /*
          * When the first job of these functions that waits for its run-at
-         * time (an epoch job, a retry's backoff) is due, for a timer: one
-         * index probe per function and priority.
+         * time is due, for a timer: an epoch job, or the retry backoff of a
+         * server whose lease ran out (a live server's retries wait in its
+         * own queue). One index probe per function and priority.
          */
         sb_str(q, ", due AS (SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8"
                   " AS ms FROM ");
         funcs_values(q, ls);
         sb_str(q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
                   " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
-                  " AND prio = p.prio AND run_at > now() AND owner IS NULL"
+                  " AND prio = p.prio AND run_at > now()"
+                  " AND (owner IS NULL OR lease_until < now())"
                   " ORDER BY run_at LIMIT 1) d)");
         sep = ", ";
     }

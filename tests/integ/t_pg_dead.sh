@@ -14,7 +14,8 @@
 # kept result's bytes; b, started later while a runs, shows none of them;
 # after kill -9 of a, b (running) shows them within a few renewals, retries one dead job (it runs
 # on b's worker and its row then holds the kept result) and drops the
-# other (its row goes).
+# other (its row goes). A retry that c scheduled before its kill -9 runs
+# on d at its run-at time, though d neither polls nor renews meanwhile.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -146,4 +147,52 @@ is "$(pgd_stat b dsjob_pg_released_total)" 0 "b gave up no lease (its dead set a
 reap
 pgd_stop b
 ok $? "b stops on SIGTERM"
+
+# --- a retry's backoff outlives its server ---
+# c fails a job once: its retry waits in PostgreSQL with a run-at time,
+# under c's lease. c is killed, its lease runs out, and then a worker for
+# the function comes to d, which polls once an hour and renews every 100
+# s: the lease op for that worker finds the job not due yet, reads when
+# it is, and d takes it then.
+pgd_start c --pg-lease 3 --retry-on fail -j 3 --retry-backoff 16 --verbose NOTICE
+ok $? "c starts (--retry-on fail, --retry-backoff 16)"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -f pgretry -- sh -c 'cat >/dev/null; exit 3' \
+    2>/dev/null &
+w_fail=$!
+track $w_fail
+poll_s 10 pgd_registered c pgretry
+hr=$(dsn c submit -b pgretry again 2>&1)
+waits() {
+    [ "$(q "SELECT attempts FROM dsjob.jobs WHERE handle = '$hr' AND state = 0
+            AND run_at > now()")" = 1 ]
+}
+poll_s 15 waits
+ok $? "c's job $hr failed once and waits in PostgreSQL for its retry"
+pgd_kill9 c
+kill "$w_fail" 2>/dev/null
+due_ms=$(q "SELECT floor(extract(epoch FROM run_at) * 1000)::bigint FROM dsjob.jobs
+            WHERE handle = '$hr'")
+expired() { [ "$(q "SELECT lease_until < now() FROM dsjob.jobs WHERE handle = '$hr'")" = t ]; }
+poll_s 10 expired
+ok $? "c's lease on it runs out after c's kill -9"
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start d $ARGS --pg-lease 300 --pg-poll-ms 3600000
+ok $? "d starts (--pg-lease 300, --pg-poll-ms 3600000)"
+: >"$T/ran.retry"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f pgretry -- \
+    sh -c 'date +%s%N >>"$1"; cat >/dev/null' sh "$T/ran.retry" 2>/dev/null &
+track $!
+poll_s 10 pgd_registered d pgretry
+ok $? "then a worker for pgretry comes to d ($(($(date +%s%N) / 1000000 - ${due_ms:-0})) ms from the retry's run-at time)"
+ran_retry() { [ -s "$T/ran.retry" ]; }
+poll_s 30 ran_retry
+ok $? "d runs the retry without a poll or a renewal"
+ts=$(head -1 "$T/ran.retry")
+if [ -n "$ts" ]; then late=$((ts / 1000000 - ${due_ms:-0})); else late=never; fi
+diag "the retry started $late ms after its run-at time"
+[ -n "$ts" ] && [ "$late" -ge 0 ]
+ok $? "not before its run-at time ($late ms)"
+reap
+pgd_stop d
+ok $? "d stops on SIGTERM"
 done_testing
