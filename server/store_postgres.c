@@ -145,8 +145,7 @@
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
 /*
  * The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified,
- * 5 given up, 6 the next waiting job's milliseconds to its run-at time in
- * the handle column), CLAIM_COLUMNS.
+ * 5 given up), CLAIM_COLUMNS.
  */
 #define NULL_REST                                                                                  \
     ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
@@ -198,6 +197,7 @@ struct store {
     size_t nupds, upds_cap, nfuncs;
     struct store_lease *ls; /* the open batch's lease op, or NULL */
     bool notify;            /* the batch leaves jobs for other servers: NOTIFY */
+    bool due_wanted;        /* the lease op took fewer jobs than it asked for: read_due */
 };
 
 static void
@@ -936,17 +936,62 @@ funcs_values(struct sbuf *q, const struct store_lease *ls)
     sb_str(q, ") AS f(name, n)");
 }
 
+/* How many jobs ls asks for in all, of the functions this store can hold. */
+static uint64_t
+lease_asked(const struct store_lease *ls)
+{
+    uint64_t n = 0;
+    size_t i;
+
+    for (i = 0; ls != NULL && i < ls->nfuncs; i++)
+        if (utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            n += ls->limits[i];
+    return n;
+}
+
+/*
+ * After a take that fell short: when the first job of its functions that
+ * waits for its run-at time is due, into ls->due_ms, for a timer. Such a
+ * job is an epoch job, or the retry backoff of a server whose lease ran
+ * out (a live server's retries wait in its own queue). One index probe per
+ * function and priority, in a statement of its own after the commit, so
+ * that a take that got all it asked for (a backlog: its workers ask again
+ * as they finish) costs nothing more. A failure leaves due_ms at -1: the
+ * poll finds the job.
+ */
+static void
+read_due(struct store *st, struct store_lease *ls)
+{
+    struct sbuf q = {0};
+    PGresult *r;
+
+    sb_str(&q, "SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8 FROM ");
+    funcs_values(&q, ls);
+    sb_str(&q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
+               " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
+               " AND prio = p.prio AND run_at > now() AND (owner IS NULL OR lease_until < now())"
+               " ORDER BY run_at LIMIT 1) d");
+    if (q.oom) {
+        free(q.p);
+        return;
+    }
+    r = PQexec(st->db, q.p);
+    free(q.p);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        ls->due_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+}
+
 /*
  * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
  * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) or gives up (rows
  * under this server's lease that its queue lacks) and its NOTIFY, as
  * data-modifying CTEs whose RETURNING rows come back tagged (1 added, 2
- * removed, 3 taken, 5 given up), and when the first job of the functions
- * taken that waits for its run-at time is due (6). No two of them touch
- * one row: the INSERT's rows are new, the DELETE's are this server's and
- * in its queue, those given up are this server's and not in its queue,
- * and the take skips this server's (its own expired leases are renewed,
- * not taken). Returns the SQL in q.
+ * removed, 3 taken, 5 given up). No two of them touch one row: the
+ * INSERT's rows are new, the DELETE's are this server's and in its queue,
+ * those given up are this server's and not in its queue, and the take
+ * skips this server's (its own expired leases are renewed, not taken).
+ * Returns the SQL in q.
  */
 static void
 main_sql(struct store *st, struct sbuf *q)
@@ -990,20 +1035,6 @@ main_sql(struct store *st, struct sbuf *q)
         sb_lit(q, st->owner, strlen(st->owner));
         sb_str(q, ")) ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
-        /*
-         * When the first job of these functions that waits for its run-at
-         * time is due, for a timer: an epoch job, or the retry backoff of a
-         * server whose lease ran out (a live server's retries wait in its
-         * own queue). One index probe per function and priority.
-         */
-        sb_str(q, ", due AS (SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8"
-                  " AS ms FROM ");
-        funcs_values(q, ls);
-        sb_str(q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
-                  " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
-                  " AND prio = p.prio AND run_at > now()"
-                  " AND (owner IS NULL OR lease_until < now())"
-                  " ORDER BY run_at LIMIT 1) d)");
         sep = ", ";
     }
     if (release) {
@@ -1028,10 +1059,8 @@ main_sql(struct store *st, struct sbuf *q)
         sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
     if (st->nrms > 0)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
-    if (take) {
+    if (take)
         sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
-        sb_str(q, " UNION ALL SELECT 6::int2, ms::text" NULL_REST " FROM due WHERE ms IS NOT NULL");
-    }
     if (release)
         sb_str(q, " UNION ALL SELECT 5::int2, handle" NULL_REST " FROM rel");
     if (st->notify)
@@ -1144,8 +1173,6 @@ flush_main(struct store *st, char *err)
             removed[nremoved++] = PQgetvalue(r, k, 1);
         else if (kind == 5)
             ls->nreleased++;
-        else if (kind == 6)
-            ls->due_ms = strtoll(PQgetvalue(r, k, 1), NULL, 10);
         else if (kind == 3) {
             ntaken++;
             for (i = 1; i <= 6; i++)
@@ -1155,6 +1182,7 @@ flush_main(struct store *st, char *err)
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     qsort(removed, nremoved, sizeof(*removed), store_cmp_strs);
     mark_lost(removed, nremoved, st->rms, st->nrms);
+    st->due_wanted = lease_takes(ls) && ntaken < lease_asked(ls);
     if (ntaken > 0) {
         ls->jobs = calloc(ntaken, sizeof(*ls->jobs));
         ls->mem = malloc(bytes);
@@ -1288,6 +1316,7 @@ batch_reset(struct store *st, bool ok)
     sb_reset(&st->upd);
     st->ls = NULL;
     st->notify = false;
+    st->due_wanted = false;
 }
 
 /*
@@ -1385,7 +1414,10 @@ pg_flush(struct store *st, char *err)
         goto rollback;
     if (txn && (rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
         goto fail;
-    /* Committed. Adds that coalesced learn onto which job. */
+    /* Committed. A take that fell short learns when the next waiting job is due. */
+    if (st->due_wanted && st->ls != NULL)
+        read_due(st, st->ls);
+    /* Adds that coalesced learn onto which job. */
     for (i = 0; i < st->nadds; i++) {
         struct pend_add *a = &st->adds[i];
         char *row;
