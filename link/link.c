@@ -410,6 +410,19 @@ link_flush(struct link *l, int64_t deadline)
     }
 }
 
+/*
+ * Waits up to deadline for the socket to be readable (or writable, while
+ * bytes are queued), then reads what it has: the wait of link_recv and
+ * link_recv_some, which write what they can before it.
+ */
+static int
+link_wait_read(struct link *l, int64_t deadline)
+{
+    int r = link_poll(l, link_want_write(l) ? POLLIN | POLLOUT : POLLIN, deadline);
+
+    return r != DSJOB_OK ? r : link_read_some(l);
+}
+
 int
 link_recv(struct link *l, struct packet *p, int64_t deadline)
 {
@@ -418,8 +431,6 @@ link_recv(struct link *l, struct packet *p, int64_t deadline)
     if (l->fd < 0)
         return link_set_err(l, DSJOB_ERR_CLOSED, "not connected to '%s'", l->addr);
     for (;;) {
-        short events = POLLIN;
-
         if (link_want_write(l)) {
             r = link_write_some(l);
             if (r != DSJOB_OK)
@@ -430,12 +441,7 @@ link_recv(struct link *l, struct packet *p, int64_t deadline)
             return DSJOB_OK;
         if (r < 0)
             return -r;
-        if (link_want_write(l))
-            events |= POLLOUT;
-        r = link_poll(l, events, deadline);
-        if (r != DSJOB_OK)
-            return r;
-        r = link_read_some(l);
+        r = link_wait_read(l, deadline);
         if (r != DSJOB_OK)
             return r;
     }
@@ -453,19 +459,12 @@ link_recv_some(struct link *l, int64_t deadline)
     l->in_pending = 0;
     had = l->in_len - l->in_off;
     for (;;) {
-        short events = POLLIN;
-
         if (link_want_write(l)) {
             r = link_write_some(l);
             if (r != DSJOB_OK)
                 return r;
         }
-        if (link_want_write(l))
-            events |= POLLOUT;
-        r = link_poll(l, events, deadline);
-        if (r != DSJOB_OK)
-            return r;
-        r = link_read_some(l);
+        r = link_wait_read(l, deadline);
         if (r != DSJOB_OK)
             return r;
         if (l->in_len - l->in_off > had)
