@@ -1257,6 +1257,23 @@ shared_find_strays(struct srv *srv, const struct store_lease *ls)
     storage_want_lease(srv);
 }
 
+/*
+ * Arm the one-shot timer ev for a lease op ms milliseconds from now (as
+ * PostgreSQL counted them), a little after, so that PostgreSQL's clock has
+ * passed that time too; at most a day ahead (a later renewal or lease op
+ * arms it again).
+ */
+static void
+shared_arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv;
+
+    ms = (ms < 86400000 ? ms : 86400000) + STORAGE_EXPIRY_SLACK_MS;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    evtimer_add(ev, &tv);
+}
+
 /* On the loop: a lease op committed. Queue what it took; check what it renewed. */
 static void
 shared_leased(struct srv *srv, struct store_lease *ls)
@@ -1324,20 +1341,10 @@ shared_leased(struct srv *srv, struct store_lease *ls)
     }
     if (ls->renewed)
         shared_find_strays(srv, ls);
-    if (ls->renewed && ls->expiry_ms >= 0) {
-        /* A little after it, so that PostgreSQL's clock has passed it too. */
-        int64_t ms = ls->expiry_ms + STORAGE_EXPIRY_SLACK_MS;
-        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-        evtimer_add(sg->expiry_ev, &tv);
-    }
-    if (ls->due_ms >= 0) {
-        /* An epoch job or a retry's backoff: taken when due, not at the next poll. */
-        int64_t ms = (ls->due_ms < 86400000 ? ls->due_ms : 86400000) + STORAGE_EXPIRY_SLACK_MS;
-        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-        evtimer_add(sg->due_ev, &tv);
-    }
+    if (ls->renewed && ls->expiry_ms >= 0)
+        shared_arm(sg->expiry_ev, ls->expiry_ms);
+    if (ls->due_ms >= 0) /* an epoch job or a retry's backoff: taken when due, not at a poll */
+        shared_arm(sg->due_ev, ls->due_ms);
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
     store_lease_free(ls);
