@@ -42,19 +42,12 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-DSJOB=$top_builddir/tools/dsjob
 LOAD=$top_srcdir/tests/integ/pg_load.pl
-[ -x "$DSJOB" ] || {
-    echo "1..0 # SKIP tools/dsjob not built"
-    exit 0
-}
 if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
     echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
     exit 0
 fi
-pg_skip_unless_found
-pg_skip_unless_store
-unset DSJOB_SERVERS DSJOB_PROGRESS
+pg_test_begin
 
 LEASE=3 # --pg-lease, seconds
 POLL=1000
@@ -69,11 +62,7 @@ pg_test_cleanup() {
     done
 }
 
-pg_start || {
-    echo "Bail out! PostgreSQL did not start"
-    exit 1
-}
-diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+pg_start_or_bail
 # All three at once, on a database without schema dsjob: they race to make it.
 for n in a b c; do
     # shellcheck disable=SC2086 # SERVER_ARGS are words

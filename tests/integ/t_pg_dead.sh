@@ -23,23 +23,12 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-DSJOB=$top_builddir/tools/dsjob
-[ -x "$DSJOB" ] || {
-    echo "1..0 # SKIP tools/dsjob not built"
-    exit 0
-}
-pg_skip_unless_found
-pg_skip_unless_store
-unset DSJOB_SERVERS DSJOB_PROGRESS
+pg_test_begin
 
 LEASE=3
 ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
 
-pg_start || {
-    echo "Bail out! PostgreSQL did not start"
-    exit 1
-}
-diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+pg_start_or_bail
 # shellcheck disable=SC2086 # ARGS are words
 pgd_start a $ARGS || {
     echo "Bail out! dsjobd a did not start"

@@ -17,20 +17,9 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-DSJOB=$top_builddir/tools/dsjob
-[ -x "$DSJOB" ] || {
-    echo "1..0 # SKIP tools/dsjob not built"
-    exit 0
-}
-pg_skip_unless_found
-pg_skip_unless_store
-unset DSJOB_SERVERS DSJOB_PROGRESS
+pg_test_begin
 
-pg_start || {
-    echo "Bail out! PostgreSQL did not start"
-    exit 1
-}
-diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID"
+pg_start_or_bail
 pgd_start a --verbose NOTICE && pgd_start b --verbose NOTICE --store-async-ends || {
     echo "Bail out! dsjobd did not start"
     exit 1

@@ -32,14 +32,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-DSJOB=$top_builddir/tools/dsjob
-[ -x "$DSJOB" ] || {
-    echo "1..0 # SKIP tools/dsjob not built"
-    exit 0
-}
-pg_skip_unless_found
-pg_skip_unless_store
-unset DSJOB_SERVERS DSJOB_PROGRESS
+pg_test_begin
 
 # The libpq program: make check builds it when configure found libpq;
 # otherwise (a tree configured before, say) it is built here with pkg-config.
@@ -55,11 +48,7 @@ if [ ! -x "$TXN" ]; then
     fi
 fi
 
-pg_start || {
-    echo "Bail out! PostgreSQL did not start"
-    exit 1
-}
-diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID ($PG_BIN)"
+pg_start_or_bail
 pgd_start a --pg-poll-ms 5000 --pg-lease 3 --verbose NOTICE || {
     echo "Bail out! dsjobd --store postgres did not start"
     exit 1

@@ -75,6 +75,15 @@
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS; between tries
 #                     it sleeps POLL_S_SLEEP seconds (0.05)
+#   pg_test_begin     a test's first steps: sets DSJOB (tools/dsjob), skips
+#                     when it is not built and as pg_skip_unless_found and
+#                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
+#                     DSJOB_PROGRESS
+#   pg_start_or_bail  pg_start, or `Bail out!` and exit 1; a diagnostic
+#                     names the PostgreSQL, its port and pid
+#   pgd_writer_pid OWNER
+#                     the backend of that start's writer connection (the one
+#                     holding its advisory lock), empty once it is gone
 
 PG_DIR=""
 PG_PID=""
@@ -331,6 +340,31 @@ pgd_stop_all() {
     for _n in $_pgd_names; do
         pgd_stop "$_n"
     done
+}
+
+# pg_test_begin: a postgres test's first steps: DSJOB (tools/dsjob), a
+# skip (1..0) when it is not built, when there is no PostgreSQL or when
+# dsjobd has no postgres store, and no DSJOB_SERVERS or DSJOB_PROGRESS from
+# the caller's environment.
+pg_test_begin() {
+    DSJOB=${top_builddir:-.}/tools/dsjob
+    [ -x "$DSJOB" ] || {
+        echo "1..0 # SKIP tools/dsjob not built"
+        exit 0
+    }
+    pg_skip_unless_found
+    pg_skip_unless_store
+    unset DSJOB_SERVERS DSJOB_PROGRESS
+}
+
+# pg_start_or_bail: pg_start, or "Bail out!" and exit 1; says which
+# PostgreSQL runs where.
+pg_start_or_bail() {
+    pg_start || {
+        echo "Bail out! PostgreSQL did not start"
+        exit 1
+    }
+    diag "PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT, pid $PG_PID ($PG_BIN)"
 }
 
 # pgd_writer_pid OWNER: the PostgreSQL backend of that dsjobd start's
