@@ -286,10 +286,16 @@ conn_flush_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    /* conn_flush may resume a reader whose replies list it again: fine, it is at the tail. */
+    /*
+     * conn_flush may resume a reader whose replies list it again, and a
+     * close may wake workers or drop more peers: all go at the tail.
+     */
     while ((c = TAILQ_FIRST(&srv->flushq)) != NULL) {
         conn_unlist(c);
-        conn_flush(c);
+        if (c->dropping)
+            conn_close(c, false);
+        else
+            conn_flush(c);
     }
 }
 
@@ -308,7 +314,8 @@ conn_write_cb(evutil_socket_t fd, short what, void *arg)
         conn_retire(c);
         return;
     }
-    conn_flush(c);
+    if (!c->dropping) /* conn_flush_cb closes it */
+        conn_flush(c);
 }
 
 static void
@@ -456,7 +463,7 @@ conn_process(struct conn *c)
     struct evbuffer *in = c->in;
     bool consumed = false;
 
-    while (c->state == CONN_ACTIVE) {
+    while (c->state == CONN_ACTIVE && !c->dropping) {
         size_t avail = evbuffer_get_length(in);
         unsigned char first;
 
@@ -716,21 +723,34 @@ conn_linger(struct conn *c)
     event_add(c->rev, &tv);
 }
 
-/* True if c can take more output; drops c (logging which limit) if not. */
+/*
+ * True if c can take more output. If not, c is marked dropping (logging
+ * which limit) and listed for conn_flush_cb, which closes it once the
+ * handler that sent has returned: closing here would free waiters, held
+ * jobs and acks that the caller is walking.
+ */
 static bool
 conn_room(struct conn *c, size_t more)
 {
+    struct srv *srv = c->srv;
     size_t queued;
 
-    if (c->state != CONN_ACTIVE)
+    if (c->state != CONN_ACTIVE || c->dropping)
         return false;
     queued = evbuffer_get_length(c->out);
-    if (queued + more > c->srv->cfg.max_output_buffer) {
-        log_warn(&c->srv->log,
+    if (queued + more > srv->cfg.max_output_buffer) {
+        log_warn(&srv->log,
                  "%s: %zu bytes unread is over --max-output-buffer %zu: dropping the peer", c->peer,
-                 queued + more, c->srv->cfg.max_output_buffer);
-        c->srv->stats.limits[STATS_LIMIT_MAX_OUTPUT_BUFFER]++;
-        conn_close(c, false);
+                 queued + more, srv->cfg.max_output_buffer);
+        srv->stats.limits[STATS_LIMIT_MAX_OUTPUT_BUFFER]++;
+        c->dropping = true;
+        event_del(c->rev);
+        /* Listed even if its write event is armed: a peer that does not read never fires it. */
+        if (!c->flush_queued) {
+            c->flush_queued = true;
+            TAILQ_INSERT_TAIL(&srv->flushq, c, flush_link);
+        }
+        event_active(srv->flush_ev, EV_TIMEOUT, 0);
         return false;
     }
     conn_want_flush(c);

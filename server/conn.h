@@ -58,6 +58,8 @@ struct conn {
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool admin_seen;              /* sent an admin line: counted as an admin connection */
     bool read_paused;             /* input left unread until output drains */
+    bool dropping;                /* over --max-output-buffer: closed after this turn's
+                                     handler, by conn_flush_cb, never inside a send */
     size_t lingered;              /* input bytes thrown away while closing */
     struct ack_list acks;         /* answers owed once the store commits */
     unsigned nacks;               /* entries in acks */
@@ -85,7 +87,12 @@ void conn_free(struct conn *c);
  */
 void conn_close(struct conn *c, bool flush);
 
-/* conn_flush_cb writes every connection on srv->flushq (the srv's flush_ev). */
+/*
+ * conn_flush_cb writes every connection on srv->flushq (the srv's flush_ev),
+ * and closes those a send marked as dropping: a send never closes a
+ * connection itself, so no handler sees a waiter, job or ack list change
+ * under it.
+ */
 void conn_flush_cb(evutil_socket_t fd, short what, void *arg);
 
 /*
@@ -106,7 +113,11 @@ void conn_set_state(struct conn *c, enum conn_state state);
 /* conn_state_name names a state, for log lines. */
 const char *conn_state_name(enum conn_state state);
 
-/* conn_send queues a response packet of nargs arguments (copied). */
+/*
+ * conn_send queues a response packet of nargs arguments (copied). A peer
+ * that would go over --max-output-buffer gets nothing more and is marked
+ * dropping: it is closed after the current callback returns.
+ */
 void conn_send(struct conn *c, enum packet_type type, unsigned nargs, const void *const *args,
                const size_t *lens);
 

@@ -47,7 +47,6 @@ struct waiter {
     struct job *job;               /* the job it waits for (borrowed) */
     TAILQ_ENTRY(waiter) by_job;    /* in job->waiters */
     TAILQ_ENTRY(waiter) by_client; /* in the client connection's list */
-    uint32_t told;                 /* the job's tell_gen when last sent to */
 };
 TAILQ_HEAD(waiter_list, waiter);
 
@@ -61,7 +60,6 @@ struct job_ext {
     uint32_t numerator;         /* last WORK_STATUS */
     uint32_t denominator;       /* last WORK_STATUS */
     uint32_t attempts;     /* failed attempts: a worker left, timed out, or (--retry-on) failed */
-    uint32_t tell_gen;     /* counts lifecycle_tell calls, to mark the waiters told */
     int64_t first_fail;    /* epoch seconds of the first failed attempt, or 0 */
     int64_t last_fail;     /* ... of the last one; for a DONE job, when it ended */
     unsigned char *result; /* owned: DONE, its result; DEAD, its last failure's text */

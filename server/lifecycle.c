@@ -58,31 +58,11 @@ lifecycle_tell(struct job *j, enum packet_type type, unsigned nargs, const void 
                const size_t *lens)
 {
     struct waiter *w;
-    uint32_t gen;
 
-    if (j->ext == NULL)
-        return;
-    job_ref(j);
-    gen = ++j->ext->tell_gen;
-    w = TAILQ_FIRST(&j->ext->waiters);
-    while (w != NULL) {
-        struct conn *c = w->client;
-
-        if (w->told == gen) {
-            w = TAILQ_NEXT(w, by_job);
-            continue;
-        }
-        w->told = gen;
-        conn_send(c, type, nargs, args, lens);
-        /*
-         * A client over --max-output-buffer is dropped inside conn_send,
-         * and its waiters (w among them) are freed: start again from the
-         * head, past the waiters already told. The connection itself is
-         * freed only by the reaper, so c can still be looked at.
-         */
-        w = c->state == CONN_ACTIVE ? TAILQ_NEXT(w, by_job) : TAILQ_FIRST(&j->ext->waiters);
-    }
-    job_unref(j);
+    /* A send never closes its connection (conn_room defers that), so the list holds still. */
+    if (j->ext != NULL)
+        TAILQ_FOREACH (w, &j->ext->waiters, by_job)
+            conn_send(w->client, type, nargs, args, lens);
 }
 
 /* Forget every client waiting for j, telling them nothing. */

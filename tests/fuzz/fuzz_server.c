@@ -6,6 +6,11 @@
  * and closed. Sanitizers catch what goes wrong; the target also checks that
  * no connection outlives its peers. After a shutdown command the next
  * input gets a new server.
+ *
+ * The first byte's top bit picks one of two servers: one with roomy limits,
+ * and one with --max-packet-size 1024 and --max-output-buffer 1036, where
+ * two packets in one turn push a peer over its output limit, so the paths
+ * that drop a peer in the middle of a send are within reach of 4 KB inputs.
  */
 #include "config.h"
 
@@ -29,27 +34,34 @@ static struct event_base *base;
 static struct dsjob_server *server;
 static struct srv *srv;
 
+/* The two servers: [0] roomy limits, [1] tiny ones. */
+static struct {
+    struct event_base *base;
+    struct dsjob_server *server;
+} slot[2];
+
 static void
-setup(void)
+setup(int tiny)
 {
     struct dsjob_server_config cfg;
     static char path[108];
     char err[256];
 
-    snprintf(path, sizeof(path), "/tmp/dsjob-fuzz-%ld.sock", (long)getpid());
+    snprintf(path, sizeof(path), "/tmp/dsjob-fuzz-%ld-%d.sock", (long)getpid(), tiny);
     dsjob_server_config_init(&cfg);
     cfg.port = -1;
     cfg.unix_socket = path;
     cfg.log_file = "none";
-    cfg.max_packet_size = 1 << 16;
-    cfg.max_output_buffer = 1 << 20;
+    cfg.max_packet_size = tiny ? 1024 : 1 << 16;
+    cfg.max_output_buffer = tiny ? 1036 : 1 << 20;
     cfg.job_retries = 2;
     cfg.job_handle_prefix = "H:f";
     base = event_base_new();
     server = dsjob_server_new(&cfg, err, sizeof(err));
     if (server == NULL || dsjob_server_attach(server, base) != DSJOB_OK)
         abort();
-    srv = (struct srv *)server; /* struct dsjob_server wraps struct srv first */
+    slot[tiny].base = base;
+    slot[tiny].server = server;
 }
 
 static void
@@ -69,11 +81,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t split, part[2][2];
     int i, turn;
 
-    if (server == NULL)
-        setup();
+    int tiny;
+
     if (size < 2)
         return 0;
-    split = ((size_t)data[0] << 8 | data[1]) % (size - 1);
+    tiny = data[0] >> 7;
+    base = slot[tiny].base;
+    server = slot[tiny].server;
+    if (server == NULL)
+        setup(tiny);
+    srv = (struct srv *)server; /* struct dsjob_server wraps struct srv first */
+    split = ((size_t)(data[0] & 0x7f) << 8 | data[1]) % (size - 1);
     data += 2;
     size -= 2;
     part[0][0] = 0, part[0][1] = split;
@@ -121,7 +139,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          */
         dsjob_server_free(server);
         event_base_free(base);
-        server = NULL;
+        slot[tiny].server = NULL;
+        slot[tiny].base = NULL;
     }
     return 0;
 }
