@@ -294,6 +294,20 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
      */
     if (unique_len > 0 && (j = by_data ? queue_find_payload(f, data, data_len)
                                        : queue_find_unique(f, unique, unique_len)) != NULL) {
+        /*
+         * A background submit onto a live foreground job: the job becomes
+         * background, so that it runs even if its foreground clients all
+         * leave, and on a durable store it is stored before the answer.
+         * (gearmand 1.1.20 acknowledges it and drops it with its clients.)
+         */
+        if (s->background && !j->background &&
+            (j->state == JOB_QUEUED || j->state == JOB_RUNNING || j->state == JOB_SCHEDULED)) {
+            if (durable) {
+                storage_adopt(srv, c, j);
+                return;
+            }
+            j->background = true;
+        }
         if (durable) {
             storage_submit(srv, c, j, true); /* answered in order, after the commit */
             return;

@@ -501,6 +501,29 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     schedule(srv);
 }
 
+void
+storage_adopt(struct srv *srv, struct conn *c, struct job *j)
+{
+    struct storage *sg = &srv->storage;
+    struct ack *a = ack_alloc(sg, "ack", 0);
+    struct store_op *op;
+
+    j->background = true; /* what op_add_new stores; undone below if it cannot be */
+    op = a != NULL ? op_add_new(sg, j) : NULL;
+    if (op == NULL) {
+        j->background = false;
+        free(a);
+        storage_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        return;
+    }
+    j->stored = true;
+    if (sg->shared)
+        op->sj.leased = true; /* it is here already, queued or running */
+    batch_append(&sg->open, op);
+    ack_link(srv, a, c, j, op);
+    schedule(srv);
+}
+
 bool
 storage_settle(struct srv *srv, struct job *j, struct conn *worker)
 {

@@ -160,6 +160,15 @@ void storage_close(struct srv *srv);
  */
 void storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
 
+/*
+ * storage_adopt answers a background submit on a durable store that
+ * coalesced onto a live foreground job j, which no store holds: j becomes
+ * background and is stored, and the answer (JOB_CREATED) waits for that
+ * commit, so the job survives its foreground clients and a restart. On
+ * out of memory the submitter is sent an ERROR and j is left as it was.
+ */
+void storage_adopt(struct srv *srv, struct conn *c, struct job *j);
+
 /* storage_refuse queues an ERROR for c behind the answers it is owed. */
 void storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);
 
