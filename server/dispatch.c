@@ -326,10 +326,10 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
                f->max_queue[s->prio]);
         return;
     }
-    if (srv->cfg.max_jobs > 0 && srv->queue.njobs >= srv->cfg.max_jobs) {
+    if (srv->cfg.max_jobs > 0 && queue_live(&srv->queue) >= srv->cfg.max_jobs) {
         srv->stats.limits[STATS_LIMIT_MAX_JOBS]++;
         refuse(c, p, durable, "QUEUE_ERROR",
-               "Server is full: it holds %zu jobs, its --max-jobs limit", srv->queue.njobs);
+               "Server is full: it holds %zu jobs, its --max-jobs limit", queue_live(&srv->queue));
         return;
     }
     n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);

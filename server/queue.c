@@ -75,6 +75,7 @@ queue_init(struct queue *q, bool round_robin)
     TAILQ_INIT(&q->kept);
     q->round_robin = round_robin;
     q->njobs = 0;
+    q->nended = 0;
     q->global = false;
     q->ranked = false;
     q->aging = 0;
@@ -434,10 +435,12 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
     case JOB_DEAD:
         TAILQ_REMOVE(&f->dead, j, link);
         f->ndead--;
+        q->nended--;
         break;
     case JOB_DONE:
         TAILQ_REMOVE(&q->kept, j, link);
         f->nkept--;
+        q->nended--;
         break;
     case JOB_NEW: break;
     }
@@ -510,6 +513,7 @@ queue_bury(struct queue *q, struct job *j)
     queue_unplace(q, f, j);
     TAILQ_INSERT_TAIL(&f->dead, j, link);
     f->ndead++;
+    q->nended++;
     j->state = JOB_DEAD;
 }
 
@@ -538,6 +542,7 @@ queue_keep(struct queue *q, struct job *j)
     }
     TAILQ_INSERT_TAIL(&q->kept, j, link);
     f->nkept++;
+    q->nended++;
     j->state = JOB_DONE;
 }
 
@@ -565,11 +570,13 @@ queue_revive(struct queue *q, struct job *j, int64_t now)
     }
     TAILQ_REMOVE(&f->dead, j, link);
     f->ndead--;
+    q->nended--;
     if (queue_place(q, f, j, now) < 0) {
         if (j->unique_len > 0)
             hmap_remove(unique_index(f, j), &j->by_unique);
         TAILQ_INSERT_TAIL(&f->dead, j, link);
         f->ndead++;
+        q->nended++;
         return -1;
     }
     return 0;

@@ -103,6 +103,7 @@ struct queue {
     struct job_list kept;        /* DONE jobs of every function, oldest end first */
     bool round_robin;            /* rotate a worker's abilities after a grab */
     size_t njobs;                /* jobs in queue.jobs */
+    size_t nended;               /* of those, DEAD or DONE (see queue_live) */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
     bool global;                 /* --priority global: the best job over all abilities */
     bool ranked;                 /* global or aging: queue_grab compares list heads */
@@ -315,5 +316,15 @@ void queue_awake(struct qworker *w);
  * a NOOP). NULL if no worker of f sleeps.
  */
 struct qworker *queue_wake_one(struct func *f);
+
+/*
+ * queue_live counts the jobs --max-jobs bounds: every job held but the
+ * ended ones (the dead sets and the kept results).
+ */
+static inline size_t
+queue_live(const struct queue *q)
+{
+    return q->njobs - q->nended;
+}
 
 #endif

@@ -508,13 +508,60 @@ test_max_jobs(void)
     submit(c, PACKET_SUBMIT_JOB_BG, "mj_a", "u1", "1", buf, sizeof(buf));
     tap_is_str(buf, h, "a submit that coalesces with a held job is not refused");
     peer_send(w, PACKET_WORK_COMPLETE, 2, h2, "done");
-    usleep(100000);
+    peer_send(w, PACKET_ECHO_REQ, 1, "after");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS); /* the completion was handled */
     peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mj_c", "", "4");
     tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS),
            "once the running job completes there is room again");
     close(w);
     close(c);
     tap_ok(daemon_alive(&d), "the server stayed up");
+    daemon_stop(&d);
+}
+
+/*
+ * --max-jobs counts what it says: queued, scheduled and running jobs, not
+ * the kept results (--keep-results) or the dead sets (--max-dead). It used
+ * to count both, so a server with nothing to do refused every submit.
+ */
+static void
+test_max_jobs_ended(void)
+{
+    static const char *const args[] = {"--max-jobs", "2", "--keep-results", "600", "--max-dead",
+                                       "10",         NULL};
+    struct daemon d;
+    char h[128], buf[512];
+    struct peer_pkt p;
+    int c, w;
+
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(port);
+    w = worker("mje");
+    submit(c, PACKET_SUBMIT_JOB_BG, "mje", "", "ok", h, sizeof(h));
+    submit(c, PACKET_SUBMIT_JOB_BG, "mje", "", "bad", h, sizeof(h));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h, sizeof(h), PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "result");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h, sizeof(h), PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_FAIL, 1, h);
+    peer_send(w, PACKET_ECHO_REQ, 1, "after");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS); /* both ends were handled */
+    peer_admin(c, "show dead mje", true, buf, sizeof(buf));
+    tap_ok(strstr(buf, h) != NULL, "--max-jobs 2: one job kept, the failed one dead (%s)", h);
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mje", "", "3");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS),
+           "--max-jobs 2: a kept result and a dead job leave room for a new job");
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mje", "", "4");
+    tap_ok(recv_type(c, PACKET_JOB_CREATED, NULL, 0, PEER_TIMEOUT_MS),
+           "--max-jobs 2: and for a second one");
+    peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "mje", "", "5");
+    tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "QUEUE_ERROR"),
+           "--max-jobs 2: a third queued job is refused");
+    peer_pkt_release(&p);
+    close(w);
+    close(c);
     daemon_stop(&d);
 }
 
@@ -996,6 +1043,7 @@ main(void)
     test_admin_denied();
     test_max_connections();
     test_max_jobs();
+    test_max_jobs_ended();
     test_retries();
     test_slow_waiter();
     test_shutdown();
