@@ -503,6 +503,31 @@ queue_find_settling(const struct func *f, const void *unique, size_t len)
     return n ? (struct job *)((char *)n - offsetof(struct job, by_unique)) : NULL;
 }
 
+/* When j ended (its last failure, or its end for a kept result): 0 if unknown. */
+static int64_t
+ended_at(const struct job *j)
+{
+    return j->ext != NULL ? j->ext->last_fail : 0;
+}
+
+/*
+ * Put j into list l, which is ordered by end time, oldest first: a job
+ * that ends now goes at the tail at once; one replayed from the store
+ * (which gives them in submission order) walks back to its place.
+ */
+static void
+insert_by_end(struct job_list *l, struct job *j)
+{
+    struct job *at = TAILQ_LAST(l, job_list);
+
+    while (at != NULL && ended_at(at) > ended_at(j))
+        at = TAILQ_PREV(at, job_list, link);
+    if (at == NULL)
+        TAILQ_INSERT_HEAD(l, j, link);
+    else
+        TAILQ_INSERT_AFTER(l, at, j, link);
+}
+
 void
 queue_bury(struct queue *q, struct job *j)
 {
@@ -511,7 +536,7 @@ queue_bury(struct queue *q, struct job *j)
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DEAD);
     queue_unindex(f, j);
     queue_unplace(q, f, j);
-    TAILQ_INSERT_TAIL(&f->dead, j, link);
+    insert_by_end(&f->dead, j);
     f->ndead++;
     q->nended++;
     j->state = JOB_DEAD;
@@ -540,7 +565,7 @@ queue_keep(struct queue *q, struct job *j)
         }
         j->settle_indexed = hmap_insert(&f->kept, &j->by_unique, job_unique(j), j->unique_len) == 0;
     }
-    TAILQ_INSERT_TAIL(&q->kept, j, link);
+    insert_by_end(&q->kept, j);
     f->nkept++;
     q->nended++;
     j->state = JOB_DONE;
@@ -574,7 +599,7 @@ queue_revive(struct queue *q, struct job *j, int64_t now)
     if (queue_place(q, f, j, now) < 0) {
         if (j->unique_len > 0)
             hmap_remove(unique_index(f, j), &j->by_unique);
-        TAILQ_INSERT_TAIL(&f->dead, j, link);
+        insert_by_end(&f->dead, j);
         f->ndead++;
         q->nended++;
         return -1;

@@ -1016,6 +1016,98 @@ test_dead_trimmed(void)
     work_dir_remove(dir);
 }
 
+/* Waits (polling the clock, at most 3 s) until the wall clock's second is past t. */
+static void
+next_second(time_t t)
+{
+    int i;
+
+    for (i = 0; i < 300 && time(NULL) <= t; i++)
+        usleep(10000);
+}
+
+/*
+ * The dead set and the kept results are kept oldest end first, and after a
+ * restart too: the store gives them back in submission order, which put a
+ * job that ended later in front of one that ended earlier. Then --max-dead
+ * dropped the newer death, and --keep-results held an expired result until
+ * the one in front of it expired (issue 20, item 9).
+ */
+static void
+test_ended_order(void)
+{
+    char dir[] = "/tmp/dsjob-order.XXXXXX", wd[300], ha[128], hb[128], ga[128], gb[128];
+    char buf[2048], line[256];
+    const char *first[] = {"--work-dir", wd, "--max-dead", "5", "--keep-results", "600", NULL};
+    const char *again[] = {"--work-dir", wd, "--max-dead", "1", "--keep-results", "3", NULL};
+    struct daemon d;
+    time_t t;
+    int a, c, w, i, pass;
+    bool b_gone = false, a_kept = false;
+
+    work_dir_make(dir, wd, sizeof(wd));
+    daemon_start(&d, first);
+    port = d.port;
+    c = peer_connect(d.port);
+    w = worker("eo_dead");
+    peer_send(w, PACKET_CAN_DO, 1, "eo_kept");
+    /* For each function: A is submitted first and ends last; B ends 1 s (dead) or 3 s before. */
+    for (pass = 0; pass < 2; pass++) {
+        const char *f = pass == 0 ? "eo_dead" : "eo_kept";
+
+        submit(c, PACKET_SUBMIT_JOB_BG, f, "", "A", ha, sizeof(ha));
+        submit(c, PACKET_SUBMIT_JOB_BG, f, "", "B", hb, sizeof(hb));
+        peer_send(w, PACKET_GRAB_JOB, 0);
+        recv_type(w, PACKET_JOB_ASSIGN, ga, sizeof(ga), PEER_TIMEOUT_MS);
+        peer_send(w, PACKET_GRAB_JOB, 0);
+        recv_type(w, PACKET_JOB_ASSIGN, gb, sizeof(gb), PEER_TIMEOUT_MS);
+        t = time(NULL);
+        if (pass == 0)
+            peer_send(w, PACKET_WORK_FAIL, 1, gb);
+        else
+            peer_send(w, PACKET_WORK_COMPLETE, 2, gb, "B");
+        for (i = 0; i < (pass == 0 ? 1 : 3); i++)
+            next_second(t + i);
+        if (pass == 0)
+            peer_send(w, PACKET_WORK_FAIL, 1, ga);
+        else
+            peer_send(w, PACKET_WORK_COMPLETE, 2, ga, "A");
+        peer_send(w, PACKET_ECHO_REQ, 1, "ended");
+        recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS);
+        if (pass == 0) {
+            tap_ok(strcmp(ga, ha) == 0 && strcmp(gb, hb) == 0, "A was taken first, then B");
+            snprintf(line, sizeof(line), "%s", ha); /* the dead A, which died last */
+        }
+    }
+    close(w);
+    close(c);
+    daemon_stop(&d);
+
+    daemon_start(&d, again);
+    a = peer_connect(d.port);
+    peer_admin(a, "show dead eo_dead", true, buf, sizeof(buf));
+    tap_ok(dead_lines(buf) == 1 && strstr(buf, line) != NULL,
+           "restarted with --max-dead 1: the job that died last is kept (%s)", line);
+    /* B's result expires 3 s after it ended; A's 3 s later. Wait for B's to go. */
+    for (i = 0; i < 300 && !b_gone; i++) {
+        snprintf(line, sizeof(line), "show result %s", hb);
+        peer_admin(a, line, false, buf, sizeof(buf));
+        b_gone = strncmp(buf, "ERR", 3) == 0;
+        if (b_gone) {
+            snprintf(line, sizeof(line), "show result %s", ha);
+            peer_admin(a, line, false, buf, sizeof(buf));
+            a_kept = strncmp(buf, "OK", 2) == 0;
+        } else {
+            usleep(100000);
+        }
+    }
+    tap_ok(b_gone, "after a restart, the result that ended first expires");
+    tap_ok(a_kept, "while the one that ended 3 s later is still kept");
+    close(a);
+    tap_is_int(daemon_stop(&d), 0, "the server stops cleanly");
+    work_dir_remove(dir);
+}
+
 #endif
 
 int
@@ -1053,6 +1145,7 @@ main(void)
     test_refusal_order();
     test_ended_jobs();
     test_dead_trimmed();
+    test_ended_order();
 #endif
     return tap_done();
 }
