@@ -665,12 +665,15 @@ conn_tls_step(struct conn *c)
 {
     int r = tls_handshake(c);
 
-    if (r == -2) {
-        /* Said in the clear to a peer that speaks in the clear, then closed. */
+    if (r == -2 || r == -3) {
+        /* Said in the clear to a peer that speaks in the clear, in its protocol; then closed. */
         tls_conn_free(c);
         c->tls_handshaking = false;
         event_del(c->wev);
-        conn_send_error(c, "TLS_REQUIRED", "this server takes TLS connections only (--ssl)");
+        if (r == -2)
+            conn_send_error(c, "TLS_REQUIRED", "this server takes TLS connections only (--ssl)");
+        else
+            conn_printf(c, "ERR TLS_REQUIRED this+server+takes+TLS+connections+only+(--ssl)\r\n");
         conn_close(c, true);
         return;
     }

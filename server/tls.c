@@ -156,7 +156,7 @@ tls_handshake(struct conn *c)
     if (SSL_in_before(c->ssl) && recv(c->fd, &first, 1, MSG_PEEK) == 1 && first != 22) {
         log_info(&c->srv->log, "%s: TLS handshake failed: the peer speaks plain %s", c->peer,
                  first == 0 ? "Gearman" : "text");
-        return -2;
+        return first == 0 ? -2 : -3;
     }
     ERR_clear_error();
     r = SSL_do_handshake(c->ssl);

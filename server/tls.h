@@ -42,8 +42,9 @@ int tls_conn_start(struct conn *c);
  * ready. Returns 1 when the handshake is done, 0 when it waits for the
  * socket (c->tls_want_write says whether for writing), -1 when it failed
  * (logged at INFO with the peer and OpenSSL's reason; the caller closes c),
- * -2 when the peer's first byte shows a plain Gearman packet or admin line
- * (logged too; the caller may answer it in plain text, then close c).
+ * -2 when the peer's first byte shows a plain Gearman packet, -3 when it
+ * shows a plain admin line (logged too; the caller may answer it in its
+ * own protocol, then close c).
  */
 int tls_handshake(struct conn *c);
 

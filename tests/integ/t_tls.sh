@@ -110,6 +110,16 @@ ok $? "the server logs the refusal at INFO, with the peer"
 grep "the peer speaks plain Gearman" "$SERVER_LOG" | grep -q "127.0.0.1:[0-9]"
 ok $? "naming the peer's address and port"
 
+# A plain admin line on the TLS port: told in a text line, not a binary packet.
+got=$(perl -MIO::Socket::INET -e '
+    my $s = IO::Socket::INET->new("127.0.0.1:$ARGV[0]") or die "connect: $!";
+    print $s "version\n"; shutdown($s, 1);
+    my $r = ""; while (sysread($s, my $b, 4096)) { $r .= $b } print $r;' "$SERVER_PORT" 2>&1)
+case $got in
+"ERR TLS_REQUIRED "*) ok 0 "a plain admin line gets a text ERR TLS_REQUIRED line" ;;
+*) ok 1 "a plain admin line gets a text ERR TLS_REQUIRED line (got: $(printf '%s' "$got" | od -c | head -2))" ;;
+esac
+
 # Garbage that looks like a TLS record, and a peer that stalls mid-handshake.
 perl -MIO::Socket::INET -e '
     my $s = IO::Socket::INET->new("127.0.0.1:$ARGV[0]") or die;
