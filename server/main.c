@@ -1016,7 +1016,24 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
     }
     if (optind < argc)
         die_usage("unexpected argument '%s'", argv[optind]);
-    /* A place for the database says which store is wanted. */
+    /*
+     * A place for the database says which store is wanted; places of two
+     * stores are a mistake to point out, not a choice to make silently.
+     */
+    if (!store_given) {
+        const char *place[3];
+        int n = 0;
+
+        if (cfg->work_dir != NULL || cfg->store_db != NULL)
+            place[n++] = cfg->work_dir != NULL ? "--work-dir" : "--libsqlite3-db";
+        if (cfg->memcached_servers != NULL)
+            place[n++] = "--memcached-servers";
+        if (cfg->pg_dsn != NULL)
+            place[n++] = "--pg-dsn";
+        if (n > 1)
+            die_usage("%s and %s name two different stores: say which one with --store", place[0],
+                      place[1]);
+    }
     if (!store_given && (cfg->work_dir != NULL || cfg->store_db != NULL))
         cfg->store = "sqlite";
     else if (!store_given && cfg->memcached_servers != NULL)

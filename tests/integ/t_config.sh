@@ -148,4 +148,28 @@ printf 'port = 0\nport = nonsense\n' >"$dir/v.conf"
 "$DSJOBD" --config-file "$dir/v.conf" --version >/dev/null 2>&1
 is "$?" 2 "--version after a bad file: exit 2 (the file is checked first)"
 "$DSJOBD" --help | grep -q -- "--config-file"; ok $? "--help lists --config-file"
+
+# Places of two stores without --store are refused, on the command line and
+# in the file alike (the command line took SQLite, the file PostgreSQL).
+dsn="host=127.0.0.1 port=1 dbname=none"
+out=$("$DSJOBD" -p 0 --work-dir "$dir/two" --pg-dsn "$dsn" 2>&1); rc=$?
+is "$rc" 2 "--work-dir and --pg-dsn without --store: exit 2"
+case $out in
+*"--work-dir and --pg-dsn name two different stores: say which one with --store"*) ok 0 "naming both and --store" ;;
+*) ok 1 "naming both and --store"; diag "got: $out" ;;
+esac
+printf 'port = 0\nwork-dir = %s/two\npg-dsn = %s\n' "$dir" "$dsn" >"$dir/two.conf"
+out=$("$DSJOBD" --config-file "$dir/two.conf" 2>&1); rc=$?
+is "$rc" 2 "the same two in a config file: exit 2"
+case $out in
+*"two different stores"*) ok 0 "with the same reason" ;;
+*) ok 1 "with the same reason"; diag "got: $out" ;;
+esac
+printf 'port = 0\npg-dsn = %s\n' "$dsn" >"$dir/pg.conf"
+out=$("$DSJOBD" --config-file "$dir/pg.conf" --memcached-servers 127.0.0.1:1 2>&1); rc=$?
+is "$rc" 2 "--pg-dsn in the file and --memcached-servers on the command line: exit 2"
+server_start dsjobd --store sqlite --work-dir "$dir/two" --pg-dsn "$dsn"
+ok $? "with --store sqlite the same two are taken, and SQLite is used"
+[ -f "$dir/two/dsjobd.db" ]; ok $? "its database is in --work-dir"
+server_stop
 done_testing
