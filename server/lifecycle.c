@@ -256,14 +256,14 @@ jitter_next(void)
 }
 
 /*
- * The wait before j's next attempt, in whole seconds (the epoch heap's
- * unit): the base (the function's, else --retry-backoff's) doubled for
- * each attempt already failed, capped at the max, then a random point in
- * its upper half, so that jobs that failed together do not all come back
- * together. 0 for no wait, and always for a foreground job: a client waits.
+ * The wait before j's next attempt, in milliseconds: the base (the
+ * function's, else --retry-backoff's) doubled for each attempt already
+ * failed, capped at the max, then a random point in its upper half, so
+ * that jobs that failed together do not all come back together. 0 for no
+ * wait, and always for a foreground job: a client waits.
  */
-static int64_t
-backoff_secs(const struct srv *srv, const struct job *j)
+static uint64_t
+backoff_ms(const struct srv *srv, const struct job *j)
 {
     const struct func *f = j->func;
     uint64_t base = f->backoff_base_ms ? f->backoff_base_ms : srv->cfg.retry_backoff_base_ms;
@@ -278,8 +278,7 @@ backoff_secs(const struct srv *srv, const struct job *j)
     d = n >= 32 ? max : base << n;
     if (d > max || d < base)
         d = max;
-    d = d / 2 + jitter_next() % (d / 2 + 1);
-    return (int64_t)((d + 999) / 1000);
+    return d / 2 + jitter_next() % (d / 2 + 1);
 }
 
 /* The attempts j may use: its function's (admin "retry"), else --job-retries; 0: no limit. */
@@ -309,18 +308,25 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
 static void
 run_again(struct srv *srv, struct job *j, const char *why)
 {
-    int64_t delay = backoff_secs(srv, j);
+    uint64_t wait = backoff_ms(srv, j);
+    /*
+     * Run-at times are whole seconds (the epoch heap's and the store's
+     * unit): the first second that starts after the wait has passed, so a
+     * retry never comes back early, whatever part of a second it failed in.
+     */
+    int64_t now_ms = srv_now_ms(), when = (now_ms + (int64_t)wait + 999) / 1000;
+    int64_t delay = wait > 0 ? when - now_ms / 1000 : 0;
     const char *peer = worker_peer(j);
 
     stats_ran(srv, j);
     j->func->stats.retried++;
     stats_queued(srv, j);
-    if (delay > 0 && queue_backoff(&srv->queue, j, srv_now() + delay) == 0) {
+    if (delay > 0 && queue_backoff(&srv->queue, j, when) == 0) {
         if (LOG_ON(&srv->log, DSJOB_LOG_INFO)) {
             char text[200];
 
-            snprintf(text, sizeof(text), "%s; runs again in %lld s (attempt %u failed)", why,
-                     (long long)delay, job_attempts(j));
+            snprintf(text, sizeof(text), "%s; runs again in %.3f s (attempt %u failed)", why,
+                     (double)(when * 1000 - now_ms) / 1000, job_attempts(j));
             LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "requeued", peer, j, text);
         }
         storage_update(srv, j);

@@ -49,6 +49,15 @@ srv_now(void)
 }
 
 int64_t
+srv_now_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+int64_t
 srv_uptime(void)
 {
     struct timespec ts;

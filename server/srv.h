@@ -87,6 +87,9 @@ struct srv {
 /* srv_now returns the wall clock in seconds, for epoch jobs. */
 int64_t srv_now(void);
 
+/* srv_now_ms returns the wall clock in milliseconds, for waits shorter than a second. */
+int64_t srv_now_ms(void);
+
 /* srv_uptime returns monotonic seconds (never 0), for timeouts that must not jump. */
 int64_t srv_uptime(void);
 

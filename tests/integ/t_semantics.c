@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -560,6 +561,61 @@ test_max_jobs_ended(void)
     tap_ok(peer_recv(c, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "QUEUE_ERROR"),
            "--max-jobs 2: a third queued job is refused");
     peer_pkt_release(&p);
+    close(w);
+    close(c);
+    daemon_stop(&d);
+}
+
+/*
+ * A retry's backoff is never cut short by the run-at time's whole seconds:
+ * with --retry-backoff 1,1 the wait is a random point in 0.5-1 s, and a job
+ * that failed at .9 of a second came back at the next second, 0.1 s later
+ * (issue 20, item 19). Each attempt here fails just before a second ends.
+ */
+static void
+test_backoff_not_early(void)
+{
+    static const char *const args[] = {"--retry-on", "fail", "--retry-backoff", "1,1", NULL};
+    struct daemon d;
+    char h[128];
+    double least = 1e9;
+    int c, w, i;
+
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(port);
+    w = worker("bo");
+    submit(c, PACKET_SUBMIT_JOB_BG, "bo", "", "x", h, sizeof(h));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h, sizeof(h), PEER_TIMEOUT_MS);
+    for (i = 0; i < 3; i++) {
+        struct timeval tv;
+        double t0, waited;
+        bool got = false;
+        int n;
+
+        for (n = 0; n < 200; n++) { /* at most 2 s: until .9 of a second */
+            gettimeofday(&tv, NULL);
+            if (tv.tv_usec >= 900000)
+                break;
+            usleep(5000);
+        }
+        t0 = peer_now_us();
+        peer_send(w, PACKET_WORK_FAIL, 1, h);
+        for (n = 0; n < 100 && !got; n++) { /* NO_JOB until it is due; 5 s at most */
+            peer_send(w, PACKET_GRAB_JOB, 0);
+            got = recv_type(w, PACKET_JOB_ASSIGN, h, sizeof(h), PEER_TIMEOUT_MS);
+            if (!got)
+                usleep(50000);
+        }
+        waited = (peer_now_us() - t0) / 1e6;
+        if (!got)
+            waited = 0;
+        if (waited < least)
+            least = waited;
+    }
+    tap_ok(least >= 0.5, "--retry-backoff 1,1: a retry waits at least 0.5 s (shortest %.3f s)",
+           least);
     close(w);
     close(c);
     daemon_stop(&d);
@@ -1136,6 +1192,7 @@ main(void)
     test_max_connections();
     test_max_jobs();
     test_max_jobs_ended();
+    test_backoff_not_early();
     test_retries();
     test_slow_waiter();
     test_shutdown();
