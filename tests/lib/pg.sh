@@ -382,10 +382,33 @@ pgd_registered() {
 }
 
 poll_s() {
-    _end=$(($(date +%s) + $1))
+    # Every wait here is for something that will happen: at least a minute
+    # before giving up, however short the caller's figure, so that a loaded
+    # machine (CI's is shared) is slow, not failing. A pass costs no more.
+    _ps=$1
+    [ "$_ps" -ge "${POLL_S_MIN:-60}" ] || _ps=${POLL_S_MIN:-60}
+    _end=$(($(date +%s) + _ps))
     shift
     while ! "$@"; do
         [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep "${POLL_S_SLEEP:-0.05}"
+    done
+}
+
+# poll_moving QUIET PROBE COND...: like poll_s, but gives up only once COND
+# has not held and the output of PROBE (a command line, run with eval) has not
+# changed for QUIET seconds: work still moving on a loaded machine is slow,
+# not lost, and a wait for it is bounded by progress, not by the clock.
+poll_moving() {
+    _pm_quiet=$1 _pm_probe=$2
+    shift 2
+    _pm_last=$(eval "$_pm_probe") _pm_since=$(date +%s)
+    while ! "$@"; do
+        _pm_now=$(eval "$_pm_probe")
+        if [ "$_pm_now" != "$_pm_last" ]; then
+            _pm_last=$_pm_now _pm_since=$(date +%s)
+        fi
+        [ $(($(date +%s) - _pm_since)) -lt "$_pm_quiet" ] || return 1
         sleep "${POLL_S_SLEEP:-0.05}"
     done
 }
