@@ -5,15 +5,18 @@
  * is inserted with a lease of its server's if that server has a worker
  * for it (so it runs here without a round trip), else without one, and
  * every server that has a worker for it may take it. Each flush is one
- * transaction: the batch's adds in one multi-row INSERT, its removes in
+ * transaction: the batch's adds in one INSERT from arrays, its removes in
  * one DELETE, its rewrites, its function settings, then the lease op
  * (take ready jobs with FOR UPDATE SKIP LOCKED, renew the leases held),
- * then one NOTIFY if anything was left for other servers. Removes and
- * rewrites apply only to rows this server still holds; the others are
+ * then one NOTIFY if anything was left for other servers. The batch's
+ * ops apply in order (a remove of a row it adds cancels the add). Removes
+ * and rewrites apply only to rows this server still holds; the others are
  * reported lost (another server took the job when this one's lease ran
  * out). Unique keys coalesce across servers through a unique index over
  * the live jobs. A second connection, used only by the thread that calls
  * wait_notify, LISTENs for the NOTIFYs of other servers and dsjob.submit.
+ * Every value goes as a statement parameter, never in SQL text; every
+ * wait for the database is bounded (keepalives, tried locks, pg_stop).
  */
 #include "config.h"
 #include "store.h"
