@@ -147,6 +147,8 @@ unhealthy(const struct srv *srv, char *buf, size_t len)
         snprintf(buf, len, "store: the last commit failed: %s", srv->stats.store_error);
         return buf;
     }
+    if (storage_stuck(srv, buf, len) != NULL)
+        return buf;
     if (srv->cfg.max_jobs > 0 && queue_live(&srv->queue) >= srv->cfg.max_jobs) {
         snprintf(buf, len, "--max-jobs reached: %zu jobs held", queue_live(&srv->queue));
         return buf;

@@ -360,6 +360,22 @@ server_wide(struct srv *srv, struct out *o)
                "Leases given up on jobs this server had lost track of (a batch's answer lost "
                "with its connection).");
         value(o, "pg_released_total", NULL, st->pg_released);
+        family(o, "pg_jobs_waiting", "gauge",
+               "Jobs ready in the shared PostgreSQL table under no server's lease, by function "
+               "(counted at each lease renewal).");
+        {
+            const char *w = srv->storage.waiting;
+
+            for (i = 0; i < srv->storage.nwaiting; i++) {
+                puts_(o, "dsjob_pg_jobs_waiting{function=\"");
+                put_label(o, w, strlen(w));
+                puts_(o, "\"} ");
+                w += strlen(w) + 1;
+                puts_(o, w);
+                put(o, "\n", 1);
+                w += strlen(w) + 1;
+            }
+        }
     }
     family(o, "limit_hits_total", "counter", "Refusals and drops, by the limit that made them.");
     for (i = 0; i < STATS_NLIMITS; i++) {

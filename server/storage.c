@@ -42,9 +42,11 @@
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
 #define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out or a job due is taken this long after */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
+#define STORAGE_STUCK_SECS 10      /* a commit not ended this long is logged and fails /healthz */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
+static void stuck_cb(evutil_socket_t fd, short what, void *arg);
 static void *writer_main(void *arg);
 static int shared_open(struct srv *srv);
 static void shared_close(struct srv *srv);
@@ -279,7 +281,8 @@ storage_open(struct srv *srv)
     sg->batch_max = srv->cfg.store_batch ? srv->cfg.store_batch : 1;
     sg->interval_ms = srv->cfg.store_commit_interval_ms;
     sg->flush_ev = evtimer_new(srv->base, flush_cb, srv);
-    if (sg->flush_ev == NULL) {
+    sg->stuck_ev = evtimer_new(srv->base, stuck_cb, srv);
+    if (sg->flush_ev == NULL || sg->stuck_ev == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's event");
         return -1;
     }
@@ -756,6 +759,10 @@ writer_main(void *arg)
             op->failed = rc != DSJOB_OK;
         }
         b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
+        /* An add the backend refused alone (version 4): only its submitter is refused. */
+        for (op = b->ops; b->ok && sg->ops->version >= 4 && op != NULL; op = op->next)
+            if (op->kind == STORE_OP_ADD && op->lost)
+                op->failed = true;
         pthread_mutex_lock(&sg->lock);
         b->finished = true;
         pthread_cond_broadcast(&sg->wake);
@@ -820,6 +827,12 @@ batch_finish(struct srv *srv)
     sg->inflight = NULL;
     for (op = b->ops; op != NULL; op = op->next)
         nops++;
+    event_del(sg->stuck_ev);
+    if (sg->stuck) {
+        sg->stuck = false;
+        log_notice(&srv->log, "store: the commit that was stuck ended after %" PRIu32 " ms (%s)",
+                   stats_clock(srv) - b->handed_ms, b->ok ? "committed" : "failed");
+    }
     srv->stats.store_failing = !b->ok;
     if (b->ok) {
         sg->commits++;
@@ -965,6 +978,11 @@ storage_flush(struct srv *srv)
     sg->retry = false;
     sg->inflight = b;
     b->handed_ms = stats_clock(srv);
+    {
+        struct timeval stuck = {STORAGE_STUCK_SECS, 0};
+
+        evtimer_add(sg->stuck_ev, &stuck);
+    }
     pthread_mutex_lock(&sg->lock);
     sg->handed = b;
     pthread_cond_broadcast(&sg->wake);
@@ -977,6 +995,9 @@ storage_drain(struct srv *srv)
     struct storage *sg = &srv->storage;
     int rounds;
 
+    /* A backend whose database hangs gives up in bounded time from now (a stop). */
+    if (sg->writer_running && sg->ops->version >= 4 && sg->ops->stop != NULL)
+        sg->ops->stop(sg->st);
     /*
      * Three rounds: the batch in flight, the one that gathered behind it,
      * and the one that answering those let in (conn_resume runs a client's
@@ -995,6 +1016,35 @@ storage_drain(struct srv *srv)
         sg->want_flush = false;
         batch_finish(srv);
     }
+}
+
+/* On the loop: the batch in flight has not come back for STORAGE_STUCK_SECS. */
+static void
+stuck_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    struct storage *sg = &srv->storage;
+
+    (void)fd;
+    (void)what;
+    if (sg->inflight == NULL)
+        return;
+    sg->stuck = true;
+    log_err(&srv->log,
+            "store: a commit of %u jobs has not ended after %d s (the database does not answer?)",
+            sg->inflight->nacks, STORAGE_STUCK_SECS);
+}
+
+const char *
+storage_stuck(const struct srv *srv, char *buf, size_t len)
+{
+    const struct storage *sg = &srv->storage;
+
+    if (!sg->stuck || sg->inflight == NULL)
+        return NULL;
+    snprintf(buf, len, "store: a commit has not ended after %" PRIu32 " s",
+             (stats_clock(srv) - sg->inflight->handed_ms) / 1000);
+    return buf;
 }
 
 static void
@@ -1077,6 +1127,9 @@ storage_close(struct srv *srv)
     if (sg->flush_ev != NULL)
         event_free(sg->flush_ev);
     sg->flush_ev = NULL;
+    if (sg->stuck_ev != NULL)
+        event_free(sg->stuck_ev);
+    sg->stuck_ev = NULL;
     if (sg->done_ev != NULL)
         event_free(sg->done_ev);
     sg->done_ev = NULL;
@@ -1297,6 +1350,28 @@ shared_arm(struct event *ev, int64_t ms)
     evtimer_add(ev, &tv);
 }
 
+/* Keep what a renewal counted waiting in the shared table, for stats (replacing the last). */
+static void
+shared_waiting(struct srv *srv, const struct store_lease *ls)
+{
+    struct storage *sg = &srv->storage;
+    const char *at = ls->waiting;
+    size_t i, len = 0;
+    char *copy = NULL;
+
+    for (i = 0; i < ls->nwaiting; i++) {
+        len += strlen(at + len) + 1;
+        len += strlen(at + len) + 1;
+    }
+    if (len > 0 && (copy = malloc(len)) == NULL)
+        return; /* the next renewal counts again */
+    if (len > 0)
+        memcpy(copy, at, len);
+    free(sg->waiting);
+    sg->waiting = copy;
+    sg->nwaiting = ls->nwaiting;
+}
+
 /* On the loop: a lease op committed. Queue what it took; check what it renewed. */
 static void
 shared_leased(struct srv *srv, struct store_lease *ls)
@@ -1308,6 +1383,8 @@ shared_leased(struct srv *srv, struct store_lease *ls)
     sg->lease_inflight = false;
     if (ls->renewed)
         shared_drop_lost(srv, ls);
+    if (ls->renewed)
+        shared_waiting(srv, ls);
     for (i = 0; i < ls->nfuncs; i++)
         asked += ls->limits[i];
     for (i = 0; i < ls->njobs; i++) {
@@ -1500,6 +1577,9 @@ shared_close(struct srv *srv)
     free(sg->strays);
     sg->strays = NULL;
     sg->nstrays = 0;
+    free(sg->waiting);
+    sg->waiting = NULL;
+    sg->nwaiting = 0;
     for (i = 0; i < 2; i++) {
         if (sg->notify_pipe[i] >= 0)
             close(sg->notify_pipe[i]);

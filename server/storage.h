@@ -141,6 +141,11 @@ struct storage {
     bool notifier_running;   /* notifier started */
     uint64_t commits;        /* batches committed */
     uint64_t failures;       /* batches that failed */
+    struct event *stuck_ev;  /* the batch in flight has not come back for a while */
+    bool stuck;              /* ...and it was logged: /healthz says so until it comes back */
+    char *waiting;           /* shared: the last renewal's count of jobs ready in the table
+                                under no lease, by function (store_lease's waiting, copied) */
+    size_t nwaiting;         /* functions in waiting */
 };
 
 /* storage_open opens and replays the configured store. 0, or -1 with srv->errmsg set. */
@@ -226,6 +231,12 @@ void storage_drain(struct srv *srv);
  * server said NOTIFY; the poll timer). A no-op on other stores.
  */
 void storage_want_lease(struct srv *srv);
+
+/*
+ * storage_stuck says, in buf, that the commit in flight has not come back
+ * for a while (it was logged), or returns NULL.
+ */
+const char *storage_stuck(const struct srv *srv, char *buf, size_t len);
 
 /* storage_forget_client drops the answers owed to a connection that is closing. */
 void storage_forget_client(struct srv *srv, struct conn *c);

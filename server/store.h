@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_OPS_VERSION 3
+#define STORE_OPS_VERSION 4
 #define STORE_ERRLEN 512
 #define STORE_HANDLE_MAX 64 /* bytes of a handle a shared store writes back, with its NUL */
 
@@ -57,7 +57,9 @@ struct store_job {
                     function and unique key, on this or another server, that this add
                     coalesced onto (NUL-terminated, STORE_HANDLE_MAX bytes); "" if none */
     bool *lost;  /* remove, update: flush sets *lost when the row was no longer this
-                    server's (its lease ran out and another server took it) */
+                    server's (its lease ran out and another server took it); add (version
+                    4): flush sets *lost when the store refused this row alone, saying why
+                    in the err the add was given, while the batch's others committed */
 };
 
 /* What a stored job is: waiting to run, in its function's dead set, or a kept result. */
@@ -109,6 +111,11 @@ struct store_lease {
     int64_t due_ms;             /* out, when funcs were asked for: milliseconds until the first
                                    job of funcs that waits for its run-at time is due, or -1
                                    for none */
+    const char *waiting;        /* out, with renew: functions with jobs ready in the shared
+                                   table under no server's lease, each as its name then the
+                                   count in decimal, both NUL-terminated, back to back (in
+                                   held's allocation) */
+    size_t nwaiting;            /* out: functions in waiting */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */
@@ -208,6 +215,14 @@ struct store_ops {
      * why; call again later, it reconnects).
      */
     int (*wait_notify)(struct store *st, int stop_fd, char *err);
+    /* Version 4. */
+    /*
+     * stop: the server is stopping (called from the loop while the writer
+     * may be in flush): from now on the backend gives a database that does
+     * not answer a bounded time, then fails what it was doing, so that the
+     * stop ends. NULL: the backend's waits are bounded already.
+     */
+    void (*stop)(struct store *st);
 };
 
 /* The backends built into this dsjobd. */

@@ -5,26 +5,33 @@
  * is inserted with a lease of its server's if that server has a worker
  * for it (so it runs here without a round trip), else without one, and
  * every server that has a worker for it may take it. Each flush is one
- * transaction: the batch's adds in one multi-row INSERT, its removes in
+ * transaction: the batch's adds in one INSERT from arrays, its removes in
  * one DELETE, its rewrites, its function settings, then the lease op
  * (take ready jobs with FOR UPDATE SKIP LOCKED, renew the leases held),
- * then one NOTIFY if anything was left for other servers. Removes and
- * rewrites apply only to rows this server still holds; the others are
+ * then one NOTIFY if anything was left for other servers. The batch's
+ * ops apply in order (a remove of a row it adds cancels the add). Removes
+ * and rewrites apply only to rows this server still holds; the others are
  * reported lost (another server took the job when this one's lease ran
  * out). Unique keys coalesce across servers through a unique index over
  * the live jobs. A second connection, used only by the thread that calls
  * wait_notify, LISTENs for the NOTIFYs of other servers and dsjob.submit.
+ * Every value goes as a statement parameter, never in SQL text; every
+ * wait for the database is bounded (keepalives, tried locks, pg_stop).
  */
 #include "config.h"
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
@@ -141,6 +148,20 @@
     " END LOOP;"                                                                                   \
     "END $$;"
 
+/*
+ * Bounds on waiting for PostgreSQL. The connection ones are libpq's
+ * parameters, set unless the DSN sets them (conn_params); dsjobd(8) lists
+ * them.
+ */
+#define PG_KEEPALIVE_IDLE 10     /* s idle before the first TCP keepalive probe */
+#define PG_KEEPALIVE_INTERVAL 5  /* s between probes; 3 unanswered end the connection */
+#define PG_CONNECT_TIMEOUT 10    /* s for a connection to be made */
+#define PG_USER_TIMEOUT_MS 30000 /* ms data may stay unacknowledged (tcp_user_timeout) */
+#define PG_LOCK_RETRY_MS 100     /* between tries of this start's live lock */
+#define PG_STOP_GRACE_MS 3000    /* ms the database has to answer once dsjobd stops */
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x)
+
 #define INSERT_COLUMNS                                                                             \
     "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
 /*
@@ -155,49 +176,156 @@
     "j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,"                       \
     " extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id"
 
-/* A growing text buffer; oom is sticky, so a batch checks once. */
+/* A growing buffer; oom is sticky, so a batch checks once. */
 struct sbuf {
     char *p;
     size_t len, cap;
     bool oom;
 };
 
-/* An add waiting for the flush: where to say what it coalesced onto. */
-struct pend_add {
-    char *handle; /* owned copy */
-    char *func;   /* owned copy */
-    void *uniq;   /* owned copy, or NULL */
-    size_t uniq_len;
-    char *alias;   /* the server's, see struct store_job */
-    size_t row_at; /* where its VALUES row starts in st->ins */
-    size_t row_len;
-    bool conflict; /* the INSERT coalesced it onto a live job */
+/*
+ * The values of one statement, sent apart from its text (PQexecParams):
+ * the text names them $1, $2, ... Strings and bytes go in binary format
+ * (their bytes as they are), numbers as decimal text, arrays in
+ * PostgreSQL's binary array format. Nothing a client sent is ever part of
+ * the SQL text.
+ */
+#define PARAMS_MAX 24
+struct params {
+    int n;                     /* values so far */
+    const char *v[PARAMS_MAX]; /* each value, or NULL for SQL NULL */
+    int len[PARAMS_MAX];       /* its bytes (binary format) */
+    int fmt[PARAMS_MAX];       /* 1 binary, 0 text */
+    Oid type[PARAMS_MAX];      /* its type */
+    char *own[PARAMS_MAX];     /* what params_free frees */
+    char num[PARAMS_MAX][24];  /* the text of numbers */
+    bool oom;                  /* a value could not be added */
 };
 
-/* A remove or rewrite waiting for the flush. */
+/* The type OIDs the statements use (pg_type.dat; fixed since PostgreSQL 7). */
+#define OID_BOOL 16
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_TEXT 25
+#define OID_BOOL_ARRAY 1000
+#define OID_BYTEA_ARRAY 1001
+#define OID_INT2_ARRAY 1005
+#define OID_INT4_ARRAY 1007
+#define OID_TEXT_ARRAY 1009
+#define OID_INT8_ARRAY 1016
+
+/* A one-dimensional array in binary format, built element by element. */
+struct arr {
+    struct sbuf b; /* header (20 bytes, written by arr_end), then the elements */
+    uint32_t n;    /* elements */
+    Oid elem;      /* their type */
+    bool hasnull;  /* one is NULL */
+};
+
+/* The columns of the adds' INSERT, one array each, in this order. */
+enum add_col {
+    AC_HANDLE,
+    AC_FUNC,
+    AC_UNIQ,
+    AC_UDATA,
+    AC_REDUCER,
+    AC_DATA,
+    AC_PRIO,
+    AC_WHEN,
+    AC_LEASED,
+    AC_N
+};
+
+/*
+ * The adds of a batch, from arrays: one statement whatever their number,
+ * its text fixed. $1-$9 the columns (enum add_col), $10 the owner, $11
+ * the lease in seconds. ORDER BY keeps the submission order in id.
+ */
+#define ADD_SQL                                                                                    \
+    "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ")"                                                  \
+    " SELECT h, f, u, ud, r, d, p, CASE WHEN w > 0 THEN to_timestamp(w) ELSE now() END,"           \
+    " CASE WHEN l THEN $10::text END,"                                                             \
+    " CASE WHEN l THEN now() + $11::int4 * interval '1 second' END"                                \
+    " FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bool[], $5::bytea[], $6::bytea[],"      \
+    " $7::int2[], $8::int8[], $9::bool[]) WITH ORDINALITY AS t(h, f, u, ud, r, d, p, w, l, o)"     \
+    " ORDER BY o"                                                                                  \
+    " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING RETURNING handle"
+
+/*
+ * What PostgreSQL refuses in a row, checked at add so that the submitter
+ * alone is told: a unique key and function name too long for a btree
+ * index entry (jobs_live_unique is on both; an entry holds at most 2704
+ * bytes with 8 kB pages, less its headers and alignment), and a time
+ * past timestamptz's range (year 294276; to_timestamp refuses it).
+ */
+#define PG_KEY_MAX 2600
+#define PG_EPOCH_MAX INT64_C(9224318015999)
+
+/* An add waiting for the flush: its row, and where to say what became of it. */
+struct pend_add {
+    char *handle; /* owned copy; the other fields point into the same allocation */
+    char *func;
+    void *uniq; /* NULL: no unique key in the row */
+    size_t uniq_len;
+    bool unique_is_data;
+    void *reducer;
+    size_t reducer_len;
+    void *data;
+    size_t data_len;
+    int prio;
+    int64_t when;
+    bool leased;
+    char *alias;   /* the server's, see struct store_job */
+    bool *lost;    /* the server's: set when this row alone was refused */
+    char *why;     /* the server's (the add's err): why it was refused */
+    bool conflict; /* the INSERT coalesced it onto a live job */
+    bool gone;     /* removed in the same batch: never written */
+};
+
+/* A remove waiting for the flush. */
 struct pend_row {
     char *handle; /* owned copy */
     bool *lost;   /* the server's, or NULL (a remove kept from a failed batch) */
 };
 
+/* A rewrite of a job, or a function's settings, waiting for the flush. */
+struct pend_upd {
+    char *handle; /* owned copy: the job's handle, or the function's name */
+    bool *lost;   /* the server's, or NULL */
+    bool func;    /* a function's settings (retries, base, max), not a job */
+    bool after;   /* the job's add is in this batch: run after the INSERT */
+    bool gone;    /* its add was removed in this batch: not run */
+    int prio;     /* the job's fields, see struct store_job */
+    int state;
+    uint32_t attempts, numerator, denominator;
+    int64_t first_fail, last_fail, when;
+    void *result; /* owned copy, or NULL */
+    size_t result_len;
+    uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
+};
+
 struct store {
-    PGconn *db;      /* the writer's connection */
-    PGconn *listen;  /* wait_notify's connection (its thread alone) */
-    char *dsn;       /* owned copy */
-    char *owner;     /* owned copy: this server's name in leases */
-    uint64_t boot;   /* this start's number (dsjob.boot), once known */
-    unsigned lease;  /* seconds */
-    struct sbuf ins; /* the VALUES of the open batch's adds */
+    PGconn *db;       /* the writer's connection */
+    PGconn *listen;   /* wait_notify's connection (its thread alone) */
+    char **kw, **val; /* the connection parameters (conn_params), NULL-terminated */
+    char *owner;      /* owned copy: this server's name in leases */
+    uint64_t boot;    /* this start's number (dsjob.boot), once known */
+    unsigned lease;   /* seconds */
+    int pid;          /* the backend of the writer's last connection, or 0 */
     struct pend_add *adds;
     size_t nadds, adds_cap;
     struct pend_row *rms; /* removes: this batch's, then those kept from failed ones */
     size_t nrms, rms_cap, nkept;
-    struct sbuf upd; /* the open batch's rewrites and settings: statements, NUL-separated */
-    struct pend_row *upds;
-    size_t nupds, upds_cap, nfuncs;
-    struct store_lease *ls; /* the open batch's lease op, or NULL */
-    bool notify;            /* the batch leaves jobs for other servers: NOTIFY */
-    bool due_wanted;        /* the lease op took fewer jobs than it asked for: read_due */
+    struct pend_upd *upds; /* rewrites and settings, in the batch's order */
+    size_t nupds, upds_cap;
+    struct store_lease *ls;  /* the open batch's lease op, or NULL */
+    bool notify;             /* the batch leaves jobs for other servers: NOTIFY */
+    bool due_wanted;         /* the lease op took fewer jobs than it asked for: read_due */
+    bool each;               /* this flush writes its adds one by one (a batch failed) */
+    int wake[2];             /* pg_stop's wake-up for the writer's waits */
+    _Atomic int64_t stop_ms; /* when pg_stop was called (CLOCK_MONOTONIC ms), or 0 */
 };
 
 static void
@@ -219,7 +347,8 @@ sb_add(struct sbuf *b, const void *s, size_t n)
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->len, s, n);
+    if (n > 0)
+        memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
 }
@@ -243,50 +372,145 @@ static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, cons
         sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
-/* A text literal: 'it''s'. The server runs with standard_conforming_strings. */
 static void
-sb_lit(struct sbuf *b, const char *s, size_t n)
+put_be32(struct sbuf *b, uint32_t v)
 {
-    size_t i, from = 0;
+    unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
 
-    sb_add(b, "'", 1);
-    for (i = 0; i < n; i++) {
-        if (s[i] == '\'') {
-            sb_add(b, s + from, i + 1 - from);
-            sb_add(b, "'", 1);
-            from = i + 1;
-        }
-    }
-    sb_add(b, s + from, n - from);
-    sb_add(b, "'", 1);
+    sb_add(b, x, 4);
 }
 
-/* A bytea literal: '\x6869'::bytea. */
 static void
-sb_bytea(struct sbuf *b, const void *data, size_t n)
+arr_init(struct arr *a, Oid elem)
 {
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *p = data;
+    static const char header[20];
+
+    memset(a, 0, sizeof(*a));
+    a->elem = elem;
+    sb_add(&a->b, header, sizeof(header));
+}
+
+static void
+arr_put(struct arr *a, const void *v, size_t len)
+{
+    put_be32(&a->b, (uint32_t)len);
+    sb_add(&a->b, v, len);
+    a->n++;
+}
+
+static void
+arr_null(struct arr *a)
+{
+    put_be32(&a->b, UINT32_MAX); /* -1 */
+    a->hasnull = true;
+    a->n++;
+}
+
+static void
+arr_int(struct arr *a, int64_t v, size_t bytes)
+{
+    unsigned char x[8];
     size_t i;
 
-    sb_add(b, "'\\x", 3);
-    if (b->oom)
-        return;
-    for (i = 0; i < n; i++) {
-        char two[2] = {hex[p[i] >> 4], hex[p[i] & 15]};
-
-        sb_add(b, two, 2);
-    }
-    sb_add(b, "'::bytea", 8);
+    for (i = 0; i < bytes; i++)
+        x[i] = (unsigned char)((uint64_t)v >> (8 * (bytes - 1 - i)));
+    arr_put(a, x, bytes);
 }
 
 static void
-sb_reset(struct sbuf *b)
+arr_bool(struct arr *a, bool v)
 {
-    b->len = 0;
-    b->oom = false;
-    if (b->p != NULL)
-        b->p[0] = '\0';
+    unsigned char x = v ? 1 : 0;
+
+    arr_put(a, &x, 1);
+}
+
+/* Fill in the header: ndim, flags, element type, then the one dimension (n, from 1). */
+static void
+arr_end(struct arr *a)
+{
+    unsigned char *h = (unsigned char *)a->b.p;
+    uint32_t words[5] = {a->n > 0, a->hasnull, a->elem, a->n, 1};
+    int i;
+
+    if (a->b.oom)
+        return;
+    for (i = 0; i < 5; i++) {
+        h[4 * i] = (unsigned char)(words[i] >> 24);
+        h[4 * i + 1] = (unsigned char)(words[i] >> 16);
+        h[4 * i + 2] = (unsigned char)(words[i] >> 8);
+        h[4 * i + 3] = (unsigned char)words[i];
+    }
+    if (a->n == 0)
+        a->b.len = 12; /* an empty array has no dimension */
+}
+
+/* Add a value to p and its name ($k) to q. */
+static int
+par(struct sbuf *q, struct params *p, Oid type, const void *v, size_t len, int fmt, char *own)
+{
+    int k = p->n;
+
+    if (k >= PARAMS_MAX || len > INT32_MAX) {
+        free(own);
+        p->oom = true;
+        return k;
+    }
+    p->v[k] = v;
+    p->len[k] = (int)len;
+    p->fmt[k] = fmt;
+    p->type[k] = type;
+    p->own[k] = own;
+    p->n++;
+    sb_printf(q, "$%d", k + 1);
+    return k;
+}
+
+static void
+par_text(struct sbuf *q, struct params *p, const char *s, size_t len)
+{
+    par(q, p, OID_TEXT, len > 0 ? s : "", len, 1, NULL);
+}
+
+static void
+par_bytea(struct sbuf *q, struct params *p, const void *v, size_t len)
+{
+    par(q, p, OID_BYTEA, len > 0 ? v : "", len, 1, NULL);
+}
+
+static void
+par_int(struct sbuf *q, struct params *p, int64_t v)
+{
+    int k = p->n;
+
+    if (k < PARAMS_MAX)
+        snprintf(p->num[k], sizeof(p->num[k]), "%" PRId64, v);
+    par(q, p, OID_INT8, k < PARAMS_MAX ? p->num[k] : NULL, 0, 0, NULL);
+}
+
+/* An array: p takes its buffer. */
+static void
+par_arr(struct sbuf *q, struct params *p, struct arr *a, Oid type)
+{
+    arr_end(a);
+    if (a->b.oom) {
+        free(a->b.p);
+        p->oom = true;
+        return;
+    }
+    par(q, p, type, a->b.p, a->b.len, 1, a->b.p);
+    a->b.p = NULL;
+}
+
+static void
+params_free(struct params *p)
+{
+    int i;
+
+    for (i = 0; i < p->n; i++)
+        free(p->own[i]);
+    p->n = 0;
 }
 
 /* Whether s is valid UTF-8 without NULs: what a text column takes. */
@@ -333,7 +557,8 @@ memdup0(const void *s, size_t n)
     char *p = malloc(n + 1);
 
     if (p != NULL) {
-        memcpy(p, s, n);
+        if (n > 0)
+            memcpy(p, s, n);
         p[n] = '\0';
     }
     return p;
@@ -357,6 +582,47 @@ grow(void **arr, size_t n, size_t *cap, size_t elem)
     return 0;
 }
 
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Wait for fd (or, with fd < 0, for ms milliseconds alone). 1: ready; 0:
+ * ms passed; -1: dsjobd is stopping and gave the database PG_STOP_GRACE_MS
+ * since (pg_stop), or poll failed.
+ */
+static int
+wait_io(struct store *st, int fd, short events, int ms)
+{
+    int64_t end = ms >= 0 ? mono_ms() + ms : -1;
+
+    for (;;) {
+        struct pollfd p[2] = {{fd, events, 0}, {st->wake[0], POLLIN, 0}};
+        int64_t now = mono_ms(), stop = st->stop_ms, left = -1;
+        int rc;
+
+        if (stop > 0 && now >= stop + PG_STOP_GRACE_MS)
+            return -1;
+        if (end >= 0)
+            left = end > now ? end - now : 0;
+        if (stop > 0 && (left < 0 || left > stop + PG_STOP_GRACE_MS - now))
+            left = stop + PG_STOP_GRACE_MS - now;
+        /* Once stopping, the wake-up stays readable: poll fd alone. */
+        rc = poll(p, stop > 0 ? 1 : 2, (int)left);
+        if (rc < 0 && errno != EINTR)
+            return -1;
+        if (rc > 0 && p[0].revents != 0 && fd >= 0)
+            return 1;
+        if (end >= 0 && mono_ms() >= end)
+            return 0;
+    }
+}
+
 /* The connection's last error, one line. */
 static int
 pg_say(char *err, int code, PGconn *db, const char *what)
@@ -367,52 +633,122 @@ pg_say(char *err, int code, PGconn *db, const char *what)
     return store_say(err, code, "postgres: %s: %.*s", what, (int)n, m);
 }
 
-/* Run sql; PGRES_COMMAND_OK or TUPLES_OK, else err. The result is cleared. */
-static int
-exec_ok(PGconn *db, const char *sql, const char *what, char *err)
+/*
+ * Send sql (with p's values, if p) on the writer's connection and wait for
+ * its results, bounded by pg_stop. The last result comes back (the first
+ * that failed, if one did); NULL if the wait was given up (the
+ * connection is then closed: it is mid-statement) or libpq is out of
+ * memory. binary asks for binary rows.
+ */
+static PGresult *
+exec_wait(struct store *st, const char *sql, const struct params *p, bool binary)
 {
-    PGresult *r = PQexec(db, sql);
+    PGresult *r, *keep = NULL;
+    int ok;
+
+    if (st->db == NULL)
+        return NULL;
+    if (p != NULL || binary)
+        ok = PQsendQueryParams(st->db, sql, p ? p->n : 0, p ? p->type : NULL, p ? p->v : NULL,
+                               p ? p->len : NULL, p ? p->fmt : NULL, binary ? 1 : 0);
+    else
+        ok = PQsendQuery(st->db, sql);
+    if (!ok)
+        return NULL;
+    for (;;) {
+        while (PQisBusy(st->db)) {
+            if (wait_io(st, PQsocket(st->db), POLLIN, -1) < 0) {
+                PQclear(keep);
+                PQfinish(st->db);
+                st->db = NULL;
+                return NULL;
+            }
+            if (!PQconsumeInput(st->db))
+                break;
+        }
+        r = PQgetResult(st->db);
+        if (r == NULL)
+            return keep;
+        if (keep != NULL && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+            PQclear(r);
+            continue;
+        }
+        PQclear(keep);
+        keep = r;
+    }
+}
+
+/* Why the last statement failed: its result's error, else the connection's. */
+static int
+res_say(char *err, int code, struct store *st, PGresult *r, const char *what)
+{
+    const char *m = r != NULL ? PQresultErrorMessage(r) : "";
+    size_t n = strcspn(m, "\n");
+
+    if (n > 0)
+        return store_say(err, code, "postgres: %s: %.*s", what, (int)n, m);
+    if (st->db == NULL && st->stop_ms > 0)
+        return store_say(err, code,
+                         "postgres: %s: dsjobd is stopping and the database did not "
+                         "answer within %d ms",
+                         what, PG_STOP_GRACE_MS);
+    return pg_say(err, code, st->db, what);
+}
+
+/* Run sql on the writer's connection; PGRES_COMMAND_OK or TUPLES_OK, else err. */
+static int
+exec_ok(struct store *st, const char *sql, const char *what, char *err)
+{
+    PGresult *r = exec_wait(st, sql, NULL, false);
     ExecStatusType s = PQresultStatus(r);
     int rc = DSJOB_OK;
 
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
-        const char *m = PQresultErrorMessage(r);
-        size_t n = strcspn(m, "\n");
-
-        rc = store_say(err, DSJOB_ERR_STORE, "postgres: %s: %.*s", what, (int)n,
-                       n ? m : PQerrorMessage(db));
-    }
+    if (r == NULL || (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK))
+        rc = res_say(err, DSJOB_ERR_STORE, st, r, what);
     PQclear(r);
     return rc;
 }
 
 /*
- * Run the statement built in q, and free it: binary asks for binary rows.
- * DSJOB_OK with *out holding the result when its status is want; else
- * err says why (out of memory while q was built, or the server's error,
- * after what), and *out is NULL.
+ * Run the statement in q with p's values, then free both: binary asks for
+ * binary rows. DSJOB_OK with *out holding the result when its status is
+ * want; else err says why (out of memory while q or p was built, or the
+ * server's error, after what), and *out is NULL.
  */
 static int
-run(struct store *st, struct sbuf *q, bool binary, ExecStatusType want, const char *what,
-    PGresult **out, char *err)
+run(struct store *st, struct sbuf *q, struct params *p, bool binary, ExecStatusType want,
+    const char *what, PGresult **out, char *err)
 {
     PGresult *r;
     int rc;
 
     *out = NULL;
-    if (q->oom) {
+    if (q->oom || p->oom) {
         free(q->p);
+        params_free(p);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
-    r = binary ? PQexecParams(st->db, q->p, 0, NULL, NULL, NULL, NULL, 1) : PQexec(st->db, q->p);
+    r = exec_wait(st, q->p, p, binary);
     free(q->p);
-    if (PQresultStatus(r) != want) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, what);
+    params_free(p);
+    if (r == NULL || PQresultStatus(r) != want) {
+        rc = res_say(err, DSJOB_ERR_STORE, st, r, what);
         PQclear(r);
         return rc;
     }
     *out = r;
     return DSJOB_OK;
+}
+
+/* run for a statement whose rows are not read. */
+static int
+run_ok(struct store *st, struct sbuf *q, struct params *p, const char *what, char *err)
+{
+    PGresult *r;
+    int rc = run(st, q, p, false, PGRES_COMMAND_OK, what, &r, err);
+
+    PQclear(r);
+    return rc;
 }
 
 /*
@@ -426,6 +762,138 @@ quiet(void *arg, const char *message)
     (void)message;
 }
 
+/*
+ * The connection parameters of both connections: the DSN as given, then
+ * what every connection must have, so that a reconnect (PQreset, which
+ * uses them again) has it too:
+ * - standard_conforming_strings on (the server's default; the statements'
+ *   own constants assume it) and client_encoding UTF8 (the text values
+ *   sent are UTF-8), whatever the database's or role's defaults say;
+ *   the DSN's or PGOPTIONS' options come first;
+ * - unless the DSN sets them: TCP keepalives (a peer gone without a
+ *   word is found in about PG_KEEPALIVE_IDLE + 3 * PG_KEEPALIVE_INTERVAL
+ *   seconds), tcp_user_timeout (data unacknowledged that long fails the
+ *   connection; libpq 12 and later), connect_timeout, and the
+ *   application_name dsjobd.
+ */
+static int
+conn_params(struct store *st, const char *dsn, char *err)
+{
+    static const char *const dflt[][2] = {
+        {"keepalives", "1"},
+        {"keepalives_idle", PG_STR(PG_KEEPALIVE_IDLE)},
+        {"keepalives_interval", PG_STR(PG_KEEPALIVE_INTERVAL)},
+        {"keepalives_count", "3"},
+        {"connect_timeout", PG_STR(PG_CONNECT_TIMEOUT)},
+        {"tcp_user_timeout", PG_STR(PG_USER_TIMEOUT_MS)},
+    };
+    PQconninfoOption *given, *o;
+    char *msg = NULL;
+    const char *options = getenv("PGOPTIONS");
+    size_t n = 0, i;
+    int rc = DSJOB_OK;
+
+    given = PQconninfoParse(dsn, &msg);
+    if (given == NULL) {
+        size_t len = msg != NULL ? strcspn(msg, "\n") : 0;
+
+        rc = store_say(err, DSJOB_ERR_ARG, "postgres: --pg-dsn: %.*s", (int)len,
+                       msg != NULL ? msg : "out of memory");
+        PQfreemem(msg);
+        return rc;
+    }
+    st->kw = calloc(16, sizeof(*st->kw));
+    st->val = calloc(16, sizeof(*st->val));
+    if (st->kw == NULL || st->val == NULL)
+        goto nomem;
+#define SET(k, v)                                                                                  \
+    do {                                                                                           \
+        st->kw[n] = strdup(k);                                                                     \
+        st->val[n] = (v);                                                                          \
+        if (st->kw[n] == NULL || st->val[n] == NULL)                                               \
+            goto nomem;                                                                            \
+        n++;                                                                                       \
+    } while (0)
+    SET("dbname", strdup(dsn));
+    for (o = given; o->keyword != NULL; o++)
+        if (strcmp(o->keyword, "options") == 0 && o->val != NULL)
+            options = o->val;
+    {
+        const char *mine = "-c standard_conforming_strings=on";
+        size_t len = (options != NULL ? strlen(options) + 1 : 0) + strlen(mine) + 1;
+        char *v = malloc(len);
+
+        if (v != NULL)
+            snprintf(v, len, "%s%s%s", options != NULL ? options : "", options != NULL ? " " : "",
+                     mine);
+        SET("options", v);
+    }
+    SET("client_encoding", strdup("UTF8"));
+    SET("fallback_application_name", strdup("dsjobd"));
+    for (i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) {
+        bool set = false;
+
+        if (strcmp(dflt[i][0], "tcp_user_timeout") == 0 && PQlibVersion() < 120000)
+            continue;
+        for (o = given; o->keyword != NULL; o++)
+            if (strcmp(o->keyword, dflt[i][0]) == 0 && o->val != NULL)
+                set = true;
+        if (!set)
+            SET(dflt[i][0], strdup(dflt[i][1]));
+    }
+#undef SET
+    PQconninfoFree(given);
+    return DSJOB_OK;
+nomem:
+    PQconninfoFree(given);
+    return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+}
+
+/* The connection's connect_timeout in ms (the DSN's, else PG_CONNECT_TIMEOUT's). */
+static int64_t
+connect_ms(PGconn *db)
+{
+    PQconninfoOption *o, *all = PQconninfo(db);
+    int64_t ms = PG_CONNECT_TIMEOUT * 1000;
+
+    for (o = all; o != NULL && o->keyword != NULL; o++)
+        if (strcmp(o->keyword, "connect_timeout") == 0 && o->val != NULL && atoi(o->val) > 0)
+            ms = (int64_t)atoi(o->val) * 1000;
+    PQconninfoFree(all);
+    return ms;
+}
+
+/*
+ * Connect the writer (again, with reset): without blocking, so that the
+ * wait ends at connect_timeout and at pg_stop's bound. True once
+ * connected.
+ */
+static bool
+connect_db(struct store *st, bool reset)
+{
+    PostgresPollingStatusType s = PGRES_POLLING_WRITING;
+    int64_t end;
+
+    if (reset ? !PQresetStart(st->db)
+              : (st->db = PQconnectStartParams((const char *const *)st->kw,
+                                               (const char *const *)st->val, 1)) == NULL)
+        return false;
+    if (PQstatus(st->db) == CONNECTION_BAD)
+        return false;
+    PQsetNoticeProcessor(st->db, quiet, NULL);
+    end = mono_ms() + connect_ms(st->db);
+    while (s != PGRES_POLLING_OK) {
+        int64_t left = end - mono_ms();
+
+        if (s == PGRES_POLLING_FAILED || left <= 0 ||
+            wait_io(st, PQsocket(st->db), s == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                    (int)left) <= 0)
+            return false;
+        s = reset ? PQresetPoll(st->db) : PQconnectPoll(st->db);
+    }
+    return true;
+}
+
 /* The second key of a start's live lock (advisory locks take two int4 keys). */
 static int
 live_key(uint64_t boot)
@@ -436,26 +904,81 @@ live_key(uint64_t boot)
 /*
  * Hold this start's live lock on the writer connection and list the start
  * in dsjob.servers (again, after a reconnect: a server that found the lock
- * free meanwhile took it off).
+ * free meanwhile took it off). The lock is tried, never waited for: after
+ * a connection was lost while its backend lives on (a NAT or firewall
+ * that forgot the flow, a proxy that cut only this side), that backend
+ * still holds it, for as long as its TCP keepalives take. That backend is
+ * this server's own old session, so it is ended (pg_terminate_backend, as
+ * the same role may); the lock is tried every PG_LOCK_RETRY_MS for a
+ * third of --pg-lease, and then the connection counts as failed, with
+ * the backend that holds the lock named.
  */
 static int
 hold_live(struct store *st, char *err)
 {
-    struct sbuf q = {0};
-    PGresult *r;
-    int rc;
+    int64_t end = mono_ms() + (int64_t)st->lease * 1000 / 3;
+    bool ended = false;
+    int holder = 0;
 
-    sb_printf(&q,
-              "SELECT pg_advisory_lock(%d, %d); INSERT INTO dsjob.servers (owner, boot)"
-              " VALUES (",
-              LIVE_LOCK, live_key(st->boot));
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_printf(&q, ", %" PRIu64 ") ON CONFLICT (owner) DO NOTHING", st->boot);
-    if ((rc = run(st, &q, false, PGRES_COMMAND_OK, "taking this start's live lock", &r, err)) !=
-        DSJOB_OK)
-        return rc;
-    PQclear(r);
-    return DSJOB_OK;
+    for (;;) {
+        struct sbuf q = {0};
+        struct params p = {0};
+        PGresult *r;
+        int rc;
+
+        sb_str(&q, "SELECT pg_try_advisory_lock(");
+        par_int(&q, &p, LIVE_LOCK);
+        sb_str(&q, "::int4, ");
+        par_int(&q, &p, live_key(st->boot));
+        sb_str(&q,
+               "::int4), (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+               " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+               " AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2"
+               " AND granted AND pid <> pg_backend_pid() LIMIT 1)");
+        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "taking this start's live lock", &r,
+                      err)) != DSJOB_OK)
+            return rc;
+        if (PQgetvalue(r, 0, 0)[0] == 't') {
+            PQclear(r);
+            break;
+        }
+        holder = atoi(PQgetvalue(r, 0, 1));
+        PQclear(r);
+        if (!ended && holder != 0 && holder == st->pid) {
+            /* This server's own lost session: end it. */
+            q = (struct sbuf){0};
+            sb_str(&q, "SELECT pg_terminate_backend(");
+            par_int(&q, &p, holder);
+            sb_str(&q, "::int4)");
+            if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "ending this server's lost session",
+                          &r, err)) != DSJOB_OK)
+                return rc;
+            PQclear(r);
+            ended = true;
+        }
+        if (mono_ms() >= end)
+            return store_say(err, DSJOB_ERR_STORE,
+                             "postgres: this start's live lock is held by backend %d (%s) after "
+                             "%u s of tries; not writing until it is free",
+                             holder,
+                             holder == st->pid ? "this server's lost connection, not ended"
+                                               : "another session",
+                             st->lease / 3);
+        if (wait_io(st, -1, 0, PG_LOCK_RETRY_MS) < 0)
+            return store_say(err, DSJOB_ERR_STORE,
+                             "postgres: dsjobd is stopping: gave up taking this start's live lock");
+    }
+    {
+        struct sbuf q = {0};
+        struct params p = {0};
+
+        sb_str(&q, "INSERT INTO dsjob.servers (owner, boot) VALUES (");
+        par_text(&q, &p, st->owner, strlen(st->owner));
+        sb_str(&q, ", ");
+        par_int(&q, &p, (int64_t)st->boot);
+        sb_str(&q, ") ON CONFLICT (owner) DO NOTHING");
+        return run_ok(st, &q, &p, "listing this start", err);
+    }
 }
 
 /* Connect (again) if the connection is not up, holding this start's live lock. */
@@ -464,22 +987,29 @@ ensure_conn(struct store *st, char *err)
 {
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
         return DSJOB_OK;
-    if (st->db != NULL)
-        PQreset(st->db);
-    else
-        st->db = PQconnectdb(st->dsn);
-    if (st->db == NULL)
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    PQsetNoticeProcessor(st->db, quiet, NULL);
-    if (PQstatus(st->db) != CONNECTION_OK)
+    if (st->stop_ms > 0 && mono_ms() >= st->stop_ms + PG_STOP_GRACE_MS)
+        return store_say(err, DSJOB_ERR_STORE,
+                         "postgres: dsjobd is stopping: not connecting again");
+    if (!connect_db(st, st->db != NULL)) {
+        if (st->db == NULL)
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        if (PQstatus(st->db) != CONNECTION_BAD) {
+            /* Given up waiting: the next try starts again. */
+            PQfinish(st->db);
+            st->db = NULL;
+            return store_say(err, DSJOB_ERR_STORE,
+                             "postgres: cannot connect: no answer within the connect timeout");
+        }
         return pg_say(err, DSJOB_ERR_STORE, st->db, "cannot connect");
-    if (st->boot == 0)
-        return DSJOB_OK; /* pg_open takes it once the start has its number */
-    if (hold_live(st, err) != DSJOB_OK) {
-        PQfinish(st->db); /* connected without it is not connected: start again next time */
+    }
+    if (st->boot != 0 && hold_live(st, err) != DSJOB_OK) {
+        if (st->db != NULL)
+            PQfinish(st->db); /* connected without it is not connected: start again next time */
         st->db = NULL;
         return DSJOB_ERR_STORE;
     }
+    /* pg_open takes the lock once the start has its number. */
+    st->pid = PQbackendPID(st->db);
     return DSJOB_OK;
 }
 
@@ -490,20 +1020,20 @@ schema_make(struct store *st, char *err)
     char sql[128];
     int rc, version = 0;
 
-    if ((rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK)
+    if ((rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK)
         return rc;
     snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)SCHEMA_LOCK);
-    if ((rc = exec_ok(st->db, sql, "locking the schema", err)) != DSJOB_OK)
+    if ((rc = exec_ok(st, sql, "locking the schema", err)) != DSJOB_OK)
         goto rollback;
-    r = PQexec(st->db, "SELECT to_regclass('dsjob.meta') IS NOT NULL");
+    r = exec_wait(st, "SELECT to_regclass('dsjob.meta') IS NOT NULL", NULL, false);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        rc = res_say(err, DSJOB_ERR_STORE, st, r, "reading the schema");
         PQclear(r);
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading the schema");
         goto rollback;
     }
     if (PQgetvalue(r, 0, 0)[0] == 't') {
         PQclear(r);
-        r = PQexec(st->db, "SELECT value FROM dsjob.meta WHERE key = 'schema_version'");
+        r = exec_wait(st, "SELECT value FROM dsjob.meta WHERE key = 'schema_version'", NULL, false);
         if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
             PQclear(r);
             rc = store_say(err, DSJOB_ERR_STORE,
@@ -522,17 +1052,17 @@ schema_make(struct store *st, char *err)
         }
         /* Version N to N + 1, each in this transaction. */
         if (version < 2 &&
-            (rc = exec_ok(st->db, SCHEMA_STEP_1_2, "upgrading schema dsjob from version 1 to 2",
+            (rc = exec_ok(st, SCHEMA_STEP_1_2, "upgrading schema dsjob from version 1 to 2",
                           err)) != DSJOB_OK)
             goto rollback;
     } else {
         PQclear(r);
-        if ((rc = exec_ok(st->db, SCHEMA_SQL, "creating schema dsjob", err)) != DSJOB_OK)
+        if ((rc = exec_ok(st, SCHEMA_SQL, "creating schema dsjob", err)) != DSJOB_OK)
             goto rollback;
     }
-    return exec_ok(st->db, "COMMIT", "committing the schema", err);
+    return exec_ok(st, "COMMIT", "committing the schema", err);
 rollback:
-    PQclear(PQexec(st->db, "ROLLBACK"));
+    PQclear(exec_wait(st, "ROLLBACK", NULL, false));
     return rc;
 }
 
@@ -551,13 +1081,19 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
     st = calloc(1, sizeof(*st));
     if (st == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    st->dsn = strdup(cfg->dsn);
+    st->wake[0] = st->wake[1] = -1;
     st->owner = strdup(cfg->owner != NULL ? cfg->owner : "dsjobd");
     st->lease = cfg->lease_secs ? cfg->lease_secs : 30;
-    if (st->dsn == NULL || st->owner == NULL) {
+    if (st->owner == NULL) {
         pg_close(st);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
+    if (pipe2(st->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
+        rc = store_say(err, DSJOB_ERR_SYS, "postgres: pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if ((rc = conn_params(st, cfg->dsn, err)) != DSJOB_OK)
+        goto fail;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         goto fail;
     if (PQserverVersion(st->db) < 90500) {
@@ -566,14 +1102,12 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
                        PQserverVersion(st->db));
         goto fail;
     }
-    if ((rc = exec_ok(st->db, "SET standard_conforming_strings = on", "set", err)) != DSJOB_OK)
-        goto fail;
     if ((rc = schema_make(st, err)) != DSJOB_OK)
         goto fail;
-    r = PQexec(st->db, "SELECT nextval('dsjob.boot')");
+    r = exec_wait(st, "SELECT nextval('dsjob.boot')", NULL, false);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        rc = res_say(err, DSJOB_ERR_STORE, st, r, "numbering this start");
         PQclear(r);
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "numbering this start");
         goto fail;
     }
     {
@@ -608,59 +1142,121 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
 {
     struct pend_add *a;
     bool uniq = sj->unique_len > 0 && !sj->unique_is_data;
+    size_t len =
+        sj->handle_len + sj->func_len + sj->unique_len + sj->reducer_len + sj->data_len + 5;
+    char *at;
 
     if (!utf8_ok(sj->func, sj->func_len) || !utf8_ok(sj->handle, sj->handle_len))
         return store_say(err, DSJOB_ERR_ARG,
                          "postgres: a function name or handle must be UTF-8 text in this store");
-    if (grow((void **)&st->adds, st->nadds, &st->adds_cap, sizeof(*st->adds)) < 0)
+    if (sj->func_len + (uniq ? sj->unique_len : 0) > PG_KEY_MAX)
+        return store_say(err, DSJOB_ERR_ARG,
+                         "postgres: the function name and unique key are %zu bytes together, "
+                         "more than the %d this store can index",
+                         sj->func_len + (uniq ? sj->unique_len : 0), PG_KEY_MAX);
+    if (sj->when > PG_EPOCH_MAX)
+        return store_say(err, DSJOB_ERR_ARG,
+                         "postgres: run time %" PRId64 " is past what PostgreSQL can store "
+                         "(at most %" PRId64 ", in the year 294276)",
+                         sj->when, PG_EPOCH_MAX);
+    if (grow((void **)&st->adds, st->nadds, &st->adds_cap, sizeof(*st->adds)) < 0 ||
+        (at = malloc(len)) == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    a = &st->adds[st->nadds];
+    a = &st->adds[st->nadds++];
     memset(a, 0, sizeof(*a));
-    a->handle = memdup0(sj->handle, sj->handle_len);
-    a->func = memdup0(sj->func, sj->func_len);
-    a->uniq = uniq ? memdup0(sj->unique, sj->unique_len) : NULL;
+#define COPY(dst, src, n)                                                                          \
+    do {                                                                                           \
+        (dst) = at;                                                                                \
+        if ((n) > 0)                                                                               \
+            memcpy(at, (src), (n));                                                                \
+        at[(n)] = '\0';                                                                            \
+        at += (n) + 1;                                                                             \
+    } while (0)
+    COPY(a->handle, sj->handle, sj->handle_len);
+    COPY(a->func, sj->func, sj->func_len);
+    COPY(a->reducer, sj->reducer, sj->reducer_len);
+    COPY(a->data, sj->data, sj->data_len);
+    if (uniq)
+        COPY(a->uniq, sj->unique, sj->unique_len);
+#undef COPY
     a->uniq_len = uniq ? sj->unique_len : 0;
+    a->unique_is_data = sj->unique_is_data;
+    a->reducer_len = sj->reducer_len;
+    a->data_len = sj->data_len;
+    a->prio = sj->prio;
+    a->when = sj->when;
+    a->leased = sj->leased;
     a->alias = sj->alias;
-    if (a->handle == NULL || a->func == NULL || (uniq && a->uniq == NULL)) {
-        free(a->handle);
-        free(a->func);
-        free(a->uniq);
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
+    a->lost = sj->lost;
+    a->why = err;
     if (a->alias != NULL)
         a->alias[0] = '\0';
-    if (st->nadds > 0)
-        sb_str(&st->ins, ",");
-    a->row_at = st->ins.len;
-    sb_str(&st->ins, "(");
-    sb_lit(&st->ins, sj->handle, sj->handle_len);
-    sb_str(&st->ins, ",");
-    sb_lit(&st->ins, sj->func, sj->func_len);
-    sb_str(&st->ins, ",");
-    if (uniq)
-        sb_bytea(&st->ins, sj->unique, sj->unique_len);
-    else
-        sb_str(&st->ins, "NULL");
-    sb_str(&st->ins, sj->unique_is_data ? ",true," : ",false,");
-    sb_bytea(&st->ins, sj->reducer, sj->reducer_len);
-    sb_str(&st->ins, ",");
-    sb_bytea(&st->ins, sj->data, sj->data_len);
-    if (sj->when > 0)
-        sb_printf(&st->ins, ",%d,to_timestamp(%" PRId64 "),", sj->prio, sj->when);
-    else
-        sb_printf(&st->ins, ",%d,now(),", sj->prio);
-    if (sj->leased) {
-        sb_lit(&st->ins, st->owner, strlen(st->owner));
-        sb_printf(&st->ins, ",now() + interval '%u seconds')", st->lease);
-    } else {
-        sb_str(&st->ins, "NULL,NULL)");
+    if (a->lost != NULL)
+        *a->lost = false;
+    if (!sj->leased)
         st->notify = true;
-    }
-    a->row_len = st->ins.len - a->row_at;
-    st->nadds++;
-    if (st->ins.oom)
-        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     return DSJOB_OK;
+}
+
+/* The pending add of handle h in this batch, or NULL. */
+static struct pend_add *
+find_add(struct store *st, const char *h, size_t len)
+{
+    size_t i;
+
+    for (i = st->nadds; i-- > 0;)
+        if (!st->adds[i].gone && strlen(st->adds[i].handle) == len &&
+            memcmp(st->adds[i].handle, h, len) == 0)
+            return &st->adds[i];
+    return NULL;
+}
+
+/*
+ * The adds' INSERT for adds[from..to) (those not gone) into q and p: the
+ * batch's, or one row's. Returns how many rows it holds.
+ */
+static size_t
+add_sql(struct store *st, size_t from, size_t to, struct sbuf *q, struct params *p)
+{
+    static const Oid elem[AC_N] = {OID_TEXT,  OID_TEXT, OID_BYTEA, OID_BOOL, OID_BYTEA,
+                                   OID_BYTEA, OID_INT2, OID_INT8,  OID_BOOL};
+    static const Oid type[AC_N] = {OID_TEXT_ARRAY, OID_TEXT_ARRAY,  OID_BYTEA_ARRAY,
+                                   OID_BOOL_ARRAY, OID_BYTEA_ARRAY, OID_BYTEA_ARRAY,
+                                   OID_INT2_ARRAY, OID_INT8_ARRAY,  OID_BOOL_ARRAY};
+    struct arr c[AC_N];
+    struct sbuf ignore = {0};
+    size_t i, rows = 0;
+    int k;
+
+    for (k = 0; k < AC_N; k++)
+        arr_init(&c[k], elem[k]);
+    for (i = from; i < to; i++) {
+        const struct pend_add *a = &st->adds[i];
+
+        if (a->gone)
+            continue;
+        rows++;
+        arr_put(&c[AC_HANDLE], a->handle, strlen(a->handle));
+        arr_put(&c[AC_FUNC], a->func, strlen(a->func));
+        if (a->uniq != NULL)
+            arr_put(&c[AC_UNIQ], a->uniq, a->uniq_len);
+        else
+            arr_null(&c[AC_UNIQ]);
+        arr_bool(&c[AC_UDATA], a->unique_is_data);
+        arr_put(&c[AC_REDUCER], a->reducer, a->reducer_len);
+        arr_put(&c[AC_DATA], a->data, a->data_len);
+        arr_int(&c[AC_PRIO], a->prio, 2);
+        arr_int(&c[AC_WHEN], a->when, 8);
+        arr_bool(&c[AC_LEASED], a->leased);
+    }
+    /* The statement's text names them itself ($1-$11). */
+    for (k = 0; k < AC_N; k++)
+        par_arr(&ignore, p, &c[k], type[k]);
+    par_text(&ignore, p, st->owner, strlen(st->owner));
+    par_int(&ignore, p, st->lease);
+    free(ignore.p);
+    sb_str(q, ADD_SQL);
+    return rows;
 }
 
 static int
@@ -676,11 +1272,27 @@ push_row(struct pend_row **arr, size_t *n, size_t *cap, const char *handle, size
     return 0;
 }
 
+/*
+ * A remove of a job whose add is in this batch: the two cancel out (the
+ * batch's ops apply in order; a cancel of a job not yet committed), and
+ * a rewrite of it in between is dropped too.
+ */
 static int
 pg_remove_job(struct store *st, const struct store_job *sj, char *err)
 {
+    struct pend_add *a = find_add(st, sj->handle, sj->handle_len);
+
     if (sj->lost != NULL)
         *sj->lost = false;
+    if (a != NULL) {
+        size_t i;
+
+        a->gone = true;
+        for (i = 0; i < st->nupds; i++)
+            if (st->upds[i].after && strcmp(st->upds[i].handle, a->handle) == 0)
+                st->upds[i].gone = true;
+        return DSJOB_OK;
+    }
     if (push_row(&st->rms, &st->nrms, &st->rms_cap, sj->handle, sj->handle_len, sj->lost) < 0)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     return DSJOB_OK;
@@ -694,36 +1306,49 @@ pg_remove(struct store *st, uint64_t id, char *err)
     return store_say(err, DSJOB_ERR_ARG, "postgres: remove needs the job's handle");
 }
 
+static struct pend_upd *
+push_upd(struct store *st, const char *name, size_t len, bool *lost)
+{
+    struct pend_upd *u;
+    char *h;
+
+    if (grow((void **)&st->upds, st->nupds, &st->upds_cap, sizeof(*st->upds)) < 0 ||
+        (h = memdup0(name, len)) == NULL)
+        return NULL;
+    u = &st->upds[st->nupds++];
+    memset(u, 0, sizeof(*u));
+    u->handle = h;
+    u->lost = lost;
+    return u;
+}
+
+/* A rewrite of a job whose add is in this batch runs after the INSERT (ops apply in order). */
 static int
 pg_update(struct store *st, const struct store_job *sj, char *err)
 {
-    size_t mark = st->upd.len;
+    struct pend_upd *u;
 
     if (sj->lost != NULL)
         *sj->lost = false;
-    sb_printf(&st->upd, "UPDATE dsjob.jobs SET prio = %d, state = %d, attempts = %" PRIu32,
-              sj->prio, sj->state, sj->attempts);
-    sb_printf(&st->upd, ", first_fail = %" PRId64 ", last_fail = %" PRId64, sj->first_fail,
-              sj->last_fail);
-    sb_printf(&st->upd, ", numerator = %" PRIu32 ", denominator = %" PRIu32, sj->numerator,
-              sj->denominator);
-    if (sj->when > 0)
-        sb_printf(&st->upd, ", run_at = to_timestamp(%" PRId64 ")", sj->when);
-    sb_str(&st->upd, ", result = ");
-    if (sj->result_len > 0)
-        sb_bytea(&st->upd, sj->result, sj->result_len);
-    else
-        sb_str(&st->upd, "NULL");
-    sb_str(&st->upd, " WHERE handle = ");
-    sb_lit(&st->upd, sj->handle, sj->handle_len);
-    sb_str(&st->upd, " AND owner = ");
-    sb_lit(&st->upd, st->owner, strlen(st->owner));
-    sb_add(&st->upd, "", 1); /* the NUL between statements */
-    if (st->upd.oom ||
-        push_row(&st->upds, &st->nupds, &st->upds_cap, sj->handle, sj->handle_len, sj->lost) < 0) {
-        st->upd.len = mark;
-        st->upd.oom = false;
+    if ((u = push_upd(st, sj->handle, sj->handle_len, sj->lost)) == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    u->after = find_add(st, sj->handle, sj->handle_len) != NULL;
+    u->prio = sj->prio;
+    u->state = sj->state;
+    u->attempts = sj->attempts;
+    u->first_fail = sj->first_fail;
+    u->last_fail = sj->last_fail;
+    u->numerator = sj->numerator;
+    u->denominator = sj->denominator;
+    u->when = sj->when;
+    if (sj->result_len > 0) {
+        u->result = memdup0(sj->result, sj->result_len);
+        if (u->result == NULL) {
+            free(u->handle);
+            st->nupds--;
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        }
+        u->result_len = sj->result_len;
     }
     return DSJOB_OK;
 }
@@ -731,29 +1356,21 @@ pg_update(struct store *st, const struct store_job *sj, char *err)
 static int
 pg_set_func(struct store *st, const struct store_func *sf, char *err)
 {
-    size_t mark = st->upd.len;
+    struct pend_upd *u;
 
     if (!utf8_ok(sf->name, sf->name_len))
         return store_say(err, DSJOB_ERR_ARG, "postgres: a function name must be UTF-8 text");
-    if (sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0) {
-        sb_str(&st->upd, "DELETE FROM dsjob.funcs WHERE name = ");
-        sb_lit(&st->upd, sf->name, sf->name_len);
-    } else {
-        sb_str(&st->upd, "INSERT INTO dsjob.funcs VALUES (");
-        sb_lit(&st->upd, sf->name, sf->name_len);
-        sb_printf(&st->upd, ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", sf->retries,
-                  sf->backoff_base_ms, sf->backoff_max_ms);
-        sb_str(&st->upd, " ON CONFLICT (name) DO UPDATE SET retries = excluded.retries,"
-                         " backoff_base_ms = excluded.backoff_base_ms,"
-                         " backoff_max_ms = excluded.backoff_max_ms");
-    }
-    sb_add(&st->upd, "", 1);
-    if (st->upd.oom ||
-        push_row(&st->upds, &st->nupds, &st->upds_cap, sf->name, sf->name_len, NULL) < 0) {
-        st->upd.len = mark;
-        st->upd.oom = false;
+    if (sf->name_len > PG_KEY_MAX)
+        return store_say(err, DSJOB_ERR_ARG,
+                         "postgres: a function name of %zu bytes is more than the %d this store "
+                         "can index",
+                         sf->name_len, PG_KEY_MAX);
+    if ((u = push_upd(st, sf->name, sf->name_len, NULL)) == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-    }
+    u->func = true;
+    u->retries = sf->retries;
+    u->backoff_base_ms = sf->backoff_base_ms;
+    u->backoff_max_ms = sf->backoff_max_ms;
     return DSJOB_OK;
 }
 
@@ -773,6 +1390,8 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->ended = NULL;
     ls->nended = 0;
     ls->ended_mem = NULL;
+    ls->waiting = NULL;
+    ls->nwaiting = 0;
     st->ls = ls;
     if (ls->nrelease > 0)
         st->notify = true; /* a server with a worker free takes what is given up */
@@ -785,20 +1404,22 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
  * newer one). Runs after the batch committed, in statements of its own.
  */
 static int
-find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
+find_alias(struct store *st, size_t i, char *err)
 {
+    struct pend_add *a = &st->adds[i];
     int tries, rc;
 
     for (tries = 0; tries < 3; tries++) {
         struct sbuf q = {0};
+        struct params p = {0};
         PGresult *r;
         bool got = false;
 
         sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE state = 0 AND func = ");
-        sb_lit(&q, a->func, strlen(a->func));
+        par_text(&q, &p, a->func, strlen(a->func));
         sb_str(&q, " AND uniq = ");
-        sb_bytea(&q, a->uniq, a->uniq_len);
-        if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "finding a unique key's job", &r, err)) !=
+        par_bytea(&q, &p, a->uniq, a->uniq_len);
+        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "finding a unique key's job", &r, err)) !=
             DSJOB_OK)
             return rc;
         if (PQntuples(r) == 1) {
@@ -811,13 +1432,11 @@ find_alias(struct store *st, struct pend_add *a, const char *row, char *err)
             return DSJOB_OK;
         /* Gone since the INSERT: insert this one again. */
         q = (struct sbuf){0};
-        sb_str(&q, "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
-        sb_str(&q, row);
-        sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING");
-        if ((rc = run(st, &q, false, PGRES_COMMAND_OK, "inserting a job again", &r, err)) !=
+        add_sql(st, i, i + 1, &q, &p);
+        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "inserting a job again", &r, err)) !=
             DSJOB_OK)
             return rc;
-        got = strcmp(PQcmdTuples(r), "1") == 0;
+        got = PQntuples(r) == 1;
         PQclear(r);
         if (got)
             return DSJOB_OK;
@@ -915,25 +1534,27 @@ lease_reads(const struct store_lease *ls)
     return lease_takes(ls) || (ls != NULL && ls->nrelease > 0);
 }
 
-/* The functions ls asks for, with how many of each: "(VALUES (name, n), ...) AS f(name, n)". */
+/* The functions ls asks for, with how many of each: "unnest($k, $k+1) AS f(name, n)". */
 static void
-funcs_values(struct sbuf *q, const struct store_lease *ls)
+funcs_values(struct sbuf *q, struct params *p, const struct store_lease *ls)
 {
-    const char *vsep = "";
+    struct arr names, n;
     size_t i;
 
-    sb_str(q, "(VALUES ");
+    arr_init(&names, OID_TEXT);
+    arr_init(&n, OID_INT4);
     for (i = 0; i < ls->nfuncs; i++) {
         /* A name that is not UTF-8 has no rows here (its adds were refused). */
         if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
             continue;
-        sb_str(q, vsep);
-        vsep = ",";
-        sb_str(q, "(");
-        sb_lit(q, ls->funcs[i], strlen(ls->funcs[i]));
-        sb_printf(q, ",%u)", ls->limits[i]);
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_int(&n, ls->limits[i], 4);
     }
-    sb_str(q, ") AS f(name, n)");
+    sb_str(q, "unnest(");
+    par_arr(q, p, &names, OID_TEXT_ARRAY);
+    sb_str(q, "::text[], ");
+    par_arr(q, p, &n, OID_INT4_ARRAY);
+    sb_str(q, "::int4[]) AS f(name, n)");
 }
 
 /* How many jobs ls asks for in all, of the functions this store can hold. */
@@ -963,99 +1584,131 @@ static void
 read_due(struct store *st, struct store_lease *ls)
 {
     struct sbuf q = {0};
+    struct params p = {0};
     PGresult *r;
 
     sb_str(&q, "SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8 FROM ");
-    funcs_values(&q, ls);
+    funcs_values(&q, &p, ls);
     sb_str(&q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
                " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
                " AND prio = p.prio AND run_at > now() AND (owner IS NULL OR lease_until < now())"
                " ORDER BY run_at LIMIT 1) d");
-    if (q.oom) {
-        free(q.p);
+    if (run(st, &q, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, NULL) != DSJOB_OK)
         return;
-    }
-    r = PQexec(st->db, q.p);
-    free(q.p);
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
         ls->due_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
 }
 
+/* The handles of rows[0..n) as a text[] value. */
+static void
+handles_arr(struct sbuf *q, struct params *p, const struct pend_row *rows, size_t n)
+{
+    struct arr a;
+    size_t i;
+
+    arr_init(&a, OID_TEXT);
+    for (i = 0; i < n; i++)
+        arr_put(&a, rows[i].handle, strlen(rows[i].handle));
+    par_arr(q, p, &a, OID_TEXT_ARRAY);
+}
+
+/* Adds of the batch still to write. */
+static size_t
+live_adds(const struct store *st)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < st->nadds; i++)
+        n += !st->adds[i].gone;
+    return n;
+}
+
 /*
- * The batch's one statement: its adds (INSERT), removes (DELETE), the jobs
- * its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) or gives up (rows
- * under this server's lease that its queue lacks) and its NOTIFY, as
- * data-modifying CTEs whose RETURNING rows come back tagged (1 added, 2
- * removed, 3 taken, 5 given up). No two of them touch one row: the
- * INSERT's rows are new, the DELETE's are this server's and in its queue,
- * those given up are this server's and not in its queue, and the take
- * skips this server's (its own expired leases are renewed, not taken).
- * Returns the SQL in q.
+ * The batch's one statement: its adds (INSERT, unless each writes them one
+ * by one), removes (DELETE), the jobs its lease op takes (UPDATE ... FOR
+ * UPDATE SKIP LOCKED) or gives up (rows under this server's lease that its
+ * queue lacks) and its NOTIFY, as data-modifying CTEs whose RETURNING rows
+ * come back tagged (1 added, 2 removed, 3 taken, 5 given up). No two of
+ * them touch one row: the INSERT's rows are new, the DELETE's are this
+ * server's and in its queue (a remove of a row this batch adds cancelled
+ * that add), those given up are this server's and not in its queue, and
+ * the take skips this server's (its own expired leases are renewed, not
+ * taken). Returns the SQL in q and its values in p.
  */
 static void
-main_sql(struct store *st, struct sbuf *q)
+main_sql(struct store *st, struct sbuf *q, struct params *p)
 {
     struct store_lease *ls = st->ls;
     const char *sep = "";
+    bool adds = !st->each && live_adds(st) > 0;
     bool take = lease_takes(ls), release = ls != NULL && ls->nrelease > 0;
+    struct sbuf owner = {0};
     size_t i;
 
+    /* The adds' values are $1-$11 (ADD_SQL); the owner is its $10, or the first after. */
     sb_str(q, "WITH ");
-    if (st->nadds > 0) {
-        sb_str(q, "ins AS (INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
-        sb_add(q, st->ins.p, st->ins.len);
-        sb_str(q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
-                  " RETURNING handle)");
+    if (adds) {
+        struct sbuf ins = {0};
+
+        add_sql(st, 0, st->nadds, &ins, p);
+        sb_str(q, "ins AS (");
+        sb_add(q, ins.p, ins.len);
+        sb_str(q, ")");
+        free(ins.p);
+        sb_str(&owner, "$10::text");
         sep = ", ";
+    } else {
+        par_text(&owner, p, st->owner, strlen(st->owner));
+        sb_str(&owner, "::text");
     }
     if (st->nrms > 0) {
         sb_str(q, sep);
         sb_str(q, "del AS (DELETE FROM dsjob.jobs WHERE owner = ");
-        sb_lit(q, st->owner, strlen(st->owner));
-        sb_str(q, " AND handle IN (");
-        for (i = 0; i < st->nrms; i++) {
-            if (i > 0)
-                sb_str(q, ",");
-            sb_lit(q, st->rms[i].handle, strlen(st->rms[i].handle));
-        }
-        sb_str(q, ") RETURNING handle)");
+        sb_str(q, owner.p);
+        sb_str(q, " AND handle = ANY(");
+        handles_arr(q, p, st->rms, st->nrms);
+        sb_str(q, "::text[]) RETURNING handle)");
         sep = ", ";
     }
     if (take) {
         sb_str(q, sep);
         sb_str(q, "cl AS (UPDATE dsjob.jobs j SET owner = ");
-        sb_lit(q, st->owner, strlen(st->owner));
-        sb_printf(q, ", lease_until = now() + interval '%u seconds'", st->lease);
-        sb_str(q, " FROM (SELECT c.id FROM ");
-        funcs_values(q, ls);
+        sb_str(q, owner.p);
+        sb_str(q, ", lease_until = now() + ");
+        par_int(q, p, st->lease);
+        sb_str(q, "::int4 * interval '1 second' FROM (SELECT c.id FROM ");
+        funcs_values(q, p, ls);
         sb_str(q, ", LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
                   " AND func = f.name AND run_at <= now()"
                   " AND (owner IS NULL OR (lease_until < now() AND owner <> ");
-        sb_lit(q, st->owner, strlen(st->owner));
+        sb_str(q, owner.p);
         sb_str(q, ")) ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
                   " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
         sep = ", ";
     }
     if (release) {
+        struct arr a;
+
         /* Rows under this server's lease that it lost track of: for any server to take. */
         sb_str(q, sep);
         sb_str(q, "rel AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
                   " WHERE state = 0 AND owner = ");
-        sb_lit(q, st->owner, strlen(st->owner));
-        sb_str(q, " AND handle IN (");
-        for (i = 0; i < ls->nrelease; i++) {
-            if (i > 0)
-                sb_str(q, ",");
-            sb_lit(q, ls->release[i], strlen(ls->release[i]));
-        }
-        sb_str(q, ") RETURNING handle)");
+        sb_str(q, owner.p);
+        sb_str(q, " AND handle = ANY(");
+        arr_init(&a, OID_TEXT);
+        for (i = 0; i < ls->nrelease; i++)
+            arr_put(&a, ls->release[i], strlen(ls->release[i]));
+        par_arr(q, p, &a, OID_TEXT_ARRAY);
+        sb_str(q, "::text[]) RETURNING handle)");
         sep = ", ";
     }
+    free(owner.p);
+    q->oom = q->oom || owner.oom;
     if (*sep == '\0')
         sb_str(q, "none AS (SELECT 1)");
     sb_str(q, " SELECT 0::int2" NULL_COLUMNS " WHERE false");
-    if (st->nadds > 0)
+    if (adds)
         sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
     if (st->nrms > 0)
         sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
@@ -1078,63 +1731,99 @@ mark_lost(char **got, size_t n_got, struct pend_row *rows, size_t n)
             *rows[i].lost = !found(got, n_got, rows[i].handle);
 }
 
+/* An add the INSERT did not return (added: the handles it did, sorted) coalesced onto a live job. */
+static void
+mark_conflicts(struct store *st, char **added, size_t nadded)
+{
+    size_t i;
+
+    for (i = 0; i < st->nadds; i++)
+        st->adds[i].conflict = !st->adds[i].gone && !found(added, nadded, st->adds[i].handle);
+}
+
 /*
- * A batch of adds alone (a submit burst): a plain INSERT ... RETURNING
- * handle, and its NOTIFY in the same query string (one implicit
- * transaction). Cheaper for PostgreSQL to parse and plan than the CTE.
+ * A batch of adds alone (a submit burst): the INSERT, with the NOTIFY in
+ * the same statement (one implicit transaction) when it leaves jobs for
+ * other servers. Cheaper for PostgreSQL to plan than the main statement.
  */
 static int
 flush_adds_only(struct store *st, char *err)
 {
-    struct sbuf q = {0};
-    PGresult *r, *ins = NULL;
+    struct sbuf q = {0}, ins = {0};
+    struct params p = {0};
+    PGresult *r;
     char **added = NULL;
-    size_t nadded = 0, i;
-    int k, rc = DSJOB_OK;
+    size_t nadded = 0;
+    int k, rc;
 
-    sb_str(&q, "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ") VALUES ");
-    sb_add(&q, st->ins.p, st->ins.len);
-    sb_str(&q, " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"
-               " RETURNING handle");
-    if (st->notify)
-        sb_str(&q, "; NOTIFY dsjob");
-    if (q.oom || st->ins.oom) {
-        free(q.p);
+    add_sql(st, 0, st->nadds, &ins, &p);
+    if (st->notify) {
+        sb_str(&q, "WITH ins AS (");
+        sb_add(&q, ins.p, ins.len);
+        sb_str(&q, ") SELECT handle FROM ins UNION ALL"
+                   " SELECT NULL FROM pg_notify('dsjob', '')");
+    } else {
+        sb_add(&q, ins.p, ins.len);
+    }
+    free(ins.p);
+    q.oom = q.oom || ins.oom;
+    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
+        return rc;
+    added = malloc(((size_t)PQntuples(r) + 1) * sizeof(*added));
+    if (added == NULL) {
+        PQclear(r);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
-    if (!PQsendQuery(st->db, q.p)) {
-        free(q.p);
-        return pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
-    }
-    free(q.p);
-    while ((r = PQgetResult(st->db)) != NULL) {
-        ExecStatusType t = PQresultStatus(r);
+    for (k = 0; k < PQntuples(r); k++)
+        if (!PQgetisnull(r, k, 0))
+            added[nadded++] = PQgetvalue(r, k, 0);
+    qsort(added, nadded, sizeof(*added), store_cmp_strs);
+    mark_conflicts(st, added, nadded);
+    free(added);
+    PQclear(r);
+    return DSJOB_OK;
+}
 
-        if (t != PGRES_TUPLES_OK && t != PGRES_COMMAND_OK && rc == DSJOB_OK)
-            rc = pg_say(err, DSJOB_ERR_STORE, st->db, "writing the batch");
-        if (t == PGRES_TUPLES_OK && ins == NULL)
-            ins = r;
-        else
+/*
+ * The adds one by one, each behind a savepoint, in the transaction of a
+ * batch that failed whole: a row PostgreSQL refuses (a constraint or
+ * trigger of the site's, a limit the checks at add did not foresee) is
+ * refused alone, its submitter told why, and the others are written.
+ */
+static int
+flush_adds_each(struct store *st, char *err)
+{
+    size_t i;
+    int rc;
+
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
+        struct sbuf q = {0};
+        struct params p = {0};
+        PGresult *r;
+
+        if (a->gone)
+            continue;
+        if ((rc = exec_ok(st, "SAVEPOINT dsjob_add", "savepoint", err)) != DSJOB_OK)
+            return rc;
+        add_sql(st, i, i + 1, &q, &p);
+        rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "writing a job", &r, a->why);
+        if (rc == DSJOB_OK) {
+            a->conflict = PQntuples(r) == 0;
             PQclear(r);
-    }
-    if (rc != DSJOB_OK || ins == NULL) {
-        PQclear(ins);
-        return rc != DSJOB_OK ? rc : store_say(err, DSJOB_ERR_STORE, "postgres: no rows back");
-    }
-    if ((size_t)PQntuples(ins) < st->nadds) {
-        added = malloc(((size_t)PQntuples(ins) + 1) * sizeof(*added));
-        if (added == NULL) {
-            PQclear(ins);
-            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+            continue;
         }
-        for (k = 0; k < PQntuples(ins); k++)
-            added[nadded++] = PQgetvalue(ins, k, 0);
-        qsort(added, nadded, sizeof(*added), store_cmp_strs);
-        for (i = 0; i < st->nadds; i++)
-            st->adds[i].conflict = !found(added, nadded, st->adds[i].handle);
-        free(added);
+        if (rc != DSJOB_ERR_STORE || st->db == NULL || PQstatus(st->db) != CONNECTION_OK) {
+            snprintf(err, STORE_ERRLEN, "%s", a->why);
+            return rc;
+        }
+        /* This row alone: its submitter is told a->why. */
+        if ((rc = exec_ok(st, "ROLLBACK TO SAVEPOINT dsjob_add", "savepoint", err)) != DSJOB_OK)
+            return rc;
+        a->gone = true;
+        if (a->lost != NULL)
+            *a->lost = true;
     }
-    PQclear(ins);
     return DSJOB_OK;
 }
 
@@ -1144,18 +1833,18 @@ flush_main(struct store *st, char *err)
 {
     struct store_lease *ls = st->ls;
     struct sbuf q = {0};
+    struct params p = {0};
     PGresult *r;
     char **added = NULL, **removed = NULL, *at;
-    size_t nadded = 0, nremoved = 0, ntaken = 0, bytes = 0, i;
+    size_t nadded = 0, nremoved = 0, ntaken = 0, bytes = 0, nadds = st->each ? 0 : live_adds(st), i;
     int k, n, rc = DSJOB_OK;
 
-    if (st->nadds == 0 && st->nrms == 0 && !lease_reads(ls) && !st->notify)
+    if (nadds == 0 && st->nrms == 0 && !lease_reads(ls) && !st->notify)
         return DSJOB_OK;
-    if (st->nadds > 0 && st->nrms == 0 && !lease_reads(ls))
+    if (nadds > 0 && st->nrms == 0 && !lease_reads(ls))
         return flush_adds_only(st, err);
-    main_sql(st, &q);
-    q.oom = q.oom || st->ins.oom;
-    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
+    main_sql(st, &q, &p);
+    if ((rc = run(st, &q, &p, true, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
         return rc;
     n = PQntuples(r);
     added = malloc(((size_t)n + 1) * sizeof(*added));
@@ -1197,9 +1886,8 @@ flush_main(struct store *st, char *err)
                 take_row(r, k, &ls->jobs[ls->njobs++], &at);
         qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
     }
-    /* An add the INSERT did not return coalesced onto a live job: which (after the commit). */
-    for (i = 0; i < st->nadds; i++)
-        st->adds[i].conflict = nadded < st->nadds && !found(added, nadded, st->adds[i].handle);
+    if (nadds > 0)
+        mark_conflicts(st, added, nadded);
 out:
     free(added);
     free(removed);
@@ -1207,55 +1895,136 @@ out:
     return rc;
 }
 
-/* The batch's rewrites and function settings, one statement each (they are few). */
+/*
+ * The batch's rewrites and function settings, one statement each (they
+ * are few): with after false those of jobs already stored (before the
+ * main statement, which may delete them), with after true those of jobs
+ * this batch adds (after it). A job's rewrite applies only to a row this
+ * server holds; one of a row this batch made is its own.
+ */
 static int
-flush_updates(struct store *st, char *err)
+flush_updates(struct store *st, bool after, char *err)
 {
-    const char *s = st->upd.p;
     size_t i;
+    int rc;
 
     for (i = 0; i < st->nupds; i++) {
-        PGresult *r = PQexec(st->db, s);
-        ExecStatusType t = PQresultStatus(r);
+        struct pend_upd *u = &st->upds[i];
+        struct sbuf q = {0};
+        struct params p = {0};
+        PGresult *r;
 
-        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
-            int rc = pg_say(err, DSJOB_ERR_STORE, st->db, "rewriting a job");
-
-            PQclear(r);
-            return rc;
+        if (u->after != after || u->gone)
+            continue;
+        if (u->func && u->retries == 0 && u->backoff_base_ms == 0 && u->backoff_max_ms == 0) {
+            sb_str(&q, "DELETE FROM dsjob.funcs WHERE name = ");
+            par_text(&q, &p, u->handle, strlen(u->handle));
+        } else if (u->func) {
+            sb_str(&q, "INSERT INTO dsjob.funcs VALUES (");
+            par_text(&q, &p, u->handle, strlen(u->handle));
+            sb_str(&q, ", ");
+            par_int(&q, &p, u->retries);
+            sb_str(&q, ", ");
+            par_int(&q, &p, u->backoff_base_ms);
+            sb_str(&q, ", ");
+            par_int(&q, &p, u->backoff_max_ms);
+            sb_str(&q, ") ON CONFLICT (name) DO UPDATE SET retries = excluded.retries,"
+                       " backoff_base_ms = excluded.backoff_base_ms,"
+                       " backoff_max_ms = excluded.backoff_max_ms");
+        } else {
+            sb_str(&q, "UPDATE dsjob.jobs SET prio = ");
+            par_int(&q, &p, u->prio);
+            sb_str(&q, ", state = ");
+            par_int(&q, &p, u->state);
+            sb_str(&q, ", attempts = ");
+            par_int(&q, &p, u->attempts);
+            sb_str(&q, ", first_fail = ");
+            par_int(&q, &p, u->first_fail);
+            sb_str(&q, ", last_fail = ");
+            par_int(&q, &p, u->last_fail);
+            sb_str(&q, ", numerator = ");
+            par_int(&q, &p, u->numerator);
+            sb_str(&q, ", denominator = ");
+            par_int(&q, &p, u->denominator);
+            if (u->when > 0) {
+                sb_str(&q, ", run_at = to_timestamp(");
+                par_int(&q, &p, u->when);
+                sb_str(&q, ")");
+            }
+            sb_str(&q, ", result = ");
+            if (u->result_len > 0)
+                par_bytea(&q, &p, u->result, u->result_len);
+            else
+                sb_str(&q, "NULL");
+            sb_str(&q, " WHERE handle = ");
+            par_text(&q, &p, u->handle, strlen(u->handle));
+            if (!after) {
+                sb_str(&q, " AND owner = ");
+                par_text(&q, &p, st->owner, strlen(st->owner));
+            }
         }
-        if (st->upds[i].lost != NULL)
-            *st->upds[i].lost = strcmp(PQcmdTuples(r), "0") == 0;
+        if ((rc = run(st, &q, &p, false, PGRES_COMMAND_OK,
+                      u->func ? "setting a function" : "rewriting a job", &r, err)) != DSJOB_OK)
+            return rc;
+        if (u->lost != NULL)
+            *u->lost = !after && strcmp(PQcmdTuples(r), "0") == 0;
         PQclear(r);
-        s += strlen(s) + 1;
     }
     return DSJOB_OK;
+}
+
+/*
+ * The functions with jobs ready in the table under no server's lease, and
+ * how many of each: work that no server has taken, whether or not any
+ * has a worker for it. Read at each renewal (every third of --pg-lease),
+ * into ls->waiting behind the held handles.
+ */
+static PGresult *
+read_waiting(struct store *st, char *err)
+{
+    struct sbuf q = {0};
+    struct params p = {0};
+    PGresult *r;
+
+    sb_str(&q, "SELECT func, count(*) FROM dsjob.jobs WHERE state = 0 AND run_at <= now()"
+               " AND (owner IS NULL OR lease_until < now()) GROUP BY func ORDER BY func");
+    if (run(st, &q, &p, false, PGRES_TUPLES_OK, "counting the jobs waiting", &r, err) != DSJOB_OK)
+        return NULL;
+    return r;
 }
 
 static int
 flush_renew(struct store *st, struct store_lease *ls, char *err)
 {
     struct sbuf q = {0};
-    PGresult *r;
+    struct params p = {0};
+    PGresult *r, *w;
     size_t bytes = 0;
     int n, k, rc = DSJOB_OK;
     char *at;
 
     if (!ls->renew)
         return DSJOB_OK;
-    sb_printf(&q,
-              "UPDATE dsjob.jobs SET lease_until = now() + interval '%u seconds' WHERE owner = ",
-              st->lease);
-    sb_lit(&q, st->owner, strlen(st->owner));
+    sb_str(&q, "UPDATE dsjob.jobs SET lease_until = now() + ");
+    par_int(&q, &p, st->lease);
+    sb_str(&q, "::int4 * interval '1 second' WHERE owner = ");
+    par_text(&q, &p, st->owner, strlen(st->owner));
     sb_str(&q, " AND state = 0 RETURNING handle");
-    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "renewing leases", &r, err)) != DSJOB_OK)
+    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "renewing leases", &r, err)) != DSJOB_OK)
         return rc;
+    if ((w = read_waiting(st, err)) == NULL) {
+        PQclear(r);
+        return DSJOB_ERR_STORE;
+    }
     n = PQntuples(r);
     for (k = 0; k < n; k++)
         bytes += (size_t)PQgetlength(r, k, 0) + 1;
+    for (k = 0; k < PQntuples(w); k++)
+        bytes += (size_t)PQgetlength(w, k, 0) + (size_t)PQgetlength(w, k, 1) + 2;
     ls->held = malloc(bytes + 1);
     if (ls->held == NULL) {
         PQclear(r);
+        PQclear(w);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
     at = ls->held;
@@ -1267,6 +2036,17 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
     }
     ls->nheld = (size_t)n;
     PQclear(r);
+    ls->waiting = at;
+    for (k = 0; k < PQntuples(w); k++) {
+        size_t len = (size_t)PQgetlength(w, k, 0), clen = (size_t)PQgetlength(w, k, 1);
+
+        memcpy(at, PQgetvalue(w, k, 0), len + 1);
+        at += len + 1;
+        memcpy(at, PQgetvalue(w, k, 1), clen + 1);
+        at += clen + 1;
+    }
+    ls->nwaiting = (size_t)PQntuples(w);
+    PQclear(w);
     /*
      * When the first lease of another server runs out: the server takes
      * that job then, not at its next poll. Leased rows are few (the
@@ -1276,8 +2056,9 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
     sb_str(&q, "SELECT coalesce(greatest(ceil(extract(epoch FROM min(lease_until) - now()) * 1000),"
                " 0)::bigint, -1) FROM dsjob.jobs WHERE state = 0 AND owner IS NOT NULL"
                " AND owner <> ");
-    sb_lit(&q, st->owner, strlen(st->owner));
-    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "reading lease expiries", &r, err)) != DSJOB_OK)
+    par_text(&q, &p, st->owner, strlen(st->owner));
+    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "reading lease expiries", &r, err)) !=
+        DSJOB_OK)
         return rc;
     if (PQntuples(r) == 1)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -1294,13 +2075,9 @@ batch_reset(struct store *st, bool ok)
 {
     size_t i, keep = 0;
 
-    for (i = 0; i < st->nadds; i++) {
+    for (i = 0; i < st->nadds; i++)
         free(st->adds[i].handle);
-        free(st->adds[i].func);
-        free(st->adds[i].uniq);
-    }
     st->nadds = 0;
-    sb_reset(&st->ins);
     for (i = 0; i < st->nrms; i++) {
         if (ok) {
             free(st->rms[i].handle);
@@ -1310,20 +2087,17 @@ batch_reset(struct store *st, bool ok)
         st->rms[keep++].lost = NULL;
     }
     st->nrms = keep;
-    for (i = 0; i < st->nupds; i++)
+    for (i = 0; i < st->nupds; i++) {
         free(st->upds[i].handle);
+        free(st->upds[i].result);
+    }
     st->nupds = 0;
-    sb_reset(&st->upd);
     st->ls = NULL;
     st->notify = false;
     st->due_wanted = false;
+    st->each = false;
 }
 
-/*
- * One statement for the batch when it can be (adds, removes, the lease's
- * take, the NOTIFY: flush_main, in autocommit); a transaction around it
- * when the batch also rewrites jobs, sets functions or renews leases.
- */
 static bool
 conn_lost(const struct store *st)
 {
@@ -1334,7 +2108,7 @@ conn_lost(const struct store *st)
 static bool
 adds_only(const struct store *st)
 {
-    return st->nadds > 0 && st->nrms == 0 && !lease_reads(st->ls);
+    return live_adds(st) > 0 && st->nrms == 0 && !lease_reads(st->ls);
 }
 
 /*
@@ -1350,6 +2124,8 @@ static int
 recover_adds(struct store *st, char *err)
 {
     struct sbuf q = {0};
+    struct params p = {0};
+    struct arr a;
     char **there = NULL;
     PGresult *r;
     size_t i;
@@ -1357,15 +2133,15 @@ recover_adds(struct store *st, char *err)
 
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
-    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE handle IN (");
-    for (i = 0; i < st->nadds; i++) {
-        if (i > 0)
-            sb_str(&q, ",");
-        sb_lit(&q, st->adds[i].handle, strlen(st->adds[i].handle));
-    }
-    sb_str(&q, ")");
-    if ((rc = run(st, &q, false, PGRES_TUPLES_OK, "checking a batch after a lost connection", &r,
-                  err)) != DSJOB_OK)
+    arr_init(&a, OID_TEXT);
+    for (i = 0; i < st->nadds; i++)
+        if (!st->adds[i].gone)
+            arr_put(&a, st->adds[i].handle, strlen(st->adds[i].handle));
+    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE handle = ANY(");
+    par_arr(&q, &p, &a, OID_TEXT_ARRAY);
+    sb_str(&q, "::text[])");
+    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "checking a batch after a lost connection",
+                  &r, err)) != DSJOB_OK)
         return rc;
     n = PQntuples(r);
     if (n == 0) {
@@ -1380,66 +2156,91 @@ recover_adds(struct store *st, char *err)
     for (k = 0; k < n; k++)
         there[k] = PQgetvalue(r, k, 0);
     qsort(there, (size_t)n, sizeof(*there), store_cmp_strs);
-    for (i = 0; i < st->nadds; i++)
-        st->adds[i].conflict = !found(there, (size_t)n, st->adds[i].handle);
+    mark_conflicts(st, there, (size_t)n);
     free(there);
     PQclear(r);
     return DSJOB_OK;
 }
 
+/*
+ * Write the open batch once: one statement when it can be (adds,
+ * removes, the lease's take, the NOTIFY: flush_main, in autocommit); a
+ * transaction around it when the batch also rewrites jobs, sets functions
+ * or renews leases, or writes its adds one by one (st->each).
+ */
+static int
+flush_once(struct store *st, char *err)
+{
+    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each;
+    int rc;
+
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
+    if (txn && (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK &&
+        (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
+         (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK))
+        return rc;
+    /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
+    if (txn && (rc = flush_updates(st, false, err)) != DSJOB_OK)
+        goto rollback;
+    if (st->each && (rc = flush_adds_each(st, err)) != DSJOB_OK)
+        goto rollback;
+    rc = flush_main(st, err);
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
+        rc = recover_adds(st, err);
+    if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
+        (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
+        goto rollback;
+    if (txn && (rc = exec_ok(st, "COMMIT", "commit", err)) != DSJOB_OK)
+        return rc;
+    return DSJOB_OK;
+rollback:
+    if (txn && !conn_lost(st))
+        PQclear(exec_wait(st, "ROLLBACK", NULL, false));
+    return rc;
+}
+
 static int
 pg_flush(struct store *st, char *err)
 {
-    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew);
     size_t i;
     int rc;
 
     if (st->nadds == 0 && st->nrms == 0 && st->nupds == 0 && st->ls == NULL && !st->notify)
         return DSJOB_OK;
-    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
-        goto fail;
-    /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
-    if (txn && (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK &&
-        (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
-         (rc = exec_ok(st->db, "BEGIN", "begin", err)) != DSJOB_OK))
-        goto fail;
-    /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
-    if (txn && (rc = flush_updates(st, err)) != DSJOB_OK)
-        goto rollback;
-    rc = flush_main(st, err);
-    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
-        rc = recover_adds(st, err);
-    if (rc != DSJOB_OK ||
-        (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
-        goto rollback;
-    if (txn && (rc = exec_ok(st->db, "COMMIT", "commit", err)) != DSJOB_OK)
-        goto fail;
+    rc = flush_once(st, err);
+    /*
+     * PostgreSQL refused the batch and is still there: if it had adds, one
+     * of them may be the cause (a row the checks at add did not foresee).
+     * Write it again with its adds one by one, so that only such a row is
+     * refused, not every submitter's of the batch.
+     */
+    if (rc == DSJOB_ERR_STORE && !conn_lost(st) && live_adds(st) > 0) {
+        if (st->ls != NULL)
+            store_lease_free(st->ls);
+        st->each = true;
+        st->due_wanted = false;
+        rc = flush_once(st, err);
+    }
+    if (rc != DSJOB_OK) {
+        if (st->ls != NULL)
+            store_lease_free(st->ls);
+        batch_reset(st, false);
+        return rc;
+    }
     /* Committed. A take that fell short learns when the next waiting job is due. */
     if (st->due_wanted && st->ls != NULL)
         read_due(st, st->ls);
     /* Adds that coalesced learn onto which job. */
     for (i = 0; i < st->nadds; i++) {
-        struct pend_add *a = &st->adds[i];
-        char *row;
-
-        if (!a->conflict)
+        if (!st->adds[i].conflict)
             continue;
-        row = memdup0(st->ins.p + a->row_at, a->row_len);
-        rc = row != NULL ? find_alias(st, a, row, err)
-                         : store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
-        free(row);
+        rc = find_alias(st, i, err);
         if (rc != DSJOB_OK)
             break; /* the batch is refused; its other adds run anyway (at-least-once) */
     }
     batch_reset(st, rc == DSJOB_OK);
-    return rc;
-rollback:
-    if (txn)
-        PQclear(PQexec(st->db, "ROLLBACK"));
-fail:
-    if (st->ls != NULL)
-        store_lease_free(st->ls);
-    batch_reset(st, false);
     return rc;
 }
 
@@ -1454,6 +2255,7 @@ static int
 take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char *err)
 {
     struct sbuf q = {0};
+    struct params p = {0};
     PGresult *r;
     size_t bytes = 0;
     char *at;
@@ -1463,16 +2265,14 @@ take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char
     *mem = NULL;
     *n = 0;
     sb_str(&q, "WITH gone AS (DELETE FROM dsjob.servers s WHERE CASE WHEN s.owner <> ");
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_printf(&q,
-              " THEN pg_try_advisory_xact_lock(%d, (s.boot %% 2147483647)::int) ELSE false END"
-              " RETURNING s.owner), t AS (UPDATE dsjob.jobs j SET owner = ",
+    par_text(&q, &p, st->owner, strlen(st->owner));
+    sb_printf(&q, "::text THEN pg_try_advisory_xact_lock(%d, (s.boot %% 2147483647)::int)",
               LIVE_LOCK);
-    sb_lit(&q, st->owner, strlen(st->owner));
-    sb_str(&q, ", lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN"
+    sb_str(&q, " ELSE false END RETURNING s.owner), t AS (UPDATE dsjob.jobs j SET owner = $1::text,"
+               " lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN"
                " (SELECT owner FROM gone)) RETURNING 0::int2, " CLAIM_COLUMNS ", j.state,"
                " j.result, j.numerator, j.denominator) SELECT * FROM t ORDER BY id");
-    if ((rc = run(st, &q, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
+    if ((rc = run(st, &q, &p, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
                   err)) != DSJOB_OK)
         return rc;
     if (PQntuples(r) == 0) {
@@ -1544,12 +2344,12 @@ pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
 static int
 pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
 {
-    PGresult *r =
-        PQexec(st->db, "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM dsjob.funcs");
+    PGresult *r = exec_wait(
+        st, "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM dsjob.funcs", NULL, false);
     int i, rc = DSJOB_OK;
 
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        rc = pg_say(err, DSJOB_ERR_STORE, st->db, "reading function settings");
+        rc = res_say(err, DSJOB_ERR_STORE, st, r, "reading function settings");
         PQclear(r);
         return rc;
     }
@@ -1568,6 +2368,94 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
     return rc;
 }
 
+/*
+ * Wait for the LISTEN connection's socket or stop_fd: 1 ready, 0 stop_fd,
+ * -1 ms passed (ms < 0: no limit) or poll failed.
+ */
+static int
+listen_wait(struct store *st, short events, int stop_fd, int64_t end)
+{
+    for (;;) {
+        struct pollfd pfd[2] = {{PQsocket(st->listen), events, 0}, {stop_fd, POLLIN, 0}};
+        int64_t left = end >= 0 ? end - mono_ms() : -1;
+        int rc;
+
+        if (end >= 0 && left <= 0)
+            return -1;
+        rc = poll(pfd, 2, (int)left);
+        if (rc < 0 && errno != EINTR)
+            return -1;
+        if (rc > 0 && pfd[1].revents != 0)
+            return 0;
+        if (rc > 0 && pfd[0].revents != 0)
+            return 1;
+    }
+}
+
+/*
+ * Make the LISTEN connection: made and LISTEN sent without blocking, so
+ * that stop_fd ends the wait at once even when the database does not
+ * answer (a thread the server joins as it stops). 1: listening; 0:
+ * stop_fd; -1: err says why.
+ */
+static int
+listen_connect(struct store *st, int stop_fd, char *err)
+{
+    PostgresPollingStatusType s = PGRES_POLLING_WRITING;
+    int64_t end;
+    PGresult *r;
+    bool ok = true;
+    int rc;
+
+    if (st->listen != NULL)
+        PQfinish(st->listen);
+    st->listen = PQconnectStartParams((const char *const *)st->kw, (const char *const *)st->val, 1);
+    if (st->listen == NULL || PQstatus(st->listen) == CONNECTION_BAD) {
+        pg_say(err, DSJOB_ERR_STORE, st->listen, "cannot connect to LISTEN");
+        return -1;
+    }
+    end = mono_ms() + connect_ms(st->listen);
+    while (s != PGRES_POLLING_OK) {
+        if (s == PGRES_POLLING_FAILED) {
+            pg_say(err, DSJOB_ERR_STORE, st->listen, "cannot connect to LISTEN");
+            return -1;
+        }
+        rc = listen_wait(st, s == PGRES_POLLING_READING ? POLLIN : POLLOUT, stop_fd, end);
+        if (rc <= 0) {
+            if (rc < 0)
+                store_say(err, DSJOB_ERR_STORE,
+                          "postgres: cannot connect to LISTEN: no answer within the connect "
+                          "timeout");
+            return rc;
+        }
+        s = PQconnectPoll(st->listen);
+    }
+    PQsetNoticeProcessor(st->listen, quiet, NULL);
+    if (!PQsendQuery(st->listen, "LISTEN dsjob")) {
+        pg_say(err, DSJOB_ERR_STORE, st->listen, "listen");
+        return -1;
+    }
+    while (PQisBusy(st->listen)) {
+        rc = listen_wait(st, POLLIN, stop_fd, end);
+        if (rc < 0)
+            store_say(err, DSJOB_ERR_STORE,
+                      "postgres: listen: no answer within the connect timeout");
+        if (rc <= 0)
+            return rc;
+        if (!PQconsumeInput(st->listen))
+            break;
+    }
+    while ((r = PQgetResult(st->listen)) != NULL) {
+        ok = ok && PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    if (!ok) {
+        pg_say(err, DSJOB_ERR_STORE, st->listen, "listen");
+        return -1;
+    }
+    return 1; /* jobs may have come while it was not listening */
+}
+
 static int
 pg_wait_notify(struct store *st, int stop_fd, char *err)
 {
@@ -1575,18 +2463,13 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
     PGnotify *n;
 
     if (st->listen == NULL || PQstatus(st->listen) != CONNECTION_OK) {
-        if (st->listen != NULL)
+        int rc = listen_connect(st, stop_fd, err);
+
+        if (rc < 0 && st->listen != NULL) {
             PQfinish(st->listen);
-        st->listen = PQconnectdb(st->dsn);
-        if (st->listen != NULL)
-            PQsetNoticeProcessor(st->listen, quiet, NULL);
-        if (st->listen == NULL || PQstatus(st->listen) != CONNECTION_OK) {
-            pg_say(err, DSJOB_ERR_STORE, st->listen, "cannot connect to LISTEN");
-            return -1;
+            st->listen = NULL;
         }
-        if (exec_ok(st->listen, "LISTEN dsjob", "listen", err) != DSJOB_OK)
-            return -1;
-        return 1; /* jobs may have come while it was not listening */
+        return rc;
     }
     for (;;) {
         bool told = false;
@@ -1617,6 +2500,24 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
     }
 }
 
+/*
+ * dsjobd is stopping (any thread): from now on the writer gives the
+ * database PG_STOP_GRACE_MS to answer, then gives up its statement and
+ * its connection, so that a stop ends in bounded time even when the
+ * connection hangs.
+ */
+static void
+pg_stop(struct store *st)
+{
+    char byte = 1;
+
+    if (st->stop_ms == 0)
+        st->stop_ms = mono_ms();
+    if (write(st->wake[1], &byte, 1) < 0) {
+        /* A full pipe already wakes the writer. */
+    }
+}
+
 static void
 pg_close(struct store *st)
 {
@@ -1627,18 +2528,26 @@ pg_close(struct store *st)
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK) {
         char err[STORE_ERRLEN];
         struct sbuf q = {0};
+        struct params p = {0};
 
         (void)pg_flush(st, err);
         /* Give back what this server holds, so that the others take it at once. */
         /* Its dead set and kept results too: the next server to start takes them. */
-        sb_str(&q, "UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL WHERE owner = ");
-        sb_lit(&q, st->owner, strlen(st->owner));
-        sb_str(&q, "; DELETE FROM dsjob.servers WHERE owner = ");
-        sb_lit(&q, st->owner, strlen(st->owner));
-        sb_str(&q, "; NOTIFY dsjob");
-        if (!q.oom)
-            PQclear(PQexec(st->db, q.p));
-        free(q.p);
+        sb_str(&q, "WITH g AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
+                   " WHERE owner = ");
+        par_text(&q, &p, st->owner, strlen(st->owner));
+        sb_str(&q, "::text RETURNING 1), s AS (DELETE FROM dsjob.servers WHERE owner = $1::text"
+                   " RETURNING 1) SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM s),"
+                   " pg_notify('dsjob', '')");
+        if (st->db != NULL) {
+            PGresult *r;
+
+            if (run(st, &q, &p, false, PGRES_TUPLES_OK, "giving leases back", &r, err) == DSJOB_OK)
+                PQclear(r);
+        } else {
+            free(q.p);
+            params_free(&p);
+        }
     }
     batch_reset(st, true);
     for (i = 0; i < st->nrms; i++)
@@ -1646,13 +2555,20 @@ pg_close(struct store *st)
     free(st->rms);
     free(st->adds);
     free(st->upds);
-    free(st->ins.p);
-    free(st->upd.p);
     if (st->db != NULL)
         PQfinish(st->db);
     if (st->listen != NULL)
         PQfinish(st->listen);
-    free(st->dsn);
+    for (i = 0; st->kw != NULL && st->kw[i] != NULL; i++) {
+        free(st->kw[i]);
+        free(st->val[i]);
+    }
+    free(st->kw);
+    free(st->val);
+    if (st->wake[0] >= 0)
+        close(st->wake[0]);
+    if (st->wake[1] >= 0)
+        close(st->wake[1]);
     free(st->owner);
     free(st);
 }
@@ -1672,4 +2588,5 @@ const struct store_ops store_postgres_ops = {
     .remove_job = pg_remove_job,
     .lease = pg_lease,
     .wait_notify = pg_wait_notify,
+    .stop = pg_stop,
 };

@@ -1,0 +1,126 @@
+#!/bin/sh
+# One batch, many submitters: against a PostgreSQL 15 of the test's own
+# (tests/lib/pg.sh), with dsjobd gathering each commit for a while
+# (--store-commit-interval) so that what one client sends lands in the
+# same batch as another's, and a bare Gearman peer (tests/integ/pg_gear.py).
+#
+# Asserts:
+# - one client's submit PostgreSQL cannot hold (a unique key too long for
+#   the unique index; a SUBMIT_JOB_EPOCH time past timestamptz's range)
+#   is refused with an error that says why, and the 20 submits of
+#   another client in the same batch are all answered JOB_CREATED;
+# - a row PostgreSQL refuses that no check at submit foresees (a trigger
+#   of the site's) is refused alone, with the trigger's message, and the
+#   other client's 20 in the same batch are created;
+# - "cancel job H" of a job whose INSERT is still in the open batch: its
+#   row never appears (the batch's add and remove cancel out), the job
+#   does not run, and the log blames no other server;
+# - "priority H high" of such a job: its row has priority 0;
+# - a job waiting in the table for a function no connected server serves
+#   shows in `dsjob stats` of a server (dsjob_pg_jobs_waiting, counted at
+#   each lease renewal), and goes once a worker takes it.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+pg_test_begin
+command -v python3 >/dev/null 2>&1 || {
+    echo "1..0 # SKIP no python3 (tests/integ/pg_gear.py is the test's Gearman peer)"
+    exit 0
+}
+pg_start_or_bail
+G="$top_srcdir/tests/integ/pg_gear.py"
+pgd_start a --store-commit-interval 300 --pg-lease 3 --verbose INFO &&
+    pgd_start b --store-commit-interval 3000 --verbose INFO || {
+    echo "Bail out! dsjobd did not start"
+    exit 1
+}
+q() { pg_psql -c "$1"; }
+
+for kind in long-unique epoch; do
+    out=$(python3 "$G" badrow "$(pgd_port a)" $kind 2>&1)
+    echo "$out" | sed 's/^/# /'
+    is "$(echo "$out" | awk '$1 == "innocent" { print $2, $3 }')" "20 0" \
+        "$kind: another client's 20 submits in the same batch are created"
+    case $(echo "$out" | sed -n 's/^bad //p') in
+    "ERROR STORE_ERROR job not stored: postgres: "*"more than the 2600 this store can index" | \
+        "ERROR STORE_ERROR job not stored: postgres: run time 99999999999999 is past what PostgreSQL can store"*)
+        ok 0 "$kind: the submit is refused, saying why" ;;
+    *) ok 1 "$kind: the submit is refused, saying why" ;;
+    esac
+done
+
+q "CREATE FUNCTION public.no_poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+    IF NEW.data = convert_to('poison', 'UTF8') THEN
+        RAISE EXCEPTION 'the site refuses poison';
+    END IF;
+    RETURN NEW;
+END \$\$;
+CREATE TRIGGER no_poison BEFORE INSERT ON dsjob.jobs FOR EACH ROW EXECUTE FUNCTION public.no_poison()" >/dev/null
+out=$(python3 "$G" badrow "$(pgd_port a)" poison 2>&1)
+echo "$out" | sed 's/^/# /'
+is "$(echo "$out" | awk '$1 == "innocent" { print $2, $3 }')" "20 0" \
+    "trigger: another client's 20 submits in the same batch are created"
+case $(echo "$out" | sed -n 's/^bad //p') in
+"ERROR STORE_ERROR job not stored: postgres: "*"the site refuses poison"*) ok 0 "trigger: the poison row alone is refused, with the trigger's message" ;;
+*) ok 1 "trigger: the poison row alone is refused, with the trigger's message" ;;
+esac
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'bad_poison'")" 20 \
+    "trigger: the table holds the 20, not the poison row"
+q "DROP TRIGGER no_poison ON dsjob.jobs" >/dev/null
+
+# A job still in b's open batch (b gathers for 3 s).
+out=$(python3 "$G" pending "$(pgd_port b)" cancel 2>&1)
+echo "$out" | sed 's/^/# /'
+h2=$(echo "$out" | sed -n 's/^h2 //p')
+is "$(echo "$out" | sed -n 's/^admin //p')" OK "cancel job $h2 (not committed yet) -> OK"
+gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'pend_cancel'")" = 1 ]; }
+poll_s 20 gone
+ok $? "the cancelled job's row never appears (only the first job's is there)"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h2'")" 0 "no row for $h2"
+: >"$TEST_TMPDIR/ran"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port b)" -f pend_cancel -- sh -c 'cat >>"$1"; echo >>"$1"' sh "$TEST_TMPDIR/ran" 2>/dev/null &
+wpid=$!
+ran_first() { grep -q first "$TEST_TMPDIR/ran"; }
+poll_s 20 ran_first
+ok $? "a worker runs the first job"
+kill $wpid 2>/dev/null
+wait $wpid 2>/dev/null
+! grep -q second "$TEST_TMPDIR/ran"
+ok $? "the cancelled job does not run"
+! grep -q "$h2 had been taken by another server" "$(pgd_log b)"
+ok $? "the log blames no other server for $h2"
+
+out=$(python3 "$G" pending "$(pgd_port b)" priority 2>&1)
+echo "$out" | sed 's/^/# /'
+h2=$(echo "$out" | sed -n 's/^h2 //p')
+is "$(echo "$out" | sed -n 's/^admin //p')" OK "priority $h2 high (not committed yet) -> OK"
+prio() { [ "$(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")" = 0 ]; }
+poll_s 20 prio
+ok $? "its row has priority high (0): $(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")"
+
+# Work nobody serves: 3 jobs submitted to b, no worker anywhere.
+for i in 1 2 3; do
+    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 20000 submit -b nobody_serves "job $i" >/dev/null
+done
+waiting() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 10000 stats --format tsv 2>/dev/null |
+    grep -F 'dsjob_pg_jobs_waiting{function="nobody_serves"}'; }
+seen() { [ "$(waiting | cut -f2)" = 3 ]; }
+poll_s 20 seen
+ok $? "server a counts the 3 jobs waiting for nobody_serves: $(waiting)"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f nobody_serves -- cat >/dev/null 2>&1 &
+wpid=$!
+drained() { [ -z "$(waiting)" ]; }
+poll_s 30 drained
+ok $? "once a worker took them, the count is gone"
+kill $wpid 2>/dev/null
+wait $wpid 2>/dev/null
+
+for n in a b; do
+    pgd_stop $n
+    ok $? "dsjobd $n stops on SIGTERM"
+done
+done_testing
