@@ -228,7 +228,10 @@ admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
                     what, what);
         return NULL;
     }
-    if (j == NULL)
+    if (j == NULL && strcmp(what, "show+result") == 0 && c->srv->cfg.keep_results == 0)
+        /* Not this job only: none is ever kept here, and the client can say so. */
+        conn_printf(c, "ERR UNKNOWN_JOB the+server+keeps+no+results+(--keep-results+0)\r\n");
+    else if (j == NULL)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
     return j;
 }
