@@ -9,6 +9,7 @@
 #include "config.h"
 #include "libclient/client_int.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -146,6 +147,16 @@ client_submit_type(bool background, enum dsjob_priority prio)
     case DSJOB_PRIO_NORMAL: break;
     }
     return background ? PACKET_SUBMIT_JOB_BG : PACKET_SUBMIT_JOB;
+}
+
+bool
+client_job_fits(const char *func, const char *unique, size_t len)
+{
+    /* Room for the function, the unique key, SUBMIT_JOB_EPOCH's time, and the NULs between. */
+    size_t room = (size_t)UINT32_MAX - 32;
+    size_t fixed = strlen(func) + (unique != NULL ? strlen(unique) : 0);
+
+    return fixed <= room && len <= room - fixed;
 }
 
 bool
@@ -299,18 +310,29 @@ client_server_error(struct dsjob_client *c, struct link *l, const struct packet 
         p->nargs > 1 ? (const char *)p->arg[1] : "");
 }
 
-/* Connects l and flushes what is queued; closes it on failure. */
+/*
+ * Connects l and flushes what is queued; closes it on failure. A server
+ * that closed while we wrote may have said why first (PACKET_TOO_LARGE):
+ * that is DSJOB_ERR_SERVER with its text, not a connection failure.
+ */
 static int
 client_send(struct dsjob_client *c, struct link *l)
 {
     int err = link_connect(l, c->connect_ms);
+    struct packet p;
 
     if (err == DSJOB_OK)
         err = link_flush(l, link_deadline(c->io_ms));
-    if (err != DSJOB_OK) {
-        client_err(c, err, "%s", l->err);
-        link_close(l);
+    if (err == DSJOB_OK)
+        return DSJOB_OK;
+    client_err(c, err, "%s", l->err);
+    while (err == DSJOB_ERR_CLOSED && link_next(l, &p) > 0) {
+        if (!client_hello_answer(l, &p) && p.type == PACKET_ERROR) {
+            err = client_server_error(c, l, &p);
+            break;
+        }
     }
+    link_close(l);
     return err;
 }
 
@@ -445,6 +467,11 @@ check_job_args(struct dsjob_client *c, const char *func, const char *unique, con
         return client_err(c, DSJOB_ERR_ARG, "NULL data with a length");
     if (unique != NULL && strlen(unique) > CLIENT_MAX_UNIQUE)
         return client_err(c, DSJOB_ERR_ARG, "unique key longer than %d bytes", CLIENT_MAX_UNIQUE);
+    if (!client_job_fits(func, unique, len))
+        return client_err(c, DSJOB_ERR_ARG,
+                          "a payload of %zu bytes is over the %" PRIu32
+                          " bytes a Gearman packet can hold",
+                          len, UINT32_MAX);
     return DSJOB_OK;
 }
 
@@ -492,8 +519,11 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         if (err == DSJOB_OK || created || !client_failover(err))
             break;
     }
-    if (err == DSJOB_ERR_TIMEOUT && k < c->nlinks) {
-        /* The stream's state is unknown: start afresh next time. */
+    if ((err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_SERVER) && k < c->nlinks) {
+        /*
+         * The stream's state is unknown, or the server refused the job and
+         * may be closing (PACKET_TOO_LARGE): start afresh next time.
+         */
         link_close(&c->links[(first + k) % c->nlinks]);
     }
     if (err != DSJOB_OK)

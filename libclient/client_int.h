@@ -81,6 +81,12 @@ unsigned client_arg_uint(const unsigned char *p, size_t len);
 /* client_submit_type maps (background?, priority) to the SUBMIT packet type. */
 uint32_t client_submit_type(bool background, enum dsjob_priority prio);
 
+/*
+ * client_job_fits tells whether a submit of func, unique (may be NULL) and
+ * len payload bytes fits the 4 GiB - 1 bytes a packet can declare.
+ */
+bool client_job_fits(const char *func, const char *unique, size_t len);
+
 /* client_failover tells whether an error means "try the next server". */
 bool client_failover(int err);
 

@@ -249,7 +249,8 @@ dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique
 
     if (task != NULL)
         *task = NULL;
-    if (func == NULL || *func == '\0' || (data == NULL && len > 0) || ulen > CLIENT_MAX_UNIQUE)
+    if (func == NULL || *func == '\0' || (data == NULL && len > 0) || ulen > CLIENT_MAX_UNIQUE ||
+        !client_job_fits(func, unique, len))
         return DSJOB_ERR_ARG;
     if (tasks_reserve(ts) != DSJOB_OK)
         return DSJOB_ERR_NOMEM;

@@ -18,6 +18,7 @@
 #include "link/link.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -129,6 +130,7 @@ link_close(struct link *l)
     l->in_off = l->in_len = l->in_pending = 0;
     l->hello = false;
     l->hello_wait = false;
+    l->said[0] = '\0';
 }
 
 /* Waits for a non-blocking connect on fd to finish; returns DSJOB_OK or an error. */
@@ -264,8 +266,14 @@ int
 link_queue(struct link *l, uint32_t type, unsigned nargs, const void *const *args,
            const size_t *lens)
 {
-    size_t size = PACKET_HEADER_SIZE + packet_args_size(nargs, lens);
+    size_t body = packet_args_size(nargs, lens), size = PACKET_HEADER_SIZE + body;
 
+    /* packet_encode would write nothing, and the bytes queued would be garbage. */
+    if (body > UINT32_MAX)
+        return link_set_err(l, DSJOB_ERR_ARG,
+                            "a packet of %zu bytes is over the %" PRIu32
+                            " bytes a Gearman packet can hold",
+                            body, UINT32_MAX);
     if (buf_reserve(&l->out, &l->out_off, &l->out_len, &l->out_cap, size) != DSJOB_OK)
         return link_set_err(l, DSJOB_ERR_NOMEM, "out of memory");
     packet_encode(l->out + l->out_len, size, PACKET_REQ, type, nargs, args, lens);
@@ -292,6 +300,77 @@ link_want_write(const struct link *l)
 static int link_tls_write_some(struct link *l);
 static int link_tls_read_some(struct link *l);
 
+/* "CODE: text" of an ERROR packet into buf, bytes a terminal should not get as '?'. */
+static void
+said_format(const struct packet *p, char *buf, size_t cap)
+{
+    size_t i;
+
+    snprintf(buf, cap, "%.*s: %.*s", (int)(p->nargs > 0 ? p->arg_len[0] : 0),
+             p->nargs > 0 ? (const char *)p->arg[0] : "", (int)(p->nargs > 1 ? p->arg_len[1] : 0),
+             p->nargs > 1 ? (const char *)p->arg[1] : "");
+    for (i = 0; buf[i] != '\0'; i++) {
+        if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] == 0x7f)
+            buf[i] = '?';
+    }
+}
+
+/*
+ * The server's last word before a close, into buf: the last ERROR among
+ * the packets read and not yet taken, else the one link_next returned
+ * last if it is recent. Returns false when there is none.
+ */
+static bool
+last_error(const struct link *l, char *buf, size_t cap)
+{
+    size_t off = l->in_off + l->in_pending;
+    bool found = false;
+
+    while (off < l->in_len) {
+        struct packet p;
+        size_t need = 0;
+        const char *why = NULL;
+
+        if (packet_decode(l->in + off, l->in_len - off, LINK_MAX_PACKET, &p, &need, &why) !=
+            PACKET_OK)
+            break;
+        if (p.type == PACKET_ERROR) {
+            said_format(&p, buf, cap);
+            found = true;
+        }
+        off += need;
+    }
+    if (!found && l->said[0] != '\0' && link_now_ms() - l->said_ms <= LINK_SAID_MS) {
+        snprintf(buf, cap, "%s", l->said);
+        found = true;
+    }
+    return found;
+}
+
+/* The server closed (how: "closed" or "reset") the connection: say so, with its reason. */
+static int
+link_closed(struct link *l, const char *how)
+{
+    char why[LINK_SAID_LEN];
+
+    if (last_error(l, why, sizeof(why)))
+        return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' %s the connection, saying %s", l->addr, how,
+                            why);
+    return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' %s the connection", l->addr, how);
+}
+
+/*
+ * The server closed while we were writing: read, without waiting, what it
+ * sent before (most likely an ERROR saying why, such as PACKET_TOO_LARGE,
+ * which the kernel keeps after the reset), so that the caller can see it.
+ */
+static int
+link_closed_writing(struct link *l)
+{
+    (void)link_read_some(l);
+    return link_closed(l, "closed");
+}
+
 int
 link_write_some(struct link *l)
 {
@@ -309,7 +388,7 @@ link_write_some(struct link *l)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return DSJOB_OK;
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+            return link_closed_writing(l);
         return link_set_err(l, DSJOB_ERR_SYS, "send to '%s': %s", l->addr, strerror(errno));
     }
     l->out_off = l->out_len = 0;
@@ -338,13 +417,13 @@ link_read_some(struct link *l)
             continue;
         }
         if (n == 0)
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+            return link_closed(l, "closed");
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return DSJOB_OK;
         if (errno == ECONNRESET)
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' reset the connection", l->addr);
+            return link_closed(l, "reset");
         return link_set_err(l, DSJOB_ERR_SYS, "recv from '%s': %s", l->addr, strerror(errno));
     }
 }
@@ -367,6 +446,11 @@ link_next(struct link *l, struct packet *p)
         if (p->magic != PACKET_RES)
             return -link_set_err(l, DSJOB_ERR_PROTO, "'%s' sent a request packet", l->addr);
         l->in_pending = need;
+        l->said[0] = '\0';
+        if (p->type == PACKET_ERROR) {
+            said_format(p, l->said, sizeof(l->said));
+            l->said_ms = link_now_ms();
+        }
         return 1;
     case PACKET_BAD:
     case PACKET_FATAL: break;
@@ -442,8 +526,9 @@ link_recv(struct link *l, struct packet *p, int64_t deadline)
         if (r < 0)
             return -r;
         r = link_wait_read(l, deadline);
+        /* What came with an end of file is the server's: give it first. */
         if (r != DSJOB_OK)
-            return r;
+            return link_next(l, p) > 0 ? DSJOB_OK : r;
     }
 }
 
@@ -714,7 +799,7 @@ link_tls_write_some(struct link *l)
             return DSJOB_OK;
         if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 &&
                                            (errno == 0 || errno == EPIPE || errno == ECONNRESET)))
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+            return link_closed_writing(l);
         return link_tls_err(l, DSJOB_ERR_PROTO, "TLS write to", e);
     }
     l->out_off = l->out_len = 0;
@@ -746,9 +831,9 @@ link_tls_read_some(struct link *l)
             return DSJOB_OK;
         if (e == SSL_ERROR_ZERO_RETURN ||
             (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0))
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' closed the connection", l->addr);
+            return link_closed(l, "closed");
         if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == ECONNRESET)
-            return link_set_err(l, DSJOB_ERR_CLOSED, "'%s' reset the connection", l->addr);
+            return link_closed(l, "reset");
         return link_tls_err(l, DSJOB_ERR_PROTO, "TLS read from", e);
     }
 }

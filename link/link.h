@@ -21,6 +21,8 @@ struct bio_method_st;
 
 #define LINK_ERR_LEN 256
 #define LINK_MAX_PACKET (64u * 1024 * 1024) /* largest packet accepted from a server */
+#define LINK_SAID_LEN 160                   /* room for a server's last ERROR in a close's reason */
+#define LINK_SAID_MS 10000 /* an ERROR this recent may explain the close that follows it */
 
 struct link {
     char *addr;                /* "host:port", "[v6]:port" or "/path", normalized (owned) */
@@ -37,6 +39,9 @@ struct link {
     bool hello;                /* the owner's per-connection preamble is queued */
     bool hello_wait;           /* the preamble's answer is still due */
     char err[LINK_ERR_LEN];    /* why the last call failed */
+    char said[LINK_SAID_LEN];  /* "CODE: text" of the ERROR link_next returned last, "" after
+                                  any other packet: why the server closes, when it does next */
+    int64_t said_ms;           /* link_now_ms() when said was set */
     struct ssl_ctx_st *tls;    /* TLS context for a TCP server (a reference, owned), NULL: plain */
     unsigned tls_flags;        /* DSJOB_TLS_* of the context */
     struct ssl_st *ssl;        /* the TLS session while connected over TLS (owned) */
@@ -107,7 +112,8 @@ void link_close(struct link *l);
 /*
  * link_queue encodes a REQ packet with nargs arguments (borrowed) and
  * appends it to the output buffer; nothing is written yet. Returns
- * DSJOB_OK or DSJOB_ERR_NOMEM.
+ * DSJOB_OK, DSJOB_ERR_ARG (the arguments do not fit the 4 GiB - 1 bytes
+ * a packet can declare; l->err says so) or DSJOB_ERR_NOMEM.
  */
 int link_queue(struct link *l, uint32_t type, unsigned nargs, const void *const *args,
                const size_t *lens);
@@ -125,12 +131,16 @@ bool link_want_write(const struct link *l);
 /*
  * link_write_some writes what the socket takes now without blocking.
  * Returns DSJOB_OK (possibly with bytes left) or DSJOB_ERR_SYS/CLOSED.
+ * When the server has closed, what it sent before (an ERROR saying why,
+ * typically) is read into the input buffer for link_next, and l->err
+ * quotes that ERROR.
  */
 int link_write_some(struct link *l);
 
 /*
  * link_read_some reads what the socket has now without blocking. Returns
- * DSJOB_OK (possibly having read nothing), DSJOB_ERR_CLOSED on EOF,
+ * DSJOB_OK (possibly having read nothing), DSJOB_ERR_CLOSED on EOF (l->err
+ * quotes the ERROR the server sent last, if it sent one just before),
  * DSJOB_ERR_SYS, DSJOB_ERR_NOMEM.
  */
 int link_read_some(struct link *l);
@@ -152,8 +162,9 @@ int link_flush(struct link *l, int64_t deadline);
 
 /*
  * link_recv flushes, then waits up to deadline for the next packet and
- * returns it in *p as link_next does. Returns DSJOB_OK, DSJOB_ERR_TIMEOUT,
- * DSJOB_ERR_CLOSED, DSJOB_ERR_SYS, DSJOB_ERR_PROTO, DSJOB_ERR_NOMEM.
+ * returns it in *p as link_next does. Packets read before a failure are
+ * returned first. Returns DSJOB_OK, DSJOB_ERR_TIMEOUT, DSJOB_ERR_CLOSED,
+ * DSJOB_ERR_SYS, DSJOB_ERR_PROTO, DSJOB_ERR_NOMEM.
  */
 int link_recv(struct link *l, struct packet *p, int64_t deadline);
 

@@ -228,7 +228,10 @@ admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
                     what, what);
         return NULL;
     }
-    if (j == NULL)
+    if (j == NULL && strcmp(what, "show+result") == 0 && c->srv->cfg.keep_results == 0)
+        /* Not this job only: none is ever kept here, and the client can say so. */
+        conn_printf(c, "ERR UNKNOWN_JOB the+server+keeps+no+results+(--keep-results+0)\r\n");
+    else if (j == NULL)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
     return j;
 }
@@ -468,9 +471,11 @@ admin_retry(struct conn *c, const struct textcmd *cmd)
 static void
 show_detail(struct conn *c, const struct job *j)
 {
+    /* A dead or done job runs at no time: 0, as show job says (its time was a retry's). */
     conn_printf(c, "%s\t%s\t%s\t%s\t%" PRIu32 "\t%lld\t%d\t", job_handle(j), j->func->name,
                 admin_prio_name(j->prio), admin_state_name(j), job_attempts(j),
-                (long long)job_when(j), j->background ? 1 : 0);
+                j->state == JOB_DEAD || j->state == JOB_DONE ? 0LL : (long long)job_when(j),
+                j->background ? 1 : 0);
     print_escaped(c, job_unique(j), j->unique_len);
     conn_write(c, "\n", 1);
 }

@@ -24,6 +24,7 @@
 #include <dsjob/common.h>
 
 #include "link/link.h"
+#include "proto/packet.h"
 #include "table.h"
 
 #define ADMIN_TIMEOUT_MS 5000      /* per server, without -t */
@@ -50,6 +51,8 @@ struct reply {
     size_t len; /* bytes in buf */
     size_t cap; /* size of buf */
 };
+
+static bool err_code_is(const struct reply *r, const char *code);
 
 /*
  * Whether the first line of buf (len bytes, up to its newline) is an ERR
@@ -99,8 +102,36 @@ reply_complete(const struct reply *r, enum reply_kind kind)
 }
 
 /*
+ * Whether the bytes of r are a binary ERROR packet (what dsjobd --ssl
+ * answered a plain text line with before it learned to answer ERR):
+ * its code goes to code and "CODE: text" to err.
+ */
+static bool
+binary_error(const struct reply *r, char *code, size_t code_cap, char *err, size_t cap)
+{
+    struct packet p;
+    size_t need = 0, i;
+    const char *why = NULL;
+
+    if (r->len < PACKET_HEADER_SIZE || memcmp(r->buf, "\0RES", 4) != 0 ||
+        packet_decode((const unsigned char *)r->buf, r->len, ADMIN_MAX_REPLY, &p, &need, &why) !=
+            PACKET_OK ||
+        p.type != PACKET_ERROR || p.nargs < 2)
+        return false;
+    snprintf(code, code_cap, "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+    snprintf(err, cap, "%.*s: %.*s", (int)p.arg_len[0], (const char *)p.arg[0], (int)p.arg_len[1],
+             (const char *)p.arg[1]);
+    for (i = 0; err[i] != '\0'; i++) {
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f)
+            err[i] = '?';
+    }
+    return true;
+}
+
+/*
  * Sends line to the server on l (connected) and reads its reply into r.
- * Returns 0, or -1 with the reason in err.
+ * Returns 0, or -1 with the reason in err, or -2 when the server refused
+ * the connection itself (TLS_REQUIRED: it wants TLS), the reason in err.
  */
 static int
 admin_exchange(struct link *l, const char *line, enum reply_kind kind, int64_t deadline,
@@ -119,6 +150,11 @@ admin_exchange(struct link *l, const char *line, enum reply_kind kind, int64_t d
             return -1;
         }
         if (rc == DSJOB_ERR_CLOSED) {
+            char code[64];
+
+            /* A server that said why before it closed: its words, not just "closed". */
+            if (binary_error(r, code, sizeof(code), err, cap))
+                return strcmp(code, "TLS_REQUIRED") == 0 ? -2 : -1;
             snprintf(err, cap, "the server closed the connection before the reply ended");
             return -1;
         }
@@ -207,12 +243,23 @@ admin_ask(const struct cli *cli, const char *server, const char *line, enum repl
         link_release(&l);
         return ADMIN_DOWN;
     }
-    if (admin_exchange(&l, line, kind, deadline, r, err, sizeof(err)) < 0) {
+    switch (admin_exchange(&l, line, kind, deadline, r, err, sizeof(err))) {
+    case 0: break;
+    case -2:
+        /* Refused for want of TLS, as a failed handshake is: not reached (exit 3). */
+        link_release(&l);
+        cli_err("%s: %s", server, err);
+        return ADMIN_DOWN;
+    default:
         link_release(&l);
         cli_err("%s: %s", server, err);
         return ADMIN_BROKEN; /* it was reached: exit 1, not 3 */
     }
     link_release(&l);
+    if (err_code_is(r, "TLS_REQUIRED")) {
+        print_err_line(server, r->buf, line_len(r->buf, r->len, &next));
+        return ADMIN_DOWN;
+    }
     if (is_err_line(r->buf, r->len)) {
         if (!quiet_err)
             print_err_line(server, r->buf, line_len(r->buf, r->len, &next));
@@ -403,12 +450,12 @@ static const struct table_col dead_cols[] = {
     {"server", TABLE_STR},       {"handle", TABLE_STR},   {"function", TABLE_STR},
     {"priority", TABLE_STR},     {"attempts", TABLE_NUM}, {"first_failure", TABLE_NUM},
     {"last_failure", TABLE_NUM}, {"size", TABLE_NUM},     {"unique", TABLE_STR},
-    {"error", TABLE_STR},        {"dropped", TABLE_NUM},
+    {"error", TABLE_TEXT},       {"dropped", TABLE_NUM},
 };
 static const struct table_col field_cols[] = {
     {"server", TABLE_STR},
     {"field", TABLE_STR},
-    {"value", TABLE_STR},
+    {"value", TABLE_TEXT},
 };
 static const struct table_col stats_cols[] = {
     {"server", TABLE_STR},
@@ -569,6 +616,13 @@ run_listing(struct cli *cli, const struct listing *ls, const char *line)
         rc = CLI_FAILED;
     if (ndown == cli->nservers)
         rc = CLI_UNREACHABLE;
+    /*
+     * An empty dead set is also what a server without --max-dead (the
+     * default) shows, and it tells nothing apart: say so to a person.
+     */
+    if (ls->cols == dead_cols && nok > 0 && t.nrows == 0 && cli->format == CLI_FORMAT_TABLE)
+        cli_err("no dead jobs; dsjobd keeps failed background jobs only when started with "
+                "--max-dead N (the default, 0, drops them as gearmand does)");
     /* JSON readers get a document even with no answer: the empty array. */
     if (nok > 0 || nold > 0 || cli->format == CLI_FORMAT_JSON) {
         const struct table *shown = ls->cols == detail_cols && nok == 0 && nold > 0 ? &old : &t;

@@ -34,7 +34,8 @@ static const char usage_text[] =
     "usage: dsjob [-s SERVER]... [-t MS] VERB [OPTIONS] [ARGS]\n"
     "\n"
     "verbs:\n"
-    "  submit [-b] [-p high|normal|low] [-u UNIQUE] [--at EPOCH] FUNCTION [DATA]\n"
+    "  submit [-b] [-p high|normal|low] [-u UNIQUE] [--at EPOCH] [--accept-timeout MS]\n"
+    "         FUNCTION [DATA]\n"
     "                       run a job (DATA from stdin when absent)\n"
     "  worker [-c N] [-i ID] [--stream] [--chunk BYTES] [--warnings] [--exceptions]\n"
     "         -f FUNCTION... -- COMMAND [ARG]...\n"
@@ -261,7 +262,15 @@ cli_global_opt(struct cli *cli, int c, const char *arg)
     unsigned long v;
 
     switch (c) {
-    case 's': add_server_list(cli, arg); return 0;
+    case 's': {
+        size_t had = cli->nservers;
+
+        add_server_list(cli, arg);
+        /* An empty -s (a variable that was not set, say) is not "the default server". */
+        if (cli->nservers == had)
+            return cli_usage_error(cli, "option '-s' wants an address, not '%s'", arg);
+        return 0;
+    }
     case OPT_SSL: cli->ssl = true; return 0;
     case OPT_SSL_CA:
     case OPT_SSL_CERT:

@@ -28,18 +28,19 @@ enum cli_format {
 
 /* Long-only options; short ones use their letter. */
 enum cli_opt {
-    OPT_FORMAT = 256, /* --format */
-    OPT_VERSION,      /* --version */
-    OPT_AT,           /* submit --at */
-    OPT_GRACEFUL,     /* shutdown --graceful */
-    OPT_STREAM,       /* worker --stream */
-    OPT_CHUNK,        /* worker --chunk */
-    OPT_WARNINGS,     /* worker --warnings */
-    OPT_EXCEPTIONS,   /* worker --exceptions */
-    OPT_SSL,          /* --ssl */
-    OPT_SSL_CA,       /* --ssl-ca-file */
-    OPT_SSL_CERT,     /* --ssl-certificate */
-    OPT_SSL_KEY,      /* --ssl-key */
+    OPT_FORMAT = 256,   /* --format */
+    OPT_VERSION,        /* --version */
+    OPT_AT,             /* submit --at */
+    OPT_GRACEFUL,       /* shutdown --graceful */
+    OPT_STREAM,         /* worker --stream */
+    OPT_CHUNK,          /* worker --chunk */
+    OPT_WARNINGS,       /* worker --warnings */
+    OPT_EXCEPTIONS,     /* worker --exceptions */
+    OPT_SSL,            /* --ssl */
+    OPT_SSL_CA,         /* --ssl-ca-file */
+    OPT_SSL_CERT,       /* --ssl-certificate */
+    OPT_SSL_KEY,        /* --ssl-key */
+    OPT_ACCEPT_TIMEOUT, /* submit --accept-timeout */
 };
 
 /* The options every verb takes, and the verb being run. */

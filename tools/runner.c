@@ -897,13 +897,18 @@ runner_main(struct cli *cli, int argc, char **argv)
                 free(funcs);
                 return cli_usage_error(cli, "option '-f' wants a function name");
             }
-            funcs = realloc(funcs, (nfuncs + 1) * sizeof(*funcs));
-            if (funcs == NULL) {
-                cli_err("out of memory");
-                return CLI_FAILED;
+            {
+                char **nf = realloc(funcs, (nfuncs + 1) * sizeof(*funcs));
+
+                if (nf == NULL) {
+                    free(funcs);
+                    cli_err("out of memory");
+                    return CLI_FAILED;
+                }
+                funcs = nf;
+                funcs[nfuncs++] = optarg;
+                break;
             }
-            funcs[nfuncs++] = optarg;
-            break;
         case 'c':
             if (cli_parse_uint(optarg, 1, RUNNER_MAX_THREADS, &n) < 0) {
                 free(funcs);

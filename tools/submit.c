@@ -4,34 +4,47 @@
  * job goes through a one-task task set, whose callbacks stream WORK_DATA
  * to stdout as it arrives, copy warnings to stderr and feed the progress
  * bar, and whose "created" callback tells a job that was accepted and then
- * lost (exit 1) from a job that no server would take (exit 3). DATA comes
- * from the command line or else from stdin, read whole and binary safe.
+ * lost (exit 1) from a job that no server would take (exit 3). A server
+ * has --accept-timeout to accept the job (JOB_CREATED), so one that takes
+ * the connection and never answers does not hold dsjob for ever. DATA
+ * comes from the command line or else from stdin, read whole and binary
+ * safe, and no larger than a Gearman packet can carry.
  */
 #include "config.h"
 #include "dsjob.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <dsjob/client.h>
 
+#include "link/link.h"
 #include "progress.h"
 
 #define SUBMIT_CONNECT_MS 5000 /* connect timeout without -t */
+#define SUBMIT_ACCEPT_MS 30000 /* --accept-timeout without -t */
 #define SUBMIT_UNIQUE_MAX 64   /* longest unique key libdsjobclient (and gearmand) takes */
+/* The largest DATA: a packet declares at most 4 GiB - 1 bytes; the rest is for the names. */
+#define SUBMIT_DATA_MAX ((size_t)UINT32_MAX - 256)
 
 static const char submit_usage[] =
     "usage: dsjob submit [-s SERVER]... [-t MS] [-b] [-p high|normal|low] [-u UNIQUE]\n"
-    "                    [--at EPOCH] FUNCTION [DATA]\n"
+    "                    [--at EPOCH] [--accept-timeout MS] FUNCTION [DATA]\n"
     "  -b, --background     do not wait: print the job handle\n"
     "  -p, --priority PRIO  high, normal (default) or low\n"
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
     "                       ('-' coalesces on the payload)\n"
     "      --at EPOCH       run at that time (seconds since 1970; background)\n"
+    "      --accept-timeout MS  how long a server has to accept the job\n"
+    "                       (default: -t, else "
+    "30000; 0: no limit)\n"
     "  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
     "  -t, --timeout MS     connect timeout, and how long to wait for the job\n"
     "DATA is read from standard input when it is not given; put -- before DATA\n"
@@ -46,16 +59,36 @@ struct submit_state {
     bool out_failed;     /* writing stdout failed (reported once) */
 };
 
-/* Reads all of stdin into a malloc'd buffer. Returns NULL (with errno) on a read error. */
+/*
+ * Reads all of stdin into a malloc'd buffer. Returns NULL (with errno) on
+ * a read error, and with EFBIG (*lenp the bytes seen) once it holds more
+ * than SUBMIT_DATA_MAX: a regular file is measured before it is read
+ * (*measured: *lenp is its size).
+ */
 static char *
-read_stdin(size_t *lenp)
+read_stdin(size_t *lenp, bool *measured)
 {
     size_t len = 0, cap = 65536;
-    char *buf = cli_xmalloc(cap);
+    struct stat st;
+    char *buf;
 
+    if (fstat(0, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        (uintmax_t)st.st_size > SUBMIT_DATA_MAX) {
+        *lenp = (size_t)st.st_size;
+        *measured = true;
+        errno = EFBIG;
+        return NULL;
+    }
+    buf = cli_xmalloc(cap);
     for (;;) {
         ssize_t n;
 
+        if (len > SUBMIT_DATA_MAX) {
+            free(buf);
+            *lenp = len;
+            errno = EFBIG;
+            return NULL;
+        }
         if (len == cap) {
             char *nb = realloc(buf, cap * 2);
 
@@ -173,9 +206,33 @@ exit_for(int err, bool accepted)
     }
 }
 
+/*
+ * Runs the task set until the task ends, with accept_ms (0: no limit) for
+ * JOB_CREATED and -t for it all. Returns what dsjob_taskset_run did;
+ * *accept_late tells a timeout of the accept deadline from one of -t.
+ */
+static int
+run_bounded(struct cli *cli, struct dsjob_taskset *ts, struct submit_state *st, int accept_ms,
+            bool *accept_late)
+{
+    bool by_accept = accept_ms > 0 && (cli->timeout_ms == 0 || accept_ms < cli->timeout_ms);
+    int64_t start = link_now_ms(), left;
+    int err;
+
+    err = dsjob_taskset_run(ts, by_accept ? accept_ms : cli->timeout_ms);
+    *accept_late = err == DSJOB_ERR_TIMEOUT && !st->created && by_accept;
+    if (err != DSJOB_ERR_TIMEOUT || !st->created || !by_accept)
+        return err;
+    /* Accepted in time: what is left of -t (0: no limit) is for the job. */
+    if (cli->timeout_ms == 0)
+        return dsjob_taskset_run(ts, 0);
+    left = cli->timeout_ms - (link_now_ms() - start);
+    return left > 0 ? dsjob_taskset_run(ts, (int)left) : DSJOB_ERR_TIMEOUT;
+}
+
 static int
 submit_fg(struct cli *cli, struct dsjob_client *c, const char *func, const char *unique,
-          const void *data, size_t len, enum dsjob_priority prio)
+          const void *data, size_t len, enum dsjob_priority prio, int accept_ms)
 {
     static const struct dsjob_task_callbacks cb = {
         .created = on_created,
@@ -187,6 +244,7 @@ submit_fg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
     struct submit_state st;
     struct dsjob_taskset *ts;
     struct dsjob_task *t;
+    bool accept_late;
     int err, r;
 
     memset(&st, 0, sizeof(st));
@@ -204,13 +262,15 @@ submit_fg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
         dsjob_taskset_free(ts);
         return exit_for(err, false);
     }
-    err = dsjob_taskset_run(ts, cli->timeout_ms);
+    err = run_bounded(cli, ts, &st, accept_ms, &accept_late);
     if (st.use_bar)
         progress_clear(&st.bar);
     if (err == DSJOB_ERR_TIMEOUT) {
         if (st.created)
             cli_err("job %s of '%s' did not end within %d ms", dsjob_task_handle(t), func,
                     cli->timeout_ms);
+        else if (accept_late)
+            cli_err("no server accepted the job within %d ms (--accept-timeout)", accept_ms);
         else
             cli_err("no server accepted the job within %d ms", cli->timeout_ms);
         r = st.created ? CLI_FAILED : CLI_UNREACHABLE;
@@ -249,24 +309,36 @@ submit_fg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
 
 static int
 submit_bg(struct cli *cli, struct dsjob_client *c, const char *func, const char *unique,
-          const void *data, size_t len, enum dsjob_priority prio, bool at, long long epoch)
+          const void *data, size_t len, enum dsjob_priority prio, bool at, long long epoch,
+          int accept_ms)
 {
     char handle[DSJOB_HANDLE_MAX];
-    int err;
+    const char *msg;
+    int err, r;
 
-    (void)cli;
     if (at)
         err = dsjob_client_submit_epoch(c, func, unique, data, len, epoch, handle, sizeof(handle));
     else
         err = dsjob_client_submit_bg(c, func, unique, data, len, prio, handle, sizeof(handle));
     if (err != DSJOB_OK) {
-        if (exit_for(err, false) == CLI_UNREACHABLE)
-            cli_err("no server reachable: %s", dsjob_client_errmsg(c));
+        msg = dsjob_client_errmsg(c)[0] != '\0' ? dsjob_client_errmsg(c) : dsjob_strerror(err);
+        /*
+         * A refused TLS handshake, or a server that broke the protocol before
+         * taking the job, is a server we could not use (3), as in the
+         * foreground; a handle too long for the library came after the job
+         * was taken, and libdsjobclient says so in these words (client.c).
+         */
+        r = err == DSJOB_ERR_PROTO && strstr(msg, "(the job was submitted)") == NULL
+                ? CLI_UNREACHABLE
+                : exit_for(err, false);
+        if (err == DSJOB_ERR_TIMEOUT && accept_ms > 0 && accept_ms != cli->timeout_ms)
+            cli_err("no server accepted the job within %d ms (--accept-timeout): %s", accept_ms,
+                    msg);
+        else if (r == CLI_UNREACHABLE)
+            cli_err("no server reachable: %s", msg);
         else
-            cli_err("submit to '%s': %s", func,
-                    dsjob_client_errmsg(c)[0] != '\0' ? dsjob_client_errmsg(c)
-                                                      : dsjob_strerror(err));
-        return exit_for(err, false);
+            cli_err("submit to '%s': %s", func, msg);
+        return r;
     }
     printf("%s\n", handle);
     if (fflush(stdout) != 0) {
@@ -285,16 +357,18 @@ submit_main(struct cli *cli, int argc, char **argv)
         {"priority", required_argument, NULL, 'p'},
         {"unique", required_argument, NULL, 'u'},
         {"at", required_argument, NULL, OPT_AT},
+        {"accept-timeout", required_argument, NULL, OPT_ACCEPT_TIMEOUT},
         {NULL, 0, NULL, 0},
     };
     enum dsjob_priority prio = DSJOB_PRIO_NORMAL;
     const char *unique = NULL, *func;
     bool background = false, at = false, prio_set = false;
-    unsigned long epoch = 0;
+    unsigned long epoch = 0, accept = 0;
+    bool accept_set = false, measured = false;
     struct dsjob_client *c;
     char *buf = NULL;
     const void *data;
-    size_t len, i;
+    size_t len = 0, i;
     int ch, r;
 
     while ((ch = getopt_long(argc, argv, ":" CLI_GLOBAL_SHORT "bp:u:", longopts, NULL)) != -1) {
@@ -303,11 +377,12 @@ submit_main(struct cli *cli, int argc, char **argv)
         case 'b': background = true; break;
         case 'p':
             prio_set = true;
-            if (strcmp(optarg, "high") == 0)
+            /* In any case, as the admin command priority takes them. */
+            if (strcasecmp(optarg, "high") == 0)
                 prio = DSJOB_PRIO_HIGH;
-            else if (strcmp(optarg, "normal") == 0)
+            else if (strcasecmp(optarg, "normal") == 0)
                 prio = DSJOB_PRIO_NORMAL;
-            else if (strcmp(optarg, "low") == 0)
+            else if (strcasecmp(optarg, "low") == 0)
                 prio = DSJOB_PRIO_LOW;
             else
                 return cli_usage_error(cli, "option '-p' wants high, normal or low, not '%s'",
@@ -325,6 +400,13 @@ submit_main(struct cli *cli, int argc, char **argv)
                 return cli_usage_error(cli, "option '--at' wants seconds since 1970, not '%s'",
                                        optarg);
             at = true;
+            break;
+        case OPT_ACCEPT_TIMEOUT:
+            if (cli_parse_uint(optarg, 0, 86400000, &accept) < 0)
+                return cli_usage_error(
+                    cli, "option '--accept-timeout' wants milliseconds (0 to 86400000), not '%s'",
+                    optarg);
+            accept_set = true;
             break;
         case OPT_FORMAT:
             /* A result is bytes, not rows: say so rather than ignore the option. */
@@ -356,12 +438,19 @@ submit_main(struct cli *cli, int argc, char **argv)
         data = argv[optind + 1];
         len = strlen(argv[optind + 1]);
     } else {
-        buf = read_stdin(&len);
-        if (buf == NULL) {
+        buf = read_stdin(&len, &measured);
+        if (buf == NULL && errno != EFBIG) {
             cli_err("read standard input: %s", strerror(errno));
             return CLI_FAILED;
         }
         data = buf;
+    }
+    /* Said here, before any server sees a byte of it. */
+    if (len > SUBMIT_DATA_MAX) {
+        free(buf);
+        return cli_usage_error(cli,
+                               "DATA of %s%zu bytes is over the %zu a Gearman packet can carry",
+                               measured ? "" : "more than ", len, SUBMIT_DATA_MAX);
     }
     c = dsjob_client_new();
     if (c == NULL) {
@@ -376,13 +465,16 @@ submit_main(struct cli *cli, int argc, char **argv)
     }
     if (r == CLI_OK)
         r = cli_tls_client(cli, c);
+    if (!accept_set)
+        accept = cli->timeout_ms ? (unsigned long)cli->timeout_ms : SUBMIT_ACCEPT_MS;
     if (r == CLI_OK) {
+        /* A background submit waits for JOB_CREATED only: the accept deadline is its I/O bound. */
         dsjob_client_set_timeout(c, cli->timeout_ms ? cli->timeout_ms : SUBMIT_CONNECT_MS,
-                                 cli->timeout_ms);
+                                 background || at ? (int)accept : cli->timeout_ms);
         if (background || at)
-            r = submit_bg(cli, c, func, unique, data, len, prio, at, (long long)epoch);
+            r = submit_bg(cli, c, func, unique, data, len, prio, at, (long long)epoch, (int)accept);
         else
-            r = submit_fg(cli, c, func, unique, data, len, prio);
+            r = submit_fg(cli, c, func, unique, data, len, prio, (int)accept);
     }
     dsjob_client_free(c);
     free(buf);

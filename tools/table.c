@@ -2,8 +2,10 @@
  * Rendering of admin listings (see table.h). Cells are bytes as the server
  * sent them, so each format makes them safe its own way: the table and the
  * TSV escape backslash, tab, newline and other control bytes as \\, \t, \n
- * and \xHH, so that one row stays one line and the columns stay columns;
- * JSON replaces bytes that are not UTF-8 with U+FFFD, since jansson only
+ * and \xHH, so that one row stays one line and the columns stay columns
+ * (the table, for people, leaves out a cell's trailing newlines, and puts
+ * each line of a last column of text on a line of its own, indented to
+ * the column); JSON replaces bytes that are not UTF-8 with U+FFFD, since jansson only
  * takes valid UTF-8, and leaves the escaping to jansson.
  */
 #include "config.h"
@@ -69,16 +71,27 @@ cell(const struct table *t, size_t row, size_t col)
     return t->cells[row * t->ncols + col];
 }
 
-/* The escaped form of s for the table and TSV (malloc'd). */
+/*
+ * The escaped form of s for the table and TSV (malloc'd). For the table
+ * (trim), trailing newlines are left out, and with lines, a newline stays
+ * one (print_text indents what follows it).
+ */
 static char *
-escape(const char *s)
+escape(const char *s, bool trim, bool lines)
 {
     size_t n = strlen(s), k = 0;
     char *e = cli_xmalloc(4 * n + 1);
+    const char *end = s + n;
 
-    for (; *s != '\0'; s++) {
+    while (trim && end > s && (end[-1] == '\n' || end[-1] == '\r'))
+        end--;
+    for (; s < end; s++) {
         unsigned char ch = (unsigned char)*s;
 
+        if (lines && ch == '\n') {
+            e[k++] = '\n';
+            continue;
+        }
         if (ch == '\\') {
             e[k++] = '\\';
             e[k++] = '\\';
@@ -223,6 +236,24 @@ print_json(const struct table *t, FILE *out)
     return rc;
 }
 
+/* Writes e; a line after a newline in it starts under column c (widths of those before it). */
+static void
+print_lines(const char *e, const size_t *width, size_t c, FILE *out)
+{
+    size_t indent = 0, i;
+    const char *nl;
+
+    for (i = 0; i < c; i++)
+        indent += width[i] + 2;
+    while ((nl = strchr(e, '\n')) != NULL) {
+        fwrite(e, 1, (size_t)(nl + 1 - e), out);
+        for (i = 0; i < indent; i++)
+            fputc(' ', out);
+        e = nl + 1;
+    }
+    fputs(e, out);
+}
+
 static int
 print_text(const struct table *t, bool header, size_t first, FILE *out)
 {
@@ -238,7 +269,8 @@ print_text(const struct table *t, bool header, size_t first, FILE *out)
         width[c] = strlen(t->cols[first + c].key);
     for (r = 0; r < t->nrows; r++) {
         for (c = 0; c < nc; c++) {
-            char *e = escape(cell(t, r, first + c));
+            bool lines = header && c + 1 == nc && t->cols[first + c].kind == TABLE_TEXT;
+            char *e = escape(cell(t, r, first + c), header, lines);
 
             esc[r * nc + c] = e;
             if (header && strlen(e) > width[c])
@@ -272,7 +304,7 @@ print_text(const struct table *t, bool header, size_t first, FILE *out)
                 fputs(header ? "  " : "\t", out);
             for (i = strlen(e); right && i < w; i++)
                 fputc(' ', out);
-            fputs(e, out);
+            print_lines(e, width, c, out);
             for (i = strlen(e); !right && i < w; i++)
                 fputc(' ', out);
         }

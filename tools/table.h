@@ -16,6 +16,8 @@ enum table_kind {
     TABLE_STR = 0, /* a string, left-aligned */
     TABLE_NUM,     /* a decimal number, right-aligned; a JSON integer */
     TABLE_LIST,    /* words separated by single spaces; a JSON array of strings */
+    TABLE_TEXT,    /* a string that may hold lines (an error's text): in the table, a last
+                      column shows each line on a line of its own, under the column */
 };
 
 /* A column: its JSON key (the header is the key in upper case) and kind. */
@@ -48,8 +50,10 @@ void table_add(struct table *t, const char *const *cells, const size_t *lens);
 /*
  * table_print writes the table to out in the given format. Columns before
  * first are left out (the server column when there is only one server),
- * except in JSON, which always has every key. Returns 0, or -1 when
- * writing or encoding failed.
+ * except in JSON, which always has every key. In the table (for people),
+ * a cell's trailing newlines are left out, and so is the escaping of the
+ * newlines of a TABLE_TEXT last column; TSV and JSON have every byte.
+ * Returns 0, or -1 when writing or encoding failed.
  */
 int table_print(const struct table *t, enum cli_format fmt, size_t first, FILE *out);
 

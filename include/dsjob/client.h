@@ -139,9 +139,13 @@ DSJOB_API const char *dsjob_client_errmsg(const struct dsjob_client *c);
  * WORK_COMPLETE bytes; result may be NULL to discard them. Returns
  * DSJOB_ERR_JOB_FAILED on WORK_FAIL, DSJOB_ERR_JOB_EXCEPTION on
  * WORK_EXCEPTION (its text in errmsg), DSJOB_ERR_SERVER when the server
- * answered ERROR (text in errmsg), DSJOB_ERR_TIMEOUT (errmsg tells a server
- * that did not answer from a job that did not end in time), DSJOB_ERR_ARG,
- * and the last connection error when no server could be used. Progress
+ * answered ERROR (text in errmsg; also when it refused the job and closed
+ * while the job was being sent, as dsjobd's PACKET_TOO_LARGE), DSJOB_ERR_TIMEOUT
+ * (errmsg tells a server that did not answer from a job that did not end
+ * in time), DSJOB_ERR_ARG (also for a job whose arguments do not fit the
+ * 4 GiB - 1 bytes a packet can declare: nothing is sent), and the last
+ * connection error when no server could be used (errmsg quotes an ERROR
+ * the server sent just before it closed, such as TLS_REQUIRED). Progress
  * packets go to the callbacks of dsjob_client_set_callbacks.
  */
 DSJOB_API int dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique,

@@ -5,7 +5,11 @@
  * priorities, consistent hashing and round-robin across two servers,
  * failover when the first server is down, and the errors when none is up.
  * The suite runs against dsjobd, then against gearmand 1.1.20 when it is
- * installed, so that the expectations are the reference's.
+ * installed, so that the expectations are the reference's. Then refusals:
+ * a job over dsjobd's --max-packet-size comes back with the server's
+ * PACKET_TOO_LARGE, blocking and in a task set, even when the server
+ * closes while the payload is still being written; and one over the 4 GiB
+ * a packet can declare is refused before anything is sent.
  */
 #include "config.h"
 
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -542,6 +547,109 @@ suite_unix(void)
     unlink(path);
 }
 
+/* The task's error and text after one task set run of one job against port. */
+static int
+taskset_one(int port, const void *data, size_t len, unsigned flags, char *msg, size_t cap)
+{
+    struct dsjob_client *c = client_for(port);
+    struct dsjob_taskset *ts = dsjob_taskset_new(c, NULL);
+    struct dsjob_task *t = NULL;
+    int err;
+
+    err = dsjob_taskset_add(ts, "big", NULL, data, len, DSJOB_PRIO_NORMAL, flags, NULL, &t);
+    if (err == DSJOB_OK)
+        err = dsjob_taskset_run(ts, 20000);
+    if (t != NULL && err != DSJOB_ERR_TIMEOUT)
+        err = dsjob_task_error(t);
+    snprintf(msg, cap, "%s", t != NULL ? dsjob_task_errmsg(t) : "");
+    dsjob_taskset_free(ts);
+    dsjob_client_free(c);
+    return err;
+}
+
+/*
+ * A payload over --max-packet-size: the server answers PACKET_TOO_LARGE
+ * and closes. 8 MB is more than the sockets buffer, so the close comes
+ * while the client is still writing, and its reason has to be read
+ * after the write failed. The small one fits the buffers: the reason is
+ * read as an answer.
+ */
+static void
+suite_too_large(void)
+{
+    const char *extra[] = {"--max-packet-size", "4096", NULL};
+    size_t sizes[2] = {8192, 8 << 20}, k;
+    char *big = calloc(1, sizes[1]), handle[DSJOB_HANDLE_MAX], msg[600];
+    struct daemon d;
+
+    daemon_start(&d, extra);
+    for (k = 0; k < 2; k++) {
+        struct dsjob_client *c = client_for(d.port);
+        int err;
+
+        err = dsjob_client_submit_bg(c, "big", NULL, big, sizes[k], DSJOB_PRIO_NORMAL, handle,
+                                     sizeof(handle));
+        tap_ok(err == DSJOB_ERR_SERVER && strstr(dsjob_client_errmsg(c), "PACKET_TOO_LARGE"),
+               "submit_bg of %zu bytes over --max-packet-size 4096: the server's reason (%s: %s)",
+               sizes[k], dsjob_strerror(err), dsjob_client_errmsg(c));
+        err = dsjob_client_submit(c, "big", NULL, big, sizes[k], DSJOB_PRIO_NORMAL, NULL, NULL);
+        tap_ok(err == DSJOB_ERR_SERVER &&
+                   strstr(dsjob_client_errmsg(c), "--max-packet-size 4096") != NULL,
+               "submit of %zu bytes: the server's reason, naming the option (%s: %s)", sizes[k],
+               dsjob_strerror(err), dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        err = taskset_one(d.port, big, sizes[k], 0, msg, sizeof(msg));
+        tap_ok(err == DSJOB_ERR_SERVER && strstr(msg, "PACKET_TOO_LARGE") != NULL,
+               "a task set's task of %zu bytes: the server's reason (%s: %s)", sizes[k],
+               dsjob_strerror(err), msg);
+        err = taskset_one(d.port, big, sizes[k], DSJOB_TASK_BACKGROUND, msg, sizeof(msg));
+        tap_ok(err == DSJOB_ERR_SERVER && strstr(msg, "PACKET_TOO_LARGE") != NULL,
+               "a background task of %zu bytes: the server's reason (%s: %s)", sizes[k],
+               dsjob_strerror(err), msg);
+    }
+    {
+        struct dsjob_client *c = client_for(d.port);
+
+        tap_is_int(dsjob_client_echo(c, "still", 5), DSJOB_OK, "and the server still serves");
+        dsjob_client_free(c);
+    }
+    daemon_stop(&d);
+    free(big);
+}
+
+/*
+ * A payload over what a packet can declare (4 GiB - 1 bytes) is refused
+ * before anything is sent or copied: the server address is a port where
+ * nothing listens, so only a check made first gives DSJOB_ERR_ARG. The
+ * payload is a read-only mapping that is never touched.
+ */
+static void
+suite_protocol_max(void)
+{
+    size_t len = (size_t)UINT32_MAX + 1;
+    void *huge = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    struct dsjob_client *c;
+    char handle[DSJOB_HANDLE_MAX], msg[600];
+    int err;
+
+    if (huge == MAP_FAILED) {
+        tap_skip(3, "cannot map 4 GiB of address space: %s", strerror(errno));
+        return;
+    }
+    c = client_for(free_port());
+    err = dsjob_client_submit_bg(c, "big", NULL, huge, len, DSJOB_PRIO_NORMAL, handle,
+                                 sizeof(handle));
+    tap_ok(err == DSJOB_ERR_ARG && strstr(dsjob_client_errmsg(c), "Gearman packet can hold"),
+           "submit_bg of 4 GiB: refused before sending (%s: %s)", dsjob_strerror(err),
+           dsjob_client_errmsg(c));
+    err = dsjob_client_submit(c, "big", NULL, huge, len, DSJOB_PRIO_NORMAL, NULL, NULL);
+    tap_ok(err == DSJOB_ERR_ARG, "submit of 4 GiB: refused too (%s)", dsjob_strerror(err));
+    dsjob_client_free(c);
+    err = taskset_one(free_port(), huge, len, 0, msg, sizeof(msg));
+    tap_is_int(err, DSJOB_ERR_ARG, "dsjob_taskset_add of 4 GiB: DSJOB_ERR_ARG");
+    munmap(huge, len);
+}
+
 int
 main(void)
 {
@@ -560,6 +668,8 @@ main(void)
     daemon_stop(&d);
     suite_unix();
     suite_addresses();
+    suite_too_large();
+    suite_protocol_max();
     if (gearmand_start(&g)) {
         if (gearmand_start(&g2)) {
             suite_one("gearmand", g.port);

@@ -6,7 +6,12 @@
 # connection, --ssl-verify-client refusing a certificate of another CA and
 # no certificate, the unix socket staying plain, startup errors that name
 # the file, and Debian's gearman CLI (whose libgearman has no TLS: -S
-# still speaks plain text, so it is refused like any plain client).
+# still speaks plain text, so it is refused like any plain client). A
+# plain dsjob (submit, submit -b, worker, status) prints the server's
+# TLS_REQUIRED and exits 3, as a failed handshake does (submit -b too).
+# What README and doc/operations.md say of the other tools: none of
+# gearman, gearadmin, php-gearman and Perl's Gearman::Client takes a unix
+# socket's path, and Perl's client and worker speak TLS with use_ssl.
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/tls.sh"
 dir=$(test_tmpdir)
@@ -146,8 +151,18 @@ echo "$out" | grep -q "certificate verify failed"; ok $? "saying why: $out"
 out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$dir/none.pem" submit tls.upper 2>&1); rc=$?
 is "$rc" 2 "dsjob --ssl-ca-file with a missing file exits 2"
 echo "$out" | grep -q "cannot load CA file '$dir/none.pem'"; ok $? "naming it: $out"
+out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$P/other-ca.pem" -t 10000 submit -b tls.upper 2>&1)
+rc=$?
+is "$rc" 3 "submit -b not trusting the server's CA cannot reach it (exit 3, as in the foreground)"
 out=$(echo x | "$DSJOB" -s "$S" -t 5000 submit tls.upper 2>&1); rc=$?
-[ "$rc" -ne 0 ]; ok $? "a plain dsjob submit to the TLS port fails (exit $rc)"
+[ "$rc" -eq 3 ] && echo "$out" | grep -q "saying TLS_REQUIRED: this server takes TLS connections only"
+ok $? "a plain dsjob submit to the TLS port: exit 3 with the server's TLS_REQUIRED (rc $rc: $out)"
+out=$(echo x | "$DSJOB" -s "$S" -t 5000 submit -b tls.upper 2>&1); rc=$?
+[ "$rc" -eq 3 ] && echo "$out" | grep -q "saying TLS_REQUIRED"
+ok $? "a plain dsjob submit -b too (rc $rc: $out)"
+timeout --foreground 3 "$DSJOB" -s "$S" worker -f tls.plain -- cat >/dev/null 2>"$dir/pw.err"
+grep -q "saying TLS_REQUIRED" "$dir/pw.err"
+ok $? "a plain dsjob worker says why it is refused: $(head -1 "$dir/pw.err")"
 # shellcheck disable=SC2086
 out=$(DSJOB_SSL_CA_FILE=$P/ca.pem "$DSJOB" -s "$S" -t 10000 submit tls.upper env 2>&1)
 is "$out" "ENV" "DSJOB_SSL_CA_FILE turns TLS on"
@@ -160,7 +175,54 @@ out=$("$DSJOB" -s "$S" --ssl-ca-file "$P/other-ca.pem" -t 10000 status 2>&1); rc
 is "$rc" 3 "dsjob status not trusting the server's CA cannot reach it (exit 3)"
 echo "$out" | grep -q "certificate verify failed"; ok $? "saying why: $out"
 out=$("$DSJOB" -s "$S" -t 5000 status 2>&1); rc=$?
-[ "$rc" -ne 0 ]; ok $? "a plain dsjob status to the TLS port fails (exit $rc): $out"
+[ "$rc" -eq 3 ] && echo "$out" | grep -q "TLS_REQUIRED"
+ok $? "a plain dsjob status to the TLS port: exit 3 with TLS_REQUIRED (rc $rc: $out)"
+
+# Tools that take no unix socket's path (README, doc/operations.md): each fails on it.
+if [ -n "${GEARMAN:-}" ] && [ -x "$GEARMAN" ]; then
+    out=$(echo x | timeout 10 "$GEARMAN" -h "$sock" -f tls.upper 2>&1)
+    echo "$out" | grep -q "Name or service not known" && [ "$out" != "X" ]
+    ok $? "gearman -h PATH does not reach the unix socket: $(echo "$out" | head -1)"
+else
+    ok 0 "# SKIP gearman CLI not installed"
+fi
+if [ -n "${GEARADMIN:-}" ] && [ -x "$GEARADMIN" ]; then
+    out=$(timeout 10 "$GEARADMIN" -h "$sock" --status 2>&1); rc=$?
+    [ "$rc" -ne 0 ] && ! echo "$out" | grep -q "^tls.upper"
+    ok $? "gearadmin -h PATH does not either (rc $rc): $(echo "$out" | head -1)"
+else
+    ok 0 "# SKIP gearadmin not installed"
+fi
+if php -r 'exit(class_exists("GearmanClient") ? 0 : 1);' 2>/dev/null; then
+    out=$(timeout 10 php -r '$c = new GearmanClient(); @$c->addServer($argv[1]);
+        $h = @$c->doBackground("tls.upper", "x"); echo $h ? "handle $h" : "failed: " . $c->error();'         "$sock" 2>&1)
+    echo "$out" | grep -q "^failed"
+    ok $? "php-gearman does not either: $out"
+else
+    ok 0 "# SKIP php-gearman not installed"
+fi
+if perl -MGearman::Client -e 1 2>/dev/null; then
+    out=$(timeout 10 perl -MGearman::Client -e '
+        my $c = Gearman::Client->new(job_servers => [$ARGV[0]]);
+        my $h = $c->dispatch_background("tls.upper", "x"); print defined $h ? "handle\n" : "failed\n";'         "$sock" 2>&1)
+    is "$out" "failed" "Perl's Gearman::Client does not either"
+    # shellcheck disable=SC2016
+    out=$(timeout 20 perl -MGearman::Client -MGearman::Worker -e '
+        my %js = (host => "127.0.0.1", port => $ARGV[0], use_ssl => 1, ca_file => $ARGV[1]);
+        if (my $pid = fork) {
+            my $c = Gearman::Client->new(job_servers => [{%js}]);
+            my $r = $c->do_task("tls.perl", "over tls", {timeout => 10});
+            print defined $r ? "$$r\n" : "no result\n"; kill "TERM", $pid; waitpid $pid, 0;
+        } else {
+            my $w = Gearman::Worker->new(job_servers => [{%js}]);
+            $w->register_function("tls.perl" => sub { uc $_[0]->arg });
+            $w->work while 1;
+        }' "$SERVER_PORT" "$P/ca.pem" 2>&1)
+    is "$out" "OVER TLS" "Perl's Gearman::Client and Gearman::Worker with use_ssl run a job over TLS"
+else
+    ok 0 "# SKIP Perl Gearman::Client not installed"
+    ok 0 "# SKIP Perl Gearman::Client not installed"
+fi
 
 if [ -n "${GEARMAN:-}" ] && [ -x "$GEARMAN" ]; then
     # Debian's libgearman 1.1.20 is built without TLS: -S is accepted and ignored.
