@@ -54,10 +54,16 @@
 #define HTTP_MAX_HEADERS 8192 /* request line and headers, bytes */
 #define HTTP_STR_(x) #x
 #define HTTP_STR(x) HTTP_STR_(x)
-#define HTTP_JOBS_DEFAULT 100 /* /api/jobs without limit= */
-#define HTTP_JOBS_MAX 10000   /* the largest limit= */
-#define HTTP_MAX_BODY 0       /* request body bytes: a POST says all it means in its target */
-#define HTTP_TOKEN_BYTES 32   /* random bytes of the CSRF token (twice as many hex digits) */
+#define HTTP_JOBS_DEFAULT 100  /* /api/jobs without limit= */
+#define HTTP_JOBS_MAX 10000    /* the largest limit= */
+#define HTTP_MAX_TEXT 256      /* bytes of a name, unique key or id shown in a list */
+#define HTTP_MAX_JOB_TEXT 4096 /* bytes of a unique key or error shown for one job */
+#define HTTP_MAX_KEY 600       /* longest name given an exact key (its POST fits HTTP_MAX_URI) */
+#define HTTP_MAX_FUNCS 10000   /* functions listed in /api/status */
+#define HTTP_MAX_WORKERS 10000 /* connections listed in /api/workers */
+#define HTTP_MAX_WORKER_FUNCS 1000 /* functions and held jobs listed per worker */
+#define HTTP_MAX_BODY 0            /* request body bytes: a POST says all it means in its target */
+#define HTTP_TOKEN_BYTES 32        /* random bytes of the CSRF token (twice as many hex digits) */
 
 /* The dashboard loads nothing from anywhere but this server, and runs no inline code. */
 #define HTTP_CSP "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -326,29 +332,105 @@ http_accept_error_cb(struct evconnlistener *lev, void *arg)
         evconnlistener_disable(lev); /* cannot be: but never spin */
 }
 
-/* A string for JSON: as it is if it is UTF-8 without NUL, else with \xHH escapes. */
+/* The length of the valid UTF-8 sequence at p (n bytes left), or 0 if there is none. */
+static size_t
+utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned cp;
+    size_t k, i;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        k = 2, cp = p[0] & 0x1fu;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        k = 3, cp = p[0] & 0x0fu;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        k = 4, cp = p[0] & 0x07u;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (i = 1; i < k; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return k;
+}
+
+/*
+ * A string for JSON, of at most max bytes of s (cut at a character): UTF-8
+ * as it is, but a backslash, a control byte and a byte that is not UTF-8
+ * spelled \xHH, so every backslash shown starts an escape and two
+ * different strings never read alike (a raw 0xff byte is \xff, the four
+ * characters \xff are \x5cxff). *cut, if not NULL, is set when s was longer.
+ */
 static json_t *
-jstr(const void *s, size_t len)
+jstr_max(const void *s, size_t len, size_t max, bool *cut)
 {
     const unsigned char *p = s;
     json_t *j;
     char *tmp;
-    size_t i, k = 0;
+    size_t i = 0, k = 0, n;
 
-    if (memchr(s, '\0', len) == NULL && (j = json_stringn(s, len)) != NULL)
-        return j;
+    if (cut != NULL)
+        *cut = len > max;
+    if (len > max) {
+        len = max;
+        while (len > 0 && (p[len] & 0xc0) == 0x80) /* not inside a character */
+            len--;
+    }
     tmp = malloc(len * 4 + 1);
     if (tmp == NULL)
         return NULL;
-    for (i = 0; i < len; i++) {
-        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-            tmp[k++] = (char)p[i];
-        else
-            k += (size_t)snprintf(tmp + k, 5, "\\x%02x", p[i]);
+    while (i < len) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') {
+            tmp[k++] = (char)p[i++];
+        } else if (p[i] >= 0x80 && (n = utf8_seq(p + i, len - i)) > 0) {
+            memcpy(tmp + k, p + i, n);
+            k += n, i += n;
+        } else {
+            k += (size_t)snprintf(tmp + k, 5, "\\x%02x", p[i++]);
+        }
     }
     j = json_stringn(tmp, k);
     free(tmp);
     return j;
+}
+
+/* A string for JSON, whole (texts of our own, bounded where they are made). */
+static json_t *
+jstr(const void *s, size_t len)
+{
+    return jstr_max(s, len, len, NULL);
+}
+
+/* A name or key in an answer, cut at HTTP_MAX_TEXT bytes. */
+static json_t *
+jtext(const void *s, size_t len)
+{
+    return jstr_max(s, len, HTTP_MAX_TEXT, NULL);
+}
+
+/* A function's exact key: its name's bytes in hex, or null past HTTP_MAX_KEY bytes. */
+static json_t *
+jkey(const struct func *f)
+{
+    static const char hex[] = "0123456789abcdef";
+    char buf[2 * HTTP_MAX_KEY];
+    size_t i;
+
+    if (f->name_len > HTTP_MAX_KEY)
+        return json_null();
+    for (i = 0; i < f->name_len; i++) {
+        buf[2 * i] = hex[(unsigned char)f->name[i] >> 4];
+        buf[2 * i + 1] = hex[(unsigned char)f->name[i] & 15];
+    }
+    return json_stringn(buf, 2 * f->name_len);
 }
 
 /*
@@ -582,8 +664,9 @@ func_json(const struct srv *srv, const struct func *f)
 {
     const struct stats_func *s = &f->stats;
 
-    return json_pack("{s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,s:o*}",
-                     "name", jstr(f->name, f->name_len), "queued", "high",
+    return json_pack("{s:o*,s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,"
+                     "s:o*}",
+                     "name", jtext(f->name, f->name_len), "key", jkey(f), "queued", "high",
                      f->nqueued[JOB_PRIO_HIGH], "normal", f->nqueued[JOB_PRIO_NORMAL], "low",
                      f->nqueued[JOB_PRIO_LOW], "scheduled", f->nscheduled, "running",
                      f->nrunning + f->nsettling, "workers", f->nworkers, "dead", f->ndead,
@@ -603,6 +686,7 @@ get_status(struct srv *srv, struct evhttp_request *req)
     unsigned kinds[3];
     char buf[256];
     const char *why = unhealthy(srv, buf, sizeof(buf));
+    bool cut = false;
     int i;
 
     stats_conns(srv, kinds);
@@ -611,9 +695,14 @@ get_status(struct srv *srv, struct evhttp_request *req)
         json_object_set_new(limits, stats_limit_name((enum stats_limit)i),
                             json_integer((json_int_t)st->limits[i]));
     funcs = json_array();
-    TAILQ_FOREACH (f, &srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        if (funcs != NULL && json_array_size(funcs) >= HTTP_MAX_FUNCS) {
+            cut = true;
+            break;
+        }
         if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f)) < 0)
             break;
+    }
     doc = json_pack(
         "{s:s,s:I,s:b,s:o*,s:I,s:I,s:{s:i,s:i,s:i,s:I},s:{s:I,s:I},s:o*,"
         "s:{s:s,s:I,s:I,s:b,s:o*},s:o*}",
@@ -626,6 +715,8 @@ get_status(struct srv *srv, struct evhttp_request *req)
         srv->cfg.store ? srv->cfg.store : "none", "commits", (json_int_t)st->commits,
         "commit_errors", (json_int_t)st->commit_errors, "failing", st->store_failing, "commit",
         hist_json(&st->commit_ms), "functions", funcs);
+    if (doc != NULL && cut)
+        json_object_set_new(doc, "functions_truncated", json_true());
     if (doc == NULL)
         reply_error(req, 500, "Internal Server Error", "out of memory");
     else
@@ -639,13 +730,29 @@ worker_json(const struct conn *c)
     const struct ability *a;
     const struct job *j;
 
-    TAILQ_FOREACH (a, &c->worker.abilities, by_worker)
-        json_array_append_new(funcs, jstr(a->func->name, a->func->name_len));
-    TAILQ_FOREACH (j, &c->worker.held, link)
+    json_t *doc;
+    bool cut = false;
+
+    TAILQ_FOREACH (a, &c->worker.abilities, by_worker) {
+        if (json_array_size(funcs) >= HTTP_MAX_WORKER_FUNCS) {
+            cut = true;
+            break;
+        }
+        json_array_append_new(funcs, jtext(a->func->name, a->func->name_len));
+    }
+    TAILQ_FOREACH (j, &c->worker.held, link) {
+        if (json_array_size(held) >= HTTP_MAX_WORKER_FUNCS) {
+            cut = true;
+            break;
+        }
         json_array_append_new(held, json_string(job_handle(j)));
-    return json_pack("{s:i,s:s,s:o*,s:o*,s:o*,s:b}", "fd", c->fd, "ip", c->ip, "id",
-                     c->client_id ? jstr(c->client_id, strlen(c->client_id)) : json_null(),
-                     "functions", funcs, "running", held, "asleep", c->worker.asleep);
+    }
+    doc = json_pack("{s:i,s:s,s:o*,s:o*,s:o*,s:b}", "fd", c->fd, "ip", c->ip, "id",
+                    c->client_id ? jtext(c->client_id, strlen(c->client_id)) : json_null(),
+                    "functions", funcs, "running", held, "asleep", c->worker.asleep);
+    if (doc != NULL && cut)
+        json_object_set_new(doc, "truncated", json_true());
+    return doc;
 }
 
 /* Every connection that registered a function or holds a job, newest first (admin "workers"). */
@@ -655,39 +762,52 @@ get_workers(struct srv *srv, struct evhttp_request *req)
     json_t *list = json_array();
     const struct conn *c;
 
-    TAILQ_FOREACH_REVERSE (c, &srv->conns, conn_list, link)
-        if (list != NULL && (c->worker.nabilities > 0 || c->worker.nheld > 0))
-            json_array_append_new(list, worker_json(c));
+    bool cut = false;
+
+    TAILQ_FOREACH_REVERSE (c, &srv->conns, conn_list, link) {
+        if (list == NULL || !(c->worker.nabilities > 0 || c->worker.nheld > 0))
+            continue;
+        if (json_array_size(list) >= HTTP_MAX_WORKERS) {
+            cut = true;
+            break;
+        }
+        json_array_append_new(list, worker_json(c));
+    }
     if (list == NULL)
         reply_error(req, 500, "Internal Server Error", "out of memory");
     else
-        reply_json(req, 200, "OK", json_pack("{s:o}", "workers", list));
+        reply_json(req, 200, "OK", json_pack("{s:o,s:b}", "workers", list, "truncated", cut));
 }
 
 /* One job, with the fields of admin "show job". */
 static json_t *
-job_json(const struct job *j)
+job_json(const struct job *j, size_t max)
 {
     const struct job_ext *x = j->ext;
     struct qworker *w = job_worker(j);
     json_t *doc, *worker = json_null();
+    bool ucut = false;
 
     if (w != NULL) {
         struct conn *wc = conn_of_worker(w);
 
         worker =
             json_pack("{s:i,s:s,s:o*}", "fd", wc->fd, "ip", wc->ip, "id",
-                      wc->client_id ? jstr(wc->client_id, strlen(wc->client_id)) : json_null());
+                      wc->client_id ? jtext(wc->client_id, strlen(wc->client_id)) : json_null());
     }
     doc = json_pack("{s:s,s:o*,s:s,s:s,s:b,s:I,s:o*,s:I,s:I,s:o*,s:[I,I],s:i}", "handle",
-                    job_handle(j), "function", jstr(j->func->name, j->func->name_len), "state",
+                    job_handle(j), "function", jtext(j->func->name, j->func->name_len), "state",
                     admin_state_name(j), "priority", admin_prio_name(j->prio), "background",
                     j->background, "attempts", (json_int_t)job_attempts(j), "unique",
-                    jstr(job_unique(j), j->unique_len), "run_at",
+                    jstr_max(job_unique(j), j->unique_len, max, &ucut), "run_at",
                     (json_int_t)(j->state == JOB_DEAD || j->state == JOB_DONE ? 0 : job_when(j)),
                     "payload_size", (json_int_t)j->data_len, "worker", worker, "status",
                     (json_int_t)(x ? x->numerator : 0), (json_int_t)(x ? x->denominator : 0),
                     "waiters", (int)job_nwaiters(j));
+    if (doc != NULL && ucut)
+        json_object_set_new(doc, "unique_size", json_integer((json_int_t)j->unique_len));
+    if (doc != NULL)
+        json_object_set_new(doc, "function_key", jkey(j->func));
     if (doc == NULL || x == NULL)
         return doc;
     if (j->state == JOB_DONE) {
@@ -697,7 +817,9 @@ job_json(const struct job *j)
     } else if (x->first_fail != 0) {
         json_object_set_new(doc, "first_failure", json_integer(x->first_fail));
         json_object_set_new(doc, "last_failure", json_integer(x->last_fail));
-        json_object_set_new(doc, "error", jstr(x->result, x->result_len));
+        json_object_set_new(doc, "error", jstr_max(x->result, x->result_len, max, &ucut));
+        if (ucut)
+            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->result_len));
     }
     return doc;
 }
@@ -766,7 +888,7 @@ add_job(json_t *list, const struct job *j, const struct func *only, size_t limit
         *cut = true;
         return false;
     }
-    json_array_append_new(list, job_json(j));
+    json_array_append_new(list, job_json(j, HTTP_MAX_TEXT));
     return true;
 }
 
@@ -877,7 +999,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
         if (j == NULL)
             reply_error(req, 404, "Not Found", "no job '%.*s'", (int)handle_len, handle);
         else
-            reply_json(req, 200, "OK", job_json(j));
+            reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
         return;
     }
     if (!parse_query(req, query, known, vals, 2))
@@ -894,7 +1016,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
             reply_error(req, 404, "Not Found", "no job of '%.100s' with unique '%.100s'", vals[0],
                         vals[1]);
         else
-            reply_json(req, 200, "OK", job_json(j));
+            reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
         goto out;
     }
     /* Without a function: every function's index, and the key must name one job. */
@@ -913,7 +1035,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
     if (j == NULL)
         reply_error(req, 404, "Not Found", "no job with unique '%.100s'", vals[1]);
     else
-        reply_json(req, 200, "OK", job_json(j));
+        reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
 out:
     free_vals(vals, 2);
 }

@@ -67,6 +67,7 @@ usage(FILE *fp)
         "      --max-connections N    connections held at once (default 0: no limit)\n"
         "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
         "      --max-queue N          each new function's maxqueue (default 0: none)\n"
+        "      --max-unique-size SZ   longest unique key a submit may carry (default 1024)\n"
         "      --idle-timeout SECONDS close a peer whose message stays incomplete that long\n"
         "                             (default 60; 0: never)\n"
         "      --job-timeout SECONDS  take a job back from a worker silent about it that long,\n"
@@ -175,6 +176,7 @@ enum {
     OPT_STORE_ASYNC_ENDS,
     OPT_HTTP_MAX_CONNS,
     OPT_HTTP_TIMEOUT,
+    OPT_MAX_UNIQUE,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -226,6 +228,7 @@ static const struct option long_options[] = {
     {"http-admin", no_argument, NULL, OPT_HTTP_ADMIN},
     {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS},
     {"http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT},
+    {"max-unique-size", required_argument, NULL, OPT_MAX_UNIQUE},
     {"store-async-ends", no_argument, NULL, OPT_STORE_ASYNC_ENDS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
@@ -848,6 +851,10 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_HTTP_TIMEOUT:
             cfg->http_timeout = (unsigned)parse_number("--http-timeout", optarg, 3600, false);
+            break;
+        case OPT_MAX_UNIQUE:
+            cfg->max_unique_size =
+                (size_t)parse_number("--max-unique-size", optarg, UINT32_MAX, true);
             break;
         case OPT_STORE_ASYNC_ENDS: cfg->store_async_ends = true; break;
         case OPT_UNIX_SOCKET:
