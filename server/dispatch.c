@@ -269,6 +269,12 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     }
     if (!name_ok(c, p, durable))
         return;
+    if (unique_len > srv->cfg.max_unique_size) {
+        refuse(c, p, durable, "ARGUMENT_TOO_LARGE",
+               "%s: a unique key of %zu bytes is over --max-unique-size (%zu)",
+               packet_name(p->type), unique_len, srv->cfg.max_unique_size);
+        return;
+    }
     /*
      * --reject-no-worker or OPTION_REQ reject-no-worker: nobody could do it,
      * so say so now rather than let the client wait. Before the unique key

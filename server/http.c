@@ -28,9 +28,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <sys/queue.h>
+
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/util.h>
 #include <jansson.h>
@@ -40,44 +45,392 @@
 #include "dashboard.h"
 #include "job.h"
 #include "lifecycle.h"
+#include "listener.h"
 #include "queue.h"
 #include "srv.h"
 #include "stats.h"
 
 #define HTTP_MAX_URI 2048     /* longest request target accepted, bytes */
 #define HTTP_MAX_HEADERS 8192 /* request line and headers, bytes */
-#define HTTP_TIMEOUT_SECS 10  /* a peer that sends nothing for this long is closed */
-#define HTTP_JOBS_DEFAULT 100 /* /api/jobs without limit= */
-#define HTTP_JOBS_MAX 10000   /* the largest limit= */
-#define HTTP_MAX_BODY 0       /* request body bytes: a POST says all it means in its target */
-#define HTTP_TOKEN_BYTES 32   /* random bytes of the CSRF token (twice as many hex digits) */
+#define HTTP_STR_(x) #x
+#define HTTP_STR(x) HTTP_STR_(x)
+#define HTTP_JOBS_DEFAULT 100  /* /api/jobs without limit= */
+#define HTTP_JOBS_MAX 10000    /* the largest limit= */
+#define HTTP_MAX_TEXT 256      /* bytes of a name, unique key or id shown in a list */
+#define HTTP_MAX_JOB_TEXT 4096 /* bytes of a unique key or error shown for one job */
+#define HTTP_MAX_KEY 600       /* longest name given an exact key (its POST fits HTTP_MAX_URI) */
+#define HTTP_MAX_FUNCS 10000   /* functions listed in /api/status */
+#define HTTP_MAX_WORKERS 10000 /* connections listed in /api/workers */
+#define HTTP_MAX_WORKER_FUNCS 1000 /* functions and held jobs listed per worker */
+#define HTTP_MAX_BODY 0            /* request body bytes: a POST says all it means in its target */
+#define HTTP_TOKEN_BYTES 32        /* random bytes of the CSRF token (twice as many hex digits) */
 
 /* The dashboard loads nothing from anywhere but this server, and runs no inline code. */
 #define HTTP_CSP "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-/* A string for JSON: as it is if it is UTF-8 without NUL, else with \xHH escapes. */
+/*
+ * Every HTTP connection, from its accept to evhttp's close. evhttp (libevent
+ * 2.1) has no connection limit, and its timeout restarts on every byte, so
+ * the connections are counted and timed here: evhttp asks http_bevcb for
+ * each accepted connection's bufferevent, and once evhttp has wrapped it,
+ * adopt_cb finds the evhttp_connection (the bufferevent's callback
+ * argument) and asks to be told of its close. At --http-max-connections the
+ * listener is turned off until one closes. Each connection has a deadline,
+ * --http-timeout from its accept or its last request: a request must arrive
+ * whole, and the answer to the one before be sent, by then; at the deadline
+ * the connection gets the timeout evhttp gives an idle one. Error answers
+ * evhttp writes itself (a request that does not parse, headers too large)
+ * are HTML: out_cb notices one (a response not written through send_reply)
+ * and fix_cb puts the same status with a JSON body in its place.
+ */
+struct hconn {
+    TAILQ_ENTRY(hconn) link;
+    struct http_state *hs;
+    struct bufferevent *bev;         /* made here; evhttp frees it */
+    struct evhttp_connection *evcon; /* NULL until adopt_cb */
+    struct evbuffer_cb_entry *outcb; /* on bev's output: out_cb */
+    struct event *deadline;          /* --http-timeout */
+    struct event *fix;               /* fix_cb, after evhttp wrote an error page */
+    bool held;                       /* a reference on bev until adopt_cb */
+    bool fixing;                     /* an error page was seen: out_cb looks no more */
+};
+TAILQ_HEAD(hconn_list, hconn);
+
+struct http_state {
+    struct srv *srv;
+    struct evhttp *http;
+    struct evconnlistener *lev; /* evhttp's listener; NULL once closing */
+    bool lev_on;                /* lev is enabled */
+    bool replying;              /* http_cb runs: a response written now is ours */
+    struct hconn_list conns;    /* open connections */
+    unsigned nconns;            /* entries in conns */
+    struct event *adopt_ev;     /* runs adopt_cb after the accept */
+    struct http_state *next;    /* in states */
+};
+
+/* evhttp's listener calls its error callback with the evhttp: this finds the server. */
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct http_state *states;
+
+void
+http_accept_update(struct srv *srv)
+{
+    struct http_state *hs = srv->http_st;
+    bool on;
+
+    if (hs == NULL || hs->lev == NULL)
+        return;
+    on = !srv->accept_paused && hs->nconns < srv->cfg.http_max_connections;
+    if (on == hs->lev_on)
+        return;
+    if (on)
+        evconnlistener_enable(hs->lev);
+    else
+        evconnlistener_disable(hs->lev);
+    hs->lev_on = on;
+}
+
+static void
+hconn_free(struct hconn *hc)
+{
+    struct http_state *hs = hc->hs;
+
+    TAILQ_REMOVE(&hs->conns, hc, link);
+    hs->nconns--;
+    event_free(hc->deadline);
+    event_free(hc->fix);
+    evbuffer_remove_cb_entry(bufferevent_get_output(hc->bev), hc->outcb);
+    if (hc->held)
+        bufferevent_decref(hc->bev);
+    free(hc);
+    http_accept_update(hs->srv);
+}
+
+static void
+closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    hconn_free(arg);
+}
+
+static void
+adopt_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_state *hs = arg;
+    struct hconn *hc, *next;
+    bufferevent_event_cb ecb;
+    void *cbarg;
+
+    (void)fd;
+    (void)what;
+    for (hc = TAILQ_FIRST(&hs->conns); hc != NULL; hc = next) {
+        next = TAILQ_NEXT(hc, link);
+        if (hc->evcon != NULL)
+            continue;
+        bufferevent_getcb(hc->bev, NULL, NULL, &ecb, &cbarg);
+        if (ecb == NULL || cbarg == NULL) { /* evhttp let it go already */
+            hconn_free(hc);
+            continue;
+        }
+        hc->evcon = cbarg;
+        evhttp_connection_set_closecb(hc->evcon, closed_cb, hc);
+        hc->held = false;
+        bufferevent_decref(hc->bev);
+    }
+}
+
+/* The deadline: closed as evhttp closes a connection idle past its timeout. */
+static void
+deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct hconn *hc = arg;
+
+    (void)fd;
+    (void)what;
+    if (hc->evcon == NULL)
+        return;
+    log_info(&hc->hs->srv->log, "http: closed a connection at its --http-timeout deadline (%u s)",
+             hc->hs->srv->cfg.http_timeout);
+    /* evhttp frees the connection, and hc with it (closed_cb) */
+    bufferevent_trigger_event(hc->bev, BEV_EVENT_READING | BEV_EVENT_TIMEOUT, 0);
+}
+
+static void
+arm_deadline(struct hconn *hc)
+{
+    struct timeval tv = {(time_t)hc->hs->srv->cfg.http_timeout, 0};
+
+    evtimer_add(hc->deadline, &tv);
+}
+
+/* Data added to a connection's output: an error page evhttp wrote itself, or ours? */
+static void
+out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct hconn *hc = arg;
+    char line[13];
+    int code;
+
+    if (info->n_added == 0 || info->orig_size != 0 || hc->hs->replying || hc->fixing)
+        return;
+    if (evbuffer_copyout(buf, line, sizeof(line) - 1) != (ev_ssize_t)sizeof(line) - 1)
+        return;
+    line[sizeof(line) - 1] = '\0';
+    if (strncmp(line, "HTTP/1.", 7) != 0 || sscanf(line + 9, "%3d", &code) != 1 || code < 400)
+        return; /* 100 Continue, or nothing we know */
+    hc->fixing = true;
+    event_active(hc->fix, EV_TIMEOUT, 0); /* once evhttp has written the whole page */
+}
+
+/* What a status evhttp answers by itself means here. */
+static const char *
+evhttp_error_text(int code)
+{
+    switch (code) {
+    case 400:
+        return "the request does not parse as HTTP/1.0 or HTTP/1.1, or its request line and "
+               "headers are over " HTTP_STR(HTTP_MAX_HEADERS) " bytes";
+    case 413: return "the request has a body: no request here takes one";
+    case 417: return "Expect: only 100-continue is understood";
+    case 501: return "the method is not implemented: GET and HEAD (POST with --http-admin) are";
+    default: return "the request was refused";
+    }
+}
+
+/* Replaces the HTML page evhttp wrote with the same status and a JSON body. */
+static void
+fix_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct hconn *hc = arg;
+    struct evbuffer *out = bufferevent_get_output(hc->bev);
+    struct evbuffer_ptr eol = evbuffer_search(out, "\r\n", 2, NULL);
+    struct evbuffer_ptr eoh = evbuffer_search(out, "\r\n\r\n", 4, NULL);
+    size_t len = evbuffer_get_length(out);
+    char status[128], body[300];
+    bool has_body;
+    int code = 0;
+
+    (void)fd;
+    (void)what;
+    if (eol.pos < 8 || eoh.pos < 0 || (size_t)eol.pos >= sizeof(status))
+        return;
+    evbuffer_copyout(out, status, (size_t)eol.pos);
+    status[eol.pos] = '\0';
+    if (sscanf(status + 9, "%3d", &code) != 1)
+        return;
+    has_body = len > (size_t)eoh.pos + 4;
+    snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", evhttp_error_text(code));
+    evbuffer_drain(out, len);
+    evbuffer_add_printf(out,
+                        "%s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                        status, strlen(body), has_body ? body : "");
+}
+
+/* evhttp's question for each accepted connection: its bufferevent, made here to count it. */
+static struct bufferevent *
+http_bevcb(struct event_base *base, void *arg)
+{
+    struct srv *srv = arg;
+    struct http_state *hs = srv->http_st;
+    struct hconn *hc = calloc(1, sizeof(*hc));
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+
+    if (hc == NULL || bev == NULL || (hc->deadline = evtimer_new(base, deadline_cb, hc)) == NULL ||
+        (hc->fix = event_new(base, -1, 0, fix_cb, hc)) == NULL ||
+        (hc->outcb = evbuffer_add_cb(bufferevent_get_output(bev), out_cb, hc)) == NULL) {
+        /* evhttp makes a bufferevent of its own, or drops the connection */
+        log_err(&srv->log, "http: out of memory for a connection");
+        if (hc != NULL && hc->deadline != NULL)
+            event_free(hc->deadline);
+        if (hc != NULL && hc->fix != NULL)
+            event_free(hc->fix);
+        free(hc);
+        return bev;
+    }
+    hc->hs = hs;
+    hc->bev = bev;
+    hc->held = true; /* until adopt_cb, so a connection evhttp drops at once is no dangling bev */
+    bufferevent_incref(bev);
+    TAILQ_INSERT_TAIL(&hs->conns, hc, link);
+    hs->nconns++;
+    arm_deadline(hc);
+    event_active(hs->adopt_ev, EV_TIMEOUT, 0);
+    http_accept_update(srv);
+    return bev;
+}
+
+/* The request req is here whole: its connection's next deadline starts now. */
+static void
+request_arrived(struct srv *srv, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct hconn *hc;
+
+    TAILQ_FOREACH (hc, &srv->http_st->conns, link)
+        if (hc->evcon == evcon) {
+            arm_deadline(hc);
+            return;
+        }
+}
+
+/* An accept on the HTTP port failed (EMFILE...): rest every listener a moment. */
+static void
+http_accept_error_cb(struct evconnlistener *lev, void *arg)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    struct http_state *hs;
+
+    (void)arg;
+    pthread_mutex_lock(&states_lock);
+    for (hs = states; hs != NULL && hs->lev != lev; hs = hs->next)
+        ;
+    pthread_mutex_unlock(&states_lock);
+    if (hs != NULL)
+        listener_pause(hs->srv, "HTTP", err);
+    else
+        evconnlistener_disable(lev); /* cannot be: but never spin */
+}
+
+/* The length of the valid UTF-8 sequence at p (n bytes left), or 0 if there is none. */
+static size_t
+utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned cp;
+    size_t k, i;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        k = 2, cp = p[0] & 0x1fu;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        k = 3, cp = p[0] & 0x0fu;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        k = 4, cp = p[0] & 0x07u;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (i = 1; i < k; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return k;
+}
+
+/*
+ * A string for JSON, of at most max bytes of s (cut at a character): UTF-8
+ * as it is, but a backslash, a control byte and a byte that is not UTF-8
+ * spelled \xHH, so every backslash shown starts an escape and two
+ * different strings never read alike (a raw 0xff byte is \xff, the four
+ * characters \xff are \x5cxff). *cut, if not NULL, is set when s was longer.
+ */
 static json_t *
-jstr(const void *s, size_t len)
+jstr_max(const void *s, size_t len, size_t max, bool *cut)
 {
     const unsigned char *p = s;
     json_t *j;
     char *tmp;
-    size_t i, k = 0;
+    size_t i = 0, k = 0, n;
 
-    if (memchr(s, '\0', len) == NULL && (j = json_stringn(s, len)) != NULL)
-        return j;
+    if (cut != NULL)
+        *cut = len > max;
+    if (len > max) {
+        len = max;
+        while (len > 0 && (p[len] & 0xc0) == 0x80) /* not inside a character */
+            len--;
+    }
     tmp = malloc(len * 4 + 1);
     if (tmp == NULL)
         return NULL;
-    for (i = 0; i < len; i++) {
-        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-            tmp[k++] = (char)p[i];
-        else
-            k += (size_t)snprintf(tmp + k, 5, "\\x%02x", p[i]);
+    while (i < len) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') {
+            tmp[k++] = (char)p[i++];
+        } else if (p[i] >= 0x80 && (n = utf8_seq(p + i, len - i)) > 0) {
+            memcpy(tmp + k, p + i, n);
+            k += n, i += n;
+        } else {
+            k += (size_t)snprintf(tmp + k, 5, "\\x%02x", p[i++]);
+        }
     }
     j = json_stringn(tmp, k);
     free(tmp);
     return j;
+}
+
+/* A string for JSON, whole (texts of our own, bounded where they are made). */
+static json_t *
+jstr(const void *s, size_t len)
+{
+    return jstr_max(s, len, len, NULL);
+}
+
+/* A name or key in an answer, cut at HTTP_MAX_TEXT bytes. */
+static json_t *
+jtext(const void *s, size_t len)
+{
+    return jstr_max(s, len, HTTP_MAX_TEXT, NULL);
+}
+
+/* A function's exact key: its name's bytes in hex, or null past HTTP_MAX_KEY bytes. */
+static json_t *
+jkey(const struct func *f)
+{
+    static const char hex[] = "0123456789abcdef";
+    char buf[2 * HTTP_MAX_KEY];
+    size_t i;
+
+    if (f->name_len > HTTP_MAX_KEY)
+        return json_null();
+    for (i = 0; i < f->name_len; i++) {
+        buf[2 * i] = hex[(unsigned char)f->name[i] >> 4];
+        buf[2 * i + 1] = hex[(unsigned char)f->name[i] & 15];
+    }
+    return json_stringn(buf, 2 * f->name_len);
 }
 
 /*
@@ -313,8 +666,9 @@ func_json(const struct srv *srv, const struct func *f)
 {
     const struct stats_func *s = &f->stats;
 
-    return json_pack("{s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,s:o*}",
-                     "name", jstr(f->name, f->name_len), "queued", "high",
+    return json_pack("{s:o*,s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,"
+                     "s:o*}",
+                     "name", jtext(f->name, f->name_len), "key", jkey(f), "queued", "high",
                      f->nqueued[JOB_PRIO_HIGH], "normal", f->nqueued[JOB_PRIO_NORMAL], "low",
                      f->nqueued[JOB_PRIO_LOW], "scheduled", f->nscheduled, "running",
                      f->nrunning + f->nsettling, "workers", f->nworkers, "dead", f->ndead,
@@ -334,6 +688,7 @@ get_status(struct srv *srv, struct evhttp_request *req)
     unsigned kinds[3];
     char buf[256];
     const char *why = unhealthy(srv, buf, sizeof(buf));
+    bool cut = false;
     int i;
 
     stats_conns(srv, kinds);
@@ -342,9 +697,14 @@ get_status(struct srv *srv, struct evhttp_request *req)
         json_object_set_new(limits, stats_limit_name((enum stats_limit)i),
                             json_integer((json_int_t)st->limits[i]));
     funcs = json_array();
-    TAILQ_FOREACH (f, &srv->queue.func_order, order)
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        if (funcs != NULL && json_array_size(funcs) >= HTTP_MAX_FUNCS) {
+            cut = true;
+            break;
+        }
         if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f)) < 0)
             break;
+    }
     doc = json_pack(
         "{s:s,s:I,s:b,s:o*,s:I,s:I,s:{s:i,s:i,s:i,s:I},s:{s:I,s:I},s:o*,"
         "s:{s:s,s:I,s:I,s:b,s:o*},s:o*}",
@@ -357,6 +717,8 @@ get_status(struct srv *srv, struct evhttp_request *req)
         srv->cfg.store ? srv->cfg.store : "none", "commits", (json_int_t)st->commits,
         "commit_errors", (json_int_t)st->commit_errors, "failing", st->store_failing, "commit",
         hist_json(&st->commit_ms), "functions", funcs);
+    if (doc != NULL && cut)
+        json_object_set_new(doc, "functions_truncated", json_true());
     if (doc == NULL)
         reply_error(req, 500, "Internal Server Error", "out of memory");
     else
@@ -370,13 +732,29 @@ worker_json(const struct conn *c)
     const struct ability *a;
     const struct job *j;
 
-    TAILQ_FOREACH (a, &c->worker.abilities, by_worker)
-        json_array_append_new(funcs, jstr(a->func->name, a->func->name_len));
-    TAILQ_FOREACH (j, &c->worker.held, link)
+    json_t *doc;
+    bool cut = false;
+
+    TAILQ_FOREACH (a, &c->worker.abilities, by_worker) {
+        if (json_array_size(funcs) >= HTTP_MAX_WORKER_FUNCS) {
+            cut = true;
+            break;
+        }
+        json_array_append_new(funcs, jtext(a->func->name, a->func->name_len));
+    }
+    TAILQ_FOREACH (j, &c->worker.held, link) {
+        if (json_array_size(held) >= HTTP_MAX_WORKER_FUNCS) {
+            cut = true;
+            break;
+        }
         json_array_append_new(held, json_string(job_handle(j)));
-    return json_pack("{s:i,s:s,s:o*,s:o*,s:o*,s:b}", "fd", c->fd, "ip", c->ip, "id",
-                     c->client_id ? jstr(c->client_id, strlen(c->client_id)) : json_null(),
-                     "functions", funcs, "running", held, "asleep", c->worker.asleep);
+    }
+    doc = json_pack("{s:i,s:s,s:o*,s:o*,s:o*,s:b}", "fd", c->fd, "ip", c->ip, "id",
+                    c->client_id ? jtext(c->client_id, strlen(c->client_id)) : json_null(),
+                    "functions", funcs, "running", held, "asleep", c->worker.asleep);
+    if (doc != NULL && cut)
+        json_object_set_new(doc, "truncated", json_true());
+    return doc;
 }
 
 /* Every connection that registered a function or holds a job, newest first (admin "workers"). */
@@ -386,39 +764,52 @@ get_workers(struct srv *srv, struct evhttp_request *req)
     json_t *list = json_array();
     const struct conn *c;
 
-    TAILQ_FOREACH_REVERSE (c, &srv->conns, conn_list, link)
-        if (list != NULL && (c->worker.nabilities > 0 || c->worker.nheld > 0))
-            json_array_append_new(list, worker_json(c));
+    bool cut = false;
+
+    TAILQ_FOREACH_REVERSE (c, &srv->conns, conn_list, link) {
+        if (list == NULL || !(c->worker.nabilities > 0 || c->worker.nheld > 0))
+            continue;
+        if (json_array_size(list) >= HTTP_MAX_WORKERS) {
+            cut = true;
+            break;
+        }
+        json_array_append_new(list, worker_json(c));
+    }
     if (list == NULL)
         reply_error(req, 500, "Internal Server Error", "out of memory");
     else
-        reply_json(req, 200, "OK", json_pack("{s:o}", "workers", list));
+        reply_json(req, 200, "OK", json_pack("{s:o,s:b}", "workers", list, "truncated", cut));
 }
 
 /* One job, with the fields of admin "show job". */
 static json_t *
-job_json(const struct job *j)
+job_json(const struct job *j, size_t max)
 {
     const struct job_ext *x = j->ext;
     struct qworker *w = job_worker(j);
     json_t *doc, *worker = json_null();
+    bool ucut = false;
 
     if (w != NULL) {
         struct conn *wc = conn_of_worker(w);
 
         worker =
             json_pack("{s:i,s:s,s:o*}", "fd", wc->fd, "ip", wc->ip, "id",
-                      wc->client_id ? jstr(wc->client_id, strlen(wc->client_id)) : json_null());
+                      wc->client_id ? jtext(wc->client_id, strlen(wc->client_id)) : json_null());
     }
     doc = json_pack("{s:s,s:o*,s:s,s:s,s:b,s:I,s:o*,s:I,s:I,s:o*,s:[I,I],s:i}", "handle",
-                    job_handle(j), "function", jstr(j->func->name, j->func->name_len), "state",
+                    job_handle(j), "function", jtext(j->func->name, j->func->name_len), "state",
                     admin_state_name(j), "priority", admin_prio_name(j->prio), "background",
                     j->background, "attempts", (json_int_t)job_attempts(j), "unique",
-                    jstr(job_unique(j), j->unique_len), "run_at",
+                    jstr_max(job_unique(j), j->unique_len, max, &ucut), "run_at",
                     (json_int_t)(j->state == JOB_DEAD || j->state == JOB_DONE ? 0 : job_when(j)),
                     "payload_size", (json_int_t)j->data_len, "worker", worker, "status",
                     (json_int_t)(x ? x->numerator : 0), (json_int_t)(x ? x->denominator : 0),
                     "waiters", (int)job_nwaiters(j));
+    if (doc != NULL && ucut)
+        json_object_set_new(doc, "unique_size", json_integer((json_int_t)j->unique_len));
+    if (doc != NULL)
+        json_object_set_new(doc, "function_key", jkey(j->func));
     if (doc == NULL || x == NULL)
         return doc;
     if (j->state == JOB_DONE) {
@@ -428,7 +819,9 @@ job_json(const struct job *j)
     } else if (x->first_fail != 0) {
         json_object_set_new(doc, "first_failure", json_integer(x->first_fail));
         json_object_set_new(doc, "last_failure", json_integer(x->last_fail));
-        json_object_set_new(doc, "error", jstr(x->result, x->result_len));
+        json_object_set_new(doc, "error", jstr_max(x->result, x->result_len, max, &ucut));
+        if (ucut)
+            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->result_len));
     }
     return doc;
 }
@@ -497,7 +890,7 @@ add_job(json_t *list, const struct job *j, const struct func *only, size_t limit
         *cut = true;
         return false;
     }
-    json_array_append_new(list, job_json(j));
+    json_array_append_new(list, job_json(j, HTTP_MAX_TEXT));
     return true;
 }
 
@@ -608,7 +1001,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
         if (j == NULL)
             reply_error(req, 404, "Not Found", "no job '%.*s'", (int)handle_len, handle);
         else
-            reply_json(req, 200, "OK", job_json(j));
+            reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
         return;
     }
     if (!parse_query(req, query, known, vals, 2))
@@ -625,7 +1018,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
             reply_error(req, 404, "Not Found", "no job of '%.100s' with unique '%.100s'", vals[0],
                         vals[1]);
         else
-            reply_json(req, 200, "OK", job_json(j));
+            reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
         goto out;
     }
     /* Without a function: every function's index, and the key must name one job. */
@@ -644,7 +1037,7 @@ get_job(struct srv *srv, struct evhttp_request *req, const char *handle, size_t 
     if (j == NULL)
         reply_error(req, 404, "Not Found", "no job with unique '%.100s'", vals[1]);
     else
-        reply_json(req, 200, "OK", job_json(j));
+        reply_json(req, 200, "OK", job_json(j, HTTP_MAX_JOB_TEXT));
 out:
     free_vals(vals, 2);
 }
@@ -819,9 +1212,8 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
 }
 
 static void
-http_cb(struct evhttp_request *req, void *arg)
+http_answer(struct srv *srv, struct evhttp_request *req)
 {
-    struct srv *srv = arg;
     const char *uri = evhttp_request_get_uri(req);
     const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
@@ -864,6 +1256,17 @@ http_cb(struct evhttp_request *req, void *arg)
     else
         route(srv, req, decoded, len, query);
     free(decoded);
+}
+
+static void
+http_cb(struct evhttp_request *req, void *arg)
+{
+    struct srv *srv = arg;
+
+    request_arrived(srv, req);
+    srv->http_st->replying = true;
+    http_answer(srv, req);
+    srv->http_st->replying = false;
 }
 
 /* A fresh CSRF token for --http-admin: HTTP_TOKEN_BYTES from /dev/urandom, in hex. */
@@ -911,16 +1314,24 @@ http_open(struct srv *srv)
     if (srv->cfg.http_admin && make_token(srv) < 0)
         return -1;
     srv->http = evhttp_new(srv->base);
-    if (srv->http == NULL) {
+    srv->http_st = calloc(1, sizeof(*srv->http_st));
+    if (srv->http == NULL || srv->http_st == NULL ||
+        (srv->http_st->adopt_ev = event_new(srv->base, -1, 0, adopt_cb, srv->http_st)) == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "--http-port: cannot make the HTTP server");
+        http_close(srv);
         return -1;
     }
+    srv->http_st->srv = srv;
+    srv->http_st->http = srv->http;
+    TAILQ_INIT(&srv->http_st->conns);
+    evhttp_set_bevcb(srv->http, http_bevcb, srv);
     evhttp_set_max_headers_size(srv->http, HTTP_MAX_HEADERS);
     evhttp_set_max_body_size(srv->http, HTTP_MAX_BODY);
-    evhttp_set_timeout(srv->http, HTTP_TIMEOUT_SECS);
+    evhttp_set_timeout(srv->http, (int)srv->cfg.http_timeout);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
+                                              EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_gencb(srv->http, http_cb, srv);
     bound = evhttp_bind_socket_with_handle(srv->http, addr, (ev_uint16_t)srv->cfg.http_port);
     if (bound == NULL) {
@@ -929,6 +1340,14 @@ http_open(struct srv *srv)
         http_close(srv);
         return -1;
     }
+    srv->http_st->lev = evhttp_bound_socket_get_listener(bound);
+    srv->http_st->lev_on = true;
+    evconnlistener_set_error_cb(srv->http_st->lev, http_accept_error_cb);
+    pthread_mutex_lock(&states_lock);
+    srv->http_st->next = states;
+    states = srv->http_st;
+    pthread_mutex_unlock(&states_lock);
+    http_accept_update(srv);
     if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sslen) == 0)
         srv->http_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                         : ((struct sockaddr_in *)&ss)->sin_port);
@@ -945,7 +1364,26 @@ http_port(const struct srv *srv)
 void
 http_close(struct srv *srv)
 {
+    struct http_state *hs = srv->http_st, **pp;
+
+    if (hs != NULL) {
+        pthread_mutex_lock(&states_lock);
+        for (pp = &states; *pp != NULL && *pp != hs; pp = &(*pp)->next)
+            ;
+        if (*pp != NULL)
+            *pp = hs->next;
+        pthread_mutex_unlock(&states_lock);
+        hs->lev = NULL; /* evhttp_free frees it */
+    }
     if (srv->http != NULL)
-        evhttp_free(srv->http);
+        evhttp_free(srv->http); /* closed_cb for every adopted connection */
     srv->http = NULL;
+    if (hs != NULL) {
+        while (!TAILQ_EMPTY(&hs->conns)) /* accepted, not yet adopted */
+            hconn_free(TAILQ_FIRST(&hs->conns));
+        if (hs->adopt_ev != NULL)
+            event_free(hs->adopt_ev);
+        free(hs);
+    }
+    srv->http_st = NULL;
 }

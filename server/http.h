@@ -19,6 +19,12 @@ int http_open(struct srv *srv);
 /* http_port returns the bound HTTP port, or -1 if HTTP is off or not bound. */
 int http_port(const struct srv *srv);
 
+/*
+ * http_accept_update turns the HTTP listener on or off: off while every
+ * listener rests (listener_pause) or --http-max-connections are open.
+ */
+void http_accept_update(struct srv *srv);
+
 /* http_close stops serving HTTP and drops its connections; safe when not open. */
 void http_close(struct srv *srv);
 

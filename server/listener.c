@@ -7,6 +7,10 @@
  * until the backlog is empty, so a flood of connects would keep the loop
  * from everyone already connected: after ACCEPT_PER_TURN connections the
  * listeners pause until the loop turn's other ready events have run.
+ * When accept fails for want of a descriptor (EMFILE, ENFILE) or memory,
+ * the listening socket stays readable, so retrying at once would spin the
+ * loop: every listener, the HTTP one too, is paused for LISTENER_PAUSE_MS
+ * (listener_pause), and the log says so once in LISTENER_LOG_SECS at most.
  */
 #include "config.h"
 #include "listener.h"
@@ -27,6 +31,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "http.h"
 #include "proto/packet.h"
 #include "srv.h"
 
@@ -62,6 +67,8 @@ resume_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv->accepted = 0;
+    if (srv->accept_paused)
+        return; /* pause_end_cb takes them up again */
     for (i = 0; i < srv->nlisteners; i++)
         evconnlistener_enable(srv->listeners[i]);
 }
@@ -104,17 +111,56 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int
         log_err(&srv->log, "out of memory for a new connection");
 }
 
+#define LISTENER_PAUSE_MS 250 /* how long every listener rests after a failed accept */
+#define LISTENER_LOG_SECS 10  /* the failed-accept line, at most once this often */
+
+/* The pause is over: listen again (a descriptor may have come free meanwhile). */
+static void
+pause_end_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+    int i;
+
+    (void)fd;
+    (void)what;
+    srv->accept_paused = false;
+    srv->accepted = 0;
+    for (i = 0; i < srv->nlisteners; i++)
+        evconnlistener_enable(srv->listeners[i]);
+    http_accept_update(srv);
+}
+
+void
+listener_pause(struct srv *srv, const char *which, int err)
+{
+    struct timeval tv = {0, LISTENER_PAUSE_MS * 1000};
+    time_t now = time(NULL);
+    int i;
+
+    srv->accept_pauses++;
+    if (now - srv->accept_error_at >= LISTENER_LOG_SECS) {
+        log_err(&srv->log,
+                "accept on the %s port: %s; every listener rests %d ms at a time until it "
+                "works again (%u time%s since this was last said)",
+                which, evutil_socket_error_to_string(err), LISTENER_PAUSE_MS, srv->accept_pauses,
+                srv->accept_pauses == 1 ? "" : "s");
+        srv->accept_error_at = now;
+        srv->accept_pauses = 0;
+    }
+    if (srv->accept_paused || srv->pause_ev == NULL)
+        return;
+    srv->accept_paused = true;
+    for (i = 0; i < srv->nlisteners; i++)
+        evconnlistener_disable(srv->listeners[i]);
+    http_accept_update(srv);
+    evtimer_add(srv->pause_ev, &tv);
+}
+
 static void
 accept_error_cb(struct evconnlistener *l, void *arg)
 {
-    struct srv *srv = arg;
-    int err = EVUTIL_SOCKET_ERROR();
-
     (void)l;
-    /* EMFILE and friends: say so (once a second at most) and keep going. */
-    if (time(NULL) != srv->accept_error_at)
-        log_err(&srv->log, "accept: %s", evutil_socket_error_to_string(err));
-    srv->accept_error_at = time(NULL);
+    listener_pause(arg, "Gearman", EVUTIL_SOCKET_ERROR());
 }
 
 static int
@@ -236,7 +282,9 @@ listener_open_all(struct srv *srv)
     int i;
 
     srv->accept_ev = event_new(srv->base, -1, 0, resume_cb, srv);
-    if (srv->accept_ev == NULL) {
+    srv->pause_ev = evtimer_new(srv->base, pause_end_cb, srv);
+    srv->accept_paused = false;
+    if (srv->accept_ev == NULL || srv->pause_ev == NULL) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the listeners' event");
         return -1;
     }
@@ -264,6 +312,10 @@ listener_close_all(struct srv *srv)
     if (srv->accept_ev != NULL)
         event_free(srv->accept_ev);
     srv->accept_ev = NULL;
+    if (srv->pause_ev != NULL)
+        event_free(srv->pause_ev);
+    srv->pause_ev = NULL;
+    srv->accept_paused = false;
     if (srv->cfg.unix_socket != NULL && srv->bound)
         unlink(srv->cfg.unix_socket);
 }

@@ -13,6 +13,13 @@ struct srv;
  */
 int listener_open_all(struct srv *srv);
 
+/*
+ * listener_pause rests every listener (the HTTP one too) for a moment after
+ * an accept on the WHICH port failed with err (EMFILE, ENFILE, ENOMEM...),
+ * rather than be called again at once; the log line is rate-limited.
+ */
+void listener_pause(struct srv *srv, const char *which, int err);
+
 /* listener_close_all stops accepting and closes the listening sockets. */
 void listener_close_all(struct srv *srv);
 

@@ -67,6 +67,7 @@ usage(FILE *fp)
         "      --max-connections N    connections held at once (default 0: no limit)\n"
         "      --max-jobs N           jobs held at once, all functions (default 0: no limit)\n"
         "      --max-queue N          each new function's maxqueue (default 0: none)\n"
+        "      --max-unique-size SZ   longest unique key a submit may carry (default 1024)\n"
         "      --idle-timeout SECONDS close a peer whose message stays incomplete that long\n"
         "                             (default 60; 0: never)\n"
         "      --job-timeout SECONDS  take a job back from a worker silent about it that long,\n"
@@ -91,6 +92,9 @@ usage(FILE *fp)
         "      --http-port-file FILE  write the bound HTTP port to FILE\n"
         "      --http-admin           take the dashboard's POSTs that cancel jobs and retry or\n"
         "                             drop dead ones (from --admin-allow peers; default off)\n"
+        "      --http-max-connections N  HTTP connections held at once (default 64)\n"
+        "      --http-timeout SECONDS an HTTP request must arrive whole, and its answer be\n"
+        "                             sent, within that long (default 10)\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
@@ -170,6 +174,9 @@ enum {
     OPT_PG_POLL,
     OPT_HTTP_ADMIN,
     OPT_STORE_ASYNC_ENDS,
+    OPT_HTTP_MAX_CONNS,
+    OPT_HTTP_TIMEOUT,
+    OPT_MAX_UNIQUE,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -219,6 +226,9 @@ static const struct option long_options[] = {
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
     {"http-admin", no_argument, NULL, OPT_HTTP_ADMIN},
+    {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS},
+    {"http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT},
+    {"max-unique-size", required_argument, NULL, OPT_MAX_UNIQUE},
     {"store-async-ends", no_argument, NULL, OPT_STORE_ASYNC_ENDS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
@@ -835,6 +845,17 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_HTTP_PORT_FILE: set_path(&o->http_port_file, "--http-port-file", optarg); break;
         case OPT_HTTP_ADMIN: cfg->http_admin = true; break;
+        case OPT_HTTP_MAX_CONNS:
+            cfg->http_max_connections =
+                (unsigned)parse_number("--http-max-connections", optarg, 65536, false);
+            break;
+        case OPT_HTTP_TIMEOUT:
+            cfg->http_timeout = (unsigned)parse_number("--http-timeout", optarg, 3600, false);
+            break;
+        case OPT_MAX_UNIQUE:
+            cfg->max_unique_size =
+                (size_t)parse_number("--max-unique-size", optarg, UINT32_MAX, true);
+            break;
         case OPT_STORE_ASYNC_ENDS: cfg->store_async_ends = true; break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);

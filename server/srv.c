@@ -102,6 +102,9 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->priority_aging = 0;
     cfg->http_port = -1;
     cfg->http_listen = "127.0.0.1";
+    cfg->http_max_connections = 64;
+    cfg->http_timeout = 10;
+    cfg->max_unique_size = 1024;
     cfg->pg_lease = 30;
     cfg->pg_prefetch = 8;
     cfg->pg_poll_ms = 1000;
@@ -307,6 +310,12 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--http-listen is empty");
     if (srv->cfg.http_admin && srv->cfg.http_port < 0)
         FAIL("--http-admin needs --http-port");
+    if (srv->cfg.http_max_connections < 1 || srv->cfg.http_max_connections > 65536)
+        FAIL("--http-max-connections must be 1 to 65536");
+    if (srv->cfg.http_timeout < 1 || srv->cfg.http_timeout > 3600)
+        FAIL("--http-timeout must be 1 to 3600 seconds");
+    if (srv->cfg.max_unique_size < 1)
+        FAIL("--max-unique-size must be at least 1 byte");
     if (srv->cfg.max_packet_size < 1024)
         FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)

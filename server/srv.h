@@ -26,6 +26,7 @@ struct event_base;
 struct evconnlistener;
 struct ssl_ctx_st;
 struct evhttp;
+struct http_state;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -53,6 +54,7 @@ struct srv {
     struct storage storage;        /* the store and the answers waiting for it */
     struct stats stats;            /* server-wide counters (stats.c) */
     struct evhttp *http;           /* the --http-port server, or NULL (http.c) */
+    struct http_state *http_st;    /* its connections and listener (http.c), or NULL */
     int http_port;                 /* its bound port, or -1 */
     char http_token[65];           /* --http-admin's CSRF token (hex), "" without it (http.c) */
     struct conn_list conns;        /* open connections */
@@ -77,7 +79,10 @@ struct srv {
     pthread_t thread;                   /* the thread of dsjob_server_start */
     bool threaded;                      /* thread is running */
     int result;                         /* what run returns */
-    time_t accept_error_at;             /* last accept error logged, to log one a second */
+    time_t accept_error_at;             /* last accept error logged (listener_pause) */
+    unsigned accept_pauses;             /* pauses since that line, for the next one */
+    bool accept_paused;                 /* every listener is off until pause_ev (EMFILE) */
+    struct event *pause_ev;             /* ends an accept pause (listener.c) */
     struct ssl_ctx_st *tls;             /* TLS context with --ssl (owned), NULL: plain TCP */
     struct event *accept_ev;            /* resumes the listeners paused for the turn */
     unsigned accepted;                  /* connections taken this loop turn */

@@ -122,6 +122,13 @@ struct dsjob_server_config {
                                from --admin-allow peers with the CSRF token; default off */
     bool store_async_ends; /* a worker's next request is answered before the end of its last
                               job commits (a crash may run that job again); default off */
+
+    /* Bounds on HTTP connections and on a job's unique key. */
+    unsigned http_max_connections; /* HTTP connections held at once; default 64 (1 to 65536) */
+    unsigned http_timeout;  /* seconds an HTTP request may take to arrive whole and its answer
+                              to be sent, and a connection may stay idle; default 10 */
+    size_t max_unique_size; /* longest unique key a submit may carry, bytes; default 1024
+                               (gearmand: 64) */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -27,8 +27,10 @@
     let lookup = null;        /* {q, f} while a job is shown */
     let busy = false;
 
-    /* Exposed for tests and the curious: how many samples the chart holds. */
-    window.dsjobDashboard = { samples: () => samples.length, refreshes: 0, tableMs: 0, refreshMs: 0 };
+    /* Exposed for tests and the curious: how many samples the chart holds, the axis rule. */
+    window.dsjobDashboard = {
+        samples: () => samples.length, niceMax: (v) => niceMax(v), refreshes: 0, tableMs: 0, refreshMs: 0,
+    };
 
     if (admin) {
         document.body.classList.add("admin");
@@ -108,6 +110,14 @@
         h.textContent = st.healthy ? "healthy" : "unavailable: " + st.reason;
         h.className = "badge " + (st.healthy ? "ok" : "bad");
         $("s-jobs").textContent = num(st.jobs);
+        /* st.jobs holds the dead sets and kept results too: say how many. */
+        let live = 0, dead = 0;
+        for (const f of st.functions) {
+            live += f.queued.high + f.queued.normal + f.queued.low + f.scheduled + f.running;
+            dead += f.dead;
+        }
+        const kept = Math.max(0, st.jobs - live - dead);
+        $("s-jobs-note").textContent = num(live) + " live, " + num(dead) + " dead, " + num(kept) + " kept results";
         $("s-queued").textContent = num(depth);
         $("s-running").textContent = num(running);
         $("s-rate").textContent = first ? "-" : num(rate);
@@ -119,11 +129,16 @@
 
     /* ---- the chart: a plain canvas, drawn again after every sample ---- */
 
+    /*
+     * The axis top: four equal steps of 1, 2 or 5 times a power of ten
+     * (never under 1: counts are whole), so every tick label is a round
+     * number the same distance from the next.
+     */
     function niceMax(v) {
-        if (v <= 0) return 1;
-        const p = Math.pow(10, Math.floor(Math.log10(v)));
-        for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
-        return 10 * p;
+        const want = Math.max(v, 1) / 4;
+        const p = Math.pow(10, Math.floor(Math.log10(want)));
+        for (const m of [1, 2, 5, 10]) if (m * p >= want) return 4 * Math.max(1, m * p);
+        return 40 * p;
     }
 
     function drawChart() {
@@ -199,15 +214,21 @@
 
     function rowOf(f) {
         return {
-            name: f.name, high: f.queued.high, normal: f.queued.normal, low: f.queued.low,
+            name: f.name, key: f.key === undefined ? null : f.key, high: f.queued.high, normal: f.queued.normal, low: f.queued.low,
             scheduled: f.scheduled, running: f.running, workers: f.workers, dead: f.dead,
             submitted: f.submitted, completed: f.completed, failed: f.failed + f.exceptions,
             oldest: f.oldest_queued_seconds,
         };
     }
 
+    /* A number's cell: cls when given (a warning shows even on a 0), else faint for a 0. */
+    /* A function's identity: its exact key (the name's bytes in hex), else its name as shown. */
+    function idOf(f) {
+        return f.key !== null ? "k" + f.key : "n" + f.name;
+    }
+
     function cell(v, cls) {
-        return '<td class="' + (v === 0 ? "zero" : (cls || "")) + '">' + num(v) + "</td>";
+        return '<td class="' + (cls || (v === 0 ? "zero" : "")) + '">' + num(v) + "</td>";
     }
 
     function cellsOf(f) {
@@ -215,9 +236,10 @@
         return '<td class="l name" title="' + esc(f.name) + '">' + esc(f.name) + "</td>" +
             cell(f.high) + cell(f.normal) + cell(f.low) + cell(f.scheduled) + cell(f.running) +
             cell(f.workers, q > 0 && f.workers === 0 ? "warn" : "") +
-            cell(f.dead, "warn") + cell(f.submitted) + cell(f.completed) + cell(f.failed, "warn") +
+            cell(f.dead, f.dead > 0 ? "warn" : "") + cell(f.submitted) + cell(f.completed) +
+            cell(f.failed, f.failed > 0 ? "warn" : "") +
             '<td class="' + (f.oldest === 0 ? "zero" : "") + '">' + (q > 0 ? dur(f.oldest) : "-") + "</td>" +
-            '<td class="admin-only">' + (admin && f.dead > 0
+            '<td class="admin-only">' + (admin && f.dead > 0 && f.key !== null
                 ? '<button data-act="retry">retry</button> <button data-act="drop" class="danger">drop</button>'
                 : "") + "</td>";
     }
@@ -243,17 +265,18 @@
             return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
         });
         const cells = rows.map(cellsOf);
-        const order = rows.map((f) => f.name).join("\u0000");
+        const order = rows.map(idOf).join("\u0000");
         const tbody = document.querySelector("#funcs tbody");
         if (order !== shownOrder) {
-            tbody.innerHTML = rows.map((f, i) => '<tr data-fn="' + esc(f.name) + '">' + cells[i] + "</tr>").join("");
+            tbody.innerHTML = rows.map((f, i) => '<tr data-fn="' + esc(f.name) + '" data-key="' +
+                esc(f.key === null ? "" : f.key) + '">' + cells[i] + "</tr>").join("");
             shown.clear();
             const trs = tbody.rows;
-            for (let i = 0; i < rows.length; i++) shown.set(rows[i].name, { cells: cells[i], tr: trs[i] });
+            for (let i = 0; i < rows.length; i++) shown.set(idOf(rows[i]), { cells: cells[i], tr: trs[i] });
             shownOrder = order;
         } else {
             for (let i = 0; i < rows.length; i++) {
-                const e = shown.get(rows[i].name);
+                const e = shown.get(idOf(rows[i]));
                 if (e.cells !== cells[i]) {
                     e.tr.innerHTML = cells[i];
                     e.cells = cells[i];
@@ -412,9 +435,12 @@
     document.querySelector("#funcs tbody").addEventListener("click", (e) => {
         const b = e.target.closest("button[data-act]");
         if (!b) return;
-        const fn = b.closest("tr").dataset.fn;
+        /* By the exact key: each byte of the name percent-encoded, so the server gets those bytes. */
+        const tr = b.closest("tr");
+        const fn = tr.dataset.fn, key = tr.dataset.key;
         const a = b.dataset.act;
-        act("/api/dead/" + encodeURIComponent(fn) + "/" + a, a + " the dead jobs of " + fn);
+        if (!key) return;
+        act("/api/dead/" + key.replace(/../g, "%$&") + "/" + a, a + " the dead jobs of " + fn);
     });
     $("job").addEventListener("click", (e) => {
         const b = e.target.closest("button[data-handle]");

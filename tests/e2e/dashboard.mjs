@@ -7,6 +7,11 @@
 // shows that job's state and progress, and so does its unique key; the
 // admin buttons are there (--http-admin from loopback); no request left
 // 127.0.0.1 and the page logged no error (a CSP violation would be one).
+// The workers cell of a function with work and no worker is red, a 0 elsewhere
+// faint; "jobs held" says how many are live, dead and kept; the chart's axis
+// has four equal round steps; two functions that once read alike (dd<0xff>
+// and dd\\xff, made dead by a worker here) show apart, and the drop button
+// of the raw-byte one drops its dead job and not the other's.
 // Saves a full-page screenshot. Then 1,000 more functions (admin "create
 // function" on GEARMAN-PORT): the table shows them all, the filter still
 // works, and the time one refresh and one table build take is printed.
@@ -32,6 +37,52 @@ function adminLines(port, lines) {
             buf = parts.pop();
             oks += parts.filter((p) => p.startsWith("OK")).length;
             if (oks >= lines.length) { s.end(); resolve(oks); }
+        });
+        s.on("error", reject);
+    });
+}
+
+/* One Gearman packet: \0REQ, type, length, the arguments joined by NULs. */
+function packet(type, args) {
+    const body = Buffer.concat(args.flatMap((a, i) => (i ? [Buffer.from([0]), a] : [a])));
+    const head = Buffer.alloc(12);
+    Buffer.from("\0REQ", "latin1").copy(head);
+    head.writeUInt32BE(type, 4);
+    head.writeUInt32BE(body.length, 8);
+    return Buffer.concat([head, body]);
+}
+
+/*
+ * Makes one dead job of each function (bytes): a background submit, then a
+ * worker that grabs it and sends WORK_FAIL (the server runs --max-dead).
+ */
+function deadJobs(port, names) {
+    return new Promise((resolve, reject) => {
+        const s = net.connect(port, "127.0.0.1");
+        let buf = Buffer.alloc(0), created = 0, failed = 0;
+        s.setTimeout(20000, () => { s.destroy(); reject(new Error("deadJobs: timeout")); });
+        s.on("connect", () => {
+            for (const n of names) s.write(packet(18, [n, Buffer.from(""), Buffer.from("x")]));
+        });
+        s.on("data", (d) => {
+            buf = Buffer.concat([buf, d]);
+            while (buf.length >= 12 && buf.length >= 12 + buf.readUInt32BE(8)) {
+                const type = buf.readUInt32BE(4), len = buf.readUInt32BE(8);
+                const body = buf.subarray(12, 12 + len);
+                buf = buf.subarray(12 + len);
+                if (type === 8 && ++created === names.length) {
+                    for (const n of names) s.write(packet(1, [n])); /* CAN_DO */
+                    s.write(packet(9, [])); /* GRAB_JOB */
+                } else if (type === 11) { /* JOB_ASSIGN: handle, function, data */
+                    s.write(packet(14, [body.subarray(0, body.indexOf(0))])); /* WORK_FAIL */
+                    if (++failed === names.length) { s.end(); resolve(failed); }
+                    else s.write(packet(9, []));
+                } else if (type === 10) {
+                    s.write(packet(9, [])); /* NO_JOB: not there yet, ask again */
+                } else if (type === 19) {
+                    reject(new Error("deadJobs: ERROR " + body.toString("latin1")));
+                }
+            }
         });
         s.on("error", reject);
     });
@@ -87,6 +138,36 @@ try {
     check(by.report && by.report.running === "1", "report: its one job is running");
     check(await page.locator('#funcs tr[data-fn="flaky"] button[data-act="retry"]').count() === 1,
         "with --http-admin, a dead function has a retry button");
+    check(await page.locator('#funcs tr[data-fn="backlog"] td:nth-child(7).warn').count() === 1,
+        "backlog: work and nobody to do it, its workers cell (0) is red");
+    check(await page.locator('#funcs tr[data-fn="resize"] td:nth-child(8).zero').count() === 1,
+        "resize: its dead cell (0) is faint, not red");
+    const jobsNote = await page.textContent("#s-jobs-note");
+    check(/^\d+ live, \d+ dead, \d+ kept results$/.test(jobsNote),
+        `"jobs held" says what it holds: ${jobsNote}`);
+    const ticks = await page.evaluate(() => [0, 3, 7, 12, 100, 2500].map((v) => window.dsjobDashboard.niceMax(v)));
+    check(ticks.every((m) => Number.isInteger(m / 4) && /^[125]0*$/.test(String(m / 4))),
+        `the chart's axis tops are four steps of 1, 2 or 5 x 10^n: ${ticks}`);
+
+    // Two functions that once looked alike: the raw byte 0xff and the text \xff.
+    const raw = Buffer.from([0x64, 0x64, 0xff]), text = Buffer.from("dd\\xff", "latin1");
+    await deadJobs(Number(gport), [raw, text]);
+    await page.waitForFunction(() => document.querySelectorAll('#funcs tr[data-key="6464ff"] button[data-act="drop"]').length === 1 &&
+        document.querySelectorAll('#funcs tr[data-key="64645c786666"] button[data-act="drop"]').length === 1,
+        null, { timeout: 15000 });
+    const alike = await page.$$eval('#funcs tr[data-key="6464ff"], #funcs tr[data-key="64645c786666"]',
+        (trs) => trs.map((tr) => tr.querySelector("td").textContent));
+    check(alike.length === 2 && alike[0] !== alike[1], `dd<0xff> and dd\\xff read differently: ${alike.join(" / ")}`);
+    page.once("dialog", (d) => d.accept());
+    await page.click('#funcs tr[data-key="6464ff"] button[data-act="drop"]');
+    const after = await page.waitForFunction(async () => {
+        const st = await (await fetch("/api/status")).json();
+        const f = (k) => st.functions.find((x) => x.key === k);
+        return f("6464ff").dead === 0 ? [f("6464ff").dead, f("64645c786666").dead] : null;
+    }, null, { timeout: 15000 });
+    const [rawDead, textDead] = await after.jsonValue();
+    check(rawDead === 0 && textDead === 1,
+        `its drop button dropped the raw-byte function's dead job, not the other's (${rawDead}, ${textDead})`);
 
     // The filter box.
     await page.fill("#filter", "thumb");

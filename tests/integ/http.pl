@@ -5,8 +5,9 @@
 # Prints the status code on the first line, the Content-Type on the second
 # (empty if none), then the body. Exits 1 if no status line came back
 # within 20 s. $HTTP_HEADER, if set, is sent as one more header line (e.g.
-# "X-CSRF-Token: ..."); $HTTP_HOST replaces the Host (127.0.0.1); $HTTP_HEAD_FILE, if set, names a file that gets the
-# response's status line and headers.
+# "X-CSRF-Token: ..."); $HTTP_HOST replaces the Host (127.0.0.1); $HTTP_BODY, if
+# set, is sent as the request's body; $HTTP_HEAD_FILE, if set, names a file that
+# gets the response's status line and headers.
 use strict;
 use warnings;
 use IO::Socket::INET;
@@ -18,8 +19,12 @@ my $host = $ENV{HTTP_HOST} // "127.0.0.1";
 my $req = "$method $target HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n";
 $req .= "X-Filler: " . ("a" x $extra) . "\r\n" if $extra;
 $req .= "$ENV{HTTP_HEADER}\r\n" if $ENV{HTTP_HEADER};
-$req .= "Content-Length: 0\r\n" if $method eq "POST";
-$req .= "\r\n";
+if (defined $ENV{HTTP_BODY}) {
+    $req .= "Content-Length: " . length($ENV{HTTP_BODY}) . "\r\n\r\n$ENV{HTTP_BODY}";
+} else {
+    $req .= "Content-Length: 0\r\n" if $method eq "POST";
+    $req .= "\r\n";
+}
 print $s $req;
 my $resp = "";
 eval {

@@ -15,7 +15,9 @@
 # with all three on real jobs (submitted with
 # the gearman CLI, dead ones from a failing `dsjob worker`). The time
 # /metrics takes with 10,000 functions, and /api/status with 1,000, are
-# printed as diagnostics, never asserted.
+# printed as diagnostics, never asserted. --max-unique-size refuses a long
+# unique key at submit; listings cut keys to 256 bytes; names that are
+# not plain UTF-8 are escaped so that two never read alike.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -342,6 +344,41 @@ printf "%s\n" "$r" | grep -q -- '--admin-allow'
 ok $? "naming --admin-allow: $(printf "%s\n" "$r" | tail -n +3)"
 json "/api/job/$hk" '$d->{state} eq "queued"'
 ok $? "and the job is still queued"
+server_stop
+
+# Unique keys: --max-unique-size (default 1024) refuses a longer one at
+# submit, naming the option; listings show 256 bytes of a key and its size,
+# one job's page the whole key. Function names that once looked alike (a
+# raw 0xff byte and the text \xff) read differently, each with its exact key.
+server_start dsjobd --http-port 0 --http-port-file "$T/u.port" --max-unique-size 2000
+HTTP_PORT=$(cat "$T/u.port")
+u1500=$(perl -e 'print "k" x 1500')
+r=$(gpacket 18 ulong "$(perl -e 'print "k" x 2001')" x)
+is "$r" "19 ARGUMENT_TOO_LARGE|SUBMIT_JOB_BG: a unique key of 2001 bytes is over --max-unique-size (2000)" \
+    "a unique key over --max-unique-size is refused, naming the option"
+r=$(gpacket 18 ulong "$u1500" x)
+case $r in "8 "*) ok 0 "a unique key of 1500 bytes is taken under --max-unique-size 2000" ;;
+*) ok 1 "a unique key of 1500 bytes is taken under --max-unique-size 2000: $r" ;; esac
+hu=${r#8 }
+json '/api/jobs?function=ulong' 'length($d->{jobs}[0]{unique}) == 256 && $d->{jobs}[0]{unique_size} == 1500'
+ok $? "/api/jobs shows 256 bytes of it and its size"
+json "/api/job/$hu" '$d->{unique} eq "'"$u1500"'" && !exists $d->{unique_size}'
+ok $? "/api/job/HANDLE shows the whole key"
+gpacket 18 "$(printf 'dd\377')" "" x >/dev/null
+gpacket 18 'dd\xff' "" x >/dev/null
+json /api/status 'my %k = map { $_->{key} => $_->{name} } @{$d->{functions}};
+    $k{"6464ff"} eq "dd\\xff" && $k{"64645c786666"} eq "dd\\x5cxff"'
+ok $? "dd<0xff> and dd\\xff read differently in /api/status, each with its exact key"
+server_stop
+out=$("$DSJOBD" -p 0 --max-unique-size 0 2>&1)
+is $? 2 "--max-unique-size 0 exits 2"
+echo "$out" | grep -q -- "--max-unique-size"
+ok $? "naming the option: $out"
+server_start dsjobd
+is "$(gpacket 18 ulong "$(perl -e 'print "k" x 1025')" x | cut -d'|' -f1)" "19 ARGUMENT_TOO_LARGE" \
+    "by default a unique key over 1024 bytes is refused"
+case $(gpacket 18 ulong "$(perl -e 'print "k" x 1024')" x) in "8 "*) ok 0 "and one of 1024 taken" ;;
+*) ok 1 "and one of 1024 taken" ;; esac
 server_stop
 
 # 10,000 functions: promtool still passes; the render time is a diagnostic.
