@@ -318,7 +318,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
                "Server is full: it holds %zu jobs, its --max-jobs limit", srv->queue.njobs);
         return;
     }
-    n = snprintf(handle, sizeof(handle), "%s:%" PRIu64, srv->handle_prefix, srv->next_job_id);
+    n = job_handle_format(handle, sizeof(handle), srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
