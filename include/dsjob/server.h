@@ -122,6 +122,15 @@ struct dsjob_server_config {
                                from --admin-allow peers with the CSRF token; default off */
     bool store_async_ends; /* a worker's next request is answered before the end of its last
                               job commits (a crash may run that job again); default off */
+    /* gearmand's keepalive settings and queue tables, for a drop-in start. */
+    int keepalive_idle;           /* TCP_KEEPIDLE seconds on accepted TCP connections (turns
+                                     keepalive on); -1 (default): the system's */
+    int keepalive_interval;       /* TCP_KEEPINTVL seconds, likewise; -1: the system's */
+    int keepalive_count;          /* TCP_KEEPCNT probes, likewise; -1: the system's */
+    const char *libsqlite3_table; /* sqlite: gearmand's queue table, whose jobs the first open
+                                     of its file takes; NULL: "gearman_queue" */
+    const char *libpq_table;      /* postgres: gearmand's libpq queue table, likewise; NULL:
+                                     "queue" */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
