@@ -8,6 +8,8 @@
 #include "job.h"
 
 #include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,14 @@ put_field(char *at, const void *src, size_t len)
         memcpy(at, src, len);
     at[len] = '\0';
     return at + len + 1;
+}
+
+int
+job_handle_format(char *buf, size_t size, const char *prefix, uint64_t id)
+{
+    int n = snprintf(buf, size, "%s:%0*" PRIu64, prefix, JOB_ID_DIGITS, id);
+
+    return n < 0 || (size_t)n >= size ? -1 : n;
 }
 
 struct job *

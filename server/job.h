@@ -100,6 +100,16 @@ struct job {
 TAILQ_HEAD(job_list, job);
 
 #define JOB_HANDLE_MAX 200
+#define JOB_ID_DIGITS 20 /* the number in a handle, zero-padded: a uint64_t in full */
+
+/*
+ * job_handle_format writes PREFIX:NUMBER into buf, the number zero-padded
+ * to JOB_ID_DIGITS, so that no handle is a prefix of another: libgearman
+ * 2.0 matches a reply to its task by the task's handle as a prefix of the
+ * reply's, and would give task H:x:2 the reply of H:x:20. Returns the
+ * length, or -1 if it does not fit in size.
+ */
+int job_handle_format(char *buf, size_t size, const char *prefix, uint64_t id);
 
 /*
  * job_new makes a job with one reference and no job_ext. handle, unique,

@@ -86,6 +86,42 @@ count_accept(struct srv *srv)
     event_active(srv->accept_ev, EV_TIMEOUT, 0);
 }
 
+/*
+ * set_keepalive turns TCP keepalive on for an accepted connection with
+ * --keepalive or any of --keepalive-idle, --keepalive-interval and
+ * --keepalive-count, and sets those given (not -1) on the connection
+ * itself, as gearmand 2.0 does (1.1.20 set them on the listening socket
+ * only). A failure is logged and the connection kept, as there.
+ */
+static void
+set_keepalive(struct srv *srv, int fd)
+{
+    static const struct {
+        int opt;
+        const char *name;
+    } knobs[] = {
+        {TCP_KEEPIDLE, "TCP_KEEPIDLE"},
+        {TCP_KEEPINTVL, "TCP_KEEPINTVL"},
+        {TCP_KEEPCNT, "TCP_KEEPCNT"},
+    };
+    const int values[] = {srv->cfg.keepalive_idle, srv->cfg.keepalive_interval,
+                          srv->cfg.keepalive_count};
+    int one = 1;
+    size_t i;
+
+    if (!srv->cfg.keepalive && values[0] < 0 && values[1] < 0 && values[2] < 0)
+        return;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0) {
+        log_warn(&srv->log, "setsockopt(SO_KEEPALIVE): %s", strerror(errno));
+        return;
+    }
+    for (i = 0; i < 3; i++)
+        if (values[i] > 0 &&
+            setsockopt(fd, IPPROTO_TCP, knobs[i].opt, &values[i], sizeof(values[i])) < 0)
+            log_warn(&srv->log, "setsockopt(%s, %d): %s", knobs[i].name, values[i],
+                     strerror(errno));
+}
+
 static void
 accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
@@ -104,8 +140,7 @@ accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int
         int one = 1;
 
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (srv->cfg.keepalive)
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        set_keepalive(srv, fd);
     }
     if (conn_new(srv, fd, sa, (socklen_t)salen) == NULL)
         log_err(&srv->log, "out of memory for a new connection");

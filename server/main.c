@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -45,6 +46,17 @@ usage(FILE *fp)
         "      --unix-socket PATH     also listen on a unix socket\n"
         "  -b, --backlog N            listen backlog (default 1024)\n"
         "      --keepalive            enable TCP keepalive on connections\n"
+        "      --keepalive-idle S     TCP_KEEPIDLE on connections (implies --keepalive)\n"
+        "      --keepalive-interval S TCP_KEEPINTVL on connections (implies --keepalive)\n"
+        "      --keepalive-count N    TCP_KEEPCNT on connections (implies --keepalive)\n"
+        "      --check-args           check the options and the config file, then exit\n"
+        "  -f, --file-descriptors N   raise the open-file limit to N\n"
+        "      --libsqlite3-table T   gearmand's queue table in --libsqlite3-db, taken in at\n"
+        "                             the first open (default gearman_queue)\n"
+        "      --libpq-table T        gearmand's libpq queue table, taken in likewise by the\n"
+        "                             postgres store (default queue)\n"
+        "      --store-queue-on-shutdown, --hashtable-buckets N, --coredump, --syslog\n"
+        "                             accepted for gearmand compatibility (dsjobd(8))\n"
         "  -d, --daemon               run in the background\n"
         "  -P, --pid-file FILE        write the process id to FILE\n"
         "  -u, --user USER            switch to USER after binding\n"
@@ -132,6 +144,17 @@ enum {
     OPT_PORT_FILE = 256,
     OPT_UNIX_SOCKET,
     OPT_KEEPALIVE,
+    OPT_KEEPALIVE_IDLE, /* gearmand's options, for a drop-in start: */
+    OPT_KEEPALIVE_INTERVAL,
+    OPT_KEEPALIVE_COUNT,
+    OPT_CHECK_ARGS,
+    OPT_SQLITE_TABLE,
+    OPT_PQ_TABLE,
+    OPT_STORE_ON_SHUTDOWN,
+    OPT_HASHTABLE_BUCKETS,
+    OPT_COREDUMP,
+    OPT_SYSLOG,
+    OPT_PROTOCOL,
     OPT_VERBOSE,
     OPT_HANDLE_PREFIX,
     OPT_MAX_PACKET,
@@ -180,8 +203,15 @@ enum {
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
-#define SHORT_OPTIONS "L:p:b:dP:u:l:j:Rt:w:q:hV"
+#define SHORT_OPTIONS "L:p:b:dP:u:l:j:Rt:w:q:hVf:r:"
 
+/*
+ * Options of gearmand's queues that dsjobd does not have (MySQL, Redis,
+ * Drizzle, Tokyo Cabinet): each is refused with its name and why, not as
+ * unknown, so that a gearmand init script that carries one says what to
+ * change. Their values in long_options are OPT_GEARMAND_REFUSED and up.
+ */
+#define OPT_GEARMAND_REFUSED 0x1000
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, 'L'},
     {"port", required_argument, NULL, 'p'},
@@ -189,6 +219,39 @@ static const struct option long_options[] = {
     {"unix-socket", required_argument, NULL, OPT_UNIX_SOCKET},
     {"backlog", required_argument, NULL, 'b'},
     {"keepalive", no_argument, NULL, OPT_KEEPALIVE},
+    {"keepalive-idle", required_argument, NULL, OPT_KEEPALIVE_IDLE},
+    {"keepalive-interval", required_argument, NULL, OPT_KEEPALIVE_INTERVAL},
+    {"keepalive-count", required_argument, NULL, OPT_KEEPALIVE_COUNT},
+    {"check-args", no_argument, NULL, OPT_CHECK_ARGS},
+    {"file-descriptors", required_argument, NULL, 'f'},
+    {"libsqlite3-table", required_argument, NULL, OPT_SQLITE_TABLE},
+    {"libpq-table", required_argument, NULL, OPT_PQ_TABLE},
+    {"store-queue-on-shutdown", no_argument, NULL, OPT_STORE_ON_SHUTDOWN},
+    {"hashtable-buckets", required_argument, NULL, OPT_HASHTABLE_BUCKETS},
+    {"coredump", no_argument, NULL, OPT_COREDUMP},
+    {"syslog", no_argument, NULL, OPT_SYSLOG},
+    {"protocol", required_argument, NULL, 'r'},
+    {"libmemcached-prefix", required_argument, NULL, OPT_MC_PREFIX},
+    {"mysql-host", required_argument, NULL, OPT_GEARMAND_REFUSED + 0},
+    {"mysql-port", required_argument, NULL, OPT_GEARMAND_REFUSED + 1},
+    {"mysql-user", required_argument, NULL, OPT_GEARMAND_REFUSED + 2},
+    {"mysql-password", required_argument, NULL, OPT_GEARMAND_REFUSED + 3},
+    {"mysql-db", required_argument, NULL, OPT_GEARMAND_REFUSED + 4},
+    {"mysql-table", required_argument, NULL, OPT_GEARMAND_REFUSED + 5},
+    {"redis-server", required_argument, NULL, OPT_GEARMAND_REFUSED + 6},
+    {"redis-port", required_argument, NULL, OPT_GEARMAND_REFUSED + 7},
+    {"redis-password", required_argument, NULL, OPT_GEARMAND_REFUSED + 8},
+    {"redis-prefix", required_argument, NULL, OPT_GEARMAND_REFUSED + 9},
+    {"libdrizzle-host", required_argument, NULL, OPT_GEARMAND_REFUSED + 10},
+    {"libdrizzle-port", required_argument, NULL, OPT_GEARMAND_REFUSED + 11},
+    {"libdrizzle-uds", required_argument, NULL, OPT_GEARMAND_REFUSED + 12},
+    {"libdrizzle-user", required_argument, NULL, OPT_GEARMAND_REFUSED + 13},
+    {"libdrizzle-password", required_argument, NULL, OPT_GEARMAND_REFUSED + 14},
+    {"libdrizzle-db", required_argument, NULL, OPT_GEARMAND_REFUSED + 15},
+    {"libdrizzle-table", required_argument, NULL, OPT_GEARMAND_REFUSED + 16},
+    {"libdrizzle-mysql", required_argument, NULL, OPT_GEARMAND_REFUSED + 17},
+    {"libtokyocabinet-file", required_argument, NULL, OPT_GEARMAND_REFUSED + 18},
+    {"libtokyocabinet-optimize", no_argument, NULL, OPT_GEARMAND_REFUSED + 19},
     {"daemon", no_argument, NULL, 'd'},
     {"pid-file", required_argument, NULL, 'P'},
     {"user", required_argument, NULL, 'u'},
@@ -302,6 +365,38 @@ parse_number(const char *opt, const char *s, unsigned long long max, bool sizes)
 
 bad:
     die_usage("%s: invalid value '%s'", opt, s);
+}
+
+/* parse_keepalive reads a keepalive setting: -1 (the system's), or 1 to max. */
+static int
+parse_keepalive(const char *opt, const char *s, int max)
+{
+    if (strcmp(s, "-1") == 0)
+        return -1;
+    if (parse_number(opt, s, (unsigned long long)max, false) == 0)
+        die_usage("%s: must be -1 or 1 to %d", opt, max);
+    return atoi(s);
+}
+
+/* parse_table checks a gearmand queue table name: SQL quotes it, but it must be a name. */
+static const char *
+parse_table(const char *opt, const char *s)
+{
+    if (s[0] == '\0' || strlen(s) > 63)
+        die_usage("%s: '%s' must be 1 to 63 bytes", opt, s);
+    return s;
+}
+
+/* refused_name is the name of the refused gearmand option whose value is opt. */
+static const char *
+refused_name(int opt)
+{
+    const struct option *lo;
+
+    for (lo = long_options; lo->name != NULL; lo++)
+        if (lo->val == opt)
+            return lo->name;
+    return "?";
 }
 
 /* Paths given relative to the start directory stay valid after a daemon's chdir("/"). */
@@ -459,6 +554,10 @@ struct opts {
     uid_t uid;                         /* --user's uid, looked up before binding */
     gid_t gid;                         /* and its group */
     bool daemon_mode;                  /* --daemon */
+    bool check_args;                   /* --check-args: check the options, then exit */
+    bool syslog;                       /* --syslog was given: warned about, not applied */
+    rlim_t file_descriptors;           /* --file-descriptors, or 0 */
+    const char *protocol;              /* --protocol: refused after --check-args, as gearmand */
     const char *config_file;           /* --config-file, borrowed from argv */
     char *config_text;                 /* the config file's text, split in place */
     struct file_opt *file_opts;        /* the config file's options, in order */
@@ -862,6 +961,34 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case 'b': cfg->backlog = (int)parse_number("--backlog", optarg, 65535, false); break;
         case OPT_KEEPALIVE: cfg->keepalive = true; break;
+        case OPT_KEEPALIVE_IDLE:
+            cfg->keepalive_idle = parse_keepalive("--keepalive-idle", optarg, 32767);
+            break;
+        case OPT_KEEPALIVE_INTERVAL:
+            cfg->keepalive_interval = parse_keepalive("--keepalive-interval", optarg, 32767);
+            break;
+        case OPT_KEEPALIVE_COUNT:
+            cfg->keepalive_count = parse_keepalive("--keepalive-count", optarg, 127);
+            break;
+        case OPT_CHECK_ARGS: o->check_args = true; break;
+        case 'f':
+            o->file_descriptors =
+                (rlim_t)parse_number("--file-descriptors", optarg, 16u << 20, false);
+            if (o->file_descriptors == 0)
+                die_usage("--file-descriptors: must be at least %d", 1);
+            break;
+        case OPT_SQLITE_TABLE:
+            cfg->libsqlite3_table = parse_table("--libsqlite3-table", optarg);
+            break;
+        case OPT_PQ_TABLE: cfg->libpq_table = parse_table("--libpq-table", optarg); break;
+        case OPT_HASHTABLE_BUCKETS:
+            if (parse_number("--hashtable-buckets", optarg, UINT32_MAX, false) == 0)
+                die_usage("--hashtable-buckets: must be greater than 0");
+            break;
+        case OPT_STORE_ON_SHUTDOWN: /* every store already holds the queue at shutdown */
+        case OPT_COREDUMP: /* no crash handler: cores follow ulimit -c */ break;
+        case OPT_SYSLOG: o->syslog = true; break;
+        case 'r': o->protocol = optarg; break;
         case 'd': o->daemon_mode = true; break;
         case 'P': set_path(&o->pid_file, "--pid-file", optarg); break;
         case 'u': o->user = optarg; break;
@@ -1030,6 +1157,13 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             break;
         case OPT_FILE_DONE: listen_given = admin_given = false; break;
         default:
+            if (opt >= OPT_GEARMAND_REFUSED &&
+                opt < OPT_GEARMAND_REFUSED + (int)(sizeof(long_options) / sizeof(long_options[0])))
+                die_usage("--%s: gearmand's %.*s queue is not available in dsjobd; its stores "
+                          "are sqlite (libsqlite3), memcached (libmemcached) and postgres "
+                          "(Postgres)",
+                          refused_name(opt), (int)strcspn(refused_name(opt), "-"),
+                          refused_name(opt));
             /* getopt_long has printed which option it did not know. */
             fprintf(stderr, "Try 'dsjobd --help'.\n");
             exit(2);
@@ -1063,6 +1197,31 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
         cfg->store = "postgres";
 }
 
+/*
+ * set_file_limit sets the open-file limit to n (--file-descriptors), the
+ * hard limit too when n is over it, which needs privilege; gearmand exits
+ * when it cannot, and so does dsjobd.
+ */
+static int
+set_file_limit(rlim_t n, char *err, size_t errlen)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+        snprintf(err, errlen, "--file-descriptors: getrlimit: %s", strerror(errno));
+        return -1;
+    }
+    rl.rlim_cur = n;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n)
+        rl.rlim_max = n;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+        snprintf(err, errlen, "--file-descriptors: cannot set the limit to %llu: %s",
+                 (unsigned long long)n, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1074,12 +1233,28 @@ main(int argc, char **argv)
     bool pid_written = false;
 
     parse_options(argc, argv, &cfg, &o);
+    if (o.check_args) { /* as gearmand: the options and the config file read, nothing started */
+        opts_release(&o);
+        return 0;
+    }
+    if (o.protocol != NULL)
+        die_usage("--protocol: gearmand's '%s' protocol module is not available; dsjobd speaks "
+                  "Gearman only (its --http-port serves health, metrics and an admin API, not "
+                  "jobs)",
+                  o.protocol);
     if (o.user != NULL)
         find_user(&o);
     the_server = dsjob_server_new(&cfg, err, sizeof(err));
     if (the_server == NULL) {
         fprintf(stderr, "dsjobd: %s\n", err);
         ret = 2;
+        goto out;
+    }
+    if (o.syslog)
+        fprintf(stderr, "dsjobd: --syslog: dsjobd does not write to syslog; its log goes to "
+                        "--log-file (stderr by default, the journal under systemd)\n");
+    if (o.file_descriptors > 0 && set_file_limit(o.file_descriptors, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dsjobd: %s\n", err);
         goto out;
     }
     if (o.daemon_mode)

@@ -108,6 +108,7 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->pg_lease = 30;
     cfg->pg_prefetch = 8;
     cfg->pg_poll_ms = 1000;
+    cfg->keepalive_idle = cfg->keepalive_interval = cfg->keepalive_count = -1;
 }
 
 /* The queue as the config wants it: made empty at new, and again after a failed bind. */
@@ -208,7 +209,7 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 16];
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 24];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -237,6 +238,8 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     strs[n++] = &srv->cfg.ssl_ca_file;
     strs[n++] = &srv->cfg.http_listen;
     strs[n++] = &srv->cfg.pg_dsn;
+    strs[n++] = &srv->cfg.libsqlite3_table;
+    strs[n++] = &srv->cfg.libpq_table;
     for (i = 0; i < n; i++)
         if (*strs[i] != NULL)
             total += strlen(*strs[i]) + 1;
@@ -323,6 +326,15 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
              srv->cfg.max_output_buffer, srv->cfg.max_packet_size);
     if (srv->cfg.backlog <= 0)
         FAIL("backlog must be positive");
+    if (srv->cfg.keepalive_idle == 0 || srv->cfg.keepalive_idle < -1 ||
+        srv->cfg.keepalive_idle > SRV_MAX_KEEPALIVE)
+        FAIL("--keepalive-idle must be -1 or 1 to %d seconds", SRV_MAX_KEEPALIVE);
+    if (srv->cfg.keepalive_interval == 0 || srv->cfg.keepalive_interval < -1 ||
+        srv->cfg.keepalive_interval > SRV_MAX_KEEPALIVE)
+        FAIL("--keepalive-interval must be -1 or 1 to %d seconds", SRV_MAX_KEEPALIVE);
+    if (srv->cfg.keepalive_count == 0 || srv->cfg.keepalive_count < -1 ||
+        srv->cfg.keepalive_count > SRV_MAX_KEEPALIVE_COUNT)
+        FAIL("--keepalive-count must be -1 or 1 to %d probes", SRV_MAX_KEEPALIVE_COUNT);
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
     if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION && srv->cfg.priority != DSJOB_PRIORITY_GLOBAL)

@@ -217,7 +217,7 @@ storage_open(struct srv *srv)
 {
     struct storage *sg = &srv->storage;
     struct store_config scfg;
-    char err[STORE_ERRLEN] = "";
+    char err[STORE_ERRLEN] = "", note[STORE_ERRLEN] = "";
     size_t before = srv->queue.njobs;
     uint64_t boot = 0;
 
@@ -243,11 +243,16 @@ storage_open(struct srv *srv)
     scfg.owner = srv->handle_prefix;
     scfg.lease_secs = srv->cfg.pg_lease;
     scfg.boot = &boot;
+    scfg.import_table =
+        strcmp(sg->ops->name, "postgres") == 0 ? srv->cfg.libpq_table : srv->cfg.libsqlite3_table;
+    scfg.note = note;
     if (sg->ops->open(&sg->st, &scfg, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "%s", err);
         sg->ops = NULL;
         return -1;
     }
+    if (note[0] != '\0')
+        log_notice(&srv->log, "%s", note); /* a gearmand queue taken in, say */
     sg->shared = sg->ops->version >= 3 && sg->ops->lease != NULL && sg->ops->remove_job != NULL &&
                  sg->ops->wait_notify != NULL;
     if (sg->shared) {

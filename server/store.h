@@ -136,6 +136,10 @@ struct store_config {
     const char *owner;   /* postgres: this server's name in the leases it takes */
     unsigned lease_secs; /* postgres: how long a lease lasts unless renewed */
     uint64_t *boot;      /* postgres: open writes a number no other start got */
+    /* gearmand's queue, taken in at the first open (sqlite, postgres). */
+    const char *import_table; /* its table's name; NULL: gearmand's default */
+    char *note;               /* out: what open did worth a NOTICE ("" if nothing), at most
+                                 STORE_ERRLEN bytes; NULL: not asked */
 };
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */

@@ -7,7 +7,10 @@
  * in WAL mode, so a reader never blocks the writer, and with synchronous
  * NORMAL a commit survives a crash of the process (FULL also survives a
  * power loss). An unknown, newer or corrupt database is refused by open,
- * never reset.
+ * never reset. A file that gearmand's libsqlite3 queue wrote (its one
+ * table, gearman_queue or --libsqlite3-table) is taken over at its first
+ * open: its jobs become this store's in the transaction that makes the
+ * schema, and the table is renamed, never dropped (see import_gearmand).
  */
 #include "config.h"
 #include "store.h"
@@ -29,7 +32,11 @@
 
 #include <dsjob/common.h>
 
+#include "job.h"
+
 #define DB_NAME "dsjobd.db"
+#define GEARMAND_TABLE "gearman_queue"       /* gearmand's default --libsqlite3-table */
+#define GEARMAND_DONE_SUFFIX "_dsjob_import" /* what the table is renamed to end with */
 #define BUSY_TIMEOUT_MS 5000
 
 /*
@@ -123,6 +130,8 @@ struct store {
     size_t nremoves;            /* how many */
     size_t removes_cap;         /* room in removes */
     int lock_fd;                /* flock()ed: one dsjobd per database */
+    const char *import;         /* gearmand's queue table to take in at the schema's making,
+                                   or NULL (borrowed from the config, for open only) */
 };
 
 /* Test seams (like beanstalkd's falloc), declared again in t_store_sqlite.c. */
@@ -191,6 +200,34 @@ db_path_of(const struct store_config *cfg, char **out, char *err)
 }
 
 /*
+ * is_gearmand_queue says whether the database's only table is gearmand's
+ * queue table (st->import): its index, made by its primary key, may be
+ * there too. Otherwise st->import is cleared.
+ */
+static bool
+is_gearmand_queue(struct store *st)
+{
+    sqlite3_stmt *stmt;
+    bool found = false, other = false;
+
+    if (sqlite3_prepare_v2(st->db, "SELECT name, tbl_name FROM sqlite_master WHERE type = 'table'",
+                           -1, &stmt, NULL) != SQLITE_OK)
+        return false;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(stmt, 0);
+
+        if (name != NULL && strcmp(name, st->import) == 0)
+            found = true;
+        else
+            other = true;
+    }
+    sqlite3_finalize(stmt);
+    if (!found || other)
+        st->import = NULL;
+    return st->import != NULL;
+}
+
+/*
  * check_version reads user_version, the first read of the file, so a file
  * that is not a database is found before anything is written to it.
  */
@@ -222,11 +259,14 @@ check_version(struct store *st, long long *version, char *err)
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                          db_error(st->db, rc));
+    if (ntables != 0 && is_gearmand_queue(st))
+        return DSJOB_OK; /* st->import is set: schema_upgrade takes its jobs in */
     if (ntables != 0)
         return store_say(
             err, DSJOB_ERR_STORE,
             "cannot open store '%s': not a dsjob store (schema version 0 but %lld tables)",
             st->path, ntables);
+    st->import = NULL;
     return DSJOB_OK;
 }
 
@@ -278,12 +318,156 @@ set_sync(struct store *st, int sync, char *err)
     return DSJOB_OK;
 }
 
+static int bind_job(sqlite3_stmt *stmt, const struct store_job *sj);
+static const void *col_bytes(sqlite3_stmt *stmt, int col, size_t *len);
+
+/* quote_name writes name as an SQL identifier in double quotes ("" for "). */
+static bool
+quote_name(char *buf, size_t size, const char *name, const char *suffix)
+{
+    size_t n = 0;
+    const char *p;
+
+    if (n + 1 >= size)
+        return false;
+    buf[n++] = '"';
+    for (p = name; *p != '\0'; p++) {
+        if (n + 3 >= size)
+            return false;
+        if (*p == '"')
+            buf[n++] = '"';
+        buf[n++] = *p;
+    }
+    for (p = suffix; *p != '\0'; p++) {
+        if (n + 2 >= size)
+            return false;
+        buf[n++] = *p;
+    }
+    buf[n++] = '"';
+    buf[n] = '\0';
+    return true;
+}
+
+/* has_column says whether table (quoted) has a column named col. */
+static bool
+has_column(sqlite3 *db, const char *table, const char *col)
+{
+    char sql[256];
+    sqlite3_stmt *stmt;
+    bool found = false;
+
+    snprintf(sql, sizeof(sql), "PRAGMA table_info(%s)", table);
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) != SQLITE_OK)
+        return false;
+    while (!found && sqlite3_step(stmt) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(stmt, 1);
+
+        found = name != NULL && strcmp(name, col) == 0;
+    }
+    sqlite3_finalize(stmt);
+    return found;
+}
+
+/*
+ * import_gearmand takes the rows of gearmand's queue table (st->import)
+ * into jobs, in the open transaction that makes the schema, so they are
+ * taken once or not at all. gearmand's libsqlite3 queue (1.1.20, 2.0)
+ * keeps one row per queued background job: unique_key, function_name,
+ * priority (0 high, 1 normal, 2 low: enum job_prio's numbers),
+ * data and, since 0.20, when_to_run (epoch seconds, 0 for now). Each row
+ * becomes a job of its own in rowid order (gearmand's submission order,
+ * as its replay reads it): ids and seqs 1, 2, ...; handles PREFIX:N as the
+ * server makes them; a unique of "-" coalesces on the payload, as in
+ * gearmand; an empty one coalesces with nothing, so rows that share it
+ * each keep their payload. The table is renamed TABLE_dsjob_import first
+ * (so that any name may be gearmand's), and left for the operator to check
+ * and drop; with before, import_gearmand only renames it, and is then
+ * called again, after the schema is made, to copy the rows.
+ */
+static int
+import_gearmand(struct store *st, const struct store_config *cfg, bool before, char *err)
+{
+    char table[160], renamed[200], sql[512];
+    const char *prefix = cfg->owner != NULL ? cfg->owner : "H:gearmand";
+    sqlite3_stmt *sel = NULL, *ins = NULL;
+    uint64_t n = 0;
+    bool when;
+    int rc;
+
+    if (!quote_name(table, sizeof(table), st->import, "") ||
+        !quote_name(renamed, sizeof(renamed), st->import, GEARMAND_DONE_SUFFIX))
+        return store_say(err, DSJOB_ERR_ARG, "gearmand queue table name '%s' is too long",
+                         st->import);
+    if (before) {
+        snprintf(sql, sizeof(sql), "ALTER TABLE %s RENAME TO %s", table, renamed);
+        rc = db_exec(st->db, sql);
+        if (rc != SQLITE_OK)
+            return store_say(err, DSJOB_ERR_STORE,
+                             "cannot take gearmand's queue table %s of '%s' in: %s", table,
+                             st->path, db_error(st->db, rc));
+        return DSJOB_OK;
+    }
+    when = has_column(st->db, renamed, "when_to_run");
+    snprintf(sql, sizeof(sql),
+             "SELECT unique_key, function_name, priority, data, %s FROM %s ORDER BY rowid",
+             when ? "when_to_run" : "0", renamed);
+    rc = sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(
+            st->db, "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            -1, &ins, NULL);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+        char handle[JOB_HANDLE_MAX + 24];
+        struct store_job sj;
+        int len, prio;
+
+        memset(&sj, 0, sizeof(sj));
+        sj.id = sj.seq = ++n;
+        len = job_handle_format(handle, sizeof(handle), prefix, sj.id);
+        sj.handle = handle;
+        sj.handle_len = len > 0 ? (size_t)len : 0;
+        sj.unique = col_bytes(sel, 0, &sj.unique_len);
+        sj.func = col_bytes(sel, 1, &sj.func_len);
+        prio = sqlite3_column_int(sel, 2);
+        sj.prio = prio >= JOB_PRIO_HIGH && prio <= JOB_PRIO_LOW ? prio : JOB_PRIO_NORMAL;
+        sj.data = col_bytes(sel, 3, &sj.data_len);
+        sj.when = sqlite3_column_int64(sel, 4) > 0 ? sqlite3_column_int64(sel, 4) : 0;
+        sj.unique_is_data = sj.unique_len == 1 && ((const char *)sj.unique)[0] == '-';
+        sj.state = STORE_LIVE;
+        if (sj.func_len == 0) {
+            rc = SQLITE_CONSTRAINT; /* gearmand never wrote one: the file is not its queue */
+            break;
+        }
+        rc = bind_job(ins, &sj);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(ins);
+        sqlite3_reset(ins);
+        sqlite3_clear_bindings(ins);
+        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    sqlite3_finalize(sel);
+    sqlite3_finalize(ins);
+    if (rc != SQLITE_OK)
+        return store_say(err, DSJOB_ERR_STORE,
+                         "cannot take gearmand's queue table %s of '%s' in: %s%s", table, st->path,
+                         rc == SQLITE_CONSTRAINT ? "a row without a function, or " : "",
+                         db_error(st->db, rc));
+    if (cfg->note != NULL)
+        snprintf(cfg->note, STORE_ERRLEN,
+                 "store sqlite: took %llu jobs of gearmand's queue table %s of '%s' in; the "
+                 "table is now %s",
+                 (unsigned long long)n, table, st->path, renamed);
+    return DSJOB_OK;
+}
+
 /*
  * schema_upgrade takes the database from version to SCHEMA_VERSION: a
  * fresh one (0) gets SCHEMA_SQL, an older one climbs one step at a time.
  */
 static int
-schema_upgrade(struct store *st, long long version, char *err)
+schema_upgrade(struct store *st, const struct store_config *cfg, long long version, char *err)
 {
     char set_version[64];
     int rc;
@@ -292,7 +476,17 @@ schema_upgrade(struct store *st, long long version, char *err)
         return DSJOB_OK;
     snprintf(set_version, sizeof(set_version), "PRAGMA user_version = %d", SCHEMA_VERSION);
     rc = db_exec(st->db, "BEGIN IMMEDIATE");
-    if (rc == SQLITE_OK && version == 0)
+    if (rc == SQLITE_OK && version == 0 && st->import != NULL &&
+        (import_gearmand(st, cfg, true, err) != DSJOB_OK ||
+         db_exec(st->db, SCHEMA_SQL) != SQLITE_OK ||
+         import_gearmand(st, cfg, false, err) != DSJOB_OK)) {
+        if (err[0] == '\0')
+            store_say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
+                      sqlite3_errmsg(st->db));
+        db_exec(st->db, "ROLLBACK");
+        return DSJOB_ERR_STORE;
+    }
+    if (rc == SQLITE_OK && version == 0 && st->import == NULL)
         rc = db_exec(st->db, SCHEMA_SQL);
     if (rc == SQLITE_OK && version == 1)
         rc = db_exec(st->db, UPGRADE_1_TO_2);
@@ -360,13 +554,15 @@ db_connect(struct store *st, const struct store_config *cfg, char *err)
                          "cannot open store '%s': %s", st->path,
                          st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    st->import = cfg->import_table != NULL && cfg->import_table[0] != '\0' ? cfg->import_table
+                                                                           : GEARMAND_TABLE;
     rc = check_version(st, &version, err);
     if (rc == DSJOB_OK)
         rc = set_wal(st, err);
     if (rc == DSJOB_OK)
         rc = set_sync(st, cfg->sync, err);
     if (rc == DSJOB_OK)
-        rc = schema_upgrade(st, version, err);
+        rc = schema_upgrade(st, cfg, version, err);
     if (rc == DSJOB_OK)
         rc = prepare_all(st, err);
     return rc;

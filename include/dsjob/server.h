@@ -129,6 +129,16 @@ struct dsjob_server_config {
                               to be sent, and a connection may stay idle; default 10 */
     size_t max_unique_size; /* longest unique key a submit may carry, bytes; default 1024
                                (gearmand: 64) */
+
+    /* gearmand's keepalive settings and queue tables, for a drop-in start. */
+    int keepalive_idle;           /* TCP_KEEPIDLE seconds on accepted TCP connections (turns
+                                     keepalive on); -1 (default): the system's */
+    int keepalive_interval;       /* TCP_KEEPINTVL seconds, likewise; -1: the system's */
+    int keepalive_count;          /* TCP_KEEPCNT probes, likewise; -1: the system's */
+    const char *libsqlite3_table; /* sqlite: gearmand's queue table, whose jobs the first open
+                                     of its file takes; NULL: "gearman_queue" */
+    const char *libpq_table;      /* postgres: gearmand's libpq queue table, likewise; NULL:
+                                     "queue" */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

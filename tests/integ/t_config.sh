@@ -35,7 +35,7 @@ EOF
 start_conf a --config-file "$dir/a.conf"
 ok $? "a NAME = VALUE file starts dsjobd (port $SERVER_PORT)"
 out=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b conf.f payload 2>&1)
-is "$out" "FROMFILE:1" "its job-handle-prefix is used"
+is "$out" "FROMFILE:00000000000000000001" "its job-handle-prefix is used"
 grep -q "NOTICE .*listening on 127.0.0.1 port $SERVER_PORT" "$dir/a.log"
 ok $? "its log-file and verbose are used"
 server_stop
@@ -43,11 +43,11 @@ server_stop
 # The command line wins, before or after --config-file.
 start_conf a --job-handle-prefix CMD1 --config-file "$dir/a.conf"
 out=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b conf.f payload 2>&1)
-is "$out" "CMD1:1" "an option before --config-file overrides the file"
+is "$out" "CMD1:00000000000000000001" "an option before --config-file overrides the file"
 server_stop
 start_conf a --config-file "$dir/a.conf" --job-handle-prefix CMD2
 out=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b conf.f payload 2>&1)
-is "$out" "CMD2:1" "an option after --config-file overrides the file"
+is "$out" "CMD2:00000000000000000001" "an option after --config-file overrides the file"
 server_stop
 
 # A repeatable option on the command line replaces the file's list.

@@ -8,6 +8,9 @@
  * CAN_DO_TIMEOUT wins over the option; and with the default, 0, a silent
  * worker keeps its job for good, as in gearmand. Waits are bounded; no
  * time is asserted but "not taken back while the worker keeps talking".
+ * A worker that sends PRE_SLEEP while it holds a job and has nothing more
+ * to do ends that job's CAN_DO_TIMEOUT, as gearmand deletes it then; one
+ * that is answered NOOP (more work queued) keeps it, as there.
  */
 #include "config.h"
 
@@ -150,6 +153,65 @@ test_kept(const char *ext, const char *can_do_timeout, const char *how)
     tap_is_int(daemon_stop(&d), 0, "%s: dsjobd stops cleanly", how);
 }
 
+/*
+ * A worker registered with CAN_DO_TIMEOUT 1000 takes a job, sends
+ * PRE_SLEEP, and completes the job 2.5 s later. With nothing else queued
+ * it went to sleep and its timeout is over: no NOOP comes (the job was not
+ * taken back and offered again) and the completion reaches the client.
+ * With a second job queued the PRE_SLEEP is answered NOOP and the timeout
+ * stays: the late completion is refused with JOB_NOT_FOUND.
+ */
+static void
+test_pre_sleep(bool more)
+{
+    const char *how = more ? "PRE_SLEEP answered NOOP" : "PRE_SLEEP";
+    struct daemon d;
+    struct peer_pkt p;
+    char h[64], what[64];
+    int c, w, t;
+
+    daemon_start(&d, NULL);
+    c = peer_connect(d.port);
+    w = peer_connect(d.port);
+    peer_send(w, PACKET_CAN_DO_TIMEOUT, 2, "jt", "1000");
+    peer_send(c, PACKET_SUBMIT_JOB, 3, "jt", "", "work");
+    tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_JOB_CREATED, "%s: submitted", how);
+    if (more) {
+        peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "jt", "", "more");
+        tap_is_int(next(c, PEER_TIMEOUT_MS, NULL, 0), PACKET_JOB_CREATED, "%s: a second job queued",
+                   how);
+    }
+    tap_ok(take(w, h, sizeof(h)), "%s: the worker takes the job (%s)", how, h);
+    peer_send(w, PACKET_PRE_SLEEP, 0);
+    t = next(w, 2500, NULL, 0); /* the job is held 2.5 s in all, on a 1 s timeout */
+    if (more) {
+        tap_is_int(t, PACKET_NOOP, "%s: work is queued, so the worker is woken at once", how);
+        sleep_ms(2500);
+    } else {
+        tap_is_int(t, 0,
+                   "%s: nothing comes in 2.5 s: the job was not taken back and offered "
+                   "to the sleeping worker",
+                   how);
+    }
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h, "late");
+    if (more) {
+        tap_is_int(next(w, PEER_TIMEOUT_MS, what, sizeof(what)), PACKET_ERROR,
+                   "%s: the timeout stayed: the late completion is refused", how);
+        tap_is_str(what, "JOB_NOT_FOUND", "%s: as JOB_NOT_FOUND", how);
+    } else {
+        t = peer_recv(c, &p, PEER_TIMEOUT_MS);
+        tap_ok(t == PACKET_WORK_COMPLETE && p.nargs == 2 && p.arg_len[1] == 4 &&
+                   memcmp(p.arg[1], "late", 4) == 0,
+               "%s: the completion 2.5 s later is accepted and reaches the client", how);
+        peer_pkt_release(&p);
+        peer_send(w, PACKET_ECHO_REQ, 1, "x");
+        tap_is_int(next(w, PEER_TIMEOUT_MS, NULL, 0), PACKET_ECHO_RES,
+                   "%s: and the worker got no error for it", how);
+    }
+    close(c), close(w);
+    tap_is_int(daemon_stop(&d), 0, "%s: dsjobd stops cleanly", how);
+}
+
 int
 main(void)
 {
@@ -158,5 +220,7 @@ main(void)
     test_talking();
     test_kept("0", NULL, "off");
     test_kept("1", "60000", "CAN_DO_TIMEOUT wins");
+    test_pre_sleep(false);
+    test_pre_sleep(true);
     return tap_done();
 }

@@ -43,6 +43,22 @@
 #include "server/store.h"
 #include "tap.h"
 
+/*
+ * hdl gives the handle the server makes for job n: "H:t:" and n
+ * zero-padded to 20 digits. Eight buffers in turn, so that one expression
+ * may hold several.
+ */
+static const char *
+hdl(unsigned n)
+{
+    static char buf[8][32];
+    static unsigned next;
+    char *b = buf[next++ % 8];
+
+    snprintf(b, sizeof(buf[0]), "H:t:%020u", n);
+    return b;
+}
+
 #define FAKE_MAX 64
 #define WAIT_MS 5000
 
@@ -629,13 +645,13 @@ test_group_commit(void)
     submit_bg(c, "", "a");
     submit_bg(c, "", "b");
     submit_bg(c, "", "c");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "group commit: first JOB_CREATED names H:t:1");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "group commit: second names H:t:2");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:3", "group commit: third names H:t:3");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "group commit: first JOB_CREATED names H:t:1");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(2), "group commit: second names H:t:2");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(3), "group commit: third names H:t:3");
     tap_is_int(fake_get(&fake.flushes), 1, "group commit: one flush for a turn's three submits");
     tap_is_int(fake.batch_adds[0], 3, "group commit: that flush carried three adds");
     tap_ok(fake_stored(1) && fake_stored(2) && fake_stored(3), "group commit: all three stored");
-    tap_ok(queued(&r, "H:t:1") && queued(&r, "H:t:2") && queued(&r, "H:t:3"),
+    tap_ok(queued(&r, hdl(1)) && queued(&r, hdl(2)) && queued(&r, hdl(3)),
            "group commit: committed jobs are queued for workers");
     tap_is_int((long long)r.srv->storage.commits, 1, "group commit: storage counts one commit");
     close(c);
@@ -658,19 +674,19 @@ test_answer_order(void)
     peer_send(a, PACKET_ECHO_REQ, 1, "after x");
     PUMP_UNTIL(&r, fake_holding());
     tap_ok(fake.holding, "order: the writer holds the first batch's flush");
-    tap_ok(find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_PENDING,
+    tap_ok(find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_PENDING,
            "order: the job waits for its commit, not yet queued");
     peer_send(b, PACKET_ECHO_REQ, 1, "b");
     expect(&r, b, PACKET_ECHO_RES, "b", "order: another connection is answered meanwhile");
     tap_ok(quiet(&r, a), "order: no JOB_CREATED before the commit, and the echo waits behind it");
     submit_bg(c, "", "z");
-    PUMP_UNTIL(&r, find(&r, "H:t:2") != NULL);
-    tap_ok(find(&r, "H:t:2") != NULL, "order: a submit while a batch is in flight is taken");
+    PUMP_UNTIL(&r, find(&r, hdl(2)) != NULL);
+    tap_ok(find(&r, hdl(2)) != NULL, "order: a submit while a batch is in flight is taken");
     tap_ok(quiet(&r, c), "order: and waits for its own commit");
     fake_set_hold(false);
-    expect(&r, a, PACKET_JOB_CREATED, "H:t:1", "order: JOB_CREATED comes after the commit");
+    expect(&r, a, PACKET_JOB_CREATED, hdl(1), "order: JOB_CREATED comes after the commit");
     expect(&r, a, PACKET_ECHO_RES, "after x", "order: then the request that waited behind it");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "order: the next batch is committed after it");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(2), "order: the next batch is committed after it");
     tap_is_int(fake_get(&fake.flushes), 2, "order: two batches, two flushes");
     close(a), close(b), close(c);
     rig_stop(&r);
@@ -696,7 +712,7 @@ test_commit_fails(void)
            "failed commit: the error says why");
     peer_pkt_release(&p);
     expect(&r, c, PACKET_ERROR, "STORE_ERROR", "failed commit: so does the second");
-    tap_ok(find(&r, "H:t:1") == NULL && find(&r, "H:t:2") == NULL,
+    tap_ok(find(&r, hdl(1)) == NULL && find(&r, hdl(2)) == NULL,
            "failed commit: its jobs are dropped");
     tap_is_int((long long)r.srv->queue.njobs, 0, "failed commit: the queue holds nothing");
     tap_is_int((long long)r.srv->storage.failures, 1, "failed commit: storage counts a failure");
@@ -705,7 +721,7 @@ test_commit_fails(void)
     PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 2);
     tap_is_int(fake_get(&fake.flushes), 2, "failed commit: flushed again with nothing new");
     submit_bg(c, "", "z");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:3", "failed commit: the store works again after");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(3), "failed commit: the store works again after");
     tap_ok(fake_stored(3) && !fake_stored(1), "failed commit: only the later job is stored");
     close(c);
     rig_stop(&r);
@@ -724,12 +740,12 @@ test_add_refused(void)
     submit_bg(c, "", "a");
     submit_bg(c, "", "b");
     submit_bg(c, "", "c");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "refused add: the job before it is created");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "refused add: the job before it is created");
     expect(&r, c, PACKET_ERROR, "STORE_ERROR", "refused add: its submitter gets ERROR");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:3", "refused add: the job after it is created");
-    tap_ok(find(&r, "H:t:2") == NULL, "refused add: the refused job is dropped");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(3), "refused add: the job after it is created");
+    tap_ok(find(&r, hdl(2)) == NULL, "refused add: the refused job is dropped");
     tap_is_int((long long)r.srv->queue.njobs, 2, "refused add: the others are queued");
-    tap_ok(logged(&r, "store: job H:t:2 refused: fake: add of 2 refused"),
+    tap_ok(logged(&r, "store: job H:t:00000000000000000002 refused: fake: add of 2 refused"),
            "refused add: the log names the job and says why");
     close(c);
     rig_stop(&r);
@@ -753,8 +769,8 @@ test_coalesce(bool fail)
         expect(&r, a, PACKET_ERROR, "STORE_ERROR", "coalesced, failed: the first submitter hears");
         expect(&r, b, PACKET_ERROR, "STORE_ERROR", "coalesced, failed: so does the one on it");
     } else {
-        expect(&r, a, PACKET_JOB_CREATED, "H:t:1", "coalesced: the first submitter gets H:t:1");
-        expect(&r, b, PACKET_JOB_CREATED, "H:t:1", "coalesced: the same unique gets it too");
+        expect(&r, a, PACKET_JOB_CREATED, hdl(1), "coalesced: the first submitter gets H:t:1");
+        expect(&r, b, PACKET_JOB_CREATED, hdl(1), "coalesced: the same unique gets it too");
     }
     tap_is_int(fake.batch_adds[0], 1, "%s: one add for both", how);
     tap_is_int((long long)r.srv->queue.njobs, fail ? 0 : 1, "%s: jobs in the queue", how);
@@ -782,7 +798,7 @@ test_refusals(void)
            "refusal: a client owed nothing is refused at once (--max-jobs)");
     tap_ok(quiet(&r, a), "refusal: one owed an answer hears nothing before the commit");
     fake_set_hold(false);
-    expect(&r, a, PACKET_JOB_CREATED, "H:t:1", "refusal: first the answer it was owed");
+    expect(&r, a, PACKET_JOB_CREATED, hdl(1), "refusal: first the answer it was owed");
     expect(&r, a, PACKET_ERROR, "QUEUE_ERROR", "refusal: then its refusal, in order");
     tap_ok(quiet(&r, a), "refusal: and nothing else");
     tap_is_int(fake.batch_adds[0], 1, "refusal: the refused job is not stored");
@@ -819,8 +835,8 @@ test_refuse_nomem(bool commit_fails)
     fake_set_hold(false);
     for (i = 0; i < 2; i++) {
         t = next(&r, c, &p);
-        if (t == PACKET_JOB_CREATED && p.nargs == 1 && p.arg_len[0] == 5 &&
-            memcmp(p.arg[0], "H:t:1", 5) == 0)
+        if (t == PACKET_JOB_CREATED && p.nargs == 1 && p.arg_len[0] == strlen(hdl(1)) &&
+            memcmp(p.arg[0], hdl(1), p.arg_len[0]) == 0)
             created++;
         else if (t == PACKET_ERROR)
             errors++;
@@ -896,7 +912,7 @@ test_batch_nomem(void)
     tap_ok(failed < 1000, "batch without memory: retried on a timer, not in a loop (%d tries)",
            failed);
     fail_alloc(NULL, 0);
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "batch without memory: committed once there is");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "batch without memory: committed once there is");
     tap_ok(logged(&r, "store: out of memory for a batch; trying again"),
            "batch without memory: the log says so");
     close(c);
@@ -976,25 +992,25 @@ test_dead_rewrite(void)
     rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "dead rewrite: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "dead rewrite: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "dead rewrite: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "dead rewrite: assigned");
     pthread_mutex_lock(&fake.lock);
     fake.fail_flushes = 1;
     pthread_mutex_unlock(&fake.lock);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
-    PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 2 && find(&r, "H:t:1") != NULL &&
-                       find(&r, "H:t:1")->state == JOB_SETTLING);
-    j = find(&r, "H:t:1");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
+    PUMP_UNTIL(&r, fake_get(&fake.flushes) >= 2 && find(&r, hdl(1)) != NULL &&
+                       find(&r, hdl(1))->state == JOB_SETTLING);
+    j = find(&r, hdl(1));
     tap_ok(j != NULL && j->state == JOB_SETTLING && !fake_updated(1, &got),
            "dead rewrite: after a failed commit the job is still settling, nothing stored");
     PUMP_UNTIL(&r, fake_updated(1, &got));
     tap_ok(fake_updated(1, &got) && got.state == STORE_DEAD && got.attempts == 1,
            "dead rewrite: the next commit stores it dead, with its one attempt");
     tap_ok(fake_stored(1) && fake_get(&fake.removes) == 0, "dead rewrite: not deleted");
-    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_DEAD);
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_DEAD);
     tap_ok(j != NULL && j->state == JOB_DEAD && r.srv->queue.kept.tqh_first == NULL &&
                j->func->ndead == 1,
            "dead rewrite: then it is in the dead set");
@@ -1019,20 +1035,20 @@ test_forget_and_drain(void)
     PUMP_UNTIL(&r, r.srv->nconns == 0);
     tap_is_int(r.srv->nconns, 0, "forget: the client that went is closed");
     fake_set_hold(false);
-    PUMP_UNTIL(&r, queued(&r, "H:t:1"));
-    tap_ok(queued(&r, "H:t:1") && fake_stored(1), "forget: its job still commits and is queued");
+    PUMP_UNTIL(&r, queued(&r, hdl(1)));
+    tap_ok(queued(&r, hdl(1)) && fake_stored(1), "forget: its job still commits and is queued");
     b = rig_client(&r);
     fake_set_hold(true);
     submit_bg(b, "", "y");
     PUMP_UNTIL(&r, fake_holding());
     submit_bg(b, "", "z"); /* gathers behind the batch in flight */
-    PUMP_UNTIL(&r, find(&r, "H:t:3") != NULL);
+    PUMP_UNTIL(&r, find(&r, hdl(3)) != NULL);
     fake_set_hold(false);
     srv_stop(r.srv, false); /* storage_drain: the batch in flight, then the open one */
     tap_ok(fake_stored(2) && fake_stored(3),
            "drain: what was handed in before a stop is committed");
-    expect(&r, b, PACKET_JOB_CREATED, "H:t:2", "drain: and answered before the client is closed");
-    expect(&r, b, PACKET_JOB_CREATED, "H:t:3", "drain: both batches");
+    expect(&r, b, PACKET_JOB_CREATED, hdl(2), "drain: and answered before the client is closed");
+    expect(&r, b, PACKET_JOB_CREATED, hdl(3), "drain: both batches");
     rig_stop(&r);
     tap_ok(fake.closed, "drain: the store is closed with the server");
     close(b);
@@ -1249,7 +1265,7 @@ test_store_none(void)
            "store none: none is not durable and has no writer");
     c = rig_client(&r);
     submit_bg(c, "", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "store none: none answers at once");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "store none: none answers at once");
     tap_ok(admin_says(&r, c, "retry f 2\n", "OK"), "store none: a function's settings are taken");
     tap_is_int(fake_get(&fake.flushes), 0, "store none: the fake backend was not used");
     srv_stop(r.srv, false); /* nothing to drain */
@@ -1281,16 +1297,16 @@ test_v1_backend(const struct store_ops *ops)
            "version 1 store: the start warns what it does not keep");
     c = rig_client(&r);
     submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "version 1 store: a job is stored");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "version 1 store: a job is stored");
     tap_ok(admin_says(&r, c, "retry g 2\n", "OK"),
            "version 1 store: a function's settings are taken (and kept in memory only)");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "version 1 store: assigned");
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* its one attempt */
-    PUMP_UNTIL(&r, find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD);
-    tap_ok(find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD,
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "version 1 store: assigned");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* its one attempt */
+    PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD);
+    tap_ok(find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD,
            "version 1 store: then it is dead");
     PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
     tap_ok(!fake_stored(1) && fake.nupdated == 0,
@@ -1321,23 +1337,24 @@ test_rewrites(void)
     rig_extra.retry_on = rig_extra.job_retries = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "rewrites: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "rewrites: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "rewrites: assigned");
     fail_alloc("op", 1);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
-    PUMP_UNTIL(&r, queued(&r, "H:t:1"));
-    tap_ok(queued(&r, "H:t:1") && failed == 1, "rewrites: without memory the job still retries");
-    tap_ok(logged(&r, "store: out of memory to update job H:t:1: the store keeps it as it was"),
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
+    PUMP_UNTIL(&r, queued(&r, hdl(1)));
+    tap_ok(queued(&r, hdl(1)) && failed == 1, "rewrites: without memory the job still retries");
+    tap_ok(logged(&r, "store: out of memory to update job H:t:00000000000000000001: the store "
+                      "keeps it as it was"),
            "rewrites: and the log says the store keeps it as it was");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned again");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "rewrites: assigned again");
     pthread_mutex_lock(&fake.lock);
     fake.fail_flushes = 1;
     pthread_mutex_unlock(&fake.lock);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
     PUMP_UNTIL(&r, fake_updated(1, &got));
     tap_ok(fake_updated(1, &got) && got.attempts == 2 && fake_get(&fake.flushes) >= 2,
            "rewrites: after a failed commit the rewrite is stored with the next (attempts 2)");
@@ -1352,17 +1369,18 @@ test_rewrites(void)
     tap_is_int(fake_get(&fake.set_funcs), 2,
                "rewrites: the setting whose commit failed is written again");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "rewrites: assigned a third time");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "rewrites: assigned a third time");
     pthread_mutex_lock(&fake.lock);
     fake.fail_flushes = 1;
     pthread_mutex_unlock(&fake.lock);
     fail_alloc("op", 1);
     fail_skip = 1; /* the rewrite is made; making it again after the failed commit is not */
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
     PUMP_UNTIL(&r, failed == 1);
-    tap_ok(failed == 1 && logged(&r, "store: out of memory to update job H:t:1 again"),
+    tap_ok(failed == 1 &&
+               logged(&r, "store: out of memory to update job H:t:00000000000000000001 again"),
            "rewrites: without memory to make it again, the log says so");
-    tap_ok(queued(&r, "H:t:1") && job_attempts(find(&r, "H:t:1")) == 3,
+    tap_ok(queued(&r, hdl(1)) && job_attempts(find(&r, hdl(1))) == 3,
            "rewrites: and the job runs again all the same");
     close(w), close(c);
     rig_stop(&r);
@@ -1383,19 +1401,19 @@ test_settle_nomem(void)
     rig_start(&r, 0, 0);
     c = rig_client(&r);
     submit_bg(c, "", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "settle without memory: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "settle without memory: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "settle without memory: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "settle without memory: assigned");
     fail_alloc("ack", 1);
-    peer_send(w, PACKET_WORK_COMPLETE, 2, "H:t:1", "done");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "done");
     peer_send(w, PACKET_GRAB_JOB, 0);
     expect(&r, w, PACKET_NO_JOB, NULL, "settle without memory: the worker is served");
     submit_bg(c, "", "y"); /* while the deletion waits for its timer: no waiting behind it */
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "settle without memory: a submit meanwhile");
-    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, "H:t:1") == NULL);
-    tap_ok(failed == 1 && !fake_stored(1) && find(&r, "H:t:1") == NULL,
+    expect(&r, c, PACKET_JOB_CREATED, hdl(2), "settle without memory: a submit meanwhile");
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, hdl(1)) == NULL);
+    tap_ok(failed == 1 && !fake_stored(1) && find(&r, hdl(1)) == NULL,
            "settle without memory: the job is deleted all the same");
     close(w), close(c);
     rig_stop(&r);
@@ -1421,19 +1439,20 @@ test_end_nomem(void)
     rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
     c = rig_client(&r);
     submit_bg(c, "", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "end without memory: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "end without memory: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "end without memory: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "end without memory: assigned");
     fail_alloc("op", 1);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
-    PUMP_UNTIL(&r, find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD);
-    tap_ok(find(&r, "H:t:1") != NULL && find(&r, "H:t:1")->state == JOB_DEAD,
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
+    PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD);
+    tap_ok(find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD,
            "end without memory: the job is in the dead set");
     tap_ok(fake_stored(1) && !fake_updated(1, &got),
            "end without memory: the store keeps its live row");
-    tap_ok(logged(&r, "store: out of memory to end job H:t:1: it will run again after a restart"),
+    tap_ok(logged(&r, "store: out of memory to end job H:t:00000000000000000001: it will run again "
+                      "after a restart"),
            "end without memory: the log says what that means");
     close(w), close(c);
     rig_stop(&r);
@@ -1454,8 +1473,8 @@ test_interval(void)
     submit_bg(c, "", "a");
     turn(&r);
     submit_bg(c, "", "b");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "commit interval: the first is created");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:2", "commit interval: then the second");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "commit interval: the first is created");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(2), "commit interval: then the second");
     tap_ok(fake_stored(1) && fake_stored(2), "commit interval: both stored");
     close(c);
     rig_stop(&r);
@@ -1537,8 +1556,8 @@ test_epoch(void)
     c = rig_client(&r);
     snprintf(when, sizeof(when), "%lld", (long long)time(NULL) + 3600);
     peer_send(c, PACKET_SUBMIT_JOB_EPOCH, 4, "f", "", when, "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "epoch: created after its commit");
-    j = find(&r, "H:t:1");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "epoch: created after its commit");
+    j = find(&r, hdl(1));
     tap_ok(j != NULL && j->state == JOB_SCHEDULED && fake_stored(1),
            "epoch: stored and scheduled for its time");
     close(c);
@@ -1556,13 +1575,13 @@ test_foreground(void)
     rig_start(&r, 0, 0);
     c = rig_client(&r);
     peer_send(c, PACKET_SUBMIT_JOB, 3, "f", "", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "foreground: created at once");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "foreground: created at once");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "foreground: assigned");
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1");
-    expect(&r, c, PACKET_WORK_FAIL, "H:t:1", "foreground: its client hears the failure");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "foreground: assigned");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1));
+    expect(&r, c, PACKET_WORK_FAIL, hdl(1), "foreground: its client hears the failure");
     tap_ok(fake_get(&fake.flushes) == 0 && fake_get(&fake.nupdated) == 0,
            "foreground: the store never saw it");
     close(w), close(c);
@@ -1580,10 +1599,11 @@ test_cancel_stored(void)
     rig_start(&r, 0, 0);
     c = rig_client(&r);
     submit_bg(c, "", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "cancel: stored");
-    tap_ok(admin_says(&r, c, "cancel job H:t:1\n", "OK"), "cancel: the admin cancels it");
-    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, "H:t:1") == NULL);
-    tap_ok(!fake_stored(1) && find(&r, "H:t:1") == NULL, "cancel: it is deleted from the store");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "cancel: stored");
+    tap_ok(admin_says(&r, c, "cancel job H:t:00000000000000000001\n", "OK"),
+           "cancel: the admin cancels it");
+    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1 && find(&r, hdl(1)) == NULL);
+    tap_ok(!fake_stored(1) && find(&r, hdl(1)) == NULL, "cancel: it is deleted from the store");
     close(c);
     rig_stop(&r);
 }
@@ -1609,8 +1629,8 @@ test_coalesce_nomem(void)
     submit_bg(b, "u", "b");
     expect(&r, b, PACKET_ERROR, "MEMORY_ALLOCATION_FAILURE", "coalesce without memory: told");
     fake_set_hold(false);
-    expect(&r, a, PACKET_JOB_CREATED, "H:t:1", "coalesce without memory: the first is created");
-    tap_ok(queued(&r, "H:t:1") && fake_stored(1), "coalesce without memory: and queued, stored");
+    expect(&r, a, PACKET_JOB_CREATED, hdl(1), "coalesce without memory: the first is created");
+    tap_ok(queued(&r, hdl(1)) && fake_stored(1), "coalesce without memory: and queued, stored");
     close(a), close(b);
     rig_stop(&r);
 }
@@ -1676,20 +1696,20 @@ test_update_inflight(void)
     rig_extra.retry_on = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "inflight: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "inflight: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "inflight: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "inflight: assigned");
     fake_set_hold(true);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* retried at once: storage_update */
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* retried at once: storage_update */
     PUMP_UNTIL(&r, fake_holding());
     tap_ok(fake_holding(), "inflight: the batch holding the retry's update is in flight");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "inflight: the retry is assigned again");
-    peer_send(w, PACKET_WORK_COMPLETE, 2, "H:t:1", "done");
-    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_SETTLING);
-    tap_ok(find(&r, "H:t:1") && find(&r, "H:t:1")->state == JOB_SETTLING,
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "inflight: the retry is assigned again");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "done");
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_SETTLING);
+    tap_ok(find(&r, hdl(1)) && find(&r, hdl(1))->state == JOB_SETTLING,
            "inflight: completed, settling (its remove is in the open batch)");
     /* Let the update's batch commit, but hold the next one (the remove). */
     f0 = fake_get(&fake.flushes);
@@ -1700,11 +1720,11 @@ test_update_inflight(void)
     PUMP_UNTIL(&r, fake_holding());
     tap_ok(fake_holding() && fake_stored(1) && fake_get(&fake.removes) == 0,
            "inflight: the remove is in flight, not committed; the row is still stored");
-    j = find(&r, "H:t:1");
+    j = find(&r, hdl(1));
     tap_ok(j != NULL, "inflight: so the job must still be found (got %s)",
            j ? "found" : "NOT FOUND: settled by the update's commit");
     s = rig_client(&r);
-    peer_send(s, PACKET_GET_STATUS, 1, "H:t:1");
+    peer_send(s, PACKET_GET_STATUS, 1, hdl(1));
     t = next(&r, s, &pk);
     tap_ok(t == PACKET_STATUS_RES && pk.nargs > 1 && pk.arg[1][0] == '1',
            "inflight: GET_STATUS says known (got known=%c) while the remove is uncommitted",
@@ -1738,25 +1758,25 @@ test_stale_update(void)
     rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, "H:t:1", "stale: submitted");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "stale: submitted");
     w = rig_client(&r);
     peer_send(w, PACKET_CAN_DO, 1, "f");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "stale: assigned");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "stale: assigned");
     fake_set_hold(true);
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* attempt 1 failed: retried, storage_update */
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* attempt 1 failed: retried, storage_update */
     PUMP_UNTIL(&r, fake_holding());
     peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, "H:t:1", "stale: assigned again");
-    peer_send(w, PACKET_WORK_FAIL, 1, "H:t:1"); /* attempt 2 failed: dead, rewrite in open batch */
-    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_SETTLING);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "stale: assigned again");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* attempt 2 failed: dead, rewrite in open batch */
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_SETTLING);
     pthread_mutex_lock(&fake.lock);
     fake.fail_flushes = 1; /* the batch holding the retry's update fails */
     pthread_mutex_unlock(&fake.lock);
     fake_set_hold(false);
-    PUMP_UNTIL(&r, (j = find(&r, "H:t:1")) != NULL && j->state == JOB_DEAD &&
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_DEAD &&
                        fake_get(&fake.flushes) >= 2);
-    j = find(&r, "H:t:1");
+    j = find(&r, hdl(1));
     tap_ok(j != NULL && j->state == JOB_DEAD, "stale: in memory the job is dead");
     tap_ok(fake_updated(1, &got), "stale: its row was rewritten");
     tap_ok(got.state == STORE_DEAD, "stale: and the row says dead too (got state %d, attempts %u)",

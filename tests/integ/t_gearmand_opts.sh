@@ -1,0 +1,171 @@
+#!/bin/sh
+# gearmand's options on dsjobd. Every --check-args case of gearmand 2.0.0's
+# own option tests (tests/gearmand.cc, 61 programs) and the options a
+# gearmand 1.1.20 deployment carries (--help, gearmand(8)) are run through
+# Debian's gearmand 1.1.20 and dsjobd: the same ones start, the same ones
+# are refused. Then what the accepted ones do: the keepalive settings are
+# read back from the server's own accepted socket (pidfd_getfd), and
+# --file-descriptors from /proc/PID/limits, on both servers. gearmand's
+# queues that dsjobd lacks are refused with a reason that names the option.
+. "$top_srcdir/tests/lib/server.sh"
+dir=$(test_tmpdir)
+cd "$dir" || exit 1
+
+have_gearmand=false
+[ -x "$GEARMAND" ] && have_gearmand=true
+$have_gearmand || diag "no gearmand at $GEARMAND: dsjobd's answers are checked alone"
+
+# outcome BIN ARGS...: "ok" if BIN exits 0 on ARGS, else "refused".
+outcome() {
+    bin=$1; shift
+    if "$bin" "$@" >/dev/null 2>&1; then echo ok; else echo refused; fi
+}
+
+# same WANT ARGS...: gearmand 1.1.20 (when present) gives WANT on ARGS, and so does dsjobd.
+same() {
+    want=$1; shift
+    if $have_gearmand; then
+        is "$(outcome "$GEARMAND" "$@")" "$want" "gearmand 1.1.20: $* -> $want"
+    fi
+    is "$(outcome "$DSJOBD" "$@")" "$want" "dsjobd: $* -> $want"
+}
+
+# gearmand 2.0.0 tests/gearmand.cc, in its order.
+same refused foo
+same refused --log
+same ok --check-args
+same ok --check-args --backlog=10
+same ok --check-args -b 10
+same ok --check-args --daemon
+same ok --check-args --coredump
+same ok --check-args -d
+same ok --check-args --file-descriptors=10
+same ok --check-args -f 10
+same ok --check-args --help
+same ok --check-args -h
+same ok --check-args --keepalive
+same ok --check-args --keepalive-idle=10
+same ok --check-args --keepalive-interval=3
+same ok --check-args --keepalive-count=10
+same ok --check-args '--log-file="tmp/foo"'
+same ok --check-args --log-file=stderr
+same ok --check-args -l '"tmp/foo"'
+same ok --check-args --listen=10
+same ok --check-args -L 10
+same ok --check-args --port=10
+same ok --check-args -p 10
+same ok --check-args '--pid-file="tmp/gearmand.pid"'
+same ok --check-args -P '"tmp/gearmand.pid"'
+same ok --check-args --round-robin
+same ok --check-args -R
+same ok --check-args --syslog
+same ok --check-args --ssl
+same ok --check-args --threads=10
+same ok --check-args -t 8
+same ok --check-args --user=nobody
+same ok --check-args -u nobody
+same ok --check-args --version
+same ok --check-args -V
+same refused --check-args --verbose=BAD
+for v in DEBUG ERROR ALERT INFO WARNING NOTICE FATAL CRITICAL; do
+    same ok --check-args --verbose=$v
+done
+same refused --check-args -vvv
+same ok --check-args --worker-wakeup=4
+same ok --check-args --protocol=http
+same ok --check-args --queue-type=builtin
+same ok --check-args --job-retries=4
+same ok --check-args --job-handle-prefix=my_own_private_handle
+same ok --check-args --hashtable-buckets=2000
+same ok --check-args -j 6
+same ok --check-args --protocol=http --http-port=8090
+same refused --check-args --config-file=etc/gearmand.conf
+same refused --check-args --config-file
+printf -- '--port=4730 --listen=127.0.0.1 --keepalive-idle=10 --libsqlite3-table=q\n' >simple.conf
+same ok --check-args --config-file=simple.conf
+
+# The rest of 1.1.20's --help and gearmand(8) that a deployment may carry.
+same ok --check-args -q libsqlite3 --libsqlite3-db=q.db --libsqlite3-table=jobs_q \
+    --store-queue-on-shutdown
+same ok --check-args -q Postgres --libpq-conninfo=dbname=x --libpq-table=gq
+same ok --check-args -q libmemcached --libmemcached-servers=127.0.0.1:11211 \
+    --libmemcached-prefix=gear_
+same ok --check-args --keepalive --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4
+same ok --check-args --exceptions --job-retries=2 --worker-wakeup=1 --backlog=64
+[ -e q.db ]
+ok $((!$?)) "--check-args starts nothing: no queue file was made"
+
+# Refused with a reason that names the option, where gearmand takes them.
+for o in --mysql-host=db --redis-server=r --libdrizzle-host=d --libtokyocabinet-file=f; do
+    err=$("$DSJOBD" --check-args "$o" 2>&1)
+    rc=$?
+    name=${o%%=*}
+    case $err in *"$name: gearmand's "*" queue is not available"*) r=0 ;; *) r=1 ;; esac
+    [ $rc -eq 2 ] && [ $r -eq 0 ]
+    ok $? "dsjobd refuses $name naming it (exit $rc): $err"
+done
+err=$("$DSJOBD" -p 0 --protocol=http 2>&1)
+case $err in *"--protocol: gearmand's 'http' protocol module is not available"*) r=0 ;; *) r=1 ;; esac
+ok $r "dsjobd starts not with --protocol=http, and says why: $err"
+
+# keepalive KIND ARGS...: start KIND with ARGS, hold a connection, print what its
+# accepted socket has: "SO_KEEPALIVE TCP_KEEPIDLE TCP_KEEPINTVL TCP_KEEPCNT".
+keepalive() {
+    kind=$1; shift
+    server_start "$kind" "$@" || return 1
+    python3 - "$SERVER_PID" "$SERVER_PORT" <<'PY'
+import ctypes, os, socket, sys
+pid, port = int(sys.argv[1]), int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+c = socket.create_connection(("127.0.0.1", port))
+c.sendall(b"\0REQ\0\0\0\x10\0\0\0\x01x")  # ECHO_REQ: the server has taken the connection
+c.recv(64)
+me = c.getsockname()
+pidfd = os.pidfd_open(pid)
+for name in os.listdir("/proc/%d/fd" % pid):
+    if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
+        continue
+    fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
+    if fd < 0:
+        print("pidfd_getfd: errno %d" % ctypes.get_errno()); sys.exit(1)
+    s = socket.socket(fileno=fd)
+    try:
+        peer = s.getpeername()
+    except OSError:
+        peer = None
+    if peer == me:
+        print(s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT))
+        sys.exit(0)
+    s.close()
+print("no accepted socket for", me); sys.exit(1)
+PY
+    rc=$?
+    server_stop
+    return $rc
+}
+is "$(keepalive dsjobd --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4)" "1 7 3 4" \
+    "dsjobd --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4: on the accepted socket"
+sys_intvl=$(cat /proc/sys/net/ipv4/tcp_keepalive_intvl)
+sys_probes=$(cat /proc/sys/net/ipv4/tcp_keepalive_probes)
+is "$(keepalive dsjobd --keepalive --keepalive-idle=9)" "1 9 $sys_intvl $sys_probes" \
+    "dsjobd --keepalive --keepalive-idle=9: that one set, the others the system's"
+is "$(keepalive dsjobd | cut -d' ' -f1)" "0" "dsjobd without them: no keepalive, as before"
+if $have_gearmand; then
+    is "$(keepalive gearmand --keepalive --keepalive-idle=7 --keepalive-interval=3 \
+        --keepalive-count=4)" "1 7 3 4" "gearmand 1.1.20 with the same options: the same socket"
+fi
+
+# --file-descriptors sets the open-file limit, as gearmand's does.
+files_limit() {
+    server_start "$1" --file-descriptors=333 || return 1
+    awk '/^Max open files/ { print $4 }' "/proc/$SERVER_PID/limits"
+    server_stop
+}
+is "$(files_limit dsjobd)" 333 "dsjobd --file-descriptors=333: its open-file limit is 333"
+if $have_gearmand; then
+    is "$(files_limit gearmand)" 333 "gearmand 1.1.20 --file-descriptors=333: the same"
+fi
+done_testing
