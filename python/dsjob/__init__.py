@@ -24,6 +24,7 @@ from ._dsjob import Job as WorkerJob
 from .client import Client, Job, Status, Stream, TLS
 from .server import Server
 from .worker import GiveBack, Worker
+from . import aio
 
 __version__ = "0.1.0"
 library_version: str = _dsjob.library_version
@@ -31,5 +32,5 @@ library_version: str = _dsjob.library_version
 __all__ = [
     "Client", "Worker", "Server", "Job", "WorkerJob", "Status", "Stream", "TLS",
     "Error", "JobFailed", "NoServer", "Refused", "Timeout", "WorkFail", "GiveBack",
-    "__version__", "library_version",
+    "__version__", "library_version", "aio",
 ]

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <dsjob/async.h>
 #include <dsjob/client.h>
 #include <dsjob/server.h>
 #include <dsjob/worker.h>
@@ -1401,6 +1402,254 @@ static PyTypeObject ServerType = {
     .tp_methods = Server_methods,
 };
 
+/* ---- AsyncConn (the non-blocking client, dsjob_async(3)) ---- */
+
+/* The kinds of event AsyncConn passes to its Python callback. */
+enum { EV_CREATED, EV_STATUS, EV_DATA, EV_WARNING, EV_COMPLETE, EV_FAIL };
+
+typedef struct {
+    PyObject_HEAD struct dsjob_async *a;
+    PyObject *on_event; /* on_event(kind, id, arg1, arg2) */
+} AsyncObject;
+
+static void
+async_event(AsyncObject *self, int kind, uint64_t id, PyObject *a1, PyObject *a2)
+{
+    PyObject *r;
+
+    if (a1 == NULL || a2 == NULL) {
+        Py_XDECREF(a1);
+        Py_XDECREF(a2);
+        PyErr_WriteUnraisable(self->on_event);
+        return;
+    }
+    r = PyObject_CallFunction(self->on_event, "iKNN", kind, (unsigned long long)id, a1, a2);
+    if (r == NULL)
+        PyErr_WriteUnraisable(self->on_event);
+    Py_XDECREF(r);
+}
+
+static void
+acb_created(struct dsjob_async *a, uint64_t id, const char *handle, void *user)
+{
+    (void)a;
+    async_event(user, EV_CREATED, id,
+                PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape"),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_status(struct dsjob_async *a, uint64_t id, unsigned num, unsigned den, void *user)
+{
+    (void)a;
+    async_event(user, EV_STATUS, id, PyLong_FromUnsignedLong(num), PyLong_FromUnsignedLong(den));
+}
+
+static void
+acb_data(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_DATA, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_warning(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_WARNING, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_complete(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_COMPLETE, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_fail(struct dsjob_async *a, uint64_t id, int err, const char *text, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_FAIL, id, PyLong_FromLong(err),
+                PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace"));
+}
+
+static int
+Async_init(AsyncObject *self, PyObject *args, PyObject *kw)
+{
+    static const struct dsjob_async_callbacks cbs = {acb_created, acb_status,   acb_data,
+                                                     acb_warning, acb_complete, acb_fail};
+    const char *addr;
+    PyObject *on_event;
+
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "sO", &addr, &on_event))
+        return -1;
+    if (self->a != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "already made");
+        return -1;
+    }
+    self->a = dsjob_async_new(addr, &cbs, self);
+    if (self->a == NULL) {
+        PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+        return -1;
+    }
+    Py_XSETREF(self->on_event, Py_NewRef(on_event));
+    return 0;
+}
+
+static void
+Async_dealloc(AsyncObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    dsjob_async_free(self->a);
+    Py_XDECREF(self->on_event);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Async_traverse(AsyncObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->on_event);
+    return 0;
+}
+
+static int
+Async_clear(AsyncObject *self)
+{
+    Py_CLEAR(self->on_event);
+    return 0;
+}
+
+static PyObject *
+Async_set_tls(AsyncObject *self, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    err = dsjob_async_set_tls(self->a, ca, cert, key, flags);
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_async_errmsg(self->a));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Async_connect(AsyncObject *self, PyObject *args)
+{
+    int timeout_ms = 5000, err;
+
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS err = dsjob_async_connect(self->a, timeout_ms);
+    Py_END_ALLOW_THREADS if (err != DSJOB_OK) return raise_err(err, dsjob_async_errmsg(self->a));
+    return PyLong_FromLong(dsjob_async_fd(self->a));
+}
+
+static PyObject *
+Async_submit(AsyncObject *self, PyObject *args)
+{
+    const char *func, *unique = NULL;
+    Py_buffer payload;
+    int prio = 0, background = 0, err;
+    uint64_t id = 0;
+
+    if (!PyArg_ParseTuple(args, "ss*|zip", &func, &payload, &unique, &prio, &background))
+        return NULL;
+    err = dsjob_async_submit(self->a, func, unique, payload.buf, (size_t)payload.len,
+                             (enum dsjob_priority)prio,
+                             (background ? DSJOB_TASK_BACKGROUND : 0) | DSJOB_ASYNC_NO_WRITE, &id);
+    PyBuffer_Release(&payload);
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_async_errmsg(self->a));
+    return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *
+Async_step(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(dsjob_async_step(self->a));
+}
+
+static PyObject *
+Async_forget(AsyncObject *self, PyObject *arg)
+{
+    unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+
+    if (id == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(dsjob_async_forget(self->a, (uint64_t)id) == DSJOB_OK);
+}
+
+static PyObject *
+Async_fd(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(dsjob_async_fd(self->a));
+}
+
+static PyObject *
+Async_want_write(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(dsjob_async_want_write(self->a));
+}
+
+static PyObject *
+Async_pending(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(dsjob_async_pending(self->a));
+}
+
+static PyObject *
+Async_errmsg(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(dsjob_async_errmsg(self->a));
+}
+
+static PyMethodDef Async_methods[] = {
+    {"set_tls", (PyCFunction)Async_set_tls, METH_VARARGS,
+     "set_tls(ca_file, cert_file, key_file, flags): TLS for the connection."},
+    {"connect", (PyCFunction)Async_connect, METH_VARARGS,
+     "connect(timeout_ms=5000) -> fd: connect (waits, GIL released; run it in a thread)."},
+    {"submit", (PyCFunction)Async_submit, METH_VARARGS,
+     "submit(function, payload, unique=None, priority=0, background=False) -> id:\n"
+     "queue a job (DSJOB_ASYNC_NO_WRITE: the next step() writes it); never waits."},
+    {"step", (PyCFunction)Async_step, METH_NOARGS,
+     "step() -> int: read, call back, write, without waiting; 0 or the connection's error\n"
+     "code (every job in flight has then got its fail event)."},
+    {"forget", (PyCFunction)Async_forget, METH_O,
+     "forget(id) -> bool: no event names the job again."},
+    {"fd", (PyCFunction)Async_fd, METH_NOARGS, "fd() -> int: the descriptor, -1 if none."},
+    {"want_write", (PyCFunction)Async_want_write, METH_NOARGS,
+     "want_write() -> bool: bytes wait for the descriptor to be writable."},
+    {"pending", (PyCFunction)Async_pending, METH_NOARGS, "pending() -> int: jobs in flight."},
+    {"errmsg", (PyCFunction)Async_errmsg, METH_NOARGS, "errmsg() -> str: the last failure."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AsyncType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.AsyncConn",
+    .tp_basicsize = sizeof(AsyncObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "AsyncConn(addr, on_event): a struct dsjob_async; on_event(kind, id, a, b)\n"
+              "is called from step() for each job event.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Async_init,
+    .tp_dealloc = (destructor)Async_dealloc,
+    .tp_traverse = (traverseproc)Async_traverse,
+    .tp_clear = (inquiry)Async_clear,
+    .tp_methods = Async_methods,
+};
+
 /* ---- module ---- */
 
 static PyObject *
@@ -1466,7 +1715,8 @@ PyInit__dsjob(void)
     if (!Error || !NoServer || !Timeout || !Refused || !JobFailed)
         return NULL;
     if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&JobType) < 0 ||
-        PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0)
+        PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0 ||
+        PyType_Ready(&AsyncType) < 0)
         return NULL;
     m = PyModule_Create(&moddef);
     if (m == NULL)
@@ -1475,6 +1725,10 @@ PyInit__dsjob(void)
         PyModule_AddObjectRef(m, "Job", (PyObject *)&JobType) < 0 ||
         PyModule_AddObjectRef(m, "Worker", (PyObject *)&WorkerType) < 0 ||
         PyModule_AddObjectRef(m, "Server", (PyObject *)&ServerType) < 0 ||
+        PyModule_AddObjectRef(m, "AsyncConn", (PyObject *)&AsyncType) < 0 ||
+        add_int(m, "EV_CREATED", EV_CREATED) < 0 || add_int(m, "EV_STATUS", EV_STATUS) < 0 ||
+        add_int(m, "EV_DATA", EV_DATA) < 0 || add_int(m, "EV_WARNING", EV_WARNING) < 0 ||
+        add_int(m, "EV_COMPLETE", EV_COMPLETE) < 0 || add_int(m, "EV_FAIL", EV_FAIL) < 0 ||
         PyModule_AddStringConstant(m, "library_version", dsjob_version()) < 0 ||
         add_int(m, "PRIO_NORMAL", DSJOB_PRIO_NORMAL) < 0 ||
         add_int(m, "PRIO_HIGH", DSJOB_PRIO_HIGH) < 0 ||

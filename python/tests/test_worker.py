@@ -4,7 +4,6 @@ running job finish, and processes."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
