@@ -7,6 +7,8 @@ add_writer (no thread per job); and a Worker whose handlers may be
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 
 import zlib
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
@@ -112,13 +114,16 @@ class _Conn:
         self.writing = False
 
     def _event(self, kind: int, id: int, a: Any, b: Any) -> None:
+        if kind == _EV_COMPLETE:
+            w = self.jobs.pop(id, None)
+            if w is not None and not w.future.done():
+                w.future.set_result(a)
+            return
         w = self.jobs.get(id)
         if w is None:
             return
         if kind == _EV_COMPLETE:
-            del self.jobs[id]
-            if not w.future.done():
-                w.future.set_result(a)
+            pass
         elif kind == _EV_FAIL:
             del self.jobs[id]
             if not w.future.done():
@@ -307,56 +312,69 @@ class Client:
         """Runs one job per payload, ``concurrency`` in flight, and yields
         the results (in payload order with ``ordered``, else as they end).
         Once all have ended, an ExceptionGroup of the failures (each with
-        ``.index``) is raised if any failed."""
+        ``.index``) is raised if any failed. No task per job: each job's
+        future calls back into one queue."""
         if concurrency < 1:
             raise ValueError("concurrency must be 1 or more")
         prio = _priority(priority)
+        loop = asyncio.get_running_loop()
         items = enumerate(payloads)
-        running: dict[asyncio.Future, int] = {}
-        done_results: dict[int, bytes] = {}
+        ended: collections.deque = collections.deque()
+        in_flight: dict[int, tuple[_Conn, int]] = {}
+        waiting: list[asyncio.Future | None] = [None]
+        kept: dict[int, bytes | None] = {}
         errors: list[Exception] = []
         next_out = 0
         total = 0
+        exhausted = False
 
-        async def one(i: int, p: bytes | str) -> bytes:
-            return await self.submit(function, p, priority=prio)
-
-        def fill() -> None:
-            nonlocal total
-            while len(running) < concurrency:
-                try:
-                    i, p = next(items)
-                except StopIteration:
-                    return
-                total += 1
-                running[asyncio.ensure_future(one(i, p))] = i
+        def on_end(i: int, fut: asyncio.Future) -> None:
+            ended.append((i, fut))
+            w = waiting[0]
+            if w is not None and not w.done():
+                w.set_result(None)
 
         try:
-            fill()
-            while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for f in done:
-                    i = running.pop(f)
-                    e = f.exception()
+            while True:
+                while not exhausted and len(in_flight) < concurrency:
+                    try:
+                        i, p = next(items)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    total += 1
+                    conn, id, w = await self._start(function, to_bytes(p), None, prio, False,
+                                                    None)
+                    in_flight[i] = (conn, id)
+                    w.future.add_done_callback(functools.partial(on_end, i))
+                if not in_flight and not ended:
+                    break
+                if not ended:
+                    waiting[0] = loop.create_future()
+                    await waiting[0]
+                    waiting[0] = None
+                while ended:
+                    i, fut = ended.popleft()
+                    in_flight.pop(i, None)
+                    e = fut.exception()
                     if e is not None:
                         setattr(e, "index", i)
                         errors.append(e)
                         if ordered:
-                            done_results[i] = None  # type: ignore[assignment]
+                            kept[i] = None
                     elif ordered:
-                        done_results[i] = f.result()
+                        kept[i] = fut.result()
                     else:
-                        yield f.result()
-                fill()
+                        yield fut.result()
                 if ordered:
-                    while next_out in done_results:
-                        r = done_results.pop(next_out)
+                    while next_out in kept:
+                        r = kept.pop(next_out)
                         next_out += 1
                         if r is not None:
                             yield r
         finally:
-            for f in running:
-                f.cancel()
+            for conn, id in in_flight.values():
+                conn.forget(id)
         if errors:
             raise ExceptionGroup(f"{len(errors)} of {total} jobs of {function} failed", errors)
 
