@@ -5,8 +5,9 @@ cref.c, each printing the seconds of the measured part (rss: kB):
   pyside.py bg-aio SERVER N         dsjob.aio: N background submits gathered on one connection
   pyside.py fg SERVER N             Client.submit: N foreground round trips, one at a time
   pyside.py inflight SERVER N K     dsjob.aio map: N foreground jobs, K in flight
-  pyside.py rss SERVER N            dsjob.aio: N foreground jobs in flight (no worker), then
+  pyside.py rss SERVER N            dsjob.aio map: N foreground jobs in flight (no worker), then
                                     the process's peak RSS in kB once the server holds all N
+  pyside.py rss-tasks SERVER N      the same with a task per job (asyncio.ensure_future)
   pyside.py worker SERVER C         a threaded no-op dsjob.Worker, C threads, until SIGTERM
 """
 
@@ -63,10 +64,17 @@ def main() -> None:
                 pass
             return time.monotonic() - t0
         print(f"{asyncio.run(inflight()):.6f}")
-    elif mode == "rss":
+    elif mode in ("rss", "rss-tasks"):
         async def rss() -> int:
             c = dsjob.aio.Client(server)
-            tasks = [asyncio.ensure_future(c.submit("parked", b"x")) for _ in range(n)]
+            if mode == "rss-tasks":  # a task per job, as asyncio.gather makes them
+                tasks = [asyncio.ensure_future(c.submit("parked", b"x")) for _ in range(n)]
+            else:  # map: n in flight, a future per job and no task
+
+                async def drain() -> None:
+                    async for _ in c.map("parked", [b"x"] * n, concurrency=n):
+                        pass
+                tasks = [asyncio.ensure_future(drain())]
             sync = dsjob.Client(server)
             loop = asyncio.get_running_loop()
             while True:
@@ -81,7 +89,6 @@ def main() -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
             return kb
         print(asyncio.run(rss()))
-
 
 if __name__ == "__main__":
     main()
