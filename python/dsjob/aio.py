@@ -1,0 +1,457 @@
+"""dsjob for asyncio: a Client whose jobs wait on the event loop, on
+libdsjobclient's non-blocking API (dsjob_async(3)): one connection per
+server, any number of jobs in flight on it, driven by loop.add_reader and
+add_writer (no thread per job); and a Worker whose handlers may be
+``async def``."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+
+import zlib
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+
+from . import _dsjob
+from . import client as _client
+from ._errors import JobFailed, NoServer
+from ._util import priority as _priority
+from ._util import server_list, timeout_ms, to_bytes
+from .client import TLS, Job
+from .worker import Worker as _SyncWorker
+
+__all__ = ["Client", "Worker"]
+
+_EV_CREATED = _dsjob.EV_CREATED
+_EV_STATUS = _dsjob.EV_STATUS
+_EV_DATA = _dsjob.EV_DATA
+_EV_WARNING = _dsjob.EV_WARNING
+_EV_COMPLETE = _dsjob.EV_COMPLETE
+_EV_FAIL = _dsjob.EV_FAIL
+
+
+def _failure(err: int, text: str) -> Exception:
+    try:
+        _dsjob.raise_error(err, text)
+    except Exception as e:  # the exception the code stands for
+        return e
+    raise AssertionError("raise_error returned")
+
+
+class _Waiter:
+    """What a job in flight reports to: a future for its end, and for a
+    stream a queue of its progress."""
+
+    __slots__ = ("future", "queue", "background")
+
+    def __init__(self, future: asyncio.Future, queue: asyncio.Queue | None,
+                 background: bool) -> None:
+        self.future = future
+        self.queue = queue
+        self.background = background
+
+
+class _Conn:
+    """One server's connection: the C handle, its descriptor on the loop,
+    and the jobs in flight by id."""
+
+    def __init__(self, client: Client, addr: str) -> None:
+        self.client = client
+        self.addr = addr
+        self.loop = asyncio.get_running_loop()
+        self.c = _dsjob.AsyncConn(addr, self._event)
+        if client.tls is not None:
+            t = client.tls
+            self.c.set_tls(t.ca_file, t.cert_file, t.key_file, t.flags())
+        self.fd = -1
+        self.jobs: dict[int, _Waiter] = {}
+        self.writing = False
+        self.connecting: asyncio.Future | None = None
+
+    async def ready(self) -> None:
+        if self.fd >= 0:
+            return
+        if self.connecting is None:
+            self.connecting = asyncio.ensure_future(self._connect())
+        try:
+            await asyncio.shield(self.connecting)
+        finally:
+            if self.connecting is not None and self.connecting.done():
+                self.connecting = None
+
+    async def _connect(self) -> None:
+        fd = await self.loop.run_in_executor(
+            None, self.c.connect, timeout_ms(self.client.connect_timeout))
+        self.fd = fd
+        self.loop.add_reader(fd, self._ready)
+        self._want_write()
+
+    def _want_write(self) -> None:
+        w = self.c.want_write()
+        if w and not self.writing:
+            self.loop.add_writer(self.fd, self._ready)
+            self.writing = True
+        elif not w and self.writing:
+            self.loop.remove_writer(self.fd)
+            self.writing = False
+
+    def _ready(self) -> None:
+        err = self.c.step()
+        if err != 0:
+            self._lost()
+            return
+        self._want_write()
+
+    def _lost(self) -> None:
+        """The connection failed: every job has had its fail event; stop
+        watching the old descriptor (the next submit connects again)."""
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            if self.writing:
+                self.loop.remove_writer(self.fd)
+        self.fd = -1
+        self.writing = False
+
+    def _event(self, kind: int, id: int, a: Any, b: Any) -> None:
+        if kind == _EV_COMPLETE:
+            w = self.jobs.pop(id, None)
+            if w is not None and not w.future.done():
+                w.future.set_result(a)
+            return
+        w = self.jobs.get(id)
+        if w is None:
+            return
+        if kind == _EV_COMPLETE:
+            pass
+        elif kind == _EV_FAIL:
+            del self.jobs[id]
+            if not w.future.done():
+                e = _failure(a, f"{self.addr}: {b}" if a == _dsjob.ERR_SERVER else b)
+                if isinstance(e, JobFailed):
+                    e.text = b if a == _dsjob.ERR_JOB_EXCEPTION else None
+                w.future.set_exception(e)
+        elif kind == _EV_CREATED:
+            if w.background:
+                del self.jobs[id]
+                if not w.future.done():
+                    w.future.set_result(a)
+            elif w.queue is not None:
+                w.queue.put_nowait(("created", a))
+        elif w.queue is not None:
+            w.queue.put_nowait((kind, a, b))
+
+    def submit(self, function: str, payload: bytes, unique: str | None, prio: int,
+               background: bool, queue: asyncio.Queue | None) -> tuple[int, _Waiter]:
+        if self.fd < 0 or self.c.fd() < 0:
+            self._lost()
+            raise NoServer(f"{self.addr}: not connected")
+        # Only queued: the writer callback's step writes every job queued
+        # in this turn of the loop in one go.
+        id = self.c.submit(function, payload, unique, prio, background)
+        w = _Waiter(self.loop.create_future(), queue, background)
+        self.jobs[id] = w
+        self._want_write()
+        return id, w
+
+    def forget(self, id: int) -> None:
+        if self.jobs.pop(id, None) is not None:
+            self.c.forget(id)
+
+    def close(self) -> None:
+        self._lost()
+        for w in self.jobs.values():
+            if not w.future.done():
+                w.future.set_exception(NoServer(f"{self.addr}: the client was closed"))
+        self.jobs.clear()
+        self.c = None
+
+
+class Client:
+    """The asyncio client: the methods of :class:`dsjob.Client` as
+    coroutines and async iterators, with jobs in flight on one connection
+    per server (pipelined; thousands at once, no thread per job).
+    Cancelling a task that awaits a job forgets the job (the server runs it
+    anyway) and leaves the connection usable. A job with a unique key goes
+    to the server its key hashes to (CRC-32, not the C client's ring), one
+    without to the servers in turn. Make it inside a running loop, or call
+    it there: connections belong to the loop that made them.
+    """
+
+    def __init__(self, servers: str | Iterable[str] | None = None, *,
+                 tls: TLS | bool | None = None, timeout: float | None = None,
+                 connect_timeout: float = 5.0) -> None:
+        self.servers = server_list(servers)
+        self.tls = TLS() if tls is True else (tls or None)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._conns: dict[str, _Conn] = {}
+        self._rr = 0
+        self._blocking: _client.Client | None = None
+
+    def _sync(self) -> _client.Client:
+        if self._blocking is None:
+            self._blocking = _client.Client(self.servers, tls=self.tls, timeout=self.timeout,
+                                            connect_timeout=self.connect_timeout)
+        return self._blocking
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connections; jobs still awaited raise NoServer."""
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    def _pick(self, unique: str | None) -> list[str]:
+        if not self.servers:
+            raise NoServer("no server given (pass servers or set DSJOB_SERVERS)")
+        n = len(self.servers)
+        if unique:
+            first = zlib.crc32(unique.encode()) % n
+        else:
+            first = self._rr % n
+            self._rr += 1
+        return [self.servers[(first + k) % n] for k in range(n)]
+
+    async def _conn(self, addr: str) -> _Conn:
+        c = self._conns.get(addr)
+        if c is None or c.c is None:
+            c = self._conns[addr] = _Conn(self, addr)
+        await c.ready()
+        return c
+
+    async def _start(self, function: str, payload: bytes, unique: str | None, prio: int,
+                     background: bool, queue: asyncio.Queue | None
+                     ) -> tuple[_Conn, int, _Waiter]:
+        last: Exception | None = None
+        for addr in self._pick(unique):
+            try:
+                conn = await self._conn(addr)
+                id, w = conn.submit(function, payload, unique, prio, background, queue)
+                return conn, id, w
+            except NoServer as e:
+                last = e
+        assert last is not None
+        raise last
+
+    async def _wait(self, conn: _Conn, id: int, w: _Waiter) -> Any:
+        try:
+            if self.timeout:
+                return await asyncio.wait_for(asyncio.shield(w.future), self.timeout)
+            return await w.future
+        except asyncio.TimeoutError:
+            conn.forget(id)
+            raise _failure(_dsjob.ERR_TIMEOUT, f"job did not end within {self.timeout} s")
+        except asyncio.CancelledError:
+            conn.forget(id)
+            raise
+
+    async def submit(self, function: str, payload: bytes | str = b"", *,
+                     unique: str | None = None, priority: str | int = "normal",
+                     background: bool = False, at: float | int | None = None) -> Any:
+        """As :meth:`dsjob.Client.submit`: the result bytes, or a
+        :class:`dsjob.Job` for a background job (``at``: submitted through
+        the blocking client in a thread)."""
+        if at is not None:
+            return await asyncio.to_thread(self._sync().submit, function, payload,
+                                           unique=unique, priority=priority, at=at)
+        conn, id, w = await self._start(function, to_bytes(payload), unique,
+                                        _priority(priority), background, None)
+        r = await self._wait(conn, id, w)
+        return Job(r, function, unique) if background else r
+
+    async def background(self, function: str, payload: bytes | str = b"", **kw: Any) -> Job:
+        return await self.submit(function, payload, background=True, **kw)
+
+    async def stream(self, function: str, payload: bytes | str = b"", *,
+                     unique: str | None = None, priority: str | int = "normal",
+                     on_status: Callable[[int, int], Any] | None = None,
+                     on_warning: Callable[[bytes], Any] | None = None,
+                     state: _client.Stream | None = None) -> AsyncIterator[bytes]:
+        """Yields the job's WORK_DATA chunks as they arrive; status and
+        warnings go to the callbacks and ``state``; the result ends up in
+        ``state.result``; a failure is raised by the iteration."""
+        st = state if state is not None else _client.Stream()
+        q: asyncio.Queue = asyncio.Queue()
+        conn, id, w = await self._start(function, to_bytes(payload), unique,
+                                        _priority(priority), False, q)
+        try:
+            while True:
+                if q.empty() and w.future.done():
+                    st.result = w.future.result()
+                    return
+                get = asyncio.ensure_future(q.get())
+                done, _ = await asyncio.wait({get, w.future},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    continue
+                item = get.result()
+                if item[0] == _EV_DATA:
+                    yield item[1]
+                elif item[0] == _EV_STATUS:
+                    st.status = (item[1], item[2])
+                    if on_status:
+                        on_status(item[1], item[2])
+                elif item[0] == _EV_WARNING:
+                    st.warnings.append(item[1])
+                    if on_warning:
+                        on_warning(item[1])
+        finally:
+            if not w.future.done():
+                conn.forget(id)
+
+    async def map(self, function: str, payloads: Iterable[bytes | str], *,
+                  concurrency: int = 1000, ordered: bool = False,
+                  priority: str | int = "normal") -> AsyncIterator[bytes]:
+        """Runs one job per payload, ``concurrency`` in flight, and yields
+        the results (in payload order with ``ordered``, else as they end).
+        Once all have ended, an ExceptionGroup of the failures (each with
+        ``.index``) is raised if any failed. No task per job: each job's
+        future calls back into one queue."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be 1 or more")
+        prio = _priority(priority)
+        loop = asyncio.get_running_loop()
+        items = enumerate(payloads)
+        ended: collections.deque = collections.deque()
+        in_flight: dict[int, tuple[_Conn, int]] = {}
+        waiting: list[asyncio.Future | None] = [None]
+        kept: dict[int, bytes | None] = {}
+        errors: list[Exception] = []
+        next_out = 0
+        total = 0
+        exhausted = False
+
+        def on_end(i: int, fut: asyncio.Future) -> None:
+            ended.append((i, fut))
+            w = waiting[0]
+            if w is not None and not w.done():
+                w.set_result(None)
+
+        try:
+            while True:
+                while not exhausted and len(in_flight) < concurrency:
+                    try:
+                        i, p = next(items)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    total += 1
+                    conn, id, w = await self._start(function, to_bytes(p), None, prio, False,
+                                                    None)
+                    in_flight[i] = (conn, id)
+                    w.future.add_done_callback(functools.partial(on_end, i))
+                if not in_flight and not ended:
+                    break
+                if not ended:
+                    waiting[0] = loop.create_future()
+                    await waiting[0]
+                    waiting[0] = None
+                while ended:
+                    i, fut = ended.popleft()
+                    in_flight.pop(i, None)
+                    e = fut.exception()
+                    if e is not None:
+                        setattr(e, "index", i)
+                        errors.append(e)
+                        if ordered:
+                            kept[i] = None
+                    elif ordered:
+                        kept[i] = fut.result()
+                    else:
+                        yield fut.result()
+                if ordered:
+                    while next_out in kept:
+                        r = kept.pop(next_out)
+                        next_out += 1
+                        if r is not None:
+                            yield r
+        finally:
+            for conn, id in in_flight.values():
+                conn.forget(id)
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} of {total} jobs of {function} failed", errors)
+
+    async def status(self, job: Job | str | None = None, *, unique: str | None = None) -> Any:
+        """As :meth:`dsjob.Client.status` (in a thread, on the blocking client)."""
+        return await asyncio.to_thread(self._sync().status, job, unique=unique)
+
+    async def result(self, job: Job | str) -> bytes:
+        return await asyncio.to_thread(self._sync().result, job)
+
+    async def workers(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync().workers)
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync().jobs)
+
+    async def dead(self, function: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync().dead, function)
+
+    def pending(self) -> int:
+        """Jobs in flight over every connection, as the C library counts them."""
+        return sum(c.c.pending() for c in self._conns.values() if c.c is not None)
+
+
+class Worker:
+    """A worker whose handlers may be ``async def``: the C worker runs in
+    threads (``concurrency`` of them) and each job's handler runs on the
+    event loop that called :meth:`run`; a plain function runs in the C
+    worker's thread as with :class:`dsjob.Worker`. The job's
+    ``send_data``/``send_status``/``warn`` are quick writes and may be
+    called from the handler directly."""
+
+    def __init__(self, servers: str | Iterable[str] | None = None, **kw: Any) -> None:
+        self._w = _SyncWorker(servers, **kw)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def functions(self) -> dict:
+        return self._w.functions
+
+    @property
+    def servers(self) -> list[str]:
+        return self._w.servers
+
+    def function(self, name: str | None = None, *, timeout: float | None = None
+                 ) -> Callable[[Callable], Callable]:
+        def deco(fn: Callable) -> Callable:
+            self.register(name or fn.__name__, fn, timeout=timeout)
+            return fn
+
+        return deco
+
+    def register(self, name: str, fn: Callable[..., Any], *, timeout: float | None = None
+                 ) -> None:
+        if asyncio.iscoroutinefunction(fn):
+            def call(job: Any, fn: Callable[..., Awaitable[Any]] = fn) -> Any:
+                if self._loop is None:
+                    raise RuntimeError("an async handler needs Worker.run() on a loop")
+                return asyncio.run_coroutine_threadsafe(fn(job), self._loop).result()
+
+            self._w.register(name, call, timeout=timeout)
+        else:
+            self._w.register(name, fn, timeout=timeout)
+
+    async def run(self, concurrency: int = 1) -> None:
+        """Runs jobs until :meth:`stop` (or the task is cancelled, which
+        stops the worker and lets running jobs finish)."""
+        self._loop = asyncio.get_running_loop()
+        t = asyncio.ensure_future(asyncio.to_thread(self._w.run, concurrency))
+        try:
+            await asyncio.shield(t)
+        except asyncio.CancelledError:
+            self._w.stop()
+            await t
+            raise
+
+    def stop(self) -> None:
+        self._w.stop()
+
+

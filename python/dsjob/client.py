@@ -1,0 +1,354 @@
+"""The blocking client: dsjob.Client on libdsjobclient."""
+
+from __future__ import annotations
+
+import queue
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from . import _dsjob, admin
+from ._errors import Error, JobFailed, NoServer, Refused
+from ._util import priority as _priority
+from ._util import server_list, timeout_ms, to_bytes
+
+
+@dataclass
+class TLS:
+    """TLS settings of a Client or Worker: ``ca_file`` (None: the system's
+    CAs), an optional client certificate, and how much to verify
+    (``verify=False`` accepts any certificate: for tests only;
+    ``verify_name=False`` checks the chain but not the name)."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    verify_name: bool = True
+
+    def flags(self) -> int:
+        f = 0
+        if not self.verify:
+            f |= _dsjob.TLS_NO_VERIFY
+        if not self.verify_name:
+            f |= _dsjob.TLS_NO_VERIFY_NAME
+        return f
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        if not self.verify or not self.verify_name:
+            ctx.check_hostname = False
+        if not self.verify:
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+@dataclass
+class Job:
+    """A submitted background job: ``handle`` is the server's name for it."""
+
+    handle: str
+    function: str
+    unique: str | None = None
+
+
+@dataclass
+class Status:
+    """What GET_STATUS said about a job."""
+
+    known: bool
+    running: bool
+    numerator: int
+    denominator: int
+    waiting: int = 0
+
+
+@dataclass
+class Stream:
+    """The state of a streamed job, updated as packets arrive: the last
+    WORK_STATUS, the warnings so far, and the result once it ended."""
+
+    status: tuple[int, int] | None = None
+    warnings: list[bytes] = field(default_factory=list)
+    result: bytes | None = None
+
+
+_END = object()
+
+
+class Client:
+    """A client of Gearman job servers (dsjobd or gearmand) on libdsjobclient.
+
+    ``servers`` is a "host:port,host:port" string as DSJOB_SERVERS takes
+    them, a list of addresses, or None for $DSJOB_SERVERS. ``timeout`` (in
+    seconds) bounds every wait for a server: a foreground job that reports
+    nothing for that long raises Timeout (None: no limit).
+    ``connect_timeout`` bounds a connect. ``tls`` is a TLS instance (or
+    True for the system's CAs). A Client may be shared by threads: calls
+    are serialized on its one connection per server, with the GIL released
+    while they wait.
+    """
+
+    def __init__(self, servers: str | Iterable[str] | None = None, *,
+                 tls: TLS | bool | None = None, timeout: float | None = None,
+                 connect_timeout: float = 5.0) -> None:
+        self.servers = server_list(servers)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.tls = TLS() if tls is True else (tls or None)
+        self._c = self._new_handle()
+
+    def _new_handle(self) -> _dsjob.Client:
+        c = _dsjob.Client(timeout_ms(self.connect_timeout), timeout_ms(self.timeout))
+        if self.tls is not None:
+            c.set_tls(self.tls.ca_file, self.tls.cert_file, self.tls.key_file,
+                      self.tls.flags())
+        for s in self.servers:
+            c.add_server(s)
+        return c
+
+    def __repr__(self) -> str:
+        return f"dsjob.Client({','.join(self.servers)!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections (the next call opens them again)."""
+        self._c = self._new_handle()
+
+    def submit(self, function: str, payload: bytes | str = b"", *, unique: str | None = None,
+               priority: str | int = "normal", background: bool = False,
+               at: float | int | None = None,
+               on_data: Callable[[bytes], Any] | None = None,
+               on_status: Callable[[int, int], Any] | None = None,
+               on_warning: Callable[[bytes], Any] | None = None) -> Any:
+        """Run a job. In the foreground (the default) wait for it and return
+        its result bytes; WORK_DATA, WORK_STATUS and WORK_WARNING go to the
+        callbacks as they arrive. With ``background=True`` or ``at`` (a run-at
+        time, seconds since the epoch) return a :class:`Job` once a server
+        has accepted it.
+
+        ``unique`` is the unique key ("-": coalesce on the payload);
+        ``priority`` is "normal", "high" or "low".
+
+        Raises JobFailed (with the worker's exception text), Refused (the
+        server's ERROR code), Timeout or NoServer.
+        """
+        data = to_bytes(payload)
+        prio = _priority(priority)
+        if background or at is not None:
+            if at is not None and prio != 0:
+                raise ValueError("a job with a run-at time has the normal priority")
+            handle = self._c.submit_bg(function, data, unique, prio,
+                                       None if at is None else int(at))
+            return Job(handle, function, unique)
+        return self._c.submit(function, data, unique, prio, on_data, on_status, on_warning)
+
+    def background(self, function: str, payload: bytes | str = b"", **kw: Any) -> Job:
+        """``submit(..., background=True)``: returns the :class:`Job`."""
+        return self.submit(function, payload, background=True, **kw)
+
+    def stream(self, function: str, payload: bytes | str = b"", *,
+               unique: str | None = None, priority: str | int = "normal",
+               on_status: Callable[[int, int], Any] | None = None,
+               on_warning: Callable[[bytes], Any] | None = None,
+               state: Stream | None = None) -> Iterator[bytes]:
+        """Run a foreground job and yield its WORK_DATA chunks as they arrive.
+        Status and warnings go to the callbacks (in the thread that waits)
+        and into ``state`` (a :class:`Stream`), with the WORK_COMPLETE bytes
+        in ``state.result`` at the end. The job's failure is raised by the
+        iteration. The job is waited for in a thread of its own with a
+        connection of its own, so the iterator may be consumed slowly."""
+        st = state if state is not None else Stream()
+        q: queue.Queue[Any] = queue.Queue()
+
+        def status(n: int, d: int) -> None:
+            st.status = (n, d)
+            if on_status:
+                on_status(n, d)
+
+        def warning(w: bytes) -> None:
+            st.warnings.append(w)
+            if on_warning:
+                on_warning(w)
+
+        def run() -> None:
+            try:
+                c = self._new_handle()
+                st.result = c.submit(function, to_bytes(payload), unique, _priority(priority),
+                                     q.put, status, warning)
+                q.put(_END)
+            except BaseException as e:  # handed to the consumer
+                q.put(e)
+
+        t = threading.Thread(target=run, name=f"dsjob-stream-{function}", daemon=True)
+        t.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            t.join()
+
+    def map(self, function: str, payloads: Iterable[bytes | str], *, concurrency: int = 100,
+            ordered: bool = False, unique: Callable[[bytes], str | None] | None = None,
+            priority: str | int = "normal", timeout: float | None = None) -> Iterator[Any]:
+        """Run one foreground job per payload, ``concurrency`` in flight at
+        once through the C task set (pipelined on one connection per
+        server; a job whose connection fails is submitted again to the next
+        server). Yields the results, in the order of ``payloads`` with
+        ``ordered=True``, else as they end (per window of ``concurrency``).
+        Failures do not stop the others: once every job has ended, an
+        ExceptionGroup of JobFailed / Refused / NoServer (each with
+        ``.index``, the payload's position) is raised if any failed.
+        ``unique`` makes each payload's unique key."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be 1 or more")
+        prio = _priority(priority)
+        errors: list[Exception] = []
+        items = iter(payloads)
+        base = 0
+        while True:
+            window = [to_bytes(p) for _, p in zip(range(concurrency), items)]
+            if not window:
+                break
+            uniques = [unique(p) for p in window] if unique else None
+            ended = self._c.run_tasks(function, window, uniques, prio, False,
+                                      timeout_ms(timeout))
+            results: dict[int, bytes] = {}
+            for index, err, result, errmsg, handle in ended:
+                if err == 0:
+                    if ordered:
+                        results[index] = result
+                    else:
+                        yield result
+                else:
+                    errors.append(_task_error(err, errmsg, handle, base + index))
+            if len(ended) < len(window):
+                done = {e[0] for e in ended}
+                for i in range(len(window)):
+                    if i not in done:
+                        errors.append(_task_error(_dsjob.ERR_TIMEOUT, "the job did not end in "
+                                                  "time", "", base + i))
+            if ordered:
+                for i in range(len(window)):
+                    if i in results:
+                        yield results[i]
+            base += len(window)
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} of {base} jobs of {function} failed", errors)
+
+    def submit_many(self, function: str, payloads: Sequence[bytes | str], *,
+                    priority: str | int = "normal",
+                    uniques: Sequence[str | None] | None = None) -> list[Job]:
+        """Submit many background jobs pipelined through the C task set and
+        return their :class:`Job` handles in the order of ``payloads``.
+        Raises an ExceptionGroup when some were refused."""
+        data = [to_bytes(p) for p in payloads]
+        ended = self._c.run_tasks(function, data, list(uniques) if uniques else None,
+                                  _priority(priority), True, 0)
+        jobs: list[Job | None] = [None] * len(data)
+        errors = []
+        for index, err, _, errmsg, handle in ended:
+            if err == 0:
+                jobs[index] = Job(handle, function, uniques[index] if uniques else None)
+            else:
+                errors.append(_task_error(err, errmsg, handle, index))
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} of {len(data)} submits to {function} failed",
+                                 errors)
+        return [j for j in jobs if j is not None]
+
+    def status(self, job: Job | str | None = None, *, unique: str | None = None) -> Any:
+        """A job's :class:`Status` by handle (a :class:`Job` or its handle)
+        or by unique key: whether a server knows it, whether it runs, its
+        last WORK_STATUS and (by unique) the foreground clients waiting.
+        Without either, the servers' admin "status": one dict per function
+        (function, total, running, workers; "server" when there are
+        several)."""
+        if job is None and unique is None:
+            return self._each(admin.status)
+        handle = job.handle if isinstance(job, Job) else job
+        return Status(*self._c.status(handle, unique))
+
+    def echo(self, data: bytes | str = b"ping") -> None:
+        """Check that every server answers ECHO_REQ with the same bytes."""
+        self._c.echo(to_bytes(data))
+
+    # Admin views, on the admin text protocol.
+
+    def _admin(self) -> list[admin.AdminConnection]:
+        if not self.servers:
+            raise NoServer("no server given (pass servers or set DSJOB_SERVERS)")
+        ctx = self.tls.context() if self.tls else None
+        t = self.timeout or 5.0
+        return [admin.AdminConnection(s, t, ctx) for s in self.servers]
+
+    def _each(self, fn: Callable[[admin.AdminConnection], list[dict[str, Any]]]
+              ) -> list[dict[str, Any]]:
+        rows = []
+        conns = self._admin()
+        for conn in conns:
+            for row in fn(conn):
+                if len(conns) > 1:
+                    row = {"server": conn.addr, **row}
+                rows.append(row)
+        return rows
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The servers' "workers": fd, ip, id and functions of each connection."""
+        return self._each(admin.workers)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job the servers hold ("show jobs detail"; gearmand's "show
+        jobs" fills what it has)."""
+        return self._each(admin.jobs)
+
+    def dead(self, function: str | None = None) -> list[dict[str, Any]]:
+        """The dead set (dsjobd's "show dead"): the failed background jobs
+        kept by --max-dead, with their last failure's text in "error"."""
+        return self._each(lambda c: admin.dead(c, function))
+
+    def result(self, job: Job | str) -> bytes:
+        """The kept result of a background job (dsjobd --keep-results): its
+        bytes, or JobFailed with the worker's exception text."""
+        handle = job.handle if isinstance(job, Job) else job
+        last: Exception | None = None
+        for conn in self._admin():
+            try:
+                return admin.job_outcome(admin.result(conn, handle), handle)
+            except Refused as e:
+                last = e
+                if e.code == "NOT_DONE" and e.text.endswith(" dead"):
+                    for row in admin.dead(conn):
+                        if row["handle"] == handle:
+                            raise JobFailed(row["error"] or f"job {handle} failed",
+                                            row["error"] or None, handle) from None
+            except JobFailed:
+                raise
+            except Error as e:
+                last = e
+        assert last is not None
+        raise last
+
+
+def _task_error(err: int, errmsg: str, handle: str, index: int) -> Exception:
+    try:
+        _dsjob.raise_error(err, errmsg)
+    except Exception as e:  # the exception the code stands for
+        if isinstance(e, JobFailed):
+            e.handle = handle or None
+        setattr(e, "index", index)
+        return e
+    raise AssertionError("raise_error returned")

@@ -1,0 +1,1750 @@
+/*
+ * dsjob._dsjob: the CPython extension under the dsjob package, a thin layer
+ * over libdsjobclient, libdsjobworker and libdsjobserver. Every call that
+ * may wait (on the network, on a job, on a thread) runs with the GIL
+ * released; a C handle is used by one thread at a time, so each object
+ * holds a lock taken with the GIL released. Errors become the exceptions of
+ * dsjob._errors with the library's message. The Python modules of the
+ * package (client.py, worker.py, server.py) build the public API on this.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <structmember.h>
+
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <dsjob/async.h>
+#include <dsjob/client.h>
+#include <dsjob/server.h>
+#include <dsjob/worker.h>
+
+/* The exception classes of dsjob._errors, set at import. */
+static PyObject *Error, *NoServer, *Timeout, *Refused, *JobFailed;
+
+/*
+ * Raises the exception for err with msg (the handle's errmsg; "" for none):
+ * JobFailed for a job that failed or raised, Refused with the server's code
+ * for an ERROR answer, Timeout, NoServer for a server that could not be
+ * used, ValueError for a bad argument, MemoryError. Returns NULL.
+ */
+static PyObject *
+raise_err(int err, const char *msg)
+{
+    PyObject *exc, *cls = Error;
+
+    if (msg == NULL || msg[0] == '\0')
+        msg = dsjob_strerror(err);
+    switch (err) {
+    case DSJOB_ERR_NOMEM: return PyErr_NoMemory();
+    case DSJOB_ERR_ARG: PyErr_SetString(PyExc_ValueError, msg); return NULL;
+    case DSJOB_ERR_TIMEOUT: cls = Timeout; break;
+    case DSJOB_ERR_SYS:
+    case DSJOB_ERR_CLOSED: cls = NoServer; break;
+    case DSJOB_ERR_JOB_FAILED:
+        exc = PyObject_CallFunction(JobFailed, "sO", "the job failed (WORK_FAIL)", Py_None);
+        goto raise;
+    case DSJOB_ERR_JOB_EXCEPTION:
+        exc = PyObject_CallFunction(JobFailed, "ss", msg, msg);
+        goto raise;
+    case DSJOB_ERR_SERVER: {
+        /* "host:port: CODE: text" */
+        const char *a = strstr(msg, ": "), *b = a ? strstr(a + 2, ": ") : NULL;
+
+        if (b != NULL)
+            exc =
+                PyObject_CallFunction(Refused, "ss#s", msg, a + 2, (Py_ssize_t)(b - a - 2), b + 2);
+        else
+            exc = PyObject_CallFunction(Refused, "sss", msg, "", msg);
+        goto raise;
+    }
+    default: break;
+    }
+    exc = PyObject_CallFunction(cls, "s", msg);
+raise:
+    if (exc != NULL) {
+        PyObject *code = PyLong_FromLong(err);
+
+        if (code == NULL || PyObject_SetAttrString(exc, "errno_dsjob", code) < 0)
+            PyErr_Clear();
+        Py_XDECREF(code);
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* Takes lock with the GIL released (another thread may hold it for a long wait). */
+static void
+lock_take(PyThread_type_lock lock)
+{
+    if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+/* ---- Client ---- */
+
+typedef struct {
+    PyObject_HEAD struct dsjob_client *c;
+    PyThread_type_lock lock;
+    int nservers;
+    PyObject *on_data, *on_status, *on_warning; /* during a submit only */
+    PyObject *cb_error;                         /* the first exception a callback raised */
+} ClientObject;
+
+static int
+Client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"connect_ms", "io_ms", NULL};
+    int connect_ms = 5000, io_ms = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, &connect_ms, &io_ms))
+        return -1;
+    if (self->c == NULL) {
+        self->c = dsjob_client_new();
+        self->lock = PyThread_allocate_lock();
+        if (self->c == NULL || self->lock == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    dsjob_client_set_timeout(self->c, connect_ms, io_ms);
+    return 0;
+}
+
+static void
+Client_dealloc(ClientObject *self)
+{
+    dsjob_client_free(self->c);
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Client_add_server(ClientObject *self, PyObject *arg)
+{
+    const char *addr = PyUnicode_AsUTF8(arg);
+    int err;
+
+    if (addr == NULL)
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_client_add_server(self->c, addr);
+    PyThread_release_lock(self->lock);
+    if (err != DSJOB_OK) {
+        if (err == DSJOB_ERR_ARG)
+            return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+        return raise_err(err, "");
+    }
+    self->nservers++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Client_set_tls(ClientObject *self, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_client_set_tls(self->c, ca, cert, key, flags);
+    if (err != DSJOB_OK) {
+        PyObject *r = raise_err(err, dsjob_client_errmsg(self->c));
+
+        PyThread_release_lock(self->lock);
+        return r;
+    }
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+/* Calls a Python callback of a foreground submit, in the thread that waits. */
+static void
+client_call(ClientObject *self, PyObject *fn, PyObject *arg)
+{
+    PyGILState_STATE g;
+    PyObject *r;
+
+    if (fn == NULL || arg == NULL) {
+        Py_XDECREF(arg);
+        return;
+    }
+    g = PyGILState_Ensure();
+    if (self->cb_error == NULL) {
+        r = PyObject_CallObject(fn, arg);
+        if (r == NULL) {
+            PyObject *t, *v, *tb;
+
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_NormalizeException(&t, &v, &tb);
+            if (tb != NULL)
+                PyException_SetTraceback(v, tb);
+            self->cb_error = v;
+            Py_XDECREF(t);
+            Py_XDECREF(tb);
+        }
+        Py_XDECREF(r);
+    }
+    Py_DECREF(arg);
+    PyGILState_Release(g);
+}
+
+static void
+client_cb_status(unsigned num, unsigned den, void *user)
+{
+    ClientObject *self = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *a = self->on_status ? Py_BuildValue("(II)", num, den) : NULL;
+
+    PyGILState_Release(g);
+    client_call(self, self->on_status, a);
+}
+
+static void
+client_cb_bytes(ClientObject *self, PyObject *fn, const void *data, size_t len)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *a = fn ? Py_BuildValue("(y#)", (const char *)data, (Py_ssize_t)len) : NULL;
+
+    PyGILState_Release(g);
+    client_call(self, fn, a);
+}
+
+static void
+client_cb_data(const void *data, size_t len, void *user)
+{
+    ClientObject *self = user;
+
+    client_cb_bytes(self, self->on_data, data, len);
+}
+
+static void
+client_cb_warning(const void *data, size_t len, void *user)
+{
+    ClientObject *self = user;
+
+    client_cb_bytes(self, self->on_warning, data, len);
+}
+
+static int
+check_servers(ClientObject *self)
+{
+    if (self->nservers == 0) {
+        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(Client_submit_doc,
+             "submit(function, payload, unique=None, priority=0, on_data=None, on_status=None,\n"
+             "       on_warning=None) -> bytes\n\n"
+             "Run a foreground job and return its WORK_COMPLETE bytes, with the GIL released\n"
+             "while waiting. The callbacks get WORK_DATA and WORK_WARNING bytes and\n"
+             "WORK_STATUS (numerator, denominator) as they arrive, in this thread.");
+
+static PyObject *
+Client_submit(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"function", "payload",   "unique",     "priority",
+                             "on_data",  "on_status", "on_warning", NULL};
+    const char *func, *unique = NULL;
+    Py_buffer payload;
+    int prio = 0, err;
+    PyObject *on_data = Py_None, *on_status = Py_None, *on_warning = Py_None, *res = NULL;
+    void *result = NULL;
+    size_t rlen = 0;
+    struct dsjob_client_callbacks cb = {client_cb_status, client_cb_data, client_cb_warning};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss*|ziOOO", kwlist, &func, &payload, &unique, &prio,
+                                     &on_data, &on_status, &on_warning))
+        return NULL;
+    if (check_servers(self) < 0) {
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
+    lock_take(self->lock);
+    self->on_data = on_data != Py_None ? on_data : NULL;
+    self->on_status = on_status != Py_None ? on_status : NULL;
+    self->on_warning = on_warning != Py_None ? on_warning : NULL;
+    self->cb_error = NULL;
+    dsjob_client_set_callbacks(self->c, &cb, self);
+    Py_BEGIN_ALLOW_THREADS err =
+        dsjob_client_submit(self->c, func, unique, payload.buf, (size_t)payload.len,
+                            (enum dsjob_priority)prio, &result, &rlen);
+    Py_END_ALLOW_THREADS dsjob_client_set_callbacks(self->c, NULL, NULL);
+    self->on_data = self->on_status = self->on_warning = NULL;
+    if (self->cb_error != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(self->cb_error), self->cb_error);
+        Py_CLEAR(self->cb_error);
+    } else if (err == DSJOB_OK) {
+        res = PyBytes_FromStringAndSize(result, (Py_ssize_t)rlen);
+    } else {
+        raise_err(err, dsjob_client_errmsg(self->c));
+    }
+    PyThread_release_lock(self->lock);
+    dsjob_free(result);
+    PyBuffer_Release(&payload);
+    return res;
+}
+
+PyDoc_STRVAR(Client_submit_bg_doc,
+             "submit_bg(function, payload, unique=None, priority=0, at=None) -> str\n\n"
+             "Submit a background job (at: seconds since the epoch, SUBMIT_JOB_EPOCH)\n"
+             "and return its handle once a server has accepted it.");
+
+static PyObject *
+Client_submit_bg(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"function", "payload", "unique", "priority", "at", NULL};
+    const char *func, *unique = NULL;
+    Py_buffer payload;
+    int prio = 0, err;
+    PyObject *at = Py_None, *res = NULL;
+    long long epoch = 0;
+    char handle[DSJOB_HANDLE_MAX];
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss*|ziO", kwlist, &func, &payload, &unique, &prio,
+                                     &at))
+        return NULL;
+    if (at != Py_None) {
+        epoch = PyLong_AsLongLong(at);
+        if (epoch == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&payload);
+            return NULL;
+        }
+    }
+    if (check_servers(self) < 0) {
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
+    lock_take(self->lock);
+    Py_BEGIN_ALLOW_THREADS if (at != Py_None) err =
+        dsjob_client_submit_epoch(self->c, func, unique, payload.buf, (size_t)payload.len,
+                                  (int64_t)epoch, handle, sizeof(handle));
+    else err = dsjob_client_submit_bg(self->c, func, unique, payload.buf, (size_t)payload.len,
+                                      (enum dsjob_priority)prio, handle, sizeof(handle));
+    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
+        PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
+    else raise_err(err, dsjob_client_errmsg(self->c));
+    PyThread_release_lock(self->lock);
+    PyBuffer_Release(&payload);
+    return res;
+}
+
+PyDoc_STRVAR(Client_status_doc,
+             "status(handle=None, unique=None) -> (known, running, numerator, denominator,\n"
+             "                                     waiting)\n\n"
+             "Ask the servers about a job by handle (GET_STATUS) or unique key\n"
+             "(GET_STATUS_UNIQUE).");
+
+static PyObject *
+Client_status(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"handle", "unique", NULL};
+    const char *handle = NULL, *unique = NULL;
+    struct dsjob_status st;
+    PyObject *res = NULL;
+    int err;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz", kwlist, &handle, &unique))
+        return NULL;
+    if ((handle == NULL) == (unique == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "status() takes a handle or a unique key");
+        return NULL;
+    }
+    if (check_servers(self) < 0)
+        return NULL;
+    memset(&st, 0, sizeof(st));
+    lock_take(self->lock);
+    Py_BEGIN_ALLOW_THREADS err = handle ? dsjob_client_status(self->c, handle, &st)
+                                        : dsjob_client_status_unique(self->c, unique, &st);
+    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
+        Py_BuildValue("(NNIII)", PyBool_FromLong(st.known), PyBool_FromLong(st.running),
+                      st.numerator, st.denominator, st.waiting);
+    else raise_err(err, dsjob_client_errmsg(self->c));
+    PyThread_release_lock(self->lock);
+    return res;
+}
+
+static PyObject *
+Client_echo(ClientObject *self, PyObject *arg)
+{
+    Py_buffer data;
+    int err;
+
+    if (!PyArg_Parse(arg, "s*", &data))
+        return NULL;
+    if (check_servers(self) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    lock_take(self->lock);
+    Py_BEGIN_ALLOW_THREADS err = dsjob_client_echo(self->c, data.buf, (size_t)data.len);
+    Py_END_ALLOW_THREADS if (err != DSJOB_OK) raise_err(err, dsjob_client_errmsg(self->c));
+    PyThread_release_lock(self->lock);
+    PyBuffer_Release(&data);
+    if (err != DSJOB_OK)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* One task of run_tasks: its index, and the shared record of the order they ended in. */
+struct task_ctx {
+    size_t index;
+    struct task_run *run;
+};
+
+struct task_run {
+    size_t *order; /* indexes, in the order the tasks ended */
+    size_t nended;
+    int background; /* created ends a task (it is only progress in the foreground) */
+};
+
+static void
+task_end(struct dsjob_task *t, void *user)
+{
+    struct task_ctx *tc = user;
+
+    (void)t;
+    tc->run->order[tc->run->nended++] = tc->index;
+}
+
+static void
+task_created(struct dsjob_task *t, const char *handle, void *user)
+{
+    struct task_ctx *tc = user;
+
+    (void)handle;
+    if (tc->run->background)
+        task_end(t, user);
+}
+
+static void
+task_complete(struct dsjob_task *t, const void *r, size_t len, void *user)
+{
+    (void)r;
+    (void)len;
+    task_end(t, user);
+}
+
+static void
+task_exception(struct dsjob_task *t, const char *text, size_t len, void *user)
+{
+    (void)text;
+    (void)len;
+    task_end(t, user);
+}
+
+PyDoc_STRVAR(Client_run_tasks_doc,
+             "run_tasks(function, payloads, uniques=None, priority=0, background=False,\n"
+             "          timeout_ms=0) -> list\n\n"
+             "Submit every payload through one C task set (pipelined, resubmitted to the\n"
+             "next server when a connection fails) and wait for all. Returns one tuple a\n"
+             "task, in the order they ended: (index, error, result, errmsg, handle) with\n"
+             "error 0 and result the WORK_COMPLETE bytes (or None in the background) for\n"
+             "a task that succeeded, else the dsjob error code and its text. Tasks still\n"
+             "running at the timeout are left out.");
+
+static PyObject *
+Client_run_tasks(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"function",   "payloads",   "uniques", "priority",
+                             "background", "timeout_ms", NULL};
+    static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
+                                                    task_complete, task_end, task_exception};
+    const char *func;
+    PyObject *payloads, *uniques = Py_None, *seq = NULL, *useq = NULL, *out = NULL;
+    int prio = 0, background = 0, timeout_ms = 0, err = DSJOB_OK;
+    struct dsjob_taskset *ts = NULL;
+    struct dsjob_task **tasks = NULL;
+    struct task_ctx *ctx = NULL;
+    struct task_run run = {NULL, 0, 0};
+    Py_ssize_t n, i;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|Oipi", kwlist, &func, &payloads, &uniques, &prio,
+                                     &background, &timeout_ms))
+        return NULL;
+    if (check_servers(self) < 0)
+        return NULL;
+    run.background = background;
+    seq = PySequence_Fast(payloads, "payloads must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (uniques != Py_None) {
+        useq = PySequence_Fast(uniques, "uniques must be a sequence");
+        if (useq == NULL)
+            goto out;
+        if (PySequence_Fast_GET_SIZE(useq) != n) {
+            PyErr_SetString(PyExc_ValueError, "uniques and payloads differ in length");
+            goto out;
+        }
+    }
+    tasks = PyMem_Calloc((size_t)n + 1, sizeof(*tasks));
+    ctx = PyMem_Calloc((size_t)n + 1, sizeof(*ctx));
+    run.order = PyMem_Calloc((size_t)n + 1, sizeof(*run.order));
+    if (tasks == NULL || ctx == NULL || run.order == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    lock_take(self->lock);
+    ts = dsjob_taskset_new(self->c, &cbs);
+    PyThread_release_lock(self->lock);
+    if (ts == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+        const char *unique = NULL;
+        Py_buffer b;
+
+        if (useq != NULL) {
+            PyObject *u = PySequence_Fast_GET_ITEM(useq, i);
+
+            if (u != Py_None && (unique = PyUnicode_AsUTF8(u)) == NULL)
+                goto out;
+        }
+        if (!PyArg_Parse(p, "s*", &b))
+            goto out;
+        ctx[i].index = (size_t)i;
+        ctx[i].run = &run;
+        err = dsjob_taskset_add(ts, func, unique, b.buf, (size_t)b.len, (enum dsjob_priority)prio,
+                                background ? DSJOB_TASK_BACKGROUND : 0, &ctx[i], &tasks[i]);
+        PyBuffer_Release(&b);
+        if (err != DSJOB_OK) {
+            raise_err(err, "");
+            goto out;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS err = dsjob_taskset_run(ts, timeout_ms);
+    Py_END_ALLOW_THREADS if (err == DSJOB_ERR_NOMEM)
+    {
+        PyErr_NoMemory();
+        goto out;
+    }
+    out = PyList_New((Py_ssize_t)run.nended);
+    if (out == NULL)
+        goto out;
+    for (i = 0; i < (Py_ssize_t)run.nended; i++) {
+        size_t k = run.order[i], len = 0;
+        struct dsjob_task *t = tasks[k];
+        int terr = dsjob_task_error(t);
+        const void *r = dsjob_task_result(t, &len);
+        PyObject *res, *item;
+
+        if (terr == DSJOB_OK && !background && r != NULL)
+            res = PyBytes_FromStringAndSize(r, (Py_ssize_t)len);
+        else if (terr == DSJOB_OK && !background)
+            res = PyBytes_FromStringAndSize("", 0);
+        else
+            res = Py_NewRef(Py_None);
+        item = res ? Py_BuildValue("(niNss)", (Py_ssize_t)k, terr, res, dsjob_task_errmsg(t),
+                                   dsjob_task_handle(t))
+                   : NULL;
+        if (item == NULL) {
+            Py_CLEAR(out);
+            goto out;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+out:
+    dsjob_taskset_free(ts);
+    PyMem_Free(tasks);
+    PyMem_Free(ctx);
+    PyMem_Free(run.order);
+    Py_XDECREF(seq);
+    Py_XDECREF(useq);
+    return out;
+}
+
+static PyMethodDef Client_methods[] = {
+    {"add_server", (PyCFunction)Client_add_server, METH_O,
+     "add_server(addr): add a server, \"host:port\", \"[v6]:port\" or a unix socket path."},
+    {"set_tls", (PyCFunction)Client_set_tls, METH_VARARGS,
+     "set_tls(ca_file, cert_file, key_file, flags): connect with TLS (dsjob_client_set_tls)."},
+    {"submit", (PyCFunction)(void (*)(void))Client_submit, METH_VARARGS | METH_KEYWORDS,
+     Client_submit_doc},
+    {"submit_bg", (PyCFunction)(void (*)(void))Client_submit_bg, METH_VARARGS | METH_KEYWORDS,
+     Client_submit_bg_doc},
+    {"status", (PyCFunction)(void (*)(void))Client_status, METH_VARARGS | METH_KEYWORDS,
+     Client_status_doc},
+    {"echo", (PyCFunction)Client_echo, METH_O,
+     "echo(data): check that every server echoes data back."},
+    {"run_tasks", (PyCFunction)(void (*)(void))Client_run_tasks, METH_VARARGS | METH_KEYWORDS,
+     Client_run_tasks_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ClientType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Client(connect_ms=5000, io_ms=0): a libdsjobclient handle (struct dsjob_client).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Client_init,
+    .tp_dealloc = (destructor)Client_dealloc,
+    .tp_methods = Client_methods,
+};
+
+/* ---- Job (a worker's current job) ---- */
+
+typedef struct {
+    PyObject_HEAD struct dsjob_job *job; /* NULL once the handler has returned */
+    PyObject *payload;                   /* bytes, made on first access */
+} JobObject;
+
+static void
+Job_dealloc(JobObject *self)
+{
+    Py_XDECREF(self->payload);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+job_live(JobObject *self)
+{
+    if (self->job == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the job has ended: use it only in its handler");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+Job_get_payload(JobObject *self, void *closure)
+{
+    (void)closure;
+    if (self->payload == NULL) {
+        size_t len = 0;
+        const void *p;
+
+        if (job_live(self) < 0)
+            return NULL;
+        p = dsjob_job_payload(self->job, &len);
+        self->payload = PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
+        if (self->payload == NULL)
+            return NULL;
+    }
+    return Py_NewRef(self->payload);
+}
+
+static PyObject *
+Job_get_str(JobObject *self, void *closure)
+{
+    const char *s;
+
+    if (job_live(self) < 0)
+        return NULL;
+    s = closure == (void *)0   ? dsjob_job_handle(self->job)
+        : closure == (void *)1 ? dsjob_job_unique(self->job)
+                               : dsjob_job_function(self->job);
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
+}
+
+static PyObject *
+job_send(JobObject *self, PyObject *arg, int kind)
+{
+    Py_buffer b;
+    int err;
+
+    if (job_live(self) < 0 || !PyArg_Parse(arg, "s*", &b))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS err = kind == 0 ? dsjob_job_data(self->job, b.buf, (size_t)b.len)
+                                           : dsjob_job_warning(self->job, b.buf, (size_t)b.len);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+    if (err != DSJOB_OK)
+        return raise_err(err, "the job's connection failed: the server will requeue it");
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Job_send_data(JobObject *self, PyObject *arg)
+{
+    return job_send(self, arg, 0);
+}
+
+static PyObject *
+Job_warn(JobObject *self, PyObject *arg)
+{
+    return job_send(self, arg, 1);
+}
+
+static PyObject *
+Job_send_status(JobObject *self, PyObject *args)
+{
+    unsigned num, den;
+    int err;
+
+    if (job_live(self) < 0 || !PyArg_ParseTuple(args, "II", &num, &den))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS err = dsjob_job_status(self->job, num, den);
+    Py_END_ALLOW_THREADS if (err != DSJOB_OK) return raise_err(
+        err, "the job's connection failed: the server will requeue it");
+    Py_RETURN_NONE;
+}
+
+static PyGetSetDef Job_getset[] = {
+    {"payload", (getter)Job_get_payload, NULL, "The job's payload (bytes).", NULL},
+    {"handle", (getter)Job_get_str, NULL, "The job's handle, as the server named it.", (void *)0},
+    {"unique", (getter)Job_get_str, NULL, "The job's unique key, \"\" for none.", (void *)1},
+    {"function", (getter)Job_get_str, NULL, "The function the job was submitted to.", (void *)2},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Job_methods[] = {
+    {"send_data", (PyCFunction)Job_send_data, METH_O,
+     "send_data(data): send a WORK_DATA chunk (bytes or str) to the waiting clients now."},
+    {"send_status", (PyCFunction)Job_send_status, METH_VARARGS,
+     "send_status(numerator, denominator): send WORK_STATUS now."},
+    {"warn", (PyCFunction)Job_warn, METH_O, "warn(text): send a WORK_WARNING now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject JobType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob.WorkerJob",
+    .tp_basicsize = sizeof(JobObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The job a worker's handler runs: payload, handle, unique, function, and\n"
+              "send_data(), send_status(), warn(). Valid only while the handler runs.",
+    .tp_dealloc = (destructor)Job_dealloc,
+    .tp_getset = Job_getset,
+    .tp_methods = Job_methods,
+};
+
+/* ---- Worker ---- */
+
+typedef struct {
+    PyObject_HEAD struct dsjob_worker *w;
+    PyThread_type_lock lock;
+    PyObject *handlers; /* list: keeps the callables registered alive */
+    int nservers;
+    int nfuncs;
+} WorkerObject;
+
+static int
+Worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"connect_ms", "io_ms", NULL};
+    int connect_ms = 5000, io_ms = 30000;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, &connect_ms, &io_ms))
+        return -1;
+    if (self->w == NULL) {
+        self->w = dsjob_worker_new();
+        self->lock = PyThread_allocate_lock();
+        self->handlers = PyList_New(0);
+        if (self->w == NULL || self->lock == NULL || self->handlers == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    dsjob_worker_set_timeout(self->w, connect_ms, io_ms);
+    return 0;
+}
+
+static void
+Worker_dealloc(WorkerObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    dsjob_worker_free(self->w);
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
+    Py_XDECREF(self->handlers);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Worker_traverse(WorkerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->handlers);
+    return 0;
+}
+
+static int
+Worker_clear(WorkerObject *self)
+{
+    Py_CLEAR(self->handlers);
+    return 0;
+}
+
+static PyObject *
+Worker_add_server(WorkerObject *self, PyObject *arg)
+{
+    const char *addr = PyUnicode_AsUTF8(arg);
+    int err;
+
+    if (addr == NULL)
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_worker_add_server(self->w, addr);
+    PyThread_release_lock(self->lock);
+    if (err == DSJOB_ERR_ARG)
+        return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+    if (err != DSJOB_OK)
+        return raise_err(err, "");
+    self->nservers++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Worker_set_tls(WorkerObject *self, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_worker_set_tls(self->w, ca, cert, key, flags);
+    PyThread_release_lock(self->lock);
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_worker_errmsg(self->w));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Worker_set_id(WorkerObject *self, PyObject *arg)
+{
+    const char *id = PyUnicode_AsUTF8(arg);
+    int err;
+
+    if (id == NULL)
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_worker_set_id(self->w, id);
+    PyThread_release_lock(self->lock);
+    if (err != DSJOB_OK)
+        return raise_err(err, "");
+    Py_RETURN_NONE;
+}
+
+/*
+ * The C callback of every function: calls the Python dispatcher registered
+ * with it with a Job, in whichever thread runs the job. The dispatcher
+ * returns (result code, bytes): an enum dsjob_work_result and the result or
+ * the exception text. A dispatcher that raises (it should not) fails the job.
+ */
+static int
+worker_cb(struct dsjob_job *job, void *user)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    JobObject *jo = PyObject_New(JobObject, &JobType);
+    PyObject *r = NULL;
+    int rc = DSJOB_WORK_FAIL;
+
+    if (jo != NULL) {
+        jo->job = job;
+        jo->payload = NULL;
+        r = PyObject_CallOneArg((PyObject *)user, (PyObject *)jo);
+        jo->job = NULL;
+        Py_DECREF(jo);
+    }
+    if (r != NULL) {
+        int code;
+        const char *buf;
+        Py_ssize_t len;
+
+        if (PyArg_ParseTuple(r, "iy#", &code, &buf, &len)) {
+            rc = code;
+            if ((code == DSJOB_WORK_COMPLETE || code == DSJOB_WORK_EXCEPTION) &&
+                dsjob_job_set_result(job, buf, (size_t)len) != DSJOB_OK)
+                rc = DSJOB_WORK_FAIL;
+        }
+        Py_DECREF(r);
+    }
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable(user);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static PyObject *
+Worker_register(WorkerObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *fn;
+    int timeout_ms = 0, err;
+
+    if (!PyArg_ParseTuple(args, "sO|i", &name, &fn, &timeout_ms))
+        return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "the handler must be callable");
+        return NULL;
+    }
+    if (PyList_Append(self->handlers, fn) < 0)
+        return NULL;
+    lock_take(self->lock);
+    err = dsjob_worker_register(self->w, name, worker_cb, fn, timeout_ms);
+    PyThread_release_lock(self->lock);
+    if (err == DSJOB_ERR_ARG)
+        return PyErr_Format(PyExc_ValueError, "function '%s' is empty or already registered", name);
+    if (err != DSJOB_OK)
+        return raise_err(err, "");
+    self->nfuncs++;
+    Py_RETURN_NONE;
+}
+
+/* The worker that SIGTERM and SIGINT stop during run() in the main thread. */
+static struct dsjob_worker *volatile sig_worker;
+static volatile sig_atomic_t sig_caught;
+
+static void
+on_stop_signal(int sig)
+{
+    struct dsjob_worker *w = sig_worker;
+
+    sig_caught = sig;
+    if (w != NULL)
+        dsjob_worker_stop(w);
+}
+
+static int
+worker_ready(WorkerObject *self)
+{
+    if (self->nservers == 0) {
+        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        return -1;
+    }
+    if (self->nfuncs == 0) {
+        PyErr_SetString(PyExc_ValueError, "no function registered");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(Worker_run_doc,
+             "run(concurrency=1, handle_signals=False) -> int\n\n"
+             "Run jobs until stop(), concurrency at once (threads of libdsjobworker, each\n"
+             "with its own connections), with the GIL released while waiting. In the main\n"
+             "thread, with handle_signals, SIGTERM and SIGINT stop taking jobs and let the\n"
+             "running ones finish; the old handlers are back when run returns. Returns\n"
+             "the signal that stopped it, or 0.");
+
+static PyObject *
+Worker_run(WorkerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"concurrency", "handle_signals", NULL};
+    int n = 1, handle = 0, err, caught = 0;
+    struct sigaction sa, old_term, old_int;
+    bool signals;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ip", kwlist, &n, &handle))
+        return NULL;
+    if (worker_ready(self) < 0)
+        return NULL;
+    if (dsjob_worker_set_concurrency(self->w, n) != DSJOB_OK) {
+        PyErr_SetString(PyExc_ValueError, "concurrency must be 1 or more");
+        return NULL;
+    }
+    signals = handle && sig_worker == NULL;
+    lock_take(self->lock);
+    if (signals) {
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sig_caught = 0;
+        sig_worker = self->w;
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGINT, &sa, &old_int);
+    }
+    Py_BEGIN_ALLOW_THREADS err = dsjob_worker_run(self->w);
+    Py_END_ALLOW_THREADS if (signals)
+    {
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+        sig_worker = NULL;
+        caught = sig_caught;
+    }
+    if (err != DSJOB_OK) {
+        raise_err(err, dsjob_worker_errmsg(self->w));
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    PyThread_release_lock(self->lock);
+    return PyLong_FromLong(caught);
+}
+
+static PyObject *
+Worker_work(WorkerObject *self, PyObject *args)
+{
+    int timeout_ms = 0, err;
+
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    if (worker_ready(self) < 0)
+        return NULL;
+    lock_take(self->lock);
+    Py_BEGIN_ALLOW_THREADS err = dsjob_worker_work(self->w, timeout_ms);
+    Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+    if (err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_STATE)
+        Py_RETURN_FALSE;
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_worker_errmsg(self->w));
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+Worker_stop(WorkerObject *self, PyObject *unused)
+{
+    (void)unused;
+    dsjob_worker_stop(self->w);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Worker_methods[] = {
+    {"add_server", (PyCFunction)Worker_add_server, METH_O,
+     "add_server(addr): add a server, as Client.add_server."},
+    {"set_tls", (PyCFunction)Worker_set_tls, METH_VARARGS,
+     "set_tls(ca_file, cert_file, key_file, flags): connect with TLS (dsjob_worker_set_tls)."},
+    {"set_id", (PyCFunction)Worker_set_id, METH_O,
+     "set_id(id): the id the server's \"workers\" command shows."},
+    {"register", (PyCFunction)Worker_register, METH_VARARGS,
+     "register(name, dispatcher, timeout_ms=0): announce a function; dispatcher(job)\n"
+     "returns (code, bytes) with code an enum dsjob_work_result."},
+    {"run", (PyCFunction)(void (*)(void))Worker_run, METH_VARARGS | METH_KEYWORDS, Worker_run_doc},
+    {"work", (PyCFunction)Worker_work, METH_VARARGS,
+     "work(timeout_ms=0) -> bool: run one job; False when none came or stopped."},
+    {"stop", (PyCFunction)Worker_stop, METH_NOARGS,
+     "stop(): stop taking jobs; running ones finish (from any thread)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WorkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.Worker",
+    .tp_basicsize = sizeof(WorkerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Worker(connect_ms=5000, io_ms=30000): a libdsjobworker handle.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Worker_init,
+    .tp_dealloc = (destructor)Worker_dealloc,
+    .tp_traverse = (traverseproc)Worker_traverse,
+    .tp_clear = (inquiry)Worker_clear,
+    .tp_methods = Worker_methods,
+};
+
+/* ---- Server ---- */
+
+typedef struct {
+    PyObject_HEAD struct dsjob_server *srv;
+    int started; /* dsjob_server_start ran and join did not yet */
+    int result;  /* what join returned */
+} ServerObject;
+
+enum opt_type { OPT_INT, OPT_UINT, OPT_SIZE, OPT_BOOL, OPT_STR, OPT_LEVEL, OPT_LIST };
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    size_t off;
+};
+
+#define OPT(name, type)                                                                            \
+    {                                                                                              \
+#name, type, offsetof(struct dsjob_server_config, name)                                    \
+    }
+static const struct opt server_opts[] = {
+    OPT(listen, OPT_LIST),
+    OPT(port, OPT_INT),
+    OPT(unix_socket, OPT_STR),
+    OPT(backlog, OPT_INT),
+    OPT(keepalive, OPT_BOOL),
+    OPT(max_packet_size, OPT_SIZE),
+    OPT(max_output_buffer, OPT_SIZE),
+    OPT(max_connections, OPT_UINT),
+    OPT(max_jobs, OPT_UINT),
+    OPT(max_queue, OPT_UINT),
+    OPT(job_retries, OPT_UINT),
+    OPT(round_robin, OPT_BOOL),
+    OPT(exceptions, OPT_BOOL),
+    OPT(job_handle_prefix, OPT_STR),
+    OPT(log_file, OPT_STR),
+    OPT(verbose, OPT_LEVEL),
+    OPT(store, OPT_STR),
+    OPT(work_dir, OPT_STR),
+    OPT(store_db, OPT_STR),
+    OPT(store_sync, OPT_INT),
+    OPT(store_batch, OPT_UINT),
+    OPT(store_commit_interval_ms, OPT_UINT),
+    OPT(memcached_servers, OPT_STR),
+    OPT(memcached_prefix, OPT_STR),
+    OPT(idle_timeout, OPT_UINT),
+    OPT(retry_on, OPT_UINT),
+    OPT(retry_backoff_base_ms, OPT_UINT),
+    OPT(retry_backoff_max_ms, OPT_UINT),
+    OPT(max_dead, OPT_UINT),
+    OPT(keep_results, OPT_UINT),
+    OPT(max_result_size, OPT_SIZE),
+    OPT(reject_no_worker, OPT_BOOL),
+    OPT(priority_aging, OPT_UINT),
+    OPT(ssl, OPT_BOOL),
+    OPT(ssl_certificate, OPT_STR),
+    OPT(ssl_key, OPT_STR),
+    OPT(ssl_ca_file, OPT_STR),
+    OPT(ssl_verify_client, OPT_BOOL),
+    OPT(http_port, OPT_INT),
+    OPT(http_listen, OPT_STR),
+    OPT(job_timeout, OPT_UINT),
+    OPT(pg_dsn, OPT_STR),
+    OPT(pg_lease, OPT_UINT),
+    OPT(pg_prefetch, OPT_UINT),
+    OPT(pg_poll_ms, OPT_UINT),
+    OPT(http_admin, OPT_BOOL),
+    OPT(store_async_ends, OPT_BOOL),
+};
+#undef OPT
+
+/* Sets one option of cfg from value; strings borrow from value (kept alive by the caller). */
+static int
+set_opt(struct dsjob_server_config *cfg, const struct opt *o, PyObject *value)
+{
+    char *field = (char *)cfg + o->off;
+    unsigned long long u;
+    long l;
+
+    switch (o->type) {
+    case OPT_INT:
+        l = PyLong_AsLong(value);
+        if (l == -1 && PyErr_Occurred())
+            return -1;
+        if (l < INT_MIN || l > INT_MAX)
+            goto range;
+        *(int *)field = (int)l;
+        return 0;
+    case OPT_UINT:
+    case OPT_SIZE:
+        u = PyLong_AsUnsignedLongLong(value);
+        if (u == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        if (o->type == OPT_UINT) {
+            if (u > UINT_MAX)
+                goto range;
+            *(unsigned *)field = (unsigned)u;
+        } else {
+            *(size_t *)field = (size_t)u;
+        }
+        return 0;
+    case OPT_BOOL:
+        l = PyObject_IsTrue(value);
+        if (l < 0)
+            return -1;
+        *(bool *)field = l != 0;
+        return 0;
+    case OPT_STR:
+        if (value == Py_None) {
+            *(const char **)field = NULL;
+            return 0;
+        }
+        if ((*(const char **)field = PyUnicode_AsUTF8(value)) == NULL)
+            return -1;
+        return 0;
+    case OPT_LEVEL:
+        if (PyLong_Check(value)) {
+            l = PyLong_AsLong(value);
+        } else {
+            const char *s = PyUnicode_AsUTF8(value);
+
+            if (s == NULL)
+                return -1;
+            l = dsjob_server_log_level(s);
+        }
+        if (l < DSJOB_LOG_FATAL || l > DSJOB_LOG_DEBUG) {
+            PyErr_Format(PyExc_ValueError, "verbose: unknown log level %R", value);
+            return -1;
+        }
+        cfg->verbose = (enum dsjob_log_level)l;
+        return 0;
+    case OPT_LIST: {
+        Py_ssize_t i, n;
+
+        if (PyUnicode_Check(value)) {
+            cfg->listen[0] = PyUnicode_AsUTF8(value);
+            cfg->nlisten = 1;
+            return cfg->listen[0] ? 0 : -1;
+        }
+        if (!PyList_Check(value) && !PyTuple_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "listen: a string or a list of strings");
+            return -1;
+        }
+        n = PySequence_Fast_GET_SIZE(value);
+        if (n > DSJOB_SERVER_MAX_LISTEN) {
+            PyErr_Format(PyExc_ValueError, "listen: at most %d addresses", DSJOB_SERVER_MAX_LISTEN);
+            return -1;
+        }
+        for (i = 0; i < n; i++)
+            if ((cfg->listen[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(value, i))) == NULL)
+                return -1;
+        cfg->nlisten = (int)n;
+        return 0;
+    }
+    }
+range:
+    PyErr_Format(PyExc_ValueError, "%s: %R is out of range", o->name, value);
+    return -1;
+}
+
+static int
+Server_init(ServerObject *self, PyObject *args, PyObject *kw)
+{
+    struct dsjob_server_config cfg;
+    PyObject *key, *value, *opts = NULL;
+    Py_ssize_t pos = 0;
+    char errbuf[512];
+    int err;
+
+    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &opts))
+        return -1;
+    if (self->srv != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the server is already made");
+        return -1;
+    }
+    (void)kw;
+    dsjob_server_config_init(&cfg);
+    cfg.log_file = "none";
+    while (PyDict_Next(opts, &pos, &key, &value)) {
+        const char *name = PyUnicode_AsUTF8(key);
+        size_t i;
+
+        if (name == NULL)
+            return -1;
+        for (i = 0; i < sizeof(server_opts) / sizeof(server_opts[0]); i++)
+            if (strcmp(server_opts[i].name, name) == 0)
+                break;
+        if (i == sizeof(server_opts) / sizeof(server_opts[0])) {
+            PyErr_Format(PyExc_TypeError, "unknown server option '%s'", name);
+            return -1;
+        }
+        if (set_opt(&cfg, &server_opts[i], value) < 0)
+            return -1;
+    }
+    self->srv = dsjob_server_new(&cfg, errbuf, sizeof(errbuf));
+    if (self->srv == NULL) {
+        PyErr_SetString(PyExc_ValueError, errbuf);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS err = dsjob_server_bind(self->srv);
+    Py_END_ALLOW_THREADS if (err != DSJOB_OK)
+    {
+        PyErr_Format(Error, "the server could not start: %s", dsjob_server_errmsg(self->srv));
+        dsjob_server_free(self->srv);
+        self->srv = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int
+server_made(ServerObject *self)
+{
+    if (self->srv == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the server was not made");
+        return -1;
+    }
+    return 0;
+}
+
+static void
+server_join(ServerObject *self)
+{
+    if (self->started) {
+        Py_BEGIN_ALLOW_THREADS self->result = dsjob_server_join(self->srv);
+        Py_END_ALLOW_THREADS self->started = 0;
+    }
+}
+
+static void
+Server_dealloc(ServerObject *self)
+{
+    if (self->srv != NULL) {
+        if (self->started) {
+            dsjob_server_stop(self->srv, false);
+            server_join(self);
+        }
+        dsjob_server_free(self->srv);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Server_start(ServerObject *self, PyObject *unused)
+{
+    int err;
+
+    (void)unused;
+    if (server_made(self) < 0)
+        return NULL;
+    if (self->started)
+        Py_RETURN_NONE;
+    err = dsjob_server_start(self->srv);
+    if (err != DSJOB_OK)
+        return PyErr_Format(Error, "the server could not start: %s",
+                            dsjob_server_errmsg(self->srv));
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Server_join(ServerObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (server_made(self) < 0)
+        return NULL;
+    server_join(self);
+    if (self->result != DSJOB_OK)
+        return PyErr_Format(Error, "the server failed: %s", dsjob_server_errmsg(self->srv));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Server_stop(ServerObject *self, PyObject *args)
+{
+    int graceful = 0;
+
+    if (!PyArg_ParseTuple(args, "|p", &graceful) || server_made(self) < 0)
+        return NULL;
+    if (self->started)
+        dsjob_server_stop(self->srv, graceful != 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Server_close(ServerObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->srv != NULL) {
+        if (self->started) {
+            dsjob_server_stop(self->srv, false);
+            server_join(self);
+        }
+        dsjob_server_free(self->srv);
+        self->srv = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Server_get_port(ServerObject *self, void *closure)
+{
+    (void)closure;
+    if (server_made(self) < 0)
+        return NULL;
+    return PyLong_FromLong(dsjob_server_port(self->srv));
+}
+
+static PyObject *
+Server_get_http_port(ServerObject *self, void *closure)
+{
+    (void)closure;
+    if (server_made(self) < 0)
+        return NULL;
+    return PyLong_FromLong(dsjob_server_http_port(self->srv));
+}
+
+static PyObject *
+Server_get_address(ServerObject *self, void *closure)
+{
+    char buf[512];
+
+    (void)closure;
+    if (server_made(self) < 0)
+        return NULL;
+    if (dsjob_server_address(self->srv, buf, sizeof(buf)) != DSJOB_OK)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *
+Server_get_running(ServerObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->started);
+}
+
+static PyGetSetDef Server_getset[] = {
+    {"port", (getter)Server_get_port, NULL, "The bound TCP port, -1 without TCP.", NULL},
+    {"http_port", (getter)Server_get_http_port, NULL, "The bound HTTP port, -1 without.", NULL},
+    {"address", (getter)Server_get_address, NULL, "\"host:port\" of the first listener.", NULL},
+    {"running", (getter)Server_get_running, NULL, "Whether start() ran and join() did not.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Server_methods[] = {
+    {"start", (PyCFunction)Server_start, METH_NOARGS, "start(): serve in a thread of its own."},
+    {"join", (PyCFunction)Server_join, METH_NOARGS,
+     "join(): wait (GIL released) until the server has stopped."},
+    {"stop", (PyCFunction)Server_stop, METH_VARARGS,
+     "stop(graceful=False): ask the server to stop; join() waits for it."},
+    {"close", (PyCFunction)Server_close, METH_NOARGS,
+     "close(): stop the server if it runs, wait, and free it (its store, its port)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ServerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.Server",
+    .tp_basicsize = sizeof(ServerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Server(options): a libdsjobserver server, made and bound; options a dict\n"
+              "of struct dsjob_server_config fields by name.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Server_init,
+    .tp_dealloc = (destructor)Server_dealloc,
+    .tp_getset = Server_getset,
+    .tp_methods = Server_methods,
+};
+
+/* ---- AsyncConn (the non-blocking client, dsjob_async(3)) ---- */
+
+/* The kinds of event AsyncConn passes to its Python callback. */
+enum { EV_CREATED, EV_STATUS, EV_DATA, EV_WARNING, EV_COMPLETE, EV_FAIL };
+
+typedef struct {
+    PyObject_HEAD struct dsjob_async *a;
+    PyObject *on_event; /* on_event(kind, id, arg1, arg2) */
+} AsyncObject;
+
+static void
+async_event(AsyncObject *self, int kind, uint64_t id, PyObject *a1, PyObject *a2)
+{
+    PyObject *r;
+
+    if (a1 == NULL || a2 == NULL) {
+        Py_XDECREF(a1);
+        Py_XDECREF(a2);
+        PyErr_WriteUnraisable(self->on_event);
+        return;
+    }
+    r = PyObject_CallFunction(self->on_event, "iKNN", kind, (unsigned long long)id, a1, a2);
+    if (r == NULL)
+        PyErr_WriteUnraisable(self->on_event);
+    Py_XDECREF(r);
+}
+
+static void
+acb_created(struct dsjob_async *a, uint64_t id, const char *handle, void *user)
+{
+    (void)a;
+    async_event(user, EV_CREATED, id,
+                PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape"),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_status(struct dsjob_async *a, uint64_t id, unsigned num, unsigned den, void *user)
+{
+    (void)a;
+    async_event(user, EV_STATUS, id, PyLong_FromUnsignedLong(num), PyLong_FromUnsignedLong(den));
+}
+
+static void
+acb_data(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_DATA, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_warning(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_WARNING, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_complete(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_COMPLETE, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                Py_NewRef(Py_None));
+}
+
+static void
+acb_fail(struct dsjob_async *a, uint64_t id, int err, const char *text, size_t len, void *user)
+{
+    (void)a;
+    async_event(user, EV_FAIL, id, PyLong_FromLong(err),
+                PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace"));
+}
+
+static int
+Async_init(AsyncObject *self, PyObject *args, PyObject *kw)
+{
+    static const struct dsjob_async_callbacks cbs = {acb_created, acb_status,   acb_data,
+                                                     acb_warning, acb_complete, acb_fail};
+    const char *addr;
+    PyObject *on_event;
+
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "sO", &addr, &on_event))
+        return -1;
+    if (self->a != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "already made");
+        return -1;
+    }
+    self->a = dsjob_async_new(addr, &cbs, self);
+    if (self->a == NULL) {
+        PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+        return -1;
+    }
+    Py_XSETREF(self->on_event, Py_NewRef(on_event));
+    return 0;
+}
+
+static void
+Async_dealloc(AsyncObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    dsjob_async_free(self->a);
+    Py_XDECREF(self->on_event);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Async_traverse(AsyncObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->on_event);
+    return 0;
+}
+
+static int
+Async_clear(AsyncObject *self)
+{
+    Py_CLEAR(self->on_event);
+    return 0;
+}
+
+static PyObject *
+Async_set_tls(AsyncObject *self, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    err = dsjob_async_set_tls(self->a, ca, cert, key, flags);
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_async_errmsg(self->a));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Async_connect(AsyncObject *self, PyObject *args)
+{
+    int timeout_ms = 5000, err;
+
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS err = dsjob_async_connect(self->a, timeout_ms);
+    Py_END_ALLOW_THREADS if (err != DSJOB_OK) return raise_err(err, dsjob_async_errmsg(self->a));
+    return PyLong_FromLong(dsjob_async_fd(self->a));
+}
+
+static PyObject *
+Async_submit(AsyncObject *self, PyObject *args)
+{
+    const char *func, *unique = NULL;
+    Py_buffer payload;
+    int prio = 0, background = 0, err;
+    uint64_t id = 0;
+
+    if (!PyArg_ParseTuple(args, "ss*|zip", &func, &payload, &unique, &prio, &background))
+        return NULL;
+    err = dsjob_async_submit(self->a, func, unique, payload.buf, (size_t)payload.len,
+                             (enum dsjob_priority)prio,
+                             (background ? DSJOB_TASK_BACKGROUND : 0) | DSJOB_ASYNC_NO_WRITE, &id);
+    PyBuffer_Release(&payload);
+    if (err != DSJOB_OK)
+        return raise_err(err, dsjob_async_errmsg(self->a));
+    return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *
+Async_step(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(dsjob_async_step(self->a));
+}
+
+static PyObject *
+Async_forget(AsyncObject *self, PyObject *arg)
+{
+    unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+
+    if (id == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(dsjob_async_forget(self->a, (uint64_t)id) == DSJOB_OK);
+}
+
+static PyObject *
+Async_fd(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(dsjob_async_fd(self->a));
+}
+
+static PyObject *
+Async_want_write(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(dsjob_async_want_write(self->a));
+}
+
+static PyObject *
+Async_pending(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(dsjob_async_pending(self->a));
+}
+
+static PyObject *
+Async_errmsg(AsyncObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(dsjob_async_errmsg(self->a));
+}
+
+static PyMethodDef Async_methods[] = {
+    {"set_tls", (PyCFunction)Async_set_tls, METH_VARARGS,
+     "set_tls(ca_file, cert_file, key_file, flags): TLS for the connection."},
+    {"connect", (PyCFunction)Async_connect, METH_VARARGS,
+     "connect(timeout_ms=5000) -> fd: connect (waits, GIL released; run it in a thread)."},
+    {"submit", (PyCFunction)Async_submit, METH_VARARGS,
+     "submit(function, payload, unique=None, priority=0, background=False) -> id:\n"
+     "queue a job (DSJOB_ASYNC_NO_WRITE: the next step() writes it); never waits."},
+    {"step", (PyCFunction)Async_step, METH_NOARGS,
+     "step() -> int: read, call back, write, without waiting; 0 or the connection's error\n"
+     "code (every job in flight has then got its fail event)."},
+    {"forget", (PyCFunction)Async_forget, METH_O,
+     "forget(id) -> bool: no event names the job again."},
+    {"fd", (PyCFunction)Async_fd, METH_NOARGS, "fd() -> int: the descriptor, -1 if none."},
+    {"want_write", (PyCFunction)Async_want_write, METH_NOARGS,
+     "want_write() -> bool: bytes wait for the descriptor to be writable."},
+    {"pending", (PyCFunction)Async_pending, METH_NOARGS, "pending() -> int: jobs in flight."},
+    {"errmsg", (PyCFunction)Async_errmsg, METH_NOARGS, "errmsg() -> str: the last failure."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AsyncType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.AsyncConn",
+    .tp_basicsize = sizeof(AsyncObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "AsyncConn(addr, on_event): a struct dsjob_async; on_event(kind, id, a, b)\n"
+              "is called from step() for each job event.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Async_init,
+    .tp_dealloc = (destructor)Async_dealloc,
+    .tp_traverse = (traverseproc)Async_traverse,
+    .tp_clear = (inquiry)Async_clear,
+    .tp_methods = Async_methods,
+};
+
+/* ---- module ---- */
+
+static PyObject *
+mod_strerror(PyObject *m, PyObject *arg)
+{
+    long err = PyLong_AsLong(arg);
+
+    (void)m;
+    if (err == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(dsjob_strerror((int)err));
+}
+
+static PyObject *
+mod_raise_error(PyObject *m, PyObject *args)
+{
+    int err;
+    const char *msg;
+
+    (void)m;
+    if (!PyArg_ParseTuple(args, "is", &err, &msg))
+        return NULL;
+    return raise_err(err, msg);
+}
+
+static PyMethodDef mod_methods[] = {
+    {"strerror", mod_strerror, METH_O, "strerror(code) -> str: dsjob_strerror."},
+    {"raise_error", mod_raise_error, METH_VARARGS,
+     "raise_error(code, errmsg): raise the exception of a dsjob error code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "dsjob._dsjob",
+    .m_doc = "The C layer of dsjob over libdsjobclient, libdsjobworker and libdsjobserver.",
+    .m_size = -1,
+    .m_methods = mod_methods,
+};
+
+static int
+add_int(PyObject *m, const char *name, long v)
+{
+    return PyModule_AddIntConstant(m, name, v);
+}
+
+PyMODINIT_FUNC PyInit__dsjob(void);
+
+PyMODINIT_FUNC
+PyInit__dsjob(void)
+{
+    PyObject *m, *errors;
+
+    errors = PyImport_ImportModule("dsjob._errors");
+    if (errors == NULL)
+        return NULL;
+    Error = PyObject_GetAttrString(errors, "Error");
+    NoServer = PyObject_GetAttrString(errors, "NoServer");
+    Timeout = PyObject_GetAttrString(errors, "Timeout");
+    Refused = PyObject_GetAttrString(errors, "Refused");
+    JobFailed = PyObject_GetAttrString(errors, "JobFailed");
+    Py_DECREF(errors);
+    if (!Error || !NoServer || !Timeout || !Refused || !JobFailed)
+        return NULL;
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&JobType) < 0 ||
+        PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0 ||
+        PyType_Ready(&AsyncType) < 0)
+        return NULL;
+    m = PyModule_Create(&moddef);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
+        PyModule_AddObjectRef(m, "Job", (PyObject *)&JobType) < 0 ||
+        PyModule_AddObjectRef(m, "Worker", (PyObject *)&WorkerType) < 0 ||
+        PyModule_AddObjectRef(m, "Server", (PyObject *)&ServerType) < 0 ||
+        PyModule_AddObjectRef(m, "AsyncConn", (PyObject *)&AsyncType) < 0 ||
+        add_int(m, "EV_CREATED", EV_CREATED) < 0 || add_int(m, "EV_STATUS", EV_STATUS) < 0 ||
+        add_int(m, "EV_DATA", EV_DATA) < 0 || add_int(m, "EV_WARNING", EV_WARNING) < 0 ||
+        add_int(m, "EV_COMPLETE", EV_COMPLETE) < 0 || add_int(m, "EV_FAIL", EV_FAIL) < 0 ||
+        PyModule_AddStringConstant(m, "library_version", dsjob_version()) < 0 ||
+        add_int(m, "PRIO_NORMAL", DSJOB_PRIO_NORMAL) < 0 ||
+        add_int(m, "PRIO_HIGH", DSJOB_PRIO_HIGH) < 0 ||
+        add_int(m, "PRIO_LOW", DSJOB_PRIO_LOW) < 0 ||
+        add_int(m, "WORK_COMPLETE", DSJOB_WORK_COMPLETE) < 0 ||
+        add_int(m, "WORK_FAIL", DSJOB_WORK_FAIL) < 0 ||
+        add_int(m, "WORK_EXCEPTION", DSJOB_WORK_EXCEPTION) < 0 ||
+        add_int(m, "WORK_GIVE_BACK", DSJOB_WORK_GIVE_BACK) < 0 ||
+        add_int(m, "TLS_NO_VERIFY_NAME", DSJOB_TLS_NO_VERIFY_NAME) < 0 ||
+        add_int(m, "TLS_NO_VERIFY", DSJOB_TLS_NO_VERIFY) < 0 ||
+        add_int(m, "ERR_TIMEOUT", DSJOB_ERR_TIMEOUT) < 0 ||
+        add_int(m, "ERR_JOB_FAILED", DSJOB_ERR_JOB_FAILED) < 0 ||
+        add_int(m, "ERR_JOB_EXCEPTION", DSJOB_ERR_JOB_EXCEPTION) < 0 ||
+        add_int(m, "ERR_SERVER", DSJOB_ERR_SERVER) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

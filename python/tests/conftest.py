@@ -1,0 +1,173 @@
+"""Fixtures of the dsjob Python suite: real servers (the build tree's
+dsjobd on port 0 with --port-file, as tests/lib/server.sh starts it, and
+gearmand 1.1.20), and workers in threads that are known to be registered
+before a test submits. Every wait is for an event, bounded by a generous
+"nothing moved" timeout (the machines are loaded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+import dsjob
+
+TOP_BUILDDIR = Path(os.environ.get("top_builddir", Path(__file__).resolve().parents[2]))
+TOP_SRCDIR = Path(os.environ.get("top_srcdir", Path(__file__).resolve().parents[2]))
+DSJOBD = os.environ.get("DSJOBD") or str(TOP_BUILDDIR / "server" / "dsjobd")
+GEARMAND = os.environ.get("GEARMAND") or shutil.which("gearmand", path="/usr/sbin:/usr/bin")
+PATIENCE = 30.0  # seconds without progress before a wait gives up
+
+
+def wait_for(cond: Callable[[], object], what: str, timeout: float = PATIENCE) -> object:
+    """Polls cond until it is true; fails the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Proc:
+    """A server process we started: its address, log, and how to stop it."""
+
+    def __init__(self, kind: str, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.kind = kind
+        self.proc = proc
+        self.port = port
+        self.log = log
+        self.addr = f"127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(PATIENCE)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_dsjobd(tmp: Path, *args: str) -> Proc:
+    log = tmp / f"dsjobd.{time.monotonic_ns()}.log"
+    pf = Path(str(log) + ".port")
+    p = subprocess.Popen([DSJOBD, "-L", "127.0.0.1", "-p", "0", "--port-file", str(pf),
+                          "-l", str(log), *args])
+    wait_for(lambda: (pf.exists() and pf.read_text().strip()) or p.poll() is not None,
+             "dsjobd's port file")
+    if p.poll() is not None:
+        pytest.fail(f"dsjobd exited {p.returncode}: {log.read_text() if log.exists() else ''}")
+    return Proc("dsjobd", p, int(pf.read_text()), log)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def can_connect(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_gearmand(tmp: Path, *args: str) -> Proc:
+    if not GEARMAND or not os.access(GEARMAND, os.X_OK):
+        pytest.skip("gearmand is not installed")
+    port = free_port()
+    log = tmp / f"gearmand.{time.monotonic_ns()}.log"
+    p = subprocess.Popen([GEARMAND, "--listen=127.0.0.1", f"--port={port}", "--threads=0",
+                          f"--log-file={log}", *args])
+    wait_for(lambda: can_connect(port) or p.poll() is not None, "gearmand to listen")
+    if p.poll() is not None:
+        pytest.fail(f"gearmand exited {p.returncode}")
+    return Proc("gearmand", p, port, log)
+
+
+@pytest.fixture
+def dsjobd(tmp_path: Path) -> Iterator[Proc]:
+    """A dsjobd with kept results and a dead set, for the admin views."""
+    s = start_dsjobd(tmp_path, "--keep-results", "300", "--max-dead", "100")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def gearmand(tmp_path: Path) -> Iterator[Proc]:
+    s = start_gearmand(tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["dsjobd", "gearmand"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proc]:
+    """Each test that takes it runs against dsjobd and against gearmand 1.1.20."""
+    if request.param == "dsjobd":
+        s = start_dsjobd(tmp_path, "--keep-results", "300", "--max-dead", "100")
+    else:
+        s = start_gearmand(tmp_path)
+    yield s
+    s.stop()
+
+
+def registered(addr: str, function: str, n: int = 1) -> bool:
+    """Whether the server lists at least n workers for function."""
+    try:
+        rows = dsjob.Client(addr).status()
+    except dsjob.Error:
+        return False
+    return any(r["function"] == function and r["workers"] >= n for r in rows)
+
+
+class Running:
+    """A Worker running in a thread; stop() stops it and joins the thread."""
+
+    def __init__(self, worker: dsjob.Worker, concurrency: int) -> None:
+        self.worker = worker
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(concurrency,), daemon=True)
+        self.thread.start()
+
+    def _run(self, concurrency: int) -> None:
+        try:
+            self.worker.run(concurrency)
+        except BaseException as e:
+            self.error = e
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(PATIENCE)
+        assert not self.thread.is_alive(), "the worker did not stop"
+        assert self.error is None, self.error
+
+
+@pytest.fixture
+def run_worker() -> Iterator[Callable[..., Running]]:
+    """run_worker(worker, concurrency=1): runs it in a thread and returns
+    once the server lists it for each of its functions."""
+    started: list[Running] = []
+
+    def start(worker: dsjob.Worker, concurrency: int = 1) -> Running:
+        r = Running(worker, concurrency)
+        started.append(r)
+        for s in worker.servers:
+            for f in worker.functions:
+                wait_for(lambda: registered(s, f, concurrency), f"a worker for {f} on {s}")
+        return r
+
+    yield start
+    for r in started:
+        r.stop()

@@ -1,0 +1,210 @@
+"""The non-blocking C API (dsjob_async(3)) through its libevent example,
+and dsjob.aio on it: thousands of jobs in flight on one connection,
+streaming, errors with the server's reason, cancellation that leaves the
+connection usable and nothing in flight, a lost connection, and async
+handlers on dsjob.aio.Worker."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+
+import pytest
+
+import dsjob
+import dsjob.aio
+from conftest import PATIENCE, TOP_BUILDDIR, start_dsjobd, wait_for
+
+LIBEVENT_EXAMPLE = TOP_BUILDDIR / "examples" / "async-libevent"
+
+
+def echo_worker(addr: str) -> dsjob.Worker:
+    w = dsjob.Worker(addr)
+
+    @w.function("echo")
+    def echo(job):
+        return job.payload
+
+    @w.function("rev")
+    def rev(job):
+        if job.payload == b"bad":
+            raise ValueError("bad one")
+        job.send_data(b"x")
+        return job.payload[::-1]
+
+    return w
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, PATIENCE * 4))
+
+
+def test_libevent_example(server, run_worker) -> None:
+    if not LIBEVENT_EXAMPLE.exists():
+        pytest.skip("examples/async-libevent is not built")
+    run_worker(echo_worker(server.addr), concurrency=2)
+    r = subprocess.run([str(LIBEVENT_EXAMPLE), server.addr, "rev", "abc", "hello", "bad", "zz"],
+                       capture_output=True, text=True, timeout=PATIENCE)
+    assert r.returncode == 1  # one job failed
+    lines = sorted(r.stdout.splitlines())
+    assert lines == sorted(["0 data x", "0\tcba", "1 data x", "1\tolleh",
+                            "2 failed: job raised an exception: ValueError: bad one",
+                            "3 data x", "3\tzz"])
+
+
+def test_libevent_example_no_server(tmp_path) -> None:
+    if not LIBEVENT_EXAMPLE.exists():
+        pytest.skip("examples/async-libevent is not built")
+    s = start_dsjobd(tmp_path)
+    addr = s.addr
+    s.stop()
+    r = subprocess.run([str(LIBEVENT_EXAMPLE), addr, "rev", "a"], capture_output=True,
+                       text=True, timeout=PATIENCE)
+    assert r.returncode == 1 and addr in r.stderr
+
+
+def test_thousands_in_flight_on_one_connection(server, run_worker) -> None:
+    run_worker(echo_worker(server.addr), concurrency=4)
+
+    async def main():
+        async with dsjob.aio.Client(server.addr) as c:
+            payloads = [b"%d" % i for i in range(3000)]
+            got = await asyncio.gather(*(c.submit("echo", p) for p in payloads))
+            assert got == payloads
+            assert len(c._conns) == 1 and c.pending() == 0
+            ordered = [r async for r in c.map("echo", payloads[:500], concurrency=200,
+                                              ordered=True)]
+            assert ordered == payloads[:500]
+            job = await c.submit("nobody-does-this", b"later", background=True)
+            assert isinstance(job, dsjob.Job) and job.handle
+            st = await c.status(job)
+            assert st.known
+
+    run(main())
+
+
+def test_errors_with_reasons(tmp_path, run_worker) -> None:
+    s = start_dsjobd(tmp_path, "--reject-no-worker")
+    try:
+        run_worker(echo_worker(s.addr))
+
+        async def main():
+            async with dsjob.aio.Client(s.addr) as c:
+                with pytest.raises(dsjob.JobFailed) as e:
+                    await c.submit("rev", b"bad")
+                assert e.value.text == "ValueError: bad one"
+                with pytest.raises(dsjob.Refused) as e:
+                    await c.submit("nobody", b"")
+                assert e.value.code == "NO_WORKER"
+                assert await c.submit("rev", b"ok") == b"ko"  # still usable
+
+        run(main())
+    finally:
+        s.stop()
+
+
+def test_stream(server, run_worker) -> None:
+    go_on = threading.Event()
+    w = dsjob.Worker(server.addr)
+
+    @w.function("rows")
+    def rows(job):
+        job.send_data(b"row 1")
+        if not go_on.wait(PATIENCE):
+            raise RuntimeError("the first row never arrived")
+        job.send_status(1, 1)
+        job.send_data(b"row 2")
+        return b"end"
+
+    run_worker(w)
+
+    async def main():
+        c = dsjob.aio.Client(server.addr)
+        st = dsjob.Stream()
+        it = c.stream("rows", b"", state=st)
+        assert await it.__anext__() == b"row 1"
+        go_on.set()
+        assert [r async for r in it] == [b"row 2"]
+        assert st.result == b"end" and st.status == (1, 1)
+        await c.close()
+
+    run(main())
+
+
+def test_cancel_leaves_the_connection_usable(dsjobd, run_worker) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    w = echo_worker(dsjobd.addr)
+
+    @w.function("slow")
+    def slow(job):
+        started.set()
+        release.wait(PATIENCE)
+        return b"late"
+
+    run_worker(w, concurrency=2)
+
+    async def main():
+        async with dsjob.aio.Client(dsjobd.addr) as c:
+            t = asyncio.ensure_future(c.submit("slow", b""))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, PATIENCE)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert c.pending() == 0  # forgotten at once, nothing kept
+            release.set()
+            assert await c.submit("echo", b"after") == b"after"
+            assert c.pending() == 0
+
+    run(main())
+
+
+def test_lost_connection_fails_jobs_in_flight(tmp_path, run_worker) -> None:
+    s = start_dsjobd(tmp_path)
+
+    # No worker runs: the job stays queued until the server goes.
+    async def main():
+        c = dsjob.aio.Client(s.addr)
+        t = asyncio.ensure_future(c.submit("hang", b""))
+        await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(
+            lambda: any(r["function"] == "hang" and r["total"] == 1
+                        for r in dsjob.Client(s.addr).status()), "the job queued"))
+        s.stop()
+        with pytest.raises(dsjob.NoServer):
+            await t
+        assert c.pending() == 0
+        with pytest.raises(dsjob.NoServer):
+            await c.submit("hang", b"")
+        await c.close()
+
+    try:
+        run(main())
+    finally:
+        s.stop()
+
+
+def test_async_worker(server) -> None:
+    async def main():
+        w = dsjob.aio.Worker(server.addr)
+
+        @w.function("slow_upper")
+        async def slow_upper(job):
+            await asyncio.sleep(0.01)
+            job.send_status(1, 1)
+            return job.payload.upper()
+
+        @w.function("plain")
+        def plain(job):
+            return b"plain " + job.payload
+
+        task = asyncio.ensure_future(w.run(concurrency=4))
+        c = dsjob.aio.Client(server.addr)
+        got = await asyncio.gather(*(c.submit("slow_upper", b"ab%d" % i) for i in range(20)))
+        assert got == [b"AB%d" % i for i in range(20)]
+        assert await c.submit("plain", b"x") == b"plain x"
+        w.stop()
+        await task
+        await c.close()
+
+    run(main())

@@ -1,0 +1,263 @@
+"""The blocking client against real servers: results, progress callbacks,
+streaming, map through the task set, background jobs and their status,
+the errors as exceptions with the server's reason, and the admin views."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import dsjob
+from conftest import PATIENCE, start_dsjobd, wait_for
+
+
+def reverse_worker(addr: str) -> dsjob.Worker:
+    w = dsjob.Worker(addr)
+
+    @w.function("reverse")
+    def reverse(job):
+        job.send_status(1, 3)
+        job.send_data(b"part:" + job.payload)
+        job.warn("look out")
+        job.send_status(3, 3)
+        return job.payload[::-1]
+
+    @w.function("fail")
+    def fail(job):
+        raise dsjob.WorkFail()
+
+    @w.function("raise")
+    def boom(job):
+        raise ValueError("bad row " + job.payload.decode())
+
+    return w
+
+
+def test_version() -> None:
+    assert dsjob.__version__ == "0.1.0"
+    assert dsjob.library_version == "0.1.0"
+
+
+def test_submit_and_progress(server, run_worker) -> None:
+    run_worker(reverse_worker(server.addr))
+    c = dsjob.Client(server.addr)
+    seen: list[object] = []
+    r = c.submit("reverse", b"hello", on_data=lambda d: seen.append(("data", d)),
+                 on_status=lambda n, d: seen.append(("status", n, d)),
+                 on_warning=lambda w: seen.append(("warning", w)))
+    assert r == b"olleh"
+    assert seen == [("status", 1, 3), ("data", b"part:hello"), ("warning", b"look out"),
+                    ("status", 3, 3)]
+    assert c.submit("reverse", "text") == b"txet"
+
+
+def test_job_exception_text(server, run_worker) -> None:
+    run_worker(reverse_worker(server.addr))
+    c = dsjob.Client(server.addr)
+    with pytest.raises(dsjob.JobFailed) as e:
+        c.submit("raise", b"17")
+    assert e.value.text == "ValueError: bad row 17"
+    assert str(e.value) == "ValueError: bad row 17"
+    with pytest.raises(dsjob.JobFailed) as e:
+        c.submit("fail", b"")
+    assert e.value.text is None
+
+
+def test_no_server(tmp_path) -> None:
+    s = start_dsjobd(tmp_path)
+    addr = s.addr
+    s.stop()
+    with pytest.raises(dsjob.NoServer) as e:
+        dsjob.Client(addr).submit("reverse", b"x")
+    assert addr in str(e.value)
+    assert isinstance(e.value, ConnectionError)
+    with pytest.raises(dsjob.NoServer):
+        dsjob.Client([]).submit("reverse", b"x")
+    with pytest.raises(ValueError):
+        dsjob.Client("127.0.0.1:99999")
+
+
+def test_timeout(dsjobd, run_worker) -> None:
+    release = threading.Event()
+    w = dsjob.Worker(dsjobd.addr)
+
+    @w.function("slow")
+    def slow(job):
+        release.wait(PATIENCE)
+        return b"late"
+
+    run_worker(w)
+    c = dsjob.Client(dsjobd.addr, timeout=0.3)
+    try:
+        with pytest.raises(dsjob.Timeout):
+            c.submit("slow", b"")
+    finally:
+        release.set()
+
+
+def test_refused_with_code(tmp_path) -> None:
+    s = start_dsjobd(tmp_path, "--reject-no-worker")
+    try:
+        with pytest.raises(dsjob.Refused) as e:
+            dsjob.Client(s.addr).submit("nobody", b"x")
+        assert e.value.code == "NO_WORKER"
+        assert "nobody" in e.value.text
+    finally:
+        s.stop()
+
+
+def test_stream_yields_as_they_arrive(server, run_worker) -> None:
+    go_on = threading.Event()
+    w = dsjob.Worker(server.addr)
+
+    @w.function("rows")
+    def rows(job):
+        job.send_data(b"row 1")
+        # The second row waits until the consumer has the first one: a
+        # stream that buffered until the end would never see it.
+        if not go_on.wait(PATIENCE):
+            raise RuntimeError("the first row never reached the consumer")
+        job.send_status(2, 2)
+        job.send_data(b"row 2")
+        return b"done"
+
+    run_worker(w)
+    st = dsjob.Stream()
+    it = dsjob.Client(server.addr).stream("rows", b"", state=st)
+    assert next(it) == b"row 1"
+    go_on.set()
+    assert list(it) == [b"row 2"]
+    assert st.result == b"done"
+    assert st.status == (2, 2)
+
+
+def test_stream_raises_the_failure(server, run_worker) -> None:
+    run_worker(reverse_worker(server.addr))
+    with pytest.raises(dsjob.JobFailed, match="bad row 3"):
+        list(dsjob.Client(server.addr).stream("raise", b"3"))
+
+
+def test_map_ordered_and_failures(server, run_worker) -> None:
+    w = dsjob.Worker(server.addr)
+
+    @w.function("square")
+    def square(job):
+        n = int(job.payload)
+        if n % 7 == 3:
+            raise ArithmeticError(f"no {n}")
+        return str(n * n)
+
+    run_worker(w, concurrency=4)
+    c = dsjob.Client(server.addr)
+    got = list(c.map("square", [str(i) for i in range(50) if i % 7 != 3], concurrency=16,
+                     ordered=True))
+    assert got == [str(i * i).encode() for i in range(50) if i % 7 != 3]
+    results = []
+    with pytest.raises(ExceptionGroup) as eg:
+        for r in c.map("square", [str(i) for i in range(30)], concurrency=8):
+            results.append(r)
+    assert sorted(results) == sorted(str(i * i).encode() for i in range(30) if i % 7 != 3)
+    failed = sorted((e.index, e.text) for e in eg.value.exceptions)
+    assert failed == [(i, f"ArithmeticError: no {i}") for i in range(30) if i % 7 == 3]
+    assert all(isinstance(e, dsjob.JobFailed) for e in eg.value.exceptions)
+
+
+def test_map_resubmits_when_a_server_goes(tmp_path, run_worker) -> None:
+    """Two servers; the first dies with every job queued on it. The task
+    set submits them again to the other, and every one completes."""
+    a = start_dsjobd(tmp_path)
+    b = start_dsjobd(tmp_path)
+    try:
+        w = dsjob.Worker(b.addr)
+
+        @w.function("echo")
+        def echo(job):
+            return job.payload
+
+        run_worker(w)
+        a.stop()
+        c = dsjob.Client([a.addr, b.addr])
+        payloads = [f"p{i}".encode() for i in range(40)]
+        assert sorted(c.map("echo", payloads, concurrency=40)) == sorted(payloads)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_background_status_and_result(server, run_worker) -> None:
+    c = dsjob.Client(server.addr)
+    job = c.submit("reverse", b"later", background=True)
+    assert isinstance(job, dsjob.Job) and job.handle
+    st = c.status(job)
+    assert st.known and not st.running
+    run_worker(reverse_worker(server.addr))
+    if server.kind == "dsjobd":  # it keeps the outcome: the job stays known
+        wait_for(lambda: _done(c, job), "the job to end")
+    else:
+        wait_for(lambda: not c.status(job).known, "the job to end")
+    if server.kind == "dsjobd":
+        assert c.result(job) == b"retal"
+        failed = c.submit("raise", b"9", background=True)
+        wait_for(lambda: any(d["handle"] == failed.handle for d in c.dead()), "the dead job")
+        with pytest.raises(dsjob.JobFailed) as e:
+            c.result(failed)
+        assert e.value.text == "ValueError: bad row 9"
+        dead = [d for d in c.dead() if d["handle"] == failed.handle]
+        assert dead[0]["error"] == "ValueError: bad row 9" and dead[0]["function"] == "raise"
+
+
+def _done(c: dsjob.Client, job: dsjob.Job) -> bool:
+    return any(j["handle"] == job.handle and j["state"] == "done" for j in c.jobs())
+
+
+def test_background_priorities_and_run_at(dsjobd) -> None:
+    c = dsjob.Client(dsjobd.addr)
+    at = int(time.time()) + 3600
+    later = c.submit("nightly", b"x", at=at)
+    high = c.submit("nightly", b"y", background=True, priority="high")
+    low = c.background("nightly", b"z", priority="low", unique="z-1")
+    rows = {j["handle"]: j for j in c.jobs()}
+    assert rows[later.handle]["run_at"] == at
+    assert rows[high.handle]["priority"] == "high"
+    assert rows[low.handle]["priority"] == "low" and rows[low.handle]["unique"] == "z-1"
+    assert c.status(unique="z-1").known
+    with pytest.raises(ValueError):
+        c.submit("nightly", b"", priority="urgent")
+
+
+def test_submit_many_pipelined(server) -> None:
+    c = dsjob.Client(server.addr)
+    jobs = c.submit_many("bulk", [b"%d" % i for i in range(200)])
+    assert len(jobs) == 200 and len({j.handle for j in jobs}) == 200
+    total = [r["total"] for r in c.status() if r["function"] == "bulk"]
+    assert total == [200]
+
+
+def test_admin_views(server, run_worker) -> None:
+    w = reverse_worker(server.addr)
+    w.id = "py-admin"
+    run_worker(w)
+    c = dsjob.Client(server.addr)
+    status = {r["function"]: r for r in c.status()}
+    assert status["reverse"]["workers"] >= 1
+    mine = [r for r in c.workers() if r["id"] == "py-admin"]
+    assert mine and sorted(mine[0]["functions"]) == ["fail", "raise", "reverse"]
+    c.submit("queued-only", b"", background=True)
+    assert [j for j in c.jobs() if j["handle"]]
+
+
+def test_gil_released_while_waiting(dsjobd, run_worker) -> None:
+    """The worker's handler runs Python in this process while the client
+    waits for its result: a submit that held the GIL would never end."""
+    run_worker(reverse_worker(dsjobd.addr))
+    c = dsjob.Client(dsjobd.addr, timeout=PATIENCE)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(c.submit("reverse", b"ab")))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE)
+    assert results == [b"ba"] * 8

@@ -1,0 +1,253 @@
+"""examples/python/ run as a user would, and the interop of the Python
+client and worker with the other peers: the Python dataset consumer reads
+the C producer (and a failed shard is resubmitted), the C consumer, PHP's
+consume.php and Perl's consume.pl read the Python producer, the Python
+consumer reads produce.sh under `dsjob worker --stream`, and the Python
+client gets results from a libgearman worker (the gearman tool). Every row
+is compared with what `dataset-producer --print` makes locally."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dsjob
+from conftest import PATIENCE, TOP_BUILDDIR, TOP_SRCDIR, registered, start_dsjobd, wait_for
+
+EX = TOP_SRCDIR / "examples" / "python"
+PRODUCER_C = TOP_BUILDDIR / "examples" / "dataset-producer"
+CONSUMER_C = TOP_BUILDDIR / "examples" / "dataset-consumer"
+DSJOB_CLI = TOP_BUILDDIR / "tools" / "dsjob"
+SHARDS, ROWS, SEED = 8, 2000, 42
+
+
+def spec(shard: int, shards: int = SHARDS, rows: int = ROWS, name: str = "demo") -> str:
+    return json.dumps({"dataset": name, "shard": shard, "shards": shards, "seed": SEED,
+                       "rows": rows}, separators=(",", ":"))
+
+
+_expected: dict[tuple, tuple] = {}
+
+
+def expected(shards: int = SHARDS, rows: int = ROWS) -> tuple[dict, dict]:
+    """Each shard's rows and summary as the C producer makes them locally."""
+    key = (shards, rows)
+    if key not in _expected:
+        if not PRODUCER_C.exists():
+            pytest.skip("the C examples are not built")
+        rows_of, sums = {}, {}
+        for s in range(shards):
+            out = subprocess.run([str(PRODUCER_C), "--print", spec(s, shards, rows)],
+                                 capture_output=True, check=True).stdout.splitlines(True)
+            rows_of[s] = out[:-1]
+            summ = json.loads(out[-1])
+            sums[s] = f"{summ['count']} {summ['adler32']}"
+        _expected[key] = (rows_of, sums)
+    return _expected[key]
+
+
+def kept_rows(out: bytes) -> tuple[dict[int, list[bytes]], dict[int, str], list[str]]:
+    """The rows a consumer kept per shard (a "drop N" line takes back the
+    shard's last N rows), its "ok" lines, and its other marks."""
+    rows: dict[int, list[bytes]] = {}
+    oks: dict[int, str] = {}
+    marks = []
+    for line in out.splitlines(True):
+        if line.startswith(b"# shard "):
+            f = line.decode().split()
+            s = int(f[2])
+            marks.append(line.decode().strip())
+            if f[3] == "drop":
+                n = int(f[4].rstrip(":"))
+                rows[s] = rows.get(s, [])[:len(rows.get(s, [])) - n]
+            elif f[3] == "ok":
+                oks[s] = f"{f[4]} {f[5]}"
+            continue
+        if line.startswith(b"#"):
+            continue
+        s, _, row = line.partition(b"\t")
+        rows.setdefault(int(s), []).append(row)
+    return rows, oks, marks
+
+
+def assert_dataset(out: bytes) -> list[str]:
+    rows, oks, marks = kept_rows(out)
+    want_rows, want_sums = expected()
+    assert rows == want_rows, "every row of every shard exactly once, in order"
+    assert oks == want_sums
+    return marks
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str | Path, **kw) -> subprocess.Popen:
+        p = subprocess.Popen([str(a) for a in args], **kw)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(PATIENCE)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    yield ps
+    ps.stop_all()
+
+
+def py_producers(procs: Procs, addr: str, n: int) -> None:
+    for _ in range(n):
+        procs.start(sys.executable, EX / "dataset_producer.py", "-s", addr, "-c", "2")
+    wait_for(lambda: registered(addr, "dataset.shard", 2 * n), f"{n} Python producers")
+
+
+def consumer_py(addr: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(EX / "dataset_consumer.py"), "-s", addr,
+                           "-n", str(SHARDS), "-r", str(ROWS), "--seed", str(SEED), *extra],
+                          capture_output=True, timeout=120)
+
+
+def test_dispatch_server_example() -> None:
+    r = subprocess.run([sys.executable, str(EX / "dispatch_server.py"), "--workers", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([n * n for n in range(10)])
+
+
+def test_dispatch_server_example_work_dir(tmp_path) -> None:
+    r = subprocess.run([sys.executable, str(EX / "dispatch_server.py"), "--work-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "dsjobd.db").exists()
+
+
+def test_python_consumer_python_producer(server, procs) -> None:
+    py_producers(procs, server.addr, 2)
+    r = consumer_py(server.addr)
+    assert r.returncode == 0, r.stderr.decode()
+    assert_dataset(r.stdout)
+
+
+def test_python_consumer_reads_c_producer_and_resubmits(server, procs, tmp_path) -> None:
+    expected()
+    claim = tmp_path / "fail.claim"
+    procs.start(PRODUCER_C, "-s", server.addr)
+    procs.start(PRODUCER_C, "-s", server.addr, "--fail", f"30:{claim}")
+    wait_for(lambda: registered(server.addr, "dataset.shard", 2), "two C producers")
+    r = consumer_py(server.addr)
+    assert r.returncode == 0, r.stderr.decode()
+    marks = assert_dataset(r.stdout)
+    assert claim.exists(), "the failing producer failed a shard"
+    drops = [m for m in marks if " drop 30: attempt 1 failed" in m]
+    assert len(drops) == 1, marks
+
+
+def test_c_consumer_reads_python_producer(server, procs) -> None:
+    expected()
+    py_producers(procs, server.addr, 2)
+    r = subprocess.run([str(CONSUMER_C), "-s", server.addr, "-n", str(SHARDS), "-r", str(ROWS),
+                        "--seed", str(SEED)], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    assert_dataset(r.stdout)
+
+
+def test_python_producer_exception_text(dsjobd, procs) -> None:
+    py_producers(procs, dsjobd.addr, 1)
+    with pytest.raises(dsjob.JobFailed) as e:
+        dsjob.Client(dsjobd.addr).submit("dataset.shard", b'{"dataset":"demo","shard":9,'
+                                         b'"shards":8,"seed":1}')
+    assert e.value.text == "ValueError: 'shard' must be a number below 'shards'"
+
+
+@pytest.mark.parametrize("lang", ["php", "perl"])
+def test_php_and_perl_clients_read_python_producer(server, procs, lang) -> None:
+    expected()
+    if lang == "php":
+        if subprocess.run(["php", "-r", 'exit(class_exists("GearmanClient") ? 0 : 1);'],
+                          capture_output=True).returncode != 0:
+            pytest.skip("php with the gearman extension (php-gearman) is not installed")
+        cmd = ["php", str(TOP_SRCDIR / "examples" / "php" / "consume.php")]
+    else:
+        if subprocess.run(["perl", "-MGearman::Client", "-MJSON::PP", "-MCompress::Zlib", "-e1"],
+                          capture_output=True).returncode != 0:
+            pytest.skip("Perl Gearman::Client is not installed")
+        cmd = ["perl", str(TOP_SRCDIR / "examples" / "perl" / "consume.pl")]
+    py_producers(procs, server.addr, 2)
+    r = subprocess.run([*cmd, server.addr, "demo", str(SHARDS), str(ROWS), str(SEED)],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    assert_dataset(r.stdout)
+
+
+def test_python_consumer_reads_produce_sh_under_dsjob_worker(server, procs) -> None:
+    expected()
+    if not DSJOB_CLI.exists():
+        pytest.skip("tools/dsjob is not built")
+    procs.start(DSJOB_CLI, "worker", "-s", server.addr, "-c", "4", "--stream", "-f",
+                "dataset.shard", "--", "sh", TOP_SRCDIR / "examples" / "scripts" / "produce.sh")
+    wait_for(lambda: registered(server.addr, "dataset.shard"), "dsjob worker")
+    r = consumer_py(server.addr)
+    assert r.returncode == 0, r.stderr.decode()
+    assert_dataset(r.stdout)
+
+
+def test_python_client_to_libgearman_worker(server, procs) -> None:
+    gearman = os.environ.get("GEARMAN") or shutil.which("gearman")
+    if not gearman:
+        pytest.skip("the gearman tool (libgearman) is not installed")
+    procs.start(gearman, "-h", "127.0.0.1", "-p", str(server.port), "-w", "-f", "rev", "--",
+                "rev")
+    wait_for(lambda: registered(server.addr, "rev"), "the libgearman worker")
+    c = dsjob.Client(server.addr)
+    assert c.submit("rev", b"hello\n") == b"olleh\n"
+    assert list(c.map("rev", [b"ab\n", b"cd\n"], ordered=True)) == [b"ba\n", b"dc\n"]
+
+
+def test_nightly_priorities_run_at_and_saves(procs, tmp_path) -> None:
+    expected(4, 400)
+    s = start_dsjobd(tmp_path)
+    try:
+        r = subprocess.run([sys.executable, str(EX / "nightly.py"), "-s", s.addr, "demo", "4",
+                            "400", str(SEED)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        handles = dict(line.split() for line in r.stdout.splitlines())
+        assert sorted(handles) == ["0", "1", "2", "3"]
+        at = int(time.time()) + 86400
+        r = subprocess.run([sys.executable, str(EX / "nightly.py"), "-s", s.addr, "--at",
+                            str(at), "demo", "4", "400", str(SEED)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        later = r.stdout.split()[1]
+        jobs = {j["handle"]: j for j in dsjob.Client(s.addr).jobs()}
+        assert jobs[handles["0"]]["priority"] == "high"
+        assert {jobs[handles[k]]["priority"] for k in "123"} == {"low"}
+        assert jobs[later]["run_at"] == at and jobs[later]["state"] == "scheduled"
+        out = tmp_path / "saved"
+        out.mkdir()
+        procs.start(PRODUCER_C, "-s", s.addr, "--save-dir", out)
+        want_rows, _ = expected(4, 400)
+        for k in range(4):
+            f = out / f"demo-{k}-of-4.tsv"
+            wait_for(lambda: f.exists() and f.read_bytes().count(b"\n") == len(want_rows[k]),
+                     f"{f.name} saved")
+            assert f.read_bytes() == b"".join(want_rows[k])
+    finally:
+        s.stop()
