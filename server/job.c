@@ -104,6 +104,26 @@ job_set_result(struct job *j, const void *data, size_t len, size_t max)
     return 0;
 }
 
+int
+job_set_warning(struct job *j, const void *text, size_t len, size_t max)
+{
+    size_t keep = len < max ? len : max;
+
+    if (job_ext(j) == NULL)
+        return -1;
+    free(j->ext->warning);
+    j->ext->warning = NULL;
+    j->ext->warning_len = 0;
+    if (keep == 0)
+        return 0;
+    j->ext->warning = malloc(keep);
+    if (j->ext->warning == NULL)
+        return -1;
+    memcpy(j->ext->warning, text, keep);
+    j->ext->warning_len = (uint32_t)keep;
+    return 0;
+}
+
 struct job *
 job_ref(struct job *j)
 {
@@ -120,8 +140,10 @@ job_unref(struct job *j)
     if (--j->refs == 0) {
         assert(!job_has_waiters(j));
         assert(j->ext == NULL || j->ext->timeout_ev == NULL);
-        if (j->ext != NULL)
+        if (j->ext != NULL) {
             free(j->ext->result);
+            free(j->ext->warning);
+        }
         free(j->ext);
         free(j);
     }

@@ -59,16 +59,18 @@ struct job_ext {
     size_t heap_pos;            /* index in the epoch heap while SCHEDULED */
     uint32_t numerator;         /* last WORK_STATUS */
     uint32_t denominator;       /* last WORK_STATUS */
-    uint32_t attempts;     /* failed attempts: a worker left, timed out, or (--retry-on) failed */
-    int64_t first_fail;    /* epoch seconds of the first failed attempt, or 0 */
-    int64_t last_fail;     /* ... of the last one; for a DONE job, when it ended */
-    unsigned char *result; /* owned: DONE, its result; DEAD, its last failure's text */
-    uint32_t result_len;   /* bytes in result */
-    uint32_t result_size;  /* bytes the worker sent (more than result_len if cut) */
-    uint8_t outcome;       /* enum store_state: STORE_LIVE until it ends dead or kept */
-    uint8_t settle_to;     /* SETTLING: enum job_settle */
-    uint8_t warned;        /* result holds this attempt's last WORK_WARNING (--max-dead) */
-    uint8_t silence;       /* timeout_ev is --job-timeout's: a report about the job restarts it */
+    uint32_t attempts;      /* failed attempts: a worker left, timed out, or (--retry-on) failed */
+    int64_t first_fail;     /* epoch seconds of the first failed attempt, or 0 */
+    int64_t last_fail;      /* ... of the last one; for a DONE job, when it ended */
+    unsigned char *result;  /* owned: DONE, its result; DEAD, its last failure's text */
+    uint32_t result_len;    /* bytes in result */
+    uint32_t result_size;   /* bytes the worker sent (more than result_len if cut) */
+    uint8_t outcome;        /* enum store_state: STORE_LIVE until it ends dead or kept */
+    uint8_t settle_to;      /* SETTLING: enum job_settle */
+    unsigned char *warning; /* owned: this attempt's last WORK_WARNING, the text a WORK_FAIL
+                               after it gives the dead set (--max-dead); NULL: none */
+    uint32_t warning_len;   /* bytes in warning */
+    uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
 };
 
 struct job {
@@ -180,6 +182,13 @@ job_attempts(const struct job *j)
  * (j then keeps no bytes, only the size).
  */
 int job_set_result(struct job *j, const void *data, size_t len, size_t max);
+
+/*
+ * job_set_warning keeps len bytes of text (at most max of them) as the
+ * current attempt's last WORK_WARNING, apart from the last failure's text
+ * in result; len 0 forgets it. Returns 0, or -1 out of memory.
+ */
+int job_set_warning(struct job *j, const void *text, size_t len, size_t max);
 
 /* job_has_waiters tells whether any client waits for j. */
 static inline bool

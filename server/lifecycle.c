@@ -296,12 +296,12 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
 {
     if (job_ext(j) == NULL)
         return;
-    j->ext->warned = 0;
     j->ext->last_fail = srv_now();
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     if (j->background)
         (void)job_set_result(j, why, len, srv->cfg.max_result_size);
+    (void)job_set_warning(j, NULL, 0, 0); /* the next attempt's warnings are its own */
 }
 
 /* Run j again: at once at the head of its queue, or after its backoff. */
@@ -383,8 +383,7 @@ lifecycle_warned(struct srv *srv, struct job *j, const void *text, size_t len)
 {
     if (!j->background || srv->cfg.max_dead == 0 || j->cancelled)
         return;
-    if (job_set_result(j, text, len, srv->cfg.max_result_size) == 0)
-        j->ext->warned = 1;
+    (void)job_set_warning(j, text, len, srv->cfg.max_result_size);
 }
 
 void
@@ -395,18 +394,17 @@ lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const
 
     if (type == PACKET_WORK_FAIL) {
         /* Its text: the attempt's last WORK_WARNING (dsjob worker sends why), else none. */
-        char *warned = NULL;
+        unsigned char *warned = NULL;
         const void *text = fail_text;
         size_t text_len = sizeof(fail_text) - 1;
 
-        if (j->ext != NULL && j->ext->warned && j->ext->result_len > 0 &&
-            (warned = malloc(j->ext->result_len)) != NULL) {
-            memcpy(warned, j->ext->result, j->ext->result_len);
+        if (j->ext != NULL && j->ext->warning != NULL) {
+            warned = j->ext->warning; /* taken over: the attempt is over */
             text = warned;
-            text_len = j->ext->result_len;
+            text_len = j->ext->warning_len;
+            j->ext->warning = NULL;
+            j->ext->warning_len = 0;
         }
-        if (j->ext != NULL)
-            j->ext->warned = 0;
         if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_FAIL, text, text_len)) {
             free(warned);
             return;

@@ -622,6 +622,51 @@ test_backoff_not_early(void)
 }
 
 /*
+ * A job's error (show job, dsjob job) is its last failure's text: the
+ * WORK_WARNING a worker sends during the next attempt is that attempt's,
+ * not a failure. It used to overwrite the failure's text as soon as it came.
+ */
+static void
+test_warning_not_failure(void)
+{
+    static const char *const args[] = {"--retry-on", "fail", "--max-dead", "5", "-j", "5", NULL};
+    struct daemon d;
+    char h[128], h2[128], buf[2048], line[200];
+    int c, w;
+
+    daemon_start(&d, args);
+    port = d.port;
+    c = peer_connect(port);
+    w = worker("wnf");
+    submit(c, PACKET_SUBMIT_JOB_BG, "wnf", "", "x", h, sizeof(h));
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h2, sizeof(h2), PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_WARNING, 2, h2, "reason one");
+    peer_send(w, PACKET_WORK_FAIL, 1, h2);
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h2, sizeof(h2), PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_WORK_WARNING, 2, h2, "progress two");
+    peer_send(w, PACKET_ECHO_REQ, 1, "x");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS); /* the warning was handled */
+    snprintf(line, sizeof(line), "show job %s", h);
+    peer_admin(c, line, true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "error reason\\x20one\n") != NULL,
+           "a retry's WORK_WARNING leaves the last failure's text as the job's error");
+    peer_send(w, PACKET_WORK_FAIL, 1, h2);
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    recv_type(w, PACKET_JOB_ASSIGN, h2, sizeof(h2), PEER_TIMEOUT_MS);
+    peer_send(w, PACKET_ECHO_REQ, 1, "x");
+    recv_type(w, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS);
+    peer_admin(c, line, true, buf, sizeof(buf));
+    tap_ok(strstr(buf, "error progress\\x20two\n") != NULL,
+           "a WORK_FAIL after it fails with that attempt's last warning");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, h2, "done");
+    close(w);
+    close(c);
+    daemon_stop(&d);
+}
+
+/*
  * A waiter that stops reading is dropped once its output passes
  * --max-output-buffer, in the middle of handing one WORK_DATA to every
  * waiter of the job. The waiters after it must still get every packet and
@@ -1193,6 +1238,7 @@ main(void)
     test_max_jobs();
     test_max_jobs_ended();
     test_backoff_not_early();
+    test_warning_not_failure();
     test_retries();
     test_slow_waiter();
     test_shutdown();
