@@ -894,6 +894,8 @@ connect_db(struct store *st, bool reset)
     return true;
 }
 
+static bool conn_lost(const struct store *st);
+
 /* The second key of a start's live lock (advisory locks take two int4 keys). */
 static int
 live_key(uint64_t boot)
@@ -950,8 +952,10 @@ hold_live(struct store *st, char *err)
             sb_str(&q, "SELECT pg_terminate_backend(");
             par_int(&q, &p, holder);
             sb_str(&q, "::int4)");
-            if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "ending this server's lost session",
-                          &r, err)) != DSJOB_OK)
+            /* A role that may not (a superuser's session) leaves it to the tries below. */
+            rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "ending this server's lost session", &r,
+                     err);
+            if (rc != DSJOB_OK && conn_lost(st))
                 return rc;
             PQclear(r);
             ended = true;
@@ -1731,7 +1735,7 @@ mark_lost(char **got, size_t n_got, struct pend_row *rows, size_t n)
             *rows[i].lost = !found(got, n_got, rows[i].handle);
 }
 
-/* An add the INSERT did not return (added: the handles it did, sorted) coalesced onto a live job. */
+/* An add the INSERT did not return (added: the handles it did, sorted) coalesced onto a job. */
 static void
 mark_conflicts(struct store *st, char **added, size_t nadded)
 {
