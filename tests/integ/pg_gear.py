@@ -265,11 +265,18 @@ def pending(port, what):
     c0.send(t, "pend_" + what, "", "first")
     r = c0.recv()
     prefix, n = r[1].decode().rsplit(":", 1)
-    h2 = "%s:%d" % (prefix, int(n) + 1)
+    h2 = "%s:%0*d" % (prefix, len(n), int(n) + 1)  # the same width: dsjobd pads its numbers
     print("h2", h2)
     c = Conn(port)
     c.send(t, "pend_" + what, "", "second")
-    time.sleep(0.2)
+    # The server has the second submit once it knows its handle (pending).
+    for _ in range(200):
+        probe = Conn(port)
+        seen = not (probe.admin("show job " + h2) or "ERR").startswith("ERR")
+        probe.s.close()
+        if seen:
+            break
+        time.sleep(0.05)
     if what == "cancel":
         print("admin", c0.admin("cancel job " + h2))
     else:

@@ -32,7 +32,8 @@ command -v python3 >/dev/null 2>&1 || {
 }
 pg_start_or_bail
 G="$top_srcdir/tests/integ/pg_gear.py"
-pgd_start a --store-commit-interval 300 --pg-lease 3 --verbose INFO &&
+# a takes unique keys past --max-unique-size's default, to reach the store's own check.
+pgd_start a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO &&
     pgd_start b --store-commit-interval 3000 --verbose INFO || {
     echo "Bail out! dsjobd did not start"
     exit 1
