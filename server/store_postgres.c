@@ -570,6 +570,8 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
         goto fail;
     if ((rc = schema_make(st, err)) != DSJOB_OK)
         goto fail;
+    if ((rc = pg_import_gearmand(st->db, cfg->import_table, cfg->note, err)) != DSJOB_OK)
+        goto fail;
     r = PQexec(st->db, "SELECT nextval('dsjob.boot')");
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         PQclear(r);
