@@ -71,6 +71,7 @@ usage(FILE *fp)
         "                             ERROR NO_WORKER at once (default: it waits)\n"
         "      --priority ORDER       function (default: newest function first, as gearmand)\n"
         "                             or global (highest priority over all a worker's functions)\n"
+        "                             or gearmand-2.0 (that, its functions taking turns)\n"
         "      --priority-aging SECONDS  a job waiting that long counts one priority higher,\n"
         "                             and one more after as long again (default 0: never)\n"
         "      --job-handle-prefix P  handles are P:N (default H:<hostname>)\n"
@@ -1018,8 +1019,10 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
                 cfg->priority = DSJOB_PRIORITY_FUNCTION;
             else if (strcmp(optarg, "global") == 0)
                 cfg->priority = DSJOB_PRIORITY_GLOBAL;
+            else if (strcmp(optarg, "gearmand-2.0") == 0)
+                cfg->priority = DSJOB_PRIORITY_GEARMAND_2;
             else
-                die_usage("--priority: '%s' is not function or global", optarg);
+                die_usage("--priority: '%s' is not function, global or gearmand-2.0", optarg);
             break;
         case OPT_PRIORITY_AGING:
             cfg->priority_aging = (unsigned)parse_number("--priority-aging", optarg, 604800, false);

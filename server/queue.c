@@ -77,6 +77,7 @@ queue_init(struct queue *q, bool round_robin)
     q->njobs = 0;
     q->nended = 0;
     q->global = false;
+    q->turns = false;
     q->ranked = false;
     q->aging = 0;
     q->ages.head = 0;
@@ -86,11 +87,12 @@ queue_init(struct queue *q, bool round_robin)
 }
 
 void
-queue_set_order(struct queue *q, bool global, unsigned aging, int64_t now)
+queue_set_order(struct queue *q, enum queue_order order, unsigned aging, int64_t now)
 {
-    q->global = global;
+    q->global = order == QUEUE_ORDER_GLOBAL;
+    q->turns = order == QUEUE_ORDER_TURNS;
     q->aging = aging;
-    q->ranked = global || aging > 0;
+    q->ranked = order != QUEUE_ORDER_FUNCTION || aging > 0;
     q->ages.head = 0;
     q->ages.n = 0;
     q->ages.floor = now;
@@ -658,7 +660,7 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     j->ext->worker = w;
     TAILQ_INSERT_TAIL(&w->held, j, link);
     w->nheld++;
-    if (q->round_robin && !q->global && TAILQ_NEXT(a, by_worker) != NULL) {
+    if ((q->turns || (q->round_robin && !q->global)) && TAILQ_NEXT(a, by_worker) != NULL) {
         TAILQ_REMOVE(&w->abilities, a, by_worker);
         TAILQ_INSERT_TAIL(&w->abilities, a, by_worker);
     }
@@ -670,7 +672,10 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
  * function) by rank, then seq. Lists are FIFO, so a head is the oldest of
  * its list and the only job of it that can win: O(abilities), whatever
  * the number of jobs. Function order stops at the first function with
- * work, as the plain loop does.
+ * work, as the plain loop does. Turns (gearmand 2.0's
+ * gearman_server_job_take: for each priority, the first worker function
+ * with a job of it) breaks a tie of rank by ability order, not by seq:
+ * the ability first in w's list wins, and grab_take moves it to the back.
  */
 static struct job *
 grab_ranked(struct queue *q, struct qworker *w, int64_t now)
@@ -690,7 +695,8 @@ grab_ranked(struct queue *q, struct qworker *w, int64_t now)
             if (j == NULL)
                 continue;
             rank = q->aging > 0 ? (unsigned)queue_rank(q, j, now) : (unsigned)p;
-            if (rank < best_rank || (rank == best_rank && j->seq < best->seq)) {
+            if (rank < best_rank ||
+                (rank == best_rank && (!q->turns || a == best_a) && j->seq < best->seq)) {
                 best = j;
                 best_rank = rank;
                 best_a = a;
@@ -698,7 +704,7 @@ grab_ranked(struct queue *q, struct qworker *w, int64_t now)
             if (q->aging == 0)
                 break; /* without aging, a function's first list with a job holds its best */
         }
-        if (!q->global && best != NULL)
+        if (!q->global && !q->turns && best != NULL)
             break;
     }
     return best != NULL ? grab_take(q, w, best_a, best) : NULL;

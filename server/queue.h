@@ -106,22 +106,35 @@ struct queue {
     size_t nended;               /* of those, DEAD or DONE (see queue_live) */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
     bool global;                 /* --priority global: the best job over all abilities */
-    bool ranked;                 /* global or aging: queue_grab compares list heads */
+    bool turns;                  /* --priority gearmand-2.0: the best priority over all
+                                    abilities, the abilities taking turns within it */
+    bool ranked;                 /* global, turns or aging: queue_grab compares list heads */
     unsigned aging;              /* --priority-aging seconds per level; 0: off */
     struct queue_ages ages;      /* submit times, with aging */
 };
 
 void queue_init(struct queue *q, bool round_robin);
 
+/* The grab orders of --priority. */
+enum queue_order {
+    QUEUE_ORDER_FUNCTION, /* gearmand 1.1.20: the first ability with work (the default) */
+    QUEUE_ORDER_GLOBAL,   /* the highest priority over all abilities, oldest first */
+    QUEUE_ORDER_TURNS,    /* gearmand 2.0: the highest priority over all abilities, and
+                             among those with a job of it the first, which then moves to
+                             the back (round robin, always) */
+};
+
 /*
  * queue_set_order chooses how queue_grab ranks jobs, before any job is
- * added: global takes the highest-priority job among all of a worker's
- * functions (first submitted first within a priority) instead of the
- * first function with work; aging > 0 counts a job that has waited more
- * than aging seconds one priority higher, and one more for each further
- * aging seconds, up to high. now is the wall clock (seconds).
+ * added: QUEUE_ORDER_GLOBAL takes the highest-priority job among all of a
+ * worker's functions (first submitted first within a priority) instead of
+ * the first function with work; QUEUE_ORDER_TURNS the highest priority
+ * too, from the first of the worker's abilities (in their rotating order)
+ * that has a job of it; aging > 0 counts a job that has waited more than
+ * aging seconds one priority higher, and one more for each further aging
+ * seconds, up to high. now is the wall clock (seconds).
  */
-void queue_set_order(struct queue *q, bool global, unsigned aging, int64_t now);
+void queue_set_order(struct queue *q, enum queue_order order, unsigned aging, int64_t now);
 
 /*
  * queue_rank returns the priority j counts as at time now: its own, or
@@ -259,7 +272,9 @@ void queue_remove(struct queue *q, struct job *j);
  * newest registration first as in gearmand (with round_robin, the function
  * just served moves to the back), the first high, else normal, else low
  * job. With global order, the job of the highest priority over all its
- * abilities, the lowest seq (first submitted) among equals; with aging,
+ * abilities, the lowest seq (first submitted) among equals; with turns,
+ * of that priority the job first in the first ability that has one, which
+ * then moves to the back of w's abilities (gearmand 2.0); with aging,
  * priorities are those of queue_rank at now (wall-clock seconds, read only
  * with aging). The job becomes RUNNING and is held by w. NULL if there is
  * none, or if there is no memory for the job's job_ext (the job stays

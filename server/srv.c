@@ -117,7 +117,10 @@ srv_queue_init(struct srv *srv)
 {
     queue_init(&srv->queue, srv->cfg.round_robin);
     srv->queue.default_max_queue = srv->cfg.max_queue;
-    queue_set_order(&srv->queue, srv->cfg.priority == DSJOB_PRIORITY_GLOBAL,
+    queue_set_order(&srv->queue,
+                    srv->cfg.priority == DSJOB_PRIORITY_GLOBAL       ? QUEUE_ORDER_GLOBAL
+                    : srv->cfg.priority == DSJOB_PRIORITY_GEARMAND_2 ? QUEUE_ORDER_TURNS
+                                                                     : QUEUE_ORDER_FUNCTION,
                     srv->cfg.priority_aging, srv_now());
 }
 
@@ -337,8 +340,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--keepalive-count must be -1 or 1 to %d probes", SRV_MAX_KEEPALIVE_COUNT);
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
-    if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION && srv->cfg.priority != DSJOB_PRIORITY_GLOBAL)
-        FAIL("--priority must be function or global");
+    if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION &&
+        srv->cfg.priority != DSJOB_PRIORITY_GLOBAL &&
+        srv->cfg.priority != DSJOB_PRIORITY_GEARMAND_2)
+        FAIL("--priority must be function, global or gearmand-2.0");
     if (srv->cfg.log_format != DSJOB_LOG_FORMAT_TEXT &&
         srv->cfg.log_format != DSJOB_LOG_FORMAT_JSON)
         FAIL("unknown log format %d", (int)srv->cfg.log_format);

@@ -239,6 +239,17 @@ extern const struct store_ops store_memcached_ops;
 #endif
 #ifdef HAVE_LIBPQ
 extern const struct store_ops store_postgres_ops;
+struct pg_conn; /* libpq's PGconn */
+/*
+ * pg_import_gearmand (store_pg_import.c) takes the rows of gearmand's
+ * libpq queue table (table, or "queue" if NULL) in db's database into
+ * dsjob.jobs and renames the table TABLE_dsjob_import, in one transaction
+ * under an advisory lock; no such table is not an error. db must be in
+ * autocommit, schema dsjob made. On success writes how many it took into
+ * note (STORE_ERRLEN bytes, if not NULL) when there was a table; else
+ * DSJOB_ERR_* and why in err.
+ */
+int pg_import_gearmand(struct pg_conn *db, const char *table, char *note, char *err);
 #endif
 
 /* store_say writes a message of at most STORE_ERRLEN bytes to err and returns code. */

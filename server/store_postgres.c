@@ -1108,6 +1108,8 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
     }
     if ((rc = schema_make(st, err)) != DSJOB_OK)
         goto fail;
+    if ((rc = pg_import_gearmand(st->db, cfg->import_table, cfg->note, err)) != DSJOB_OK)
+        goto fail;
     r = exec_wait(st, "SELECT nextval('dsjob.boot')", NULL, false);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         rc = res_say(err, DSJOB_ERR_STORE, st, r, "numbering this start");

@@ -476,15 +476,19 @@ schema_upgrade(struct store *st, const struct store_config *cfg, long long versi
         return DSJOB_OK;
     snprintf(set_version, sizeof(set_version), "PRAGMA user_version = %d", SCHEMA_VERSION);
     rc = db_exec(st->db, "BEGIN IMMEDIATE");
-    if (rc == SQLITE_OK && version == 0 && st->import != NULL &&
-        (import_gearmand(st, cfg, true, err) != DSJOB_OK ||
-         db_exec(st->db, SCHEMA_SQL) != SQLITE_OK ||
-         import_gearmand(st, cfg, false, err) != DSJOB_OK)) {
-        if (err[0] == '\0')
-            store_say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s", st->path,
-                      sqlite3_errmsg(st->db));
-        db_exec(st->db, "ROLLBACK");
-        return DSJOB_ERR_STORE;
+    if (rc == SQLITE_OK && version == 0 && st->import != NULL) {
+        /* gearmand's table out of the way, the schema, then its rows: or none of it. */
+        int irc = import_gearmand(st, cfg, true, err);
+
+        if (irc == DSJOB_OK && (rc = db_exec(st->db, SCHEMA_SQL)) != SQLITE_OK)
+            irc = store_say(err, DSJOB_ERR_STORE, "cannot create schema in store '%s': %s",
+                            st->path, db_error(st->db, rc));
+        if (irc == DSJOB_OK)
+            irc = import_gearmand(st, cfg, false, err);
+        if (irc != DSJOB_OK) {
+            db_exec(st->db, "ROLLBACK");
+            return irc;
+        }
     }
     if (rc == SQLITE_OK && version == 0 && st->import == NULL)
         rc = db_exec(st->db, SCHEMA_SQL);

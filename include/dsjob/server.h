@@ -51,6 +51,8 @@ enum dsjob_log_format {
 enum dsjob_priority_order {
     DSJOB_PRIORITY_FUNCTION = 0, /* gearmand 1.1.20: newest function first, by priority within it */
     DSJOB_PRIORITY_GLOBAL,       /* the highest priority over all its functions, oldest first */
+    DSJOB_PRIORITY_GEARMAND_2,   /* gearmand 2.0: the highest priority over all its functions,
+                                    the functions with a job of it taking turns */
 };
 
 /*

@@ -308,6 +308,46 @@ test_global(void)
 }
 
 /*
+ * --priority gearmand-2.0. The five jobs of two_functions in the order
+ * gearmand 2.0.0's gearman_server_job_take gives them (for each priority,
+ * the first of the worker's functions with a job of it, which then moves
+ * to the back of its list; the list starts newest CAN_DO first): h1 (gb),
+ * h2 (ga), then at normal gb first again, n2, then ga's n1, then l1.
+ * t_queue checks the same rule against a model of that function on random
+ * submissions. Then gearmand 2.0's own case,
+ * gearman_worker_priority_multiple_functions (tests/libgearman-1.0/
+ * priority_test.cc): low on function1, high on function2, normal on
+ * function1, one worker of function1 then function2: function2's high
+ * job comes first.
+ */
+static void
+test_gearmand2(void)
+{
+    static const char *const args[] = {"--priority", "gearmand-2.0", NULL};
+    struct daemon d;
+    char h[128], got[256];
+    int c, w;
+
+    daemon_start(&d, args);
+    port = d.port;
+    two_functions("h1 h2 n2 n1 l1", "--priority gearmand-2.0: high of both functions, then "
+                                    "normal, the functions taking turns, then low");
+    c = peer_connect(port);
+    submit(c, PACKET_SUBMIT_JOB_LOW_BG, "function1", "0_function1", h, sizeof(h));
+    submit(c, PACKET_SUBMIT_JOB_HIGH_BG, "function2", "2_function2", h, sizeof(h));
+    submit(c, PACKET_SUBMIT_JOB_BG, "function1", "1_function1", h, sizeof(h));
+    w = peer_connect(port);
+    peer_send(w, PACKET_CAN_DO, 1, "function1");
+    peer_send(w, PACKET_CAN_DO, 1, "function2");
+    drain(w, 3, got, sizeof(got));
+    tap_is_str(got, "2_function2 1_function1 0_function1",
+               "--priority gearmand-2.0: gearmand 2.0's multiple-functions case");
+    close(w);
+    close(c);
+    daemon_stop(&d);
+}
+
+/*
  * A flood of high jobs, one submitted for each grab, with one low job
  * queued first. With aging the low job runs within the flood; without it,
  * it is still queued when the flood ends. The loop is bounded by its count;
@@ -441,6 +481,7 @@ main(void)
     test_reject_durable();
 #endif
     test_aging();
+    test_gearmand2();
     test_admin_priority_denied();
     return tap_done();
 }

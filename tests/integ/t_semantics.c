@@ -679,7 +679,8 @@ test_slow_waiter(void)
     static const char *const args[] = {"--max-packet-size", "1024", "--max-output-buffer", "1100",
                                        NULL};
     struct daemon d;
-    char h[128], ha[128], chunk[1000], logpath[300], line[512];
+    /* chunk: with a 26-byte handle a WORK_DATA still fits --max-packet-size */
+    char h[128], ha[128], chunk[960], logpath[300], line[512];
     int a, b, w, i, got = 0, small = 4096;
     bool dropped = false, done = false;
     struct peer_pkt p;
@@ -698,7 +699,7 @@ test_slow_waiter(void)
     recv_type(w, PACKET_JOB_ASSIGN, NULL, 0, PEER_TIMEOUT_MS);
     memset(chunk, 'd', sizeof(chunk) - 1);
     chunk[sizeof(chunk) - 1] = '\0';
-    /* 4 MB in all: far past what the kernel buffers for a peer that does not read. */
+    /* 3.8 MB in all: far past what the kernel buffers for a peer that does not read. */
     for (i = 0; i < 4000 && daemon_alive(&d); i++) {
         peer_send(w, PACKET_WORK_DATA, 2, h, chunk);
         if (peer_recv(b, &p, PEER_TIMEOUT_MS) == PACKET_WORK_DATA)

@@ -538,6 +538,98 @@ test_ended(void)
     queue_release(&q);
 }
 
+/*
+ * --priority gearmand-2.0 against a model of gearmand 2.0.0's
+ * gearman_server_job_take (libgearman-server/gearmand_con.cc), transcribed:
+ * for each priority from high to low, walk the worker's function list
+ * (CAN_DO adds at its head, GEARMAND_LIST_ADD); the first function with a
+ * job of that priority is moved to the list's end (round robin, always on
+ * in 2.0) and its first such job is taken. Random submissions, CAN_DOs and
+ * grabs, interleaved; every grab must give the model's job.
+ */
+#define M_FUNCS 4
+struct model {
+    int jobs[M_FUNCS][JOB_NPRIO][64]; /* seqs, FIFO */
+    int njobs[M_FUNCS][JOB_NPRIO];
+    int list[M_FUNCS]; /* the worker's functions, gearmand's list order */
+    int nlist;
+};
+
+static int
+model_take(struct model *m)
+{
+    int p, i, k, f, seq;
+
+    for (p = 0; p < JOB_NPRIO; p++)
+        for (i = 0; i < m->nlist; i++) {
+            f = m->list[i];
+            if (m->njobs[f][p] == 0)
+                continue;
+            for (k = i; k + 1 < m->nlist; k++) /* to the end of the list */
+                m->list[k] = m->list[k + 1];
+            m->list[m->nlist - 1] = f;
+            seq = m->jobs[f][p][0];
+            memmove(m->jobs[f][p], m->jobs[f][p] + 1, (size_t)--m->njobs[f][p] * sizeof(int));
+            return seq;
+        }
+    return 0;
+}
+
+static void
+test_gearmand2_order(void)
+{
+    static const char *const names[M_FUNCS] = {"f0", "f1", "f2", "f3"};
+    unsigned seed = 12345;
+    int round, bad = 0, grabs = 0;
+
+    for (round = 0; round < 200 && !bad; round++) {
+        struct queue q;
+        struct qworker w;
+        struct func *fs[M_FUNCS];
+        struct model m;
+        bool can[M_FUNCS] = {false};
+        int step, i;
+
+        memset(&m, 0, sizeof(m));
+        queue_init(&q, round % 2 == 0); /* -R changes nothing: 2.0 always rotates */
+        queue_set_order(&q, QUEUE_ORDER_TURNS, 0, 1000);
+        queue_worker_init(&w);
+        for (i = 0; i < M_FUNCS; i++)
+            fs[i] = queue_func(&q, names[i], 2, true);
+        for (step = 0; step < 60 && !bad; step++) {
+            unsigned r = (seed = seed * 1103515245u + 12345u) >> 8;
+            int f = (int)(r % M_FUNCS), p = (int)((r >> 4) % JOB_NPRIO);
+
+            if (r % 7 == 0 && !can[f]) { /* CAN_DO: the head of gearmand's list */
+                can[f] = true;
+                queue_can_do(&q, &w, fs[f], 0);
+                memmove(m.list + 1, m.list, (size_t)m.nlist++ * sizeof(int));
+                m.list[0] = f;
+            } else if (r % 3 == 0 && m.njobs[f][p] < 64) {
+                struct job *j = mkjob(&q, fs[f], (enum job_prio)p, "", 0);
+
+                m.jobs[f][p][m.njobs[f][p]++] = (int)j->seq;
+            } else {
+                struct job *j = queue_grab(&q, &w, 0);
+                int want = model_take(&m);
+
+                grabs++;
+                if ((j == NULL ? 0 : (int)j->seq) != want) {
+                    tap_diag("round %d step %d: dsjobd gave %d, gearmand 2.0 %d", round, step,
+                             j ? (int)j->seq : 0, want);
+                    bad = 1;
+                }
+                if (j != NULL)
+                    queue_remove(&q, j);
+            }
+        }
+        queue_reset_abilities(&q, &w);
+        queue_release(&q);
+    }
+    tap_ok(!bad, "gearmand-2.0 order: %d grabs over 200 random runs give gearmand 2.0's job",
+           grabs);
+}
+
 int
 main(void)
 {
@@ -548,6 +640,7 @@ main(void)
     test_wake();
     test_many();
     test_global_order();
+    test_gearmand2_order();
     test_aging();
     test_set_prio();
     test_ended();
