@@ -121,6 +121,8 @@ usage(FILE *fp)
         "      --store-batch N        background submits per commit at most (default 10000)\n"
         "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
         "      --store-async-ends     give a worker more work before its last job's end commits\n"
+        "      --store-stuck-after SECONDS  a commit in flight this long is logged and fails\n"
+        "                             /healthz (default 10)\n"
         "      --memcached-servers H:P,...  memcached store's servers (also "
         "--libmemcached-servers)\n"
         "      --memcached-prefix P   prefix of the memcached store's keys (default dsjob)\n"
@@ -128,6 +130,7 @@ usage(FILE *fp)
         "                             postgres; also --libpq-conninfo)\n"
         "      --pg-lease SECONDS     a server's lease on a job lasts this long unless renewed\n"
         "                             (default 30)\n"
+        "      --pg-stop-grace-ms MS  at a stop, give the database MS to answer (default 3000)\n"
         "      --pg-prefetch N        jobs leased beyond the idle workers (default 8)\n"
         "      --pg-poll-ms MS        look for ready jobs this often without a NOTIFY (default "
         "1000)\n"
@@ -198,6 +201,8 @@ enum {
     OPT_PG_POLL,
     OPT_HTTP_ADMIN,
     OPT_STORE_ASYNC_ENDS,
+    OPT_STORE_STUCK,
+    OPT_PG_STOP_GRACE,
     OPT_HTTP_MAX_CONNS,
     OPT_HTTP_TIMEOUT,
     OPT_MAX_UNIQUE,
@@ -294,6 +299,8 @@ static const struct option long_options[] = {
     {"http-timeout", required_argument, NULL, OPT_HTTP_TIMEOUT},
     {"max-unique-size", required_argument, NULL, OPT_MAX_UNIQUE},
     {"store-async-ends", no_argument, NULL, OPT_STORE_ASYNC_ENDS},
+    {"store-stuck-after", required_argument, NULL, OPT_STORE_STUCK},
+    {"pg-stop-grace-ms", required_argument, NULL, OPT_PG_STOP_GRACE},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"job-timeout", required_argument, NULL, OPT_JOB_TIMEOUT},
     {"retry-on", required_argument, NULL, OPT_RETRY_ON},
@@ -957,6 +964,16 @@ parse_options(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
                 (size_t)parse_number("--max-unique-size", optarg, UINT32_MAX, true);
             break;
         case OPT_STORE_ASYNC_ENDS: cfg->store_async_ends = true; break;
+        case OPT_STORE_STUCK:
+            cfg->store_stuck_secs =
+                (unsigned)parse_number("--store-stuck-after", optarg, 86400, false);
+            if (cfg->store_stuck_secs < 1)
+                die_usage("--store-stuck-after: must be at least %d", 1);
+            break;
+        case OPT_PG_STOP_GRACE:
+            cfg->pg_stop_grace_ms =
+                (unsigned)parse_number("--pg-stop-grace-ms", optarg, 600000, false);
+            break;
         case OPT_UNIX_SOCKET:
             cfg->unix_socket = set_path(&o->unix_socket, "--unix-socket", optarg);
             break;

@@ -105,6 +105,8 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->http_max_connections = 64;
     cfg->http_timeout = 10;
     cfg->max_unique_size = 1024;
+    cfg->store_stuck_secs = 10;
+    cfg->pg_stop_grace_ms = 3000;
     cfg->pg_lease = 30;
     cfg->pg_prefetch = 8;
     cfg->pg_poll_ms = 1000;
@@ -322,6 +324,10 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--http-timeout must be 1 to 3600 seconds");
     if (srv->cfg.max_unique_size < 1)
         FAIL("--max-unique-size must be at least 1 byte");
+    if (srv->cfg.store_stuck_secs < 1 || srv->cfg.store_stuck_secs > 86400)
+        FAIL("--store-stuck-after must be 1 to 86400 seconds");
+    if (srv->cfg.pg_stop_grace_ms > 600000)
+        FAIL("--pg-stop-grace-ms must be 0 to 600000");
     if (srv->cfg.max_packet_size < 1024)
         FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)

@@ -42,7 +42,6 @@
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
 #define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out or a job due is taken this long after */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
-#define STORAGE_STUCK_SECS 10      /* a commit not ended this long is logged and fails /healthz */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -242,6 +241,7 @@ storage_open(struct srv *srv)
     scfg.dsn = srv->cfg.pg_dsn;
     scfg.owner = srv->handle_prefix;
     scfg.lease_secs = srv->cfg.pg_lease;
+    scfg.stop_grace_ms = srv->cfg.pg_stop_grace_ms;
     scfg.boot = &boot;
     scfg.import_table =
         strcmp(sg->ops->name, "postgres") == 0 ? srv->cfg.libpq_table : srv->cfg.libsqlite3_table;
@@ -984,7 +984,7 @@ storage_flush(struct srv *srv)
     sg->inflight = b;
     b->handed_ms = stats_clock(srv);
     {
-        struct timeval stuck = {STORAGE_STUCK_SECS, 0};
+        struct timeval stuck = {(time_t)srv->cfg.store_stuck_secs, 0};
 
         evtimer_add(sg->stuck_ev, &stuck);
     }
@@ -1023,7 +1023,7 @@ storage_drain(struct srv *srv)
     }
 }
 
-/* On the loop: the batch in flight has not come back for STORAGE_STUCK_SECS. */
+/* On the loop: the batch in flight has not come back for --store-stuck-after seconds. */
 static void
 stuck_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -1036,8 +1036,9 @@ stuck_cb(evutil_socket_t fd, short what, void *arg)
         return;
     sg->stuck = true;
     log_err(&srv->log,
-            "store: a commit of %u jobs has not ended after %d s (the database does not answer?)",
-            sg->inflight->nacks, STORAGE_STUCK_SECS);
+            "store: a commit of %u jobs has not ended after %u s (--store-stuck-after; the "
+            "database does not answer?)",
+            sg->inflight->nacks, srv->cfg.store_stuck_secs);
 }
 
 const char *

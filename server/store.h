@@ -140,6 +140,7 @@ struct store_config {
     const char *import_table; /* its table's name; NULL: gearmand's default */
     char *note;               /* out: what open did worth a NOTICE ("" if nothing), at most
                                  STORE_ERRLEN bytes; NULL: not asked */
+    unsigned stop_grace_ms;   /* postgres: ms the database has to answer once stop is called */
 };
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */

@@ -158,7 +158,6 @@
 #define PG_CONNECT_TIMEOUT 10    /* s for a connection to be made */
 #define PG_USER_TIMEOUT_MS 30000 /* ms data may stay unacknowledged (tcp_user_timeout) */
 #define PG_LOCK_RETRY_MS 100     /* between tries of this start's live lock */
-#define PG_STOP_GRACE_MS 3000    /* ms the database has to answer once dsjobd stops */
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 
@@ -313,6 +312,7 @@ struct store {
     char *owner;      /* owned copy: this server's name in leases */
     uint64_t boot;    /* this start's number (dsjob.boot), once known */
     unsigned lease;   /* seconds */
+    unsigned grace;   /* ms the database has to answer once dsjobd stops (--pg-stop-grace-ms) */
     int pid;          /* the backend of the writer's last connection, or 0 */
     struct pend_add *adds;
     size_t nadds, adds_cap;
@@ -593,7 +593,7 @@ mono_ms(void)
 
 /*
  * Wait for fd (or, with fd < 0, for ms milliseconds alone). 1: ready; 0:
- * ms passed; -1: dsjobd is stopping and gave the database PG_STOP_GRACE_MS
+ * ms passed; -1: dsjobd is stopping and gave the database --pg-stop-grace-ms
  * since (pg_stop), or poll failed.
  */
 static int
@@ -606,12 +606,12 @@ wait_io(struct store *st, int fd, short events, int ms)
         int64_t now = mono_ms(), stop = st->stop_ms, left = -1;
         int rc;
 
-        if (stop > 0 && now >= stop + PG_STOP_GRACE_MS)
+        if (stop > 0 && now >= stop + (int64_t)st->grace)
             return -1;
         if (end >= 0)
             left = end > now ? end - now : 0;
-        if (stop > 0 && (left < 0 || left > stop + PG_STOP_GRACE_MS - now))
-            left = stop + PG_STOP_GRACE_MS - now;
+        if (stop > 0 && (left < 0 || left > stop + (int64_t)st->grace - now))
+            left = stop + (int64_t)st->grace - now;
         /* Once stopping, the wake-up stays readable: poll fd alone. */
         rc = poll(p, stop > 0 ? 1 : 2, (int)left);
         if (rc < 0 && errno != EINTR)
@@ -690,8 +690,8 @@ res_say(char *err, int code, struct store *st, PGresult *r, const char *what)
     if (st->db == NULL && st->stop_ms > 0)
         return store_say(err, code,
                          "postgres: %s: dsjobd is stopping and the database did not "
-                         "answer within %d ms",
-                         what, PG_STOP_GRACE_MS);
+                         "answer within %u ms (--pg-stop-grace-ms)",
+                         what, st->grace);
     return pg_say(err, code, st->db, what);
 }
 
@@ -991,7 +991,7 @@ ensure_conn(struct store *st, char *err)
 {
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK)
         return DSJOB_OK;
-    if (st->stop_ms > 0 && mono_ms() >= st->stop_ms + PG_STOP_GRACE_MS)
+    if (st->stop_ms > 0 && mono_ms() >= st->stop_ms + (int64_t)st->grace)
         return store_say(err, DSJOB_ERR_STORE,
                          "postgres: dsjobd is stopping: not connecting again");
     if (!connect_db(st, st->db != NULL)) {
@@ -1088,6 +1088,7 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
     st->wake[0] = st->wake[1] = -1;
     st->owner = strdup(cfg->owner != NULL ? cfg->owner : "dsjobd");
     st->lease = cfg->lease_secs ? cfg->lease_secs : 30;
+    st->grace = cfg->stop_grace_ms;
     if (st->owner == NULL) {
         pg_close(st);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
@@ -2508,7 +2509,7 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
 
 /*
  * dsjobd is stopping (any thread): from now on the writer gives the
- * database PG_STOP_GRACE_MS to answer, then gives up its statement and
+ * database --pg-stop-grace-ms to answer, then gives up its statement and
  * its connection, so that a stop ends in bounded time even when the
  * connection hangs.
  */

@@ -141,6 +141,12 @@ struct dsjob_server_config {
                                      of its file takes; NULL: "gearman_queue" */
     const char *libpq_table;      /* postgres: gearmand's libpq queue table, likewise; NULL:
                                      "queue" */
+
+    /* Bounds on the store's waits. */
+    unsigned store_stuck_secs; /* a commit in flight this long is logged and fails /healthz;
+                                   default 10 (1 to 86400) */
+    unsigned pg_stop_grace_ms; /* postgres: ms the database has to answer once the server
+                                   stops; default 3000 (0 to 600000) */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
