@@ -344,6 +344,12 @@ server_wide(struct srv *srv, struct out *o)
     value(o, "sent_bytes_total", NULL, st->bytes_out);
     family(o, "jobs", "gauge", "Jobs held: queued, scheduled, running, dead and kept.");
     value(o, "jobs", NULL, srv->queue.njobs);
+    family(o, "max_dead", "gauge",
+           "--max-dead: dead jobs kept per function (0: none is kept, as in gearmand).");
+    value(o, "max_dead", NULL, srv->cfg.max_dead);
+    family(o, "keep_results_seconds", "gauge",
+           "--keep-results: seconds a background job's result is kept (0: none is kept).");
+    value(o, "keep_results_seconds", NULL, srv->cfg.keep_results);
     family(o, "jobs_replayed_total", "counter", "Jobs replayed from the store at start.");
     value(o, "jobs_replayed_total", NULL, st->replayed);
     if (srv->storage.shared) {

@@ -557,6 +557,34 @@ add_old_row(struct table *t, const struct table *old, size_t row)
  * detail" (gearmand) is asked "show jobs": with no server that had it, its
  * old columns are printed, else those rows fill what they have.
  */
+/*
+ * The value of the unlabelled sample name in server's admin "stats", or -1
+ * when the server has no such sample (gearmand) or does not answer.
+ */
+static long
+server_stat(struct cli *cli, const char *server, const char *name)
+{
+    size_t nlen = strlen(name);
+    struct reply r;
+    const char *p;
+    long v = -1;
+
+    if (admin_ask(cli, server, "stats\n", REPLY_LISTING, &r, true) == ADMIN_OK) {
+        p = r.buf;
+        while (p != NULL && *p != '\0') {
+            if (strncmp(p, name, nlen) == 0 && p[nlen] == ' ') {
+                v = strtol(p + nlen + 1, NULL, 10);
+                break;
+            }
+            p = strchr(p, '\n');
+            if (p != NULL)
+                p++;
+        }
+    }
+    free(r.buf);
+    return v;
+}
+
 static int
 run_listing(struct cli *cli, const struct listing *ls, const char *line)
 {
@@ -618,11 +646,23 @@ run_listing(struct cli *cli, const struct listing *ls, const char *line)
         rc = CLI_UNREACHABLE;
     /*
      * An empty dead set is also what a server without --max-dead (the
-     * default) shows, and it tells nothing apart: say so to a person.
+     * default) shows: each dsjobd says in its stats whether it keeps any;
+     * a server without them (gearmand) gets the hint.
      */
-    if (ls->cols == dead_cols && nok > 0 && t.nrows == 0 && cli->format == CLI_FORMAT_TABLE)
-        cli_err("no dead jobs; dsjobd keeps failed background jobs only when started with "
-                "--max-dead N (the default, 0, drops them as gearmand does)");
+    if (ls->cols == dead_cols && nok > 0 && t.nrows == 0 && cli->format == CLI_FORMAT_TABLE) {
+        for (i = 0; i < cli->nservers; i++) {
+            long n = server_stat(cli, cli->servers[i], "dsjob_max_dead");
+
+            if (n == 0)
+                cli_err("%s: no dead jobs: the server keeps none (it runs without --max-dead)",
+                        cli->servers[i]);
+            else if (n < 0)
+                cli_err("%s: no dead jobs; dsjobd keeps failed background jobs only when "
+                        "started with --max-dead N (the default, 0, drops them as gearmand "
+                        "does)",
+                        cli->servers[i]);
+        }
+    }
     /* JSON readers get a document even with no answer: the empty array. */
     if (nok > 0 || nold > 0 || cli->format == CLI_FORMAT_JSON) {
         const struct table *shown = ls->cols == detail_cols && nok == 0 && nold > 0 ? &old : &t;

@@ -116,13 +116,16 @@ rc=$?
 ok $? "result on a server without --keep-results says it keeps none (rc $rc: $(cat "$dir/r.err"))"
 ds dead list >"$dir/d.out" 2>"$dir/d.err"
 rc=$?
-[ $rc -eq 0 ] && grep -q "only when started with --max-dead" "$dir/d.err"
-ok $? "dead list with no dead job says a server keeps them only with --max-dead (rc $rc)"
+[ $rc -eq 0 ] && grep -q "no dead jobs: the server keeps none (it runs without --max-dead)" "$dir/d.err"
+ok $? "dead list on a server without --max-dead says it keeps none (rc $rc: $(cat "$dir/d.err"))"
 bg_stop_all
 server_stop
 
 # --- 19: a dead job's run-at time; an error's lines --------------------------
 server_start dsjobd --max-dead 10 --retry-on fail -j 2 --retry-backoff 1 || exit 1
+ds dead list >"$dir/d2.out" 2>"$dir/d2.err"
+[ $? -eq 0 ] && [ ! -s "$dir/d2.err" ]
+ok $? "dead list on a server with --max-dead and no dead job says nothing more ($(cat "$dir/d2.err"))"
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f bad -- \
     sh -c 'cat >/dev/null; echo "first line" >&2; echo "second line" >&2; exit 3' 2>/dev/null &
 _pids="$_pids $!"
