@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/event.h>
-
 #include "conn.h"
 #include "job.h"
 #include "lifecycle.h"
@@ -135,26 +133,6 @@ h_reset_abilities(struct conn *c, const struct packet *p)
     lifecycle_give_back(c, NULL, "its worker sent RESET_ABILITIES");
 }
 
-/*
- * A worker going to sleep while it holds jobs ends their CAN_DO_TIMEOUT,
- * as gearmand (1.1.20 and 2.0) deletes the connection's timeout at
- * PRE_SLEEP: a worker that runs a job in the background and asks for more
- * meanwhile is trusted with it. --job-timeout's timer, which is dsjobd's
- * own and restarts whenever the worker speaks of the job, stays.
- */
-static void
-end_can_do_timeouts(struct qworker *w)
-{
-    struct job *j;
-
-    TAILQ_FOREACH (j, &w->held, link) {
-        if (j->ext != NULL && j->ext->timeout_ev != NULL && !j->ext->silence) {
-            event_free(j->ext->timeout_ev);
-            j->ext->timeout_ev = NULL;
-        }
-    }
-}
-
 static void
 h_pre_sleep(struct conn *c, const struct packet *p)
 {
@@ -164,7 +142,7 @@ h_pre_sleep(struct conn *c, const struct packet *p)
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
         return;
     }
-    end_can_do_timeouts(&c->worker);
+    lifecycle_sleeping(&c->worker);
     queue_sleep(&c->worker);
     storage_want_lease(c->srv);
 }

@@ -143,6 +143,18 @@ lifecycle_heard(struct srv *srv, struct job *j)
         evtimer_add(j->ext->timeout_ev, &tv); /* a pending timer starts again from now */
 }
 
+void
+lifecycle_sleeping(struct qworker *w)
+{
+    struct job *j;
+
+    /* A worker that runs a job in the background and asks for more meanwhile is trusted. */
+    TAILQ_FOREACH (j, &w->held, link) {
+        if (j->ext != NULL && !j->ext->silence)
+            stop_timer(j);
+    }
+}
+
 /* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */
 static enum job_settle
 end_to(const struct srv *srv, const struct job *j, int outcome)

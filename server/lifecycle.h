@@ -22,6 +22,7 @@
 struct conn;
 struct func;
 struct job;
+struct qworker;
 struct srv;
 
 /*
@@ -73,6 +74,13 @@ void lifecycle_arm_silence(struct srv *srv, struct job *j);
 
 /* lifecycle_heard: j's worker sent something about j; --job-timeout starts again. */
 void lifecycle_heard(struct srv *srv, struct job *j);
+
+/*
+ * lifecycle_sleeping: worker w went to sleep (PRE_SLEEP, nothing for it):
+ * the CAN_DO_TIMEOUT of each job it holds ends, as gearmand (1.1.20 and
+ * 2.0) deletes the connection's timeout then; --job-timeout's stays.
+ */
+void lifecycle_sleeping(struct qworker *w);
 
 /*
  * lifecycle_finish ends j: its timeout stops, its waiters are forgotten
