@@ -32,14 +32,27 @@
 #define WORD(cmd, i) (cmd)->word[(cmd)->first_arg + (i)]
 #define WORD_LEN(cmd, i) (cmd)->word_len[(cmd)->first_arg + (i)]
 
+/*
+ * With the PostgreSQL store a function's total also counts its jobs waiting
+ * in the shared table under no lease (as the last renewal counted them), and
+ * a function known only there has a line: work no server here can do shows.
+ */
 static void
 admin_status(struct conn *c)
 {
+    struct stats_walk it = {NULL, 0};
+    const char *name;
     struct func *f;
+    uint64_t n;
 
     TAILQ_FOREACH (f, &c->srv->queue.func_order, order)
-        conn_printf(c, "%s\t%u\t%u\t%u\n", f->name, queue_total(f), f->nrunning + f->nsettling,
-                    f->nworkers);
+        conn_printf(c, "%s\t%" PRIu64 "\t%u\t%u\n", f->name,
+                    queue_total(f) + stats_pg_waiting(c->srv, f->name, f->name_len),
+                    f->nrunning + f->nsettling, f->nworkers);
+    while ((name = stats_pg_waiting_next(c->srv, &it, &n)) != NULL)
+        if (queue_func(&c->srv->queue, name, strlen(name), false) == NULL &&
+            queue_name_bad_byte(name, strlen(name)) < 0)
+            conn_printf(c, "%s\t%" PRIu64 "\t0\t0\n", name, n);
     conn_write(c, ".\n", 2);
 }
 

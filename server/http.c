@@ -418,19 +418,19 @@ jtext(const void *s, size_t len)
 
 /* A function's exact key: its name's bytes in hex, or null past HTTP_MAX_KEY bytes. */
 static json_t *
-jkey(const struct func *f)
+jkey(const char *name, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     char buf[2 * HTTP_MAX_KEY];
     size_t i;
 
-    if (f->name_len > HTTP_MAX_KEY)
+    if (len > HTTP_MAX_KEY)
         return json_null();
-    for (i = 0; i < f->name_len; i++) {
-        buf[2 * i] = hex[(unsigned char)f->name[i] >> 4];
-        buf[2 * i + 1] = hex[(unsigned char)f->name[i] & 15];
+    for (i = 0; i < len; i++) {
+        buf[2 * i] = hex[(unsigned char)name[i] >> 4];
+        buf[2 * i + 1] = hex[(unsigned char)name[i] & 15];
     }
-    return json_stringn(buf, 2 * f->name_len);
+    return json_stringn(buf, 2 * len);
 }
 
 /*
@@ -661,22 +661,30 @@ hist_json(const struct stats_hist *h)
     return json_pack("{s:I,s:f}", "count", (json_int_t)count, "sum_seconds", h->sum / 1000.0);
 }
 
+/* A function's row; f NULL for one known only as waiting in the shared table. */
 static json_t *
-func_json(const struct srv *srv, const struct func *f)
+func_json(const struct srv *srv, const struct func *f, const char *name, size_t len)
 {
-    const struct stats_func *s = &f->stats;
+    static const struct func none;
+    const struct stats_func *s;
 
+    if (f == NULL)
+        f = &none;
+    else
+        name = f->name, len = f->name_len;
+    s = &f->stats;
     return json_pack("{s:o*,s:o*,s:{s:i,s:i,s:i},s:i,s:i,s:i,s:i,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:o*,"
-                     "s:o*}",
-                     "name", jtext(f->name, f->name_len), "key", jkey(f), "queued", "high",
+                     "s:o*,s:I}",
+                     "name", jtext(name, len), "key", jkey(name, len), "queued", "high",
                      f->nqueued[JOB_PRIO_HIGH], "normal", f->nqueued[JOB_PRIO_NORMAL], "low",
                      f->nqueued[JOB_PRIO_LOW], "scheduled", f->nscheduled, "running",
                      f->nrunning + f->nsettling, "workers", f->nworkers, "dead", f->ndead,
-                     "oldest_queued_seconds", stats_oldest_ms(srv, f) / 1000.0, "submitted",
-                     (json_int_t)s->submitted, "completed", (json_int_t)s->completed, "failed",
-                     (json_int_t)s->failed, "exceptions", (json_int_t)s->exceptions, "retried",
-                     (json_int_t)s->retried, "cancelled", (json_int_t)s->cancelled, "queue_wait",
-                     hist_json(&s->wait), "run", hist_json(&s->run));
+                     "oldest_queued_seconds", f == &none ? 0.0 : stats_oldest_ms(srv, f) / 1000.0,
+                     "submitted", (json_int_t)s->submitted, "completed", (json_int_t)s->completed,
+                     "failed", (json_int_t)s->failed, "exceptions", (json_int_t)s->exceptions,
+                     "retried", (json_int_t)s->retried, "cancelled", (json_int_t)s->cancelled,
+                     "queue_wait", hist_json(&s->wait), "run", hist_json(&s->run), "shared_waiting",
+                     (json_int_t)stats_pg_waiting(srv, name, len));
 }
 
 static void
@@ -684,8 +692,11 @@ get_status(struct srv *srv, struct evhttp_request *req)
 {
     const struct stats *st = &srv->stats;
     json_t *doc, *funcs, *limits;
+    struct stats_walk it = {NULL, 0};
     const struct func *f;
+    const char *name;
     unsigned kinds[3];
+    uint64_t n;
     char buf[256];
     const char *why = unhealthy(srv, buf, sizeof(buf));
     bool cut = false;
@@ -702,7 +713,18 @@ get_status(struct srv *srv, struct evhttp_request *req)
             cut = true;
             break;
         }
-        if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f)) < 0)
+        if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f, NULL, 0)) < 0)
+            break;
+    }
+    while (!cut && (name = stats_pg_waiting_next(srv, &it, &n)) != NULL) {
+        if (queue_func(&srv->queue, name, strlen(name), false) != NULL)
+            continue;
+        if (funcs != NULL && json_array_size(funcs) >= HTTP_MAX_FUNCS) {
+            cut = true;
+            break;
+        }
+        if (funcs != NULL &&
+            json_array_append_new(funcs, func_json(srv, NULL, name, strlen(name))) < 0)
             break;
     }
     doc = json_pack(
@@ -809,7 +831,7 @@ job_json(const struct job *j, size_t max)
     if (doc != NULL && ucut)
         json_object_set_new(doc, "unique_size", json_integer((json_int_t)j->unique_len));
     if (doc != NULL)
-        json_object_set_new(doc, "function_key", jkey(j->func));
+        json_object_set_new(doc, "function_key", jkey(j->func->name, j->func->name_len));
     if (doc == NULL || x == NULL)
         return doc;
     if (j->state == JOB_DONE) {

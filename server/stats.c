@@ -78,6 +78,34 @@ stats_ran(struct srv *srv, struct job *j)
     stats_observe(&j->func->stats.run, true, (uint32_t)(stats_clock(srv) - j->stamp));
 }
 
+const char *
+stats_pg_waiting_next(const struct srv *srv, struct stats_walk *it, uint64_t *n)
+{
+    const char *name = it->at == NULL ? srv->storage.waiting : it->at;
+
+    /* The list: name NUL count NUL, nwaiting times. */
+    if (name == NULL || it->i >= srv->storage.nwaiting)
+        return NULL;
+    *n = strtoull(name + strlen(name) + 1, NULL, 10);
+    it->at = name + strlen(name) + 1;
+    it->at += strlen(it->at) + 1;
+    it->i++;
+    return name;
+}
+
+uint64_t
+stats_pg_waiting(const struct srv *srv, const char *name, size_t len)
+{
+    struct stats_walk it = {NULL, 0};
+    const char *w;
+    uint64_t n = 0;
+
+    while ((w = stats_pg_waiting_next(srv, &it, &n)) != NULL)
+        if (strlen(w) == len && memcmp(w, name, len) == 0)
+            return n;
+    return 0;
+}
+
 uint64_t
 stats_oldest_ms(const struct srv *srv, const struct func *f)
 {

@@ -104,6 +104,20 @@ void stats_queued(struct srv *srv, struct job *j);
  */
 int stats_render(struct srv *srv, struct evbuffer *out, bool comments);
 
+/*
+ * stats_pg_waiting returns how many jobs of the function named name wait in
+ * the shared PostgreSQL table under no server's lease, as the last lease
+ * renewal counted them (0 for other stores). stats_pg_waiting_next walks
+ * the functions counted, from a walk set to {NULL, 0}: it returns the next
+ * name and sets *n, or NULL after the last.
+ */
+struct stats_walk {
+    const char *at;
+    size_t i;
+};
+uint64_t stats_pg_waiting(const struct srv *srv, const char *name, size_t len);
+const char *stats_pg_waiting_next(const struct srv *srv, struct stats_walk *it, uint64_t *n);
+
 /* stats_oldest_ms returns how long f's oldest queued job has waited, in ms; 0 if none. */
 uint64_t stats_oldest_ms(const struct srv *srv, const struct func *f);
 

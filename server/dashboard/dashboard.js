@@ -89,7 +89,7 @@
         let total = 0, depth = 0, running = 0;
         for (const f of st.functions) {
             total += f.completed + f.failed + f.exceptions;
-            depth += f.queued.high + f.queued.normal + f.queued.low;
+            depth += f.queued.high + f.queued.normal + f.queued.low + f.shared_waiting;
             running += f.running;
         }
         const now = performance.now() / 1000;
@@ -106,6 +106,8 @@
             if (samples.length > KEEP) samples.shift();
         }
         $("version").textContent = "version " + st.version;
+        /* The shared table's column shows with the PostgreSQL store only. */
+        document.body.classList.toggle("shared", st.store.name === "postgres");
         const h = $("health");
         h.textContent = st.healthy ? "healthy" : "unavailable: " + st.reason;
         h.className = "badge " + (st.healthy ? "ok" : "bad");
@@ -215,7 +217,7 @@
     function rowOf(f) {
         return {
             name: f.name, key: f.key === undefined ? null : f.key, high: f.queued.high, normal: f.queued.normal, low: f.queued.low,
-            scheduled: f.scheduled, running: f.running, workers: f.workers, dead: f.dead,
+            table: f.shared_waiting, scheduled: f.scheduled, running: f.running, workers: f.workers, dead: f.dead,
             submitted: f.submitted, completed: f.completed, failed: f.failed + f.exceptions,
             oldest: f.oldest_queued_seconds,
         };
@@ -234,8 +236,10 @@
     function cellsOf(f) {
         const q = f.high + f.normal + f.low;
         return '<td class="l name" title="' + esc(f.name) + '">' + esc(f.name) + "</td>" +
-            cell(f.high) + cell(f.normal) + cell(f.low) + cell(f.scheduled) + cell(f.running) +
-            cell(f.workers, q > 0 && f.workers === 0 ? "warn" : "") +
+            cell(f.high) + cell(f.normal) + cell(f.low) +
+            '<td class="shared-only' + (f.table === 0 ? " zero" : "") + '">' + num(f.table) + "</td>" +
+            cell(f.scheduled) + cell(f.running) +
+            cell(f.workers, q + f.table > 0 && f.workers === 0 ? "warn" : "") +
             cell(f.dead, f.dead > 0 ? "warn" : "") + cell(f.submitted) + cell(f.completed) +
             cell(f.failed, f.failed > 0 ? "warn" : "") +
             '<td class="' + (f.oldest === 0 ? "zero" : "") + '">' + (q > 0 ? dur(f.oldest) : "-") + "</td>" +

@@ -123,12 +123,15 @@ try {
     // The functions table.
     const rows = await page.$$eval("#funcs tbody tr", (trs) => trs.map((tr) => {
         const td = [...tr.querySelectorAll("td")].map((c) => c.textContent.trim());
-        return { name: tr.dataset.fn, high: td[1], normal: td[2], low: td[3], running: td[5],
-                 workers: td[6], dead: td[7], submitted: td[8], completed: td[9] };
+        // td[4]: jobs in the shared PostgreSQL table, a column shown with that store only.
+        return { name: tr.dataset.fn, high: td[1], normal: td[2], low: td[3], running: td[6],
+                 workers: td[7], dead: td[8], submitted: td[9], completed: td[10] };
     }));
     const by = Object.fromEntries(rows.map((r) => [r.name, r]));
     for (const f of ["resize", "thumbnail", "report", "flaky", "reverse", "backlog"])
         check(by[f] !== undefined, `the functions table lists ${f}`);
+    check(!(await page.locator('#funcs th[data-key="table"]').isVisible()),
+        "without the PostgreSQL store, no 'in table' column");
     const b = by.backlog || {};
     check(b.high === "3" && b.normal === "5" && b.low === "2" && b.workers === "0",
         `backlog: 3 high, 5 normal, 2 low queued, no worker (got ${b.high}/${b.normal}/${b.low}, ${b.workers})`);
@@ -138,9 +141,9 @@ try {
     check(by.report && by.report.running === "1", "report: its one job is running");
     check(await page.locator('#funcs tr[data-fn="flaky"] button[data-act="retry"]').count() === 1,
         "with --http-admin, a dead function has a retry button");
-    check(await page.locator('#funcs tr[data-fn="backlog"] td:nth-child(7).warn').count() === 1,
+    check(await page.locator('#funcs tr[data-fn="backlog"] td:nth-child(8).warn').count() === 1,
         "backlog: work and nobody to do it, its workers cell (0) is red");
-    check(await page.locator('#funcs tr[data-fn="resize"] td:nth-child(8).zero').count() === 1,
+    check(await page.locator('#funcs tr[data-fn="resize"] td:nth-child(9).zero').count() === 1,
         "resize: its dead cell (0) is faint, not red");
     const jobsNote = await page.textContent("#s-jobs-note");
     check(/^\d+ live, \d+ dead, \d+ kept results$/.test(jobsNote),
@@ -179,7 +182,7 @@ try {
     const before = Number(by.resize ? by.resize.submitted : 0);
     await page.waitForFunction((n) => {
         const tr = document.querySelector('#funcs tr[data-fn="resize"]');
-        return tr && Number(tr.querySelectorAll("td")[8].textContent) > n;
+        return tr && Number(tr.querySelectorAll("td")[9].textContent) > n;
     }, before, { timeout: 15000 });
     check(true, `resize's submitted count grows past ${before}`);
 

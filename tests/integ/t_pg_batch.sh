@@ -18,7 +18,9 @@
 # - "priority H high" of such a job: its row has priority 0;
 # - a job waiting in the table for a function no connected server serves
 #   shows in `dsjob stats` of a server (dsjob_pg_jobs_waiting, counted at
-#   each lease renewal), and goes once a worker takes it.
+#   each lease renewal), in its admin `status` (a line with the 3 jobs, 0
+#   running, 0 workers) and in /api/status (shared_waiting 3, which the
+#   dashboard shows), and goes once a worker takes it.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -33,7 +35,8 @@ command -v python3 >/dev/null 2>&1 || {
 pg_start_or_bail
 G="$top_srcdir/tests/integ/pg_gear.py"
 # a takes unique keys past --max-unique-size's default, to reach the store's own check.
-pgd_start a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO &&
+pgd_start a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
+    --http-port 0 --http-port-file "$TEST_TMPDIR/a.http" &&
     pgd_start b --store-commit-interval 3000 --verbose INFO || {
     echo "Bail out! dsjobd did not start"
     exit 1
@@ -112,11 +115,23 @@ waiting() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 10000 stats --format tsv 2>
 seen() { [ "$(waiting | cut -f2)" = 3 ]; }
 poll_s 20 seen
 ok $? "server a counts the 3 jobs waiting for nobody_serves: $(waiting)"
+line=$(gearadmin -h 127.0.0.1 -p "$(pgd_port a)" --status | grep '^nobody_serves' | tr '\t' ' ')
+is "$line" "nobody_serves 3 0 0" "server a's admin status: 3 jobs of nobody_serves, none running, no worker"
+api=$(python3 -c '
+import json, sys, urllib.request
+doc = json.load(urllib.request.urlopen("http://127.0.0.1:%s/api/status" % sys.argv[1], timeout=20))
+print(" ".join(str(f["shared_waiting"]) + ":" + str(f["workers"]) for f in doc["functions"]
+               if f["name"] == "nobody_serves"))' "$(cat "$TEST_TMPDIR/a.http")" 2>&1)
+is "$api" "3:0" "server a's /api/status: nobody_serves has shared_waiting 3 and 0 workers"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f nobody_serves -- cat >/dev/null 2>&1 &
 wpid=$!
 drained() { [ -z "$(waiting)" ]; }
 poll_s 30 drained
 ok $? "once a worker took them, the count is gone"
+total() { gearadmin -h 127.0.0.1 -p "$(pgd_port a)" --status | grep '^nobody_serves' | cut -f2; }
+none() { [ "$(total)" = 0 ]; }
+poll_s 30 none
+ok $? "and once they ran, server a's admin status counts none: $(total)"
 kill $wpid 2>/dev/null
 wait $wpid 2>/dev/null
 
