@@ -253,8 +253,8 @@ storage_open(struct srv *srv)
     }
     if (note[0] != '\0')
         log_notice(&srv->log, "%s", note); /* a gearmand queue taken in, say */
-    sg->shared = sg->ops->version >= 3 && sg->ops->lease != NULL && sg->ops->remove_job != NULL &&
-                 sg->ops->wait_notify != NULL;
+    sg->shared =
+        sg->ops->lease != NULL && sg->ops->remove_job != NULL && sg->ops->wait_notify != NULL;
     if (sg->shared) {
         /*
          * Handles and the leases' owner name this start: no other server or
@@ -278,11 +278,6 @@ storage_open(struct srv *srv)
         snprintf(srv->handle_prefix + n, sizeof(srv->handle_prefix) - n, "%s", suffix);
     }
     sg->durable = sg->ops != &store_null_ops || sg->seam.ops != NULL;
-    sg->can_update = sg->ops->version >= 2 && sg->ops->update != NULL &&
-                     sg->ops->set_func != NULL && sg->ops->replay_funcs != NULL;
-    if (sg->durable && !sg->can_update)
-        log_warn(&srv->log, "store %s keeps no retries, dead jobs or kept results across a restart",
-                 sg->ops->name);
     sg->batch_max = srv->cfg.store_batch ? srv->cfg.store_batch : 1;
     sg->interval_ms = srv->cfg.store_commit_interval_ms;
     sg->flush_ev = evtimer_new(srv->base, flush_cb, srv);
@@ -291,7 +286,7 @@ storage_open(struct srv *srv)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's event");
         return -1;
     }
-    if (sg->can_update && sg->ops->replay_funcs(sg->st, replay_func, srv, err) != DSJOB_OK) {
+    if (sg->ops->replay_funcs(sg->st, replay_func, srv, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
         return -1;
     }
@@ -536,7 +531,7 @@ bool
 storage_settle(struct srv *srv, struct job *j, struct conn *worker)
 {
     struct storage *sg = &srv->storage;
-    bool rewrite = j->ext != NULL && j->ext->settle_to != JOB_SETTLE_GONE && sg->can_update;
+    bool rewrite = j->ext != NULL && j->ext->settle_to != JOB_SETTLE_GONE;
     struct store_op *op;
     struct ack *a = NULL;
 
@@ -576,7 +571,7 @@ storage_update(struct srv *srv, struct job *j)
     struct storage *sg = &srv->storage;
     struct store_op *op;
 
-    if (!j->stored || !sg->durable || !sg->can_update)
+    if (!j->stored || !sg->durable)
         return;
     op = op_add_new(sg, j);
     if (op == NULL) {
@@ -615,7 +610,7 @@ storage_set_func(struct srv *srv, const struct func *f)
     struct storage *sg = &srv->storage;
     struct store_op *op;
 
-    if (!sg->durable || !sg->can_update)
+    if (!sg->durable)
         return 0;
     op = sg_calloc(sg, "op", sizeof(*op) + f->name_len + 1);
     if (op == NULL)
@@ -764,8 +759,8 @@ writer_main(void *arg)
             op->failed = rc != DSJOB_OK;
         }
         b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
-        /* An add the backend refused alone (version 4): only its submitter is refused. */
-        for (op = b->ops; b->ok && sg->ops->version >= 4 && op != NULL; op = op->next)
+        /* An add the backend refused alone: only its submitter is refused. */
+        for (op = b->ops; b->ok && op != NULL; op = op->next)
             if (op->kind == STORE_OP_ADD && op->lost)
                 op->failed = true;
         pthread_mutex_lock(&sg->lock);
@@ -1001,7 +996,7 @@ storage_drain(struct srv *srv)
     int rounds;
 
     /* A backend whose database hangs gives up in bounded time from now (a stop). */
-    if (sg->writer_running && sg->ops->version >= 4 && sg->ops->stop != NULL)
+    if (sg->writer_running && sg->ops->stop != NULL)
         sg->ops->stop(sg->st);
     /*
      * Three rounds: the batch in flight, the one that gathered behind it,

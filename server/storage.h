@@ -121,7 +121,6 @@ struct storage {
     bool want_flush;             /* flush asked for while a batch was in flight */
     bool retry;                  /* the last commit failed: flush even if empty */
     bool durable;                /* a backend other than none */
-    bool can_update;             /* the backend has update and set_func (version 2) */
     /* A shared store (postgres): jobs run here only under this server's lease. */
     bool shared;             /* the backend has lease, remove_job and wait_notify */
     bool want_lease;         /* a lease op goes in the next batch */

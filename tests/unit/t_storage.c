@@ -13,9 +13,9 @@
  * Also: replay of every state a stored job can be in (queued, scheduled,
  * retrying, dead, kept, function settings) and of bad rows (unknown
  * states and priorities, ids out of order); a backend that cannot be
- * opened or read; --store none; backends without version 2's calls;
- * rewrites, their failed commits and the memory they need; the drain at
- * a stop, bounded, and a store failing at close. The server logs to a
+ * opened or read; --store none; rewrites, their failed commits and the
+ * memory they need; the drain at a stop, bounded, and a store failing at
+ * close. The server logs to a
  * file, and each case runs three times: at debug level (logged() finds
  * the line), at --verbose FATAL (it must not), and with no log at all.
  */
@@ -278,7 +278,6 @@ fake_updated(uint64_t id, struct store_job *out)
 }
 
 static const struct store_ops fake_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "fake",
     .open = fake_open,
     .add = fake_add,
@@ -289,59 +288,6 @@ static const struct store_ops fake_ops = {
     .update = fake_update,
     .set_func = fake_set_func,
     .replay_funcs = fake_replay_funcs,
-};
-
-/* A version 2 backend that lacks replay_funcs: used as version 1. */
-static const struct store_ops fake_ops_partial = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .update = fake_update,
-    .set_func = fake_set_func,
-};
-
-/* Version 2 backends that lack update, or set_func: used as version 1 too. */
-static const struct store_ops fake_ops_noupdate = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .set_func = fake_set_func,
-    .replay_funcs = fake_replay_funcs,
-};
-
-static const struct store_ops fake_ops_nosetfunc = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .update = fake_update,
-    .replay_funcs = fake_replay_funcs,
-};
-
-/* A version 1 backend: no update, set_func or replay_funcs. */
-static const struct store_ops fake_ops_v1 = {
-    .version = 1,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
 };
 
 static void
@@ -1274,48 +1220,6 @@ test_store_none(void)
 }
 
 /*
- * A version 1 backend keeps jobs but no states: the start warns; a job
- * that goes to the dead set is deleted from the store, not rewritten; a
- * retry's state and a function's settings are not stored, and that is
- * not an error.
- */
-static void
-test_v1_backend(const struct store_ops *ops)
-{
-    struct rig r;
-    int c, w;
-
-    fake_reset();
-    rig_extra.ops = ops;
-    rig_extra.max_dead = 5;
-    rig_extra.retry_on = DSJOB_RETRY_FAIL;
-    rig_extra.job_retries = 1;
-    rig_start(&r, 0, 0);
-    rig_extra.ops = NULL;
-    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
-    tap_ok(logged(&r, "store fake1 keeps no retries, dead jobs or kept results across a restart"),
-           "version 1 store: the start warns what it does not keep");
-    c = rig_client(&r);
-    submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "version 1 store: a job is stored");
-    tap_ok(admin_says(&r, c, "retry g 2\n", "OK"),
-           "version 1 store: a function's settings are taken (and kept in memory only)");
-    w = rig_client(&r);
-    peer_send(w, PACKET_CAN_DO, 1, "f");
-    peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "version 1 store: assigned");
-    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* its one attempt */
-    PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD);
-    tap_ok(find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD,
-           "version 1 store: then it is dead");
-    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
-    tap_ok(!fake_stored(1) && fake.nupdated == 0,
-           "version 1 store: and deleted from the store, never rewritten");
-    close(w), close(c);
-    rig_stop(&r);
-}
-
-/*
  * A retry rewrites the job's row (its attempts). Without memory for that
  * rewrite the log says the store keeps the job as it was, and the job
  * still runs again; a rewrite whose commit fails is made again from the
@@ -1661,10 +1565,6 @@ run_cases(void)
     test_replay_fails(1);
     test_replay_fails(2);
     test_store_none();
-    test_v1_backend(&fake_ops_v1);
-    test_v1_backend(&fake_ops_partial);
-    test_v1_backend(&fake_ops_noupdate);
-    test_v1_backend(&fake_ops_nosetfunc);
     test_foreground();
     test_cancel_stored();
     test_coalesce_nomem();
