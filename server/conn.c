@@ -169,7 +169,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
         return NULL;
     }
     if (c->tls_handshaking && srv->cfg.idle_timeout > 0)
-        c->partial_since = srv_uptime();
+        c->partial_since = clock_uptime();
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
     srv->stats.accepted++;
@@ -488,7 +488,7 @@ conn_process(struct conn *c)
     if (evbuffer_get_length(in) == 0)
         c->partial_since = 0;
     else if (consumed || c->partial_since == 0)
-        c->partial_since = c->srv->cfg.idle_timeout > 0 ? srv_uptime() : 0;
+        c->partial_since = c->srv->cfg.idle_timeout > 0 ? clock_uptime() : 0;
 }
 
 void

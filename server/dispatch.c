@@ -156,7 +156,7 @@ grab(struct conn *c, enum packet_type assign)
 
     queue_awake(&c->worker);
     j = srv->draining ? NULL
-                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? srv_now() : 0);
+                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
     if (srv->storage.shared)
         storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {
@@ -363,7 +363,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         storage_submit(srv, c, j, false);
         return;
     }
-    if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
+    if (queue_add(&srv->queue, f, j, clock_now()) < 0) {
         job_unref(j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;

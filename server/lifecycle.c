@@ -218,7 +218,7 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
             log_err(&srv->log, "out of memory to keep the result of job %s", job_handle(j));
         j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? STORE_DEAD : outcome);
         if (to == JOB_SETTLE_DONE)
-            j->ext->last_fail = srv_now(); /* when it ended: --keep-results counts from it */
+            j->ext->last_fail = clock_now(); /* when it ended: --keep-results counts from it */
         j->ext->settle_to = (uint8_t)to;
     }
     if (w != NULL)
@@ -260,7 +260,7 @@ jitter_next(void)
     static uint64_t x;
 
     if (x == 0)
-        x = ((uint64_t)srv_now() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15u;
+        x = ((uint64_t)clock_now() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15u;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -308,7 +308,7 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
 {
     if (job_ext(j) == NULL)
         return;
-    j->ext->last_fail = srv_now();
+    j->ext->last_fail = clock_now();
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     if (j->background)
@@ -326,7 +326,7 @@ run_again(struct srv *srv, struct job *j, const char *why)
      * unit): the first second that starts after the wait has passed, so a
      * retry never comes back early, whatever part of a second it failed in.
      */
-    int64_t now_ms = srv_now_ms(), when = (now_ms + (int64_t)wait + 999) / 1000;
+    int64_t now_ms = clock_now_ms(), when = (now_ms + (int64_t)wait + 999) / 1000;
     int64_t delay = wait > 0 ? when - now_ms / 1000 : 0;
     const char *peer = worker_peer(j);
 
@@ -516,7 +516,7 @@ lifecycle_revive(struct srv *srv, struct job *j)
 
     j->ext->attempts = 0;
     j->ext->when = 0;
-    rc = queue_revive(&srv->queue, j, srv_now());
+    rc = queue_revive(&srv->queue, j, clock_now());
     if (rc != 0) {
         j->ext->attempts = attempts;
         return rc;

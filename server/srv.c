@@ -39,33 +39,6 @@ struct dsjob_server {
     struct srv srv; /* the whole server; the public type is only its wrapper */
 };
 
-int64_t
-srv_now(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec;
-}
-
-int64_t
-srv_now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-int64_t
-srv_uptime(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec + 1;
-}
-
 int
 dsjob_server_log_level(const char *name)
 {
@@ -123,7 +96,7 @@ srv_queue_init(struct srv *srv)
                     srv->cfg.priority == DSJOB_PRIORITY_GLOBAL       ? QUEUE_ORDER_GLOBAL
                     : srv->cfg.priority == DSJOB_PRIORITY_GEARMAND_2 ? QUEUE_ORDER_TURNS
                                                                      : QUEUE_ORDER_FUNCTION,
-                    srv->cfg.priority_aging, srv_now());
+                    srv->cfg.priority_aging, clock_now());
 }
 
 static int
@@ -434,7 +407,7 @@ epoch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv->epoch_armed = 0;
-    queue_due(&srv->queue, srv_now(), epoch_due, srv);
+    queue_due(&srv->queue, clock_now(), epoch_due, srv);
     srv_epoch_arm(srv);
 }
 
@@ -472,9 +445,9 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (srv->cfg.idle_timeout > 0)
-        conn_sweep_idle(srv, srv_uptime());
+        conn_sweep_idle(srv, clock_uptime());
     if (srv->cfg.keep_results > 0)
-        lifecycle_expire(srv, srv_now());
+        lifecycle_expire(srv, clock_now());
 }
 
 static void
@@ -701,7 +674,7 @@ srv_bind(struct srv *srv, struct event_base *base)
         goto fail;
     }
     srv->bound = true;
-    srv->stats.started = srv_uptime();
+    srv->stats.started = clock_uptime();
     return 0;
 
 fail:

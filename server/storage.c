@@ -178,7 +178,7 @@ replay_one(const struct store_job *sj, void *arg)
     j->background = true;
     j->stored = true;
     j->unique_is_data = sj->unique_is_data;
-    if (queue_add_as(&srv->queue, f, j, srv_now(), ended) < 0)
+    if (queue_add_as(&srv->queue, f, j, clock_now(), ended) < 0)
         goto fail;
     stats_queued(srv, j); /* before the dead set's trim or the kept results may drop it */
     if (ended && sj->state == STORE_DEAD)
@@ -459,7 +459,7 @@ func_wants(const struct storage *sg, const struct func *f)
 static bool
 shared_runs_here(struct srv *srv, const struct job *j)
 {
-    return job_when(j) <= srv_now() && func_wants(&srv->storage, j->func) > 0;
+    return job_when(j) <= clock_now() && func_wants(&srv->storage, j->func) > 0;
 }
 
 void
@@ -481,7 +481,7 @@ storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     a = ack_alloc(sg, "ack", 0);
     if (a != NULL && !existing) {
         op = op_add_new(sg, j);
-        if (op == NULL || queue_add_as(&srv->queue, j->func, j, srv_now(), true) < 0) {
+        if (op == NULL || queue_add_as(&srv->queue, j->func, j, clock_now(), true) < 0) {
             free(op);
             free(a);
             a = NULL;
@@ -670,7 +670,7 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         } else if (ok && a->op != NULL && srv->storage.shared && a->op->alias[0] != '\0') {
             LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, "coalesced in the store");
             shared_hand_off(srv, j, a->op->alias);
-        } else if (ok && queue_commit(&srv->queue, j, srv_now()) == 0) {
+        } else if (ok && queue_commit(&srv->queue, j, clock_now()) == 0) {
             LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, NULL);
             if (j->state == JOB_SCHEDULED)
                 srv_epoch_arm(srv);
@@ -1413,7 +1413,7 @@ shared_leased(struct srv *srv, struct store_lease *ls)
         j->stored = true;
         j->unique_is_data = sj->unique_is_data;
         if ((sj->attempts > 0 && job_ext(j) == NULL) ||
-            queue_add_as(&srv->queue, f, j, srv_now(), false) < 0) {
+            queue_add_as(&srv->queue, f, j, clock_now(), false) < 0) {
             job_unref(j);
             continue;
         }
