@@ -446,13 +446,13 @@ conn_must_wait(struct conn *c, struct evbuffer *in, unsigned char first, size_t 
     struct packet_header h;
 
     if (first != '\0')
-        return storage_must_wait(c, 0);
+        return durable_must_wait(c, 0);
     if (avail < PACKET_HEADER_SIZE)
         return true; /* its type is not known yet: wait, it costs nothing */
     evbuffer_copyout(in, hdr, sizeof(hdr));
     switch (packet_decode_header(hdr, sizeof(hdr), c->srv->cfg.max_packet_size, &h)) {
     case PACKET_HEADER_OK:
-    case PACKET_HEADER_TOO_LARGE: return storage_must_wait(c, h.type);
+    case PACKET_HEADER_TOO_LARGE: return durable_must_wait(c, h.type);
     default: return true; /* its refusal waits its turn too */
     }
 }

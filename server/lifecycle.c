@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "durable.h"
 #include "job.h"
 #include "queue.h"
 #include "srv.h"
@@ -201,6 +202,16 @@ lifecycle_settled(struct srv *srv, struct job *j)
     }
 }
 
+/* The continuation of the change that settles a job: it committed. */
+static void
+settled(struct srv *srv, struct store_op *op, bool ok)
+{
+    (void)ok; /* always: a failed one is tried again */
+    /* Only its own op settles it: a plain update may commit while it settles. */
+    if (op->job->state == JOB_SETTLING)
+        lifecycle_settled(srv, op->job);
+}
+
 void
 lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len)
 {
@@ -231,8 +242,14 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
         j->func->stats.exceptions++;
     stop_timer(j);
     release_waiters(j);
-    if (!storage_settle(srv, j, w != NULL ? conn_of_worker(w) : NULL))
+    if (storage_settle(srv, j, settled)) {
+        queue_settle(&srv->queue, j);
+        /* Unless --store-async-ends: its worker gets more work once this end is durable. */
+        if (w != NULL && !srv->cfg.store_async_ends)
+            durable_hold(srv, conn_of_worker(w));
+    } else {
         lifecycle_settled(srv, j);
+    }
     if (srv->draining)
         srv_check_drained(srv);
 }
@@ -559,7 +576,7 @@ lifecycle_detach(struct conn *c)
     struct waiter *w;
     struct job *j;
 
-    storage_forget_client(srv, c);
+    durable_forget_client(c);
     while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
         j = w->job;
         TAILQ_REMOVE(&c->waiting, w, by_client);

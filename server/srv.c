@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "durable.h"
 #include "http.h"
 #include "lifecycle.h"
 #include "listener.h"
@@ -665,7 +666,7 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_ARG;
         goto fail;
     }
-    if (storage_open(srv) < 0) {
+    if (durable_open(srv) < 0) {
         rc = DSJOB_ERR_STORE;
         goto fail;
     }
@@ -682,7 +683,7 @@ fail:
         log_err(&srv->log, "%s", srv->errmsg);
     http_close(srv);
     listener_close_all(srv);
-    storage_close(srv);
+    durable_close(srv);
     tls_close(srv);
     queue_release(&srv->queue);
     srv_queue_init(srv);
@@ -829,7 +830,7 @@ dsjob_server_free(struct dsjob_server *ds)
         conn_close(c, false);
     if (srv->reaper_ev != NULL)
         reaper_cb(-1, 0, srv);
-    storage_close(srv);
+    durable_close(srv);
     tls_close(srv);
     queue_release(&srv->queue);
     srv_teardown(srv);
