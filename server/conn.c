@@ -169,7 +169,7 @@ conn_new(struct srv *srv, int fd, const struct sockaddr *sa, socklen_t salen)
         return NULL;
     }
     if (c->tls_handshaking && srv->cfg.idle_timeout > 0)
-        c->partial_since = srv_uptime();
+        c->partial_since = clock_uptime();
     TAILQ_INSERT_TAIL(&srv->conns, c, link);
     srv->nconns++;
     srv->stats.accepted++;
@@ -446,13 +446,13 @@ conn_must_wait(struct conn *c, struct evbuffer *in, unsigned char first, size_t 
     struct packet_header h;
 
     if (first != '\0')
-        return storage_must_wait(c, 0);
+        return durable_must_wait(c, 0);
     if (avail < PACKET_HEADER_SIZE)
         return true; /* its type is not known yet: wait, it costs nothing */
     evbuffer_copyout(in, hdr, sizeof(hdr));
     switch (packet_decode_header(hdr, sizeof(hdr), c->srv->cfg.max_packet_size, &h)) {
     case PACKET_HEADER_OK:
-    case PACKET_HEADER_TOO_LARGE: return storage_must_wait(c, h.type);
+    case PACKET_HEADER_TOO_LARGE: return durable_must_wait(c, h.type);
     default: return true; /* its refusal waits its turn too */
     }
 }
@@ -488,7 +488,7 @@ conn_process(struct conn *c)
     if (evbuffer_get_length(in) == 0)
         c->partial_since = 0;
     else if (consumed || c->partial_since == 0)
-        c->partial_since = c->srv->cfg.idle_timeout > 0 ? srv_uptime() : 0;
+        c->partial_since = c->srv->cfg.idle_timeout > 0 ? clock_uptime() : 0;
 }
 
 void

@@ -21,7 +21,7 @@
 #include "job.h"
 #include "proto/packet.h"
 #include "queue.h"
-#include "storage.h"
+#include "durable.h"
 
 struct srv;
 struct evbuffer;

@@ -17,12 +17,14 @@
 #include <string.h>
 
 #include "conn.h"
+#include "durable.h"
 #include "job.h"
 #include "lifecycle.h"
 #include "proto/decimal.h"
 #include "queue.h"
 #include "srv.h"
 #include "storage.h"
+#include "storage_lease.h"
 
 typedef void dispatch_fn(struct conn *c, const struct packet *p);
 
@@ -50,7 +52,7 @@ name_ok(struct conn *c, const struct packet *p, bool durable)
              packet_name(p->type), p->arg[0][at], at);
     log_notice(&c->srv->log, "%s: %s", c->peer, text);
     if (durable)
-        storage_refuse(c->srv, c, "INVALID_ARGUMENT", text);
+        durable_refuse(c->srv, c, "INVALID_ARGUMENT", text);
     else
         conn_send_error(c, "INVALID_ARGUMENT", "%s", text);
     return false;
@@ -156,7 +158,7 @@ grab(struct conn *c, enum packet_type assign)
 
     queue_awake(&c->worker);
     j = srv->draining ? NULL
-                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? srv_now() : 0);
+                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
     if (srv->storage.shared)
         storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {
@@ -223,7 +225,7 @@ struct submit {
 /*
  * refuse answers the submit p with an ERROR of code, and logs a refused
  * job event. A durable submitter may be owed JOB_CREATEDs still waiting
- * for their commit: the ERROR goes behind them (storage_refuse), so the
+ * for their commit: the ERROR goes behind them (durable_refuse), so the
  * client can tell which submit it answers.
  */
 static void __attribute__((format(printf, 5, 6)))
@@ -243,7 +245,7 @@ refuse(struct conn *c, const struct packet *p, bool durable, const char *code, c
                 why);
     }
     if (durable)
-        storage_refuse(c->srv, c, code, text);
+        durable_refuse(c->srv, c, code, text);
     else
         conn_send_error(c, code, "%s", text);
 }
@@ -310,13 +312,13 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         if (s->background && !j->background &&
             (j->state == JOB_QUEUED || j->state == JOB_RUNNING || j->state == JOB_SCHEDULED)) {
             if (durable) {
-                storage_adopt(srv, c, j);
+                durable_adopt(srv, c, j);
                 return;
             }
             j->background = true;
         }
         if (durable) {
-            storage_submit(srv, c, j, true); /* answered in order, after the commit */
+            durable_submit(srv, c, j, true); /* answered in order, after the commit */
             return;
         }
         if (!s->background && lifecycle_attach(c, j) < 0) {
@@ -360,10 +362,10 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     f->stats.submitted++;
     stats_queued(srv, j);
     if (durable) {
-        storage_submit(srv, c, j, false);
+        durable_submit(srv, c, j, false);
         return;
     }
-    if (queue_add(&srv->queue, f, j, srv_now()) < 0) {
+    if (queue_add(&srv->queue, f, j, clock_now()) < 0) {
         job_unref(j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;

@@ -730,13 +730,13 @@ get_status(struct srv *srv, struct evhttp_request *req)
     doc = json_pack(
         "{s:s,s:I,s:b,s:o*,s:I,s:I,s:{s:i,s:i,s:i,s:I},s:{s:I,s:I},s:o*,"
         "s:{s:s,s:I,s:I,s:b,s:o*},s:o*}",
-        "version", DSJOB_VERSION_STRING, "uptime_seconds", (json_int_t)(srv_uptime() - st->started),
-        "healthy", why == NULL, "reason", why ? jstr(why, strlen(why)) : json_null(), "jobs",
-        (json_int_t)srv->queue.njobs, "jobs_replayed", (json_int_t)st->replayed, "connections",
-        "client", kinds[0], "worker", kinds[1], "admin", kinds[2], "accepted",
-        (json_int_t)st->accepted, "bytes", "received", (json_int_t)st->bytes_in, "sent",
-        (json_int_t)st->bytes_out, "limit_hits", limits, "store", "name",
-        srv->cfg.store ? srv->cfg.store : "none", "commits", (json_int_t)st->commits,
+        "version", DSJOB_VERSION_STRING, "uptime_seconds",
+        (json_int_t)(clock_uptime() - st->started), "healthy", why == NULL, "reason",
+        why ? jstr(why, strlen(why)) : json_null(), "jobs", (json_int_t)srv->queue.njobs,
+        "jobs_replayed", (json_int_t)st->replayed, "connections", "client", kinds[0], "worker",
+        kinds[1], "admin", kinds[2], "accepted", (json_int_t)st->accepted, "bytes", "received",
+        (json_int_t)st->bytes_in, "sent", (json_int_t)st->bytes_out, "limit_hits", limits, "store",
+        "name", srv->cfg.store ? srv->cfg.store : "none", "commits", (json_int_t)st->commits,
         "commit_errors", (json_int_t)st->commit_errors, "failing", st->store_failing, "commit",
         hist_json(&st->commit_ms), "functions", funcs);
     if (doc != NULL && cut)

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "durable.h"
 #include "job.h"
 #include "queue.h"
 #include "srv.h"
@@ -201,6 +202,16 @@ lifecycle_settled(struct srv *srv, struct job *j)
     }
 }
 
+/* The continuation of the change that settles a job: it committed. */
+static void
+settled(struct srv *srv, struct store_op *op, bool ok)
+{
+    (void)ok; /* always: a failed one is tried again */
+    /* Only its own op settles it: a plain update may commit while it settles. */
+    if (op->job->state == JOB_SETTLING)
+        lifecycle_settled(srv, op->job);
+}
+
 void
 lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len)
 {
@@ -218,7 +229,7 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
             log_err(&srv->log, "out of memory to keep the result of job %s", job_handle(j));
         j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? STORE_DEAD : outcome);
         if (to == JOB_SETTLE_DONE)
-            j->ext->last_fail = srv_now(); /* when it ended: --keep-results counts from it */
+            j->ext->last_fail = clock_now(); /* when it ended: --keep-results counts from it */
         j->ext->settle_to = (uint8_t)to;
     }
     if (w != NULL)
@@ -231,8 +242,14 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
         j->func->stats.exceptions++;
     stop_timer(j);
     release_waiters(j);
-    if (!storage_settle(srv, j, w != NULL ? conn_of_worker(w) : NULL))
+    if (storage_settle(srv, j, settled)) {
+        queue_settle(&srv->queue, j);
+        /* Unless --store-async-ends: its worker gets more work once this end is durable. */
+        if (w != NULL && !srv->cfg.store_async_ends)
+            durable_hold(srv, conn_of_worker(w));
+    } else {
         lifecycle_settled(srv, j);
+    }
     if (srv->draining)
         srv_check_drained(srv);
 }
@@ -260,7 +277,7 @@ jitter_next(void)
     static uint64_t x;
 
     if (x == 0)
-        x = ((uint64_t)srv_now() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15u;
+        x = ((uint64_t)clock_now() << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15u;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -308,7 +325,7 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
 {
     if (job_ext(j) == NULL)
         return;
-    j->ext->last_fail = srv_now();
+    j->ext->last_fail = clock_now();
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     if (j->background)
@@ -326,7 +343,7 @@ run_again(struct srv *srv, struct job *j, const char *why)
      * unit): the first second that starts after the wait has passed, so a
      * retry never comes back early, whatever part of a second it failed in.
      */
-    int64_t now_ms = srv_now_ms(), when = (now_ms + (int64_t)wait + 999) / 1000;
+    int64_t now_ms = clock_now_ms(), when = (now_ms + (int64_t)wait + 999) / 1000;
     int64_t delay = wait > 0 ? when - now_ms / 1000 : 0;
     const char *peer = worker_peer(j);
 
@@ -516,7 +533,7 @@ lifecycle_revive(struct srv *srv, struct job *j)
 
     j->ext->attempts = 0;
     j->ext->when = 0;
-    rc = queue_revive(&srv->queue, j, srv_now());
+    rc = queue_revive(&srv->queue, j, clock_now());
     if (rc != 0) {
         j->ext->attempts = attempts;
         return rc;
@@ -559,7 +576,7 @@ lifecycle_detach(struct conn *c)
     struct waiter *w;
     struct job *j;
 
-    storage_forget_client(srv, c);
+    durable_forget_client(c);
     while ((w = TAILQ_FIRST(&c->waiting)) != NULL) {
         j = w->job;
         TAILQ_REMOVE(&c->waiting, w, by_client);

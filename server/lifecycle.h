@@ -3,7 +3,7 @@
  * that runs it and its CAN_DO_TIMEOUT, and how it ends (done, failed,
  * cancelled, requeued, or given up after --job-retries). The packet
  * handlers (dispatch.c), the admin commands (admin.c), the store's commits
- * (storage.c), the epoch timer (srv.c) and closing connections (conn.c)
+ * (durable.c), the epoch timer (srv.c) and closing connections (conn.c)
  * all end or move jobs through here, so the rules live in one place.
  *
  * Everything runs on the loop thread. Packets to other connections (results

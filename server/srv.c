@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "durable.h"
 #include "http.h"
 #include "lifecycle.h"
 #include "listener.h"
@@ -38,33 +39,6 @@
 struct dsjob_server {
     struct srv srv; /* the whole server; the public type is only its wrapper */
 };
-
-int64_t
-srv_now(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec;
-}
-
-int64_t
-srv_now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-int64_t
-srv_uptime(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec + 1;
-}
 
 int
 dsjob_server_log_level(const char *name)
@@ -123,7 +97,7 @@ srv_queue_init(struct srv *srv)
                     srv->cfg.priority == DSJOB_PRIORITY_GLOBAL       ? QUEUE_ORDER_GLOBAL
                     : srv->cfg.priority == DSJOB_PRIORITY_GEARMAND_2 ? QUEUE_ORDER_TURNS
                                                                      : QUEUE_ORDER_FUNCTION,
-                    srv->cfg.priority_aging, srv_now());
+                    srv->cfg.priority_aging, clock_now());
 }
 
 static int
@@ -434,7 +408,7 @@ epoch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     srv->epoch_armed = 0;
-    queue_due(&srv->queue, srv_now(), epoch_due, srv);
+    queue_due(&srv->queue, clock_now(), epoch_due, srv);
     srv_epoch_arm(srv);
 }
 
@@ -472,9 +446,9 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (srv->cfg.idle_timeout > 0)
-        conn_sweep_idle(srv, srv_uptime());
+        conn_sweep_idle(srv, clock_uptime());
     if (srv->cfg.keep_results > 0)
-        lifecycle_expire(srv, srv_now());
+        lifecycle_expire(srv, clock_now());
 }
 
 static void
@@ -692,7 +666,7 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_ARG;
         goto fail;
     }
-    if (storage_open(srv) < 0) {
+    if (durable_open(srv) < 0) {
         rc = DSJOB_ERR_STORE;
         goto fail;
     }
@@ -701,7 +675,7 @@ srv_bind(struct srv *srv, struct event_base *base)
         goto fail;
     }
     srv->bound = true;
-    srv->stats.started = srv_uptime();
+    srv->stats.started = clock_uptime();
     return 0;
 
 fail:
@@ -709,7 +683,7 @@ fail:
         log_err(&srv->log, "%s", srv->errmsg);
     http_close(srv);
     listener_close_all(srv);
-    storage_close(srv);
+    durable_close(srv);
     tls_close(srv);
     queue_release(&srv->queue);
     srv_queue_init(srv);
@@ -856,7 +830,7 @@ dsjob_server_free(struct dsjob_server *ds)
         conn_close(c, false);
     if (srv->reaper_ev != NULL)
         reaper_cb(-1, 0, srv);
-    storage_close(srv);
+    durable_close(srv);
     tls_close(srv);
     queue_release(&srv->queue);
     srv_teardown(srv);

@@ -15,6 +15,7 @@
 
 #include <dsjob/server.h>
 
+#include "clock.h"
 #include "log.h"
 #include "queue.h"
 #include "stats.h"
@@ -90,15 +91,6 @@ struct srv {
     unsigned accepted;                  /* connections taken this loop turn */
     char errmsg[512];                   /* last error's text */
 };
-
-/* srv_now returns the wall clock in seconds, for epoch jobs. */
-int64_t srv_now(void);
-
-/* srv_now_ms returns the wall clock in milliseconds, for waits shorter than a second. */
-int64_t srv_now_ms(void);
-
-/* srv_uptime returns monotonic seconds (never 0), for timeouts that must not jump. */
-int64_t srv_uptime(void);
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */
 void srv_epoch_arm(struct srv *srv);

@@ -38,11 +38,7 @@ static const uint32_t ops_bounds[STATS_NBOUNDS] = {
 uint32_t
 stats_clock(const struct srv *srv)
 {
-    struct timeval tv;
-
-    if (srv->base == NULL || event_base_gettimeofday_cached(srv->base, &tv) != 0)
-        gettimeofday(&tv, NULL);
-    return (uint32_t)((uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u);
+    return clock_loop_ms(srv->base);
 }
 
 void
@@ -356,7 +352,7 @@ server_wide(struct srv *srv, struct out *o)
     unsigned counts[3], i;
 
     family(o, "uptime_seconds", "gauge", "Seconds since the server started.");
-    value(o, "uptime_seconds", NULL, (uint64_t)(srv_uptime() - srv->stats.started));
+    value(o, "uptime_seconds", NULL, (uint64_t)(clock_uptime() - srv->stats.started));
     family(o, "connections", "gauge", "Open connections by kind (admin: sent an admin line).");
     stats_conns(srv, counts);
     for (i = 0; i < 3; i++) {

@@ -1,14 +1,14 @@
 /*
- * The server's side of persistence: it opens the configured store, replays
- * it into the queue at start, and makes the JOB_CREATED promise hold. A
- * background submit on a durable store is answered only after the batch
- * holding it commits; every background submit of a loop turn (up to
- * --store-batch) shares one commit, and so do the deletions of finished
- * jobs. Answers to one connection keep their order: once a connection has
- * a background submit waiting for a commit, its later requests other than
- * background submits wait too (conn.c asks storage_must_wait). The
- * backend is written by a thread of its own, so commits do not hold up
- * the loop.
+ * The group-commit engine between the server and its store backend: it
+ * opens the configured store and replays it, gathers the changes of a
+ * loop turn into one batch, has its writer thread commit the batch, and
+ * then, on the loop, runs the continuation each change or waiter was
+ * given: what the commit means is the caller's (lifecycle.c, durable.c,
+ * storage_lease.c), never this module's. Every background submit of a
+ * loop turn (up to --store-batch) shares one commit, and so do the
+ * deletions of finished jobs. The backend is written by a thread of its
+ * own, so commits do not hold up the loop. Nothing here calls a module
+ * above it (tests/meta/layers.sh checks).
  */
 #ifndef DSJOB_SERVER_STORAGE_H
 #define DSJOB_SERVER_STORAGE_H
@@ -20,7 +20,6 @@
 
 #include "store.h"
 
-struct conn;
 struct event;
 struct func;
 struct job;
@@ -34,6 +33,16 @@ enum store_op_kind {
     STORE_OP_FUNC,   /* set sf: a function's settings */
     STORE_OP_LEASE,  /* ls: take ready jobs and renew leases (a shared store) */
 };
+
+struct store_op;
+
+/*
+ * A change's continuation: what the caller does once the batch holding op
+ * is done with it, on the loop. ok: op committed; else it was dropped (a
+ * lease whose batch failed). A change that settles a job is retried until
+ * it commits, so its continuation only ever hears ok.
+ */
+typedef void storage_op_fn(struct srv *srv, struct store_op *op, bool ok);
 
 /*
  * One change for the writer thread: a job to add or rewrite (its fields
@@ -49,6 +58,7 @@ struct store_op {
      */
     struct job *job;
     bool settles;           /* the remove or rewrite that ends job's SETTLING */
+    storage_op_fn *done;    /* the caller's continuation, or NULL */
     bool failed;            /* set by the writer: the backend refused it */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
@@ -60,29 +70,55 @@ struct store_op {
     char buf[];                   /* the job's bytes */
 };
 
-/* One answer owed to a submitter once the batch holding its job commits. */
-struct ack {
-    struct job *job;            /* referenced; JOB_CREATED names it */
-    struct store_op *op;        /* the add of a new job, or NULL */
-    struct conn *client;        /* who to answer, or NULL once it has gone */
-    char *error;                /* "CODE\0text" to send instead of JOB_CREATED (behind the
-                                   ack, in its allocation), or NULL */
-    size_t error_len;           /* its length */
-    TAILQ_ENTRY(ack) link;      /* in its batch's list, in submission order */
-    TAILQ_ENTRY(ack) by_client; /* in the client's list */
+struct storage_wait;
+
+/*
+ * A waiter's continuation, run on the loop once w's batch is done, in the
+ * order the waiters were added: ok says whether it committed (and w->op,
+ * if set, was not refused alone); why says why not. why is NULL when the
+ * store closes before the batch was handed over: nobody is to be told.
+ * It owns w from then on (it frees it).
+ */
+typedef void storage_wait_fn(struct srv *srv, struct storage_wait *w, bool ok, const char *why);
+
+/*
+ * Something that waits for the commit of the open batch: a submitter's
+ * answer, or a worker held until its job's end is durable. The caller
+ * embeds it (first) in a struct of its own.
+ */
+struct storage_wait {
+    storage_wait_fn *done;          /* the caller's continuation */
+    struct store_op *op;            /* an add whose own refusal fails w too, or NULL */
+    TAILQ_ENTRY(storage_wait) link; /* in its batch's list, in order */
 };
-TAILQ_HEAD(ack_list, ack);
+TAILQ_HEAD(storage_wait_list, storage_wait);
 
 /* The changes of one commit and the answers waiting for it. */
 struct batch {
-    struct store_op *ops;   /* adds and removes, in order */
-    struct store_op **tail; /* where the next goes */
-    struct ack_list acks;   /* answers owed, in order */
-    unsigned nacks;         /* entries in acks */
-    uint32_t handed_ms;     /* stats_clock() when handed to the writer */
-    bool finished;          /* set by the writer (under lock): ok and why are final */
-    bool ok;                /* the commit succeeded */
-    char why[STORE_ERRLEN]; /* why not */
+    struct store_op *ops;          /* adds and removes, in order */
+    struct store_op **tail;        /* where the next goes */
+    struct storage_wait_list acks; /* waiters, in order */
+    unsigned nacks;                /* entries in acks */
+    uint32_t handed_ms;            /* stats_clock() when handed to the writer */
+    bool finished;                 /* set by the writer (under lock): ok and why are final */
+    bool ok;                       /* the commit succeeded */
+    char why[STORE_ERRLEN];        /* why not */
+};
+
+/* What a commit did, for the counters (struct storage_hooks' committed). */
+struct storage_commit {
+    bool ok;         /* it committed */
+    const char *why; /* why not */
+    uint64_t nops;   /* changes it held */
+    uint32_t ms;     /* how long the writer took, handed to done */
+    unsigned nlost;  /* removes and rewrites that found the row another server's */
+};
+
+/* What the layer above gives storage_open: how replayed rows come back, what a commit counts. */
+struct storage_hooks {
+    store_replay_fn *replay;    /* a stored job (arg: the srv) */
+    store_func_fn *replay_func; /* a function's stored settings (arg: the srv) */
+    void (*committed)(struct srv *srv, const struct storage_commit *sc); /* or failed */
 };
 
 /*
@@ -100,30 +136,36 @@ struct storage_seam {
 };
 
 struct storage {
-    struct storage_seam seam;    /* tests only: see struct storage_seam */
-    const struct store_ops *ops; /* the backend; store_null_ops when not durable */
-    struct store *st;            /* its state: the writer's alone once it runs */
-    struct batch open;           /* being filled by the loop */
-    struct batch *inflight;      /* handed to the writer, or NULL */
-    struct batch *handed;        /* under lock: the batch the writer is to take */
-    unsigned batch_max;          /* --store-batch: hand over at once past this many */
-    unsigned interval_ms;        /* --store-commit-interval; 0: at the end of the loop turn */
-    struct event *flush_ev;      /* hands the open batch over */
-    struct event *done_ev;       /* reads done_pipe */
-    int done_pipe[2];            /* the writer's "batch done" to the loop */
-    pthread_t writer;            /* the writer thread */
-    pthread_mutex_t lock;        /* guards handed, finished, quit */
-    pthread_cond_t wake;         /* signals the writer, and the loop in storage_drain */
-    bool writer_running;         /* writer started (durable stores only) */
-    bool quit;                   /* under lock: the writer should end */
-    bool scheduled;              /* flush_ev is pending */
-    bool lazy;                   /* ...on the deletions' timer, which a submit cuts short */
-    bool want_flush;             /* flush asked for while a batch was in flight */
-    bool retry;                  /* the last commit failed: flush even if empty */
-    bool durable;                /* a backend other than none */
-    bool can_update;             /* the backend has update and set_func (version 2) */
-    /* A shared store (postgres): jobs run here only under this server's lease. */
-    bool shared;             /* the backend has lease, remove_job and wait_notify */
+    struct storage_seam seam;              /* tests only: see struct storage_seam */
+    const struct store_ops *ops;           /* the backend; store_null_ops when not durable */
+    const struct storage_hooks *hooks;     /* the layer above's, from storage_open */
+    void (*before_flush)(struct srv *srv); /* storage_lease.c's: the last op of a batch */
+    struct store *st;                      /* its state: the writer's alone once it runs */
+    struct batch open;                     /* being filled by the loop */
+    struct batch *inflight;                /* handed to the writer, or NULL */
+    struct batch *handed;                  /* under lock: the batch the writer is to take */
+    unsigned batch_max;                    /* --store-batch: hand over at once past this many */
+    unsigned interval_ms;   /* --store-commit-interval; 0: at the end of the loop turn */
+    struct event *flush_ev; /* hands the open batch over */
+    struct event *done_ev;  /* reads done_pipe */
+    int done_pipe[2];       /* the writer's "batch done" to the loop */
+    pthread_t writer;       /* the writer thread */
+    pthread_mutex_t lock;   /* guards handed, finished, quit */
+    pthread_cond_t wake;    /* signals the writer, and the loop in storage_drain */
+    bool writer_running;    /* writer started (durable stores only) */
+    bool quit;              /* under lock: the writer should end */
+    bool scheduled;         /* flush_ev is pending */
+    bool lazy;              /* ...on the deletions' timer, which a submit cuts short */
+    bool want_flush;        /* flush asked for while a batch was in flight */
+    bool retry;             /* the last commit failed: flush even if empty */
+    bool durable;           /* a backend other than none */
+    bool shared;            /* the backend has lease, remove_job and wait_notify */
+    uint64_t commits;       /* batches committed */
+    uint64_t failures;      /* batches that failed */
+    struct event *stuck_ev; /* the batch in flight has not come back for a while */
+    bool stuck;             /* ...and it was logged: /healthz says so until it comes back */
+    /* A shared store (postgres): storage_lease.c's, which runs jobs here only under a lease. */
+    bool lease_opened;       /* storage_lease_open ran: storage_lease_close has to undo it */
     bool want_lease;         /* a lease op goes in the next batch */
     bool lease_inflight;     /* a lease op is in the batch in flight */
     bool renew_due;          /* the next lease op renews this server's leases */
@@ -139,60 +181,53 @@ struct storage {
     int stop_pipe[2];        /* the loop's "stop" to the notifier */
     pthread_t notifier;      /* the thread in the backend's wait_notify */
     bool notifier_running;   /* notifier started */
-    uint64_t commits;        /* batches committed */
-    uint64_t failures;       /* batches that failed */
-    struct event *stuck_ev;  /* the batch in flight has not come back for a while */
-    bool stuck;              /* ...and it was logged: /healthz says so until it comes back */
-    char *waiting;           /* shared: the last renewal's count of jobs ready in the table
+    char *waiting;           /* the last renewal's count of jobs ready in the table
                                 under no lease, by function (store_lease's waiting, copied) */
     size_t nwaiting;         /* functions in waiting */
 };
 
-/* storage_open opens and replays the configured store. 0, or -1 with srv->errmsg set. */
-int storage_open(struct srv *srv);
+/*
+ * storage_open opens the configured store and replays it through hooks
+ * (kept: they must outlive the store). 0, or -1 with srv->errmsg set.
+ */
+int storage_open(struct srv *srv, const struct storage_hooks *hooks);
 
-/* storage_close commits what is pending, answers its submitters, and closes the store. */
+/* storage_close commits what is pending, runs its continuations, and closes the store. */
 void storage_close(struct srv *srv);
 
 /*
- * storage_submit answers a background submit on a durable store: j is a
- * new job (the caller's reference is taken over) or, with existing, the
- * job the submit coalesced onto. The answer (JOB_CREATED) waits for the
- * commit. On failure (out of memory) the submitter is sent an ERROR (after
- * the answers it is already owed, if memory allows) and the job is dropped
- * before it reaches the batch: nothing is stored that its client was told
- * failed.
+ * storage_alloc allocates size zeroed bytes, or NULL: what names the
+ * allocation for a test's seam (struct storage_seam).
  */
-void storage_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
+void *storage_alloc(struct srv *srv, const char *what, size_t size);
 
 /*
- * storage_adopt answers a background submit on a durable store that
- * coalesced onto a live foreground job j, which no store holds: j becomes
- * background and is stored, and the answer (JOB_CREATED) waits for that
- * commit, so the job survives its foreground clients and a restart. On
- * out of memory the submitter is sent an ERROR and j is left as it was.
+ * storage_op_add makes the add of new job j (its fields copied), for
+ * storage_add; NULL if out of memory. Free it with free() if unused.
  */
-void storage_adopt(struct srv *srv, struct conn *c, struct job *j);
+struct store_op *storage_op_add(struct srv *srv, const struct job *j);
 
-/* storage_refuse queues an ERROR for c behind the answers it is owed. */
-void storage_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);
+/* storage_add puts op in the open batch; a waiter (storage_wait) sees it go. */
+void storage_add(struct srv *srv, struct store_op *op);
 
 /*
- * storage_settle ends a finished job that is in the store: its deletion
- * (or, if j->ext->settle_to says it goes to the dead set or is kept, the
- * rewrite of its row with its final state) goes in the open batch, and the
- * job stays SETTLING in the queue (counted
- * by status, found by GET_STATUS) until that deletion commits, so that no
- * answer shows it gone before a crash would. If worker (the connection
- * that finished it) is given, its next request waits for that commit too,
- * so a worker sees its result durable before it is given more; the
- * batch then goes at the end of this loop turn, shared by every job that
- * ended in it, instead of after STORAGE_REMOVE_DELAY_MS. Returns true if j
- * is settling; false if j is not stored (or there was no memory for the
- * deletion, which is logged: the job then runs again after a restart),
- * and the caller removes it from the queue itself.
+ * storage_wait makes w wait for the open batch's commit: its continuation
+ * runs once that batch is done, after those of earlier waiters. The batch
+ * goes at the end of this loop turn (or --store-commit-interval, or at
+ * once past --store-batch waiters).
  */
-bool storage_settle(struct srv *srv, struct job *j, struct conn *worker);
+void storage_wait(struct srv *srv, struct storage_wait *w);
+
+/*
+ * storage_settle puts the end of finished job j in the open batch: its
+ * deletion or, if j->ext->settle_to says it goes to the dead set or is
+ * kept, the rewrite of its row with its final state. done runs once that
+ * commits (a failed commit tries again). Returns true if so; false if j
+ * is not stored (or there was no memory, which is logged: the job then
+ * runs again after a restart), and nothing is owed. The batch goes within
+ * STORAGE_REMOVE_DELAY_MS, or with the first waiter's.
+ */
+bool storage_settle(struct srv *srv, struct job *j, storage_op_fn *done);
 
 /*
  * storage_update puts the rewrite of stored job j (its attempts, time,
@@ -214,6 +249,9 @@ void storage_remove(struct srv *srv, struct job *j);
 /* storage_set_func stores f's settings (admin "retry") with the next commit. 0, or -1 (memory). */
 int storage_set_func(struct srv *srv, const struct func *f);
 
+/* storage_kick hands the open batch over at the end of this loop turn, even an empty one. */
+void storage_kick(struct srv *srv);
+
 /*
  * storage_flush hands the open batch to the writer now (or, if one is in
  * flight, as soon as that one is done). Its answers go out when the writer
@@ -225,26 +263,9 @@ void storage_flush(struct srv *srv);
 void storage_drain(struct srv *srv);
 
 /*
- * storage_want_lease asks, on a shared store, for a lease op in the next
- * batch: ready jobs for the functions whose workers here have too few
- * (a worker grabbed, found nothing, went to sleep or said CAN_DO; another
- * server said NOTIFY; the poll timer). A no-op on other stores.
- */
-void storage_want_lease(struct srv *srv);
-
-/*
  * storage_stuck says, in buf, that the commit in flight has not come back
  * for a while (it was logged), or returns NULL.
  */
 const char *storage_stuck(const struct srv *srv, char *buf, size_t len);
-
-/* storage_forget_client drops the answers owed to a connection that is closing. */
-void storage_forget_client(struct srv *srv, struct conn *c);
-
-/*
- * storage_must_wait tells whether c's next request, of packet type type
- * (0 for an admin line), must wait for c's pending answers first.
- */
-bool storage_must_wait(const struct conn *c, uint32_t type);
 
 #endif

@@ -1,12 +1,13 @@
 /*
- * The persistence interface: a versioned table of functions that a store
+ * The persistence interface: a table of functions that a store
  * backend fills in, in the shape of sqlite3_io_methods. Only background
  * jobs are stored. Adds and removes go into an open batch; flush commits
  * the batch, and only after a flush returns DSJOB_OK may the server tell
  * the submitters of the batch's jobs that they exist (JOB_CREATED). So one
  * commit covers every background submit of a loop turn.
  *
- * Changing this struct: append fields only, and bump STORE_OPS_VERSION.
+ * Every backend is built into dsjobd, so the table has no version: a new
+ * op is filled in by every backend, or is optional (NULL) and says so.
  */
 #ifndef DSJOB_SERVER_STORE_H
 #define DSJOB_SERVER_STORE_H
@@ -15,7 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_OPS_VERSION 4
 #define STORE_ERRLEN 512
 #define STORE_HANDLE_MAX 64 /* bytes of a handle a shared store writes back, with its NUL */
 
@@ -38,7 +38,7 @@ struct store_job {
     int prio;            /* enum job_prio */
     int64_t when;        /* epoch seconds, 0 for now */
     bool unique_is_data; /* unique "-" */
-    /* Version 2: the job's life beyond gearmand's (retries, dead set, kept results). */
+    /* The job's life beyond gearmand's (retries, dead set, kept results). */
     int state;            /* enum store_state */
     uint32_t attempts;    /* attempts that failed so far */
     int64_t first_fail;   /* epoch seconds of the first failed attempt, or 0 */
@@ -48,7 +48,7 @@ struct store_job {
     uint32_t numerator;   /* DONE_*: the last WORK_STATUS */
     uint32_t denominator; /* DONE_*: the last WORK_STATUS */
     /*
-     * Version 3, a store several servers share (postgres). The two
+     * A store several servers share (postgres). The two
      * pointers are the server's, valid until flush returns; the backend
      * writes them only in flush.
      */
@@ -57,8 +57,8 @@ struct store_job {
                     function and unique key, on this or another server, that this add
                     coalesced onto (NUL-terminated, STORE_HANDLE_MAX bytes); "" if none */
     bool *lost;  /* remove, update: flush sets *lost when the row was no longer this
-                    server's (its lease ran out and another server took it); add (version
-                    4): flush sets *lost when the store refused this row alone, saying why
+                    server's (its lease ran out and another server took it); add: flush
+                    sets *lost when the store refused this row alone, saying why
                     in the err the add was given, while the batch's others committed */
 };
 
@@ -131,11 +131,10 @@ struct store_config {
     int sync;             /* sqlite: 0 off, 1 normal, 2 full */
     const char *servers;  /* memcached: host:port,... */
     const char *prefix;   /* memcached: key prefix */
-    /* Version 3. */
-    const char *dsn;     /* postgres: libpq connection string */
-    const char *owner;   /* postgres: this server's name in the leases it takes */
-    unsigned lease_secs; /* postgres: how long a lease lasts unless renewed */
-    uint64_t *boot;      /* postgres: open writes a number no other start got */
+    const char *dsn;      /* postgres: libpq connection string */
+    const char *owner;    /* postgres: this server's name in the leases it takes */
+    unsigned lease_secs;  /* postgres: how long a lease lasts unless renewed */
+    uint64_t *boot;       /* postgres: open writes a number no other start got */
     /* gearmand's queue, taken in at the first open (sqlite, postgres). */
     const char *import_table; /* its table's name; NULL: gearmand's default */
     char *note;               /* out: what open did worth a NOTICE ("" if nothing), at most
@@ -154,7 +153,6 @@ typedef int store_func_fn(const struct store_func *sf, void *arg);
  * into it on failure: lower case, the file or server named.
  */
 struct store_ops {
-    int version;      /* STORE_OPS_VERSION */
     const char *name; /* "none", "sqlite", "memcached" */
     /* open: make *out. On failure return an enum dsjob_err and say why in err. */
     int (*open)(struct store **out, const struct store_config *cfg, char *err);
@@ -189,7 +187,6 @@ struct store_ops {
      * a no-op.
      */
     void (*close)(struct store *st);
-    /* Version 2. */
     /*
      * update: put the rewrite of a stored job (sj->id) in the open batch:
      * every field but id, seq, handle and func may have changed. Like
@@ -205,7 +202,7 @@ struct store_ops {
     int (*set_func)(struct store *st, const struct store_func *sf, char *err);
     /* replay_funcs: call fn for every stored function setting, before replay. */
     int (*replay_funcs)(struct store *st, store_func_fn *fn, void *arg, char *err);
-    /* Version 3: a store several servers share. NULL in the others. */
+    /* A store several servers share (all three, or none: NULL in the others). */
     /*
      * remove_job: remove as above, by sj->handle, and only if the row is
      * still this server's (sj->lost says if not, at flush).
@@ -220,7 +217,6 @@ struct store_ops {
      * why; call again later, it reconnects).
      */
     int (*wait_notify)(struct store *st, int stop_fd, char *err);
-    /* Version 4. */
     /*
      * stop: the server is stopping (called from the loop while the writer
      * may be in flush): from now on the backend gives a database that does

@@ -1664,7 +1664,6 @@ store_memcached_test_chunk_ids(struct store *st, size_t n)
 }
 
 const struct store_ops store_memcached_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "memcached",
     .open = mc_open,
     .add = mc_add,

@@ -71,7 +71,6 @@ null_close(struct store *st)
 }
 
 const struct store_ops store_null_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "none",
     .open = null_open,
     .add = null_add,

@@ -2581,7 +2581,6 @@ pg_close(struct store *st)
 }
 
 const struct store_ops store_postgres_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "postgres",
     .open = pg_open,
     .add = pg_add,

@@ -1023,7 +1023,6 @@ store_sqlite_test_fail_commits(struct store *st, bool on)
 }
 
 const struct store_ops store_sqlite_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "sqlite",
     .open = sqlite_open,
     .add = sqlite_add,

@@ -13,9 +13,9 @@
  * Also: replay of every state a stored job can be in (queued, scheduled,
  * retrying, dead, kept, function settings) and of bad rows (unknown
  * states and priorities, ids out of order); a backend that cannot be
- * opened or read; --store none; backends without version 2's calls;
- * rewrites, their failed commits and the memory they need; the drain at
- * a stop, bounded, and a store failing at close. The server logs to a
+ * opened or read; --store none; rewrites, their failed commits and the
+ * memory they need; the drain at a stop, bounded, and a store failing at
+ * close. The server logs to a
  * file, and each case runs three times: at debug level (logged() finds
  * the line), at --verbose FATAL (it must not), and with no log at all.
  */
@@ -38,6 +38,7 @@
 
 #include "lib/peer.h"
 #include "server/conn.h"
+#include "server/durable.h"
 #include "server/srv.h"
 #include "server/storage.h"
 #include "server/store.h"
@@ -96,6 +97,10 @@ struct store {
     unsigned nopen_upd;
     struct store_job updated[FAKE_MAX]; /* committed: the last update of each id */
     unsigned nupdated;
+    /* A shared store: the row the first lease op takes (its strings the test's). */
+    struct store_job lease_job;
+    struct store_lease *ls; /* the open batch's lease op, filled at flush */
+    bool leased;            /* lease_job was taken */
 };
 
 static struct store fake;
@@ -278,7 +283,6 @@ fake_updated(uint64_t id, struct store_job *out)
 }
 
 static const struct store_ops fake_ops = {
-    .version = STORE_OPS_VERSION,
     .name = "fake",
     .open = fake_open,
     .add = fake_add,
@@ -291,57 +295,74 @@ static const struct store_ops fake_ops = {
     .replay_funcs = fake_replay_funcs,
 };
 
-/* A version 2 backend that lacks replay_funcs: used as version 1. */
-static const struct store_ops fake_ops_partial = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
+/*
+ * A store several servers share, in the little a lease needs: the first
+ * lease op that asks for jobs takes lease_job; the notifier waits for its
+ * stop.
+ */
+static int
+fake_remove_job(struct store *st, const struct store_job *sj, char *err)
+{
+    return fake_remove(st, sj->id, err);
+}
+
+static int
+fake_lease(struct store *st, struct store_lease *ls, char *err)
+{
+    (void)err;
+    pthread_mutex_lock(&st->lock);
+    st->ls = ls;
+    pthread_mutex_unlock(&st->lock);
+    return DSJOB_OK;
+}
+
+static int
+fake_shared_flush(struct store *st, char *err)
+{
+    int rc = fake_flush(st, err);
+    struct store_lease *ls;
+
+    pthread_mutex_lock(&st->lock);
+    ls = st->ls;
+    st->ls = NULL;
+    if (rc == DSJOB_OK && ls != NULL) {
+        ls->expiry_ms = ls->due_ms = -1;
+        if (ls->nfuncs > 0 && !st->leased && (ls->jobs = malloc(sizeof(*ls->jobs))) != NULL) {
+            ls->jobs[0] = st->lease_job;
+            ls->njobs = 1;
+            st->leased = true;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+static int
+fake_wait_notify(struct store *st, int stop_fd, char *err)
+{
+    struct pollfd pfd = {stop_fd, POLLIN, 0};
+
+    (void)st;
+    (void)err;
+    while (poll(&pfd, 1, -1) < 0)
+        ;
+    return 0;
+}
+
+static const struct store_ops fake_shared_ops = {
+    .name = "fake-shared",
     .open = fake_open,
     .add = fake_add,
     .remove = fake_remove,
-    .flush = fake_flush,
+    .flush = fake_shared_flush,
     .replay = fake_replay,
     .close = fake_close,
     .update = fake_update,
     .set_func = fake_set_func,
-};
-
-/* Version 2 backends that lack update, or set_func: used as version 1 too. */
-static const struct store_ops fake_ops_noupdate = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .set_func = fake_set_func,
     .replay_funcs = fake_replay_funcs,
-};
-
-static const struct store_ops fake_ops_nosetfunc = {
-    .version = STORE_OPS_VERSION,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .update = fake_update,
-    .replay_funcs = fake_replay_funcs,
-};
-
-/* A version 1 backend: no update, set_func or replay_funcs. */
-static const struct store_ops fake_ops_v1 = {
-    .version = 1,
-    .name = "fake1",
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
+    .remove_job = fake_remove_job,
+    .lease = fake_lease,
+    .wait_notify = fake_wait_notify,
 };
 
 static void
@@ -1060,16 +1081,16 @@ test_must_wait(void)
     struct conn c;
 
     memset(&c, 0, sizeof(c));
-    tap_ok(!storage_must_wait(&c, PACKET_ECHO_REQ), "must_wait: nothing owed, nothing waits");
+    tap_ok(!durable_must_wait(&c, PACKET_ECHO_REQ), "must_wait: nothing owed, nothing waits");
     c.nacks = 1;
-    tap_ok(storage_must_wait(&c, PACKET_ECHO_REQ), "must_wait: owed, an echo waits");
-    tap_ok(storage_must_wait(&c, PACKET_SUBMIT_JOB), "must_wait: and a foreground submit");
-    tap_ok(storage_must_wait(&c, 0), "must_wait: and an admin line");
-    tap_ok(!storage_must_wait(&c, PACKET_SUBMIT_JOB_BG) &&
-               !storage_must_wait(&c, PACKET_SUBMIT_JOB_HIGH_BG) &&
-               !storage_must_wait(&c, PACKET_SUBMIT_JOB_LOW_BG) &&
-               !storage_must_wait(&c, PACKET_SUBMIT_JOB_EPOCH) &&
-               !storage_must_wait(&c, PACKET_SUBMIT_REDUCE_JOB_BACKGROUND),
+    tap_ok(durable_must_wait(&c, PACKET_ECHO_REQ), "must_wait: owed, an echo waits");
+    tap_ok(durable_must_wait(&c, PACKET_SUBMIT_JOB), "must_wait: and a foreground submit");
+    tap_ok(durable_must_wait(&c, 0), "must_wait: and an admin line");
+    tap_ok(!durable_must_wait(&c, PACKET_SUBMIT_JOB_BG) &&
+               !durable_must_wait(&c, PACKET_SUBMIT_JOB_HIGH_BG) &&
+               !durable_must_wait(&c, PACKET_SUBMIT_JOB_LOW_BG) &&
+               !durable_must_wait(&c, PACKET_SUBMIT_JOB_EPOCH) &&
+               !durable_must_wait(&c, PACKET_SUBMIT_REDUCE_JOB_BACKGROUND),
            "must_wait: background submits do not (they share the batch)");
 }
 
@@ -1270,48 +1291,6 @@ test_store_none(void)
     tap_is_int(fake_get(&fake.flushes), 0, "store none: the fake backend was not used");
     srv_stop(r.srv, false); /* nothing to drain */
     close(c);
-    rig_stop(&r);
-}
-
-/*
- * A version 1 backend keeps jobs but no states: the start warns; a job
- * that goes to the dead set is deleted from the store, not rewritten; a
- * retry's state and a function's settings are not stored, and that is
- * not an error.
- */
-static void
-test_v1_backend(const struct store_ops *ops)
-{
-    struct rig r;
-    int c, w;
-
-    fake_reset();
-    rig_extra.ops = ops;
-    rig_extra.max_dead = 5;
-    rig_extra.retry_on = DSJOB_RETRY_FAIL;
-    rig_extra.job_retries = 1;
-    rig_start(&r, 0, 0);
-    rig_extra.ops = NULL;
-    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
-    tap_ok(logged(&r, "store fake1 keeps no retries, dead jobs or kept results across a restart"),
-           "version 1 store: the start warns what it does not keep");
-    c = rig_client(&r);
-    submit_bg(c, "u", "x");
-    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "version 1 store: a job is stored");
-    tap_ok(admin_says(&r, c, "retry g 2\n", "OK"),
-           "version 1 store: a function's settings are taken (and kept in memory only)");
-    w = rig_client(&r);
-    peer_send(w, PACKET_CAN_DO, 1, "f");
-    peer_send(w, PACKET_GRAB_JOB, 0);
-    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "version 1 store: assigned");
-    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* its one attempt */
-    PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD);
-    tap_ok(find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DEAD,
-           "version 1 store: then it is dead");
-    PUMP_UNTIL(&r, fake_get(&fake.removes) >= 1);
-    tap_ok(!fake_stored(1) && fake.nupdated == 0,
-           "version 1 store: and deleted from the store, never rewritten");
-    close(w), close(c);
     rig_stop(&r);
 }
 
@@ -1635,6 +1614,8 @@ test_coalesce_nomem(void)
     rig_stop(&r);
 }
 
+static void test_leased_job(void);
+
 static void
 run_cases(void)
 {
@@ -1661,10 +1642,6 @@ run_cases(void)
     test_replay_fails(1);
     test_replay_fails(2);
     test_store_none();
-    test_v1_backend(&fake_ops_v1);
-    test_v1_backend(&fake_ops_partial);
-    test_v1_backend(&fake_ops_noupdate);
-    test_v1_backend(&fake_ops_nosetfunc);
     test_foreground();
     test_cancel_stored();
     test_coalesce_nomem();
@@ -1675,6 +1652,64 @@ run_cases(void)
     test_drain_rounds();
     test_close_failing();
     test_epoch();
+    test_leased_job();
+}
+
+/*
+ * A job taken by lease from a shared store is made of its row as a
+ * replayed one is (job_from_store): priority, attempts, failures and its
+ * last WORK_STATUS all come with it; only its id and order are this
+ * server's.
+ */
+static void
+test_leased_job(void)
+{
+    static const char handle[] = "H:other.7:00000000000000000042";
+    struct rig r;
+    struct job *j;
+    int w;
+
+    fake_reset();
+    fake.lease_job = (struct store_job){
+        .id = 42,
+        .seq = 42,
+        .handle = handle,
+        .handle_len = sizeof(handle) - 1,
+        .func = "f",
+        .func_len = 1,
+        .unique = "",
+        .data = "leased",
+        .data_len = 6,
+        .prio = JOB_PRIO_LOW,
+        .state = STORE_LIVE,
+        .attempts = 2,
+        .first_fail = 1000,
+        .last_fail = 2000,
+        .numerator = 3,
+        .denominator = 7,
+        .leased = true,
+    };
+    rig_extra.ops = &fake_shared_ops;
+    rig_start(&r, 0, 0);
+    rig_extra.ops = NULL;
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f"); /* a worker here: the lease op asks for f's jobs */
+    PUMP_UNTIL(&r, find(&r, handle) != NULL);
+    j = find(&r, handle);
+    tap_ok(j != NULL && j->state == JOB_QUEUED, "leased: the job taken is queued");
+    if (j == NULL)
+        tap_bail("leased: no job");
+    tap_ok(j->background && j->stored && j->prio == JOB_PRIO_LOW && j->data_len == 6 &&
+               memcmp(job_data(j), "leased", 6) == 0,
+           "leased: its bytes and priority are the row's");
+    tap_ok(j->id != 42, "leased: its id is this server's");
+    tap_ok(j->ext != NULL && j->ext->attempts == 2 && j->ext->first_fail == 1000 &&
+               j->ext->last_fail == 2000,
+           "leased: its attempts and failures are the row's");
+    tap_ok(j->ext != NULL && j->ext->numerator == 3 && j->ext->denominator == 7,
+           "leased: its status (3/7) is the row's");
+    close(w);
+    rig_stop(&r);
 }
 
 /*

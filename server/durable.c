@@ -1,0 +1,411 @@
+/*
+ * What a commit means for a job and its submitter: the continuations
+ * storage.c runs once a batch is done (see durable.h). storage.c knows
+ * nothing of connections or the queue; this module answers clients,
+ * queues committed jobs, fails refused ones, and counts commits.
+ */
+#include "config.h"
+#include "durable.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "conn.h"
+#include "job.h"
+#include "lifecycle.h"
+#include "queue.h"
+#include "srv.h"
+#include "storage_lease.h"
+
+static void ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why);
+
+struct job *
+job_from_store(struct srv *srv, const struct store_job *sj)
+{
+    bool ended = sj->state != STORE_LIVE;
+    struct job *j;
+
+    if (sj->state < STORE_LIVE || sj->state > STORE_DONE_EXCEPTION) {
+        log_warn(&srv->log, "store: job %.*s has an unknown state %d: it is queued to run again",
+                 (int)sj->handle_len, sj->handle, sj->state);
+        ended = false;
+    }
+    j = job_new(sj->handle, sj->handle_len, sj->unique, sj->unique_len, sj->reducer,
+                sj->reducer_len, sj->data, sj->data_len);
+    if (j == NULL)
+        return NULL;
+    j->id = sj->id;
+    j->seq = sj->seq;
+    j->prio = (uint8_t)(sj->prio >= 0 && sj->prio < JOB_NPRIO ? sj->prio : JOB_PRIO_NORMAL);
+    if (job_set_when(j, ended ? 0 : sj->when) < 0)
+        goto fail;
+    if ((sj->attempts > 0 || sj->first_fail != 0 || ended || sj->numerator != 0 ||
+         sj->denominator != 0) &&
+        job_ext(j) == NULL)
+        goto fail;
+    if (j->ext != NULL) {
+        j->ext->attempts = sj->attempts;
+        j->ext->first_fail = sj->first_fail;
+        j->ext->last_fail = sj->last_fail;
+        j->ext->numerator = sj->numerator;
+        j->ext->denominator = sj->denominator;
+        j->ext->outcome = (uint8_t)(ended ? sj->state : STORE_LIVE);
+    }
+    if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
+        goto fail;
+    j->background = true;
+    j->stored = true;
+    j->unique_is_data = sj->unique_is_data;
+    return j;
+fail:
+    job_unref(j);
+    return NULL;
+}
+
+int
+durable_replay(const struct store_job *sj, void *arg)
+{
+    struct srv *srv = arg;
+    struct func *f = queue_func(&srv->queue, sj->func, sj->func_len, true);
+    struct job *j;
+    bool ended;
+
+    if (f == NULL || (j = job_from_store(srv, sj)) == NULL)
+        return -1;
+    ended = j->ext != NULL && j->ext->outcome != STORE_LIVE;
+    if (queue_add_as(&srv->queue, f, j, clock_now(), ended) < 0) {
+        job_unref(j);
+        return -1;
+    }
+    stats_queued(srv, j); /* before the dead set's trim or the kept results may drop it */
+    if (ended && sj->state == STORE_DEAD)
+        lifecycle_bury_replayed(srv, j);
+    else if (ended)
+        lifecycle_keep_replayed(srv, j);
+    if (sj->id >= srv->next_job_id)
+        srv->next_job_id = sj->id + 1;
+    if (sj->seq >= srv->next_seq)
+        srv->next_seq = sj->seq + 1;
+    srv->stats.replayed++;
+    return 0;
+}
+
+/* Give a replayed function setting back to its function. */
+static int
+replay_func(const struct store_func *sf, void *arg)
+{
+    struct srv *srv = arg;
+    struct func *f = queue_func(&srv->queue, sf->name, sf->name_len, true);
+
+    if (f == NULL)
+        return -1;
+    f->retries = sf->retries;
+    f->backoff_base_ms = sf->backoff_base_ms;
+    f->backoff_max_ms = sf->backoff_max_ms;
+    return 0;
+}
+
+/* A batch is done: the server's counters. */
+static void
+committed(struct srv *srv, const struct storage_commit *sc)
+{
+    srv->stats.store_failing = !sc->ok;
+    srv->stats.pg_lease_lost += sc->nlost;
+    if (sc->ok) {
+        srv->stats.commits++;
+        stats_observe(&srv->stats.batch_ops, false, sc->nops);
+        stats_observe(&srv->stats.commit_ms, true, sc->ms);
+    } else {
+        srv->stats.commit_errors++;
+        snprintf(srv->stats.store_error, sizeof(srv->stats.store_error), "%.100s", sc->why);
+    }
+}
+
+static const struct storage_hooks durable_hooks = {
+    .replay = durable_replay,
+    .replay_func = replay_func,
+    .committed = committed,
+};
+
+int
+durable_open(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    size_t before = srv->queue.njobs;
+
+    if (storage_open(srv, &durable_hooks) < 0)
+        return -1;
+    if (sg->durable)
+        log_notice(&srv->log, "store %s: replayed %zu jobs", sg->ops->name,
+                   srv->queue.njobs - before);
+    srv_epoch_arm(srv);
+    return sg->shared ? storage_lease_open(srv) : 0;
+}
+
+void
+durable_close(struct srv *srv)
+{
+    if (srv->storage.ops == NULL)
+        return;
+    storage_lease_close(srv);
+    storage_close(srv);
+}
+
+/*
+ * An answer, with room for an error of extra bytes behind it: one
+ * allocation, so that an answer is either whole or not made at all.
+ */
+static struct ack *
+ack_alloc(struct srv *srv, const char *what, size_t extra)
+{
+    return storage_alloc(srv, what, sizeof(struct ack) + extra);
+}
+
+/* Queue a's answer for c, in the open batch and in c's list. */
+static void
+ack_link(struct srv *srv, struct ack *a, struct conn *c, struct job *j, struct store_op *op)
+{
+    a->w.done = ack_done;
+    a->w.op = op;
+    a->job = j ? job_ref(j) : NULL;
+    a->client = c;
+    TAILQ_INSERT_TAIL(&c->acks, a, by_client);
+    c->nacks++;
+    storage_wait(srv, &a->w);
+}
+
+void
+durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *text)
+{
+    size_t clen = strlen(code), tlen = strlen(text);
+    struct ack *a;
+
+    if (c->nacks == 0) {
+        conn_send_error(c, code, "%s", text);
+        return;
+    }
+    a = ack_alloc(srv, "error", clen + 1 + tlen);
+    if (a == NULL) {
+        conn_send_error(c, code, "%s", text); /* out of memory: order matters less */
+        return;
+    }
+    a->error = (char *)(a + 1);
+    memcpy(a->error, code, clen);
+    a->error[clen] = '\0';
+    memcpy(a->error + clen + 1, text, tlen);
+    a->error_len = clen + 1 + tlen;
+    ack_link(srv, a, c, NULL, NULL);
+}
+
+void
+durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
+{
+    struct store_op *op = NULL;
+    struct ack *a;
+
+    if (existing && j->refused) {
+        durable_refuse(srv, c, "STORE_ERROR", "job not stored");
+        return;
+    }
+    /*
+     * Everything that can fail comes before the job enters the batch: a
+     * job in the batch is stored and runs (after a restart, at the
+     * latest), so its submitter must not be told "out of memory".
+     */
+    a = ack_alloc(srv, "ack", 0);
+    if (a != NULL && !existing) {
+        op = storage_op_add(srv, j);
+        if (op == NULL || queue_add_as(&srv->queue, j->func, j, clock_now(), true) < 0) {
+            free(op);
+            free(a);
+            a = NULL;
+        }
+    }
+    if (a == NULL) {
+        if (!existing)
+            job_unref(j);
+        durable_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        return;
+    }
+    if (!existing) {
+        j->stored = true;
+        if (srv->storage.shared)
+            op->sj.leased = storage_lease_runs_here(srv, j);
+        storage_add(srv, op);
+        srv->next_job_id++;
+    }
+    ack_link(srv, a, c, j, op);
+}
+
+void
+durable_adopt(struct srv *srv, struct conn *c, struct job *j)
+{
+    struct ack *a = ack_alloc(srv, "ack", 0);
+    struct store_op *op;
+
+    j->background = true; /* what storage_op_add stores; undone below if it cannot be */
+    op = a != NULL ? storage_op_add(srv, j) : NULL;
+    if (op == NULL) {
+        j->background = false;
+        free(a);
+        durable_refuse(srv, c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        return;
+    }
+    j->stored = true;
+    if (srv->storage.shared)
+        op->sj.leased = true; /* it is here already, queued or running */
+    storage_add(srv, op);
+    ack_link(srv, a, c, j, op);
+}
+
+void
+durable_hold(struct srv *srv, struct conn *worker)
+{
+    struct ack *a;
+
+    if (worker->state != CONN_ACTIVE)
+        return;
+    a = ack_alloc(srv, "ack", 0);
+    if (a != NULL)
+        ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
+}
+
+/*
+ * A committed job that does not run here: it waits in the shared table
+ * for any server's lease, or it coalesced onto the live job alias there.
+ * It leaves this server's queue; its submitters are told its handle (or
+ * alias). A client waiting for it here (a foreground submit coalesced
+ * onto it) is told WORK_FAIL: its result will come to another server.
+ */
+static void
+shared_hand_off(struct srv *srv, struct job *j, const char *alias)
+{
+    size_t len = strlen(alias);
+
+    if (len > 0 && job_set_result(j, alias, len, len) == 0)
+        j->aliased = true;
+    j->stored = false; /* the row is not this server's to delete */
+    if (job_has_waiters(j))
+        lifecycle_fail(srv, j);
+    else
+        queue_remove(&srv->queue, j);
+}
+
+/* What the commit means for a's job (still pending): queued, handed off, or refused. */
+static bool
+ack_commit_job(struct srv *srv, struct ack *a, bool ok, const char *err)
+{
+    struct store_op *op = a->w.op;
+    struct job *j = a->job;
+    const char *peer = a->client != NULL ? a->client->peer : NULL;
+
+    if (ok && op != NULL && srv->storage.shared && !op->sj.leased) {
+        /* In the shared table for any server (or coalesced onto a job there). */
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j,
+                      op->alias[0] != '\0' ? "coalesced in the store" : "left to any server");
+        shared_hand_off(srv, j, op->alias);
+    } else if (ok && op != NULL && srv->storage.shared && op->alias[0] != '\0') {
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, "coalesced in the store");
+        shared_hand_off(srv, j, op->alias);
+    } else if (ok && queue_commit(&srv->queue, j, clock_now()) == 0) {
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, NULL);
+        if (j->state == JOB_SCHEDULED)
+            srv_epoch_arm(srv);
+        else
+            lifecycle_wake(j);
+    } else {
+        if (LOG_ON(&srv->log, DSJOB_LOG_NOTICE)) {
+            char why[300];
+
+            snprintf(why, sizeof(why), "STORE_ERROR: job not stored: %.200s", err ? err : "");
+            LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "refused", peer, j, why);
+        }
+        j->stored = false; /* not in the store: nothing to delete */
+        j->refused = true; /* later acks of a coalesced submit say so too */
+        lifecycle_fail(srv, j);
+        ok = false;
+    }
+    return ok;
+}
+
+/* Answer one submitter after the commit: ok says whether it succeeded. */
+static void
+ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
+{
+    struct job *j = a->job;
+
+    if (j != NULL && j->state == JOB_PENDING)
+        ok = ack_commit_job(srv, a, ok, err);
+    else if (j != NULL && j->refused)
+        ok = false;
+    if (a->client == NULL)
+        return;
+    if (j == NULL && a->error == NULL)
+        return; /* durable_hold's: nothing to send */
+    if (a->error != NULL) {
+        const void *args[2] = {a->error, a->error + strlen(a->error) + 1};
+        size_t lens[2] = {strlen(a->error), a->error_len - strlen(a->error) - 1};
+
+        conn_send(a->client, PACKET_ERROR, 2, args, lens);
+    } else if (ok && j->aliased) {
+        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->result, j->ext->result_len);
+    } else if (ok) {
+        conn_send_raw(a->client, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
+    } else {
+        conn_send_error(a->client, "STORE_ERROR", "job not stored: %s", err);
+    }
+}
+
+/*
+ * An answer's continuation: its batch is done (or, with why NULL, the
+ * store closed first and nobody is told). A send never closes a
+ * connection, so c stays as it is until conn_resume.
+ */
+static void
+ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
+{
+    struct ack *a = (struct ack *)w;
+    struct conn *c = a->client;
+
+    if (why != NULL)
+        ack_resolve(srv, a, ok, why);
+    if (c != NULL) {
+        TAILQ_REMOVE(&c->acks, a, by_client);
+        c->nacks--;
+    }
+    job_unref(a->job);
+    free(a); /* a->error is part of it */
+    /* Its last answer is out: what it sent meanwhile can be read now. */
+    if (why != NULL && c != NULL && c->nacks == 0)
+        conn_resume(c);
+}
+
+void
+durable_forget_client(struct conn *c)
+{
+    struct ack *a;
+
+    while ((a = TAILQ_FIRST(&c->acks)) != NULL) {
+        TAILQ_REMOVE(&c->acks, a, by_client);
+        a->client = NULL; /* the job still commits; nobody is told */
+    }
+    c->nacks = 0;
+}
+
+bool
+durable_must_wait(const struct conn *c, uint32_t type)
+{
+    if (c->nacks == 0)
+        return false;
+    switch (type) {
+    case PACKET_SUBMIT_JOB_BG:
+    case PACKET_SUBMIT_JOB_HIGH_BG:
+    case PACKET_SUBMIT_JOB_LOW_BG:
+    case PACKET_SUBMIT_JOB_EPOCH:
+    case PACKET_SUBMIT_REDUCE_JOB_BACKGROUND:
+        return false; /* answered in order through the same batch */
+    default: return true;
+    }
+}

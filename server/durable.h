@@ -1,0 +1,104 @@
+/*
+ * What a commit means, for the server above storage.c: a background submit
+ * on a durable store is answered only after the batch holding it commits,
+ * and a job's end shows only once it is durable. This module keeps the
+ * answers owed to each connection until then (struct ack, the waiters it
+ * gives storage), in the order the client asked: once a connection has a
+ * background submit waiting for a commit, its later requests other than
+ * background submits wait too (conn.c asks durable_must_wait). It also
+ * puts the store's rows back into the queue at start (replay) and makes
+ * jobs of them (job_from_store).
+ */
+#ifndef DSJOB_SERVER_DURABLE_H
+#define DSJOB_SERVER_DURABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "storage.h"
+
+struct conn;
+struct job;
+struct srv;
+struct store_job;
+
+/* One answer owed to a connection once the batch holding it commits. */
+struct ack {
+    struct storage_wait w;      /* storage's part (first): w.op is the add of a new job */
+    struct job *job;            /* referenced; JOB_CREATED names it; NULL for a hold */
+    struct conn *client;        /* who to answer, or NULL once it has gone */
+    char *error;                /* "CODE\0text" to send instead of JOB_CREATED (behind the
+                                   ack, in its allocation), or NULL */
+    size_t error_len;           /* its length */
+    TAILQ_ENTRY(ack) by_client; /* in the client's list */
+};
+TAILQ_HEAD(ack_list, ack);
+
+/*
+ * durable_open opens the store (storage_open) with this module's
+ * continuations, puts back what it holds, and starts the lease protocol on
+ * a shared store. 0, or -1 with srv->errmsg set.
+ */
+int durable_open(struct srv *srv);
+
+/* durable_close commits what is pending, answers its submitters, and closes the store. */
+void durable_close(struct srv *srv);
+
+/*
+ * durable_submit answers a background submit on a durable store: j is a
+ * new job (the caller's reference is taken over) or, with existing, the
+ * job the submit coalesced onto. The answer (JOB_CREATED) waits for the
+ * commit. On failure (out of memory) the submitter is sent an ERROR (after
+ * the answers it is already owed, if memory allows) and the job is dropped
+ * before it reaches the batch: nothing is stored that its client was told
+ * failed.
+ */
+void durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
+
+/*
+ * durable_adopt answers a background submit on a durable store that
+ * coalesced onto a live foreground job j, which no store holds: j becomes
+ * background and is stored, and the answer (JOB_CREATED) waits for that
+ * commit, so the job survives its foreground clients and a restart. On
+ * out of memory the submitter is sent an ERROR and j is left as it was.
+ */
+void durable_adopt(struct srv *srv, struct conn *c, struct job *j);
+
+/* durable_refuse queues an ERROR for c behind the answers it is owed. */
+void durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);
+
+/*
+ * durable_hold makes worker's next request wait for the commit of the open
+ * batch, which holds the end of the job it finished, so that a worker sees
+ * its result durable before it is given more. Skipped if worker is closing
+ * or without memory.
+ */
+void durable_hold(struct srv *srv, struct conn *worker);
+
+/* durable_forget_client drops the answers owed to a connection that is closing. */
+void durable_forget_client(struct conn *c);
+
+/*
+ * durable_must_wait tells whether c's next request, of packet type type
+ * (0 for an admin line), must wait for c's pending answers first.
+ */
+bool durable_must_wait(const struct conn *c, uint32_t type);
+
+/*
+ * durable_replay puts one stored job (arg: the srv) back where it was: its
+ * queue, its dead set or the kept results. 0, or -1 (memory). storage_open
+ * calls it at start, storage_lease.c for what it takes of servers gone.
+ */
+int durable_replay(const struct store_job *sj, void *arg);
+
+/*
+ * job_from_store makes a job of a stored row: its bytes, id, order,
+ * priority, run-at time, attempts and failures, status, and if it ended
+ * its outcome and result; background and stored. NULL if out of memory.
+ * Its function is the caller's to set (queue_add_as does).
+ */
+struct job *job_from_store(struct srv *srv, const struct store_job *sj);
+
+#endif

@@ -1,0 +1,500 @@
+/*
+ * The PostgreSQL lease protocol, on a store several servers share: this
+ * server runs a job only under its lease. It sits above storage.c, as a
+ * user of it: its lease op (one per batch at most, added just before a
+ * batch is handed over) takes ready jobs for the functions whose workers
+ * here lack them, and every third of --pg-lease it renews the leases held
+ * and lists them, so that a queued job whose lease another server took
+ * meanwhile is dropped here, not run twice. The op's continuation queues
+ * what it took. A notifier thread waits in the backend's LISTEN for other
+ * servers' NOTIFY.
+ */
+#include "config.h"
+#include "storage_lease.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "clock.h"
+#include "durable.h"
+#include "job.h"
+#include "lifecycle.h"
+#include "queue.h"
+#include "srv.h"
+
+#define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out or a job due is taken this long after */
+
+static void shared_leased(struct srv *srv, struct store_op *op, bool ok);
+
+/* Ready jobs of f held here: queued, not yet grabbed. */
+static unsigned
+func_ready(const struct func *f)
+{
+    return f->nqueued[JOB_PRIO_HIGH] + f->nqueued[JOB_PRIO_NORMAL] + f->nqueued[JOB_PRIO_LOW];
+}
+
+/*
+ * How many more ready jobs of f this server wants: one per idle worker,
+ * and the prefetch; none until it holds half of that or less, so that a
+ * drain takes jobs in few, large leases rather than one per grab.
+ */
+static unsigned
+func_wants(const struct storage *sg, const struct func *f)
+{
+    unsigned idle = f->nworkers > f->nrunning ? f->nworkers - f->nrunning : 0;
+    unsigned have = func_ready(f) + f->npending;
+    unsigned target = idle + sg->prefetch;
+
+    if (f->nworkers == 0 || have * 2 > target)
+        return 0;
+    return target - have;
+}
+
+/* The lease op's own take covers a job left to any server too, once it is due. */
+bool
+storage_lease_runs_here(struct srv *srv, const struct job *j)
+{
+    return job_when(j) <= clock_now() && func_wants(&srv->storage, j->func) > 0;
+}
+
+void
+storage_want_lease(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+
+    if (!sg->shared)
+        return;
+    sg->want_lease = true;
+    storage_kick(srv);
+}
+
+/*
+ * Before a batch is handed over: put a lease op in it, if one was asked
+ * for and none is in flight: what each function's workers here want, and
+ * a renew if due.
+ */
+static void
+shared_lease_op(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op;
+    struct func *f;
+    size_t nf = 0, bytes = 0, stray_bytes, i;
+    char *at;
+
+    if (!sg->want_lease || sg->lease_inflight)
+        return;
+    sg->want_lease = false;
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        if (func_wants(sg, f) > 0) {
+            nf++;
+            bytes += f->name_len + 1;
+        }
+    }
+    for (i = 0, at = sg->strays; i < sg->nstrays; i++, at += strlen(at) + 1)
+        ;
+    stray_bytes = sg->nstrays > 0 ? (size_t)(at - sg->strays) : 0;
+    if (nf == 0 && !sg->renew_due && sg->nstrays == 0)
+        return;
+    op = storage_alloc(srv, "op",
+                       sizeof(*op) + (nf + sg->nstrays) * sizeof(char *) + nf * sizeof(unsigned) +
+                           bytes + stray_bytes + 16);
+    if (op == NULL) {
+        log_err(&srv->log, "store: out of memory for a lease; trying with the next batch");
+        sg->want_lease = true;
+        return;
+    }
+    op->kind = STORE_OP_LEASE;
+    op->done = shared_leased;
+    {
+        /* buf: the name and stray pointers, the limits, the names, then the strays. */
+        char *base = op->buf + (8 - ((uintptr_t)op->buf & 7)) % 8;
+        const char **names = (const char **)(void *)base;
+        const char **strays = names + nf;
+        unsigned *limits = (unsigned *)(void *)(strays + sg->nstrays);
+        const char *h = sg->strays;
+
+        at = (char *)(limits + nf);
+        i = 0;
+        TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+            unsigned want = func_wants(sg, f);
+
+            if (want == 0)
+                continue;
+            memcpy(at, f->name, f->name_len + 1);
+            names[i] = at;
+            limits[i++] = want;
+            at += f->name_len + 1;
+        }
+        op->ls.funcs = names;
+        op->ls.limits = limits;
+        op->ls.nfuncs = nf;
+        for (i = 0; i < sg->nstrays; i++, h += strlen(h) + 1) {
+            memcpy(at, h, strlen(h) + 1);
+            strays[i] = at;
+            at += strlen(h) + 1;
+        }
+        op->ls.release = strays;
+        op->ls.nrelease = sg->nstrays;
+    }
+    /* Not asked again if this op's batch fails: the next renew lists them again. */
+    free(sg->strays);
+    sg->strays = NULL;
+    sg->nstrays = 0;
+    op->ls.renew = sg->renew_due;
+    sg->renew_due = false;
+    sg->lease_inflight = true;
+    storage_add(srv, op);
+}
+
+/* Drop queued jobs whose lease this server no longer holds (held: those it does). */
+static void
+shared_drop_lost(struct srv *srv, const struct store_lease *ls)
+{
+    const char **held = malloc((ls->nheld + 1) * sizeof(*held));
+    const char *h = ls->held;
+    struct func *f;
+    size_t i;
+
+    if (held == NULL)
+        return; /* the next renew checks again */
+    for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
+        held[i] = h;
+    qsort(held, ls->nheld, sizeof(*held), store_cmp_strs);
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        int p;
+
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j, *next;
+
+            for (j = TAILQ_FIRST(&f->jobs[p]); j != NULL; j = next) {
+                const char *key = job_handle(j);
+
+                next = TAILQ_NEXT(j, link);
+                if (!j->stored || job_has_waiters(j) ||
+                    bsearch(&key, held, ls->nheld, sizeof(*held), store_cmp_strs) != NULL)
+                    continue;
+                srv->stats.pg_dropped++;
+                LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "dropped", NULL, j,
+                              "another server took it: this one's lease ran out");
+                j->stored = false;
+                queue_remove(&srv->queue, j);
+            }
+        }
+    }
+    free(held);
+}
+
+/*
+ * Rows under this server's lease that its queue lacks: a take or a leased
+ * add whose batch committed while its answer was lost with the connection
+ * (or whose alias lookup failed after the commit). The renew keeps their
+ * leases alive, so no server would ever take them: the next lease op gives
+ * them up, and its NOTIFY lets a server with a worker free take them. Run
+ * after the takes of the same batch are queued. The renewal lists live
+ * rows only, and a live job leaves the queue only once its deletion or
+ * rewrite commits (it settles first), so no job of this server's is given
+ * up.
+ */
+static void
+shared_find_strays(struct srv *srv, const struct store_lease *ls)
+{
+    struct storage *sg = &srv->storage;
+    const char *h = ls->held;
+    size_t i, n = 0, bytes = 0;
+    char *at;
+
+    for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+            n++;
+            bytes += strlen(h) + 1;
+        }
+    if (n == 0)
+        return;
+    at = malloc(bytes);
+    if (at == NULL)
+        return; /* the next renew finds them again */
+    free(sg->strays);
+    sg->strays = at;
+    sg->nstrays = n;
+    for (i = 0, h = ls->held; i < ls->nheld; i++, h += strlen(h) + 1)
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+            memcpy(at, h, strlen(h) + 1);
+            at += strlen(h) + 1;
+        }
+    log_notice(&srv->log,
+               "store: %zu jobs under this server's lease were not in its queue (a batch's answer "
+               "was lost with the connection): giving their leases up",
+               n);
+    storage_want_lease(srv);
+}
+
+/*
+ * Arm the one-shot timer ev for a lease op ms milliseconds from now (as
+ * PostgreSQL counted them), a little after, so that PostgreSQL's clock has
+ * passed that time too; at most a day ahead (a later renewal or lease op
+ * arms it again).
+ */
+static void
+shared_arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv;
+
+    ms = (ms < 86400000 ? ms : 86400000) + STORAGE_EXPIRY_SLACK_MS;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    evtimer_add(ev, &tv);
+}
+
+/* Keep what a renewal counted waiting in the shared table, for stats (replacing the last). */
+static void
+shared_waiting(struct srv *srv, const struct store_lease *ls)
+{
+    struct storage *sg = &srv->storage;
+    const char *at = ls->waiting;
+    size_t i, len = 0;
+    char *copy = NULL;
+
+    for (i = 0; i < ls->nwaiting; i++) {
+        len += strlen(at + len) + 1;
+        len += strlen(at + len) + 1;
+    }
+    if (len > 0 && (copy = malloc(len)) == NULL)
+        return; /* the next renewal counts again */
+    if (len > 0)
+        memcpy(copy, at, len);
+    free(sg->waiting);
+    sg->waiting = copy;
+    sg->nwaiting = ls->nwaiting;
+}
+
+/*
+ * On the loop, the lease op's continuation: if it committed, queue what it
+ * took and check what it renewed; if its batch failed, ask again with the
+ * next one.
+ */
+static void
+shared_leased(struct srv *srv, struct store_op *op, bool ok)
+{
+    struct storage *sg = &srv->storage;
+    struct store_lease *ls = &op->ls;
+    unsigned asked = 0;
+    size_t i;
+
+    sg->lease_inflight = false;
+    if (!ok) {
+        sg->want_lease = true; /* asked again with the next batch */
+        return;
+    }
+    if (ls->renewed)
+        shared_drop_lost(srv, ls);
+    if (ls->renewed)
+        shared_waiting(srv, ls);
+    for (i = 0; i < ls->nfuncs; i++)
+        asked += ls->limits[i];
+    for (i = 0; i < ls->njobs; i++) {
+        const struct store_job *sj = &ls->jobs[i];
+        struct func *f;
+        struct job *j;
+
+        if (queue_find_job(&srv->queue, sj->handle, sj->handle_len) != NULL)
+            continue; /* still here from an earlier lease of this server's */
+        f = queue_func(&srv->queue, sj->func, sj->func_len, true);
+        j = f != NULL ? job_from_store(srv, sj) : NULL;
+        if (j == NULL) {
+            log_err(&srv->log,
+                    "store: out of memory for job %.*s: another server runs it when "
+                    "this one's lease runs out",
+                    (int)sj->handle_len, sj->handle);
+            continue;
+        }
+        j->id = srv->next_job_id++;
+        j->seq = srv->next_seq++;
+        if (job_set_when(j, 0) < 0 || /* due: the table's clock said so */
+            queue_add_as(&srv->queue, f, j, clock_now(), false) < 0) {
+            job_unref(j);
+            continue;
+        }
+        srv->stats.pg_claimed++;
+        stats_queued(srv, j);
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "leased", NULL, j, NULL);
+        lifecycle_wake(j);
+    }
+    srv->stats.pg_released += ls->nreleased;
+    if (ls->nended > 0) {
+        size_t took = 0;
+
+        for (i = 0; i < ls->nended; i++)
+            if (queue_find_job(&srv->queue, ls->ended[i].handle, ls->ended[i].handle_len) == NULL &&
+                durable_replay(&ls->ended[i], srv) == 0)
+                took++;
+        log_notice(&srv->log,
+                   "store: took %zu dead jobs and kept results of servers that are gone or "
+                   "stopped",
+                   took);
+    }
+    if (ls->renewed)
+        shared_find_strays(srv, ls);
+    if (ls->renewed && ls->expiry_ms >= 0)
+        shared_arm(sg->expiry_ev, ls->expiry_ms);
+    if (ls->due_ms >= 0) /* an epoch job or a retry's backoff: taken when due, not at a poll */
+        shared_arm(sg->due_ev, ls->due_ms);
+    if (ls->njobs > 0 && ls->njobs >= asked)
+        storage_want_lease(srv); /* there may be more */
+    store_lease_free(ls);
+}
+
+static void
+poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    storage_want_lease(arg);
+}
+
+static void
+renew_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *srv = arg;
+
+    (void)fd;
+    (void)what;
+    srv->storage.renew_due = true;
+    storage_want_lease(srv);
+}
+
+static void
+notify_cb(evutil_socket_t fd, short what, void *arg)
+{
+    char buf[64];
+
+    (void)what;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    storage_want_lease(arg);
+}
+
+/*
+ * The notifier thread: waits in the backend's wait_notify (its own
+ * connection, LISTEN) and writes a byte to notify_pipe for each wake-up.
+ * It touches nothing else; a lost connection is tried again every second.
+ */
+static void *
+notifier_main(void *arg)
+{
+    struct storage *sg = arg;
+    char err[STORE_ERRLEN];
+
+    for (;;) {
+        int rc = sg->ops->wait_notify(sg->st, sg->stop_pipe[0], err);
+        char byte = 1;
+
+        if (rc == 0)
+            break;
+        if (rc > 0) {
+            if (write(sg->notify_pipe[1], &byte, 1) < 0) {
+                /* A full pipe already holds a wake-up. */
+            }
+            continue;
+        }
+        {
+            struct pollfd p = {sg->stop_pipe[0], POLLIN, 0};
+
+            if (poll(&p, 1, 1000) > 0)
+                break;
+        }
+    }
+    return NULL;
+}
+
+int
+storage_lease_open(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    unsigned renew_ms = srv->cfg.pg_lease * 1000 / 3;
+    struct timeval poll_tv = {srv->cfg.pg_poll_ms / 1000, (srv->cfg.pg_poll_ms % 1000) * 1000};
+    struct timeval renew_tv = {renew_ms / 1000, (renew_ms % 1000) * 1000};
+
+    sg->lease_opened = true;
+    sg->notify_pipe[0] = sg->notify_pipe[1] = -1;
+    sg->stop_pipe[0] = sg->stop_pipe[1] = -1;
+    sg->prefetch = srv->cfg.pg_prefetch;
+    sg->before_flush = shared_lease_op;
+    if (pipe2(sg->notify_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        pipe2(sg->stop_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));
+        return -1;
+    }
+    sg->notify_ev = event_new(srv->base, sg->notify_pipe[0], EV_READ | EV_PERSIST, notify_cb, srv);
+    sg->poll_ev = event_new(srv->base, -1, EV_PERSIST, poll_cb, srv);
+    sg->renew_ev = event_new(srv->base, -1, EV_PERSIST, renew_cb, srv);
+    sg->expiry_ev = evtimer_new(srv->base, poll_cb, srv);
+    sg->due_ev = evtimer_new(srv->base, poll_cb, srv);
+    if (sg->notify_ev == NULL || sg->poll_ev == NULL || sg->renew_ev == NULL ||
+        sg->expiry_ev == NULL || sg->due_ev == NULL || event_add(sg->notify_ev, NULL) < 0 ||
+        event_add(sg->poll_ev, &poll_tv) < 0 || event_add(sg->renew_ev, &renew_tv) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the store's events");
+        return -1;
+    }
+    if (pthread_create(&sg->notifier, NULL, notifier_main, sg) != 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot start the store's notifier thread");
+        return -1;
+    }
+    sg->notifier_running = true;
+    log_notice(&srv->log, "store %s: shared; this server's handles and leases are %s",
+               sg->ops->name, srv->handle_prefix);
+    return 0;
+}
+
+void
+storage_lease_close(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    int i;
+
+    if (!sg->lease_opened)
+        return;
+    sg->lease_opened = false;
+    sg->before_flush = NULL;
+    if (sg->notifier_running) {
+        char byte = 1;
+
+        if (write(sg->stop_pipe[1], &byte, 1) < 0) {
+            /* The pipe is empty and ours: this does not fail. */
+        }
+        pthread_join(sg->notifier, NULL);
+        sg->notifier_running = false;
+    }
+    if (sg->notify_ev != NULL)
+        event_free(sg->notify_ev);
+    if (sg->poll_ev != NULL)
+        event_free(sg->poll_ev);
+    if (sg->renew_ev != NULL)
+        event_free(sg->renew_ev);
+    if (sg->expiry_ev != NULL)
+        event_free(sg->expiry_ev);
+    if (sg->due_ev != NULL)
+        event_free(sg->due_ev);
+    sg->notify_ev = sg->poll_ev = sg->renew_ev = sg->expiry_ev = sg->due_ev = NULL;
+    free(sg->strays);
+    sg->strays = NULL;
+    sg->nstrays = 0;
+    free(sg->waiting);
+    sg->waiting = NULL;
+    sg->nwaiting = 0;
+    for (i = 0; i < 2; i++) {
+        if (sg->notify_pipe[i] >= 0)
+            close(sg->notify_pipe[i]);
+        if (sg->stop_pipe[i] >= 0)
+            close(sg->stop_pipe[i]);
+        sg->notify_pipe[i] = sg->stop_pipe[i] = -1;
+    }
+}
