@@ -351,12 +351,14 @@ bad:
     options_die("--%s: invalid value '%s'", b->name, s);
 }
 
-/* parse_table checks a gearmand queue table name: SQL quotes it, but it must be a name. */
+/* parse_table checks a name of gearmand's queue table. */
 static const char *
 parse_table(const char *opt, const char *s)
 {
-    if (s[0] == '\0' || strlen(s) > 63)
-        options_die("%s: '%s' must be 1 to 63 bytes", opt, s);
+    char msg[256];
+
+    if (option_table_error(opt, s, msg, sizeof(msg)))
+        options_die("%s", msg);
     return s;
 }
 

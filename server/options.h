@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -219,6 +220,23 @@ option_range_error(const struct option_bound *b, const char *value, char *buf, s
     snprintf(buf, len, "--%s must be %sbetween %s and %s%s%s, not %s", b->name,
              b->flags & OPTION_UNSET ? "-1 or " : "", min, max, b->unit[0] ? " " : "", b->unit,
              value);
+}
+
+#define OPTION_MAX_TABLE 63 /* the longest name of gearmand's queue table, as PostgreSQL's */
+
+/*
+ * option_table_error writes into buf why s is no name of gearmand's queue
+ * table for opt ("--libpq-table"), and returns true; false if s is one.
+ * SQL quotes the name, but it must be one.
+ */
+static inline bool
+option_table_error(const char *opt, const char *s, char *buf, size_t len)
+{
+    if (s[0] != '\0' && strlen(s) <= OPTION_MAX_TABLE)
+        return false;
+    snprintf(buf, len, "%s: '%.*s' must be 1 to %d bytes", opt, 2 * OPTION_MAX_TABLE, s,
+             OPTION_MAX_TABLE);
+    return true;
 }
 
 struct file_opt;

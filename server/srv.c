@@ -338,6 +338,13 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--http-listen is empty");
     if (check_bounds(&srv->cfg, bound_err, sizeof(bound_err)) < 0)
         FAIL("%s", bound_err);
+    if (srv->cfg.libsqlite3_table != NULL &&
+        option_table_error("--libsqlite3-table", srv->cfg.libsqlite3_table, bound_err,
+                           sizeof(bound_err)))
+        FAIL("%s", bound_err);
+    if (srv->cfg.libpq_table != NULL &&
+        option_table_error("--libpq-table", srv->cfg.libpq_table, bound_err, sizeof(bound_err)))
+        FAIL("%s", bound_err);
     if (srv->cfg.http_admin && srv->cfg.http_port < 0)
         FAIL("--http-admin needs --http-port");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)

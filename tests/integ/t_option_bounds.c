@@ -6,8 +6,10 @@
  * hold it) the three take or refuse alike, and a refusal names the option
  * in the same words, the file's with FILE:LINE before them. The command
  * line and the file are checked with dsjobd --check-args, which starts
- * nothing. Before the table, the command line and the library had drifted
- * (dsjobd --check-args took --http-timeout 0, the library any store_batch).
+ * nothing. The names of gearmand's queue tables are held to their length
+ * likewise. Before the table, the command line and the library had
+ * drifted (dsjobd --check-args took --http-timeout 0, the library any
+ * store_batch or table name).
  */
 #include "config.h"
 
@@ -114,6 +116,71 @@ api(const struct option_bound *b, unsigned long long v, bool minus_one, char *er
 }
 
 /*
+ * doors tries --name=text on dsjobd's command line and name = text in a
+ * config file: taken when want is true, else refused with expect (the
+ * file's with FILE:LINE before it).
+ */
+static void
+doors(const char *name, const char *text, bool want, const char *expect)
+{
+    char arg[200], line[512], full[600];
+    const char *args[4];
+    int rc;
+    FILE *fp;
+
+    snprintf(arg, sizeof(arg), "--%s=%s", name, text);
+    args[0] = "--check-args";
+    args[1] = arg;
+    args[2] = NULL;
+    rc = run(args, line, sizeof(line));
+    tap_is_int(rc, want ? 0 : 2, "command line: %s is %s", arg, want ? "taken" : "refused");
+    if (!want) {
+        snprintf(full, sizeof(full), "dsjobd: %s", expect);
+        tap_is_str(line, full, "command line: %s says why as the library does", arg);
+    }
+
+    fp = fopen(conf, "w");
+    if (fp == NULL)
+        tap_bail("%s: %s", conf, strerror(errno));
+    fprintf(fp, "# bounds\n%s = %s\n", name, text);
+    fclose(fp);
+    args[1] = "--config-file";
+    args[2] = conf;
+    args[3] = NULL;
+    rc = run(args, line, sizeof(line));
+    tap_is_int(rc, want ? 0 : 2, "config file: %s = %s is %s", name, text,
+               want ? "taken" : "refused");
+    if (!want) {
+        snprintf(full, sizeof(full), "dsjobd: %s:2: %s", conf, expect);
+        tap_is_str(line, full, "config file: %s = %s says why, with its line", name, text);
+    }
+}
+
+/*
+ * table_edge tries a name of gearmand's queue table (--libsqlite3-table,
+ * --libpq-table) of len bytes through the three doors.
+ */
+static void
+table_edge(const char *name, size_t offset, size_t len, bool want)
+{
+    struct dsjob_server_config cfg;
+    struct dsjob_server *srv;
+    char text[OPTION_MAX_TABLE + 2], err[256];
+
+    memset(text, 'q', len);
+    text[len] = '\0';
+    dsjob_server_config_init(&cfg);
+    cfg.log_file = "none";
+    *(const char **)(void *)((char *)&cfg + offset) = text;
+    err[0] = '\0';
+    srv = dsjob_server_new(&cfg, err, sizeof(err));
+    dsjob_server_free(srv);
+    tap_is_int(srv != NULL, want, "API: a %s of %zu bytes is %s%s%s", name, len,
+               want ? "taken" : "refused", srv ? "" : ": ", srv ? "" : err);
+    doors(name, text, want, err);
+}
+
+/*
  * edge checks one value of b: taken by all three doors when want is true,
  * else refused by all with the same words. cli is false where the command
  * line has no way to write the value (-1 of a port).
@@ -121,10 +188,8 @@ api(const struct option_bound *b, unsigned long long v, bool minus_one, char *er
 static void
 edge(const struct option_bound *b, unsigned long long v, bool minus_one, bool want, bool cli)
 {
-    char text[64], arg[128], err[256], expect[300], line[512];
-    const char *args[4];
-    int rc, took;
-    FILE *fp;
+    char text[64], err[256], expect[300];
+    int took;
 
     value_text(b, v, minus_one, text, sizeof(text));
     took = api(b, v, minus_one, err, sizeof(err));
@@ -143,36 +208,7 @@ edge(const struct option_bound *b, unsigned long long v, bool minus_one, bool wa
         option_range_error(b, shown, expect, sizeof(expect));
     }
 
-    snprintf(arg, sizeof(arg), "--%s=%s", b->name, text);
-    args[0] = "--check-args";
-    args[1] = arg;
-    args[2] = NULL;
-    rc = run(args, line, sizeof(line));
-    tap_is_int(rc, want ? 0 : 2, "command line: %s is %s", arg, want ? "taken" : "refused");
-    if (!want) {
-        char full[400];
-
-        snprintf(full, sizeof(full), "dsjobd: %s", expect);
-        tap_is_str(line, full, "command line: %s says why as the library does", arg);
-    }
-
-    fp = fopen(conf, "w");
-    if (fp == NULL)
-        tap_bail("%s: %s", conf, strerror(errno));
-    fprintf(fp, "# bounds\n%s = %s\n", b->name, text);
-    fclose(fp);
-    args[1] = "--config-file";
-    args[2] = conf;
-    args[3] = NULL;
-    rc = run(args, line, sizeof(line));
-    tap_is_int(rc, want ? 0 : 2, "config file: %s = %s is %s", b->name, text,
-               want ? "taken" : "refused");
-    if (!want) {
-        char full[400];
-
-        snprintf(full, sizeof(full), "dsjobd: %s:2: %s", conf, expect);
-        tap_is_str(line, full, "config file: %s = %s says why, with its line", b->name, text);
-    }
+    doors(b->name, text, want, expect);
 }
 
 int
@@ -199,6 +235,13 @@ main(void)
         if (b->flags & OPTION_OFF_API) /* -1: off, in the library only */
             edge(b, 0, true, true, false);
     }
+    table_edge("libsqlite3-table", offsetof(struct dsjob_server_config, libsqlite3_table),
+               OPTION_MAX_TABLE, true);
+    table_edge("libsqlite3-table", offsetof(struct dsjob_server_config, libsqlite3_table),
+               OPTION_MAX_TABLE + 1, false);
+    table_edge("libpq-table", offsetof(struct dsjob_server_config, libpq_table), 0, false);
+    table_edge("libpq-table", offsetof(struct dsjob_server_config, libpq_table),
+               OPTION_MAX_TABLE + 1, false);
     unlink(conf);
     rmdir(dir);
     return tap_done();
