@@ -30,6 +30,7 @@
 #include "http.h"
 #include "lifecycle.h"
 #include "listener.h"
+#include "options.h"
 #include "storage.h"
 #include "store.h"
 #include "tls.h"
@@ -49,42 +50,22 @@ dsjob_server_log_level(const char *name)
 void
 dsjob_server_config_init(struct dsjob_server_config *cfg)
 {
+    const struct option_bound *b;
+
     memset(cfg, 0, sizeof(*cfg));
     cfg->size = sizeof(*cfg);
+    for (b = option_bounds; b < option_bounds + OPTION_NBOUNDS; b++)
+        option_store(cfg, b, (unsigned long long)b->def);
     cfg->listen[0] = "127.0.0.1";
     cfg->nlisten = 1;
-    cfg->port = 4730;
-    cfg->backlog = 1024;
-    cfg->max_packet_size = 64u << 20;
-    cfg->max_output_buffer = 256u << 20;
-    cfg->max_connections = 0;
-    cfg->max_jobs = 0;
-    cfg->max_queue = 0;
-    cfg->job_retries = 0;
     cfg->log_file = "stderr";
     cfg->verbose = DSJOB_LOG_ERROR;
     cfg->store = "none";
     cfg->store_sync = 1;
-    cfg->store_batch = 10000;
-    cfg->store_commit_interval_ms = 0;
     cfg->memcached_prefix = "dsjob";
-    cfg->idle_timeout = 60;
     cfg->retry_on = DSJOB_RETRY_CRASH | DSJOB_RETRY_TIMEOUT; /* what 1.1.20 retries */
-    cfg->max_result_size = 1u << 20;
-    cfg->reject_no_worker = false;
     cfg->priority = DSJOB_PRIORITY_FUNCTION;
-    cfg->priority_aging = 0;
-    cfg->http_port = -1;
     cfg->http_listen = "127.0.0.1";
-    cfg->http_max_connections = 64;
-    cfg->http_timeout = 10;
-    cfg->max_unique_size = 1024;
-    cfg->store_stuck_secs = 10;
-    cfg->pg_stop_grace_ms = 3000;
-    cfg->pg_lease = 30;
-    cfg->pg_prefetch = 8;
-    cfg->pg_poll_ms = 1000;
-    cfg->keepalive_idle = cfg->keepalive_interval = cfg->keepalive_count = -1;
 }
 
 /* The queue as the config wants it: made empty at new, and again after a failed bind. */
@@ -238,12 +219,55 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     return 0;
 }
 
+/*
+ * check_bounds holds every numeric setting of cfg to its bounds in
+ * option_bounds[], the ones dsjobd's command line holds it to. -1 with the
+ * reason in err (the words dsjobd uses) if one is out of them.
+ */
+static int
+check_bounds(const struct dsjob_server_config *cfg, char *err, size_t errlen)
+{
+    const struct option_bound *b;
+    char text[32];
+
+    for (b = option_bounds; b < option_bounds + OPTION_NBOUNDS; b++) {
+        const void *field = (const char *)cfg + b->offset;
+        unsigned long long v;
+
+        if (b->kind == OPTION_NOFIELD)
+            continue;
+        if (b->kind == OPTION_INT) {
+            int i = *(const int *)field;
+
+            if (i == -1 && (b->flags & (OPTION_UNSET | OPTION_OFF_API)))
+                continue;
+            if (i < 0) {
+                snprintf(text, sizeof(text), "%d", i);
+                option_range_error(b, text, err, errlen);
+                return -1;
+            }
+            v = (unsigned)i;
+        } else {
+            v = b->kind == OPTION_UINT ? *(const unsigned *)field : *(const size_t *)field;
+        }
+        if (v >= b->min && v <= b->max)
+            continue;
+        if (b->flags & OPTION_SECONDS)
+            option_seconds(v, text, sizeof(text));
+        else
+            snprintf(text, sizeof(text), "%llu", v);
+        option_range_error(b, text, err, errlen);
+        return -1;
+    }
+    return 0;
+}
+
 struct dsjob_server *
 dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t errlen)
 {
     struct dsjob_server *ds;
     struct srv *srv;
-    char host[128], store_err[STORE_ERRLEN];
+    char host[128], store_err[STORE_ERRLEN], bound_err[256];
     int i, rc;
 
 #define FAIL(...)                                                                                  \
@@ -284,40 +308,25 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--work-dir is empty");
     if (srv->cfg.store_db != NULL && srv->cfg.store_db[0] == '\0')
         FAIL("--libsqlite3-db is empty");
-    if (srv->cfg.port > 65535)
-        FAIL("port %d is out of range", srv->cfg.port);
-    if (srv->cfg.http_port < -1 || srv->cfg.http_port > 65535)
-        FAIL("--http-port %d is out of range", srv->cfg.http_port);
     if (srv->cfg.http_listen != NULL && srv->cfg.http_listen[0] == '\0')
         FAIL("--http-listen is empty");
+    if (check_bounds(&srv->cfg, bound_err, sizeof(bound_err)) < 0)
+        FAIL("%s", bound_err);
+    if (srv->cfg.libsqlite3_table != NULL &&
+        option_table_error("--libsqlite3-table", srv->cfg.libsqlite3_table, bound_err,
+                           sizeof(bound_err)))
+        FAIL("%s", bound_err);
+    if (srv->cfg.libpq_table != NULL &&
+        option_table_error("--libpq-table", srv->cfg.libpq_table, bound_err, sizeof(bound_err)))
+        FAIL("%s", bound_err);
     if (srv->cfg.http_admin && srv->cfg.http_port < 0)
         FAIL("--http-admin needs --http-port");
-    if (srv->cfg.http_max_connections < 1 || srv->cfg.http_max_connections > 65536)
-        FAIL("--http-max-connections must be 1 to 65536");
-    if (srv->cfg.http_timeout < 1 || srv->cfg.http_timeout > 3600)
-        FAIL("--http-timeout must be 1 to 3600 seconds");
-    if (srv->cfg.max_unique_size < 1)
-        FAIL("--max-unique-size must be at least 1 byte");
-    if (srv->cfg.store_stuck_secs < 1 || srv->cfg.store_stuck_secs > 86400)
-        FAIL("--store-stuck-after must be 1 to 86400 seconds");
-    if (srv->cfg.pg_stop_grace_ms > 600000)
-        FAIL("--pg-stop-grace-ms must be 0 to 600000");
-    if (srv->cfg.max_packet_size < 1024)
-        FAIL("--max-packet-size must be at least 1024 bytes");
     if (srv->cfg.max_output_buffer < srv->cfg.max_packet_size + PACKET_HEADER_SIZE)
         FAIL("--max-output-buffer (%zu) must be at least --max-packet-size (%zu)",
              srv->cfg.max_output_buffer, srv->cfg.max_packet_size);
-    if (srv->cfg.backlog <= 0)
-        FAIL("backlog must be positive");
-    if (srv->cfg.keepalive_idle == 0 || srv->cfg.keepalive_idle < -1 ||
-        srv->cfg.keepalive_idle > SRV_MAX_KEEPALIVE)
-        FAIL("--keepalive-idle must be -1 or 1 to %d seconds", SRV_MAX_KEEPALIVE);
-    if (srv->cfg.keepalive_interval == 0 || srv->cfg.keepalive_interval < -1 ||
-        srv->cfg.keepalive_interval > SRV_MAX_KEEPALIVE)
-        FAIL("--keepalive-interval must be -1 or 1 to %d seconds", SRV_MAX_KEEPALIVE);
-    if (srv->cfg.keepalive_count == 0 || srv->cfg.keepalive_count < -1 ||
-        srv->cfg.keepalive_count > SRV_MAX_KEEPALIVE_COUNT)
-        FAIL("--keepalive-count must be -1 or 1 to %d probes", SRV_MAX_KEEPALIVE_COUNT);
+    if (srv->cfg.retry_backoff_max_ms != 0 &&
+        srv->cfg.retry_backoff_max_ms < srv->cfg.retry_backoff_base_ms)
+        FAIL("--retry-backoff: the longest wait is shorter than the first");
     if (srv->cfg.store_sync < 0 || srv->cfg.store_sync > 2)
         FAIL("--store-sync must be off, normal or full");
     if (srv->cfg.priority != DSJOB_PRIORITY_FUNCTION &&
@@ -327,8 +336,6 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
     if (srv->cfg.log_format != DSJOB_LOG_FORMAT_TEXT &&
         srv->cfg.log_format != DSJOB_LOG_FORMAT_JSON)
         FAIL("unknown log format %d", (int)srv->cfg.log_format);
-    if (srv->cfg.priority_aging > SRV_MAX_PRIORITY_AGING)
-        FAIL("--priority-aging must be at most %u seconds", SRV_MAX_PRIORITY_AGING);
     if (srv->cfg.ssl && !tls_built())
         FAIL("--ssl: TLS was not built: install libssl-dev and configure --with-openssl");
     if (srv->cfg.ssl && (srv->cfg.ssl_certificate == NULL || srv->cfg.ssl_key == NULL))
@@ -338,14 +345,6 @@ dsjob_server_new(const struct dsjob_server_config *cfg, char *errbuf, size_t err
         FAIL("--ssl-certificate, --ssl-key, --ssl-ca-file and --ssl-verify-client need --ssl");
     if (srv->cfg.ssl_verify_client && srv->cfg.ssl_ca_file == NULL)
         FAIL("--ssl-verify-client needs --ssl-ca-file");
-    if (srv->cfg.job_timeout > 86400)
-        FAIL("--job-timeout must be at most 86400 seconds");
-    if (srv->cfg.pg_lease < 2 || srv->cfg.pg_lease > 86400)
-        FAIL("--pg-lease must be 2 to 86400 seconds");
-    if (srv->cfg.pg_prefetch > 100000)
-        FAIL("--pg-prefetch must be at most 100000 jobs");
-    if (srv->cfg.pg_poll_ms < 10 || srv->cfg.pg_poll_ms > 3600000)
-        FAIL("--pg-poll-ms must be 10 to 3600000 milliseconds");
     for (i = 0; i < srv->cfg.nadmin_allow; i++)
         if (parse_netmask(srv->cfg.admin_allow[i], &srv->admin_allow[i]) < 0)
             FAIL("--admin-allow '%s' is not ADDR or ADDR/BITS", srv->cfg.admin_allow[i]);

@@ -31,11 +31,6 @@ struct http_state;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
-/* The largest --priority-aging, in seconds: a week. */
-#define SRV_MAX_PRIORITY_AGING 604800u
-#define SRV_MAX_KEEPALIVE 32767     /* Linux's most for TCP_KEEPIDLE and TCP_KEEPINTVL */
-#define SRV_MAX_KEEPALIVE_COUNT 127 /* and for TCP_KEEPCNT */
-
 /* An address range allowed to administer: family, address and prefix bits. */
 struct netmask {
     int family;             /* AF_INET or AF_INET6 */

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,16 +468,17 @@ static const struct table_col version_cols[] = {
     {"version", TABLE_STR},
 };
 
-static const struct listing listings[] = {
-    {"status", "status\n", status_cols, 5, 0, NULL, false},
-    {"workers", "workers\n", workers_cols, 5, 0, NULL, false},
-    {"jobs", "show jobs detail\n", detail_cols, 9, 1u << 8, "show jobs detail", false},
-    {"version", "version\n", version_cols, 2, 0, NULL, false},
-    {"dead", NULL, dead_cols, 11, 1u << 8 | 1u << 9, "show dead", false},
-    {"job", NULL, field_cols, 3, 0, "show job", true},
-    {"stats", "stats\n", stats_cols, 3, 0, "stats", false},
-};
-#define NLISTINGS (sizeof(listings) / sizeof(listings[0]))
+static const struct listing status_listing = {"status", "status\n", status_cols, 5, 0, NULL, false};
+static const struct listing workers_listing = {"workers", "workers\n", workers_cols, 5,
+                                               0,         NULL,        false};
+static const struct listing jobs_listing = {"jobs",  "show jobs detail\n", detail_cols, 9,
+                                            1u << 8, "show jobs detail",   false};
+static const struct listing version_listing = {"version", "version\n", version_cols, 2,
+                                               0,         NULL,        false};
+static const struct listing dead_listing = {"dead",      NULL, dead_cols, 11, 1u << 8 | 1u << 9,
+                                            "show dead", false};
+static const struct listing job_listing = {"job", NULL, field_cols, 3, 0, "show job", true};
+static const struct listing stats_listing = {"stats", "stats\n", stats_cols, 3, 0, "stats", false};
 
 /* jobs of a server without "show jobs detail" (gearmand). */
 static const struct listing old_jobs = {"jobs", "show jobs\n", jobs_cols, 5, 0, NULL, false};
@@ -888,30 +890,6 @@ run_shutdown(struct cli *cli, bool graceful)
     return ndown == cli->nservers ? CLI_UNREACHABLE : rc;
 }
 
-static void
-admin_usage(const char *verb)
-{
-    if (strcmp(verb, "cancel") == 0)
-        printf("usage: dsjob cancel [-s SERVER]... [-t MS] HANDLE\n"
-               "Cancels the job on the server that has it (every server is asked).\n");
-    else if (strcmp(verb, "shutdown") == 0)
-        printf("usage: dsjob shutdown [-s SERVER]... [-t MS] [--graceful]\n"
-               "Stops each server; --graceful lets running jobs finish first.\n");
-    else if (strcmp(verb, "dead") == 0)
-        printf("usage: dsjob dead list [FUNCTION]  (dsjobd --max-dead)\n"
-               "       dsjob dead retry|drop HANDLE|FUNCTION\n"
-               "  [-s SERVER]... [-t MS] [--format table|tsv|json]\n");
-    else if (strcmp(verb, "job") == 0 || strcmp(verb, "result") == 0)
-        printf("usage: dsjob %s [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
-               "       HANDLE | -f FUNCTION -u UNIQUE\n",
-               verb);
-    else
-        printf("usage: dsjob %s [-s SERVER]... [-t MS] [--format table|tsv|json]\n", verb);
-    printf("  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
-           "  -t, --timeout MS     connect and reply timeout per server (default %d)\n",
-           ADMIN_TIMEOUT_MS);
-}
-
 /* A handle (or a function or unique key) is one word of the text protocol. */
 static bool
 handle_ok(const char *h)
@@ -925,6 +903,212 @@ handle_ok(const char *h)
     return true;
 }
 
+/* What an admin verb's command line said, beyond the options every verb takes. */
+struct admin_call {
+    const char *sub;  /* dead's list, retry or drop; else NULL */
+    const char *arg;  /* the HANDLE or FUNCTION, or NULL */
+    const char *func; /* job and result's -f FUNCTION, or NULL */
+    const char *uniq; /* and -u UNIQUE */
+    bool graceful;    /* shutdown's --graceful */
+};
+
+/* The words an admin verb takes after its options. */
+enum admin_args {
+    ADMIN_ARGS_NONE,   /* none */
+    ADMIN_ARGS_HANDLE, /* HANDLE */
+    ADMIN_ARGS_JOB,    /* HANDLE, or -f FUNCTION -u UNIQUE */
+    ADMIN_ARGS_DEAD,   /* list [FUNCTION], or retry|drop HANDLE|FUNCTION */
+};
+
+struct admin_verb;
+typedef int (*admin_run_fn)(struct cli *cli, const struct admin_verb *v,
+                            const struct admin_call *call);
+
+/* One admin verb of dsjob. */
+struct admin_verb {
+    const char *name;         /* the word on the command line */
+    enum admin_args args;     /* the words after its options */
+    bool graceful;            /* takes --graceful */
+    const struct listing *ls; /* what it lists, or NULL */
+    admin_run_fn run;         /* asks the servers, once the command line is read */
+    const char *usage;        /* its usage after "usage: dsjob NAME", or NULL for a listing's */
+    const char *what;         /* a line on what it does, or NULL */
+};
+
+/* admin_xprintf is snprintf into a buffer of its own, which the caller frees. */
+static char *__attribute__((format(printf, 1, 2))) admin_xprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *buf;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    buf = cli_xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(buf, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* status, workers, jobs, version and stats: a listing with a fixed command. */
+static int
+verb_listing(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    (void)call;
+    return run_listing(cli, v->ls, v->ls->command);
+}
+
+static int
+verb_shutdown(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    (void)v;
+    return run_shutdown(cli, call->graceful);
+}
+
+static int
+verb_cancel(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    char *line = admin_xprintf("cancel job %s\n", call->arg);
+    int rc = run_change(cli, line, NULL, NULL);
+
+    (void)v;
+    free(line);
+    return rc;
+}
+
+/* The show job or show result line of a handle, or of a function's unique key. */
+static char *
+job_line(const struct admin_verb *v, const struct admin_call *call)
+{
+    if (call->func != NULL)
+        return admin_xprintf("show %s unique %s %s\n", v->name, call->func, call->uniq);
+    return admin_xprintf("show %s %s\n", v->name, call->arg);
+}
+
+static int
+verb_job(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    char *line = job_line(v, call);
+    int rc = run_listing(cli, v->ls, line);
+
+    free(line);
+    return rc;
+}
+
+static int
+verb_result(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    char *line = job_line(v, call), *what;
+    int rc;
+
+    if (call->func != NULL)
+        what = admin_xprintf("of '%s' with unique key '%s'", call->func, call->uniq);
+    else
+        what = admin_xprintf("%s", call->arg);
+    rc = run_result(cli, line, what);
+    free(what);
+    free(line);
+    return rc;
+}
+
+/* dead list [FUNCTION], dead retry|drop HANDLE|FUNCTION. */
+static int
+verb_dead(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    bool retry = strcmp(call->sub, "retry") == 0;
+    char *line;
+    int rc;
+
+    if (strcmp(call->sub, "list") == 0) {
+        line = admin_xprintf("show dead%s%s\n", call->arg ? " " : "", call->arg ? call->arg : "");
+        rc = run_listing(cli, v->ls, line);
+    } else {
+        line = admin_xprintf("%s dead %s\n", call->sub, call->arg);
+        rc = run_change(cli, line, retry ? "retry dead" : "drop dead",
+                        retry ? retried_cols : dropped_cols);
+    }
+    free(line);
+    return rc;
+}
+
+#define LISTING_USAGE " [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
+
+static const struct admin_verb admin_verbs[] = {
+    {"status", ADMIN_ARGS_NONE, false, &status_listing, verb_listing, NULL, NULL},
+    {"workers", ADMIN_ARGS_NONE, false, &workers_listing, verb_listing, NULL, NULL},
+    {"jobs", ADMIN_ARGS_NONE, false, &jobs_listing, verb_listing, NULL, NULL},
+    {"version", ADMIN_ARGS_NONE, false, &version_listing, verb_listing, NULL, NULL},
+    {"stats", ADMIN_ARGS_NONE, false, &stats_listing, verb_listing, NULL, NULL},
+    {"job", ADMIN_ARGS_JOB, false, &job_listing, verb_job,
+     LISTING_USAGE "       HANDLE | -f FUNCTION -u UNIQUE\n", NULL},
+    {"result", ADMIN_ARGS_JOB, false, NULL, verb_result,
+     LISTING_USAGE "       HANDLE | -f FUNCTION -u UNIQUE\n", NULL},
+    {"dead", ADMIN_ARGS_DEAD, false, &dead_listing, verb_dead,
+     " list [FUNCTION]  (dsjobd --max-dead)\n"
+     "       dsjob dead retry|drop HANDLE|FUNCTION\n"
+     "  [-s SERVER]... [-t MS] [--format table|tsv|json]\n",
+     NULL},
+    {"cancel", ADMIN_ARGS_HANDLE, false, NULL, verb_cancel, " [-s SERVER]... [-t MS] HANDLE\n",
+     "Cancels the job on the server that has it (every server is asked).\n"},
+    {"shutdown", ADMIN_ARGS_NONE, true, NULL, verb_shutdown,
+     " [-s SERVER]... [-t MS] [--graceful]\n",
+     "Stops each server; --graceful lets running jobs finish first.\n"},
+};
+
+static void
+admin_usage(const struct admin_verb *v)
+{
+    printf("usage: dsjob %s%s%s", v->name, v->usage ? v->usage : LISTING_USAGE,
+           v->what ? v->what : "");
+    printf("  -s, --server ADDR    host[:port] (4730) or /unix/socket, repeatable\n"
+           "  -t, --timeout MS     connect and reply timeout per server (default %d)\n",
+           ADMIN_TIMEOUT_MS);
+}
+
+/*
+ * admin_words reads the words after v's options (argv from *optind, nargs
+ * of them) into call; returns 0 or a usage error.
+ */
+static int
+admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
+            struct admin_call *call)
+{
+    bool listing = false;
+    int want = 0;
+
+    if (v->args == ADMIN_ARGS_DEAD) {
+        if (nargs == 0)
+            return cli_usage_error(cli, "missing list, retry or drop");
+        call->sub = *argv++;
+        nargs--;
+        listing = strcmp(call->sub, "list") == 0;
+        if (!listing && strcmp(call->sub, "retry") != 0 && strcmp(call->sub, "drop") != 0)
+            return cli_usage_error(cli, "unknown 'dead %s' (want list, retry or drop)", call->sub);
+        want = !listing;
+    }
+    if (v->args == ADMIN_ARGS_HANDLE)
+        want = 1;
+    if (v->args == ADMIN_ARGS_JOB) {
+        if ((call->func != NULL) != (call->uniq != NULL))
+            return cli_usage_error(cli, "options '-f' and '-u' go together");
+        want = call->func == NULL;
+    }
+    if (nargs < want)
+        return cli_usage_error(cli, "missing %s",
+                               v->args == ADMIN_ARGS_DEAD ? "HANDLE or FUNCTION" : "HANDLE");
+    if (listing && nargs >= 1)
+        want = 1; /* dead list FUNCTION */
+    if (nargs > want)
+        return cli_usage_error(cli, "unexpected argument '%s'", argv[want]);
+    call->arg = want ? argv[0] : NULL;
+    if (call->arg != NULL && !handle_ok(call->arg))
+        return cli_usage_error(cli, "bad %s '%s' (no spaces or control characters)",
+                               listing ? "FUNCTION" : "HANDLE", call->arg);
+    return 0;
+}
+
 int
 admin_main(struct cli *cli, int argc, char **argv)
 {
@@ -935,28 +1119,28 @@ admin_main(struct cli *cli, int argc, char **argv)
         {"unique", required_argument, NULL, 'u'},
         {NULL, 0, NULL, 0},
     };
-    const char *verb = cli->verb, *sub = NULL, *func = NULL, *uniq = NULL, *arg;
-    bool is_dead = strcmp(verb, "dead") == 0, graceful = false;
-    bool one_job = strcmp(verb, "job") == 0 || strcmp(verb, "result") == 0;
-    int ch, rc, nargs, want;
-    char *line = NULL;
-    size_t i, cap;
+    const struct admin_verb *v = admin_verbs;
+    struct admin_call call = {0};
+    int ch, rc;
 
+    while (strcmp(v->name, cli->verb) != 0)
+        if (++v == admin_verbs + sizeof(admin_verbs) / sizeof(admin_verbs[0]))
+            return cli_usage_error(cli, "unknown verb");
     while ((ch = getopt_long(argc, argv, ":f:u:" CLI_GLOBAL_SHORT, longopts, NULL)) != -1) {
         switch (ch) {
-        case 'h': admin_usage(verb); return CLI_OK;
+        case 'h': admin_usage(v); return CLI_OK;
         case OPT_GRACEFUL:
-            if (strcmp(verb, "shutdown") != 0)
+            if (!v->graceful)
                 return cli_usage_error(cli, "unknown option '--graceful' (only for shutdown)");
-            graceful = true;
+            call.graceful = true;
             break;
         case 'f':
         case 'u':
-            if (!one_job)
+            if (v->args != ADMIN_ARGS_JOB)
                 return cli_usage_error(cli, "unknown option '-%c' (only for job and result)", ch);
             if (!handle_ok(optarg))
                 return cli_usage_error(cli, "option '-%c' wants one word, not '%s'", ch, optarg);
-            *(ch == 'f' ? &func : &uniq) = optarg;
+            *(ch == 'f' ? &call.func : &call.uniq) = optarg;
             break;
         case '?':
         case ':': return cli_getopt_error(cli, ch, argv);
@@ -967,31 +1151,9 @@ admin_main(struct cli *cli, int argc, char **argv)
             break;
         }
     }
-    nargs = argc - optind;
-    if (is_dead) {
-        if (nargs == 0)
-            return cli_usage_error(cli, "missing list, retry or drop");
-        sub = argv[optind++];
-        nargs--;
-        if (strcmp(sub, "list") != 0 && strcmp(sub, "retry") != 0 && strcmp(sub, "drop") != 0)
-            return cli_usage_error(cli, "unknown 'dead %s' (want list, retry or drop)", sub);
-    }
-    want = strcmp(verb, "cancel") == 0 || (sub != NULL && strcmp(sub, "list") != 0) ? 1 : 0;
-    if (one_job && (func != NULL) != (uniq != NULL))
-        return cli_usage_error(cli, "options '-f' and '-u' go together");
-    if (one_job && func == NULL)
-        want = 1;
-    if (nargs < want)
-        return cli_usage_error(cli, "missing %s", is_dead ? "HANDLE or FUNCTION" : "HANDLE");
-    if (sub != NULL && strcmp(sub, "list") == 0 && nargs >= 1)
-        want = 1; /* dead list FUNCTION */
-    if (nargs > want)
-        return cli_usage_error(cli, "unexpected argument '%s'", argv[optind + want]);
-    arg = want ? argv[optind] : NULL;
-    if (arg != NULL && !handle_ok(arg))
-        return cli_usage_error(cli, "bad %s '%s' (no spaces or control characters)",
-                               sub != NULL && strcmp(sub, "list") == 0 ? "FUNCTION" : "HANDLE",
-                               arg);
+    rc = admin_words(cli, v, argv + optind, argc - optind, &call);
+    if (rc != 0)
+        return rc;
     rc = cli_servers(cli);
     if (rc != 0)
         return rc;
@@ -1003,48 +1165,7 @@ admin_main(struct cli *cli, int argc, char **argv)
         if (cli->admin_tls == NULL)
             return cli_usage_error(cli, "--ssl: %s", err);
     }
-    if (strcmp(verb, "shutdown") == 0) {
-        rc = run_shutdown(cli, graceful);
-        link_tls_free(cli->admin_tls);
-        cli->admin_tls = NULL;
-        return rc;
-    }
-    cap = 48 + (arg ? strlen(arg) : 0) + (func ? strlen(func) + strlen(uniq) : 0);
-    line = cli_xmalloc(cap);
-    if (strcmp(verb, "cancel") == 0) {
-        snprintf(line, cap, "cancel job %s\n", arg);
-        rc = run_change(cli, line, NULL, NULL);
-    } else if (sub != NULL && strcmp(sub, "list") != 0) {
-        snprintf(line, cap, "%s dead %s\n", sub, arg);
-        rc = run_change(cli, line, sub[0] == 'r' ? "retry dead" : "drop dead",
-                        sub[0] == 'r' ? retried_cols : dropped_cols);
-    } else if (one_job) {
-        snprintf(line, cap, "show %s %s%s%s%s\n", verb, func ? "unique " : "", func ? func : arg,
-                 func ? " " : "", func ? uniq : "");
-        if (verb[0] == 'r') {
-            char *what = cli_xmalloc(cap);
-
-            if (func != NULL)
-                snprintf(what, cap, "of '%s' with unique key '%s'", func, uniq);
-            else
-                snprintf(what, cap, "%s", arg);
-            rc = run_result(cli, line, what);
-            free(what);
-        } else {
-            rc = run_listing(cli, &listings[5], line);
-        }
-    } else if (is_dead) {
-        snprintf(line, cap, "show dead%s%s\n", arg ? " " : "", arg ? arg : "");
-        rc = run_listing(cli, &listings[4], line);
-    } else {
-        /* The listings with a fixed command: status, workers, jobs, version, stats. */
-        for (i = 0; i < NLISTINGS; i++)
-            if (listings[i].command != NULL && strcmp(verb, listings[i].verb) == 0)
-                break;
-        rc = i < NLISTINGS ? run_listing(cli, &listings[i], listings[i].command)
-                           : cli_usage_error(cli, "unknown verb");
-    }
-    free(line);
+    rc = v->run(cli, v, &call);
     link_tls_free(cli->admin_tls);
     cli->admin_tls = NULL;
     return rc;

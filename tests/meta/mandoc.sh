@@ -1,7 +1,7 @@
 #!/bin/sh
 # Meta check of the manual pages, in TAP: every man/*.[0-9] must be clean
 # under `mandoc -Tlint -W warning` (no message at all, exit status 0), and
-# every long option in the long_options[] table of server/main.c must be
+# every long option in the long_options[] table of server/options.c must be
 # documented in man/dsjobd.8 as `Fl \-NAME`, so the page cannot drift from
 # the code.
 #
@@ -18,11 +18,11 @@ if [ -z "$MANDOC" ]; then
     exit 0
 fi
 
-main_c=$top_srcdir/server/main.c
+options_c=$top_srcdir/server/options.c
 page=$top_srcdir/man/dsjobd.8
 
 # The quoted names of the long_options[] table, one a line.
-options=$(sed -n '/long_options\[\][^=]*=[[:space:]]*{/,/^[[:space:]]*};/p' "$main_c" 2>/dev/null |
+options=$(sed -n '/long_options\[\][^=]*=[[:space:]]*{/,/^[[:space:]]*};/p' "$options_c" 2>/dev/null |
     sed -n 's/^[[:space:]]*{[[:space:]]*"\([^"]*\)"[[:space:]]*,.*/\1/p')
 
 pages=
@@ -69,10 +69,10 @@ for f in $pages; do
 done
 
 if [ "$nopts" -gt 0 ]; then
-    ok 0 "server/main.c has a long_options[] table ($nopts options)"
+    ok 0 "server/options.c has a long_options[] table ($nopts options)"
 else
-    ok 1 "server/main.c has a long_options[] table"
-    diag "no {\"name\", ...} entries found in $main_c"
+    ok 1 "server/options.c has a long_options[] table"
+    diag "no {\"name\", ...} entries found in $options_c"
 fi
 
 if [ -f "$page" ]; then

@@ -184,6 +184,7 @@ while IFS= read -r line; do
     case $msg in
     "unknown option '"*) input="${msg#unknown option \'}" input="${input%\'} = 1" ;;
     "--"*": invalid value '"*) o=${msg%%:*} v=${msg#*invalid value \'} input="${o#--} = ${v%\'}" ;;
+    "--"*" must be between "*", not "*) o=${msg%% *} input="${o#--} = ${msg##*, not }" ;;
     "--"*" takes no value, but has '"*) o=${msg%% *} v=${msg#*but has \'} input="${o#--} = ${v%\'}" ;;
     *) input="" ;;
     esac
