@@ -1,5 +1,6 @@
 /*
- * Issue 12 items 4 and 6 on a real dsjobd, driven by raw peers:
+ * Refusing work no worker can do, and priorities across functions, on a
+ * real dsjobd, driven by raw peers:
  * --reject-no-worker and OPTION_REQ reject-no-worker (every submit type,
  * foreground and background, a durable submit refused before it is
  * stored, an unknown option still refused), --priority global across two

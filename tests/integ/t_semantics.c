@@ -568,9 +568,9 @@ test_max_jobs_ended(void)
 
 /*
  * A retry's backoff is never cut short by the run-at time's whole seconds:
- * with --retry-backoff 1,1 the wait is a random point in 0.5-1 s, and a job
- * that failed at .9 of a second came back at the next second, 0.1 s later
- * (issue 20, item 19). Each attempt here fails just before a second ends.
+ * with --retry-backoff 1,1 the wait is a random point in 0.5-1 s, never the
+ * 0.1 s from a failure at .9 of a second to the next whole second. Each
+ * attempt here fails just before a second ends.
  */
 static void
 test_backoff_not_early(void)
@@ -1133,7 +1133,7 @@ next_second(time_t t)
  * restart too: the store gives them back in submission order, which put a
  * job that ended later in front of one that ended earlier. Then --max-dead
  * dropped the newer death, and --keep-results held an expired result until
- * the one in front of it expired (issue 20, item 9).
+ * the one in front of it expired.
  */
 static void
 test_ended_order(void)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The rough edges of dsjob that a new user met (issue 20, items 15 to 19),
+# The rough edges of dsjob that a new user met,
 # against real dsjobd servers: a payload over --max-packet-size gets the
 # server's PACKET_TOO_LARGE, not "no server reachable"; DATA over what a
 # Gearman packet can carry is refused before it is read; a server that
@@ -14,7 +14,6 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 dir=$(test_tmpdir)
-DSJOB=$top_builddir/tools/dsjob
 if [ ! -x "$DSJOB" ]; then
     echo "1..0 # SKIP dsjob not built ($DSJOB)"
     exit 0
