@@ -75,8 +75,8 @@
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS; between tries
 #                     it sleeps POLL_S_SLEEP seconds (0.05)
-#   pg_test_begin     a test's first steps: sets DSJOB (tools/dsjob), skips
-#                     when it is not built and as pg_skip_unless_found and
+#   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
+#                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
 #                     DSJOB_PROGRESS
 #   pg_start_or_bail  pg_start, or `Bail out!` and exit 1; a diagnostic
@@ -342,12 +342,11 @@ pgd_stop_all() {
     done
 }
 
-# pg_test_begin: a postgres test's first steps: DSJOB (tools/dsjob), a
-# skip (1..0) when it is not built, when there is no PostgreSQL or when
+# pg_test_begin: a postgres test's first steps: a
+# skip (1..0) when tools/dsjob is not built, when there is no PostgreSQL or when
 # dsjobd has no postgres store, and no DSJOB_SERVERS or DSJOB_PROGRESS from
 # the caller's environment.
 pg_test_begin() {
-    DSJOB=${top_builddir:-.}/tools/dsjob
     [ -x "$DSJOB" ] || {
         echo "1..0 # SKIP tools/dsjob not built"
         exit 0
@@ -377,7 +376,7 @@ pgd_writer_pid() {
 }
 
 pgd_registered() {
-    timeout -k 2 20 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
+    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
         awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
 }
 
@@ -414,7 +413,7 @@ poll_moving() {
 }
 
 pgd_stat() {
-    timeout -k 2 10 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
+    timeout -k 2 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
         awk -F '\t' -v n="$2" '$1 == n { print $2 }'
 }
 
