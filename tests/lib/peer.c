@@ -290,6 +290,24 @@ peer_pkt_release(struct peer_pkt *p)
 }
 
 bool
+peer_arg_is(const struct peer_pkt *p, unsigned i, const char *s)
+{
+    return i < p->nargs && p->arg_len[i] == strlen(s) && memcmp(p->arg[i], s, p->arg_len[i]) == 0;
+}
+
+bool
+peer_recv_type(int fd, int type, char *out, size_t cap, int timeout_ms)
+{
+    struct peer_pkt p;
+    int t = peer_recv(fd, &p, timeout_ms);
+
+    if (out != NULL && t > 0 && p.nargs > 0)
+        snprintf(out, cap, "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
+    peer_pkt_release(&p);
+    return t == type;
+}
+
+bool
 peer_closed(int fd, int timeout_ms)
 {
     char buf[4096];
