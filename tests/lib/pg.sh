@@ -58,6 +58,8 @@
 #                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
 #                     PGD_LOG_<NAME> (its stderr goes to PGD_LOG_<NAME>.stderr). Returns 1 with its log on stderr if it
 #                     did not start.
+#   pgd_start_or_bail NAME [ARG...]
+#                     pgd_start, or `Bail out!` and exit 1
 #   pgd_launch NAME [ARG...], pgd_wait NAME
 #                     the two halves of pgd_start, to start several at once
 #   pgd_port NAME, pgd_pid NAME, pgd_log NAME
@@ -81,6 +83,7 @@
 #                     DSJOB_PROGRESS
 #   pg_start_or_bail  pg_start, or `Bail out!` and exit 1; a diagnostic
 #                     names the PostgreSQL, its port and pid
+#   q SQL             pg_psql -c SQL: the value(s), one a line
 #   pgd_writer_pid OWNER
 #                     the backend of that start's writer connection (the one
 #                     holding its advisory lock), empty once it is gone
@@ -198,6 +201,8 @@ pg_start() {
     return 0
 }
 
+q() { pg_psql -c "$1"; }
+
 pg_psql() {
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PG_PORT" -U postgres -d dsjob "$@"
@@ -300,6 +305,13 @@ pgd_wait() {
 pgd_start() {
     pgd_launch "$@"
     pgd_wait "$1"
+}
+
+pgd_start_or_bail() {
+    pgd_start "$@" || {
+        echo "Bail out! dsjobd $1 did not start"
+        exit 1
+    }
 }
 
 # _pgd_gone PID: the process is gone or a zombie.

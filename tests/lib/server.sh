@@ -114,6 +114,14 @@ server_kill9() {
     _server_pids=$(echo "$_server_pids" | sed "s/ $SERVER_PID\b//")
 }
 
+# skip_unless_cmd CMD [WHY]: prints "1..0 # SKIP no CMD (WHY)" and exits 0
+# when CMD is not on PATH.
+skip_unless_cmd() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    echo "1..0 # SKIP no $1${2:+ ($2)}"
+    exit 0
+}
+
 # TAP in shell, numbered as we go.
 _tap_n=0
 _tap_fail=0
