@@ -19,6 +19,10 @@ EXAMPLES=$top_builddir/examples
 PRODUCER=$EXAMPLES/dataset-producer
 CONSUMER=$EXAMPLES/dataset-consumer
 EMBEDDED=$EXAMPLES/dataset-embedded
+# The programs themselves, not libtool's wrappers (tests/lib/server.sh).
+unwrap_libtool PRODUCER
+unwrap_libtool CONSUMER
+unwrap_libtool EMBEDDED
 LC_ALL=C
 export LC_ALL
 

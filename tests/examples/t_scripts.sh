@@ -19,7 +19,6 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/examples/lib.sh"
 
-DSJOB=$top_builddir/tools/dsjob
 export DSJOB
 SCRIPTS=$top_srcdir/examples/scripts
 if [ ! -x "$DSJOB" ] || [ ! -x "$PRODUCER" ]; then

@@ -5,7 +5,6 @@
 # gearmand and dsjobd both start from.
 . "$top_srcdir/tests/lib/server.sh"
 dir=$(test_tmpdir)
-DSJOB=$top_builddir/tools/dsjob
 
 # start_conf NAME ARGS...: dsjobd in the background with ARGS, its port from $dir/NAME.port.
 start_conf() {

@@ -1,5 +1,5 @@
 /*
- * The I/O-error sweep (issue 11 item 4). One fixed workload (background
+ * The I/O-error sweep. One fixed workload (background
  * submits, a foreground job, two completions, more submits) runs once on
  * tests/soak/dsjobd_cut without faults to count the SQLite writes, syncs,
  * opens and truncates it makes; then once for every N of every kind, with

@@ -7,7 +7,6 @@
 # the default level a job logs nothing. Real jobs through the dsjob CLI.
 . "$top_srcdir/tests/lib/server.sh"
 dir=$(test_tmpdir)
-DSJOB=$top_builddir/tools/dsjob
 command -v perl >/dev/null 2>&1 && perl -MJSON::PP -e 1 2>/dev/null || {
     echo "1..0 # SKIP perl's JSON::PP is needed to read the JSON log"
     exit 0

@@ -15,7 +15,6 @@
 
 mc=${MEMCACHED_BIN:-/usr/bin/memcached}
 [ -x "$mc" ] || { echo "1..0 # SKIP memcached is not installed"; exit 0; }
-DSJOB="$top_builddir/tools/dsjob"
 [ -x "$DSJOB" ] || { echo "1..0 # SKIP tools/dsjob not built"; exit 0; }
 
 mcport=$(free_port)

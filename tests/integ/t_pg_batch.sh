@@ -28,20 +28,13 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 pg_test_begin
-command -v python3 >/dev/null 2>&1 || {
-    echo "1..0 # SKIP no python3 (tests/integ/pg_gear.py is the test's Gearman peer)"
-    exit 0
-}
+skip_unless_cmd python3 "tests/integ/pg_gear.py is the test's Gearman peer"
 pg_start_or_bail
 G="$top_srcdir/tests/integ/pg_gear.py"
 # a takes unique keys past --max-unique-size's default, to reach the store's own check.
-pgd_start a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
-    --http-port 0 --http-port-file "$TEST_TMPDIR/a.http" &&
-    pgd_start b --store-commit-interval 3000 --verbose INFO || {
-    echo "Bail out! dsjobd did not start"
-    exit 1
-}
-q() { pg_psql -c "$1"; }
+pgd_start_or_bail a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
+    --http-port 0 --http-port-file "$TEST_TMPDIR/a.http"
+pgd_start_or_bail b --store-commit-interval 3000 --verbose INFO
 
 for kind in long-unique epoch; do
     out=$(python3 "$G" badrow "$(pgd_port a)" $kind 2>&1)
@@ -106,10 +99,14 @@ prio() { [ "$(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")" = 0 ]; }
 poll_s 20 prio
 ok $? "its row has priority high (0): $(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")"
 
-# Work nobody serves: 3 jobs submitted to b, no worker anywhere.
+# Work nobody serves: 3 jobs submitted to b, no worker anywhere (at once:
+# each waits for b's commit, 3 s).
+subs=""
 for i in 1 2 3; do
-    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 20000 submit -b nobody_serves "job $i" >/dev/null
+    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 20000 submit -b nobody_serves "job $i" >/dev/null &
+    subs="$subs $!"
 done
+for p in $subs; do wait "$p"; done
 waiting() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 10000 stats --format tsv 2>/dev/null |
     grep -F 'dsjob_pg_jobs_waiting{function="nobody_serves"}'; }
 seen() { [ "$(waiting | cut -f2)" = 3 ]; }

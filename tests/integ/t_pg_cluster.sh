@@ -77,7 +77,6 @@ for n in a b c; do
 done
 
 ms() { echo $(($(date +%s%N) / 1000000)); }
-q() { pg_psql -c "$1"; }
 
 # The workers' command: one line per job as it starts, then an optional sleep.
 cat >"$T/rec.sh" <<'EOF'
@@ -291,10 +290,7 @@ reap
 # from submit to start is printed for the record, never asserted (bench/pg
 # measures speed); on a loaded machine it is long, not wrong.
 # shellcheck disable=SC2086 # SERVER_ARGS are words; the last --pg-poll-ms wins
-pgd_start d $SERVER_ARGS --pg-poll-ms 3600000 || {
-    echo "Bail out! dsjobd d did not start"
-    exit 1
-}
+pgd_start_or_bail d $SERVER_ARGS --pg-poll-ms 3600000
 ds_worker d lat lat-d 1
 poll_s 10 pgd_registered d lat
 load a lat 1 25 -w 1 -d 120 -s
@@ -435,10 +431,7 @@ is "$left" 0 "kill -9: no live row of ck is left"
 [ "$left" = 0 ] || show_live_rows ck
 reap
 # shellcheck disable=SC2086
-pgd_start a $SERVER_ARGS || {
-    echo "Bail out! dsjobd a did not start again"
-    exit 1
-}
+pgd_start_or_bail a $SERVER_ARGS
 diag "dsjobd a again on 127.0.0.1:$(pgd_port a), pid $(pgd_pid a)"
 
 # ---- SIGSTOP past the lease -----------------------------------------------------

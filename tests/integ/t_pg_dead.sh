@@ -30,12 +30,8 @@ ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
 
 pg_start_or_bail
 # shellcheck disable=SC2086 # ARGS are words
-pgd_start a $ARGS || {
-    echo "Bail out! dsjobd a did not start"
-    exit 1
-}
+pgd_start_or_bail a $ARGS
 
-q() { pg_psql -c "$1"; }
 dsn() {
     _n=$1
     shift

@@ -20,11 +20,8 @@
 pg_test_begin
 
 pg_start_or_bail
-pgd_start a --verbose NOTICE && pgd_start b --verbose NOTICE --store-async-ends || {
-    echo "Bail out! dsjobd did not start"
-    exit 1
-}
-q() { pg_psql -c "$1"; }
+pgd_start_or_bail a --verbose NOTICE
+pgd_start_or_bail b --verbose NOTICE --store-async-ends
 # The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts 2.5 s.
 cat >"$T/rec.sh" <<'EOF'
 ts=$(date +%s%N)

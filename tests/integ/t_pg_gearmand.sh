@@ -25,7 +25,6 @@ if [ ! -x "$GEARMAND" ] || ! "$GEARMAND" --help 2>&1 | grep -q -- --libpq-connin
 fi
 pg_start_or_bail
 dir=$T
-q() { pg_psql -c "$1"; }
 GDSN="host=127.0.0.1 port=$PG_PORT user=postgres dbname=dsjob"
 
 # The same client and worker as t_gearmand_queue.sh, kept in that file.

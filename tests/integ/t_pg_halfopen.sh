@@ -23,14 +23,8 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 pg_test_begin
-command -v python3 >/dev/null 2>&1 || {
-    echo "1..0 # SKIP no python3 (tests/integ/pg_gear.py is the test's proxy)"
-    exit 0
-}
-command -v curl >/dev/null 2>&1 || {
-    echo "1..0 # SKIP no curl"
-    exit 0
-}
+skip_unless_cmd python3 "tests/integ/pg_gear.py is the test's proxy"
+skip_unless_cmd curl
 PROXY_PID=""
 pg_test_cleanup() {
     [ -z "$PROXY_PID" ] || kill "$PROXY_PID" 2>/dev/null

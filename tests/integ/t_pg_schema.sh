@@ -25,7 +25,6 @@
 pg_test_begin
 
 pg_start_or_bail
-q() { pg_psql -c "$1"; }
 qdb() { # qdb DATABASE SQL
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$1" -c "$2"

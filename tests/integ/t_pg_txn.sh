@@ -60,7 +60,6 @@ ns() { date +%s%N; }
 hex() { printf '%s' "$1" | od -An -tx1 -v | tr -d ' \n'; }
 # ms_since NS-FROM NS-TO: milliseconds, or "never" without NS-TO
 ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never; fi; }
-q() { pg_psql -c "$1"; }                        # q SQL: the value(s), one a line
 
 # The worker's command: one line per job, "NS-TIME HANDLE PAYLOAD-IN-HEX",
 # the time taken as it starts.

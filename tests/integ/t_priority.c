@@ -1,5 +1,6 @@
 /*
- * Issue 12 items 4 and 6 on a real dsjobd, driven by raw peers:
+ * Refusing work no worker can do, and priorities across functions, on a
+ * real dsjobd, driven by raw peers:
  * --reject-no-worker and OPTION_REQ reject-no-worker (every submit type,
  * foreground and background, a durable submit refused before it is
  * stored, an unknown option still refused), --priority global across two
@@ -25,31 +26,12 @@
 
 static int port;
 
-static bool
-arg_is(const struct peer_pkt *p, unsigned i, const char *s)
-{
-    return i < p->nargs && p->arg_len[i] == strlen(s) && memcmp(p->arg[i], s, p->arg_len[i]) == 0;
-}
-
-/* Receive one packet, check its type, keep its first argument in out. */
-static bool
-recv_type(int fd, int type, char *out, size_t cap, int timeout_ms)
-{
-    struct peer_pkt p;
-    int t = peer_recv(fd, &p, timeout_ms);
-
-    if (out != NULL && t > 0 && p.nargs > 0)
-        snprintf(out, cap, "%.*s", (int)p.arg_len[0], (const char *)p.arg[0]);
-    peer_pkt_release(&p);
-    return t == type;
-}
-
 /* A round trip: everything fd sent before has been handled. */
 static void
 sync_peer(int fd)
 {
     peer_send(fd, PACKET_ECHO_REQ, 1, "sync");
-    if (!recv_type(fd, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS))
+    if (!peer_recv_type(fd, PACKET_ECHO_RES, NULL, 0, PEER_TIMEOUT_MS))
         tap_diag("no ECHO_RES");
 }
 
@@ -67,7 +49,7 @@ static bool
 submit(int fd, uint32_t type, const char *func, const char *data, char *handle, size_t cap)
 {
     peer_send(fd, type, 3, func, "", data);
-    return recv_type(fd, PACKET_JOB_CREATED, handle, cap, PEER_TIMEOUT_MS);
+    return peer_recv_type(fd, PACKET_JOB_CREATED, handle, cap, PEER_TIMEOUT_MS);
 }
 
 /* The next packet is ERROR NO_WORKER naming func. */
@@ -79,8 +61,8 @@ no_worker(int fd, const char *func)
     bool ok;
 
     snprintf(text, sizeof(text), "no worker can do %s", func);
-    ok = peer_recv(fd, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "NO_WORKER") &&
-         arg_is(&p, 1, text);
+    ok = peer_recv(fd, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && peer_arg_is(&p, 0, "NO_WORKER") &&
+         peer_arg_is(&p, 1, text);
     if (!ok)
         tap_diag("got type %u: %.*s %.*s", p.type, p.nargs > 0 ? (int)p.arg_len[0] : 0,
                  p.nargs > 0 ? (const char *)p.arg[0] : "", p.nargs > 1 ? (int)p.arg_len[1] : 0,
@@ -198,11 +180,12 @@ test_reject_option(void)
 
     peer_send(c1, PACKET_OPTION_REQ, 1, "reject-no-worker");
     tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_OPTION_RES &&
-               arg_is(&p, 0, "reject-no-worker"),
+               peer_arg_is(&p, 0, "reject-no-worker"),
            "OPTION_REQ reject-no-worker: OPTION_RES reject-no-worker");
     peer_pkt_release(&p);
     peer_send(c1, PACKET_OPTION_REQ, 1, "reject-no-workers");
-    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_ERROR && arg_is(&p, 0, "UNKNOWN_OPTION"),
+    tap_ok(peer_recv(c1, &p, PEER_TIMEOUT_MS) == PACKET_ERROR &&
+               peer_arg_is(&p, 0, "UNKNOWN_OPTION"),
            "any other name is still ERROR UNKNOWN_OPTION, as gearmand answers");
     peer_pkt_release(&p);
     peer_send(c1, PACKET_SUBMIT_JOB_BG, 3, "ro", "", "x");

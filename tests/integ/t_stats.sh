@@ -13,7 +13,6 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-DSJOB=$top_builddir/tools/dsjob
 if ! perl -MJSON::PP -e 1 2>/dev/null; then
     echo "1..0 # SKIP perl with JSON::PP not found"
     exit 0

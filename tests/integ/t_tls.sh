@@ -15,7 +15,6 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/tls.sh"
 dir=$(test_tmpdir)
-DSJOB=${top_builddir:-.}/tools/dsjob
 
 if [ "${HAVE_OPENSSL:-}" != yes ]; then
     echo "1..0 # SKIP built without OpenSSL"

@@ -7,7 +7,6 @@
 # without root, are usage errors naming the user. Skipped unless root.
 . "$top_srcdir/tests/lib/server.sh"
 dir=$(test_tmpdir)
-DSJOB=$top_builddir/tools/dsjob
 
 if [ "$(id -u)" != 0 ]; then
     echo "1..0 # SKIP not root: --user cannot switch users"

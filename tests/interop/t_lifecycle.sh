@@ -232,7 +232,6 @@ reap
 same "$(calls "$T/fg.log")" 1 "foreground: --retry-on fail does not run it again"
 # dsjob worker says why a command failed (a WORK_WARNING before WORK_FAIL,
 # or WORK_EXCEPTION with --exceptions): that text is what the dead set keeps.
-DSJOB="$top_builddir/tools/dsjob"
 hw=$(submit_bg lc_sh "" w)
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f lc_sh -- sh -c 'echo oops-stderr >&2; exit 4' \
     2> /dev/null &

@@ -30,7 +30,6 @@ else
 fi
 
 # The `dsjob worker --stream` checks run the tool.
-DSJOB=$top_builddir/tools/dsjob
 export DSJOB
 # shellcheck disable=SC2086
 timeout 120 perl "$top_srcdir/tests/interop/perl_interop.pl" $args

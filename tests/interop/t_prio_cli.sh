@@ -1,5 +1,6 @@
 #!/bin/sh
-# Issue 12 items 4 and 6 as the `gearman` CLI (libgearman) sees them, on
+# Refusing work no worker can do, and priorities across functions, as the
+# `gearman` CLI (libgearman) sees them, on
 # dsjobd alone (gearmand has neither): with --reject-no-worker a foreground
 # and a background submit for a function nobody can do come back at once
 # with the server's ERROR (NO_WORKER, naming the function) instead of

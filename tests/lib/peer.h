@@ -67,6 +67,16 @@ int peer_recv(int fd, struct peer_pkt *p, int timeout_ms);
 
 void peer_pkt_release(struct peer_pkt *p);
 
+/* Whether argument i of p is the string s. */
+bool peer_arg_is(const struct peer_pkt *p, unsigned i, const char *s);
+
+/*
+ * peer_recv_type reads one packet within timeout_ms and tells whether it is
+ * of type; its first argument goes to out (cap bytes, NUL-terminated) when
+ * out is not NULL.
+ */
+bool peer_recv_type(int fd, int type, char *out, size_t cap, int timeout_ms);
+
 /* peer_closed tells whether the server closed fd (EOF within timeout_ms). */
 bool peer_closed(int fd, int timeout_ms);
 

@@ -58,6 +58,8 @@
 #                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
 #                     PGD_LOG_<NAME> (its stderr goes to PGD_LOG_<NAME>.stderr). Returns 1 with its log on stderr if it
 #                     did not start.
+#   pgd_start_or_bail NAME [ARG...]
+#                     pgd_start, or `Bail out!` and exit 1
 #   pgd_launch NAME [ARG...], pgd_wait NAME
 #                     the two halves of pgd_start, to start several at once
 #   pgd_port NAME, pgd_pid NAME, pgd_log NAME
@@ -75,12 +77,13 @@
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS; between tries
 #                     it sleeps POLL_S_SLEEP seconds (0.05)
-#   pg_test_begin     a test's first steps: sets DSJOB (tools/dsjob), skips
-#                     when it is not built and as pg_skip_unless_found and
+#   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
+#                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
 #                     DSJOB_PROGRESS
 #   pg_start_or_bail  pg_start, or `Bail out!` and exit 1; a diagnostic
 #                     names the PostgreSQL, its port and pid
+#   q SQL             pg_psql -c SQL: the value(s), one a line
 #   pgd_writer_pid OWNER
 #                     the backend of that start's writer connection (the one
 #                     holding its advisory lock), empty once it is gone
@@ -198,6 +201,8 @@ pg_start() {
     return 0
 }
 
+q() { pg_psql -c "$1"; }
+
 pg_psql() {
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PG_PORT" -U postgres -d dsjob "$@"
@@ -302,6 +307,13 @@ pgd_start() {
     pgd_wait "$1"
 }
 
+pgd_start_or_bail() {
+    pgd_start "$@" || {
+        echo "Bail out! dsjobd $1 did not start"
+        exit 1
+    }
+}
+
 # _pgd_gone PID: the process is gone or a zombie.
 _pgd_gone() {
     [ ! -e "/proc/$1" ] || [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]
@@ -342,12 +354,11 @@ pgd_stop_all() {
     done
 }
 
-# pg_test_begin: a postgres test's first steps: DSJOB (tools/dsjob), a
-# skip (1..0) when it is not built, when there is no PostgreSQL or when
+# pg_test_begin: a postgres test's first steps: a
+# skip (1..0) when tools/dsjob is not built, when there is no PostgreSQL or when
 # dsjobd has no postgres store, and no DSJOB_SERVERS or DSJOB_PROGRESS from
 # the caller's environment.
 pg_test_begin() {
-    DSJOB=${top_builddir:-.}/tools/dsjob
     [ -x "$DSJOB" ] || {
         echo "1..0 # SKIP tools/dsjob not built"
         exit 0
@@ -377,7 +388,7 @@ pgd_writer_pid() {
 }
 
 pgd_registered() {
-    timeout -k 2 20 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
+    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" status --format tsv 2>/dev/null |
         awk -F '\t' -v f="$2" -v n="${3:-1}" '$1 == f && $NF >= n { x = 1 } END { exit !x }'
 }
 
@@ -414,7 +425,7 @@ poll_moving() {
 }
 
 pgd_stat() {
-    timeout -k 2 10 "${top_builddir:-.}/tools/dsjob" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
+    timeout -k 2 10 "$DSJOB" -s "127.0.0.1:$(pgd_port "$1")" stats --format tsv 2>/dev/null |
         awk -F '\t' -v n="$2" '$1 == n { print $2 }'
 }
 

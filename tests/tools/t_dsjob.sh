@@ -19,7 +19,6 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-DSJOB=$top_builddir/tools/dsjob
 export DSJOB
 FAKE_WORKER=$top_srcdir/tests/tools/fake_worker.pl
 RAW_CLIENT=$top_srcdir/tests/tools/raw_client.pl

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The rough edges of dsjob that a new user met (issue 20, items 15 to 19),
+# The rough edges of dsjob that a new user met,
 # against real dsjobd servers: a payload over --max-packet-size gets the
 # server's PACKET_TOO_LARGE, not "no server reachable"; DATA over what a
 # Gearman packet can carry is refused before it is read; a server that
@@ -13,30 +13,13 @@
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
+# track, reap (at exit too) and poll.
+. "$top_srcdir/tests/interop/lib.sh"
 dir=$(test_tmpdir)
-DSJOB=$top_builddir/tools/dsjob
 if [ ! -x "$DSJOB" ]; then
     echo "1..0 # SKIP dsjob not built ($DSJOB)"
     exit 0
 fi
-
-_pids=""
-bg_stop_all() {
-    for p in $_pids; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-    _pids=""
-}
-trap 'bg_stop_all; server_stop_all; rm -rf "$TEST_TMPDIR"' EXIT
-
-# poll CMD...: until CMD succeeds, every 50 ms, at most 20 s.
-poll() {
-    _i=0
-    while [ $_i -lt 400 ]; do
-        "$@" && return 0
-        sleep 0.05
-        _i=$((_i + 1))
-    done
-    return 1
-}
 
 ds() {
     timeout -k 5 60 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
@@ -71,7 +54,7 @@ perl -MIO::Socket::INET -e '
         ReuseAddr => 1) or die; open(my $f, ">", $ARGV[0]) or die; print $f $l->sockport;
     close $f; my @c; local $SIG{ALRM} = sub { exit 0 }; alarm 120;
     while (my $c = $l->accept) { push @c, $c }' "$dir/mute.port" &
-_pids="$_pids $!"
+track $!
 poll test -s "$dir/mute.port"
 M=127.0.0.1:$(cat "$dir/mute.port")
 for mode in "" "-b"; do
@@ -107,7 +90,7 @@ server_stop
 # --- 18: result and dead list on a server that keeps neither ---------------
 server_start dsjobd || exit 1
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f gone -- sh -c 'cat; exit 3' 2>/dev/null &
-_pids="$_pids $!"
+track $!
 h=$(ds submit -b gone x)
 poll sh -c "! '$DSJOB' -s 127.0.0.1:$SERVER_PORT jobs --format tsv | grep -q '^$h	'"
 ds result "$h" >"$dir/r.out" 2>"$dir/r.err"
@@ -118,7 +101,7 @@ ds dead list >"$dir/d.out" 2>"$dir/d.err"
 rc=$?
 [ $rc -eq 0 ] && grep -q "no dead jobs: the server keeps none (it runs without --max-dead)" "$dir/d.err"
 ok $? "dead list on a server without --max-dead says it keeps none (rc $rc: $(cat "$dir/d.err"))"
-bg_stop_all
+reap
 server_stop
 
 # --- 19: a dead job's run-at time; an error's lines --------------------------
@@ -128,7 +111,7 @@ ds dead list >"$dir/d2.out" 2>"$dir/d2.err"
 ok $? "dead list on a server with --max-dead and no dead job says nothing more ($(cat "$dir/d2.err"))"
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f bad -- \
     sh -c 'cat >/dev/null; echo "first line" >&2; echo "second line" >&2; exit 3' 2>/dev/null &
-_pids="$_pids $!"
+track $!
 h=$(ds submit -b bad x)
 dead_now() { ds job "$h" --format tsv | grep -q "^state	dead$"; }
 poll dead_now
@@ -141,7 +124,7 @@ is "$(grep -A2 '^error' "$dir/job.table")" "$want" \
     "job: the error's lines as lines under VALUE, not escaped, no trailing newline"
 ds job "$h" --format tsv | grep -q "^error	'sh' exited with status 3\\\\nfirst line\\\\nsecond line\\\\n\$"
 ok $? "job --format tsv: every byte, escaped, as before"
-bg_stop_all
+reap
 server_stop
 
 # --- 19: a failed realloc of worker's -f list frees the list ----------------

@@ -828,10 +828,10 @@ test_refusals(void)
 }
 
 /*
- * Issue 10 item 7b: the refusal's text cannot be allocated. Before the fix
- * a half-made answer (no job, no error) stayed queued: the client got its
- * ERROR at once, then JOB_CREATED of a NULL job (a crash), or, when the
- * commit failed, a second ERROR.
+ * Out of memory for a refusal's text: the client gets one ERROR and no
+ * JOB_CREATED. (A half-made answer, no job and no error, once stayed
+ * queued: the client got its ERROR at once, then JOB_CREATED of a NULL job
+ * (a crash), or, when the commit failed, a second ERROR.)
  */
 static void
 test_refuse_nomem(bool commit_fails)
@@ -877,10 +877,10 @@ test_refuse_nomem(bool commit_fails)
 }
 
 /*
- * Issue 10 item 7c: the answer for a new job cannot be allocated. Before
- * the fix the job was in the batch already: it was stored (and would run
- * after a restart) and stayed pending for good, while its client was told
- * "out of memory". Now nothing is stored, as the client was told.
+ * Out of memory for a new job's answer: the job is not stored, as its
+ * client is told. (The job was once in the batch already: it was stored,
+ * would run after a restart and stayed pending for good, while its client
+ * was told "out of memory".)
  */
 static void
 test_submit_nomem(const char *what)
