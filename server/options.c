@@ -169,6 +169,11 @@ enum {
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
+/* A numeric option's value in long_options is OPT_BOUNDED + its index in option_bounds[]. */
+#define OPT_BOUNDED 0x800
+_Static_assert(OPT_FILE_DONE < OPT_BOUNDED && OPT_BOUNDED + OPTION_NBOUNDS < 0x1000,
+               "getopt values of three kinds overlap");
+
 #define SHORT_OPTIONS "L:p:b:dP:u:l:j:Rt:w:q:hVf:r:"
 
 /*
@@ -178,7 +183,6 @@ enum {
  * change. Their values in long_options are OPT_GEARMAND_REFUSED and up.
  */
 #define OPT_GEARMAND_REFUSED 0x1000
-#define OPT_BOUNDED 0x800 /* and up: option_bounds[] entries, by index */
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, 'L'},
     {"port", required_argument, NULL, 'p'},
