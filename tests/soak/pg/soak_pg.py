@@ -436,10 +436,11 @@ class Run:
     def produce(self, c):
         n = 0
         buf = []
+        first = None
         if self.burst > 0:
             k = min(self.burst, 2000)
             self.burst -= k
-            self.burst_ids.extend(range(len(self.jobs), len(self.jobs) + k))
+            first = len(self.jobs)
         else:
             room = self.a.max_backlog - self.backlog - sum(x.inflight() for x in self.conns if x.role == "prod")
             k = min(WINDOW - c.inflight(), room) if not self.stopping else 0
@@ -451,6 +452,8 @@ class Run:
             n += 1
         if buf:
             self.send(c, b"".join(buf))
+        if first is not None and n:
+            self.burst_ids.extend(range(first, first + n))  # after the jobs exist
 
     def probe(self):
         """A unique key submitted to both servers at once, to run 3 s from now."""
@@ -946,7 +949,13 @@ def cell_burst(r, a):
         r.burst = a.burst
         r.wait_until(lambda: r.burst == 0, 60)
         ids = r.burst_ids
-        r.wait_until(lambda: len(ids) >= a.burst and sum(1 for i in ids if r.jobs[i].ack or r.jobs[i].err) >= a.burst, 600)
+        at = [0]
+
+        def answered():  # resumes where the last look stopped
+            while at[0] < len(ids) and (r.jobs[ids[at[0]]].ack or r.jobs[ids[at[0]]].err):
+                at[0] += 1
+            return len(ids) >= a.burst and at[0] == len(ids)
+        r.wait_until(answered, 600)
         acked = sum(1 for i in ids if r.jobs[i].ack)
         r.notes.append("%d of %d burst submits acknowledged in %.1f s (%.0f/s)"
                        % (acked, a.burst, now() - t0, acked / max(0.001, now() - t0)))
