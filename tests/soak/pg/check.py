@@ -53,6 +53,8 @@ def check(h):
             seen_keys.add(j["key"])
         acked_once.append(j)
     counts["acknowledged"] = len(acked_once)
+    counts["refused"] = sum(1 for j in jobs if j["err"] is not None)
+    counts["unanswered"] = sum(1 for j in jobs if j["kind"] != "tx" and j["ack"] is None and j["err"] is None)
 
     # 1. Acknowledged only once durable: at every snapshot, a job acknowledged
     # before it began and not yet handed to a worker is a live row.

@@ -1157,6 +1157,7 @@ def main():
                 log("%s: %s %s: %s" % (c, "ok" if ok else "FAILED", name, detail))
             for n in res["notes"]:
                 log("%s: %s" % (c, n))
+            log("%s: %s" % (c, ", ".join("%s %s" % kv for kv in res["counts"].items())))
             for e in res["err"]:
                 log("%s: error: %s" % (c, e.strip().replace("\n", "\n# ")))
             if not res["ok"]:
