@@ -22,8 +22,7 @@ WITH ins AS (
   CASE WHEN l THEN $10::text END,
   CASE WHEN l THEN now() + $11::int4 * interval '1 second' END
  FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bool[], $5::bytea[], $6::bytea[],
-  $7::int2[], $8::int8[], $9::bool[]) WITH ORDINALITY AS t(h, f, u, ud, r, d, p, w, l, o)
- ORDER BY o
+  $7::int2[], $8::int8[], $9::bool[]) AS t(h, f, u, ud, r, d, p, w, l)
  ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING
  RETURNING handle),
 del AS (
