@@ -199,6 +199,37 @@ struct pend_upd {
     uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
 };
 
+/*
+ * How many jobs a lease op takes of a function: what the server asks for
+ * (its idle workers and --pg-prefetch), or, when its workers ran through
+ * the last lease's jobs faster, what they take in PG_TAKE_FLUSHES flushes
+ * at that rate, so that a drain's workers find jobs in the queue rather
+ * than each few of them waiting for a lease statement of their own. A
+ * rate older than PG_TAKE_STALE_MS counts for nothing. Leased jobs of a
+ * server that dies wait for its lease to run out: they are at most what
+ * its workers would have run in those few flushes, and PG_TAKE_MAX.
+ */
+#define PG_TAKE_FLUSHES 4
+#define PG_TAKE_STALE_MS 2000
+#define PG_TAKE_MAX 2048
+#define PG_DEMAND_MAX 64 /* functions whose last take is kept */
+
+/* A function's last take: how many jobs, and when it committed. */
+struct demand {
+    char *func; /* owned copy, or NULL */
+    uint32_t took;
+    double at_ms; /* now_ms() */
+};
+
+/*
+ * The statements every batch sends, prepared once a connection (named
+ * dsjob_NAME): PostgreSQL parses and plans them once, not per batch.
+ */
+static const struct {
+    const char *sql, *name;
+} prep[] = {{pg_sql_add, "dsjob_add"}, {pg_sql_main, "dsjob_main"}};
+#define PREP_N (sizeof(prep) / sizeof(prep[0]))
+
 struct store {
     PGconn *db;       /* the writer's connection */
     PGconn *listen;   /* wait_notify's connection (its thread alone) */
@@ -208,6 +239,12 @@ struct store {
     unsigned lease;   /* seconds */
     unsigned grace;   /* ms the database has to answer once dsjobd stops (--pg-stop-grace-ms) */
     int pid;          /* the backend of the writer's last connection, or 0 */
+    struct demand demand[PG_DEMAND_MAX]; /* the last takes, by function */
+    unsigned *take;                      /* the open lease op's take of each function */
+    size_t take_cap;                     /* entries take holds */
+    double flush_ms;                     /* a flush's time, smoothed */
+    unsigned conn_gen;                   /* connections made so far */
+    unsigned prep_gen[PREP_N];           /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
     size_t nadds, adds_cap;
     struct pend_row *rms; /* removes: this batch's, then those kept from failed ones */
@@ -477,6 +514,16 @@ mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CLOCK_MONOTONIC in milliseconds, with their fraction. */
+static double
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
+}
+
 /*
  * Wait for fd (or, with fd < 0, for ms milliseconds alone). 1: ready; 0:
  * ms passed; -1: dsjobd is stopping and gave the database --pg-stop-grace-ms
@@ -524,23 +571,50 @@ pg_say(char *err, int code, PGconn *db, const char *what)
  * its results, bounded by pg_stop. The last result comes back (the first
  * that failed, if one did); NULL if the wait was given up (the
  * connection is then closed: it is mid-statement) or libpq is out of
- * memory. binary asks for binary rows.
+ * memory. binary asks for binary rows. One of prep[] is prepared first
+ * if this connection has not yet, and then run by name.
  */
+static PGresult *wait_results(struct store *st);
+
 static PGresult *
 exec_wait(struct store *st, const char *sql, const struct params *p, bool binary)
 {
-    PGresult *r, *keep = NULL;
+    size_t k;
     int ok;
 
     if (st->db == NULL)
         return NULL;
-    if (p != NULL || binary)
+    for (k = 0; p != NULL && k < PREP_N && prep[k].sql != sql; k++)
+        ;
+    if (p != NULL && k < PREP_N && st->prep_gen[k] != st->conn_gen) {
+        PGresult *r;
+
+        if (!PQsendPrepare(st->db, prep[k].name, sql, p->n, p->type))
+            return NULL;
+        r = wait_results(st);
+        if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
+            return r;
+        PQclear(r);
+        st->prep_gen[k] = st->conn_gen;
+    }
+    if (p != NULL && k < PREP_N)
+        ok = PQsendQueryPrepared(st->db, prep[k].name, p->n, p->v, p->len, p->fmt, binary ? 1 : 0);
+    else if (p != NULL || binary)
         ok = PQsendQueryParams(st->db, sql, p ? p->n : 0, p ? p->type : NULL, p ? p->v : NULL,
                                p ? p->len : NULL, p ? p->fmt : NULL, binary ? 1 : 0);
     else
         ok = PQsendQuery(st->db, sql);
     if (!ok)
         return NULL;
+    return wait_results(st);
+}
+
+/* The results of what was sent: the last one, or the first that failed (exec_wait). */
+static PGresult *
+wait_results(struct store *st)
+{
+    PGresult *r, *keep = NULL;
+
     for (;;) {
         while (PQisBusy(st->db)) {
             if (wait_io(st, PQsocket(st->db), POLLIN, -1) < 0) {
@@ -758,6 +832,7 @@ connect_db(struct store *st, bool reset)
     PostgresPollingStatusType s = PGRES_POLLING_WRITING;
     int64_t end;
 
+    st->conn_gen++; /* nothing is prepared on it yet */
     if (reset ? !PQresetStart(st->db)
               : (st->db = PQconnectStartParams((const char *const *)st->kw,
                                                (const char *const *)st->val, 1)) == NULL)
@@ -1246,10 +1321,78 @@ pg_set_func(struct store *st, const struct store_func *sf, char *err)
     return DSJOB_OK;
 }
 
+/* The entry of func in st->demand; with make, the stalest one is given to it if it has none. */
+static struct demand *
+demand_find(struct store *st, const char *func, bool make)
+{
+    struct demand *old = &st->demand[0];
+    size_t i;
+
+    for (i = 0; i < PG_DEMAND_MAX; i++) {
+        struct demand *d = &st->demand[i];
+
+        if (d->func != NULL && strcmp(d->func, func) == 0)
+            return d;
+        if (d->func == NULL || (old->func != NULL && d->at_ms < old->at_ms))
+            old = d;
+    }
+    if (!make)
+        return NULL;
+    free(old->func);
+    old->func = strdup(func);
+    old->took = 0;
+    old->at_ms = 0;
+    return old->func != NULL ? old : NULL;
+}
+
+/* st->take for each function ls asks for (see PG_TAKE_FLUSHES). */
+static void
+demand_takes(struct store *st, const struct store_lease *ls)
+{
+    double now = now_ms();
+    size_t i;
+
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct demand *d = demand_find(st, ls->funcs[i], false);
+        double want;
+
+        st->take[i] = ls->limits[i];
+        if (d == NULL || d->took == 0 || now - d->at_ms >= PG_TAKE_STALE_MS)
+            continue;
+        want = (double)d->took / (now - d->at_ms > 0.1 ? now - d->at_ms : 0.1) * st->flush_ms *
+               PG_TAKE_FLUSHES;
+        if (want > PG_TAKE_MAX)
+            want = PG_TAKE_MAX;
+        if (want > st->take[i])
+            st->take[i] = (unsigned)want;
+    }
+}
+
+/* After a take committed: how many jobs of each function it took, and when. */
+static void
+demand_took(struct store *st, const struct store_lease *ls)
+{
+    double now = now_ms();
+    size_t i, k;
+
+    for (i = 0; i < ls->nfuncs; i++) {
+        struct demand *d;
+        uint32_t n = 0;
+
+        if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            continue;
+        for (k = 0; k < ls->njobs; k++)
+            n += strcmp(ls->jobs[k].func, ls->funcs[i]) == 0;
+        if ((d = demand_find(st, ls->funcs[i], n > 0)) != NULL) {
+            d->took = n;
+            d->at_ms = now;
+        }
+    }
+}
+
 static int
 pg_lease(struct store *st, struct store_lease *ls, char *err)
 {
-    (void)err;
     ls->jobs = NULL;
     ls->njobs = 0;
     ls->held = NULL;
@@ -1264,6 +1407,15 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->ended_mem = NULL;
     ls->waiting = NULL;
     ls->nwaiting = 0;
+    if (ls->nfuncs > st->take_cap) {
+        unsigned *t = realloc(st->take, ls->nfuncs * sizeof(*t));
+
+        if (t == NULL)
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        st->take = t;
+        st->take_cap = ls->nfuncs;
+    }
+    demand_takes(st, ls);
     st->ls = ls;
     if (ls->nrelease > 0)
         st->notify = true; /* a server with a worker free takes what is given up */
@@ -1403,9 +1555,9 @@ lease_reads(const struct store_lease *ls)
     return lease_takes(ls) || (ls != NULL && ls->nrelease > 0);
 }
 
-/* The functions ls asks for, then how many of each: two arrays. */
+/* The functions ls asks for, then how many of each to take: two arrays. */
 static void
-funcs_params(struct params *p, const struct store_lease *ls)
+funcs_params(struct params *p, const struct store *st, const struct store_lease *ls)
 {
     struct arr names, n;
     size_t i;
@@ -1417,7 +1569,7 @@ funcs_params(struct params *p, const struct store_lease *ls)
         if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
             continue;
         arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
-        arr_int(&n, ls->limits[i], 4);
+        arr_int(&n, st->take[i], 4);
     }
     par_arr(p, &names, OID_TEXT_ARRAY);
     par_arr(p, &n, OID_INT4_ARRAY);
@@ -1425,14 +1577,14 @@ funcs_params(struct params *p, const struct store_lease *ls)
 
 /* How many jobs ls asks for in all, of the functions this store can hold. */
 static uint64_t
-lease_asked(const struct store_lease *ls)
+lease_asked(const struct store *st, const struct store_lease *ls)
 {
     uint64_t n = 0;
     size_t i;
 
     for (i = 0; ls != NULL && i < ls->nfuncs; i++)
         if (utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
-            n += ls->limits[i];
+            n += st->take[i];
     return n;
 }
 
@@ -1452,7 +1604,7 @@ read_due(struct store *st, struct store_lease *ls)
     struct params p = {0};
     PGresult *r;
 
-    funcs_params(&p, ls);
+    funcs_params(&p, st, ls);
     if (run(st, pg_sql_read_due, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, NULL) !=
         DSJOB_OK)
         return;
@@ -1499,7 +1651,7 @@ main_params(struct store *st, struct params *p)
 
     add_params(st, 0, st->each ? 0 : st->nadds, p);
     handles_param(p, st->rms, st->nrms);
-    funcs_params(p, ls);
+    funcs_params(p, st, ls);
     arr_init(&rel, OID_TEXT);
     for (i = 0; ls != NULL && i < ls->nrelease; i++)
         arr_put(&rel, ls->release[i], strlen(ls->release[i]));
@@ -1656,7 +1808,7 @@ flush_main(struct store *st, char *err)
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     qsort(removed, nremoved, sizeof(*removed), store_cmp_strs);
     mark_lost(removed, nremoved, st->rms, st->nrms);
-    st->due_wanted = lease_takes(ls) && ntaken < lease_asked(ls);
+    st->due_wanted = lease_takes(ls) && ntaken < lease_asked(st, ls);
     if (ntaken > 0) {
         ls->jobs = calloc(ntaken, sizeof(*ls->jobs));
         ls->mem = malloc(bytes);
@@ -1953,6 +2105,7 @@ rollback:
 static int
 pg_flush(struct store *st, char *err)
 {
+    double t0 = now_ms();
     size_t i;
     int rc;
 
@@ -1978,7 +2131,11 @@ pg_flush(struct store *st, char *err)
         batch_reset(st, false);
         return rc;
     }
-    /* Committed. A take that fell short learns when the next waiting job is due. */
+    /* Committed. */
+    st->flush_ms = st->flush_ms > 0 ? 0.75 * st->flush_ms + 0.25 * (now_ms() - t0) : now_ms() - t0;
+    if (st->ls != NULL && lease_takes(st->ls))
+        demand_took(st, st->ls);
+    /* A take that fell short learns when the next waiting job is due. */
     if (st->due_wanted && st->ls != NULL)
         read_due(st, st->ls);
     /* Adds that coalesced learn onto which job. */
@@ -2288,6 +2445,9 @@ pg_close(struct store *st)
     free(st->rms);
     free(st->adds);
     free(st->upds);
+    free(st->take);
+    for (i = 0; i < PG_DEMAND_MAX; i++)
+        free(st->demand[i].func);
     if (st->db != NULL)
         PQfinish(st->db);
     if (st->listen != NULL)
