@@ -1602,10 +1602,11 @@ static void
 read_due(struct store *st, struct store_lease *ls)
 {
     struct params p = {0};
+    char err[STORE_ERRLEN]; /* not reported: the poll finds the job */
     PGresult *r;
 
     funcs_params(&p, st, ls);
-    if (run(st, pg_sql_read_due, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, NULL) !=
+    if (run(st, pg_sql_read_due, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, err) !=
         DSJOB_OK)
         return;
     if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
