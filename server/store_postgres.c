@@ -37,15 +37,15 @@
 
 #include <dsjob/common.h>
 
+/* The statements, pg_sql_NAME from server/sql/NAME.sql (server/sql/embed.sh). */
+#include "server/pg_sql.h"
+
 /*
- * The schema, version SCHEMA_VERSION in dsjob.meta. A database without the
- * dsjob schema gets it (under an advisory lock, so servers starting
- * together make it once); a newer version is refused by name.
- *
- * To change it: bump SCHEMA_VERSION, change SCHEMA_SQL to the new shape,
- * and add a step in schema_make() from the previous version, ending with
- * the meta row set to the new number. Never reuse a number; a step must
- * make of the previous shape exactly what SCHEMA_SQL makes.
+ * The schema, version SCHEMA_VERSION in dsjob.meta (server/sql/schema.sql,
+ * which says how to change it). A database without the dsjob schema gets
+ * it (under an advisory lock, so servers starting together make it once);
+ * an older version is brought up step by step (schema_1_2.sql); a newer
+ * one is refused by name.
  */
 #define SCHEMA_VERSION 2
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
@@ -55,99 +55,6 @@
  * is over, and may take the dead set and kept results it left.
  */
 #define LIVE_LOCK 0x64736a31 /* "dsj1" */
-#define SCHEMA_SQL                                                                                 \
-    "CREATE SCHEMA dsjob;"                                                                         \
-    "CREATE TABLE dsjob.meta (key text PRIMARY KEY, value text NOT NULL);"                         \
-    "CREATE SEQUENCE dsjob.boot;"       /* one number per server start: handles and owner */       \
-    "CREATE SEQUENCE dsjob.sql_handle;" /* handles of dsjob.submit() */                            \
-    "CREATE TABLE dsjob.jobs ("                                                                    \
-    " id bigserial PRIMARY KEY," /* submission order across servers */                             \
-    " handle text NOT NULL UNIQUE,"                                                                \
-    " func text NOT NULL,"                                                                         \
-    " uniq bytea," /* NULL: no unique key, or unique \"-\" (coalesced per server only) */          \
-    " unique_is_data boolean NOT NULL DEFAULT false,"                                              \
-    " reducer bytea NOT NULL DEFAULT '',"                                                          \
-    " data bytea NOT NULL,"                                                                        \
-    " prio smallint NOT NULL DEFAULT 1," /* 0 high, 1 normal, 2 low */                             \
-    " run_at timestamptz NOT NULL DEFAULT now(),"                                                  \
-    " state smallint NOT NULL DEFAULT 0," /* 0 live, 1 dead, 2-4 kept (enum store_state) */        \
-    " attempts integer NOT NULL DEFAULT 0,"                                                        \
-    " first_fail bigint NOT NULL DEFAULT 0,"                                                       \
-    " last_fail bigint NOT NULL DEFAULT 0,"                                                        \
-    " result bytea,"                                                                               \
-    " numerator integer NOT NULL DEFAULT 0,"                                                       \
-    " denominator integer NOT NULL DEFAULT 0,"                                                     \
-    " owner text," /* the server holding its lease, or NULL */                                     \
-    " lease_until timestamptz,"                                                                    \
-    " submitted timestamptz NOT NULL DEFAULT now());"                                              \
-    "CREATE UNIQUE INDEX jobs_live_unique ON dsjob.jobs (func, uniq)"                              \
-    " WHERE state = 0 AND uniq IS NOT NULL;"                                                       \
-    "CREATE INDEX jobs_ready ON dsjob.jobs (func, prio, run_at, id) WHERE state = 0;"              \
-    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL AND state = 0;"         \
-    "CREATE INDEX jobs_ended_owner ON dsjob.jobs (owner) WHERE state <> 0;"                        \
-    "CREATE TABLE dsjob.servers (owner text PRIMARY KEY, boot bigint NOT NULL,"                    \
-    " started timestamptz NOT NULL DEFAULT now());" /* the starts that may still run */            \
-    "CREATE TABLE dsjob.funcs (name text PRIMARY KEY, retries integer NOT NULL,"                   \
-    " backoff_base_ms integer NOT NULL, backoff_max_ms integer NOT NULL);" SUBMIT_SQL              \
-    "INSERT INTO dsjob.meta VALUES ('schema_version', '2');"
-
-/*
- * Version 1 to 2: the starts that may still run (dsjob.servers, so that
- * a running server finds those that are over without reading the table
- * of jobs), and jobs_owner on live rows only (a renewal no longer reads
- * a server's dead set and kept results), with the ended rows by owner
- * beside it. Starts that own rows are listed, so their ended rows are
- * found when they are over.
- */
-#define SCHEMA_STEP_1_2                                                                            \
-    "DROP INDEX dsjob.jobs_owner;"                                                                 \
-    "CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL AND state = 0;"         \
-    "CREATE INDEX jobs_ended_owner ON dsjob.jobs (owner) WHERE state <> 0;"                        \
-    "CREATE TABLE dsjob.servers (owner text PRIMARY KEY, boot bigint NOT NULL,"                    \
-    " started timestamptz NOT NULL DEFAULT now());"                                                \
-    "INSERT INTO dsjob.servers (owner, boot)"                                                      \
-    " SELECT DISTINCT owner, substring(owner FROM '\\.([0-9]+)$')::bigint FROM dsjob.jobs"         \
-    " WHERE owner ~ '\\.[0-9]+$';"                                                                 \
-    "UPDATE dsjob.meta SET value = '2' WHERE key = 'schema_version';"
-
-/*
- * dsjob.submit: enqueue inside the caller's transaction. The job exists if
- * and only if that transaction commits; the NOTIFY is delivered at commit,
- * so a server takes it at once.
- */
-#define SUBMIT_SQL                                                                                 \
-    "CREATE FUNCTION dsjob.submit(function text, payload bytea, uniq text DEFAULT NULL,"           \
-    " priority text DEFAULT 'normal', run_at timestamptz DEFAULT NULL) RETURNS text"               \
-    " LANGUAGE plpgsql AS $$"                                                                      \
-    "#variable_conflict use_column\n"                                                              \
-    "DECLARE h text; p smallint; u bytea := convert_to(submit.uniq, 'UTF8');"                      \
-    "BEGIN"                                                                                        \
-    " p := CASE lower(submit.priority) WHEN 'high' THEN 0 WHEN 'normal' THEN 1"                    \
-    "      WHEN 'low' THEN 2 ELSE NULL END;"                                                       \
-    " IF p IS NULL THEN"                                                                           \
-    "  RAISE EXCEPTION 'dsjob.submit: priority must be high, normal or low, not %',"               \
-    "   submit.priority;"                                                                          \
-    " END IF;"                                                                                     \
-    " IF submit.function IS NULL OR submit.function = '' THEN"                                     \
-    "  RAISE EXCEPTION 'dsjob.submit: function must not be empty';"                                \
-    " END IF;"                                                                                     \
-    " IF u = '' THEN u := NULL; END IF;"                                                           \
-    " LOOP"                                                                                        \
-    "  INSERT INTO dsjob.jobs (handle, func, uniq, data, prio, run_at)"                            \
-    "   VALUES ('H:sql:' || nextval('dsjob.sql_handle'), submit.function, u,"                      \
-    "           coalesce(submit.payload, ''), p, coalesce(submit.run_at, now()))"                  \
-    "   ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING"                  \
-    "   RETURNING handle INTO h;"                                                                  \
-    "  IF h IS NOT NULL THEN"                                                                      \
-    "   PERFORM pg_notify('dsjob', submit.function);"                                              \
-    "   RETURN h;"                                                                                 \
-    "  END IF;"                                                                                    \
-    "  SELECT j.handle INTO h FROM dsjob.jobs j"                                                   \
-    "   WHERE j.func = submit.function AND j.uniq = u AND j.state = 0;"                            \
-    "  IF h IS NOT NULL THEN RETURN h; END IF;"                                                    \
-    " END LOOP;"                                                                                   \
-    "END $$;"
-
 /*
  * Bounds on waiting for PostgreSQL. The connection ones are libpq's
  * parameters, set unless the DSN sets them (conn_params); dsjobd(8) lists
@@ -161,22 +68,23 @@
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 
-#define INSERT_COLUMNS                                                                             \
-    "handle, func, uniq, unique_is_data, reducer, data, prio, run_at, owner, lease_until"
 /*
- * The main statement's rows: a kind (1 added, 2 removed, 3 taken, 4 notified,
- * 5 given up), CLAIM_COLUMNS.
+ * What main.sql's rows are, by their first column. The numbers are
+ * written in main.sql too.
  */
-#define NULL_REST                                                                                  \
-    ", NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea, NULL::int2, NULL::int8,"     \
-    " NULL::int4, NULL::int8, NULL::int8, NULL::int8"
-#define NULL_COLUMNS ", NULL::text" NULL_REST
-#define CLAIM_COLUMNS                                                                              \
-    "j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,"                       \
-    " extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id"
+enum row_kind {
+    ROW_ADDED = 1,    /* an add inserted: its handle */
+    ROW_REMOVED = 2,  /* a remove deleted: its handle */
+    ROW_TAKEN = 3,    /* a job the lease op took: its columns (take_row) */
+    ROW_NOTIFIED = 4, /* the NOTIFY was sent */
+    ROW_RELEASED = 5, /* a lease given up: its handle */
+};
 
-/* A growing buffer; oom is sticky, so a batch checks once. */
-struct sbuf {
+/*
+ * A growing buffer of bytes: a parameter's value being built (an array).
+ * oom is sticky, so the value is checked once.
+ */
+struct buf {
     char *p;
     size_t len, cap;
     bool oom;
@@ -184,7 +92,8 @@ struct sbuf {
 
 /*
  * The values of one statement, sent apart from its text (PQexecParams):
- * the text names them $1, $2, ... Strings and bytes go in binary format
+ * the text (server/sql) names them $1, $2, ..., in the order they are
+ * added here. Strings and bytes go in binary format
  * (their bytes as they are), numbers as decimal text, arrays in
  * PostgreSQL's binary array format. Nothing a client sent is ever part of
  * the SQL text.
@@ -217,13 +126,13 @@ struct params {
 
 /* A one-dimensional array in binary format, built element by element. */
 struct arr {
-    struct sbuf b; /* header (20 bytes, written by arr_end), then the elements */
-    uint32_t n;    /* elements */
-    Oid elem;      /* their type */
-    bool hasnull;  /* one is NULL */
+    struct buf b; /* header (20 bytes, written by arr_end), then the elements */
+    uint32_t n;   /* elements */
+    Oid elem;     /* their type */
+    bool hasnull; /* one is NULL */
 };
 
-/* The columns of the adds' INSERT, one array each, in this order. */
+/* The columns of the adds' INSERT (add.sql, main.sql), one array each, in this order. */
 enum add_col {
     AC_HANDLE,
     AC_FUNC,
@@ -236,21 +145,6 @@ enum add_col {
     AC_LEASED,
     AC_N
 };
-
-/*
- * The adds of a batch, from arrays: one statement whatever their number,
- * its text fixed. $1-$9 the columns (enum add_col), $10 the owner, $11
- * the lease in seconds. ORDER BY keeps the submission order in id.
- */
-#define ADD_SQL                                                                                    \
-    "INSERT INTO dsjob.jobs (" INSERT_COLUMNS ")"                                                  \
-    " SELECT h, f, u, ud, r, d, p, CASE WHEN w > 0 THEN to_timestamp(w) ELSE now() END,"           \
-    " CASE WHEN l THEN $10::text END,"                                                             \
-    " CASE WHEN l THEN now() + $11::int4 * interval '1 second' END"                                \
-    " FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bool[], $5::bytea[], $6::bytea[],"      \
-    " $7::int2[], $8::int8[], $9::bool[]) WITH ORDINALITY AS t(h, f, u, ud, r, d, p, w, l, o)"     \
-    " ORDER BY o"                                                                                  \
-    " ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING RETURNING handle"
 
 /*
  * What PostgreSQL refuses in a row, checked at add so that the submitter
@@ -305,6 +199,37 @@ struct pend_upd {
     uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
 };
 
+/*
+ * How many jobs a lease op takes of a function: what the server asks for
+ * (its idle workers and --pg-prefetch), or, when its workers ran through
+ * the last lease's jobs faster, what they take in PG_TAKE_FLUSHES flushes
+ * at that rate, so that a drain's workers find jobs in the queue rather
+ * than each few of them waiting for a lease statement of their own. A
+ * rate older than PG_TAKE_STALE_MS counts for nothing. Leased jobs of a
+ * server that dies wait for its lease to run out: they are at most what
+ * its workers would have run in those few flushes, and PG_TAKE_MAX.
+ */
+#define PG_TAKE_FLUSHES 4
+#define PG_TAKE_STALE_MS 2000
+#define PG_TAKE_MAX 2048
+#define PG_DEMAND_MAX 64 /* functions whose last take is kept */
+
+/* A function's last take: how many jobs, and when it committed. */
+struct demand {
+    char *func; /* owned copy, or NULL */
+    uint32_t took;
+    double at_ms; /* now_ms() */
+};
+
+/*
+ * The statements every batch sends, prepared once a connection (named
+ * dsjob_NAME): PostgreSQL parses and plans them once, not per batch.
+ */
+static const struct {
+    const char *sql, *name;
+} prep[] = {{pg_sql_add, "dsjob_add"}, {pg_sql_main, "dsjob_main"}};
+#define PREP_N (sizeof(prep) / sizeof(prep[0]))
+
 struct store {
     PGconn *db;       /* the writer's connection */
     PGconn *listen;   /* wait_notify's connection (its thread alone) */
@@ -314,6 +239,12 @@ struct store {
     unsigned lease;   /* seconds */
     unsigned grace;   /* ms the database has to answer once dsjobd stops (--pg-stop-grace-ms) */
     int pid;          /* the backend of the writer's last connection, or 0 */
+    struct demand demand[PG_DEMAND_MAX]; /* the last takes, by function */
+    unsigned *take;                      /* the open lease op's take of each function */
+    size_t take_cap;                     /* entries take holds */
+    double flush_ms;                     /* a flush's time, smoothed */
+    unsigned conn_gen;                   /* connections made so far */
+    unsigned prep_gen[PREP_N];           /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
     size_t nadds, adds_cap;
     struct pend_row *rms; /* removes: this batch's, then those kept from failed ones */
@@ -329,15 +260,15 @@ struct store {
 };
 
 static void
-sb_add(struct sbuf *b, const void *s, size_t n)
+buf_add(struct buf *b, const void *s, size_t n)
 {
     if (b->oom)
         return;
-    if (b->len + n + 1 > b->cap) {
+    if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         char *p;
 
-        while (cap < b->len + n + 1)
+        while (cap < b->len + n)
             cap *= 2;
         p = realloc(b->p, cap);
         if (p == NULL) {
@@ -350,35 +281,15 @@ sb_add(struct sbuf *b, const void *s, size_t n)
     if (n > 0)
         memcpy(b->p + b->len, s, n);
     b->len += n;
-    b->p[b->len] = '\0';
 }
 
 static void
-sb_str(struct sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
-static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-static void
-put_be32(struct sbuf *b, uint32_t v)
+put_be32(struct buf *b, uint32_t v)
 {
     unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
                           (unsigned char)(v >> 8), (unsigned char)v};
 
-    sb_add(b, x, 4);
+    buf_add(b, x, 4);
 }
 
 static void
@@ -388,14 +299,14 @@ arr_init(struct arr *a, Oid elem)
 
     memset(a, 0, sizeof(*a));
     a->elem = elem;
-    sb_add(&a->b, header, sizeof(header));
+    buf_add(&a->b, header, sizeof(header));
 }
 
 static void
 arr_put(struct arr *a, const void *v, size_t len)
 {
     put_be32(&a->b, (uint32_t)len);
-    sb_add(&a->b, v, len);
+    buf_add(&a->b, v, len);
     a->n++;
 }
 
@@ -446,16 +357,16 @@ arr_end(struct arr *a)
         a->b.len = 12; /* an empty array has no dimension */
 }
 
-/* Add a value to p and its name ($k) to q. */
-static int
-par(struct sbuf *q, struct params *p, Oid type, const void *v, size_t len, int fmt, char *own)
+/* Add a value to p: the next $k. */
+static void
+par(struct params *p, Oid type, const void *v, size_t len, int fmt, char *own)
 {
     int k = p->n;
 
     if (k >= PARAMS_MAX || len > INT32_MAX) {
         free(own);
         p->oom = true;
-        return k;
+        return;
     }
     p->v[k] = v;
     p->len[k] = (int)len;
@@ -463,35 +374,47 @@ par(struct sbuf *q, struct params *p, Oid type, const void *v, size_t len, int f
     p->type[k] = type;
     p->own[k] = own;
     p->n++;
-    sb_printf(q, "$%d", k + 1);
-    return k;
 }
 
 static void
-par_text(struct sbuf *q, struct params *p, const char *s, size_t len)
+par_text(struct params *p, const char *s, size_t len)
 {
-    par(q, p, OID_TEXT, len > 0 ? s : "", len, 1, NULL);
+    par(p, OID_TEXT, len > 0 ? s : "", len, 1, NULL);
 }
 
+/* Bytes, or SQL NULL when v is NULL. */
 static void
-par_bytea(struct sbuf *q, struct params *p, const void *v, size_t len)
+par_bytea(struct params *p, const void *v, size_t len)
 {
-    par(q, p, OID_BYTEA, len > 0 ? v : "", len, 1, NULL);
+    par(p, OID_BYTEA, v == NULL ? NULL : len > 0 ? v : "", len, 1, NULL);
+}
+
+/* A text that may be SQL NULL (s NULL). */
+static void
+par_text_or_null(struct params *p, const char *s)
+{
+    par(p, OID_TEXT, s, s != NULL ? strlen(s) : 0, 1, NULL);
 }
 
 static void
-par_int(struct sbuf *q, struct params *p, int64_t v)
+par_int(struct params *p, int64_t v)
 {
     int k = p->n;
 
     if (k < PARAMS_MAX)
         snprintf(p->num[k], sizeof(p->num[k]), "%" PRId64, v);
-    par(q, p, OID_INT8, k < PARAMS_MAX ? p->num[k] : NULL, 0, 0, NULL);
+    par(p, OID_INT8, k < PARAMS_MAX ? p->num[k] : NULL, 0, 0, NULL);
+}
+
+static void
+par_bool(struct params *p, bool v)
+{
+    par(p, OID_BOOL, v ? "t" : "f", 0, 0, NULL);
 }
 
 /* An array: p takes its buffer. */
 static void
-par_arr(struct sbuf *q, struct params *p, struct arr *a, Oid type)
+par_arr(struct params *p, struct arr *a, Oid type)
 {
     arr_end(a);
     if (a->b.oom) {
@@ -499,7 +422,7 @@ par_arr(struct sbuf *q, struct params *p, struct arr *a, Oid type)
         p->oom = true;
         return;
     }
-    par(q, p, type, a->b.p, a->b.len, 1, a->b.p);
+    par(p, type, a->b.p, a->b.len, 1, a->b.p);
     a->b.p = NULL;
 }
 
@@ -591,6 +514,16 @@ mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CLOCK_MONOTONIC in milliseconds, with their fraction. */
+static double
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
+}
+
 /*
  * Wait for fd (or, with fd < 0, for ms milliseconds alone). 1: ready; 0:
  * ms passed; -1: dsjobd is stopping and gave the database --pg-stop-grace-ms
@@ -638,23 +571,50 @@ pg_say(char *err, int code, PGconn *db, const char *what)
  * its results, bounded by pg_stop. The last result comes back (the first
  * that failed, if one did); NULL if the wait was given up (the
  * connection is then closed: it is mid-statement) or libpq is out of
- * memory. binary asks for binary rows.
+ * memory. binary asks for binary rows. One of prep[] is prepared first
+ * if this connection has not yet, and then run by name.
  */
+static PGresult *wait_results(struct store *st);
+
 static PGresult *
 exec_wait(struct store *st, const char *sql, const struct params *p, bool binary)
 {
-    PGresult *r, *keep = NULL;
+    size_t k;
     int ok;
 
     if (st->db == NULL)
         return NULL;
-    if (p != NULL || binary)
+    for (k = 0; p != NULL && k < PREP_N && prep[k].sql != sql; k++)
+        ;
+    if (p != NULL && k < PREP_N && st->prep_gen[k] != st->conn_gen) {
+        PGresult *r;
+
+        if (!PQsendPrepare(st->db, prep[k].name, sql, p->n, p->type))
+            return NULL;
+        r = wait_results(st);
+        if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
+            return r;
+        PQclear(r);
+        st->prep_gen[k] = st->conn_gen;
+    }
+    if (p != NULL && k < PREP_N)
+        ok = PQsendQueryPrepared(st->db, prep[k].name, p->n, p->v, p->len, p->fmt, binary ? 1 : 0);
+    else if (p != NULL || binary)
         ok = PQsendQueryParams(st->db, sql, p ? p->n : 0, p ? p->type : NULL, p ? p->v : NULL,
                                p ? p->len : NULL, p ? p->fmt : NULL, binary ? 1 : 0);
     else
         ok = PQsendQuery(st->db, sql);
     if (!ok)
         return NULL;
+    return wait_results(st);
+}
+
+/* The results of what was sent: the last one, or the first that failed (exec_wait). */
+static PGresult *
+wait_results(struct store *st)
+{
+    PGresult *r, *keep = NULL;
+
     for (;;) {
         while (PQisBusy(st->db)) {
             if (wait_io(st, PQsocket(st->db), POLLIN, -1) < 0) {
@@ -710,26 +670,24 @@ exec_ok(struct store *st, const char *sql, const char *what, char *err)
 }
 
 /*
- * Run the statement in q with p's values, then free both: binary asks for
- * binary rows. DSJOB_OK with *out holding the result when its status is
- * want; else err says why (out of memory while q or p was built, or the
- * server's error, after what), and *out is NULL.
+ * Run the statement sql (server/sql) with p's values, then free them:
+ * binary asks for binary rows. DSJOB_OK with *out holding the result when
+ * its status is want; else err says why (out of memory while p was
+ * built, or the server's error, after what), and *out is NULL.
  */
 static int
-run(struct store *st, struct sbuf *q, struct params *p, bool binary, ExecStatusType want,
+run(struct store *st, const char *sql, struct params *p, bool binary, ExecStatusType want,
     const char *what, PGresult **out, char *err)
 {
     PGresult *r;
     int rc;
 
     *out = NULL;
-    if (q->oom || p->oom) {
-        free(q->p);
+    if (p->oom) {
         params_free(p);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
-    r = exec_wait(st, q->p, p, binary);
-    free(q->p);
+    r = exec_wait(st, sql, p, binary);
     params_free(p);
     if (r == NULL || PQresultStatus(r) != want) {
         rc = res_say(err, DSJOB_ERR_STORE, st, r, what);
@@ -742,10 +700,10 @@ run(struct store *st, struct sbuf *q, struct params *p, bool binary, ExecStatusT
 
 /* run for a statement whose rows are not read. */
 static int
-run_ok(struct store *st, struct sbuf *q, struct params *p, const char *what, char *err)
+run_ok(struct store *st, const char *sql, struct params *p, const char *what, char *err)
 {
     PGresult *r;
-    int rc = run(st, q, p, false, PGRES_COMMAND_OK, what, &r, err);
+    int rc = run(st, sql, p, false, PGRES_COMMAND_OK, what, &r, err);
 
     PQclear(r);
     return rc;
@@ -874,6 +832,7 @@ connect_db(struct store *st, bool reset)
     PostgresPollingStatusType s = PGRES_POLLING_WRITING;
     int64_t end;
 
+    st->conn_gen++; /* nothing is prepared on it yet */
     if (reset ? !PQresetStart(st->db)
               : (st->db = PQconnectStartParams((const char *const *)st->kw,
                                                (const char *const *)st->val, 1)) == NULL)
@@ -923,22 +882,14 @@ hold_live(struct store *st, char *err)
     int holder = 0;
 
     for (;;) {
-        struct sbuf q = {0};
         struct params p = {0};
         PGresult *r;
         int rc;
 
-        sb_str(&q, "SELECT pg_try_advisory_lock(");
-        par_int(&q, &p, LIVE_LOCK);
-        sb_str(&q, "::int4, ");
-        par_int(&q, &p, live_key(st->boot));
-        sb_str(&q,
-               "::int4), (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
-               " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-               " AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2"
-               " AND granted AND pid <> pg_backend_pid() LIMIT 1)");
-        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "taking this start's live lock", &r,
-                      err)) != DSJOB_OK)
+        par_int(&p, LIVE_LOCK);
+        par_int(&p, live_key(st->boot));
+        if ((rc = run(st, pg_sql_live_lock, &p, false, PGRES_TUPLES_OK,
+                      "taking this start's live lock", &r, err)) != DSJOB_OK)
             return rc;
         if (PQgetvalue(r, 0, 0)[0] == 't') {
             PQclear(r);
@@ -948,13 +899,9 @@ hold_live(struct store *st, char *err)
         PQclear(r);
         if (!ended && holder != 0 && holder == st->pid) {
             /* This server's own lost session: end it. */
-            q = (struct sbuf){0};
-            sb_str(&q, "SELECT pg_terminate_backend(");
-            par_int(&q, &p, holder);
-            sb_str(&q, "::int4)");
-            /* A role that may not (a superuser's session) leaves it to the tries below. */
-            rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "ending this server's lost session", &r,
-                     err);
+            par_int(&p, holder);
+            rc = run(st, pg_sql_end_backend, &p, false, PGRES_TUPLES_OK,
+                     "ending this server's lost session", &r, err);
             if (rc != DSJOB_OK && conn_lost(st))
                 return rc;
             PQclear(r);
@@ -973,15 +920,11 @@ hold_live(struct store *st, char *err)
                              "postgres: dsjobd is stopping: gave up taking this start's live lock");
     }
     {
-        struct sbuf q = {0};
         struct params p = {0};
 
-        sb_str(&q, "INSERT INTO dsjob.servers (owner, boot) VALUES (");
-        par_text(&q, &p, st->owner, strlen(st->owner));
-        sb_str(&q, ", ");
-        par_int(&q, &p, (int64_t)st->boot);
-        sb_str(&q, ") ON CONFLICT (owner) DO NOTHING");
-        return run_ok(st, &q, &p, "listing this start", err);
+        par_text(&p, st->owner, strlen(st->owner));
+        par_int(&p, (int64_t)st->boot);
+        return run_ok(st, pg_sql_list_start, &p, "listing this start", err);
     }
 }
 
@@ -1056,12 +999,12 @@ schema_make(struct store *st, char *err)
         }
         /* Version N to N + 1, each in this transaction. */
         if (version < 2 &&
-            (rc = exec_ok(st, SCHEMA_STEP_1_2, "upgrading schema dsjob from version 1 to 2",
+            (rc = exec_ok(st, pg_sql_schema_1_2, "upgrading schema dsjob from version 1 to 2",
                           err)) != DSJOB_OK)
             goto rollback;
     } else {
         PQclear(r);
-        if ((rc = exec_ok(st, SCHEMA_SQL, "creating schema dsjob", err)) != DSJOB_OK)
+        if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
             goto rollback;
     }
     return exec_ok(st, "COMMIT", "committing the schema", err);
@@ -1219,11 +1162,12 @@ find_add(struct store *st, const char *h, size_t len)
 }
 
 /*
- * The adds' INSERT for adds[from..to) (those not gone) into q and p: the
- * batch's, or one row's. Returns how many rows it holds.
+ * The adds' columns for adds[from..to) (those not gone) into p, then the
+ * owner and the lease ($1-$11 of add.sql and main.sql): the batch's, or
+ * one row's. Returns how many rows they hold.
  */
 static size_t
-add_sql(struct store *st, size_t from, size_t to, struct sbuf *q, struct params *p)
+add_params(struct store *st, size_t from, size_t to, struct params *p)
 {
     static const Oid elem[AC_N] = {OID_TEXT,  OID_TEXT, OID_BYTEA, OID_BOOL, OID_BYTEA,
                                    OID_BYTEA, OID_INT2, OID_INT8,  OID_BOOL};
@@ -1231,7 +1175,6 @@ add_sql(struct store *st, size_t from, size_t to, struct sbuf *q, struct params 
                                    OID_BOOL_ARRAY, OID_BYTEA_ARRAY, OID_BYTEA_ARRAY,
                                    OID_INT2_ARRAY, OID_INT8_ARRAY,  OID_BOOL_ARRAY};
     struct arr c[AC_N];
-    struct sbuf ignore = {0};
     size_t i, rows = 0;
     int k;
 
@@ -1256,13 +1199,10 @@ add_sql(struct store *st, size_t from, size_t to, struct sbuf *q, struct params 
         arr_int(&c[AC_WHEN], a->when, 8);
         arr_bool(&c[AC_LEASED], a->leased);
     }
-    /* The statement's text names them itself ($1-$11). */
     for (k = 0; k < AC_N; k++)
-        par_arr(&ignore, p, &c[k], type[k]);
-    par_text(&ignore, p, st->owner, strlen(st->owner));
-    par_int(&ignore, p, st->lease);
-    free(ignore.p);
-    sb_str(q, ADD_SQL);
+        par_arr(p, &c[k], type[k]);
+    par_text(p, st->owner, strlen(st->owner));
+    par_int(p, st->lease);
     return rows;
 }
 
@@ -1381,10 +1321,78 @@ pg_set_func(struct store *st, const struct store_func *sf, char *err)
     return DSJOB_OK;
 }
 
+/* The entry of func in st->demand; with make, the stalest one is given to it if it has none. */
+static struct demand *
+demand_find(struct store *st, const char *func, bool make)
+{
+    struct demand *old = &st->demand[0];
+    size_t i;
+
+    for (i = 0; i < PG_DEMAND_MAX; i++) {
+        struct demand *d = &st->demand[i];
+
+        if (d->func != NULL && strcmp(d->func, func) == 0)
+            return d;
+        if (d->func == NULL || (old->func != NULL && d->at_ms < old->at_ms))
+            old = d;
+    }
+    if (!make)
+        return NULL;
+    free(old->func);
+    old->func = strdup(func);
+    old->took = 0;
+    old->at_ms = 0;
+    return old->func != NULL ? old : NULL;
+}
+
+/* st->take for each function ls asks for (see PG_TAKE_FLUSHES). */
+static void
+demand_takes(struct store *st, const struct store_lease *ls)
+{
+    double now = now_ms();
+    size_t i;
+
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct demand *d = demand_find(st, ls->funcs[i], false);
+        double want;
+
+        st->take[i] = ls->limits[i];
+        if (d == NULL || d->took == 0 || now - d->at_ms >= PG_TAKE_STALE_MS)
+            continue;
+        want = (double)d->took / (now - d->at_ms > 0.1 ? now - d->at_ms : 0.1) * st->flush_ms *
+               PG_TAKE_FLUSHES;
+        if (want > PG_TAKE_MAX)
+            want = PG_TAKE_MAX;
+        if (want > st->take[i])
+            st->take[i] = (unsigned)want;
+    }
+}
+
+/* After a take committed: how many jobs of each function it took, and when. */
+static void
+demand_took(struct store *st, const struct store_lease *ls)
+{
+    double now = now_ms();
+    size_t i, k;
+
+    for (i = 0; i < ls->nfuncs; i++) {
+        struct demand *d;
+        uint32_t n = 0;
+
+        if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            continue;
+        for (k = 0; k < ls->njobs; k++)
+            n += strcmp(ls->jobs[k].func, ls->funcs[i]) == 0;
+        if ((d = demand_find(st, ls->funcs[i], n > 0)) != NULL) {
+            d->took = n;
+            d->at_ms = now;
+        }
+    }
+}
+
 static int
 pg_lease(struct store *st, struct store_lease *ls, char *err)
 {
-    (void)err;
     ls->jobs = NULL;
     ls->njobs = 0;
     ls->held = NULL;
@@ -1399,6 +1407,15 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->ended_mem = NULL;
     ls->waiting = NULL;
     ls->nwaiting = 0;
+    if (ls->nfuncs > st->take_cap) {
+        unsigned *t = realloc(st->take, ls->nfuncs * sizeof(*t));
+
+        if (t == NULL)
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        st->take = t;
+        st->take_cap = ls->nfuncs;
+    }
+    demand_takes(st, ls);
     st->ls = ls;
     if (ls->nrelease > 0)
         st->notify = true; /* a server with a worker free takes what is given up */
@@ -1417,17 +1434,14 @@ find_alias(struct store *st, size_t i, char *err)
     int tries, rc;
 
     for (tries = 0; tries < 3; tries++) {
-        struct sbuf q = {0};
         struct params p = {0};
         PGresult *r;
         bool got = false;
 
-        sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE state = 0 AND func = ");
-        par_text(&q, &p, a->func, strlen(a->func));
-        sb_str(&q, " AND uniq = ");
-        par_bytea(&q, &p, a->uniq, a->uniq_len);
-        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "finding a unique key's job", &r, err)) !=
-            DSJOB_OK)
+        par_text(&p, a->func, strlen(a->func));
+        par_bytea(&p, a->uniq, a->uniq_len);
+        if ((rc = run(st, pg_sql_find_alias, &p, false, PGRES_TUPLES_OK,
+                      "finding a unique key's job", &r, err)) != DSJOB_OK)
             return rc;
         if (PQntuples(r) == 1) {
             if (a->alias != NULL)
@@ -1438,10 +1452,10 @@ find_alias(struct store *st, size_t i, char *err)
         if (got)
             return DSJOB_OK;
         /* Gone since the INSERT: insert this one again. */
-        q = (struct sbuf){0};
-        add_sql(st, i, i + 1, &q, &p);
-        if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "inserting a job again", &r, err)) !=
-            DSJOB_OK)
+        add_params(st, i, i + 1, &p);
+        par_bool(&p, false);
+        if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "inserting a job again", &r,
+                      err)) != DSJOB_OK)
             return rc;
         got = PQntuples(r) == 1;
         PQclear(r);
@@ -1478,7 +1492,7 @@ be32(const char *p)
     return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
 }
 
-/* A taken row (binary format, MAIN_COLUMNS) into sj, its bytes at *at. */
+/* A taken row (binary format, main.sql's columns) into sj, its bytes at *at. */
 static void
 take_row(PGresult *r, int row, struct store_job *sj, char **at)
 {
@@ -1541,39 +1555,36 @@ lease_reads(const struct store_lease *ls)
     return lease_takes(ls) || (ls != NULL && ls->nrelease > 0);
 }
 
-/* The functions ls asks for, with how many of each: "unnest($k, $k+1) AS f(name, n)". */
+/* The functions ls asks for, then how many of each to take: two arrays. */
 static void
-funcs_values(struct sbuf *q, struct params *p, const struct store_lease *ls)
+funcs_params(struct params *p, const struct store *st, const struct store_lease *ls)
 {
     struct arr names, n;
     size_t i;
 
     arr_init(&names, OID_TEXT);
     arr_init(&n, OID_INT4);
-    for (i = 0; i < ls->nfuncs; i++) {
+    for (i = 0; ls != NULL && i < ls->nfuncs; i++) {
         /* A name that is not UTF-8 has no rows here (its adds were refused). */
         if (!utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
             continue;
         arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
-        arr_int(&n, ls->limits[i], 4);
+        arr_int(&n, st->take[i], 4);
     }
-    sb_str(q, "unnest(");
-    par_arr(q, p, &names, OID_TEXT_ARRAY);
-    sb_str(q, "::text[], ");
-    par_arr(q, p, &n, OID_INT4_ARRAY);
-    sb_str(q, "::int4[]) AS f(name, n)");
+    par_arr(p, &names, OID_TEXT_ARRAY);
+    par_arr(p, &n, OID_INT4_ARRAY);
 }
 
 /* How many jobs ls asks for in all, of the functions this store can hold. */
 static uint64_t
-lease_asked(const struct store_lease *ls)
+lease_asked(const struct store *st, const struct store_lease *ls)
 {
     uint64_t n = 0;
     size_t i;
 
     for (i = 0; ls != NULL && i < ls->nfuncs; i++)
         if (utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
-            n += ls->limits[i];
+            n += st->take[i];
     return n;
 }
 
@@ -1590,17 +1601,13 @@ lease_asked(const struct store_lease *ls)
 static void
 read_due(struct store *st, struct store_lease *ls)
 {
-    struct sbuf q = {0};
     struct params p = {0};
+    char err[STORE_ERRLEN]; /* not reported: the poll finds the job */
     PGresult *r;
 
-    sb_str(&q, "SELECT ceil(extract(epoch FROM min(d.run_at) - now()) * 1000)::int8 FROM ");
-    funcs_values(&q, &p, ls);
-    sb_str(&q, " CROSS JOIN (VALUES (0::int2), (1::int2), (2::int2)) AS p(prio),"
-               " LATERAL (SELECT run_at FROM dsjob.jobs WHERE state = 0 AND func = f.name"
-               " AND prio = p.prio AND run_at > now() AND (owner IS NULL OR lease_until < now())"
-               " ORDER BY run_at LIMIT 1) d");
-    if (run(st, &q, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, NULL) != DSJOB_OK)
+    funcs_params(&p, st, ls);
+    if (run(st, pg_sql_read_due, &p, false, PGRES_TUPLES_OK, "reading run-at times", &r, err) !=
+        DSJOB_OK)
         return;
     if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
         ls->due_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -1609,7 +1616,7 @@ read_due(struct store *st, struct store_lease *ls)
 
 /* The handles of rows[0..n) as a text[] value. */
 static void
-handles_arr(struct sbuf *q, struct params *p, const struct pend_row *rows, size_t n)
+handles_param(struct params *p, const struct pend_row *rows, size_t n)
 {
     struct arr a;
     size_t i;
@@ -1617,7 +1624,7 @@ handles_arr(struct sbuf *q, struct params *p, const struct pend_row *rows, size_
     arr_init(&a, OID_TEXT);
     for (i = 0; i < n; i++)
         arr_put(&a, rows[i].handle, strlen(rows[i].handle));
-    par_arr(q, p, &a, OID_TEXT_ARRAY);
+    par_arr(p, &a, OID_TEXT_ARRAY);
 }
 
 /* Adds of the batch still to write. */
@@ -1632,99 +1639,25 @@ live_adds(const struct store *st)
 }
 
 /*
- * The batch's one statement: its adds (INSERT, unless each writes them one
- * by one), removes (DELETE), the jobs its lease op takes (UPDATE ... FOR
- * UPDATE SKIP LOCKED) or gives up (rows under this server's lease that its
- * queue lacks) and its NOTIFY, as data-modifying CTEs whose RETURNING rows
- * come back tagged (1 added, 2 removed, 3 taken, 5 given up). No two of
- * them touch one row: the INSERT's rows are new, the DELETE's are this
- * server's and in its queue (a remove of a row this batch adds cancelled
- * that add), those given up are this server's and not in its queue, and
- * the take skips this server's (its own expired leases are renewed, not
- * taken). Returns the SQL in q and its values in p.
+ * The values of the batch's one statement (main.sql): its adds (none if
+ * each writes them one by one), removes, the functions its lease op takes
+ * jobs of, the leases it gives up, and whether it NOTIFYs.
  */
 static void
-main_sql(struct store *st, struct sbuf *q, struct params *p)
+main_params(struct store *st, struct params *p)
 {
     struct store_lease *ls = st->ls;
-    const char *sep = "";
-    bool adds = !st->each && live_adds(st) > 0;
-    bool take = lease_takes(ls), release = ls != NULL && ls->nrelease > 0;
-    struct sbuf owner = {0};
+    struct arr rel;
     size_t i;
 
-    /* The adds' values are $1-$11 (ADD_SQL); the owner is its $10, or the first after. */
-    sb_str(q, "WITH ");
-    if (adds) {
-        struct sbuf ins = {0};
-
-        add_sql(st, 0, st->nadds, &ins, p);
-        sb_str(q, "ins AS (");
-        sb_add(q, ins.p, ins.len);
-        sb_str(q, ")");
-        free(ins.p);
-        sb_str(&owner, "$10::text");
-        sep = ", ";
-    } else {
-        par_text(&owner, p, st->owner, strlen(st->owner));
-        sb_str(&owner, "::text");
-    }
-    if (st->nrms > 0) {
-        sb_str(q, sep);
-        sb_str(q, "del AS (DELETE FROM dsjob.jobs WHERE owner = ");
-        sb_str(q, owner.p);
-        sb_str(q, " AND handle = ANY(");
-        handles_arr(q, p, st->rms, st->nrms);
-        sb_str(q, "::text[]) RETURNING handle)");
-        sep = ", ";
-    }
-    if (take) {
-        sb_str(q, sep);
-        sb_str(q, "cl AS (UPDATE dsjob.jobs j SET owner = ");
-        sb_str(q, owner.p);
-        sb_str(q, ", lease_until = now() + ");
-        par_int(q, p, st->lease);
-        sb_str(q, "::int4 * interval '1 second' FROM (SELECT c.id FROM ");
-        funcs_values(q, p, ls);
-        sb_str(q, ", LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0"
-                  " AND func = f.name AND run_at <= now()"
-                  " AND (owner IS NULL OR (lease_until < now() AND owner <> ");
-        sb_str(q, owner.p);
-        sb_str(q, ")) ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s"
-                  " WHERE j.id = s.id RETURNING " CLAIM_COLUMNS ")");
-        sep = ", ";
-    }
-    if (release) {
-        struct arr a;
-
-        /* Rows under this server's lease that it lost track of: for any server to take. */
-        sb_str(q, sep);
-        sb_str(q, "rel AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
-                  " WHERE state = 0 AND owner = ");
-        sb_str(q, owner.p);
-        sb_str(q, " AND handle = ANY(");
-        arr_init(&a, OID_TEXT);
-        for (i = 0; i < ls->nrelease; i++)
-            arr_put(&a, ls->release[i], strlen(ls->release[i]));
-        par_arr(q, p, &a, OID_TEXT_ARRAY);
-        sb_str(q, "::text[]) RETURNING handle)");
-        sep = ", ";
-    }
-    free(owner.p);
-    q->oom = q->oom || owner.oom;
-    if (*sep == '\0')
-        sb_str(q, "none AS (SELECT 1)");
-    sb_str(q, " SELECT 0::int2" NULL_COLUMNS " WHERE false");
-    if (adds)
-        sb_str(q, " UNION ALL SELECT 1::int2, handle" NULL_REST " FROM ins");
-    if (st->nrms > 0)
-        sb_str(q, " UNION ALL SELECT 2::int2, handle" NULL_REST " FROM del");
-    if (take)
-        sb_str(q, " UNION ALL SELECT 3::int2, * FROM cl");
-    if (release)
-        sb_str(q, " UNION ALL SELECT 5::int2, handle" NULL_REST " FROM rel");
-    if (st->notify)
-        sb_str(q, " UNION ALL SELECT 4::int2" NULL_COLUMNS " FROM pg_notify('dsjob', '')");
+    add_params(st, 0, st->each ? 0 : st->nadds, p);
+    handles_param(p, st->rms, st->nrms);
+    funcs_params(p, st, ls);
+    arr_init(&rel, OID_TEXT);
+    for (i = 0; ls != NULL && i < ls->nrelease; i++)
+        arr_put(&rel, ls->release[i], strlen(ls->release[i]));
+    par_arr(p, &rel, OID_TEXT_ARRAY);
+    par_bool(p, st->notify);
 }
 
 /* Mark each row of rows[0..n) whose handle got (n_got, sorted) lacks as lost. */
@@ -1756,25 +1689,16 @@ mark_conflicts(struct store *st, char **added, size_t nadded)
 static int
 flush_adds_only(struct store *st, char *err)
 {
-    struct sbuf q = {0}, ins = {0};
     struct params p = {0};
     PGresult *r;
     char **added = NULL;
     size_t nadded = 0;
     int k, rc;
 
-    add_sql(st, 0, st->nadds, &ins, &p);
-    if (st->notify) {
-        sb_str(&q, "WITH ins AS (");
-        sb_add(&q, ins.p, ins.len);
-        sb_str(&q, ") SELECT handle FROM ins UNION ALL"
-                   " SELECT NULL FROM pg_notify('dsjob', '')");
-    } else {
-        sb_add(&q, ins.p, ins.len);
-    }
-    free(ins.p);
-    q.oom = q.oom || ins.oom;
-    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
+    add_params(st, 0, st->nadds, &p);
+    par_bool(&p, st->notify);
+    if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) !=
+        DSJOB_OK)
         return rc;
     added = malloc(((size_t)PQntuples(r) + 1) * sizeof(*added));
     if (added == NULL) {
@@ -1805,7 +1729,6 @@ flush_adds_each(struct store *st, char *err)
 
     for (i = 0; i < st->nadds; i++) {
         struct pend_add *a = &st->adds[i];
-        struct sbuf q = {0};
         struct params p = {0};
         PGresult *r;
 
@@ -1813,8 +1736,9 @@ flush_adds_each(struct store *st, char *err)
             continue;
         if ((rc = exec_ok(st, "SAVEPOINT dsjob_add", "savepoint", err)) != DSJOB_OK)
             return rc;
-        add_sql(st, i, i + 1, &q, &p);
-        rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "writing a job", &r, a->why);
+        add_params(st, i, i + 1, &p);
+        par_bool(&p, false);
+        rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing a job", &r, a->why);
         if (rc == DSJOB_OK) {
             a->conflict = PQntuples(r) == 0;
             PQclear(r);
@@ -1834,12 +1758,20 @@ flush_adds_each(struct store *st, char *err)
     return DSJOB_OK;
 }
 
+/* The kind of main.sql's row k (its first column, an int2 in binary format). */
+static enum row_kind
+row_kind(PGresult *r, int k)
+{
+    const unsigned char *v = (const unsigned char *)PQgetvalue(r, k, 0);
+
+    return (enum row_kind)(v[0] << 8 | v[1]);
+}
+
 /* Run the batch's one statement and sort out what came back. */
 static int
 flush_main(struct store *st, char *err)
 {
     struct store_lease *ls = st->ls;
-    struct sbuf q = {0};
     struct params p = {0};
     PGresult *r;
     char **added = NULL, **removed = NULL, *at;
@@ -1850,8 +1782,9 @@ flush_main(struct store *st, char *err)
         return DSJOB_OK;
     if (nadds > 0 && st->nrms == 0 && !lease_reads(ls))
         return flush_adds_only(st, err);
-    main_sql(st, &q, &p);
-    if ((rc = run(st, &q, &p, true, PGRES_TUPLES_OK, "writing the batch", &r, err)) != DSJOB_OK)
+    main_params(st, &p);
+    if ((rc = run(st, pg_sql_main, &p, true, PGRES_TUPLES_OK, "writing the batch", &r, err)) !=
+        DSJOB_OK)
         return rc;
     n = PQntuples(r);
     added = malloc(((size_t)n + 1) * sizeof(*added));
@@ -1861,24 +1794,22 @@ flush_main(struct store *st, char *err)
         goto out;
     }
     for (k = 0; k < n; k++) {
-        int kind = (unsigned char)PQgetvalue(r, k, 0)[1];
-
-        if (kind == 1)
-            added[nadded++] = PQgetvalue(r, k, 1);
-        else if (kind == 2)
-            removed[nremoved++] = PQgetvalue(r, k, 1);
-        else if (kind == 5)
-            ls->nreleased++;
-        else if (kind == 3) {
+        switch (row_kind(r, k)) {
+        case ROW_ADDED: added[nadded++] = PQgetvalue(r, k, 1); break;
+        case ROW_REMOVED: removed[nremoved++] = PQgetvalue(r, k, 1); break;
+        case ROW_RELEASED: ls->nreleased++; break;
+        case ROW_TAKEN:
             ntaken++;
             for (i = 1; i <= 6; i++)
                 bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
+            break;
+        case ROW_NOTIFIED: break;
         }
     }
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     qsort(removed, nremoved, sizeof(*removed), store_cmp_strs);
     mark_lost(removed, nremoved, st->rms, st->nrms);
-    st->due_wanted = lease_takes(ls) && ntaken < lease_asked(ls);
+    st->due_wanted = lease_takes(ls) && ntaken < lease_asked(st, ls);
     if (ntaken > 0) {
         ls->jobs = calloc(ntaken, sizeof(*ls->jobs));
         ls->mem = malloc(bytes);
@@ -1889,7 +1820,7 @@ flush_main(struct store *st, char *err)
         }
         at = ls->mem;
         for (k = 0; k < n; k++)
-            if ((unsigned char)PQgetvalue(r, k, 0)[1] == 3)
+            if (row_kind(r, k) == ROW_TAKEN)
                 take_row(r, k, &ls->jobs[ls->njobs++], &at);
         qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
     }
@@ -1917,60 +1848,36 @@ flush_updates(struct store *st, bool after, char *err)
 
     for (i = 0; i < st->nupds; i++) {
         struct pend_upd *u = &st->upds[i];
-        struct sbuf q = {0};
         struct params p = {0};
+        const char *sql;
         PGresult *r;
 
         if (u->after != after || u->gone)
             continue;
         if (u->func && u->retries == 0 && u->backoff_base_ms == 0 && u->backoff_max_ms == 0) {
-            sb_str(&q, "DELETE FROM dsjob.funcs WHERE name = ");
-            par_text(&q, &p, u->handle, strlen(u->handle));
+            sql = pg_sql_func_delete;
+            par_text(&p, u->handle, strlen(u->handle));
         } else if (u->func) {
-            sb_str(&q, "INSERT INTO dsjob.funcs VALUES (");
-            par_text(&q, &p, u->handle, strlen(u->handle));
-            sb_str(&q, ", ");
-            par_int(&q, &p, u->retries);
-            sb_str(&q, ", ");
-            par_int(&q, &p, u->backoff_base_ms);
-            sb_str(&q, ", ");
-            par_int(&q, &p, u->backoff_max_ms);
-            sb_str(&q, ") ON CONFLICT (name) DO UPDATE SET retries = excluded.retries,"
-                       " backoff_base_ms = excluded.backoff_base_ms,"
-                       " backoff_max_ms = excluded.backoff_max_ms");
+            sql = pg_sql_func_set;
+            par_text(&p, u->handle, strlen(u->handle));
+            par_int(&p, u->retries);
+            par_int(&p, u->backoff_base_ms);
+            par_int(&p, u->backoff_max_ms);
         } else {
-            sb_str(&q, "UPDATE dsjob.jobs SET prio = ");
-            par_int(&q, &p, u->prio);
-            sb_str(&q, ", state = ");
-            par_int(&q, &p, u->state);
-            sb_str(&q, ", attempts = ");
-            par_int(&q, &p, u->attempts);
-            sb_str(&q, ", first_fail = ");
-            par_int(&q, &p, u->first_fail);
-            sb_str(&q, ", last_fail = ");
-            par_int(&q, &p, u->last_fail);
-            sb_str(&q, ", numerator = ");
-            par_int(&q, &p, u->numerator);
-            sb_str(&q, ", denominator = ");
-            par_int(&q, &p, u->denominator);
-            if (u->when > 0) {
-                sb_str(&q, ", run_at = to_timestamp(");
-                par_int(&q, &p, u->when);
-                sb_str(&q, ")");
-            }
-            sb_str(&q, ", result = ");
-            if (u->result_len > 0)
-                par_bytea(&q, &p, u->result, u->result_len);
-            else
-                sb_str(&q, "NULL");
-            sb_str(&q, " WHERE handle = ");
-            par_text(&q, &p, u->handle, strlen(u->handle));
-            if (!after) {
-                sb_str(&q, " AND owner = ");
-                par_text(&q, &p, st->owner, strlen(st->owner));
-            }
+            sql = pg_sql_update_job;
+            par_int(&p, u->prio);
+            par_int(&p, u->state);
+            par_int(&p, u->attempts);
+            par_int(&p, u->first_fail);
+            par_int(&p, u->last_fail);
+            par_int(&p, u->numerator);
+            par_int(&p, u->denominator);
+            par_int(&p, u->when > 0 ? u->when : 0);
+            par_bytea(&p, u->result_len > 0 ? u->result : NULL, u->result_len);
+            par_text(&p, u->handle, strlen(u->handle));
+            par_text_or_null(&p, after ? NULL : st->owner);
         }
-        if ((rc = run(st, &q, &p, false, PGRES_COMMAND_OK,
+        if ((rc = run(st, sql, &p, false, PGRES_COMMAND_OK,
                       u->func ? "setting a function" : "rewriting a job", &r, err)) != DSJOB_OK)
             return rc;
         if (u->lost != NULL)
@@ -1989,13 +1896,11 @@ flush_updates(struct store *st, bool after, char *err)
 static PGresult *
 read_waiting(struct store *st, char *err)
 {
-    struct sbuf q = {0};
     struct params p = {0};
     PGresult *r;
 
-    sb_str(&q, "SELECT func, count(*) FROM dsjob.jobs WHERE state = 0 AND run_at <= now()"
-               " AND (owner IS NULL OR lease_until < now()) GROUP BY func ORDER BY func");
-    if (run(st, &q, &p, false, PGRES_TUPLES_OK, "counting the jobs waiting", &r, err) != DSJOB_OK)
+    if (run(st, pg_sql_waiting, &p, false, PGRES_TUPLES_OK, "counting the jobs waiting", &r, err) !=
+        DSJOB_OK)
         return NULL;
     return r;
 }
@@ -2003,7 +1908,6 @@ read_waiting(struct store *st, char *err)
 static int
 flush_renew(struct store *st, struct store_lease *ls, char *err)
 {
-    struct sbuf q = {0};
     struct params p = {0};
     PGresult *r, *w;
     size_t bytes = 0;
@@ -2012,12 +1916,10 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
 
     if (!ls->renew)
         return DSJOB_OK;
-    sb_str(&q, "UPDATE dsjob.jobs SET lease_until = now() + ");
-    par_int(&q, &p, st->lease);
-    sb_str(&q, "::int4 * interval '1 second' WHERE owner = ");
-    par_text(&q, &p, st->owner, strlen(st->owner));
-    sb_str(&q, " AND state = 0 RETURNING handle");
-    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "renewing leases", &r, err)) != DSJOB_OK)
+    par_int(&p, st->lease);
+    par_text(&p, st->owner, strlen(st->owner));
+    if ((rc = run(st, pg_sql_renew, &p, false, PGRES_TUPLES_OK, "renewing leases", &r, err)) !=
+        DSJOB_OK)
         return rc;
     if ((w = read_waiting(st, err)) == NULL) {
         PQclear(r);
@@ -2059,13 +1961,9 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
      * that job then, not at its next poll. Leased rows are few (the
      * partial index jobs_owner holds only them).
      */
-    q = (struct sbuf){0};
-    sb_str(&q, "SELECT coalesce(greatest(ceil(extract(epoch FROM min(lease_until) - now()) * 1000),"
-               " 0)::bigint, -1) FROM dsjob.jobs WHERE state = 0 AND owner IS NOT NULL"
-               " AND owner <> ");
-    par_text(&q, &p, st->owner, strlen(st->owner));
-    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "reading lease expiries", &r, err)) !=
-        DSJOB_OK)
+    par_text(&p, st->owner, strlen(st->owner));
+    if ((rc = run(st, pg_sql_expiry, &p, false, PGRES_TUPLES_OK, "reading lease expiries", &r,
+                  err)) != DSJOB_OK)
         return rc;
     if (PQntuples(r) == 1)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -2130,7 +2028,6 @@ adds_only(const struct store *st)
 static int
 recover_adds(struct store *st, char *err)
 {
-    struct sbuf q = {0};
     struct params p = {0};
     struct arr a;
     char **there = NULL;
@@ -2144,11 +2041,9 @@ recover_adds(struct store *st, char *err)
     for (i = 0; i < st->nadds; i++)
         if (!st->adds[i].gone)
             arr_put(&a, st->adds[i].handle, strlen(st->adds[i].handle));
-    sb_str(&q, "SELECT handle FROM dsjob.jobs WHERE handle = ANY(");
-    par_arr(&q, &p, &a, OID_TEXT_ARRAY);
-    sb_str(&q, "::text[])");
-    if ((rc = run(st, &q, &p, false, PGRES_TUPLES_OK, "checking a batch after a lost connection",
-                  &r, err)) != DSJOB_OK)
+    par_arr(&p, &a, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_recover, &p, false, PGRES_TUPLES_OK,
+                  "checking a batch after a lost connection", &r, err)) != DSJOB_OK)
         return rc;
     n = PQntuples(r);
     if (n == 0) {
@@ -2211,6 +2106,7 @@ rollback:
 static int
 pg_flush(struct store *st, char *err)
 {
+    double t0 = now_ms();
     size_t i;
     int rc;
 
@@ -2236,7 +2132,11 @@ pg_flush(struct store *st, char *err)
         batch_reset(st, false);
         return rc;
     }
-    /* Committed. A take that fell short learns when the next waiting job is due. */
+    /* Committed. */
+    st->flush_ms = st->flush_ms > 0 ? 0.75 * st->flush_ms + 0.25 * (now_ms() - t0) : now_ms() - t0;
+    if (st->ls != NULL && lease_takes(st->ls))
+        demand_took(st, st->ls);
+    /* A take that fell short learns when the next waiting job is due. */
     if (st->due_wanted && st->ls != NULL)
         read_due(st, st->ls);
     /* Adds that coalesced learn onto which job. */
@@ -2261,7 +2161,6 @@ pg_flush(struct store *st, char *err)
 static int
 take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char *err)
 {
-    struct sbuf q = {0};
     struct params p = {0};
     PGresult *r;
     size_t bytes = 0;
@@ -2271,16 +2170,10 @@ take_ended(struct store *st, struct store_job **out, size_t *n, void **mem, char
     *out = NULL;
     *mem = NULL;
     *n = 0;
-    sb_str(&q, "WITH gone AS (DELETE FROM dsjob.servers s WHERE CASE WHEN s.owner <> ");
-    par_text(&q, &p, st->owner, strlen(st->owner));
-    sb_printf(&q, "::text THEN pg_try_advisory_xact_lock(%d, (s.boot %% 2147483647)::int)",
-              LIVE_LOCK);
-    sb_str(&q, " ELSE false END RETURNING s.owner), t AS (UPDATE dsjob.jobs j SET owner = $1::text,"
-               " lease_until = NULL WHERE j.state <> 0 AND (j.owner IS NULL OR j.owner IN"
-               " (SELECT owner FROM gone)) RETURNING 0::int2, " CLAIM_COLUMNS ", j.state,"
-               " j.result, j.numerator, j.denominator) SELECT * FROM t ORDER BY id");
-    if ((rc = run(st, &q, &p, true, PGRES_TUPLES_OK, "taking the dead set and kept results", &r,
-                  err)) != DSJOB_OK)
+    par_text(&p, st->owner, strlen(st->owner));
+    par_int(&p, LIVE_LOCK);
+    if ((rc = run(st, pg_sql_take_ended, &p, true, PGRES_TUPLES_OK,
+                  "taking the dead set and kept results", &r, err)) != DSJOB_OK)
         return rc;
     if (PQntuples(r) == 0) {
         PQclear(r);
@@ -2351,8 +2244,7 @@ pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
 static int
 pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
 {
-    PGresult *r = exec_wait(
-        st, "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM dsjob.funcs", NULL, false);
+    PGresult *r = exec_wait(st, pg_sql_funcs, NULL, false);
     int i, rc = DSJOB_OK;
 
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -2534,25 +2426,17 @@ pg_close(struct store *st)
         return;
     if (st->db != NULL && PQstatus(st->db) == CONNECTION_OK) {
         char err[STORE_ERRLEN];
-        struct sbuf q = {0};
         struct params p = {0};
 
         (void)pg_flush(st, err);
-        /* Give back what this server holds, so that the others take it at once. */
-        /* Its dead set and kept results too: the next server to start takes them. */
-        sb_str(&q, "WITH g AS (UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL"
-                   " WHERE owner = ");
-        par_text(&q, &p, st->owner, strlen(st->owner));
-        sb_str(&q, "::text RETURNING 1), s AS (DELETE FROM dsjob.servers WHERE owner = $1::text"
-                   " RETURNING 1) SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM s),"
-                   " pg_notify('dsjob', '')");
+        par_text(&p, st->owner, strlen(st->owner));
         if (st->db != NULL) {
             PGresult *r;
 
-            if (run(st, &q, &p, false, PGRES_TUPLES_OK, "giving leases back", &r, err) == DSJOB_OK)
+            if (run(st, pg_sql_give_back, &p, false, PGRES_TUPLES_OK, "giving leases back", &r,
+                    err) == DSJOB_OK)
                 PQclear(r);
         } else {
-            free(q.p);
             params_free(&p);
         }
     }
@@ -2562,6 +2446,9 @@ pg_close(struct store *st)
     free(st->rms);
     free(st->adds);
     free(st->upds);
+    free(st->take);
+    for (i = 0; i < PG_DEMAND_MAX; i++)
+        free(st->demand[i].func);
     if (st->db != NULL)
         PQfinish(st->db);
     if (st->listen != NULL)

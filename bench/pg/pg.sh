@@ -106,6 +106,16 @@ pg_stmts() {
           AND s.query NOT LIKE '%/* bench */%' /* bench */"
 }
 
+# pg_stmts_detail DB: calls and mean ms per statement (its first 70 characters).
+pg_stmts_detail() {
+    pg_psql "$1" -F ' | ' -c "SELECT calls, round(mean_exec_time::numeric, 3),
+            regexp_replace(left(s.query, 70), '\s+', ' ', 'g')
+        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+        WHERE d.datname = current_database() AND toplevel
+          AND s.query NOT LIKE '%pg_stat_statements%'
+          AND s.query NOT LIKE '%/* bench */%' ORDER BY calls DESC LIMIT 8 /* bench */"
+}
+
 pg_stop() {
     [ -n "$PG_PID" ] || return 0
     kill -INT "$PG_PID" 2>/dev/null

@@ -1,0 +1,52 @@
+-- A batch's one statement: its adds (INSERT), removes (DELETE), the jobs
+-- its lease op takes (UPDATE ... FOR UPDATE SKIP LOCKED) or gives up (rows
+-- under this server's lease that its queue lacks) and its NOTIFY, as
+-- data-modifying CTEs whose RETURNING rows come back tagged by kind (enum
+-- row_kind in store_postgres.c: 1 added, 2 removed, 3 taken, 4 notified,
+-- 5 given up). An empty array leaves its part with nothing to do. No two
+-- parts touch one row: the INSERT's rows are new, the DELETE's are this
+-- server's and in its queue (a remove of a row this batch adds cancelled
+-- that add), those given up are this server's and not in its queue, and
+-- the take skips this server's (its own expired leases are renewed, not
+-- taken).
+-- $1-$9 the adds' columns (as add.sql), $10 the owner, $11 the lease in
+-- seconds, $12 the handles to remove, $13 and $14 the functions to take
+-- jobs of and how many of each, $15 the handles to give up, $16 whether
+-- to NOTIFY. The taken rows' columns follow the kind: handle, func, uniq,
+-- unique_is_data, reducer, data, prio, run-at (epoch seconds), attempts,
+-- first_fail, last_fail, id (take_row).
+WITH ins AS (
+ INSERT INTO dsjob.jobs (handle, func, uniq, unique_is_data, reducer, data, prio, run_at,
+  owner, lease_until)
+ SELECT h, f, u, ud, r, d, p, CASE WHEN w > 0 THEN to_timestamp(w) ELSE now() END,
+  CASE WHEN l THEN $10::text END,
+  CASE WHEN l THEN now() + $11::int4 * interval '1 second' END
+ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bool[], $5::bytea[], $6::bytea[],
+  $7::int2[], $8::int8[], $9::bool[]) AS t(h, f, u, ud, r, d, p, w, l)
+ ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING
+ RETURNING handle),
+del AS (
+ DELETE FROM dsjob.jobs WHERE owner = $10::text AND handle = ANY($12::text[])
+ RETURNING handle),
+cl AS (
+ UPDATE dsjob.jobs j SET owner = $10::text, lease_until = now() + $11::int4 * interval '1 second'
+ FROM (SELECT c.id FROM unnest($13::text[], $14::int4[]) AS f(name, n),
+  LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0 AND func = f.name AND run_at <= now()
+   AND (owner IS NULL OR (lease_until < now() AND owner <> $10::text))
+   ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s
+ WHERE j.id = s.id
+ RETURNING j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,
+  extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id),
+rel AS (
+ UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL
+ WHERE state = 0 AND owner = $10::text AND handle = ANY($15::text[])
+ RETURNING handle)
+SELECT 1::int2, handle, NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea,
+ NULL::int2, NULL::int8, NULL::int4, NULL::int8, NULL::int8, NULL::int8 FROM ins
+UNION ALL SELECT 2::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+ NULL, NULL FROM del
+UNION ALL SELECT 3::int2, * FROM cl
+UNION ALL SELECT 5::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+ NULL, NULL FROM rel
+UNION ALL SELECT 4::int2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+ NULL FROM pg_notify('dsjob', '') WHERE $16::bool
