@@ -5,11 +5,14 @@
 # commit is held back by a psql session that locks the ended job's row.
 #
 # Asserts, for dsjobd a (default) and b (--store-async-ends): job "first"
-# runs for 2.5 s, job "second" commits meanwhile and waits in the
-# server's queue, and psql holds first's row FOR UPDATE for 5 s; on a, "second" starts only after
-# psql's last moment holding the row (the worker's next request waits for the commit of
-# first's deletion); on b it starts before that; both jobs' rows are gone
-# at the end and each ran once.
+# runs until psql holds its row FOR UPDATE (a file says so), job "second"
+# commits meanwhile and waits in the server's queue; on a psql holds the
+# row 5 s more, and "second" starts only after psql's last moment holding
+# it (the worker's next request waits for the commit of first's deletion);
+# on b psql holds it until "second" has started (bounded), so that it
+# starts before that; both jobs' rows are gone at the end and each ran
+# once. Every step waits for the one before it, so a loaded machine only
+# makes it slower.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -22,12 +25,18 @@ pg_test_begin
 pg_start_or_bail
 pgd_start_or_bail a --verbose NOTICE
 pgd_start_or_bail b --verbose NOTICE --store-async-ends
-# The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts 2.5 s.
+# The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts
+# until the file $2 exists (psql holds its row), at most 120 s.
 cat >"$T/rec.sh" <<'EOF'
 ts=$(date +%s%N)
 p=$(cat)
 echo "$ts $p" >>"$1"
-[ "$p" = first ] && sleep 2.5
+i=0
+while [ "$p" = first ] && [ ! -e "$2" ] && [ $i -lt 1200 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+[ "$p" = first ] && date +%s%N >"$1.end"
 exit 0
 EOF
 started() { awk -v p="$2" '$2 == p { print $1; exit }' "$1"; } # started FILE PAYLOAD: ns
@@ -36,7 +45,8 @@ has() { [ -n "$(started "$1" "$2")" ]; }
 for n in a b; do
     f=end_$n
     : >"$T/ran.$n"
-    "$DSJOB" worker -s "127.0.0.1:$(pgd_port $n)" -f $f -- sh "$T/rec.sh" "$T/ran.$n" 2>/dev/null &
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port $n)" -f $f -- sh "$T/rec.sh" "$T/ran.$n" "$T/locked.$n" \
+        2>/dev/null &
     track $!
     poll_s 10 pgd_registered $n $f
     ok $? "$n: a worker for $f is registered"
@@ -45,14 +55,21 @@ for n in a b; do
     ok $? "$n: first ($h1) runs"
     # second commits while the worker is busy: it waits in n's queue.
     h2=$("$DSJOB" -s "127.0.0.1:$(pgd_port $n)" submit -b $f second 2>&1)
-    # Hold first's row for 5 s from now: its deletion cannot commit before.
-    # The time is taken while the lock is still held, just before COMMIT
-    # lets it go: taken after psql exits, it raced the server's own commit
-    # and the worker's start (23 ms apart on a quiet machine).
+    # Hold first's row, then let first end: its deletion cannot commit
+    # while the row is held. On a, 5 s more; on b, until second has started
+    # (at most 120 s). The time is taken while the lock is still held, just
+    # before COMMIT lets it go: taken after psql exits, it raced the
+    # server's own commit and the worker's start.
+    if [ $n = a ]; then
+        hold="SELECT pg_sleep(5);"
+    else
+        hold="\\! i=0; while ! grep -q ' second\$' '$T/ran.$n' && [ \$i -lt 1200 ]; do sleep 0.1; i=\$((i + 1)); done"
+    fi
     pg_psql >/dev/null 2>&1 <<EOF
 BEGIN;
 SELECT 1 FROM dsjob.jobs WHERE handle = '$h1' FOR UPDATE;
-SELECT pg_sleep(5);
+\! touch "$T/locked.$n"
+$hold
 \! date +%s%N >"$T/released.$n"
 COMMIT;
 EOF
@@ -60,7 +77,7 @@ EOF
     ok $? "$n: second ($h2) runs"
     rel=$(cat "$T/released.$n")
     s2=$(started "$T/ran.$n" second)
-    e1=$(($(started "$T/ran.$n" first) + 2500000000))
+    e1=$(cat "$T/ran.$n.end")
     diag "$n: second started $(((s2 - e1) / 1000000)) ms after first ended, $(((s2 - rel) / 1000000)) ms after psql's last moment holding first's row"
     if [ $n = a ]; then
         [ "$s2" -ge "$rel" ]
