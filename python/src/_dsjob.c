@@ -76,6 +76,25 @@ raise:
     return NULL;
 }
 
+/* The exception being raised, normalized, with its traceback; clears it (3.12's PyErr_GetRaisedException). */
+static PyObject *
+take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
 /* Takes lock with the GIL released (another thread may hold it for a long wait). */
 static void
 lock_take(PyThread_type_lock lock)
@@ -180,17 +199,8 @@ client_call(ClientObject *self, PyObject *fn, PyObject *arg)
     g = PyGILState_Ensure();
     if (self->cb_error == NULL) {
         r = PyObject_CallObject(fn, arg);
-        if (r == NULL) {
-            PyObject *t, *v, *tb;
-
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            if (tb != NULL)
-                PyException_SetTraceback(v, tb);
-            self->cb_error = v;
-            Py_XDECREF(t);
-            Py_XDECREF(tb);
-        }
+        if (r == NULL)
+            self->cb_error = take_exception();
         Py_XDECREF(r);
     }
     Py_DECREF(arg);
@@ -723,13 +733,32 @@ static PyTypeObject JobType = {
 
 /* ---- Worker ---- */
 
+struct handler;
+
 typedef struct {
     PyObject_HEAD struct dsjob_worker *w;
     PyThread_type_lock lock;
-    PyObject *handlers; /* list: keeps the callables registered alive */
+    struct handler
+        *handlers; /* the functions registered, each the user pointer of its C callback */
     int nservers;
     int nfuncs;
+    /*
+     * The thread states that Worker.run made for the library's own threads
+     * (one each, on its first job, kept for the next ones) and deletes once
+     * the library has joined them: run's concurrency - 1 slots.
+     */
+    PyInterpreterState *interp;
+    PyThread_type_lock tslock;
+    PyThreadState **tstates;
+    size_t ntstates, maxtstates;
 } WorkerObject;
+
+/* A registered function: the handler, and the fallback for what the C dispatch does not do. */
+struct handler {
+    WorkerObject *worker; /* borrowed: the worker outlives the jobs it runs */
+    PyObject *fn, *fallback;
+    struct handler *next;
+};
 
 static int
 Worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
@@ -742,8 +771,9 @@ Worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     if (self->w == NULL) {
         self->w = dsjob_worker_new();
         self->lock = PyThread_allocate_lock();
-        self->handlers = PyList_New(0);
-        if (self->w == NULL || self->lock == NULL || self->handlers == NULL) {
+        self->tslock = PyThread_allocate_lock();
+        self->interp = PyInterpreterState_Get();
+        if (self->w == NULL || self->lock == NULL || self->tslock == NULL) {
             PyErr_NoMemory();
             return -1;
         }
@@ -759,21 +789,36 @@ Worker_dealloc(WorkerObject *self)
     dsjob_worker_free(self->w);
     if (self->lock != NULL)
         PyThread_free_lock(self->lock);
-    Py_XDECREF(self->handlers);
+    if (self->tslock != NULL)
+        PyThread_free_lock(self->tslock);
+    while (self->handlers != NULL) {
+        struct handler *h = self->handlers;
+
+        self->handlers = h->next;
+        Py_XDECREF(h->fn);
+        Py_XDECREF(h->fallback);
+        PyMem_Free(h);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int
 Worker_traverse(WorkerObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->handlers);
+    for (struct handler *h = self->handlers; h != NULL; h = h->next) {
+        Py_VISIT(h->fn);
+        Py_VISIT(h->fallback);
+    }
     return 0;
 }
 
 static int
 Worker_clear(WorkerObject *self)
 {
-    Py_CLEAR(self->handlers);
+    for (struct handler *h = self->handlers; h != NULL; h = h->next) {
+        Py_CLEAR(h->fn);
+        Py_CLEAR(h->fallback);
+    }
     return 0;
 }
 
@@ -830,42 +875,133 @@ Worker_set_id(WorkerObject *self, PyObject *arg)
 }
 
 /*
- * The C callback of every function: calls the Python dispatcher registered
- * with it with a Job, in whichever thread runs the job. The dispatcher
- * returns (result code, bytes): an enum dsjob_work_result and the result or
- * the exception text. A dispatcher that raises (it should not) fails the job.
+ * The result of a handler that returned r: bytes, str (UTF-8) or None
+ * complete the job here; anything else, or an exception (r NULL), goes to
+ * the fallback, fallback(job, result, exception) -> (code, bytes), which
+ * logs, formats "Type: message" and maps WorkFail and GiveBack. An
+ * exception that is not an Exception (SystemExit, KeyboardInterrupt) or a
+ * fallback that fails fails the job. Called with the GIL.
+ */
+static int
+handler_result(struct handler *h, JobObject *jo, PyObject *r)
+{
+    PyObject *exc = NULL, *out;
+    const char *buf;
+    Py_ssize_t len;
+    int rc = DSJOB_WORK_FAIL;
+
+    if (r == Py_None)
+        return DSJOB_WORK_COMPLETE;
+    if (r != NULL && (PyBytes_CheckExact(r) || PyUnicode_CheckExact(r))) {
+        buf = PyBytes_CheckExact(r) ? PyBytes_AS_STRING(r) : PyUnicode_AsUTF8AndSize(r, &len);
+        if (buf != NULL) {
+            if (PyBytes_CheckExact(r))
+                len = PyBytes_GET_SIZE(r);
+            return dsjob_job_set_result(jo->job, buf, (size_t)len) == DSJOB_OK ? DSJOB_WORK_COMPLETE
+                                                                               : DSJOB_WORK_FAIL;
+        }
+        r = NULL; /* a str with lone surrogates: its UnicodeEncodeError goes to the fallback */
+    }
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return DSJOB_WORK_FAIL;
+        exc = take_exception();
+    }
+    out = h->fallback == NULL
+              ? NULL
+              : PyObject_CallFunctionObjArgs(h->fallback, (PyObject *)jo, r ? r : Py_None,
+                                             exc ? exc : Py_None, NULL);
+    Py_XDECREF(exc);
+    if (out != NULL && PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 2 &&
+        PyBytes_Check(PyTuple_GET_ITEM(out, 1))) {
+        int code = (int)PyLong_AsLong(PyTuple_GET_ITEM(out, 0));
+        PyObject *b = PyTuple_GET_ITEM(out, 1);
+
+        if (code != -1 || !PyErr_Occurred()) {
+            rc = code;
+            if ((code == DSJOB_WORK_COMPLETE || code == DSJOB_WORK_EXCEPTION) &&
+                dsjob_job_set_result(jo->job, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b)) !=
+                    DSJOB_OK)
+                rc = DSJOB_WORK_FAIL;
+        }
+    } else if (out != NULL) {
+        PyErr_SetString(PyExc_TypeError, "the worker's fallback returned no (code, bytes)");
+    }
+    Py_XDECREF(out);
+    return rc;
+}
+
+/*
+ * The thread state of a thread of libdsjobworker's own, made on its first
+ * job and kept in the thread (PyGILState_GetThisThreadState finds it from
+ * then on) until Worker.run deletes it; NULL when run left no slot.
+ */
+static PyThreadState *
+worker_new_tstate(WorkerObject *wo)
+{
+    PyThreadState *ts = NULL;
+
+    PyThread_acquire_lock(wo->tslock, WAIT_LOCK);
+    if (wo->ntstates < wo->maxtstates && (ts = PyThreadState_New(wo->interp)) != NULL)
+        wo->tstates[wo->ntstates++] = ts;
+    PyThread_release_lock(wo->tslock);
+    return ts;
+}
+
+/* Deletes the thread states of the library's threads, joined by now; with the GIL. */
+static void
+worker_free_tstates(WorkerObject *wo)
+{
+    size_t i;
+
+    for (i = 0; i < wo->ntstates; i++) {
+        PyThreadState_Clear(wo->tstates[i]);
+        PyThreadState_Delete(wo->tstates[i]);
+    }
+    PyMem_Free(wo->tstates);
+    wo->tstates = NULL;
+    wo->ntstates = wo->maxtstates = 0;
+}
+
+/*
+ * The C callback of every function, in whichever thread runs the job (the
+ * GIL not held): takes the GIL with the thread's state (a thread of
+ * Python's has its own; a library thread keeps the one of its first job),
+ * calls the handler with a Job, and drops the GIL.
  */
 static int
 worker_cb(struct dsjob_job *job, void *user)
 {
-    PyGILState_STATE g = PyGILState_Ensure();
-    JobObject *jo = PyObject_New(JobObject, &JobType);
-    PyObject *r = NULL;
+    struct handler *h = user;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    JobObject *jo;
     int rc = DSJOB_WORK_FAIL;
 
-    if (jo != NULL) {
+    if (ts == NULL)
+        ts = worker_new_tstate(h->worker);
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    else
+        g = PyGILState_Ensure(); /* no slot: a state for this job only */
+    jo = PyObject_New(JobObject, &JobType);
+    if (jo != NULL && h->fn != NULL) {
+        PyObject *r;
+
         jo->job = job;
         jo->payload = NULL;
-        r = PyObject_CallOneArg((PyObject *)user, (PyObject *)jo);
+        r = PyObject_CallOneArg(h->fn, (PyObject *)jo);
+        rc = handler_result(h, jo, r);
+        Py_XDECREF(r);
         jo->job = NULL;
-        Py_DECREF(jo);
     }
-    if (r != NULL) {
-        int code;
-        const char *buf;
-        Py_ssize_t len;
-
-        if (PyArg_ParseTuple(r, "iy#", &code, &buf, &len)) {
-            rc = code;
-            if ((code == DSJOB_WORK_COMPLETE || code == DSJOB_WORK_EXCEPTION) &&
-                dsjob_job_set_result(job, buf, (size_t)len) != DSJOB_OK)
-                rc = DSJOB_WORK_FAIL;
-        }
-        Py_DECREF(r);
-    }
+    Py_XDECREF(jo);
     if (PyErr_Occurred())
-        PyErr_WriteUnraisable(user);
-    PyGILState_Release(g);
+        PyErr_WriteUnraisable(h->fn);
+    if (ts != NULL)
+        PyEval_SaveThread();
+    else
+        PyGILState_Release(g);
     return rc;
 }
 
@@ -873,19 +1009,26 @@ static PyObject *
 Worker_register(WorkerObject *self, PyObject *args)
 {
     const char *name;
-    PyObject *fn;
+    PyObject *fn, *fallback;
     int timeout_ms = 0, err;
+    struct handler *h;
 
-    if (!PyArg_ParseTuple(args, "sO|i", &name, &fn, &timeout_ms))
+    if (!PyArg_ParseTuple(args, "sOO|i", &name, &fn, &fallback, &timeout_ms))
         return NULL;
-    if (!PyCallable_Check(fn)) {
+    if (!PyCallable_Check(fn) || !PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "the handler must be callable");
         return NULL;
     }
-    if (PyList_Append(self->handlers, fn) < 0)
-        return NULL;
+    h = PyMem_Malloc(sizeof(*h));
+    if (h == NULL)
+        return PyErr_NoMemory();
+    h->worker = self;
+    h->fn = Py_NewRef(fn);
+    h->fallback = Py_NewRef(fallback);
+    h->next = self->handlers;
+    self->handlers = h;
     lock_take(self->lock);
-    err = dsjob_worker_register(self->w, name, worker_cb, fn, timeout_ms);
+    err = dsjob_worker_register(self->w, name, worker_cb, h, timeout_ms);
     PyThread_release_lock(self->lock);
     if (err == DSJOB_ERR_ARG)
         return PyErr_Format(PyExc_ValueError, "function '%s' is empty or already registered", name);
@@ -949,6 +1092,8 @@ Worker_run(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     signals = handle && sig_worker == NULL;
     lock_take(self->lock);
+    if (n > 1 && (self->tstates = PyMem_Calloc((size_t)n - 1, sizeof(*self->tstates))) != NULL)
+        self->maxtstates = (size_t)n - 1;
     if (signals) {
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = on_stop_signal;
@@ -966,6 +1111,7 @@ Worker_run(WorkerObject *self, PyObject *args, PyObject *kw)
         sig_worker = NULL;
         caught = sig_caught;
     }
+    worker_free_tstates(self);
     if (err != DSJOB_OK) {
         raise_err(err, dsjob_worker_errmsg(self->w));
         PyThread_release_lock(self->lock);
@@ -1010,8 +1156,10 @@ static PyMethodDef Worker_methods[] = {
     {"set_id", (PyCFunction)Worker_set_id, METH_O,
      "set_id(id): the id the server's \"workers\" command shows."},
     {"register", (PyCFunction)Worker_register, METH_VARARGS,
-     "register(name, dispatcher, timeout_ms=0): announce a function; dispatcher(job)\n"
-     "returns (code, bytes) with code an enum dsjob_work_result."},
+     "register(name, handler, fallback, timeout_ms=0): announce a function. handler(job)\n"
+     "returning bytes, str or None completes the job; for an exception or another\n"
+     "result, fallback(job, result, exception) returns (code, bytes) with code an\n"
+     "enum dsjob_work_result."},
     {"run", (PyCFunction)(void (*)(void))Worker_run, METH_VARARGS | METH_KEYWORDS, Worker_run_doc},
     {"work", (PyCFunction)Worker_work, METH_VARARGS,
      "work(timeout_ms=0) -> bool: run one job; False when none came or stopped."},
