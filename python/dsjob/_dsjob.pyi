@@ -35,10 +35,13 @@ class Client:
     def status(self, handle: str | None = None,
                unique: str | None = None) -> tuple[bool, bool, int, int, int]: ...
     def echo(self, data: _Bytes) -> None: ...
-    def run_tasks(self, function: str, payloads: Sequence[_Bytes],
+    def run_tasks(self, function: str, payloads: Sequence[_Bytes | None],
                   uniques: Sequence[str | None] | None = None, priority: int = 0,
                   background: bool = False,
                   timeout_ms: int = 0) -> list[tuple[int, int, bytes | None, str, str]]: ...
+    def submit_many(self, function: str, payloads: Sequence[_Bytes | None],
+                    uniques: Sequence[str | None] | None, priority: int,
+                    job: type) -> tuple[list[Any], list[tuple[int, int, str, str]]]: ...
 
 class Job:
     """The job a worker's handler runs (dsjob.WorkerJob)."""

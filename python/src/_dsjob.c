@@ -105,6 +105,51 @@ lock_take(PyThread_type_lock lock)
     }
 }
 
+/*
+ * A payload's bytes, as dsjob._util.to_bytes takes them: bytes, str
+ * (UTF-8), None (empty) or any buffer, without a copy. Release with
+ * payload_release. Returns -1 with TypeError for anything else.
+ */
+struct payload {
+    const char *buf;
+    Py_ssize_t len;
+    Py_buffer view; /* view.obj set for a buffer */
+};
+
+static int
+payload_get(PyObject *o, struct payload *p)
+{
+    p->view.obj = NULL;
+    if (PyBytes_CheckExact(o)) {
+        p->buf = PyBytes_AS_STRING(o);
+        p->len = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyUnicode_Check(o))
+        return (p->buf = PyUnicode_AsUTF8AndSize(o, &p->len)) != NULL ? 0 : -1;
+    if (o == Py_None) {
+        p->buf = "";
+        p->len = 0;
+        return 0;
+    }
+    if (PyObject_CheckBuffer(o)) {
+        if (PyObject_GetBuffer(o, &p->view, PyBUF_SIMPLE) < 0)
+            return -1;
+        p->buf = p->view.buf;
+        p->len = p->view.len;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "payload must be bytes or str, not %.100s", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static void
+payload_release(struct payload *p)
+{
+    if (p->view.obj != NULL)
+        PyBuffer_Release(&p->view);
+}
+
 /* ---- Client ---- */
 
 typedef struct {
@@ -454,127 +499,236 @@ task_exception(struct dsjob_task *t, const char *text, size_t len, void *user)
     task_end(t, user);
 }
 
+/*
+ * A task set of one function over a sequence of payloads (and of unique
+ * keys or None), run to its end with the GIL released: what run_tasks and
+ * submit_many share. The tasks' results stay in ts and tasks until
+ * tasks_free.
+ */
+struct tasks {
+    struct dsjob_taskset *ts;
+    struct dsjob_task **tasks; /* by payload index */
+    struct task_ctx *ctx;
+    struct task_run run;
+    Py_ssize_t n;
+};
+
+static void
+tasks_free(struct tasks *t)
+{
+    dsjob_taskset_free(t->ts);
+    PyMem_Free(t->tasks);
+    PyMem_Free(t->ctx);
+    PyMem_Free(t->run.order);
+}
+
+static int
+tasks_run(ClientObject *self, struct tasks *t, const char *func, PyObject *seq, PyObject *useq,
+          int prio, int background, int timeout_ms)
+{
+    static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
+                                                    task_complete, task_end, task_exception};
+    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
+    int err;
+
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    t->run.background = background;
+    if (useq != NULL && PySequence_Fast_GET_SIZE(useq) != n) {
+        PyErr_SetString(PyExc_ValueError, "uniques and payloads differ in length");
+        return -1;
+    }
+    t->tasks = PyMem_Calloc((size_t)n + 1, sizeof(*t->tasks));
+    t->ctx = PyMem_Calloc((size_t)n + 1, sizeof(*t->ctx));
+    t->run.order = PyMem_Calloc((size_t)n + 1, sizeof(*t->run.order));
+    if (t->tasks == NULL || t->ctx == NULL || t->run.order == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    lock_take(self->lock);
+    t->ts = dsjob_taskset_new(self->c, &cbs);
+    PyThread_release_lock(self->lock);
+    if (t->ts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        const char *unique = NULL;
+        struct payload p;
+
+        if (useq != NULL) {
+            PyObject *u = PySequence_Fast_GET_ITEM(useq, i);
+
+            if (u != Py_None && (unique = PyUnicode_AsUTF8(u)) == NULL)
+                return -1;
+        }
+        if (payload_get(PySequence_Fast_GET_ITEM(seq, i), &p) < 0)
+            return -1;
+        t->ctx[i].index = (size_t)i;
+        t->ctx[i].run = &t->run;
+        err =
+            dsjob_taskset_add(t->ts, func, unique, p.buf, (size_t)p.len, (enum dsjob_priority)prio,
+                              background ? DSJOB_TASK_BACKGROUND : 0, &t->ctx[i], &t->tasks[i]);
+        payload_release(&p);
+        if (err != DSJOB_OK) {
+            raise_err(err, "");
+            return -1;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS err = dsjob_taskset_run(t->ts, timeout_ms);
+    Py_END_ALLOW_THREADS if (err == DSJOB_ERR_NOMEM)
+    {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* (index, error, errmsg, handle) of a task that failed. */
+static PyObject *
+task_failure(struct dsjob_task *t, Py_ssize_t index)
+{
+    return Py_BuildValue("(niss)", index, dsjob_task_error(t), dsjob_task_errmsg(t),
+                         dsjob_task_handle(t));
+}
+
 PyDoc_STRVAR(Client_run_tasks_doc,
              "run_tasks(function, payloads, uniques=None, priority=0, background=False,\n"
              "          timeout_ms=0) -> list\n\n"
-             "Submit every payload through one C task set (pipelined, resubmitted to the\n"
-             "next server when a connection fails) and wait for all. Returns one tuple a\n"
-             "task, in the order they ended: (index, error, result, errmsg, handle) with\n"
-             "error 0 and result the WORK_COMPLETE bytes (or None in the background) for\n"
-             "a task that succeeded, else the dsjob error code and its text. Tasks still\n"
-             "running at the timeout are left out.");
+             "Submit every payload (bytes, str or None) through one C task set (pipelined,\n"
+             "resubmitted to the next server when a connection fails) and wait for all.\n"
+             "Returns one tuple a task, in the order they ended: (index, error, result,\n"
+             "errmsg, handle) with error 0 and result the WORK_COMPLETE bytes (or None in\n"
+             "the background) for a task that succeeded, else the dsjob error code and its\n"
+             "text. Tasks still running at the timeout are left out.");
 
 static PyObject *
 Client_run_tasks(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"function",   "payloads",   "uniques", "priority",
                              "background", "timeout_ms", NULL};
-    static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
-                                                    task_complete, task_end, task_exception};
     const char *func;
     PyObject *payloads, *uniques = Py_None, *seq = NULL, *useq = NULL, *out = NULL;
-    int prio = 0, background = 0, timeout_ms = 0, err = DSJOB_OK;
-    struct dsjob_taskset *ts = NULL;
-    struct dsjob_task **tasks = NULL;
-    struct task_ctx *ctx = NULL;
-    struct task_run run = {NULL, 0, 0};
-    Py_ssize_t n, i;
+    int prio = 0, background = 0, timeout_ms = 0;
+    struct tasks t;
+    Py_ssize_t i;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|Oipi", kwlist, &func, &payloads, &uniques, &prio,
                                      &background, &timeout_ms))
         return NULL;
+    memset(&t, 0, sizeof(t));
     if (check_servers(self) < 0)
         return NULL;
-    run.background = background;
-    seq = PySequence_Fast(payloads, "payloads must be a sequence");
-    if (seq == NULL)
+    if ((seq = PySequence_Fast(payloads, "payloads must be a sequence")) == NULL)
         return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    if (uniques != Py_None) {
-        useq = PySequence_Fast(uniques, "uniques must be a sequence");
-        if (useq == NULL)
-            goto out;
-        if (PySequence_Fast_GET_SIZE(useq) != n) {
-            PyErr_SetString(PyExc_ValueError, "uniques and payloads differ in length");
-            goto out;
-        }
-    }
-    tasks = PyMem_Calloc((size_t)n + 1, sizeof(*tasks));
-    ctx = PyMem_Calloc((size_t)n + 1, sizeof(*ctx));
-    run.order = PyMem_Calloc((size_t)n + 1, sizeof(*run.order));
-    if (tasks == NULL || ctx == NULL || run.order == NULL) {
-        PyErr_NoMemory();
+    if (uniques != Py_None &&
+        (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
         goto out;
-    }
-    lock_take(self->lock);
-    ts = dsjob_taskset_new(self->c, &cbs);
-    PyThread_release_lock(self->lock);
-    if (ts == NULL) {
-        PyErr_NoMemory();
+    if (tasks_run(self, &t, func, seq, useq, prio, background, timeout_ms) < 0)
         goto out;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
-        const char *unique = NULL;
-        Py_buffer b;
-
-        if (useq != NULL) {
-            PyObject *u = PySequence_Fast_GET_ITEM(useq, i);
-
-            if (u != Py_None && (unique = PyUnicode_AsUTF8(u)) == NULL)
-                goto out;
-        }
-        if (!PyArg_Parse(p, "s*", &b))
-            goto out;
-        ctx[i].index = (size_t)i;
-        ctx[i].run = &run;
-        err = dsjob_taskset_add(ts, func, unique, b.buf, (size_t)b.len, (enum dsjob_priority)prio,
-                                background ? DSJOB_TASK_BACKGROUND : 0, &ctx[i], &tasks[i]);
-        PyBuffer_Release(&b);
-        if (err != DSJOB_OK) {
-            raise_err(err, "");
-            goto out;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS err = dsjob_taskset_run(ts, timeout_ms);
-    Py_END_ALLOW_THREADS if (err == DSJOB_ERR_NOMEM)
-    {
-        PyErr_NoMemory();
-        goto out;
-    }
-    out = PyList_New((Py_ssize_t)run.nended);
-    if (out == NULL)
-        goto out;
-    for (i = 0; i < (Py_ssize_t)run.nended; i++) {
-        size_t k = run.order[i], len = 0;
-        struct dsjob_task *t = tasks[k];
-        int terr = dsjob_task_error(t);
-        const void *r = dsjob_task_result(t, &len);
+    out = PyList_New((Py_ssize_t)t.run.nended);
+    for (i = 0; out != NULL && i < (Py_ssize_t)t.run.nended; i++) {
+        size_t k = t.run.order[i], len = 0;
+        struct dsjob_task *task = t.tasks[k];
+        int terr = dsjob_task_error(task);
+        const void *r = dsjob_task_result(task, &len);
         PyObject *res, *item;
 
-        if (terr == DSJOB_OK && !background && r != NULL)
-            res = PyBytes_FromStringAndSize(r, (Py_ssize_t)len);
-        else if (terr == DSJOB_OK && !background)
-            res = PyBytes_FromStringAndSize("", 0);
+        if (terr == DSJOB_OK && !background)
+            res = PyBytes_FromStringAndSize(r != NULL ? r : "", (Py_ssize_t)len);
         else
             res = Py_NewRef(Py_None);
-        item = res ? Py_BuildValue("(niNss)", (Py_ssize_t)k, terr, res, dsjob_task_errmsg(t),
-                                   dsjob_task_handle(t))
+        item = res ? Py_BuildValue("(niNss)", (Py_ssize_t)k, terr, res, dsjob_task_errmsg(task),
+                                   dsjob_task_handle(task))
                    : NULL;
-        if (item == NULL) {
+        if (item == NULL)
             Py_CLEAR(out);
-            goto out;
-        }
-        PyList_SET_ITEM(out, i, item);
+        else
+            PyList_SET_ITEM(out, i, item);
     }
 out:
-    dsjob_taskset_free(ts);
-    PyMem_Free(tasks);
-    PyMem_Free(ctx);
-    PyMem_Free(run.order);
+    tasks_free(&t);
     Py_XDECREF(seq);
     Py_XDECREF(useq);
     return out;
+}
+
+/* Interned attribute names of dsjob.Job, which submit_many fills in. */
+static PyObject *str_handle, *str_function, *str_unique;
+
+PyDoc_STRVAR(Client_submit_many_doc,
+             "submit_many(function, payloads, uniques, priority, job) -> (jobs, failures)\n\n"
+             "Submit every payload as a background job through one C task set. jobs has\n"
+             "one instance of the class job a payload, in their order (None for one that\n"
+             "failed), made without calling its __init__: its handle, function and unique\n"
+             "attributes are set. failures has (index, error, errmsg, handle) a failure.");
+
+static PyObject *
+Client_submit_many(ClientObject *self, PyObject *args)
+{
+    const char *func;
+    PyObject *fname, *payloads, *uniques, *seq = NULL, *useq = NULL, *jobs = NULL, *fails = NULL;
+    PyTypeObject *job_type;
+    int prio;
+    struct tasks t;
+    Py_ssize_t i;
+
+    if (!PyArg_ParseTuple(args, "UOOiO!", &fname, &payloads, &uniques, &prio, &PyType_Type,
+                          &job_type))
+        return NULL;
+    memset(&t, 0, sizeof(t));
+    if ((func = PyUnicode_AsUTF8(fname)) == NULL || check_servers(self) < 0)
+        return NULL;
+    if ((seq = PySequence_Fast(payloads, "payloads must be a sequence")) == NULL)
+        return NULL;
+    if (uniques != Py_None &&
+        (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
+        goto out;
+    if (tasks_run(self, &t, func, seq, useq, prio, 1, 0) < 0)
+        goto out;
+    jobs = PyList_New(t.n);
+    fails = PyList_New(0);
+    for (i = 0; jobs != NULL && fails != NULL && i < t.n; i++) {
+        struct dsjob_task *task = t.tasks[i];
+        const char *h = dsjob_task_handle(task);
+        PyObject *job, *handle;
+
+        if (dsjob_task_error(task) != DSJOB_OK) {
+            PyObject *f = task_failure(task, i);
+
+            if (f == NULL || PyList_Append(fails, f) < 0) {
+                Py_XDECREF(f);
+                Py_CLEAR(jobs);
+                break;
+            }
+            Py_DECREF(f);
+            PyList_SET_ITEM(jobs, i, Py_NewRef(Py_None));
+            continue;
+        }
+        job = job_type->tp_alloc(job_type, 0);
+        handle = PyUnicode_DecodeUTF8(h, (Py_ssize_t)strlen(h), "surrogateescape");
+        if (job == NULL || handle == NULL || PyObject_SetAttr(job, str_handle, handle) < 0 ||
+            PyObject_SetAttr(job, str_function, fname) < 0 ||
+            PyObject_SetAttr(job, str_unique, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None) <
+                0) {
+            Py_XDECREF(job);
+            Py_XDECREF(handle);
+            Py_CLEAR(jobs);
+            break;
+        }
+        Py_DECREF(handle);
+        PyList_SET_ITEM(jobs, i, job);
+    }
+out:
+    tasks_free(&t);
+    Py_XDECREF(seq);
+    Py_XDECREF(useq);
+    if (jobs == NULL || fails == NULL) {
+        Py_XDECREF(jobs);
+        Py_XDECREF(fails);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", jobs, fails);
 }
 
 static PyMethodDef Client_methods[] = {
@@ -592,6 +746,7 @@ static PyMethodDef Client_methods[] = {
      "echo(data): check that every server echoes data back."},
     {"run_tasks", (PyCFunction)(void (*)(void))Client_run_tasks, METH_VARARGS | METH_KEYWORDS,
      Client_run_tasks_doc},
+    {"submit_many", (PyCFunction)Client_submit_many, METH_VARARGS, Client_submit_many_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1861,6 +2016,11 @@ PyInit__dsjob(void)
     JobFailed = PyObject_GetAttrString(errors, "JobFailed");
     Py_DECREF(errors);
     if (!Error || !NoServer || !Timeout || !Refused || !JobFailed)
+        return NULL;
+    str_handle = PyUnicode_InternFromString("handle");
+    str_function = PyUnicode_InternFromString("function");
+    str_unique = PyUnicode_InternFromString("unique");
+    if (!str_handle || !str_function || !str_unique)
         return NULL;
     if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&JobType) < 0 ||
         PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0 ||
