@@ -1858,16 +1858,18 @@ static PyObject *
 Async_submit(AsyncObject *self, PyObject *args)
 {
     const char *func, *unique = NULL;
-    Py_buffer payload;
+    PyObject *data;
+    struct payload payload;
     int prio = 0, background = 0, err;
     uint64_t id = 0;
 
-    if (!PyArg_ParseTuple(args, "ss*|zip", &func, &payload, &unique, &prio, &background))
+    if (!PyArg_ParseTuple(args, "sO|zip", &func, &data, &unique, &prio, &background) ||
+        payload_get(data, &payload) < 0)
         return NULL;
     err = dsjob_async_submit(self->a, func, unique, payload.buf, (size_t)payload.len,
                              (enum dsjob_priority)prio,
                              (background ? DSJOB_TASK_BACKGROUND : 0) | DSJOB_ASYNC_NO_WRITE, &id);
-    PyBuffer_Release(&payload);
+    payload_release(&payload);
     if (err != DSJOB_OK)
         return raise_err(err, dsjob_async_errmsg(self->a));
     return PyLong_FromUnsignedLongLong(id);
