@@ -106,6 +106,70 @@ lock_take(PyThread_type_lock lock)
 }
 
 /*
+ * Runs call, which may wait, with the GIL released and lock held (taken
+ * there too, since another thread may hold it for a long wait): the shape
+ * of every library call on a handle. The caller releases lock once it has
+ * read the handle's error message.
+ */
+#define CALL_WAITING(lock, call)                                                                   \
+    do {                                                                                           \
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock((lock), WAIT_LOCK);                           \
+        call;                                                                                      \
+        Py_END_ALLOW_THREADS                                                                       \
+    } while (0)
+
+static const char no_server_msg[] = "no server given (pass servers or set DSJOB_SERVERS)";
+
+/* What add_server and set_tls call on a client's or a worker's handle. */
+struct handle_ops {
+    int (*add_server)(void *h, const char *addr);
+    int (*set_tls)(void *h, const char *ca, const char *cert, const char *key, unsigned flags);
+    const char *(*errmsg)(void *h);
+};
+
+/* add_server(addr) of Client and Worker: counts the servers in *nservers. */
+static PyObject *
+handle_add_server(const struct handle_ops *ops, void *h, PyThread_type_lock lock, int *nservers,
+                  PyObject *arg)
+{
+    const char *addr = PyUnicode_AsUTF8(arg);
+    int err;
+
+    if (addr == NULL)
+        return NULL;
+    lock_take(lock);
+    err = ops->add_server(h, addr);
+    PyThread_release_lock(lock);
+    if (err == DSJOB_ERR_ARG)
+        return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+    if (err != DSJOB_OK)
+        return raise_err(err, "");
+    (*nservers)++;
+    Py_RETURN_NONE;
+}
+
+/* set_tls(ca_file, cert_file, key_file, flags) of Client, Worker and AsyncConn (lock NULL). */
+static PyObject *
+handle_set_tls(const struct handle_ops *ops, void *h, PyThread_type_lock lock, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    PyObject *r = Py_None;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    if (lock != NULL)
+        lock_take(lock);
+    err = ops->set_tls(h, ca, cert, key, flags);
+    if (err != DSJOB_OK)
+        r = raise_err(err, ops->errmsg(h));
+    if (lock != NULL)
+        PyThread_release_lock(lock);
+    return Py_XNewRef(r);
+}
+
+/*
  * A payload's bytes, as dsjob._util.to_bytes takes them: bytes, str
  * (UTF-8), None (empty) or any buffer, without a copy. Release with
  * payload_release. Returns -1 with TypeError for anything else.
@@ -189,45 +253,36 @@ Client_dealloc(ClientObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static int
+client_add_server(void *h, const char *addr)
+{
+    return dsjob_client_add_server(h, addr);
+}
+
+static int
+client_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_client_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+client_errmsg(void *h)
+{
+    return dsjob_client_errmsg(h);
+}
+
+static const struct handle_ops client_ops = {client_add_server, client_set_tls, client_errmsg};
+
 static PyObject *
 Client_add_server(ClientObject *self, PyObject *arg)
 {
-    const char *addr = PyUnicode_AsUTF8(arg);
-    int err;
-
-    if (addr == NULL)
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_client_add_server(self->c, addr);
-    PyThread_release_lock(self->lock);
-    if (err != DSJOB_OK) {
-        if (err == DSJOB_ERR_ARG)
-            return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
-        return raise_err(err, "");
-    }
-    self->nservers++;
-    Py_RETURN_NONE;
+    return handle_add_server(&client_ops, self->c, self->lock, &self->nservers, arg);
 }
 
 static PyObject *
 Client_set_tls(ClientObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_client_set_tls(self->c, ca, cert, key, flags);
-    if (err != DSJOB_OK) {
-        PyObject *r = raise_err(err, dsjob_client_errmsg(self->c));
-
-        PyThread_release_lock(self->lock);
-        return r;
-    }
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return handle_set_tls(&client_ops, self->c, self->lock, args);
 }
 
 /* Calls a Python callback of a foreground submit, in the thread that waits. */
@@ -293,7 +348,7 @@ static int
 check_servers(ClientObject *self)
 {
     if (self->nservers == 0) {
-        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        PyErr_SetString(NoServer, no_server_msg);
         return -1;
     }
     return 0;
@@ -381,15 +436,18 @@ Client_submit_bg(ClientObject *self, PyObject *args, PyObject *kw)
         PyBuffer_Release(&payload);
         return NULL;
     }
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS if (at != Py_None) err =
-        dsjob_client_submit_epoch(self->c, func, unique, payload.buf, (size_t)payload.len,
-                                  (int64_t)epoch, handle, sizeof(handle));
-    else err = dsjob_client_submit_bg(self->c, func, unique, payload.buf, (size_t)payload.len,
-                                      (enum dsjob_priority)prio, handle, sizeof(handle));
-    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
-        PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
-    else raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock,
+                 err = at != Py_None
+                           ? dsjob_client_submit_epoch(self->c, func, unique, payload.buf,
+                                                       (size_t)payload.len, (int64_t)epoch, handle,
+                                                       sizeof(handle))
+                           : dsjob_client_submit_bg(self->c, func, unique, payload.buf,
+                                                    (size_t)payload.len, (enum dsjob_priority)prio,
+                                                    handle, sizeof(handle)));
+    if (err == DSJOB_OK)
+        res = PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
+    else
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     PyBuffer_Release(&payload);
     return res;
@@ -419,13 +477,13 @@ Client_status(ClientObject *self, PyObject *args, PyObject *kw)
     if (check_servers(self) < 0)
         return NULL;
     memset(&st, 0, sizeof(st));
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = handle ? dsjob_client_status(self->c, handle, &st)
-                                        : dsjob_client_status_unique(self->c, unique, &st);
-    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
-        Py_BuildValue("(NNIII)", PyBool_FromLong(st.known), PyBool_FromLong(st.running),
-                      st.numerator, st.denominator, st.waiting);
-    else raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock, err = handle ? dsjob_client_status(self->c, handle, &st)
+                                          : dsjob_client_status_unique(self->c, unique, &st));
+    if (err == DSJOB_OK)
+        res = Py_BuildValue("(NNIII)", PyBool_FromLong(st.known), PyBool_FromLong(st.running),
+                            st.numerator, st.denominator, st.waiting);
+    else
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     return res;
 }
@@ -442,9 +500,9 @@ Client_echo(ClientObject *self, PyObject *arg)
         PyBuffer_Release(&data);
         return NULL;
     }
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = dsjob_client_echo(self->c, data.buf, (size_t)data.len);
-    Py_END_ALLOW_THREADS if (err != DSJOB_OK) raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock, err = dsjob_client_echo(self->c, data.buf, (size_t)data.len));
+    if (err != DSJOB_OK)
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     PyBuffer_Release(&data);
     if (err != DSJOB_OK)
@@ -977,40 +1035,36 @@ Worker_clear(WorkerObject *self)
     return 0;
 }
 
+static int
+worker_add_server(void *h, const char *addr)
+{
+    return dsjob_worker_add_server(h, addr);
+}
+
+static int
+worker_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_worker_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+worker_errmsg(void *h)
+{
+    return dsjob_worker_errmsg(h);
+}
+
+static const struct handle_ops worker_ops = {worker_add_server, worker_set_tls, worker_errmsg};
+
 static PyObject *
 Worker_add_server(WorkerObject *self, PyObject *arg)
 {
-    const char *addr = PyUnicode_AsUTF8(arg);
-    int err;
-
-    if (addr == NULL)
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_worker_add_server(self->w, addr);
-    PyThread_release_lock(self->lock);
-    if (err == DSJOB_ERR_ARG)
-        return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
-    if (err != DSJOB_OK)
-        return raise_err(err, "");
-    self->nservers++;
-    Py_RETURN_NONE;
+    return handle_add_server(&worker_ops, self->w, self->lock, &self->nservers, arg);
 }
 
 static PyObject *
 Worker_set_tls(WorkerObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_worker_set_tls(self->w, ca, cert, key, flags);
-    PyThread_release_lock(self->lock);
-    if (err != DSJOB_OK)
-        return raise_err(err, dsjob_worker_errmsg(self->w));
-    Py_RETURN_NONE;
+    return handle_set_tls(&worker_ops, self->w, self->lock, args);
 }
 
 static PyObject *
@@ -1211,7 +1265,7 @@ static int
 worker_ready(WorkerObject *self)
 {
     if (self->nservers == 0) {
-        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        PyErr_SetString(NoServer, no_server_msg);
         return -1;
     }
     if (self->nfuncs == 0) {
@@ -1285,9 +1339,8 @@ Worker_work(WorkerObject *self, PyObject *args)
         return NULL;
     if (worker_ready(self) < 0)
         return NULL;
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = dsjob_worker_work(self->w, timeout_ms);
-    Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+    CALL_WAITING(self->lock, err = dsjob_worker_work(self->w, timeout_ms));
+    PyThread_release_lock(self->lock);
     if (err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_STATE)
         Py_RETURN_FALSE;
     if (err != DSJOB_OK)
@@ -1827,19 +1880,24 @@ Async_clear(AsyncObject *self)
     return 0;
 }
 
+static int
+async_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_async_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+async_errmsg(void *h)
+{
+    return dsjob_async_errmsg(h);
+}
+
+static const struct handle_ops async_ops = {NULL, async_set_tls, async_errmsg};
+
 static PyObject *
 Async_set_tls(AsyncObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    err = dsjob_async_set_tls(self->a, ca, cert, key, flags);
-    if (err != DSJOB_OK)
-        return raise_err(err, dsjob_async_errmsg(self->a));
-    Py_RETURN_NONE;
+    return handle_set_tls(&async_ops, self->a, NULL, args);
 }
 
 static PyObject *
