@@ -76,7 +76,7 @@ raise:
     return NULL;
 }
 
-/* The exception being raised, normalized, with its traceback; clears it (3.12's PyErr_GetRaisedException). */
+/* The exception raised, normalized, with its traceback; cleared (PyErr_GetRaisedException). */
 static PyObject *
 take_exception(void)
 {
