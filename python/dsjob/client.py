@@ -145,15 +145,15 @@ class Client:
         Raises JobFailed (with the worker's exception text), Refused (the
         server's ERROR code), Timeout or NoServer.
         """
-        data = to_bytes(payload)
-        prio = _priority(priority)
+        prio = 0 if priority == "normal" else _priority(priority)
         if background or at is not None:
             if at is not None and prio != 0:
                 raise ValueError("a job with a run-at time has the normal priority")
-            handle = self._c.submit_bg(function, data, unique, prio,
+            handle = self._c.submit_bg(function, to_bytes(payload), unique, prio,
                                        None if at is None else int(at))
             return Job(handle, function, unique)
-        return self._c.submit(function, data, unique, prio, on_data, on_status, on_warning)
+        # The payload goes to C as it is (bytes, str or None, as to_bytes takes it).
+        return self._c.submit(function, payload, unique, prio, on_data, on_status, on_warning)
 
     def background(self, function: str, payload: bytes | str = b"", **kw: Any) -> Job:
         """``submit(..., background=True)``: returns the :class:`Job`."""
