@@ -39,19 +39,6 @@ def _failure(err: int, text: str) -> Exception:
     raise AssertionError("raise_error returned")
 
 
-class _Waiter:
-    """What a job in flight reports to: a future for its end, and for a
-    stream a queue of its progress."""
-
-    __slots__ = ("future", "queue", "background")
-
-    def __init__(self, future: asyncio.Future, queue: asyncio.Queue | None,
-                 background: bool) -> None:
-        self.future = future
-        self.queue = queue
-        self.background = background
-
-
 class _Conn:
     """One server's connection: the C handle, its descriptor on the loop,
     and the jobs in flight by id."""
@@ -65,20 +52,41 @@ class _Conn:
             t = client.tls
             self.c.set_tls(t.ca_file, t.cert_file, t.key_file, t.flags())
         self.fd = -1
-        self.jobs: dict[int, _Waiter] = {}
+        # The jobs in flight by id: a future each (nothing else, to keep a
+        # job small); a stream's queue and the background jobs aside.
+        self.jobs: dict[int, asyncio.Future] = {}
+        self.queues: dict[int, asyncio.Queue] = {}
+        self.background: set[int] = set()
         self.writing = False
         self.connecting: asyncio.Future | None = None
+        self.waiters: list[asyncio.Future] = []
 
-    async def ready(self) -> None:
+    def ready(self) -> asyncio.Future | None:
+        """None when connected, else a future to await until the connection
+        is up (or its exception): the connect runs once for every caller,
+        each waiting on a future of its own, so that cancelling one leaves
+        the others and the connect alone (and costs no coroutine)."""
         if self.fd >= 0:
-            return
+            return None
         if self.connecting is None:
             self.connecting = asyncio.ensure_future(self._connect())
-        try:
-            await asyncio.shield(self.connecting)
-        finally:
-            if self.connecting is not None and self.connecting.done():
-                self.connecting = None
+            self.connecting.add_done_callback(self._connected)
+        w = self.loop.create_future()
+        self.waiters.append(w)
+        return w
+
+    def _connected(self, t: asyncio.Future) -> None:
+        self.connecting = None
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            if w.done():
+                continue
+            if t.cancelled():
+                w.cancel()
+            elif t.exception() is not None:
+                w.set_exception(t.exception())
+            else:
+                w.set_result(None)
 
     async def _connect(self) -> None:
         fd = await self.loop.run_in_executor(
@@ -115,55 +123,64 @@ class _Conn:
 
     def _event(self, kind: int, id: int, a: Any, b: Any) -> None:
         if kind == _EV_COMPLETE:
-            w = self.jobs.pop(id, None)
-            if w is not None and not w.future.done():
-                w.future.set_result(a)
+            f = self.jobs.pop(id, None)
+            if f is not None:
+                self.queues.pop(id, None)
+                if not f.done():
+                    f.set_result(a)
             return
-        w = self.jobs.get(id)
-        if w is None:
-            return
-        if kind == _EV_COMPLETE:
-            pass
-        elif kind == _EV_FAIL:
-            del self.jobs[id]
-            if not w.future.done():
+        if kind == _EV_FAIL:
+            f = self.jobs.pop(id, None)
+            if f is None:
+                return
+            self.queues.pop(id, None)
+            self.background.discard(id)
+            if not f.done():
                 e = _failure(a, f"{self.addr}: {b}" if a == _dsjob.ERR_SERVER else b)
                 if isinstance(e, JobFailed):
                     e.text = b if a == _dsjob.ERR_JOB_EXCEPTION else None
-                w.future.set_exception(e)
-        elif kind == _EV_CREATED:
-            if w.background:
-                del self.jobs[id]
-                if not w.future.done():
-                    w.future.set_result(a)
-            elif w.queue is not None:
-                w.queue.put_nowait(("created", a))
-        elif w.queue is not None:
-            w.queue.put_nowait((kind, a, b))
+                f.set_exception(e)
+            return
+        if kind == _EV_CREATED and id in self.background:
+            self.background.discard(id)
+            f = self.jobs.pop(id, None)
+            if f is not None and not f.done():
+                f.set_result(a)
+            return
+        q = self.queues.get(id)
+        if q is not None:
+            q.put_nowait(("created", a) if kind == _EV_CREATED else (kind, a, b))
 
-    def submit(self, function: str, payload: bytes, unique: str | None, prio: int,
-               background: bool, queue: asyncio.Queue | None) -> tuple[int, _Waiter]:
+    def submit(self, function: str, payload: Any, unique: str | None, prio: int,
+               background: bool, queue: asyncio.Queue | None) -> tuple[int, asyncio.Future]:
         if self.fd < 0 or self.c.fd() < 0:
             self._lost()
             raise NoServer(f"{self.addr}: not connected")
         # Only queued: the writer callback's step writes every job queued
         # in this turn of the loop in one go.
         id = self.c.submit(function, payload, unique, prio, background)
-        w = _Waiter(self.loop.create_future(), queue, background)
-        self.jobs[id] = w
+        f = self.jobs[id] = self.loop.create_future()
+        if background:
+            self.background.add(id)
+        if queue is not None:
+            self.queues[id] = queue
         self._want_write()
-        return id, w
+        return id, f
 
     def forget(self, id: int) -> None:
+        self.queues.pop(id, None)
+        self.background.discard(id)
         if self.jobs.pop(id, None) is not None:
             self.c.forget(id)
 
     def close(self) -> None:
         self._lost()
-        for w in self.jobs.values():
-            if not w.future.done():
-                w.future.set_exception(NoServer(f"{self.addr}: the client was closed"))
+        for f in self.jobs.values():
+            if not f.done():
+                f.set_exception(NoServer(f"{self.addr}: the client was closed"))
         self.jobs.clear()
+        self.queues.clear()
+        self.background.clear()
         self.c = None
 
 
@@ -218,38 +235,42 @@ class Client:
             self._rr += 1
         return [self.servers[(first + k) % n] for k in range(n)]
 
-    async def _conn(self, addr: str) -> _Conn:
+    def _conn(self, addr: str) -> _Conn:
         c = self._conns.get(addr)
         if c is None or c.c is None:
             c = self._conns[addr] = _Conn(self, addr)
-        await c.ready()
         return c
 
-    async def _start(self, function: str, payload: bytes, unique: str | None, prio: int,
-                     background: bool, queue: asyncio.Queue | None
-                     ) -> tuple[_Conn, int, _Waiter]:
+    def _start_now(self, order: list[str], function: str, payload: Any, unique: str | None,
+                   prio: int, background: bool, queue: asyncio.Queue | None
+                   ) -> tuple[_Conn, int, asyncio.Future] | None:
+        """Submits on the first server's connection if it is up (no await,
+        no coroutine: the common case); None when _start must wait."""
+        c = self._conns.get(order[0])
+        if c is None or c.fd < 0 or c.c is None:
+            return None
+        try:
+            return (c, *c.submit(function, payload, unique, prio, background, queue))
+        except NoServer:
+            return None
+
+    async def _start(self, order: list[str], function: str, payload: Any, unique: str | None,
+                     prio: int, background: bool, queue: asyncio.Queue | None
+                     ) -> tuple[_Conn, int, asyncio.Future]:
+        """Submits to the servers of ``order`` in turn, connecting as needed."""
         last: Exception | None = None
-        for addr in self._pick(unique):
+        for addr in order:
             try:
-                conn = await self._conn(addr)
-                id, w = conn.submit(function, payload, unique, prio, background, queue)
-                return conn, id, w
+                conn = self._conn(addr)
+                w = conn.ready()
+                if w is not None:
+                    await w
+                id, f = conn.submit(function, payload, unique, prio, background, queue)
+                return conn, id, f
             except NoServer as e:
                 last = e
         assert last is not None
         raise last
-
-    async def _wait(self, conn: _Conn, id: int, w: _Waiter) -> Any:
-        try:
-            if self.timeout:
-                return await asyncio.wait_for(asyncio.shield(w.future), self.timeout)
-            return await w.future
-        except asyncio.TimeoutError:
-            conn.forget(id)
-            raise _failure(_dsjob.ERR_TIMEOUT, f"job did not end within {self.timeout} s")
-        except asyncio.CancelledError:
-            conn.forget(id)
-            raise
 
     async def submit(self, function: str, payload: bytes | str = b"", *,
                      unique: str | None = None, priority: str | int = "normal",
@@ -260,9 +281,26 @@ class Client:
         if at is not None:
             return await asyncio.to_thread(self._sync().submit, function, payload,
                                            unique=unique, priority=priority, at=at)
-        conn, id, w = await self._start(function, to_bytes(payload), unique,
-                                        _priority(priority), background, None)
-        r = await self._wait(conn, id, w)
+        # One coroutine (this one) and one future a job: the payload goes
+        # to C as it is (bytes, str or None, as to_bytes takes it).
+        prio = 0 if priority == "normal" else _priority(priority)
+        order = self._pick(unique)
+        started = self._start_now(order, function, payload, unique, prio, background, None)
+        if started is None:
+            started = await self._start(order, function, payload, unique, prio, background,
+                                        None)
+        conn, id, f = started
+        try:
+            if self.timeout:
+                r = await asyncio.wait_for(asyncio.shield(f), self.timeout)
+            else:
+                r = await f
+        except asyncio.TimeoutError:
+            conn.forget(id)
+            raise _failure(_dsjob.ERR_TIMEOUT, f"job did not end within {self.timeout} s")
+        except asyncio.CancelledError:
+            conn.forget(id)
+            raise
         return Job(r, function, unique) if background else r
 
     async def background(self, function: str, payload: bytes | str = b"", **kw: Any) -> Job:
@@ -278,16 +316,15 @@ class Client:
         ``state.result``; a failure is raised by the iteration."""
         st = state if state is not None else _client.Stream()
         q: asyncio.Queue = asyncio.Queue()
-        conn, id, w = await self._start(function, to_bytes(payload), unique,
+        conn, id, f = await self._start(self._pick(unique), function, to_bytes(payload), unique,
                                         _priority(priority), False, q)
         try:
             while True:
-                if q.empty() and w.future.done():
-                    st.result = w.future.result()
+                if q.empty() and f.done():
+                    st.result = f.result()
                     return
                 get = asyncio.ensure_future(q.get())
-                done, _ = await asyncio.wait({get, w.future},
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({get, f}, return_when=asyncio.FIRST_COMPLETED)
                 if get not in done:
                     get.cancel()
                     continue
@@ -303,7 +340,7 @@ class Client:
                     if on_warning:
                         on_warning(item[1])
         finally:
-            if not w.future.done():
+            if not f.done():
                 conn.forget(id)
 
     async def map(self, function: str, payloads: Iterable[bytes | str], *,
@@ -343,10 +380,13 @@ class Client:
                         exhausted = True
                         break
                     total += 1
-                    conn, id, w = await self._start(function, to_bytes(p), None, prio, False,
-                                                    None)
+                    order = self._pick(None)
+                    started = self._start_now(order, function, p, None, prio, False, None)
+                    if started is None:
+                        started = await self._start(order, function, p, None, prio, False, None)
+                    conn, id, f = started
                     in_flight[i] = (conn, id)
-                    w.future.add_done_callback(functools.partial(on_end, i))
+                    f.add_done_callback(functools.partial(on_end, i))
                 if not in_flight and not ended:
                     break
                 if not ended:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import ssl
 import threading
@@ -46,9 +47,12 @@ class TLS:
         return ctx
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A submitted background job: ``handle`` is the server's name for it."""
+
+    # Client.submit_many makes these in C without calling __init__: keep it
+    # to these three fields.
 
     handle: str
     function: str
@@ -141,15 +145,15 @@ class Client:
         Raises JobFailed (with the worker's exception text), Refused (the
         server's ERROR code), Timeout or NoServer.
         """
-        data = to_bytes(payload)
-        prio = _priority(priority)
+        prio = 0 if priority == "normal" else _priority(priority)
         if background or at is not None:
             if at is not None and prio != 0:
                 raise ValueError("a job with a run-at time has the normal priority")
-            handle = self._c.submit_bg(function, data, unique, prio,
+            handle = self._c.submit_bg(function, to_bytes(payload), unique, prio,
                                        None if at is None else int(at))
             return Job(handle, function, unique)
-        return self._c.submit(function, data, unique, prio, on_data, on_status, on_warning)
+        # The payload goes to C as it is (bytes, str or None, as to_bytes takes it).
+        return self._c.submit(function, payload, unique, prio, on_data, on_status, on_warning)
 
     def background(self, function: str, payload: bytes | str = b"", **kw: Any) -> Job:
         """``submit(..., background=True)``: returns the :class:`Job`."""
@@ -220,10 +224,14 @@ class Client:
         items = iter(payloads)
         base = 0
         while True:
-            window = [to_bytes(p) for _, p in zip(range(concurrency), items)]
+            # C takes the payloads as to_bytes does; unique() gets bytes.
+            window = list(itertools.islice(items, concurrency))
             if not window:
                 break
-            uniques = [unique(p) for p in window] if unique else None
+            uniques = None
+            if unique:
+                window = [to_bytes(p) for p in window]
+                uniques = [unique(p) for p in window]
             ended = self._c.run_tasks(function, window, uniques, prio, False,
                                       timeout_ms(timeout))
             results: dict[int, bytes] = {}
@@ -255,20 +263,16 @@ class Client:
         """Submit many background jobs pipelined through the C task set and
         return their :class:`Job` handles in the order of ``payloads``.
         Raises an ExceptionGroup when some were refused."""
-        data = [to_bytes(p) for p in payloads]
-        ended = self._c.run_tasks(function, data, list(uniques) if uniques else None,
-                                  _priority(priority), True, 0)
-        jobs: list[Job | None] = [None] * len(data)
-        errors = []
-        for index, err, _, errmsg, handle in ended:
-            if err == 0:
-                jobs[index] = Job(handle, function, uniques[index] if uniques else None)
-            else:
-                errors.append(_task_error(err, errmsg, handle, index))
-        if errors:
-            raise ExceptionGroup(f"{len(errors)} of {len(data)} submits to {function} failed",
+        # The payloads go to C as they are (bytes, str or None, as to_bytes
+        # takes them) and C makes the Jobs: no Python work a job.
+        jobs, failed = self._c.submit_many(function, payloads, uniques or None,
+                                           _priority(priority), Job)
+        if failed:
+            errors = [_task_error(err, errmsg, handle, index)
+                      for index, err, errmsg, handle in failed]
+            raise ExceptionGroup(f"{len(errors)} of {len(jobs)} submits to {function} failed",
                                  errors)
-        return [j for j in jobs if j is not None]
+        return jobs
 
     def status(self, job: Job | str | None = None, *, unique: str | None = None) -> Any:
         """A job's :class:`Status` by handle (a :class:`Job` or its handle)

@@ -26,34 +26,29 @@ class GiveBack(Exception):
     against --job-retries) and the worker pauses before taking more."""
 
 
-def _dispatcher(fn: Handler) -> Callable[[Job], tuple[int, bytes]]:
-    """Wraps a handler: its return value becomes WORK_COMPLETE's bytes,
-    WorkFail a WORK_FAIL, GiveBack a give-back, any other exception a
-    WORK_EXCEPTION with "Type: message" (so the dead set shows it)."""
-
-    def call(job: Job) -> tuple[int, bytes]:
-        try:
-            r = fn(job)
-        except WorkFail:
+def _outcome(job: Job, r: Any, e: BaseException | None) -> tuple[int, bytes]:
+    """What the C dispatch leaves to Python (it completes a job whose
+    handler returned bytes, str or None itself): ``e`` the handler's
+    exception, else ``r`` what it returned. WorkFail is a WORK_FAIL,
+    GiveBack a give-back, any other exception a WORK_EXCEPTION with "Type:
+    message" (so the dead set shows it); a bytes-like result completes the
+    job, anything else is a WORK_EXCEPTION TypeError."""
+    if e is not None:
+        if isinstance(e, WorkFail):
             return _dsjob.WORK_FAIL, b""
-        except GiveBack:
+        if isinstance(e, GiveBack):
             return _dsjob.WORK_GIVE_BACK, b""
-        except Exception as e:
-            log.warning("job %s of %s raised:\n%s", job.handle, job.function,
-                        traceback.format_exc())
-            return _dsjob.WORK_EXCEPTION, f"{type(e).__name__}: {e}".encode(errors="replace")
-        if r is None:
-            return _dsjob.WORK_COMPLETE, b""
-        if isinstance(r, str):
-            return _dsjob.WORK_COMPLETE, r.encode()
-        if isinstance(r, (bytes, bytearray, memoryview)):
-            return _dsjob.WORK_COMPLETE, bytes(r)
-        text = f"TypeError: the handler of {job.function} returned {type(r).__name__}, " \
-               "not bytes or str"
-        log.warning("%s", text)
-        return _dsjob.WORK_EXCEPTION, text.encode()
-
-    return call
+        log.warning("job %s of %s raised:\n%s", job.handle, job.function,
+                    "".join(traceback.format_exception(e)))
+        return _dsjob.WORK_EXCEPTION, f"{type(e).__name__}: {e}".encode(errors="replace")
+    if isinstance(r, str):
+        return _dsjob.WORK_COMPLETE, r.encode()
+    if isinstance(r, (bytes, bytearray, memoryview)):
+        return _dsjob.WORK_COMPLETE, bytes(r)
+    text = f"TypeError: the handler of {job.function} returned {type(r).__name__}, " \
+           "not bytes or str"
+    log.warning("%s", text)
+    return _dsjob.WORK_EXCEPTION, text.encode()
 
 
 class Worker:
@@ -105,7 +100,7 @@ class Worker:
             raise TypeError("the handler must be callable")
         self.functions[name] = (fn, timeout)
         if self._w is not None:
-            self._w.register(name, _dispatcher(fn), _ms(timeout))
+            self._w.register(name, fn, _outcome, _ms(timeout))
 
     def _handle(self) -> _dsjob.Worker:
         if self._w is None:
@@ -120,7 +115,7 @@ class Worker:
             if self.id:
                 w.set_id(self.id)
             for name, (fn, timeout) in self.functions.items():
-                w.register(name, _dispatcher(fn), _ms(timeout))
+                w.register(name, fn, _outcome, _ms(timeout))
             self._w = w
             if self._stopping:
                 w.stop()

@@ -76,6 +76,25 @@ raise:
     return NULL;
 }
 
+/* The exception raised, normalized, with its traceback; cleared (PyErr_GetRaisedException). */
+static PyObject *
+take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+
 /* Takes lock with the GIL released (another thread may hold it for a long wait). */
 static void
 lock_take(PyThread_type_lock lock)
@@ -84,6 +103,115 @@ lock_take(PyThread_type_lock lock)
         Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
+}
+
+/*
+ * Runs call, which may wait, with the GIL released and lock held (taken
+ * there too, since another thread may hold it for a long wait): the shape
+ * of every library call on a handle. The caller releases lock once it has
+ * read the handle's error message.
+ */
+#define CALL_WAITING(lock, call)                                                                   \
+    do {                                                                                           \
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock((lock), WAIT_LOCK);                           \
+        call;                                                                                      \
+        Py_END_ALLOW_THREADS                                                                       \
+    } while (0)
+
+static const char no_server_msg[] = "no server given (pass servers or set DSJOB_SERVERS)";
+
+/* What add_server and set_tls call on a client's or a worker's handle. */
+struct handle_ops {
+    int (*add_server)(void *h, const char *addr);
+    int (*set_tls)(void *h, const char *ca, const char *cert, const char *key, unsigned flags);
+    const char *(*errmsg)(void *h);
+};
+
+/* add_server(addr) of Client and Worker: counts the servers in *nservers. */
+static PyObject *
+handle_add_server(const struct handle_ops *ops, void *h, PyThread_type_lock lock, int *nservers,
+                  PyObject *arg)
+{
+    const char *addr = PyUnicode_AsUTF8(arg);
+    int err;
+
+    if (addr == NULL)
+        return NULL;
+    lock_take(lock);
+    err = ops->add_server(h, addr);
+    PyThread_release_lock(lock);
+    if (err == DSJOB_ERR_ARG)
+        return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
+    if (err != DSJOB_OK)
+        return raise_err(err, "");
+    (*nservers)++;
+    Py_RETURN_NONE;
+}
+
+/* set_tls(ca_file, cert_file, key_file, flags) of Client, Worker and AsyncConn (lock NULL). */
+static PyObject *
+handle_set_tls(const struct handle_ops *ops, void *h, PyThread_type_lock lock, PyObject *args)
+{
+    const char *ca, *cert, *key;
+    unsigned flags;
+    PyObject *r = Py_None;
+    int err;
+
+    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
+        return NULL;
+    if (lock != NULL)
+        lock_take(lock);
+    err = ops->set_tls(h, ca, cert, key, flags);
+    if (err != DSJOB_OK)
+        r = raise_err(err, ops->errmsg(h));
+    if (lock != NULL)
+        PyThread_release_lock(lock);
+    return Py_XNewRef(r);
+}
+
+/*
+ * A payload's bytes, as dsjob._util.to_bytes takes them: bytes, str
+ * (UTF-8), None (empty) or any buffer, without a copy. Release with
+ * payload_release. Returns -1 with TypeError for anything else.
+ */
+struct payload {
+    const char *buf;
+    Py_ssize_t len;
+    Py_buffer view; /* view.obj set for a buffer */
+};
+
+static int
+payload_get(PyObject *o, struct payload *p)
+{
+    p->view.obj = NULL;
+    if (PyBytes_CheckExact(o)) {
+        p->buf = PyBytes_AS_STRING(o);
+        p->len = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyUnicode_Check(o))
+        return (p->buf = PyUnicode_AsUTF8AndSize(o, &p->len)) != NULL ? 0 : -1;
+    if (o == Py_None) {
+        p->buf = "";
+        p->len = 0;
+        return 0;
+    }
+    if (PyObject_CheckBuffer(o)) {
+        if (PyObject_GetBuffer(o, &p->view, PyBUF_SIMPLE) < 0)
+            return -1;
+        p->buf = p->view.buf;
+        p->len = p->view.len;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "payload must be bytes or str, not %.100s", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static void
+payload_release(struct payload *p)
+{
+    if (p->view.obj != NULL)
+        PyBuffer_Release(&p->view);
 }
 
 /* ---- Client ---- */
@@ -125,45 +253,36 @@ Client_dealloc(ClientObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static int
+client_add_server(void *h, const char *addr)
+{
+    return dsjob_client_add_server(h, addr);
+}
+
+static int
+client_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_client_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+client_errmsg(void *h)
+{
+    return dsjob_client_errmsg(h);
+}
+
+static const struct handle_ops client_ops = {client_add_server, client_set_tls, client_errmsg};
+
 static PyObject *
 Client_add_server(ClientObject *self, PyObject *arg)
 {
-    const char *addr = PyUnicode_AsUTF8(arg);
-    int err;
-
-    if (addr == NULL)
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_client_add_server(self->c, addr);
-    PyThread_release_lock(self->lock);
-    if (err != DSJOB_OK) {
-        if (err == DSJOB_ERR_ARG)
-            return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
-        return raise_err(err, "");
-    }
-    self->nservers++;
-    Py_RETURN_NONE;
+    return handle_add_server(&client_ops, self->c, self->lock, &self->nservers, arg);
 }
 
 static PyObject *
 Client_set_tls(ClientObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_client_set_tls(self->c, ca, cert, key, flags);
-    if (err != DSJOB_OK) {
-        PyObject *r = raise_err(err, dsjob_client_errmsg(self->c));
-
-        PyThread_release_lock(self->lock);
-        return r;
-    }
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return handle_set_tls(&client_ops, self->c, self->lock, args);
 }
 
 /* Calls a Python callback of a foreground submit, in the thread that waits. */
@@ -180,17 +299,8 @@ client_call(ClientObject *self, PyObject *fn, PyObject *arg)
     g = PyGILState_Ensure();
     if (self->cb_error == NULL) {
         r = PyObject_CallObject(fn, arg);
-        if (r == NULL) {
-            PyObject *t, *v, *tb;
-
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            if (tb != NULL)
-                PyException_SetTraceback(v, tb);
-            self->cb_error = v;
-            Py_XDECREF(t);
-            Py_XDECREF(tb);
-        }
+        if (r == NULL)
+            self->cb_error = take_exception();
         Py_XDECREF(r);
     }
     Py_DECREF(arg);
@@ -238,7 +348,7 @@ static int
 check_servers(ClientObject *self)
 {
     if (self->nservers == 0) {
-        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        PyErr_SetString(NoServer, no_server_msg);
         return -1;
     }
     return 0;
@@ -246,35 +356,47 @@ check_servers(ClientObject *self)
 
 PyDoc_STRVAR(Client_submit_doc,
              "submit(function, payload, unique=None, priority=0, on_data=None, on_status=None,\n"
-             "       on_warning=None) -> bytes\n\n"
+             "       on_warning=None, /) -> bytes\n\n"
              "Run a foreground job and return its WORK_COMPLETE bytes, with the GIL released\n"
              "while waiting. The callbacks get WORK_DATA and WORK_WARNING bytes and\n"
              "WORK_STATUS (numerator, denominator) as they arrive, in this thread.");
 
-static PyObject *
-Client_submit(ClientObject *self, PyObject *args, PyObject *kw)
+/* An optional str argument: NULL for None. */
+static int
+opt_str(PyObject *o, const char **out)
 {
-    static char *kwlist[] = {"function", "payload",   "unique",     "priority",
-                             "on_data",  "on_status", "on_warning", NULL};
+    *out = NULL;
+    return o == Py_None || (*out = PyUnicode_AsUTF8(o)) != NULL ? 0 : -1;
+}
+
+static PyObject *
+Client_submit(ClientObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
     const char *func, *unique = NULL;
-    Py_buffer payload;
+    struct payload payload;
     int prio = 0, err;
-    PyObject *on_data = Py_None, *on_status = Py_None, *on_warning = Py_None, *res = NULL;
+    PyObject *cbs[3] = {NULL, NULL, NULL}, *res = NULL;
     void *result = NULL;
     size_t rlen = 0;
     struct dsjob_client_callbacks cb = {client_cb_status, client_cb_data, client_cb_warning};
+    Py_ssize_t i;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss*|ziOOO", kwlist, &func, &payload, &unique, &prio,
-                                     &on_data, &on_status, &on_warning))
+    /* Positional only (client.py calls it so): PyArg_ParseTupleAndKeywords was a tenth of a
+     * round trip's instructions. */
+    if (nargs < 2 || nargs > 7)
+        return PyErr_Format(PyExc_TypeError, "submit() takes 2 to 7 arguments (%zd given)", nargs);
+    if ((func = PyUnicode_AsUTF8(args[0])) == NULL || (nargs > 2 && opt_str(args[2], &unique) < 0))
         return NULL;
-    if (check_servers(self) < 0) {
-        PyBuffer_Release(&payload);
+    if (nargs > 3 && (prio = (int)PyLong_AsLong(args[3])) == -1 && PyErr_Occurred())
         return NULL;
-    }
+    for (i = 4; i < nargs; i++)
+        cbs[i - 4] = args[i] != Py_None ? args[i] : NULL;
+    if (check_servers(self) < 0 || payload_get(args[1], &payload) < 0)
+        return NULL;
     lock_take(self->lock);
-    self->on_data = on_data != Py_None ? on_data : NULL;
-    self->on_status = on_status != Py_None ? on_status : NULL;
-    self->on_warning = on_warning != Py_None ? on_warning : NULL;
+    self->on_data = cbs[0];
+    self->on_status = cbs[1];
+    self->on_warning = cbs[2];
     self->cb_error = NULL;
     dsjob_client_set_callbacks(self->c, &cb, self);
     Py_BEGIN_ALLOW_THREADS err =
@@ -292,7 +414,7 @@ Client_submit(ClientObject *self, PyObject *args, PyObject *kw)
     }
     PyThread_release_lock(self->lock);
     dsjob_free(result);
-    PyBuffer_Release(&payload);
+    payload_release(&payload);
     return res;
 }
 
@@ -326,15 +448,18 @@ Client_submit_bg(ClientObject *self, PyObject *args, PyObject *kw)
         PyBuffer_Release(&payload);
         return NULL;
     }
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS if (at != Py_None) err =
-        dsjob_client_submit_epoch(self->c, func, unique, payload.buf, (size_t)payload.len,
-                                  (int64_t)epoch, handle, sizeof(handle));
-    else err = dsjob_client_submit_bg(self->c, func, unique, payload.buf, (size_t)payload.len,
-                                      (enum dsjob_priority)prio, handle, sizeof(handle));
-    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
-        PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
-    else raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock,
+                 err = at != Py_None
+                           ? dsjob_client_submit_epoch(self->c, func, unique, payload.buf,
+                                                       (size_t)payload.len, (int64_t)epoch, handle,
+                                                       sizeof(handle))
+                           : dsjob_client_submit_bg(self->c, func, unique, payload.buf,
+                                                    (size_t)payload.len, (enum dsjob_priority)prio,
+                                                    handle, sizeof(handle)));
+    if (err == DSJOB_OK)
+        res = PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
+    else
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     PyBuffer_Release(&payload);
     return res;
@@ -364,13 +489,13 @@ Client_status(ClientObject *self, PyObject *args, PyObject *kw)
     if (check_servers(self) < 0)
         return NULL;
     memset(&st, 0, sizeof(st));
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = handle ? dsjob_client_status(self->c, handle, &st)
-                                        : dsjob_client_status_unique(self->c, unique, &st);
-    Py_END_ALLOW_THREADS if (err == DSJOB_OK) res =
-        Py_BuildValue("(NNIII)", PyBool_FromLong(st.known), PyBool_FromLong(st.running),
-                      st.numerator, st.denominator, st.waiting);
-    else raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock, err = handle ? dsjob_client_status(self->c, handle, &st)
+                                          : dsjob_client_status_unique(self->c, unique, &st));
+    if (err == DSJOB_OK)
+        res = Py_BuildValue("(NNIII)", PyBool_FromLong(st.known), PyBool_FromLong(st.running),
+                            st.numerator, st.denominator, st.waiting);
+    else
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     return res;
 }
@@ -387,9 +512,9 @@ Client_echo(ClientObject *self, PyObject *arg)
         PyBuffer_Release(&data);
         return NULL;
     }
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = dsjob_client_echo(self->c, data.buf, (size_t)data.len);
-    Py_END_ALLOW_THREADS if (err != DSJOB_OK) raise_err(err, dsjob_client_errmsg(self->c));
+    CALL_WAITING(self->lock, err = dsjob_client_echo(self->c, data.buf, (size_t)data.len));
+    if (err != DSJOB_OK)
+        raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
     PyBuffer_Release(&data);
     if (err != DSJOB_OK)
@@ -444,127 +569,236 @@ task_exception(struct dsjob_task *t, const char *text, size_t len, void *user)
     task_end(t, user);
 }
 
+/*
+ * A task set of one function over a sequence of payloads (and of unique
+ * keys or None), run to its end with the GIL released: what run_tasks and
+ * submit_many share. The tasks' results stay in ts and tasks until
+ * tasks_free.
+ */
+struct tasks {
+    struct dsjob_taskset *ts;
+    struct dsjob_task **tasks; /* by payload index */
+    struct task_ctx *ctx;
+    struct task_run run;
+    Py_ssize_t n;
+};
+
+static void
+tasks_free(struct tasks *t)
+{
+    dsjob_taskset_free(t->ts);
+    PyMem_Free(t->tasks);
+    PyMem_Free(t->ctx);
+    PyMem_Free(t->run.order);
+}
+
+static int
+tasks_run(ClientObject *self, struct tasks *t, const char *func, PyObject *seq, PyObject *useq,
+          int prio, int background, int timeout_ms)
+{
+    static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
+                                                    task_complete, task_end, task_exception};
+    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
+    int err;
+
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    t->run.background = background;
+    if (useq != NULL && PySequence_Fast_GET_SIZE(useq) != n) {
+        PyErr_SetString(PyExc_ValueError, "uniques and payloads differ in length");
+        return -1;
+    }
+    t->tasks = PyMem_Calloc((size_t)n + 1, sizeof(*t->tasks));
+    t->ctx = PyMem_Calloc((size_t)n + 1, sizeof(*t->ctx));
+    t->run.order = PyMem_Calloc((size_t)n + 1, sizeof(*t->run.order));
+    if (t->tasks == NULL || t->ctx == NULL || t->run.order == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    lock_take(self->lock);
+    t->ts = dsjob_taskset_new(self->c, &cbs);
+    PyThread_release_lock(self->lock);
+    if (t->ts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        const char *unique = NULL;
+        struct payload p;
+
+        if (useq != NULL) {
+            PyObject *u = PySequence_Fast_GET_ITEM(useq, i);
+
+            if (u != Py_None && (unique = PyUnicode_AsUTF8(u)) == NULL)
+                return -1;
+        }
+        if (payload_get(PySequence_Fast_GET_ITEM(seq, i), &p) < 0)
+            return -1;
+        t->ctx[i].index = (size_t)i;
+        t->ctx[i].run = &t->run;
+        err =
+            dsjob_taskset_add(t->ts, func, unique, p.buf, (size_t)p.len, (enum dsjob_priority)prio,
+                              background ? DSJOB_TASK_BACKGROUND : 0, &t->ctx[i], &t->tasks[i]);
+        payload_release(&p);
+        if (err != DSJOB_OK) {
+            raise_err(err, "");
+            return -1;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS err = dsjob_taskset_run(t->ts, timeout_ms);
+    Py_END_ALLOW_THREADS if (err == DSJOB_ERR_NOMEM)
+    {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* (index, error, errmsg, handle) of a task that failed. */
+static PyObject *
+task_failure(struct dsjob_task *t, Py_ssize_t index)
+{
+    return Py_BuildValue("(niss)", index, dsjob_task_error(t), dsjob_task_errmsg(t),
+                         dsjob_task_handle(t));
+}
+
 PyDoc_STRVAR(Client_run_tasks_doc,
              "run_tasks(function, payloads, uniques=None, priority=0, background=False,\n"
              "          timeout_ms=0) -> list\n\n"
-             "Submit every payload through one C task set (pipelined, resubmitted to the\n"
-             "next server when a connection fails) and wait for all. Returns one tuple a\n"
-             "task, in the order they ended: (index, error, result, errmsg, handle) with\n"
-             "error 0 and result the WORK_COMPLETE bytes (or None in the background) for\n"
-             "a task that succeeded, else the dsjob error code and its text. Tasks still\n"
-             "running at the timeout are left out.");
+             "Submit every payload (bytes, str or None) through one C task set (pipelined,\n"
+             "resubmitted to the next server when a connection fails) and wait for all.\n"
+             "Returns one tuple a task, in the order they ended: (index, error, result,\n"
+             "errmsg, handle) with error 0 and result the WORK_COMPLETE bytes (or None in\n"
+             "the background) for a task that succeeded, else the dsjob error code and its\n"
+             "text. Tasks still running at the timeout are left out.");
 
 static PyObject *
 Client_run_tasks(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"function",   "payloads",   "uniques", "priority",
                              "background", "timeout_ms", NULL};
-    static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
-                                                    task_complete, task_end, task_exception};
     const char *func;
     PyObject *payloads, *uniques = Py_None, *seq = NULL, *useq = NULL, *out = NULL;
-    int prio = 0, background = 0, timeout_ms = 0, err = DSJOB_OK;
-    struct dsjob_taskset *ts = NULL;
-    struct dsjob_task **tasks = NULL;
-    struct task_ctx *ctx = NULL;
-    struct task_run run = {NULL, 0, 0};
-    Py_ssize_t n, i;
+    int prio = 0, background = 0, timeout_ms = 0;
+    struct tasks t;
+    Py_ssize_t i;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|Oipi", kwlist, &func, &payloads, &uniques, &prio,
                                      &background, &timeout_ms))
         return NULL;
+    memset(&t, 0, sizeof(t));
     if (check_servers(self) < 0)
         return NULL;
-    run.background = background;
-    seq = PySequence_Fast(payloads, "payloads must be a sequence");
-    if (seq == NULL)
+    if ((seq = PySequence_Fast(payloads, "payloads must be a sequence")) == NULL)
         return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    if (uniques != Py_None) {
-        useq = PySequence_Fast(uniques, "uniques must be a sequence");
-        if (useq == NULL)
-            goto out;
-        if (PySequence_Fast_GET_SIZE(useq) != n) {
-            PyErr_SetString(PyExc_ValueError, "uniques and payloads differ in length");
-            goto out;
-        }
-    }
-    tasks = PyMem_Calloc((size_t)n + 1, sizeof(*tasks));
-    ctx = PyMem_Calloc((size_t)n + 1, sizeof(*ctx));
-    run.order = PyMem_Calloc((size_t)n + 1, sizeof(*run.order));
-    if (tasks == NULL || ctx == NULL || run.order == NULL) {
-        PyErr_NoMemory();
+    if (uniques != Py_None &&
+        (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
         goto out;
-    }
-    lock_take(self->lock);
-    ts = dsjob_taskset_new(self->c, &cbs);
-    PyThread_release_lock(self->lock);
-    if (ts == NULL) {
-        PyErr_NoMemory();
+    if (tasks_run(self, &t, func, seq, useq, prio, background, timeout_ms) < 0)
         goto out;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
-        const char *unique = NULL;
-        Py_buffer b;
-
-        if (useq != NULL) {
-            PyObject *u = PySequence_Fast_GET_ITEM(useq, i);
-
-            if (u != Py_None && (unique = PyUnicode_AsUTF8(u)) == NULL)
-                goto out;
-        }
-        if (!PyArg_Parse(p, "s*", &b))
-            goto out;
-        ctx[i].index = (size_t)i;
-        ctx[i].run = &run;
-        err = dsjob_taskset_add(ts, func, unique, b.buf, (size_t)b.len, (enum dsjob_priority)prio,
-                                background ? DSJOB_TASK_BACKGROUND : 0, &ctx[i], &tasks[i]);
-        PyBuffer_Release(&b);
-        if (err != DSJOB_OK) {
-            raise_err(err, "");
-            goto out;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS err = dsjob_taskset_run(ts, timeout_ms);
-    Py_END_ALLOW_THREADS if (err == DSJOB_ERR_NOMEM)
-    {
-        PyErr_NoMemory();
-        goto out;
-    }
-    out = PyList_New((Py_ssize_t)run.nended);
-    if (out == NULL)
-        goto out;
-    for (i = 0; i < (Py_ssize_t)run.nended; i++) {
-        size_t k = run.order[i], len = 0;
-        struct dsjob_task *t = tasks[k];
-        int terr = dsjob_task_error(t);
-        const void *r = dsjob_task_result(t, &len);
+    out = PyList_New((Py_ssize_t)t.run.nended);
+    for (i = 0; out != NULL && i < (Py_ssize_t)t.run.nended; i++) {
+        size_t k = t.run.order[i], len = 0;
+        struct dsjob_task *task = t.tasks[k];
+        int terr = dsjob_task_error(task);
+        const void *r = dsjob_task_result(task, &len);
         PyObject *res, *item;
 
-        if (terr == DSJOB_OK && !background && r != NULL)
-            res = PyBytes_FromStringAndSize(r, (Py_ssize_t)len);
-        else if (terr == DSJOB_OK && !background)
-            res = PyBytes_FromStringAndSize("", 0);
+        if (terr == DSJOB_OK && !background)
+            res = PyBytes_FromStringAndSize(r != NULL ? r : "", (Py_ssize_t)len);
         else
             res = Py_NewRef(Py_None);
-        item = res ? Py_BuildValue("(niNss)", (Py_ssize_t)k, terr, res, dsjob_task_errmsg(t),
-                                   dsjob_task_handle(t))
+        item = res ? Py_BuildValue("(niNss)", (Py_ssize_t)k, terr, res, dsjob_task_errmsg(task),
+                                   dsjob_task_handle(task))
                    : NULL;
-        if (item == NULL) {
+        if (item == NULL)
             Py_CLEAR(out);
-            goto out;
-        }
-        PyList_SET_ITEM(out, i, item);
+        else
+            PyList_SET_ITEM(out, i, item);
     }
 out:
-    dsjob_taskset_free(ts);
-    PyMem_Free(tasks);
-    PyMem_Free(ctx);
-    PyMem_Free(run.order);
+    tasks_free(&t);
     Py_XDECREF(seq);
     Py_XDECREF(useq);
     return out;
+}
+
+/* Interned attribute names of dsjob.Job, which submit_many fills in. */
+static PyObject *str_handle, *str_function, *str_unique;
+
+PyDoc_STRVAR(Client_submit_many_doc,
+             "submit_many(function, payloads, uniques, priority, job) -> (jobs, failures)\n\n"
+             "Submit every payload as a background job through one C task set. jobs has\n"
+             "one instance of the class job a payload, in their order (None for one that\n"
+             "failed), made without calling its __init__: its handle, function and unique\n"
+             "attributes are set. failures has (index, error, errmsg, handle) a failure.");
+
+static PyObject *
+Client_submit_many(ClientObject *self, PyObject *args)
+{
+    const char *func;
+    PyObject *fname, *payloads, *uniques, *seq = NULL, *useq = NULL, *jobs = NULL, *fails = NULL;
+    PyTypeObject *job_type;
+    int prio;
+    struct tasks t;
+    Py_ssize_t i;
+
+    if (!PyArg_ParseTuple(args, "UOOiO!", &fname, &payloads, &uniques, &prio, &PyType_Type,
+                          &job_type))
+        return NULL;
+    memset(&t, 0, sizeof(t));
+    if ((func = PyUnicode_AsUTF8(fname)) == NULL || check_servers(self) < 0)
+        return NULL;
+    if ((seq = PySequence_Fast(payloads, "payloads must be a sequence")) == NULL)
+        return NULL;
+    if (uniques != Py_None &&
+        (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
+        goto out;
+    if (tasks_run(self, &t, func, seq, useq, prio, 1, 0) < 0)
+        goto out;
+    jobs = PyList_New(t.n);
+    fails = PyList_New(0);
+    for (i = 0; jobs != NULL && fails != NULL && i < t.n; i++) {
+        struct dsjob_task *task = t.tasks[i];
+        const char *h = dsjob_task_handle(task);
+        PyObject *job, *handle;
+
+        if (dsjob_task_error(task) != DSJOB_OK) {
+            PyObject *f = task_failure(task, i);
+
+            if (f == NULL || PyList_Append(fails, f) < 0) {
+                Py_XDECREF(f);
+                Py_CLEAR(jobs);
+                break;
+            }
+            Py_DECREF(f);
+            PyList_SET_ITEM(jobs, i, Py_NewRef(Py_None));
+            continue;
+        }
+        job = job_type->tp_alloc(job_type, 0);
+        handle = PyUnicode_DecodeUTF8(h, (Py_ssize_t)strlen(h), "surrogateescape");
+        if (job == NULL || handle == NULL || PyObject_SetAttr(job, str_handle, handle) < 0 ||
+            PyObject_SetAttr(job, str_function, fname) < 0 ||
+            PyObject_SetAttr(job, str_unique, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None) <
+                0) {
+            Py_XDECREF(job);
+            Py_XDECREF(handle);
+            Py_CLEAR(jobs);
+            break;
+        }
+        Py_DECREF(handle);
+        PyList_SET_ITEM(jobs, i, job);
+    }
+out:
+    tasks_free(&t);
+    Py_XDECREF(seq);
+    Py_XDECREF(useq);
+    if (jobs == NULL || fails == NULL) {
+        Py_XDECREF(jobs);
+        Py_XDECREF(fails);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", jobs, fails);
 }
 
 static PyMethodDef Client_methods[] = {
@@ -572,8 +806,7 @@ static PyMethodDef Client_methods[] = {
      "add_server(addr): add a server, \"host:port\", \"[v6]:port\" or a unix socket path."},
     {"set_tls", (PyCFunction)Client_set_tls, METH_VARARGS,
      "set_tls(ca_file, cert_file, key_file, flags): connect with TLS (dsjob_client_set_tls)."},
-    {"submit", (PyCFunction)(void (*)(void))Client_submit, METH_VARARGS | METH_KEYWORDS,
-     Client_submit_doc},
+    {"submit", (PyCFunction)(void (*)(void))Client_submit, METH_FASTCALL, Client_submit_doc},
     {"submit_bg", (PyCFunction)(void (*)(void))Client_submit_bg, METH_VARARGS | METH_KEYWORDS,
      Client_submit_bg_doc},
     {"status", (PyCFunction)(void (*)(void))Client_status, METH_VARARGS | METH_KEYWORDS,
@@ -582,6 +815,7 @@ static PyMethodDef Client_methods[] = {
      "echo(data): check that every server echoes data back."},
     {"run_tasks", (PyCFunction)(void (*)(void))Client_run_tasks, METH_VARARGS | METH_KEYWORDS,
      Client_run_tasks_doc},
+    {"submit_many", (PyCFunction)Client_submit_many, METH_VARARGS, Client_submit_many_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -723,13 +957,32 @@ static PyTypeObject JobType = {
 
 /* ---- Worker ---- */
 
+struct handler;
+
 typedef struct {
     PyObject_HEAD struct dsjob_worker *w;
     PyThread_type_lock lock;
-    PyObject *handlers; /* list: keeps the callables registered alive */
+    struct handler
+        *handlers; /* the functions registered, each the user pointer of its C callback */
     int nservers;
     int nfuncs;
+    /*
+     * The thread states that Worker.run made for the library's own threads
+     * (one each, on its first job, kept for the next ones) and deletes once
+     * the library has joined them: run's concurrency - 1 slots.
+     */
+    PyInterpreterState *interp;
+    PyThread_type_lock tslock;
+    PyThreadState **tstates;
+    size_t ntstates, maxtstates;
 } WorkerObject;
+
+/* A registered function: the handler, and the fallback for what the C dispatch does not do. */
+struct handler {
+    WorkerObject *worker; /* borrowed: the worker outlives the jobs it runs */
+    PyObject *fn, *fallback;
+    struct handler *next;
+};
 
 static int
 Worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
@@ -742,8 +995,9 @@ Worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     if (self->w == NULL) {
         self->w = dsjob_worker_new();
         self->lock = PyThread_allocate_lock();
-        self->handlers = PyList_New(0);
-        if (self->w == NULL || self->lock == NULL || self->handlers == NULL) {
+        self->tslock = PyThread_allocate_lock();
+        self->interp = PyInterpreterState_Get();
+        if (self->w == NULL || self->lock == NULL || self->tslock == NULL) {
             PyErr_NoMemory();
             return -1;
         }
@@ -759,58 +1013,69 @@ Worker_dealloc(WorkerObject *self)
     dsjob_worker_free(self->w);
     if (self->lock != NULL)
         PyThread_free_lock(self->lock);
-    Py_XDECREF(self->handlers);
+    if (self->tslock != NULL)
+        PyThread_free_lock(self->tslock);
+    while (self->handlers != NULL) {
+        struct handler *h = self->handlers;
+
+        self->handlers = h->next;
+        Py_XDECREF(h->fn);
+        Py_XDECREF(h->fallback);
+        PyMem_Free(h);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int
 Worker_traverse(WorkerObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->handlers);
+    for (struct handler *h = self->handlers; h != NULL; h = h->next) {
+        Py_VISIT(h->fn);
+        Py_VISIT(h->fallback);
+    }
     return 0;
 }
 
 static int
 Worker_clear(WorkerObject *self)
 {
-    Py_CLEAR(self->handlers);
+    for (struct handler *h = self->handlers; h != NULL; h = h->next) {
+        Py_CLEAR(h->fn);
+        Py_CLEAR(h->fallback);
+    }
     return 0;
 }
+
+static int
+worker_add_server(void *h, const char *addr)
+{
+    return dsjob_worker_add_server(h, addr);
+}
+
+static int
+worker_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_worker_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+worker_errmsg(void *h)
+{
+    return dsjob_worker_errmsg(h);
+}
+
+static const struct handle_ops worker_ops = {worker_add_server, worker_set_tls, worker_errmsg};
 
 static PyObject *
 Worker_add_server(WorkerObject *self, PyObject *arg)
 {
-    const char *addr = PyUnicode_AsUTF8(arg);
-    int err;
-
-    if (addr == NULL)
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_worker_add_server(self->w, addr);
-    PyThread_release_lock(self->lock);
-    if (err == DSJOB_ERR_ARG)
-        return PyErr_Format(PyExc_ValueError, "bad server address '%s'", addr);
-    if (err != DSJOB_OK)
-        return raise_err(err, "");
-    self->nservers++;
-    Py_RETURN_NONE;
+    return handle_add_server(&worker_ops, self->w, self->lock, &self->nservers, arg);
 }
 
 static PyObject *
 Worker_set_tls(WorkerObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    lock_take(self->lock);
-    err = dsjob_worker_set_tls(self->w, ca, cert, key, flags);
-    PyThread_release_lock(self->lock);
-    if (err != DSJOB_OK)
-        return raise_err(err, dsjob_worker_errmsg(self->w));
-    Py_RETURN_NONE;
+    return handle_set_tls(&worker_ops, self->w, self->lock, args);
 }
 
 static PyObject *
@@ -830,42 +1095,133 @@ Worker_set_id(WorkerObject *self, PyObject *arg)
 }
 
 /*
- * The C callback of every function: calls the Python dispatcher registered
- * with it with a Job, in whichever thread runs the job. The dispatcher
- * returns (result code, bytes): an enum dsjob_work_result and the result or
- * the exception text. A dispatcher that raises (it should not) fails the job.
+ * The result of a handler that returned r: bytes, str (UTF-8) or None
+ * complete the job here; anything else, or an exception (r NULL), goes to
+ * the fallback, fallback(job, result, exception) -> (code, bytes), which
+ * logs, formats "Type: message" and maps WorkFail and GiveBack. An
+ * exception that is not an Exception (SystemExit, KeyboardInterrupt) or a
+ * fallback that fails fails the job. Called with the GIL.
+ */
+static int
+handler_result(struct handler *h, JobObject *jo, PyObject *r)
+{
+    PyObject *exc = NULL, *out;
+    const char *buf;
+    Py_ssize_t len;
+    int rc = DSJOB_WORK_FAIL;
+
+    if (r == Py_None)
+        return DSJOB_WORK_COMPLETE;
+    if (r != NULL && (PyBytes_CheckExact(r) || PyUnicode_CheckExact(r))) {
+        buf = PyBytes_CheckExact(r) ? PyBytes_AS_STRING(r) : PyUnicode_AsUTF8AndSize(r, &len);
+        if (buf != NULL) {
+            if (PyBytes_CheckExact(r))
+                len = PyBytes_GET_SIZE(r);
+            return dsjob_job_set_result(jo->job, buf, (size_t)len) == DSJOB_OK ? DSJOB_WORK_COMPLETE
+                                                                               : DSJOB_WORK_FAIL;
+        }
+        r = NULL; /* a str with lone surrogates: its UnicodeEncodeError goes to the fallback */
+    }
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return DSJOB_WORK_FAIL;
+        exc = take_exception();
+    }
+    out = h->fallback == NULL
+              ? NULL
+              : PyObject_CallFunctionObjArgs(h->fallback, (PyObject *)jo, r ? r : Py_None,
+                                             exc ? exc : Py_None, NULL);
+    Py_XDECREF(exc);
+    if (out != NULL && PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 2 &&
+        PyBytes_Check(PyTuple_GET_ITEM(out, 1))) {
+        int code = (int)PyLong_AsLong(PyTuple_GET_ITEM(out, 0));
+        PyObject *b = PyTuple_GET_ITEM(out, 1);
+
+        if (code != -1 || !PyErr_Occurred()) {
+            rc = code;
+            if ((code == DSJOB_WORK_COMPLETE || code == DSJOB_WORK_EXCEPTION) &&
+                dsjob_job_set_result(jo->job, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b)) !=
+                    DSJOB_OK)
+                rc = DSJOB_WORK_FAIL;
+        }
+    } else if (out != NULL) {
+        PyErr_SetString(PyExc_TypeError, "the worker's fallback returned no (code, bytes)");
+    }
+    Py_XDECREF(out);
+    return rc;
+}
+
+/*
+ * The thread state of a thread of libdsjobworker's own, made on its first
+ * job and kept in the thread (PyGILState_GetThisThreadState finds it from
+ * then on) until Worker.run deletes it; NULL when run left no slot.
+ */
+static PyThreadState *
+worker_new_tstate(WorkerObject *wo)
+{
+    PyThreadState *ts = NULL;
+
+    PyThread_acquire_lock(wo->tslock, WAIT_LOCK);
+    if (wo->ntstates < wo->maxtstates && (ts = PyThreadState_New(wo->interp)) != NULL)
+        wo->tstates[wo->ntstates++] = ts;
+    PyThread_release_lock(wo->tslock);
+    return ts;
+}
+
+/* Deletes the thread states of the library's threads, joined by now; with the GIL. */
+static void
+worker_free_tstates(WorkerObject *wo)
+{
+    size_t i;
+
+    for (i = 0; i < wo->ntstates; i++) {
+        PyThreadState_Clear(wo->tstates[i]);
+        PyThreadState_Delete(wo->tstates[i]);
+    }
+    PyMem_Free(wo->tstates);
+    wo->tstates = NULL;
+    wo->ntstates = wo->maxtstates = 0;
+}
+
+/*
+ * The C callback of every function, in whichever thread runs the job (the
+ * GIL not held): takes the GIL with the thread's state (a thread of
+ * Python's has its own; a library thread keeps the one of its first job),
+ * calls the handler with a Job, and drops the GIL.
  */
 static int
 worker_cb(struct dsjob_job *job, void *user)
 {
-    PyGILState_STATE g = PyGILState_Ensure();
-    JobObject *jo = PyObject_New(JobObject, &JobType);
-    PyObject *r = NULL;
+    struct handler *h = user;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    JobObject *jo;
     int rc = DSJOB_WORK_FAIL;
 
-    if (jo != NULL) {
+    if (ts == NULL)
+        ts = worker_new_tstate(h->worker);
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    else
+        g = PyGILState_Ensure(); /* no slot: a state for this job only */
+    jo = PyObject_New(JobObject, &JobType);
+    if (jo != NULL && h->fn != NULL) {
+        PyObject *r;
+
         jo->job = job;
         jo->payload = NULL;
-        r = PyObject_CallOneArg((PyObject *)user, (PyObject *)jo);
+        r = PyObject_CallOneArg(h->fn, (PyObject *)jo);
+        rc = handler_result(h, jo, r);
+        Py_XDECREF(r);
         jo->job = NULL;
-        Py_DECREF(jo);
     }
-    if (r != NULL) {
-        int code;
-        const char *buf;
-        Py_ssize_t len;
-
-        if (PyArg_ParseTuple(r, "iy#", &code, &buf, &len)) {
-            rc = code;
-            if ((code == DSJOB_WORK_COMPLETE || code == DSJOB_WORK_EXCEPTION) &&
-                dsjob_job_set_result(job, buf, (size_t)len) != DSJOB_OK)
-                rc = DSJOB_WORK_FAIL;
-        }
-        Py_DECREF(r);
-    }
+    Py_XDECREF(jo);
     if (PyErr_Occurred())
-        PyErr_WriteUnraisable(user);
-    PyGILState_Release(g);
+        PyErr_WriteUnraisable(h->fn);
+    if (ts != NULL)
+        PyEval_SaveThread();
+    else
+        PyGILState_Release(g);
     return rc;
 }
 
@@ -873,19 +1229,26 @@ static PyObject *
 Worker_register(WorkerObject *self, PyObject *args)
 {
     const char *name;
-    PyObject *fn;
+    PyObject *fn, *fallback;
     int timeout_ms = 0, err;
+    struct handler *h;
 
-    if (!PyArg_ParseTuple(args, "sO|i", &name, &fn, &timeout_ms))
+    if (!PyArg_ParseTuple(args, "sOO|i", &name, &fn, &fallback, &timeout_ms))
         return NULL;
-    if (!PyCallable_Check(fn)) {
+    if (!PyCallable_Check(fn) || !PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "the handler must be callable");
         return NULL;
     }
-    if (PyList_Append(self->handlers, fn) < 0)
-        return NULL;
+    h = PyMem_Malloc(sizeof(*h));
+    if (h == NULL)
+        return PyErr_NoMemory();
+    h->worker = self;
+    h->fn = Py_NewRef(fn);
+    h->fallback = Py_NewRef(fallback);
+    h->next = self->handlers;
+    self->handlers = h;
     lock_take(self->lock);
-    err = dsjob_worker_register(self->w, name, worker_cb, fn, timeout_ms);
+    err = dsjob_worker_register(self->w, name, worker_cb, h, timeout_ms);
     PyThread_release_lock(self->lock);
     if (err == DSJOB_ERR_ARG)
         return PyErr_Format(PyExc_ValueError, "function '%s' is empty or already registered", name);
@@ -913,7 +1276,7 @@ static int
 worker_ready(WorkerObject *self)
 {
     if (self->nservers == 0) {
-        PyErr_SetString(NoServer, "no server given (pass servers or set DSJOB_SERVERS)");
+        PyErr_SetString(NoServer, no_server_msg);
         return -1;
     }
     if (self->nfuncs == 0) {
@@ -949,6 +1312,8 @@ Worker_run(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     signals = handle && sig_worker == NULL;
     lock_take(self->lock);
+    if (n > 1 && (self->tstates = PyMem_Calloc((size_t)n - 1, sizeof(*self->tstates))) != NULL)
+        self->maxtstates = (size_t)n - 1;
     if (signals) {
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = on_stop_signal;
@@ -966,6 +1331,7 @@ Worker_run(WorkerObject *self, PyObject *args, PyObject *kw)
         sig_worker = NULL;
         caught = sig_caught;
     }
+    worker_free_tstates(self);
     if (err != DSJOB_OK) {
         raise_err(err, dsjob_worker_errmsg(self->w));
         PyThread_release_lock(self->lock);
@@ -984,9 +1350,8 @@ Worker_work(WorkerObject *self, PyObject *args)
         return NULL;
     if (worker_ready(self) < 0)
         return NULL;
-    lock_take(self->lock);
-    Py_BEGIN_ALLOW_THREADS err = dsjob_worker_work(self->w, timeout_ms);
-    Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+    CALL_WAITING(self->lock, err = dsjob_worker_work(self->w, timeout_ms));
+    PyThread_release_lock(self->lock);
     if (err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_STATE)
         Py_RETURN_FALSE;
     if (err != DSJOB_OK)
@@ -1010,8 +1375,10 @@ static PyMethodDef Worker_methods[] = {
     {"set_id", (PyCFunction)Worker_set_id, METH_O,
      "set_id(id): the id the server's \"workers\" command shows."},
     {"register", (PyCFunction)Worker_register, METH_VARARGS,
-     "register(name, dispatcher, timeout_ms=0): announce a function; dispatcher(job)\n"
-     "returns (code, bytes) with code an enum dsjob_work_result."},
+     "register(name, handler, fallback, timeout_ms=0): announce a function. handler(job)\n"
+     "returning bytes, str or None completes the job; for an exception or another\n"
+     "result, fallback(job, result, exception) returns (code, bytes) with code an\n"
+     "enum dsjob_work_result."},
     {"run", (PyCFunction)(void (*)(void))Worker_run, METH_VARARGS | METH_KEYWORDS, Worker_run_doc},
     {"work", (PyCFunction)Worker_work, METH_VARARGS,
      "work(timeout_ms=0) -> bool: run one job; False when none came or stopped."},
@@ -1524,19 +1891,24 @@ Async_clear(AsyncObject *self)
     return 0;
 }
 
+static int
+async_set_tls(void *h, const char *ca, const char *cert, const char *key, unsigned flags)
+{
+    return dsjob_async_set_tls(h, ca, cert, key, flags);
+}
+
+static const char *
+async_errmsg(void *h)
+{
+    return dsjob_async_errmsg(h);
+}
+
+static const struct handle_ops async_ops = {NULL, async_set_tls, async_errmsg};
+
 static PyObject *
 Async_set_tls(AsyncObject *self, PyObject *args)
 {
-    const char *ca, *cert, *key;
-    unsigned flags;
-    int err;
-
-    if (!PyArg_ParseTuple(args, "zzzI", &ca, &cert, &key, &flags))
-        return NULL;
-    err = dsjob_async_set_tls(self->a, ca, cert, key, flags);
-    if (err != DSJOB_OK)
-        return raise_err(err, dsjob_async_errmsg(self->a));
-    Py_RETURN_NONE;
+    return handle_set_tls(&async_ops, self->a, NULL, args);
 }
 
 static PyObject *
@@ -1555,16 +1927,18 @@ static PyObject *
 Async_submit(AsyncObject *self, PyObject *args)
 {
     const char *func, *unique = NULL;
-    Py_buffer payload;
+    PyObject *data;
+    struct payload payload;
     int prio = 0, background = 0, err;
     uint64_t id = 0;
 
-    if (!PyArg_ParseTuple(args, "ss*|zip", &func, &payload, &unique, &prio, &background))
+    if (!PyArg_ParseTuple(args, "sO|zip", &func, &data, &unique, &prio, &background) ||
+        payload_get(data, &payload) < 0)
         return NULL;
     err = dsjob_async_submit(self->a, func, unique, payload.buf, (size_t)payload.len,
                              (enum dsjob_priority)prio,
                              (background ? DSJOB_TASK_BACKGROUND : 0) | DSJOB_ASYNC_NO_WRITE, &id);
-    PyBuffer_Release(&payload);
+    payload_release(&payload);
     if (err != DSJOB_OK)
         return raise_err(err, dsjob_async_errmsg(self->a));
     return PyLong_FromUnsignedLongLong(id);
@@ -1713,6 +2087,11 @@ PyInit__dsjob(void)
     JobFailed = PyObject_GetAttrString(errors, "JobFailed");
     Py_DECREF(errors);
     if (!Error || !NoServer || !Timeout || !Refused || !JobFailed)
+        return NULL;
+    str_handle = PyUnicode_InternFromString("handle");
+    str_function = PyUnicode_InternFromString("function");
+    str_unique = PyUnicode_InternFromString("unique");
+    if (!str_handle || !str_function || !str_unique)
         return NULL;
     if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&JobType) < 0 ||
         PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0 ||

@@ -233,6 +233,14 @@ def test_submit_many_pipelined(server) -> None:
     assert len(jobs) == 200 and len({j.handle for j in jobs}) == 200
     total = [r["total"] for r in c.status() if r["function"] == "bulk"]
     assert total == [200]
+    # The payload kinds of submit, and the Jobs (made in C) as submit makes them.
+    kinds = [b"b", "s", bytearray(b"a"), memoryview(b"m"), None]
+    jobs = c.submit_many("kinds", kinds, uniques=["u1", None, "u3", "u4", "u5"])
+    assert [(j.function, j.unique) for j in jobs] == [
+        ("kinds", "u1"), ("kinds", None), ("kinds", "u3"), ("kinds", "u4"), ("kinds", "u5")]
+    assert jobs[0] == dsjob.Job(jobs[0].handle, "kinds", "u1") and "u1" in repr(jobs[0])
+    with pytest.raises(TypeError, match="payload must be bytes or str, not int"):
+        c.submit_many("kinds", [b"x", 1])
 
 
 def test_admin_views(server, run_worker) -> None:

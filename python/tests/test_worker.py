@@ -31,6 +31,26 @@ def test_concurrency_runs_jobs_at_once(server, run_worker) -> None:
     assert sorted(got) == [b"0", b"1", b"2", b"3"]
 
 
+def test_threads_keep_their_thread_locals(server, run_worker) -> None:
+    # Each of run()'s threads keeps its Python thread state from one job to
+    # the next (it was made and dropped per job in the library's threads),
+    # so what a handler keeps in a threading.local (a connection, say) lasts.
+    barrier = threading.Barrier(2, timeout=PATIENCE)
+    local = threading.local()
+    w = dsjob.Worker(server.addr)
+
+    @w.function("count")
+    def count(job):
+        local.n = getattr(local, "n", 0) + 1
+        barrier.wait()  # each round's two jobs run one in each thread
+        return str(local.n)
+
+    run_worker(w, concurrency=2)
+    c = dsjob.Client(server.addr)
+    got = [int(r) for _ in range(3) for r in c.map("count", [b""] * 2, concurrency=2)]
+    assert sorted(got) == [1, 1, 2, 2, 3, 3]
+
+
 def test_exception_reaches_dead_set(tmp_path, run_worker) -> None:
     from conftest import start_dsjobd
     s = start_dsjobd(tmp_path, "--max-dead", "10")
