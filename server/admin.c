@@ -27,7 +27,6 @@
 #include "srv.h"
 #include "stats.h"
 #include "storage.h"
-#include "store.h"
 
 #define WORD(cmd, i) (cmd)->word[(cmd)->first_arg + (i)]
 #define WORD_LEN(cmd, i) (cmd)->word_len[(cmd)->first_arg + (i)]
@@ -182,10 +181,10 @@ const char *
 admin_outcome_name(unsigned outcome)
 {
     switch (outcome) {
-    case STORE_DONE_COMPLETE: return "complete";
-    case STORE_DONE_FAIL: return "fail";
-    case STORE_DONE_EXCEPTION: return "exception";
-    case STORE_DEAD: return "dead";
+    case JOB_OUTCOME_COMPLETE: return "complete";
+    case JOB_OUTCOME_FAIL: return "fail";
+    case JOB_OUTCOME_EXCEPTION: return "exception";
+    case JOB_OUTCOME_DEAD: return "dead";
     default: return "-";
     }
 }

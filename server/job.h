@@ -38,6 +38,19 @@ enum job_state {
     JOB_DONE,      /* finished, its outcome kept for --keep-results seconds */
 };
 
+/*
+ * How a job ended, as its dead set or kept results remember it: NONE
+ * while it lives (and for an end that keeps nothing, as a cancel); one of
+ * the worker's three ends; DEAD once it is in its function's dead set.
+ */
+enum job_outcome {
+    JOB_OUTCOME_NONE,      /* not ended, or nothing of its end is kept */
+    JOB_OUTCOME_COMPLETE,  /* WORK_COMPLETE */
+    JOB_OUTCOME_FAIL,      /* WORK_FAIL, or failed by the server (timeout, worker gone) */
+    JOB_OUTCOME_EXCEPTION, /* WORK_EXCEPTION */
+    JOB_OUTCOME_DEAD,      /* past its retries, in its function's dead set (--max-dead) */
+};
+
 /* What a SETTLING job becomes once its store change commits. */
 enum job_settle { JOB_SETTLE_GONE, JOB_SETTLE_DEAD, JOB_SETTLE_DONE };
 
@@ -65,7 +78,7 @@ struct job_ext {
     unsigned char *result;  /* owned: DONE, its result; DEAD, its last failure's text */
     uint32_t result_len;    /* bytes in result */
     uint32_t result_size;   /* bytes the worker sent (more than result_len if cut) */
-    uint8_t outcome;        /* enum store_state: STORE_LIVE until it ends dead or kept */
+    uint8_t outcome;        /* enum job_outcome: NONE until it ends dead or kept */
     uint8_t settle_to;      /* SETTLING: enum job_settle */
     unsigned char *warning; /* owned: this attempt's last WORK_WARNING, the text a WORK_FAIL
                                after it gives the dead set (--max-dead); NULL: none */

@@ -71,6 +71,33 @@ sg_calloc(struct storage *sg, const char *what, size_t size)
     return p;
 }
 
+/* A job's outcome as its row's state (enum store_state), and a row's state as an outcome. */
+static int
+row_state(unsigned outcome)
+{
+    switch ((enum job_outcome)outcome) {
+    case JOB_OUTCOME_COMPLETE: return STORE_DONE_COMPLETE;
+    case JOB_OUTCOME_FAIL: return STORE_DONE_FAIL;
+    case JOB_OUTCOME_EXCEPTION: return STORE_DONE_EXCEPTION;
+    case JOB_OUTCOME_DEAD: return STORE_DEAD;
+    case JOB_OUTCOME_NONE: break;
+    }
+    return STORE_LIVE;
+}
+
+static enum job_outcome
+row_outcome(int state)
+{
+    switch ((enum store_state)state) {
+    case STORE_DONE_COMPLETE: return JOB_OUTCOME_COMPLETE;
+    case STORE_DONE_FAIL: return JOB_OUTCOME_FAIL;
+    case STORE_DONE_EXCEPTION: return JOB_OUTCOME_EXCEPTION;
+    case STORE_DEAD: return JOB_OUTCOME_DEAD;
+    case STORE_LIVE: break;
+    }
+    return JOB_OUTCOME_NONE;
+}
+
 /* An add for the writer: the job's fields copied, since the job may go meanwhile. */
 static struct store_op *
 op_add_new(struct storage *sg, const struct job *j)
@@ -97,7 +124,7 @@ op_add_new(struct storage *sg, const struct job *j)
         sj->last_fail = j->ext->last_fail;
         sj->numerator = j->ext->numerator;
         sj->denominator = j->ext->denominator;
-        sj->state = j->ext->outcome; /* STORE_LIVE until the job ends */
+        sj->state = row_state(j->ext->outcome); /* STORE_LIVE until the job ends */
     }
     at = op->buf;
 #define COPY(field, src, n)                                                                        \
@@ -171,7 +198,7 @@ replay_one(const struct store_job *sj, void *arg)
         j->ext->last_fail = sj->last_fail;
         j->ext->numerator = sj->numerator;
         j->ext->denominator = sj->denominator;
-        j->ext->outcome = (uint8_t)(ended ? sj->state : STORE_LIVE);
+        j->ext->outcome = (uint8_t)(ended ? row_outcome(sj->state) : JOB_OUTCOME_NONE);
     }
     if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
         goto fail;
