@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* put_field copies len bytes of src (NULL if len is 0) and a NUL to at; returns what follows. */
 static char *
@@ -160,4 +161,52 @@ job_nwaiters(const struct job *j)
     TAILQ_FOREACH (w, &j->ext->waiters, by_job)
         n++;
     return n;
+}
+
+const char *
+job_state_name(const struct job *j)
+{
+    switch ((enum job_state)j->state) {
+    case JOB_QUEUED: return "queued";
+    case JOB_RUNNING:
+    case JOB_SETTLING: return "running";
+    case JOB_SCHEDULED: return job_attempts(j) > 0 ? "retrying" : "scheduled";
+    case JOB_PENDING: return "pending";
+    case JOB_DEAD: return "dead";
+    case JOB_DONE: return "done";
+    case JOB_NEW: break;
+    }
+    return "new";
+}
+
+static const char *const job_prio_names[JOB_NPRIO] = {"high", "normal", "low"};
+
+const char *
+job_prio_name(unsigned prio)
+{
+    return prio < JOB_NPRIO ? job_prio_names[prio] : "normal";
+}
+
+int
+job_prio_named(const char *name, size_t len)
+{
+    int p;
+
+    for (p = 0; p < JOB_NPRIO; p++)
+        if (len == strlen(job_prio_names[p]) && strncasecmp(name, job_prio_names[p], len) == 0)
+            return p;
+    return -1;
+}
+
+const char *
+job_outcome_name(unsigned outcome)
+{
+    switch ((enum job_outcome)outcome) {
+    case JOB_OUTCOME_COMPLETE: return "complete";
+    case JOB_OUTCOME_FAIL: return "fail";
+    case JOB_OUTCOME_EXCEPTION: return "exception";
+    case JOB_OUTCOME_DEAD: return "dead";
+    case JOB_OUTCOME_NONE: break;
+    }
+    return "-";
 }

@@ -221,4 +221,31 @@ void job_unref(struct job *j);
 /* job_nwaiters counts the clients attached to a job. */
 unsigned job_nwaiters(const struct job *j);
 
+/*
+ * job_state_name names j's state for people, as admin "show job" and
+ * /api/job do: a SETTLING job is "running" (status counts it so), a
+ * scheduled one that failed before "retrying". Static text.
+ */
+const char *job_state_name(const struct job *j);
+
+/* job_prio_name names a priority: "high", "normal" or "low"; static text. */
+const char *job_prio_name(unsigned prio);
+
+/* job_prio_named returns the priority named by len bytes of name (any case), or -1. */
+int job_prio_named(const char *name, size_t len);
+
+/* job_outcome_name names an outcome ("complete", "fail", "exception", "dead"; "-" none). */
+const char *job_outcome_name(unsigned outcome);
+
+/*
+ * job_ended tells whether j has ended (settling, dead or kept): only its
+ * deletion, or its place among dead or kept jobs, is left, so it cannot
+ * be cancelled.
+ */
+static inline bool
+job_ended(const struct job *j)
+{
+    return j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE;
+}
+
 #endif
