@@ -237,7 +237,7 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
                     j->ext->result_size);
     else if (j->ext != NULL && j->ext->first_fail != 0) {
         conn_write(c, "error ", 6);
-        print_escaped(c, j->ext->result, j->ext->result_len);
+        print_escaped(c, j->ext->error, j->ext->error_len);
         conn_write(c, "\n", 1);
     }
     conn_write(c, ".\n", 2);
@@ -278,7 +278,7 @@ show_dead_of(struct conn *c, const struct func *f)
                     (long long)j->ext->last_fail, j->data_len);
         print_escaped(c, job_unique(j), j->unique_len);
         conn_write(c, "\t", 1);
-        print_escaped(c, j->ext->result, j->ext->result_len);
+        print_escaped(c, j->ext->error, j->ext->error_len);
         conn_printf(c, "\t%" PRIu64 "\n", f->dead_dropped);
     }
 }

@@ -819,9 +819,9 @@ job_json(const struct job *j, size_t max)
     } else if (x->first_fail != 0) {
         json_object_set_new(doc, "first_failure", json_integer(x->first_fail));
         json_object_set_new(doc, "last_failure", json_integer(x->last_fail));
-        json_object_set_new(doc, "error", jstr_max(x->result, x->result_len, max, &ucut));
+        json_object_set_new(doc, "error", jstr_max(x->error, x->error_len, max, &ucut));
         if (ucut)
-            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->result_len));
+            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->error_len));
     }
     return doc;
 }

@@ -84,45 +84,70 @@ job_set_when(struct job *j, int64_t when)
     return 0;
 }
 
-int
-job_set_result(struct job *j, const void *data, size_t len, size_t max)
+/* Keep len bytes of src (at most max) in *at, freeing what it held; -1 out of memory. */
+static int
+keep_bytes(unsigned char **at, uint32_t *at_len, const void *src, size_t len, size_t max)
 {
     size_t keep = len < max ? len : max;
 
-    if (job_ext(j) == NULL)
-        return -1;
-    free(j->ext->result);
-    j->ext->result = NULL;
-    j->ext->result_len = 0;
-    j->ext->result_size = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+    free(*at);
+    *at = NULL;
+    *at_len = 0;
     if (keep == 0)
         return 0;
-    j->ext->result = malloc(keep);
-    if (j->ext->result == NULL)
+    *at = malloc(keep);
+    if (*at == NULL)
         return -1;
-    memcpy(j->ext->result, data, keep);
-    j->ext->result_len = (uint32_t)keep;
+    memcpy(*at, src, keep);
+    *at_len = (uint32_t)keep;
     return 0;
+}
+
+int
+job_set_result(struct job *j, const void *data, size_t len, size_t max)
+{
+    if (job_ext(j) == NULL)
+        return -1;
+    j->ext->result_size = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+    return keep_bytes(&j->ext->result, &j->ext->result_len, data, len, max);
+}
+
+int
+job_set_error(struct job *j, const void *text, size_t len, size_t max)
+{
+    if (job_ext(j) == NULL)
+        return -1;
+    return keep_bytes(&j->ext->error, &j->ext->error_len, text, len, max);
 }
 
 int
 job_set_warning(struct job *j, const void *text, size_t len, size_t max)
 {
-    size_t keep = len < max ? len : max;
-
     if (job_ext(j) == NULL)
         return -1;
-    free(j->ext->warning);
-    j->ext->warning = NULL;
-    j->ext->warning_len = 0;
-    if (keep == 0)
-        return 0;
-    j->ext->warning = malloc(keep);
-    if (j->ext->warning == NULL)
+    return keep_bytes(&j->ext->warning, &j->ext->warning_len, text, len, max);
+}
+
+int
+job_set_alias(struct job *j, const char *handle, size_t len)
+{
+    char *copy;
+
+    if (job_ext(j) == NULL || (copy = malloc(len + 1)) == NULL)
         return -1;
-    memcpy(j->ext->warning, text, keep);
-    j->ext->warning_len = (uint32_t)keep;
+    memcpy(copy, handle, len);
+    copy[len] = '\0';
+    free(j->ext->alias);
+    j->ext->alias = copy;
     return 0;
+}
+
+int
+job_set_row_text(struct job *j, const void *text, size_t len)
+{
+    if (job_kept_result(j))
+        return job_set_result(j, text, len, len);
+    return job_set_error(j, text, len, len);
 }
 
 struct job *
@@ -143,7 +168,9 @@ job_unref(struct job *j)
         assert(j->ext == NULL || j->ext->timeout_ev == NULL);
         if (j->ext != NULL) {
             free(j->ext->result);
+            free(j->ext->error);
             free(j->ext->warning);
+            free(j->ext->alias);
         }
         free(j->ext);
         free(j);

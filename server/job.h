@@ -75,15 +75,18 @@ struct job_ext {
     uint32_t attempts;      /* failed attempts: a worker left, timed out, or (--retry-on) failed */
     int64_t first_fail;     /* epoch seconds of the first failed attempt, or 0 */
     int64_t last_fail;      /* ... of the last one; for a DONE job, when it ended */
-    unsigned char *result;  /* owned: DONE, its result; DEAD, its last failure's text */
+    unsigned char *result;  /* owned: its kept result once it ends kept (--keep-results) */
     uint32_t result_len;    /* bytes in result */
     uint32_t result_size;   /* bytes the worker sent (more than result_len if cut) */
+    unsigned char *error;   /* owned: the last failed attempt's text (retrying, dead); NULL none */
+    uint32_t error_len;     /* bytes in error */
     uint8_t outcome;        /* enum job_outcome: NONE until it ends dead or kept */
     uint8_t settle_to;      /* SETTLING: enum job_settle */
     unsigned char *warning; /* owned: this attempt's last WORK_WARNING, the text a WORK_FAIL
                                after it gives the dead set (--max-dead); NULL: none */
     uint32_t warning_len;   /* bytes in warning */
     uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
+    char *alias; /* owned: shared store, the handle of the job elsewhere it coalesced onto */
 };
 
 struct job {
@@ -109,7 +112,7 @@ struct job {
     bool refused : 1;        /* the store refused it: coalesced submits are told */
     bool settle_indexed : 1; /* SETTLING or DONE, and in its function's index of those */
     bool aliased : 1;        /* shared store: coalesced onto a job elsewhere, whose handle
-                                is in ext->result */
+                                is in ext->alias */
     char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);
@@ -191,15 +194,63 @@ job_attempts(const struct job *j)
 
 /*
  * job_set_result keeps len bytes of data (at most max of them) as j's
- * result or failure text, replacing any before. 0, or -1 if out of memory
- * (j then keeps no bytes, only the size).
+ * kept result, replacing any before. 0, or -1 if out of memory (j then
+ * keeps no bytes, only the size).
  */
 int job_set_result(struct job *j, const void *data, size_t len, size_t max);
 
 /*
+ * job_set_error keeps len bytes of text (at most max of them) as the
+ * text of j's last failed attempt, which a retrying or dead job shows;
+ * len 0 forgets it. 0, or -1 if out of memory (j then keeps none).
+ */
+int job_set_error(struct job *j, const void *text, size_t len, size_t max);
+
+/*
+ * job_set_alias keeps the handle (len bytes) of the job on a shared
+ * store that j coalesced onto, which its submitters are told. 0, or -1
+ * if out of memory.
+ */
+int job_set_alias(struct job *j, const char *handle, size_t len);
+
+/* job_kept_result tells whether j's outcome is one whose result is kept (not dead, not none). */
+static inline bool
+job_kept_result(const struct job *j)
+{
+    return j->ext != NULL &&
+           (j->ext->outcome == JOB_OUTCOME_COMPLETE || j->ext->outcome == JOB_OUTCOME_FAIL ||
+            j->ext->outcome == JOB_OUTCOME_EXCEPTION);
+}
+
+/*
+ * job_row_text is what a store row keeps as j's result (struct
+ * store_job's result): the result of a kept outcome, else the last
+ * failure's text (a dead or retrying job); NULL if none. job_row_len is
+ * its length.
+ */
+static inline const unsigned char *
+job_row_text(const struct job *j)
+{
+    return j->ext == NULL ? NULL : job_kept_result(j) ? j->ext->result : j->ext->error;
+}
+
+static inline size_t
+job_row_len(const struct job *j)
+{
+    return j->ext == NULL ? 0 : job_kept_result(j) ? j->ext->result_len : j->ext->error_len;
+}
+
+/*
+ * job_set_row_text keeps a store row's result (len bytes) where
+ * job_row_text finds it, by j's outcome, which is set first. 0, or -1 if
+ * out of memory.
+ */
+int job_set_row_text(struct job *j, const void *text, size_t len);
+
+/*
  * job_set_warning keeps len bytes of text (at most max of them) as the
  * current attempt's last WORK_WARNING, apart from the last failure's text
- * in result; len 0 forgets it. Returns 0, or -1 out of memory.
+ * in error; len 0 forgets it. Returns 0, or -1 out of memory.
  */
 int job_set_warning(struct job *j, const void *text, size_t len, size_t max);
 

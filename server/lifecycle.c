@@ -215,7 +215,9 @@ lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const vo
     if (to != JOB_SETTLE_GONE) {
         if (to == JOB_SETTLE_DONE && outcome == JOB_OUTCOME_FAIL)
             len = 0; /* WORK_FAIL carries no bytes; the text was for the dead set */
-        if (job_set_result(j, data, len, srv->cfg.max_result_size) < 0)
+        /* The dead set keeps the text of the last failure; the kept results the result. */
+        if (to == JOB_SETTLE_DEAD ? job_set_error(j, data, len, srv->cfg.max_result_size) < 0
+                                  : job_set_result(j, data, len, srv->cfg.max_result_size) < 0)
             log_err(&srv->log, "out of memory to keep the result of job %s", job_handle(j));
         j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
         if (to == JOB_SETTLE_DONE)
@@ -313,7 +315,7 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     if (j->background)
-        (void)job_set_result(j, why, len, srv->cfg.max_result_size);
+        (void)job_set_error(j, why, len, srv->cfg.max_result_size);
     (void)job_set_warning(j, NULL, 0, 0); /* the next attempt's warnings are its own */
 }
 
@@ -525,7 +527,7 @@ lifecycle_revive(struct srv *srv, struct job *j)
     j->ext->first_fail = j->ext->last_fail = 0;
     j->ext->outcome = JOB_OUTCOME_NONE;
     j->ext->numerator = j->ext->denominator = 0;
-    (void)job_set_result(j, NULL, 0, 0);
+    (void)job_set_error(j, NULL, 0, 0);
     storage_update(srv, j);
     lifecycle_wake(j);
     return 0;

@@ -102,7 +102,7 @@ row_outcome(int state)
 static struct store_op *
 op_add_new(struct storage *sg, const struct job *j)
 {
-    size_t rlen = j->ext != NULL ? j->ext->result_len : 0;
+    size_t rlen = job_row_len(j);
     size_t len =
         j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len + rlen;
     struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
@@ -140,7 +140,7 @@ op_add_new(struct storage *sg, const struct job *j)
     COPY(reducer, job_reducer(j), j->reducer_len);
     COPY(data, job_data(j), j->data_len);
     if (rlen > 0)
-        COPY(result, j->ext->result, rlen);
+        COPY(result, job_row_text(j), rlen);
 #undef COPY
     sj->alias = op->alias;
     sj->lost = &op->lost;
@@ -200,7 +200,7 @@ replay_one(const struct store_job *sj, void *arg)
         j->ext->denominator = sj->denominator;
         j->ext->outcome = (uint8_t)(ended ? row_outcome(sj->state) : JOB_OUTCOME_NONE);
     }
-    if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
+    if (ended && job_set_row_text(j, sj->result, sj->result_len) < 0)
         goto fail;
     j->background = true;
     j->stored = true;
@@ -671,7 +671,7 @@ shared_hand_off(struct srv *srv, struct job *j, const char *alias)
 {
     size_t len = strlen(alias);
 
-    if (len > 0 && job_set_result(j, alias, len, len) == 0)
+    if (len > 0 && job_set_alias(j, alias, len) == 0)
         j->aliased = true;
     j->stored = false; /* the row is not this server's to delete */
     if (job_has_waiters(j))
@@ -733,7 +733,7 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
 
         conn_send(a->client, PACKET_ERROR, 2, args, lens);
     } else if (ok && j->aliased) {
-        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->result, j->ext->result_len);
+        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->alias, strlen(j->ext->alias));
     } else if (ok) {
         conn_send_raw(a->client, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
     } else {
