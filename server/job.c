@@ -84,6 +84,34 @@ job_set_when(struct job *j, int64_t when)
     return 0;
 }
 
+/*
+ * The moves a job makes, by the state it leaves: a bit for each state it
+ * may enter. Any job can leave the queue (NEW again); a queued one moves
+ * to the tail of another priority's list (QUEUED again).
+ */
+#define TO(s) (1u << (s))
+static const uint8_t job_moves[JOB_NSTATES] = {
+    [JOB_NEW] = TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_PENDING),
+    [JOB_QUEUED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_RUNNING) | TO(JOB_SETTLING),
+    [JOB_RUNNING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
+                    TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_SCHEDULED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SETTLING),
+    [JOB_PENDING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
+                    TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_SETTLING] = TO(JOB_NEW) | TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_DEAD] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED),
+    [JOB_DONE] = TO(JOB_NEW),
+};
+#undef TO
+
+void
+job_set_state(struct job *j, enum job_state state)
+{
+    assert(j->state < JOB_NSTATES && state < JOB_NSTATES);
+    assert(job_moves[j->state] & (1u << state));
+    j->state = state;
+}
+
 /* Keep len bytes of src (at most max) in *at, freeing what it held; -1 out of memory. */
 static int
 keep_bytes(unsigned char **at, uint32_t *at_len, const void *src, size_t len, size_t max)

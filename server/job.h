@@ -37,6 +37,7 @@ enum job_state {
     JOB_DEAD,      /* past its retries, in its function's dead set (--max-dead) */
     JOB_DONE,      /* finished, its outcome kept for --keep-results seconds */
 };
+#define JOB_NSTATES 8 /* struct job's 3-bit state holds them all */
 
 /*
  * How a job ended, as its dead set or kept results remember it: NONE
@@ -191,6 +192,13 @@ job_attempts(const struct job *j)
 {
     return j->ext ? j->ext->attempts : 0;
 }
+
+/*
+ * job_set_state moves j to state; the move must be one a job makes (a
+ * table of them in job.c, checked by assert). The queue moves jobs, as it
+ * moves them between its lists.
+ */
+void job_set_state(struct job *j, enum job_state state);
 
 /*
  * job_set_result keeps len bytes of data (at most max of them) as j's
