@@ -200,7 +200,7 @@ replay_one(const struct store_job *sj, void *arg)
         j->ext->denominator = sj->denominator;
         j->ext->outcome = (uint8_t)(ended ? row_outcome(sj->state) : JOB_OUTCOME_NONE);
     }
-    if (ended && job_set_row_text(j, sj->result, sj->result_len) < 0)
+    if ((ended || sj->result_len > 0) && job_set_row_text(j, sj->result, sj->result_len) < 0)
         goto fail;
     j->background = true;
     j->stored = true;

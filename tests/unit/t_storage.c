@@ -1130,8 +1130,9 @@ replay_row(unsigned i, uint64_t id, const char *func, int state, int64_t when, c
 
 /*
  * Every state a stored job can be in comes back as it was: queued,
- * scheduled (an epoch job), retrying with its attempts and run-at, dead
- * with its reason, kept with its result; and the functions' settings. A
+ * scheduled (an epoch job), retrying with its attempts, run-at and last
+ * failure's text, dead with its reason, kept with its result; and the
+ * functions' settings. A
  * row with an unknown state runs again (logged), one with an impossible
  * priority runs at normal. With --keep-results 0 a kept row is dropped,
  * and its deletion reaches the store.
@@ -1151,7 +1152,7 @@ test_replay_states(unsigned keep, bool nomem)
     replay_row(0, 1, "f", STORE_LIVE, 0, NULL);
     fake.replay[0].first_fail = now - 30; /* a failure, but no attempt counted: still queued */
     replay_row(1, 2, "f", STORE_LIVE, now + 3600, NULL);
-    replay_row(2, 3, "f", STORE_LIVE, now + 3600, NULL);
+    replay_row(2, 3, "f", STORE_LIVE, now + 3600, "why it failed");
     fake.replay[2].attempts = 2;
     fake.replay[2].first_fail = now - 20;
     fake.replay[2].last_fail = now - 10;
@@ -1182,6 +1183,8 @@ test_replay_states(unsigned keep, bool nomem)
     tap_ok(j != NULL && j->state == JOB_SCHEDULED && job_attempts(j) == 2 &&
                j->ext->first_fail == now - 20 && j->ext->last_fail == now - 10,
            "%s: a retrying job waits for its run-at, with its attempts and failures", how);
+    tap_ok(j != NULL && j->ext->error_len == 13 && memcmp(j->ext->error, "why it failed", 13) == 0,
+           "%s: and with the text of its last failure, which show job prints", how);
     j = find(&r, "H:t:4");
     tap_ok(j != NULL && j->state == JOB_DEAD && job_attempts(j) == 3 && j->ext->error_len == 11 &&
                memcmp(j->ext->error, "why it died", 11) == 0 && j->func->ndead == 1,
