@@ -90,7 +90,7 @@ job_set_when(struct job *j, int64_t when)
  * to the tail of another priority's list (QUEUED again).
  */
 #define TO(s) (1u << (s))
-static const uint8_t job_moves[JOB_NSTATES] = {
+const uint8_t job_moves[JOB_NSTATES] = {
     [JOB_NEW] = TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_PENDING),
     [JOB_QUEUED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_RUNNING) | TO(JOB_SETTLING),
     [JOB_RUNNING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
@@ -103,14 +103,6 @@ static const uint8_t job_moves[JOB_NSTATES] = {
     [JOB_DONE] = TO(JOB_NEW),
 };
 #undef TO
-
-void
-job_set_state(struct job *j, enum job_state state)
-{
-    assert(j->state < JOB_NSTATES && state < JOB_NSTATES);
-    assert(job_moves[j->state] & (1u << state));
-    j->state = state;
-}
 
 /* Keep len bytes of src (at most max) in *at, freeing what it held; -1 out of memory. */
 static int

@@ -13,6 +13,7 @@
 #ifndef DSJOB_SERVER_JOB_H
 #define DSJOB_SERVER_JOB_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -193,12 +194,20 @@ job_attempts(const struct job *j)
     return j->ext ? j->ext->attempts : 0;
 }
 
+/* job_moves: for each state, a bit (1 << state) for each state a job may go to from it. */
+extern const uint8_t job_moves[JOB_NSTATES];
+
 /*
- * job_set_state moves j to state; the move must be one a job makes (a
- * table of them in job.c, checked by assert). The queue moves jobs, as it
- * moves them between its lists.
+ * job_set_state moves j to state; the move must be one a job makes
+ * (job_moves, checked by assert). The queue moves jobs, as it moves them
+ * between its lists. Inline: grabs and pushes are the hot path.
  */
-void job_set_state(struct job *j, enum job_state state);
+static inline void
+job_set_state(struct job *j, enum job_state state)
+{
+    assert(job_moves[j->state] & (1u << state));
+    j->state = state;
+}
 
 /*
  * job_set_result keeps len bytes of data (at most max of them) as j's
