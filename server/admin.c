@@ -20,6 +20,8 @@
 #include <event2/buffer.h>
 
 #include "conn.h"
+#include "job.h"
+#include "job_dead.h"
 #include "lifecycle.h"
 #include "proto/decimal.h"
 #include "proto/textcmd.h"
@@ -27,7 +29,6 @@
 #include "srv.h"
 #include "stats.h"
 #include "storage.h"
-#include "store.h"
 
 #define WORD(cmd, i) (cmd)->word[(cmd)->first_arg + (i)]
 #define WORD_LEN(cmd, i) (cmd)->word_len[(cmd)->first_arg + (i)]
@@ -183,43 +184,6 @@ print_escaped(struct conn *c, const void *bytes, size_t len)
         conn_write(c, "-", 1);
 }
 
-const char *
-admin_prio_name(unsigned prio)
-{
-    static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
-
-    return prio < JOB_NPRIO ? names[prio] : "normal";
-}
-
-const char *
-admin_outcome_name(unsigned outcome)
-{
-    switch (outcome) {
-    case STORE_DONE_COMPLETE: return "complete";
-    case STORE_DONE_FAIL: return "fail";
-    case STORE_DONE_EXCEPTION: return "exception";
-    case STORE_DEAD: return "dead";
-    default: return "-";
-    }
-}
-
-/* A job's state for people: SETTLING still shows as running, as status counts it. */
-const char *
-admin_state_name(const struct job *j)
-{
-    switch ((enum job_state)j->state) {
-    case JOB_QUEUED: return "queued";
-    case JOB_RUNNING:
-    case JOB_SETTLING: return "running";
-    case JOB_SCHEDULED: return job_attempts(j) > 0 ? "retrying" : "scheduled";
-    case JOB_PENDING: return "pending";
-    case JOB_DEAD: return "dead";
-    case JOB_DONE: return "done";
-    case JOB_NEW: break;
-    }
-    return "new";
-}
-
 /* show job HANDLE, show job unique FUNCTION UNIQUE: finds the job, or says why not. */
 static struct job *
 admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
@@ -259,11 +223,11 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     if (j == NULL)
         return;
     conn_printf(c, "handle %s\nfunction %s\nstate %s\n", job_handle(j), j->func->name,
-                admin_state_name(j));
+                job_state_name(j));
     if (j->state == JOB_DONE)
-        conn_printf(c, "outcome %s\n", admin_outcome_name(j->ext->outcome));
+        conn_printf(c, "outcome %s\n", job_outcome_name(j->ext->outcome));
     conn_printf(c, "priority %s\nbackground %d\nattempts %" PRIu32 "\nunique ",
-                admin_prio_name(j->prio), j->background ? 1 : 0, job_attempts(j));
+                job_prio_name(j->prio), j->background ? 1 : 0, job_attempts(j));
     print_escaped(c, job_unique(j), j->unique_len);
     conn_printf(c, "\nrun_at %lld\npayload_size %" PRIu32 "\n",
                 j->state == JOB_DEAD || j->state == JOB_DONE ? 0LL : (long long)job_when(j),
@@ -286,7 +250,7 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
                     j->ext->result_size);
     else if (j->ext != NULL && j->ext->first_fail != 0) {
         conn_write(c, "error ", 6);
-        print_escaped(c, j->ext->result, j->ext->result_len);
+        print_escaped(c, j->ext->error, j->ext->error_len);
         conn_write(c, "\n", 1);
     }
     conn_write(c, ".\n", 2);
@@ -305,11 +269,11 @@ admin_show_result(struct conn *c, const struct textcmd *cmd)
     if (j == NULL)
         return;
     if (j->state != JOB_DONE) {
-        conn_printf(c, "ERR NOT_DONE job+is+%s\r\n", admin_state_name(j));
+        conn_printf(c, "ERR NOT_DONE job+is+%s\r\n", job_state_name(j));
         return;
     }
     conn_printf(c, "OK %s %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu32 "\n",
-                admin_outcome_name(j->ext->outcome), j->ext->result_len, j->ext->numerator,
+                job_outcome_name(j->ext->outcome), j->ext->result_len, j->ext->numerator,
                 j->ext->denominator, j->ext->result_size);
     if (j->ext->result_len > 0)
         conn_write(c, j->ext->result, j->ext->result_len);
@@ -323,11 +287,11 @@ show_dead_of(struct conn *c, const struct func *f)
 
     TAILQ_FOREACH (j, &f->dead, link) {
         conn_printf(c, "%s\t%s\t%s\t%" PRIu32 "\t%lld\t%lld\t%" PRIu32 "\t", job_handle(j), f->name,
-                    admin_prio_name(j->prio), job_attempts(j), (long long)j->ext->first_fail,
+                    job_prio_name(j->prio), job_attempts(j), (long long)j->ext->first_fail,
                     (long long)j->ext->last_fail, j->data_len);
         print_escaped(c, job_unique(j), j->unique_len);
         conn_write(c, "\t", 1);
-        print_escaped(c, j->ext->result, j->ext->result_len);
+        print_escaped(c, j->ext->error, j->ext->error_len);
         conn_printf(c, "\t%" PRIu64 "\n", f->dead_dropped);
     }
 }
@@ -351,32 +315,6 @@ admin_show_dead(struct conn *c, const struct textcmd *cmd)
     conn_write(c, ".\n", 2);
 }
 
-int
-admin_dead_apply(struct srv *srv, const char *name, size_t len, bool retry, unsigned *done,
-                 unsigned *held)
-{
-    struct job *j, *next;
-    struct func *f;
-
-    *done = *held = 0;
-    j = queue_find_job(&srv->queue, name, len);
-    f = j != NULL ? NULL : queue_func(&srv->queue, name, len, false);
-    if ((j == NULL || j->state != JOB_DEAD) && f == NULL)
-        return -1;
-    for (j = j != NULL ? j : TAILQ_FIRST(&f->dead); j != NULL; j = next) {
-        next = f != NULL ? TAILQ_NEXT(j, link) : NULL;
-        if (!retry) {
-            lifecycle_drop_ended(srv, j);
-            (*done)++;
-        } else if (lifecycle_revive(srv, j) == 0) {
-            (*done)++;
-        } else {
-            (*held)++;
-        }
-    }
-    return 0;
-}
-
 /* retry dead / drop dead HANDLE|FUNCTION: one dead job by handle, or all of a function's. */
 static void
 admin_dead(struct conn *c, const struct textcmd *cmd, bool retry)
@@ -389,7 +327,7 @@ admin_dead(struct conn *c, const struct textcmd *cmd, bool retry)
                     retry ? "retry" : "drop");
         return;
     }
-    if (admin_dead_apply(srv, WORD(cmd, 0), WORD_LEN(cmd, 0), retry, &done, &held) < 0) {
+    if (job_dead_apply(srv, WORD(cmd, 0), WORD_LEN(cmd, 0), retry, &done, &held) < 0) {
         conn_printf(c, "ERR UNKNOWN_JOB no+dead+job+or+function+%.*s\r\n", (int)WORD_LEN(cmd, 0),
                     WORD(cmd, 0));
         return;
@@ -486,7 +424,7 @@ show_detail(struct conn *c, const struct job *j)
 {
     /* A dead or done job runs at no time: 0, as show job says (its time was a retry's). */
     conn_printf(c, "%s\t%s\t%s\t%s\t%" PRIu32 "\t%lld\t%d\t", job_handle(j), j->func->name,
-                admin_prio_name(j->prio), admin_state_name(j), job_attempts(j),
+                job_prio_name(j->prio), job_state_name(j), job_attempts(j),
                 j->state == JOB_DEAD || j->state == JOB_DONE ? 0LL : (long long)job_when(j),
                 j->background ? 1 : 0);
     print_escaped(c, job_unique(j), j->unique_len);
@@ -527,13 +465,6 @@ admin_maxqueue(struct conn *c, const struct textcmd *cmd)
     conn_printf(c, "OK\r\n");
 }
 
-bool
-admin_job_ended(const struct job *j)
-{
-    /* Only its deletion, or its place among dead or kept jobs, is left. */
-    return j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE;
-}
-
 static void
 admin_cancel(struct conn *c, const struct textcmd *cmd)
 {
@@ -548,7 +479,7 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, "ERR UNKNOWN_JOB\r\n");
         return;
     }
-    if (admin_job_ended(j)) {
+    if (job_ended(j)) {
         conn_printf(c, "ERR JOB_ENDED the+job+has+ended%s\r\n",
                     j->state == JOB_DEAD ? ";+drop+dead+removes+it" : "");
         return;
@@ -569,7 +500,6 @@ admin_cancel(struct conn *c, const struct textcmd *cmd)
 static void
 admin_priority(struct conn *c, const struct textcmd *cmd)
 {
-    static const char *const names[JOB_NPRIO] = {"high", "normal", "low"};
     struct srv *srv = c->srv;
     struct job *j;
     unsigned old;
@@ -579,11 +509,8 @@ admin_priority(struct conn *c, const struct textcmd *cmd)
         conn_printf(c, PRIORITY_USAGE);
         return;
     }
-    for (p = 0; p < JOB_NPRIO; p++)
-        if (WORD_LEN(cmd, 1) == strlen(names[p]) &&
-            strncasecmp(WORD(cmd, 1), names[p], WORD_LEN(cmd, 1)) == 0)
-            break;
-    if (p == JOB_NPRIO) {
+    p = job_prio_named(WORD(cmd, 1), WORD_LEN(cmd, 1));
+    if (p < 0) {
         conn_printf(c, PRIORITY_USAGE);
         return;
     }
@@ -594,7 +521,7 @@ admin_priority(struct conn *c, const struct textcmd *cmd)
     }
     if (j->state == JOB_RUNNING || j->state == JOB_SETTLING || j->state == JOB_DEAD ||
         j->state == JOB_DONE) {
-        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", admin_state_name(j));
+        conn_printf(c, "ERR JOB_NOT_QUEUED the+job+is+%s\r\n", job_state_name(j));
         return;
     }
     old = j->prio;
@@ -602,7 +529,7 @@ admin_priority(struct conn *c, const struct textcmd *cmd)
     if (old != (unsigned)p)
         storage_update(srv, j); /* the row gets the new priority with the next commit */
     log_notice(&srv->log, "%s: job %s of '%s' moved from %s to %s priority", c->peer, job_handle(j),
-               j->func->name, names[old], names[p]);
+               j->func->name, job_prio_name(old), job_prio_name((unsigned)p));
     conn_printf(c, "OK\r\n");
 }
 

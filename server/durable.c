@@ -51,9 +51,9 @@ job_from_store(struct srv *srv, const struct store_job *sj)
         j->ext->last_fail = sj->last_fail;
         j->ext->numerator = sj->numerator;
         j->ext->denominator = sj->denominator;
-        j->ext->outcome = (uint8_t)(ended ? sj->state : STORE_LIVE);
+        j->ext->outcome = (uint8_t)(ended ? storage_row_outcome(sj->state) : JOB_OUTCOME_NONE);
     }
-    if (ended && job_set_result(j, sj->result, sj->result_len, sj->result_len) < 0)
+    if ((ended || sj->result_len > 0) && job_set_row_text(j, sj->result, sj->result_len) < 0)
         goto fail;
     j->background = true;
     j->stored = true;
@@ -74,7 +74,7 @@ durable_replay(const struct store_job *sj, void *arg)
 
     if (f == NULL || (j = job_from_store(srv, sj)) == NULL)
         return -1;
-    ended = j->ext != NULL && j->ext->outcome != STORE_LIVE;
+    ended = j->ext != NULL && j->ext->outcome != JOB_OUTCOME_NONE;
     if (queue_add_as(&srv->queue, f, j, clock_now(), ended) < 0) {
         job_unref(j);
         return -1;
@@ -284,7 +284,7 @@ shared_hand_off(struct srv *srv, struct job *j, const char *alias)
 {
     size_t len = strlen(alias);
 
-    if (len > 0 && job_set_result(j, alias, len, len) == 0)
+    if (len > 0 && job_set_alias(j, alias, len) == 0)
         j->aliased = true;
     j->stored = false; /* the row is not this server's to delete */
     if (job_has_waiters(j))
@@ -350,7 +350,7 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
 
         conn_send(a->client, PACKET_ERROR, 2, args, lens);
     } else if (ok && j->aliased) {
-        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->result, j->ext->result_len);
+        conn_send_raw(a->client, PACKET_JOB_CREATED, j->ext->alias, strlen(j->ext->alias));
     } else if (ok) {
         conn_send_raw(a->client, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
     } else {

@@ -40,10 +40,10 @@
 #include <event2/util.h>
 #include <jansson.h>
 
-#include "admin.h"
 #include "conn.h"
 #include "dashboard.h"
 #include "job.h"
+#include "job_dead.h"
 #include "lifecycle.h"
 #include "listener.h"
 #include "queue.h"
@@ -821,7 +821,7 @@ job_json(const struct job *j, size_t max)
     }
     doc = json_pack("{s:s,s:o*,s:s,s:s,s:b,s:I,s:o*,s:I,s:I,s:o*,s:[I,I],s:i}", "handle",
                     job_handle(j), "function", jtext(j->func->name, j->func->name_len), "state",
-                    admin_state_name(j), "priority", admin_prio_name(j->prio), "background",
+                    job_state_name(j), "priority", job_prio_name(j->prio), "background",
                     j->background, "attempts", (json_int_t)job_attempts(j), "unique",
                     jstr_max(job_unique(j), j->unique_len, max, &ucut), "run_at",
                     (json_int_t)(j->state == JOB_DEAD || j->state == JOB_DONE ? 0 : job_when(j)),
@@ -835,15 +835,15 @@ job_json(const struct job *j, size_t max)
     if (doc == NULL || x == NULL)
         return doc;
     if (j->state == JOB_DONE) {
-        json_object_set_new(doc, "outcome", json_string(admin_outcome_name(x->outcome)));
+        json_object_set_new(doc, "outcome", json_string(job_outcome_name(x->outcome)));
         json_object_set_new(doc, "ended", json_integer(x->last_fail));
         json_object_set_new(doc, "result_size", json_integer(x->result_size));
     } else if (x->first_fail != 0) {
         json_object_set_new(doc, "first_failure", json_integer(x->first_fail));
         json_object_set_new(doc, "last_failure", json_integer(x->last_fail));
-        json_object_set_new(doc, "error", jstr_max(x->result, x->result_len, max, &ucut));
+        json_object_set_new(doc, "error", jstr_max(x->error, x->error_len, max, &ucut));
         if (ucut)
-            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->result_len));
+            json_object_set_new(doc, "error_size", json_integer((json_int_t)x->error_len));
     }
     return doc;
 }
@@ -1125,7 +1125,7 @@ post_cancel(struct srv *srv, struct evhttp_request *req, const char *handle, siz
         reply_error(req, 404, "Not Found", "no job '%.*s'", (int)(len > 100 ? 100 : len), handle);
         return;
     }
-    if (admin_job_ended(j)) {
+    if (job_ended(j)) {
         reply_error(req, 409, "Conflict", "the job has ended%s",
                     j->state == JOB_DEAD ? "; POST /api/dead/HANDLE/drop removes it" : "");
         return;
@@ -1144,7 +1144,7 @@ post_dead(struct srv *srv, struct evhttp_request *req, const char *name, size_t 
 {
     unsigned done, held;
 
-    if (admin_dead_apply(srv, name, len, retry, &done, &held) < 0) {
+    if (job_dead_apply(srv, name, len, retry, &done, &held) < 0) {
         reply_error(req, 404, "Not Found", "no dead job or function '%.*s'",
                     (int)(len > 100 ? 100 : len), name);
         return;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* put_field copies len bytes of src (NULL if len is 0) and a NUL to at; returns what follows. */
 static char *
@@ -83,45 +84,90 @@ job_set_when(struct job *j, int64_t when)
     return 0;
 }
 
-int
-job_set_result(struct job *j, const void *data, size_t len, size_t max)
+/*
+ * The moves a job makes, by the state it leaves: a bit for each state it
+ * may enter. Any job can leave the queue (NEW again); a queued one moves
+ * to the tail of another priority's list (QUEUED again).
+ */
+#define TO(s) (1u << (s))
+const uint8_t job_moves[JOB_NSTATES] = {
+    [JOB_NEW] = TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_PENDING),
+    [JOB_QUEUED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_RUNNING) | TO(JOB_SETTLING),
+    [JOB_RUNNING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
+                    TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_SCHEDULED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SETTLING),
+    [JOB_PENDING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
+                    TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_SETTLING] = TO(JOB_NEW) | TO(JOB_DEAD) | TO(JOB_DONE),
+    [JOB_DEAD] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED),
+    [JOB_DONE] = TO(JOB_NEW),
+};
+#undef TO
+
+/* Keep len bytes of src (at most max) in *at, freeing what it held; -1 out of memory. */
+static int
+keep_bytes(unsigned char **at, uint32_t *at_len, const void *src, size_t len, size_t max)
 {
     size_t keep = len < max ? len : max;
 
-    if (job_ext(j) == NULL)
-        return -1;
-    free(j->ext->result);
-    j->ext->result = NULL;
-    j->ext->result_len = 0;
-    j->ext->result_size = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+    free(*at);
+    *at = NULL;
+    *at_len = 0;
     if (keep == 0)
         return 0;
-    j->ext->result = malloc(keep);
-    if (j->ext->result == NULL)
+    *at = malloc(keep);
+    if (*at == NULL)
         return -1;
-    memcpy(j->ext->result, data, keep);
-    j->ext->result_len = (uint32_t)keep;
+    memcpy(*at, src, keep);
+    *at_len = (uint32_t)keep;
     return 0;
+}
+
+int
+job_set_result(struct job *j, const void *data, size_t len, size_t max)
+{
+    if (job_ext(j) == NULL)
+        return -1;
+    j->ext->result_size = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+    return keep_bytes(&j->ext->result, &j->ext->result_len, data, len, max);
+}
+
+int
+job_set_error(struct job *j, const void *text, size_t len, size_t max)
+{
+    if (job_ext(j) == NULL)
+        return -1;
+    return keep_bytes(&j->ext->error, &j->ext->error_len, text, len, max);
 }
 
 int
 job_set_warning(struct job *j, const void *text, size_t len, size_t max)
 {
-    size_t keep = len < max ? len : max;
-
     if (job_ext(j) == NULL)
         return -1;
-    free(j->ext->warning);
-    j->ext->warning = NULL;
-    j->ext->warning_len = 0;
-    if (keep == 0)
-        return 0;
-    j->ext->warning = malloc(keep);
-    if (j->ext->warning == NULL)
+    return keep_bytes(&j->ext->warning, &j->ext->warning_len, text, len, max);
+}
+
+int
+job_set_alias(struct job *j, const char *handle, size_t len)
+{
+    char *copy;
+
+    if (job_ext(j) == NULL || (copy = malloc(len + 1)) == NULL)
         return -1;
-    memcpy(j->ext->warning, text, keep);
-    j->ext->warning_len = (uint32_t)keep;
+    memcpy(copy, handle, len);
+    copy[len] = '\0';
+    free(j->ext->alias);
+    j->ext->alias = copy;
     return 0;
+}
+
+int
+job_set_row_text(struct job *j, const void *text, size_t len)
+{
+    if (job_kept_result(j))
+        return job_set_result(j, text, len, len);
+    return job_set_error(j, text, len, len);
 }
 
 struct job *
@@ -142,7 +188,9 @@ job_unref(struct job *j)
         assert(j->ext == NULL || j->ext->timeout_ev == NULL);
         if (j->ext != NULL) {
             free(j->ext->result);
+            free(j->ext->error);
             free(j->ext->warning);
+            free(j->ext->alias);
         }
         free(j->ext);
         free(j);
@@ -160,4 +208,52 @@ job_nwaiters(const struct job *j)
     TAILQ_FOREACH (w, &j->ext->waiters, by_job)
         n++;
     return n;
+}
+
+const char *
+job_state_name(const struct job *j)
+{
+    switch ((enum job_state)j->state) {
+    case JOB_QUEUED: return "queued";
+    case JOB_RUNNING:
+    case JOB_SETTLING: return "running";
+    case JOB_SCHEDULED: return job_attempts(j) > 0 ? "retrying" : "scheduled";
+    case JOB_PENDING: return "pending";
+    case JOB_DEAD: return "dead";
+    case JOB_DONE: return "done";
+    case JOB_NEW: break;
+    }
+    return "new";
+}
+
+static const char *const job_prio_names[JOB_NPRIO] = {"high", "normal", "low"};
+
+const char *
+job_prio_name(unsigned prio)
+{
+    return prio < JOB_NPRIO ? job_prio_names[prio] : "normal";
+}
+
+int
+job_prio_named(const char *name, size_t len)
+{
+    int p;
+
+    for (p = 0; p < JOB_NPRIO; p++)
+        if (len == strlen(job_prio_names[p]) && strncasecmp(name, job_prio_names[p], len) == 0)
+            return p;
+    return -1;
+}
+
+const char *
+job_outcome_name(unsigned outcome)
+{
+    switch ((enum job_outcome)outcome) {
+    case JOB_OUTCOME_COMPLETE: return "complete";
+    case JOB_OUTCOME_FAIL: return "fail";
+    case JOB_OUTCOME_EXCEPTION: return "exception";
+    case JOB_OUTCOME_DEAD: return "dead";
+    case JOB_OUTCOME_NONE: break;
+    }
+    return "-";
 }

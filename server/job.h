@@ -13,6 +13,7 @@
 #ifndef DSJOB_SERVER_JOB_H
 #define DSJOB_SERVER_JOB_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +37,20 @@ enum job_state {
     JOB_SETTLING,  /* done, stored: counted and found until its deletion commits */
     JOB_DEAD,      /* past its retries, in its function's dead set (--max-dead) */
     JOB_DONE,      /* finished, its outcome kept for --keep-results seconds */
+};
+#define JOB_NSTATES 8 /* struct job's 3-bit state holds them all */
+
+/*
+ * How a job ended, as its dead set or kept results remember it: NONE
+ * while it lives (and for an end that keeps nothing, as a cancel); one of
+ * the worker's three ends; DEAD once it is in its function's dead set.
+ */
+enum job_outcome {
+    JOB_OUTCOME_NONE,      /* not ended, or nothing of its end is kept */
+    JOB_OUTCOME_COMPLETE,  /* WORK_COMPLETE */
+    JOB_OUTCOME_FAIL,      /* WORK_FAIL, or failed by the server (timeout, worker gone) */
+    JOB_OUTCOME_EXCEPTION, /* WORK_EXCEPTION */
+    JOB_OUTCOME_DEAD,      /* past its retries, in its function's dead set (--max-dead) */
 };
 
 /* What a SETTLING job becomes once its store change commits. */
@@ -62,15 +77,18 @@ struct job_ext {
     uint32_t attempts;      /* failed attempts: a worker left, timed out, or (--retry-on) failed */
     int64_t first_fail;     /* epoch seconds of the first failed attempt, or 0 */
     int64_t last_fail;      /* ... of the last one; for a DONE job, when it ended */
-    unsigned char *result;  /* owned: DONE, its result; DEAD, its last failure's text */
+    unsigned char *result;  /* owned: its kept result once it ends kept (--keep-results) */
     uint32_t result_len;    /* bytes in result */
     uint32_t result_size;   /* bytes the worker sent (more than result_len if cut) */
-    uint8_t outcome;        /* enum store_state: STORE_LIVE until it ends dead or kept */
+    unsigned char *error;   /* owned: the last failed attempt's text (retrying, dead); NULL none */
+    uint32_t error_len;     /* bytes in error */
+    uint8_t outcome;        /* enum job_outcome: NONE until it ends dead or kept */
     uint8_t settle_to;      /* SETTLING: enum job_settle */
     unsigned char *warning; /* owned: this attempt's last WORK_WARNING, the text a WORK_FAIL
                                after it gives the dead set (--max-dead); NULL: none */
     uint32_t warning_len;   /* bytes in warning */
     uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
+    char *alias; /* owned: shared store, the handle of the job elsewhere it coalesced onto */
 };
 
 struct job {
@@ -96,7 +114,7 @@ struct job {
     bool refused : 1;        /* the store refused it: coalesced submits are told */
     bool settle_indexed : 1; /* SETTLING or DONE, and in its function's index of those */
     bool aliased : 1;        /* shared store: coalesced onto a job elsewhere, whose handle
-                                is in ext->result */
+                                is in ext->alias */
     char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);
@@ -176,17 +194,80 @@ job_attempts(const struct job *j)
     return j->ext ? j->ext->attempts : 0;
 }
 
+/* job_moves: for each state, a bit (1 << state) for each state a job may go to from it. */
+extern const uint8_t job_moves[JOB_NSTATES];
+
+/*
+ * job_set_state moves j to state; the move must be one a job makes
+ * (job_moves, checked by assert). The queue moves jobs, as it moves them
+ * between its lists. Inline: grabs and pushes are the hot path.
+ */
+static inline void
+job_set_state(struct job *j, enum job_state state)
+{
+    assert(job_moves[j->state] & (1u << state));
+    j->state = state;
+}
+
 /*
  * job_set_result keeps len bytes of data (at most max of them) as j's
- * result or failure text, replacing any before. 0, or -1 if out of memory
- * (j then keeps no bytes, only the size).
+ * kept result, replacing any before. 0, or -1 if out of memory (j then
+ * keeps no bytes, only the size).
  */
 int job_set_result(struct job *j, const void *data, size_t len, size_t max);
 
 /*
+ * job_set_error keeps len bytes of text (at most max of them) as the
+ * text of j's last failed attempt, which a retrying or dead job shows;
+ * len 0 forgets it. 0, or -1 if out of memory (j then keeps none).
+ */
+int job_set_error(struct job *j, const void *text, size_t len, size_t max);
+
+/*
+ * job_set_alias keeps the handle (len bytes) of the job on a shared
+ * store that j coalesced onto, which its submitters are told. 0, or -1
+ * if out of memory.
+ */
+int job_set_alias(struct job *j, const char *handle, size_t len);
+
+/* job_kept_result tells whether j's outcome is one whose result is kept (not dead, not none). */
+static inline bool
+job_kept_result(const struct job *j)
+{
+    return j->ext != NULL &&
+           (j->ext->outcome == JOB_OUTCOME_COMPLETE || j->ext->outcome == JOB_OUTCOME_FAIL ||
+            j->ext->outcome == JOB_OUTCOME_EXCEPTION);
+}
+
+/*
+ * job_row_text is what a store row keeps as j's result (struct
+ * store_job's result): the result of a kept outcome, else the last
+ * failure's text (a dead or retrying job); NULL if none. job_row_len is
+ * its length.
+ */
+static inline const unsigned char *
+job_row_text(const struct job *j)
+{
+    return j->ext == NULL ? NULL : job_kept_result(j) ? j->ext->result : j->ext->error;
+}
+
+static inline size_t
+job_row_len(const struct job *j)
+{
+    return j->ext == NULL ? 0 : job_kept_result(j) ? j->ext->result_len : j->ext->error_len;
+}
+
+/*
+ * job_set_row_text keeps a store row's result (len bytes) where
+ * job_row_text finds it, by j's outcome, which is set first. 0, or -1 if
+ * out of memory.
+ */
+int job_set_row_text(struct job *j, const void *text, size_t len);
+
+/*
  * job_set_warning keeps len bytes of text (at most max of them) as the
  * current attempt's last WORK_WARNING, apart from the last failure's text
- * in result; len 0 forgets it. Returns 0, or -1 out of memory.
+ * in error; len 0 forgets it. Returns 0, or -1 out of memory.
  */
 int job_set_warning(struct job *j, const void *text, size_t len, size_t max);
 
@@ -207,5 +288,32 @@ void job_unref(struct job *j);
 
 /* job_nwaiters counts the clients attached to a job. */
 unsigned job_nwaiters(const struct job *j);
+
+/*
+ * job_state_name names j's state for people, as admin "show job" and
+ * /api/job do: a SETTLING job is "running" (status counts it so), a
+ * scheduled one that failed before "retrying". Static text.
+ */
+const char *job_state_name(const struct job *j);
+
+/* job_prio_name names a priority: "high", "normal" or "low"; static text. */
+const char *job_prio_name(unsigned prio);
+
+/* job_prio_named returns the priority named by len bytes of name (any case), or -1. */
+int job_prio_named(const char *name, size_t len);
+
+/* job_outcome_name names an outcome ("complete", "fail", "exception", "dead"; "-" none). */
+const char *job_outcome_name(unsigned outcome);
+
+/*
+ * job_ended tells whether j has ended (settling, dead or kept): only its
+ * deletion, or its place among dead or kept jobs, is left, so it cannot
+ * be cancelled.
+ */
+static inline bool
+job_ended(const struct job *j)
+{
+    return j->state == JOB_SETTLING || j->state == JOB_DEAD || j->state == JOB_DONE;
+}
 
 #endif

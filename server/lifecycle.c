@@ -158,11 +158,11 @@ lifecycle_sleeping(struct qworker *w)
 
 /* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */
 static enum job_settle
-end_to(const struct srv *srv, const struct job *j, int outcome)
+end_to(const struct srv *srv, const struct job *j, enum job_outcome outcome)
 {
-    if (!j->background || j->cancelled || outcome == STORE_LIVE)
+    if (!j->background || j->cancelled || outcome == JOB_OUTCOME_NONE)
         return JOB_SETTLE_GONE;
-    if (outcome != STORE_DONE_COMPLETE && srv->cfg.max_dead > 0)
+    if (outcome != JOB_OUTCOME_COMPLETE && srv->cfg.max_dead > 0)
         return JOB_SETTLE_DEAD;
     if (srv->cfg.keep_results > 0)
         return JOB_SETTLE_DONE;
@@ -213,7 +213,8 @@ settled(struct srv *srv, struct store_op *op, bool ok)
 }
 
 void
-lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len)
+lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
+              size_t len)
 {
     enum job_settle to = end_to(srv, j, outcome);
     struct qworker *w = job_worker(j);
@@ -223,22 +224,24 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
         to = JOB_SETTLE_GONE;
     }
     if (to != JOB_SETTLE_GONE) {
-        if (to == JOB_SETTLE_DONE && outcome == STORE_DONE_FAIL)
+        if (to == JOB_SETTLE_DONE && outcome == JOB_OUTCOME_FAIL)
             len = 0; /* WORK_FAIL carries no bytes; the text was for the dead set */
-        if (job_set_result(j, data, len, srv->cfg.max_result_size) < 0)
+        /* The dead set keeps the text of the last failure; the kept results the result. */
+        if (to == JOB_SETTLE_DEAD ? job_set_error(j, data, len, srv->cfg.max_result_size) < 0
+                                  : job_set_result(j, data, len, srv->cfg.max_result_size) < 0)
             log_err(&srv->log, "out of memory to keep the result of job %s", job_handle(j));
-        j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? STORE_DEAD : outcome);
+        j->ext->outcome = (uint8_t)(to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
         if (to == JOB_SETTLE_DONE)
             j->ext->last_fail = clock_now(); /* when it ended: --keep-results counts from it */
         j->ext->settle_to = (uint8_t)to;
     }
     if (w != NULL)
         stats_ran(srv, j);
-    if (outcome == STORE_DONE_COMPLETE)
+    if (outcome == JOB_OUTCOME_COMPLETE)
         j->func->stats.completed++;
-    else if (outcome == STORE_DONE_FAIL)
+    else if (outcome == JOB_OUTCOME_FAIL)
         j->func->stats.failed++;
-    else if (outcome == STORE_DONE_EXCEPTION)
+    else if (outcome == JOB_OUTCOME_EXCEPTION)
         j->func->stats.exceptions++;
     stop_timer(j);
     release_waiters(j);
@@ -257,7 +260,7 @@ lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, siz
 void
 lifecycle_finish(struct srv *srv, struct job *j)
 {
-    lifecycle_end(srv, j, STORE_LIVE, NULL, 0);
+    lifecycle_end(srv, j, JOB_OUTCOME_NONE, NULL, 0);
 }
 
 void
@@ -329,7 +332,7 @@ note_failure(struct srv *srv, struct job *j, const void *why, size_t len)
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     if (j->background)
-        (void)job_set_result(j, why, len, srv->cfg.max_result_size);
+        (void)job_set_error(j, why, len, srv->cfg.max_result_size);
     (void)job_set_warning(j, NULL, 0, 0); /* the next attempt's warnings are its own */
 }
 
@@ -385,7 +388,7 @@ fail_for_good(struct srv *srv, struct job *j, const char *why)
     if (j->ext != NULL)
         j->ext->attempts++;
     lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
-    lifecycle_end(srv, j, STORE_DONE_FAIL, why, strlen(why));
+    lifecycle_end(srv, j, JOB_OUTCOME_FAIL, why, strlen(why));
 }
 
 bool
@@ -441,14 +444,14 @@ lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_FAIL");
         lifecycle_tell(j, PACKET_WORK_FAIL, 1, (const void *const[]){job_handle(j)},
                        (const size_t[]){j->handle_len});
-        lifecycle_end(srv, j, STORE_DONE_FAIL, text, text_len);
+        lifecycle_end(srv, j, JOB_OUTCOME_FAIL, text, text_len);
         free(warned);
         return;
     }
     LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "completed", worker_peer(j), j, NULL);
     lifecycle_tell(j, PACKET_WORK_COMPLETE, 2, (const void *const[]){job_handle(j), data},
                    (const size_t[]){j->handle_len, len});
-    lifecycle_end(srv, j, STORE_DONE_COMPLETE, data, len);
+    lifecycle_end(srv, j, JOB_OUTCOME_COMPLETE, data, len);
 }
 
 void
@@ -469,7 +472,7 @@ lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len
                 conn_send(w->client, PACKET_WORK_FAIL, 1, args, lens);
         }
     }
-    lifecycle_end(srv, j, STORE_DONE_EXCEPTION, data, len);
+    lifecycle_end(srv, j, JOB_OUTCOME_EXCEPTION, data, len);
 }
 
 void
@@ -539,9 +542,9 @@ lifecycle_revive(struct srv *srv, struct job *j)
         return rc;
     }
     j->ext->first_fail = j->ext->last_fail = 0;
-    j->ext->outcome = STORE_LIVE;
+    j->ext->outcome = JOB_OUTCOME_NONE;
     j->ext->numerator = j->ext->denominator = 0;
-    (void)job_set_result(j, NULL, 0, 0);
+    (void)job_set_error(j, NULL, 0, 0);
     storage_update(srv, j);
     lifecycle_wake(j);
     return 0;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "job.h"
 #include "proto/packet.h"
 
 struct conn;
@@ -91,16 +92,17 @@ void lifecycle_sleeping(struct qworker *w);
 void lifecycle_finish(struct srv *srv, struct job *j);
 
 /*
- * lifecycle_end ends j as lifecycle_finish does, with outcome (enum
- * store_state: STORE_LIVE for none, as a cancel; STORE_DONE_* as its
- * worker ended it) and its bytes (a result, exception data, or the text of
+ * lifecycle_end ends j as lifecycle_finish does, with outcome (NONE, as a
+ * cancel; COMPLETE, FAIL or EXCEPTION as its worker ended it or it
+ * failed for good) and its bytes (a result, exception data, or the text of
  * a failure; borrowed). A background job that failed goes to its
  * function's dead set with --max-dead; one that ended otherwise, or failed
  * without a dead set, is kept with --keep-results; anything else is gone.
  * On a durable store the change commits first (storage_settle), so no
  * answer shows it ended before a restart would.
  */
-void lifecycle_end(struct srv *srv, struct job *j, int outcome, const void *data, size_t len);
+void lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
+                   size_t len);
 
 /*
  * lifecycle_settled finishes what lifecycle_end began once the store has

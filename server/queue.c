@@ -348,7 +348,7 @@ queue_push(struct func *f, struct job *j, bool head)
     else
         TAILQ_INSERT_TAIL(&f->jobs[j->prio], j, link);
     f->nqueued[j->prio]++;
-    j->state = JOB_QUEUED;
+    job_set_state(j, JOB_QUEUED);
 }
 
 /* Put an indexed job where it waits: the epoch heap, or the tail of its list. */
@@ -358,7 +358,7 @@ queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
     if (job_when(j) > now) {
         if (heap_insert(&q->scheduled, j) < 0)
             return -1;
-        j->state = JOB_SCHEDULED;
+        job_set_state(j, JOB_SCHEDULED);
         f->nscheduled++;
     } else {
         queue_push(f, j, false);
@@ -397,7 +397,7 @@ queue_add_as(struct queue *q, struct func *f, struct job *j, int64_t now, bool p
                     j->unique_is_data ? j->data_len : j->unique_len) < 0)
         goto out_unindex_handle;
     if (pending) {
-        j->state = JOB_PENDING;
+        job_set_state(j, JOB_PENDING);
         f->npending++;
     } else if (queue_place(q, f, j, now) < 0) {
         goto out_unindex_unique;
@@ -473,7 +473,7 @@ queue_remove(struct queue *q, struct job *j)
     queue_unplace(q, f, j);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
-    j->state = JOB_NEW;
+    job_set_state(j, JOB_NEW);
     job_unref(j);
 }
 
@@ -493,7 +493,7 @@ queue_settle(struct queue *q, struct job *j)
     j->settle_indexed = j->unique_len > 0 && !j->unique_is_data &&
                         queue_find_settling(f, job_unique(j), j->unique_len) == NULL &&
                         hmap_insert(&f->settling, &j->by_unique, job_unique(j), j->unique_len) == 0;
-    j->state = JOB_SETTLING;
+    job_set_state(j, JOB_SETTLING);
     f->nsettling++;
 }
 
@@ -541,7 +541,7 @@ queue_bury(struct queue *q, struct job *j)
     insert_by_end(&f->dead, j);
     f->ndead++;
     q->nended++;
-    j->state = JOB_DEAD;
+    job_set_state(j, JOB_DEAD);
 }
 
 void
@@ -570,7 +570,7 @@ queue_keep(struct queue *q, struct job *j)
     insert_by_end(&q->kept, j);
     f->nkept++;
     q->nended++;
-    j->state = JOB_DONE;
+    job_set_state(j, JOB_DONE);
 }
 
 struct job *
@@ -628,7 +628,7 @@ queue_backoff(struct queue *q, struct job *j, int64_t when)
     j->ext->attempts++;
     j->ext->numerator = 0;
     j->ext->denominator = 0;
-    j->state = JOB_SCHEDULED;
+    job_set_state(j, JOB_SCHEDULED);
     f->nscheduled++;
     return 0;
 }
@@ -656,7 +656,7 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     TAILQ_REMOVE(&f->jobs[j->prio], j, link);
     f->nqueued[j->prio]--;
     f->nrunning++;
-    j->state = JOB_RUNNING;
+    job_set_state(j, JOB_RUNNING);
     j->ext->worker = w;
     TAILQ_INSERT_TAIL(&w->held, j, link);
     w->nheld++;

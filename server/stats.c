@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "conn.h"
+#include "job.h"
 #include "queue.h"
 #include "srv.h"
 
@@ -451,7 +452,6 @@ static const struct {
 static void
 per_function(struct srv *srv, struct out *o)
 {
-    static const char *const prios[JOB_NPRIO] = {"high", "normal", "low"};
     const struct func_list *fl = &srv->queue.func_order;
     const struct func *f;
     size_t i;
@@ -467,7 +467,7 @@ per_function(struct srv *srv, struct out *o)
     family(o, "jobs_queued", "gauge", "Jobs waiting for a worker, by priority.");
     TAILQ_FOREACH (f, fl, order) {
         for (p = 0; p < JOB_NPRIO; p++) {
-            sample(o, "jobs_queued", f, "priority", prios[p]);
+            sample(o, "jobs_queued", f, "priority", job_prio_name((unsigned)p));
             put_u64(o, f->nqueued[p]);
             put(o, "\n", 1);
         }

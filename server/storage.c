@@ -72,11 +72,38 @@ storage_alloc(struct srv *srv, const char *what, size_t size)
     return sg_calloc(&srv->storage, what, size);
 }
 
+/* A job's outcome as its row's state (enum store_state), and a row's state as an outcome. */
+static int
+row_state(unsigned outcome)
+{
+    switch ((enum job_outcome)outcome) {
+    case JOB_OUTCOME_COMPLETE: return STORE_DONE_COMPLETE;
+    case JOB_OUTCOME_FAIL: return STORE_DONE_FAIL;
+    case JOB_OUTCOME_EXCEPTION: return STORE_DONE_EXCEPTION;
+    case JOB_OUTCOME_DEAD: return STORE_DEAD;
+    case JOB_OUTCOME_NONE: break;
+    }
+    return STORE_LIVE;
+}
+
+enum job_outcome
+storage_row_outcome(int state)
+{
+    switch ((enum store_state)state) {
+    case STORE_DONE_COMPLETE: return JOB_OUTCOME_COMPLETE;
+    case STORE_DONE_FAIL: return JOB_OUTCOME_FAIL;
+    case STORE_DONE_EXCEPTION: return JOB_OUTCOME_EXCEPTION;
+    case STORE_DEAD: return JOB_OUTCOME_DEAD;
+    case STORE_LIVE: break;
+    }
+    return JOB_OUTCOME_NONE;
+}
+
 /* An add for the writer: the job's fields copied, since the job may go meanwhile. */
 static struct store_op *
 op_add_new(struct storage *sg, const struct job *j)
 {
-    size_t rlen = j->ext != NULL ? j->ext->result_len : 0;
+    size_t rlen = job_row_len(j);
     size_t len =
         j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len + rlen;
     struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
@@ -98,7 +125,7 @@ op_add_new(struct storage *sg, const struct job *j)
         sj->last_fail = j->ext->last_fail;
         sj->numerator = j->ext->numerator;
         sj->denominator = j->ext->denominator;
-        sj->state = j->ext->outcome; /* STORE_LIVE until the job ends */
+        sj->state = row_state(j->ext->outcome); /* STORE_LIVE until the job ends */
     }
     at = op->buf;
 #define COPY(field, src, n)                                                                        \
@@ -114,7 +141,7 @@ op_add_new(struct storage *sg, const struct job *j)
     COPY(reducer, job_reducer(j), j->reducer_len);
     COPY(data, job_data(j), j->data_len);
     if (rlen > 0)
-        COPY(result, j->ext->result, rlen);
+        COPY(result, job_row_text(j), rlen);
 #undef COPY
     sj->alias = op->alias;
     sj->lost = &op->lost;

@@ -201,6 +201,9 @@ void storage_close(struct srv *srv);
  */
 void *storage_alloc(struct srv *srv, const char *what, size_t size);
 
+/* storage_row_outcome is how a stored row's state (enum store_state) reads as a job's outcome. */
+enum job_outcome storage_row_outcome(int state);
+
 /*
  * storage_op_add makes the add of new job j (its fields copied), for
  * storage_add; NULL if out of memory. Free it with free() if unused.

@@ -2,11 +2,12 @@
 # The job lifecycle beyond gearmand (dsjobd(8) JOBS): with every default, a
 # background job a worker fails is gone at once on gearmand 1.1.20 and on
 # dsjobd alike; with --retry-on fail it runs again after --retry-backoff, a
-# restart in the middle of the backoff keeps its schedule, --max-dead keeps
-# it in a dead set that survives kill -9 (with its failure times) and that
-# retry dead puts back, and --keep-results keeps its outcome. Across kill -9
-# on --work-dir, a function's retry setting and a kept result survive and a
-# dropped dead job stays gone. Also: show jobs detail, show job/result
+# restart in the middle of the backoff keeps its schedule and the text of
+# its failure, --max-dead keeps it in a dead set that survives kill -9
+# (with its failure times) and that retry dead puts back, and
+# --keep-results keeps its outcome. Across kill -9 on --work-dir, a
+# function's retry setting and a kept result survive and a dropped dead job
+# stays gone. Also: show jobs detail, show job/result
 # unique, --max-result-size, kept results expiring, --retry-on timeout and
 # without crash, and the changing commands refused outside --admin-allow.
 # The workers are Perl's Gearman::Worker, the submits and status requests
@@ -139,6 +140,7 @@ worker lc_sched 1 1 "$T/sched.log"
 check "backoff: the job is retrying after its first failure" poll state_is "$h" retrying
 at=$(field "$h" run_at)
 check "backoff: its run-at time is ahead" [ "$at" -gt "$(date +%s)" ]
+same "$(field "$h" error)" WORK_FAIL "backoff: show job gives its failure's text"
 reap
 server_kill9
 # shellcheck disable=SC2086
@@ -146,6 +148,7 @@ server_start dsjobd $args || { echo "Bail out! dsjobd did not restart"; exit 1; 
 same "$(field "$h" state)" retrying "backoff: after kill -9 and a restart it is still retrying"
 same "$(field "$h" run_at)" "$at" "backoff: at the same run-at time"
 same "$(field "$h" attempts)" 1 "backoff: with its attempt counted"
+same "$(field "$h" error)" WORK_FAIL "backoff: and its failure's text, kept in its row"
 same "$(admin "show jobs detail" | grep "^$h	")" "$h	lc_sched	normal	retrying	1	$at	1	-" \
     "show jobs detail: the retrying job, its run-at time, no unique key"
 # The admin priority command rewrites a stored job too, unacknowledged; the

@@ -1151,8 +1151,9 @@ replay_row(unsigned i, uint64_t id, const char *func, int state, int64_t when, c
 
 /*
  * Every state a stored job can be in comes back as it was: queued,
- * scheduled (an epoch job), retrying with its attempts and run-at, dead
- * with its reason, kept with its result; and the functions' settings. A
+ * scheduled (an epoch job), retrying with its attempts, run-at and last
+ * failure's text, dead with its reason, kept with its result; and the
+ * functions' settings. A
  * row with an unknown state runs again (logged), one with an impossible
  * priority runs at normal. With --keep-results 0 a kept row is dropped,
  * and its deletion reaches the store.
@@ -1172,7 +1173,7 @@ test_replay_states(unsigned keep, bool nomem)
     replay_row(0, 1, "f", STORE_LIVE, 0, NULL);
     fake.replay[0].first_fail = now - 30; /* a failure, but no attempt counted: still queued */
     replay_row(1, 2, "f", STORE_LIVE, now + 3600, NULL);
-    replay_row(2, 3, "f", STORE_LIVE, now + 3600, NULL);
+    replay_row(2, 3, "f", STORE_LIVE, now + 3600, "why it failed");
     fake.replay[2].attempts = 2;
     fake.replay[2].first_fail = now - 20;
     fake.replay[2].last_fail = now - 10;
@@ -1203,9 +1204,11 @@ test_replay_states(unsigned keep, bool nomem)
     tap_ok(j != NULL && j->state == JOB_SCHEDULED && job_attempts(j) == 2 &&
                j->ext->first_fail == now - 20 && j->ext->last_fail == now - 10,
            "%s: a retrying job waits for its run-at, with its attempts and failures", how);
+    tap_ok(j != NULL && j->ext->error_len == 13 && memcmp(j->ext->error, "why it failed", 13) == 0,
+           "%s: and with the text of its last failure, which show job prints", how);
     j = find(&r, "H:t:4");
-    tap_ok(j != NULL && j->state == JOB_DEAD && job_attempts(j) == 3 && j->ext->result_len == 11 &&
-               memcmp(j->ext->result, "why it died", 11) == 0 && j->func->ndead == 1,
+    tap_ok(j != NULL && j->state == JOB_DEAD && job_attempts(j) == 3 && j->ext->error_len == 11 &&
+               memcmp(j->ext->error, "why it died", 11) == 0 && j->func->ndead == 1,
            "%s: a dead job is in the dead set, with why", how);
     j = find(&r, "H:t:5");
     if (keep)
@@ -1821,6 +1824,82 @@ test_stale_update(void)
     rig_stop(&r);
 }
 
+/* Send an admin line on fd; its answer into buf, read until it holds end (WAIT_MS at most). */
+static void
+admin_reply(struct rig *r, int fd, const char *line, const char *end, char *buf, size_t size)
+{
+    size_t n = 0;
+    int ms;
+
+    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        tap_bail("cannot send an admin line");
+    buf[0] = '\0';
+    for (ms = 0; ms < WAIT_MS && strstr(buf, end) == NULL && n < size - 1; ms++) {
+        ssize_t k;
+
+        turn(r);
+        k = read(fd, buf + n, size - 1 - n);
+        if (k > 0)
+            n += (size_t)k;
+        else
+            usleep(1000);
+        buf[n] = '\0';
+    }
+}
+
+/*
+ * A retried job that completes with --keep-results settles until its
+ * commit: meanwhile "show job" gives the error of its failed attempt, not
+ * its result as if it were the error; once kept, "show result" gives the
+ * result.
+ */
+static void
+test_settling_error(void)
+{
+    char line[128], buf[1024];
+    struct rig r;
+    struct job *j;
+    int c, w, s;
+
+    fake_reset();
+    rig_extra.retry_on = DSJOB_RETRY_FAIL;
+    rig_extra.keep_results = 60;
+    rig_start(&r, 0, 0);
+    rig_extra.retry_on = rig_extra.keep_results = 0;
+    c = rig_client(&r);
+    submit_bg(c, "u", "x");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "settling error: submitted");
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "settling error: assigned");
+    peer_send(w, PACKET_WORK_FAIL, 1, hdl(1)); /* retried at once */
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "settling error: the retry is assigned");
+    fake_set_hold(true);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "the result");
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_SETTLING);
+    tap_ok(find(&r, hdl(1)) && find(&r, hdl(1))->state == JOB_SETTLING,
+           "settling error: completed, settling until its commit");
+    s = rig_client(&r);
+    snprintf(line, sizeof(line), "show job %s\n", hdl(1));
+    admin_reply(&r, s, line, "\n.\n", buf, sizeof(buf));
+    if (!tap_ok(strstr(buf, "\nerror WORK_FAIL\n") != NULL && strstr(buf, "the result") == NULL,
+                "settling error: show job gives the failed attempt's error, not the result"))
+        tap_diag("got:\n%s", buf);
+    fake_set_hold(false);
+    PUMP_UNTIL(&r, (j = find(&r, hdl(1))) != NULL && j->state == JOB_DONE);
+    snprintf(line, sizeof(line), "show result %s\n", hdl(1));
+    admin_reply(&r, s, line, "the result\n", buf, sizeof(buf));
+    if (!tap_ok(strcmp(buf, "OK complete 10 0 0 10\nthe result\n") == 0,
+                "settling error: once kept, show result gives the result"))
+        tap_diag("got:\n%s", buf);
+    close(s);
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
 int
 main(void)
 {
@@ -1833,6 +1912,7 @@ main(void)
     run_cases();
     test_update_inflight();
     test_stale_update();
+    test_settling_error();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();
