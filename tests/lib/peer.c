@@ -140,7 +140,8 @@ daemon_start(struct daemon *d, const char *const *extra)
         execv(bin, (char *const *)argv);
         _exit(127);
     }
-    for (i = 0; i < 100; i++) {
+    /* Up to 120 s while it lives: a loaded machine (or a sanitizer) is slow to start. */
+    for (i = 0; i < 2400; i++) {
         fp = fopen(portfile, "r");
         if (fp != NULL) {
             if (fscanf(fp, "%d", &d->port) == 1 && d->port > 0) {
@@ -153,7 +154,7 @@ daemon_start(struct daemon *d, const char *const *extra)
             tap_bail("dsjobd (%s) exited at start", bin);
         sleep_ms(50);
     }
-    tap_bail("dsjobd did not write its port file within 5 s");
+    tap_bail("dsjobd did not write its port file within 120 s");
 }
 
 bool

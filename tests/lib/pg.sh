@@ -289,7 +289,7 @@ pgd_wait() {
     _log=$(pgd_log "$_n")
     _pf=$_log.port
     _i=0
-    while [ ! -s "$_pf" ] && [ $_i -lt 200 ] && kill -0 "$_pid" 2>/dev/null; do
+    while [ ! -s "$_pf" ] && [ $_i -lt 2400 ] && kill -0 "$_pid" 2>/dev/null; do
         sleep 0.05
         _i=$((_i + 1))
     done

@@ -67,9 +67,9 @@ free_port() {
         'my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 1, ReuseAddr => 1) or die; print $s->sockport, "\n";'
 }
 
-wait_port() { # wait_port PORT: until something accepts on 127.0.0.1:PORT, at most 5 s
+wait_port() { # wait_port PORT: until something accepts on 127.0.0.1:PORT, at most 60 s (a loaded machine is slow to start a server)
     perl -MIO::Socket::INET -e '
-        for (1..100) { exit 0 if IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]); select(undef, undef, undef, 0.05); }
+        for (1..1200) { exit 0 if IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]); select(undef, undef, undef, 0.05); }
         exit 1;' "$1"
 }
 
@@ -84,7 +84,11 @@ server_start() {
         "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$pf" -l "$SERVER_LOG" "$@" &
         SERVER_PID=$!
         i=0
-        while [ ! -s "$pf" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+        # Up to 120 s while it lives: a loaded machine is slow to start it.
+        while [ ! -s "$pf" ] && [ $i -lt 2400 ] && kill -0 "$SERVER_PID" 2>/dev/null; do
+            sleep 0.05
+            i=$((i + 1))
+        done
         [ -s "$pf" ] || { echo "Bail out! dsjobd did not write its port file"; cat "$SERVER_LOG" >&2; return 1; }
         SERVER_PORT=$(cat "$pf")
         ;;
