@@ -159,7 +159,16 @@ ok $? "a plain dsjob submit to the TLS port: exit 3 with the server's TLS_REQUIR
 out=$(echo x | "$DSJOB" -s "$S" -t 5000 submit -b tls.upper 2>&1); rc=$?
 [ "$rc" -eq 3 ] && echo "$out" | grep -q "saying TLS_REQUIRED"
 ok $? "a plain dsjob submit -b too (rc $rc: $out)"
-timeout --foreground 3 "$DSJOB" -s "$S" worker -f tls.plain -- cat >/dev/null 2>"$dir/pw.err"
+# The worker retries for ever: wait (60 s at most) for its first reason, then stop it.
+timeout 120 "$DSJOB" -s "$S" worker -f tls.plain -- cat >/dev/null 2>"$dir/pw.err" &
+pw=$!
+i=0
+while ! grep -q "saying TLS_REQUIRED" "$dir/pw.err" && [ $i -lt 1200 ] && kill -0 $pw 2>/dev/null; do
+    sleep 0.05
+    i=$((i + 1))
+done
+kill $pw 2>/dev/null
+wait $pw 2>/dev/null
 grep -q "saying TLS_REQUIRED" "$dir/pw.err"
 ok $? "a plain dsjob worker says why it is refused: $(head -1 "$dir/pw.err")"
 # shellcheck disable=SC2086
