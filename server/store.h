@@ -153,7 +153,7 @@ typedef int store_func_fn(const struct store_func *sf, void *arg);
  * into it on failure: lower case, the file or server named.
  */
 struct store_ops {
-    const char *name; /* "none", "sqlite", "memcached" */
+    const char *name; /* "none", "sqlite", "memcached", "postgres" */
     /* open: make *out. On failure return an enum dsjob_err and say why in err. */
     int (*open)(struct store **out, const struct store_config *cfg, char *err);
     /*

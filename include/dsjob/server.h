@@ -80,7 +80,7 @@ struct dsjob_server_config {
     enum dsjob_log_level verbose;  /* most verbose level logged */
     const char *admin_allow[DSJOB_SERVER_MAX_ADMIN_ALLOW]; /* ADDR[/BITS] allowed to administer */
     int nadmin_allow;                  /* 0: loopback and the unix socket only */
-    const char *store;                 /* "none" (default), "sqlite" or "memcached" */
+    const char *store;                 /* "none" (default), "sqlite", "memcached" or "postgres" */
     const char *work_dir;              /* sqlite: directory of dsjobd.db, made if absent */
     const char *store_db;              /* sqlite: the database file, instead of work_dir's */
     int store_sync;                    /* sqlite synchronous: 0 off, 1 normal (default), 2 full */
