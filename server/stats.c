@@ -395,16 +395,16 @@ server_wide(struct srv *srv, struct out *o)
                "Jobs ready in the shared PostgreSQL table under no server's lease, by function "
                "(counted at each lease renewal).");
         {
-            const char *w = srv->storage.waiting;
+            struct stats_walk it = {NULL, 0};
+            const char *w;
+            char num[24];
+            uint64_t n;
 
-            for (i = 0; i < srv->storage.nwaiting; i++) {
+            while ((w = stats_pg_waiting_next(srv, &it, &n)) != NULL) {
                 puts_(o, "dsjob_pg_jobs_waiting{function=\"");
                 put_label(o, w, strlen(w));
-                puts_(o, "\"} ");
-                w += strlen(w) + 1;
-                puts_(o, w);
-                put(o, "\n", 1);
-                w += strlen(w) + 1;
+                snprintf(num, sizeof(num), "\"} %" PRIu64 "\n", n);
+                puts_(o, num);
             }
         }
     }
