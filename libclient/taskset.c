@@ -20,27 +20,36 @@
 
 #include <dsjob/client.h>
 
+/*
+ * A task is one allocation: its function name, unique key and payload
+ * follow the struct, and a handle as long as gearmand's (63 bytes) or
+ * dsjobd's lives in hbuf, so a background submit costs one malloc.
+ */
+#define TASK_HANDLE_INLINE 64
+
 struct dsjob_task {
-    struct dsjob_taskset *ts; /* the set that owns the task */
-    void *user;               /* given to the callbacks */
-    char *func;               /* function name (owned) */
-    char *unique;             /* unique key, "" for none (owned) */
-    unsigned char *data;      /* payload (owned) */
-    size_t len;               /* payload bytes */
-    bool background;          /* done at JOB_CREATED */
-    uint32_t type;            /* the SUBMIT packet type */
-    size_t server;            /* index of the server it was last sent to */
-    size_t tries;             /* servers that have failed it */
-    bool running;             /* JOB_CREATED seen on the current server */
-    bool done;                /* ended */
-    char *handle;             /* "" or the job handle (owned) */
-    int err;                  /* enum dsjob_err it ended with */
-    char *errmsg;             /* detail of err, NULL for none (owned) */
-    unsigned char *result;    /* WORK_COMPLETE bytes (owned) */
-    size_t result_len;        /* their length */
-    uint32_t hash;            /* hash of (server, handle) while in the table */
-    struct dsjob_task *hnext; /* next in the hash bucket */
-    struct dsjob_task *qnext; /* next in its server's JOB_CREATED FIFO */
+    struct dsjob_taskset *ts;      /* the set that owns the task */
+    void *user;                    /* given to the callbacks */
+    char *func;                    /* function name (in mem) */
+    char *unique;                  /* unique key, "" for none (in mem) */
+    unsigned char *data;           /* payload (in mem) */
+    size_t len;                    /* payload bytes */
+    bool background;               /* done at JOB_CREATED */
+    uint32_t type;                 /* the SUBMIT packet type */
+    size_t server;                 /* index of the server it was last sent to */
+    size_t tries;                  /* servers that have failed it */
+    bool running;                  /* JOB_CREATED seen on the current server */
+    bool done;                     /* ended */
+    char *handle;                  /* "" or the job handle: hbuf, or owned when longer */
+    int err;                       /* enum dsjob_err it ended with */
+    char *errmsg;                  /* detail of err, NULL for none (owned) */
+    unsigned char *result;         /* WORK_COMPLETE bytes (owned) */
+    size_t result_len;             /* their length */
+    uint32_t hash;                 /* hash of (server, handle) while in the table */
+    struct dsjob_task *hnext;      /* next in the hash bucket */
+    struct dsjob_task *qnext;      /* next in its server's JOB_CREATED FIFO */
+    char hbuf[TASK_HANDLE_INLINE]; /* a handle that fits, without an allocation */
+    unsigned char mem[];           /* func, unique and data, each NUL-terminated */
 };
 
 struct ts_link {
@@ -183,6 +192,14 @@ out_free:
     return NULL;
 }
 
+/* Frees a handle too long for hbuf. */
+static void
+task_handle_free(struct dsjob_task *t)
+{
+    if (t->handle != t->hbuf)
+        dsjob_free(t->handle);
+}
+
 void
 dsjob_taskset_free(struct dsjob_taskset *ts)
 {
@@ -195,10 +212,7 @@ dsjob_taskset_free(struct dsjob_taskset *ts)
     for (i = 0; i < ts->ntasks; i++) {
         struct dsjob_task *t = ts->tasks[i];
 
-        dsjob_free(t->func);
-        dsjob_free(t->unique);
-        dsjob_free(t->data);
-        dsjob_free(t->handle);
+        task_handle_free(t);
         dsjob_free(t->errmsg);
         dsjob_free(t->result);
         dsjob_free(t);
@@ -245,7 +259,7 @@ dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique
                   struct dsjob_task **task)
 {
     struct dsjob_task *t;
-    size_t ulen = unique ? strlen(unique) : 0;
+    size_t ulen = unique ? strlen(unique) : 0, flen;
 
     if (task != NULL)
         *task = NULL;
@@ -254,25 +268,28 @@ dsjob_taskset_add(struct dsjob_taskset *ts, const char *func, const char *unique
         return DSJOB_ERR_ARG;
     if (tasks_reserve(ts) != DSJOB_OK)
         return DSJOB_ERR_NOMEM;
-    t = dsjob_malloc(sizeof(*t));
+    flen = strlen(func);
+    t = dsjob_malloc(sizeof(*t) + flen + ulen + len + 3);
     if (t == NULL)
         return DSJOB_ERR_NOMEM;
     memset(t, 0, sizeof(*t));
     t->ts = ts;
     t->user = user;
-    t->func = client_dup(func, strlen(func));
-    t->unique = client_dup(unique ? unique : "", ulen);
-    t->data = (unsigned char *)client_dup(data ? data : "", len);
-    t->handle = client_dup("", 0);
+    t->func = (char *)t->mem;
+    t->unique = t->func + flen + 1;
+    t->data = (unsigned char *)t->unique + ulen + 1;
+    memcpy(t->func, func, flen + 1);
+    if (ulen > 0)
+        memcpy(t->unique, unique, ulen);
+    t->unique[ulen] = '\0';
+    if (len > 0)
+        memcpy(t->data, data, len);
+    t->data[len] = '\0';
+    t->handle = t->hbuf;
     t->len = len;
     t->background = (flags & DSJOB_TASK_BACKGROUND) != 0;
     t->type = client_submit_type(t->background, prio);
-    if (t->func == NULL || t->unique == NULL || t->data == NULL || t->handle == NULL ||
-        task_send(ts, t, client_pick(ts->c, t->unique)) != DSJOB_OK) {
-        dsjob_free(t->func);
-        dsjob_free(t->unique);
-        dsjob_free(t->data);
-        dsjob_free(t->handle);
+    if (task_send(ts, t, client_pick(ts->c, t->unique)) != DSJOB_OK) {
         dsjob_free(t);
         return DSJOB_ERR_NOMEM;
     }
@@ -337,14 +354,15 @@ static int
 on_created(struct dsjob_taskset *ts, size_t i, const struct packet *p)
 {
     struct dsjob_task *t = fifo_pop(&ts->links[i]);
-    char *h;
+    char *h = t != NULL ? t->hbuf : NULL;
 
     if (t == NULL)
         return DSJOB_OK;
-    h = client_dup(p->arg[0], p->arg_len[0]);
-    if (h == NULL)
+    if (p->arg_len[0] >= sizeof(t->hbuf) && (h = dsjob_malloc(p->arg_len[0] + 1)) == NULL)
         return DSJOB_ERR_NOMEM;
-    dsjob_free(t->handle);
+    memcpy(h, p->arg[0], p->arg_len[0]);
+    h[p->arg_len[0]] = '\0';
+    task_handle_free(t);
     t->handle = h;
     if (ts->cb.created != NULL)
         ts->cb.created(t, t->handle, t->user);

@@ -34,7 +34,7 @@
 #define STALL_S 30          /* how long the fake keeps a connection it stalls */
 #define MAX_ALLOC (1 << 20) /* no single allocation may be larger */
 
-enum act { GARBAGE, HUGE, BIG, HALF, STALL, STRANGER, NACTS };
+enum act { GARBAGE, HUGE, BIG, HALF, STALL, STRANGER, NACTS, LONG_HANDLE };
 
 static const char *const act_name[NACTS] = {
     [GARBAGE] = "garbage",
@@ -83,6 +83,76 @@ send_packet(int fd, unsigned type, const void *payload, size_t len)
     send_all(fd, payload, len);
 }
 
+/* Reads exactly len bytes, or exits: the library has gone. */
+static void
+recv_all(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t r = recv(fd, (char *)buf + got, len - got, 0);
+
+        if (r <= 0)
+            _exit(0);
+        got += (size_t)r;
+    }
+}
+
+/*
+ * Not hostile: a server whose job handles are longer than a task keeps
+ * inline (64 bytes). It answers the OPTION_REQ and each SUBMIT_JOB with
+ * JOB_CREATED and WORK_COMPLETE, alternating a 200-byte handle and a
+ * short one, the result naming the job's payload.
+ */
+static void
+serve_long_handles(int fd)
+{
+    unsigned char h[PACKET_HEADER_SIZE], body[4096], out[512];
+    int k = 0;
+
+    for (;;) {
+        uint32_t type, len;
+        char handle[256];
+        size_t hl;
+
+        recv_all(fd, h, sizeof(h));
+        type = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7];
+        len = (uint32_t)h[8] << 24 | (uint32_t)h[9] << 16 | (uint32_t)h[10] << 8 | h[11];
+        if (len > sizeof(body))
+            _exit(1);
+        recv_all(fd, body, len);
+        if (type == PACKET_OPTION_REQ) {
+            send_packet(fd, PACKET_OPTION_RES, body, len);
+            continue;
+        }
+        if (type != PACKET_SUBMIT_JOB)
+            continue;
+        if (k++ % 2 == 0) {
+            memset(handle, 'a', 200);
+            memcpy(handle, "H:long:", 7);
+            handle[198] = (char)('0' + k / 10 % 10);
+            handle[199] = (char)('0' + k % 10);
+            handle[200] = '\0';
+        } else {
+            snprintf(handle, sizeof(handle), "H:s:%d", k);
+        }
+        hl = strlen(handle);
+        send_packet(fd, PACKET_JOB_CREATED, handle, hl);
+        memcpy(out, handle, hl);
+        out[hl] = '\0';
+        /* the payload is the submit's third argument: after two NULs */
+        {
+            unsigned char *p = memchr(body, '\0', len);
+
+            p = p ? memchr(p + 1, '\0', len - (size_t)(p + 1 - body)) : NULL;
+            if (p == NULL)
+                _exit(1);
+            memcpy(out + hl + 1, p + 1, len - (size_t)(p + 1 - body));
+            send_packet(fd, PACKET_WORK_COMPLETE, out, hl + 1 + len - (size_t)(p + 1 - body));
+        }
+    }
+}
+
 /* One connection: wait for the first bytes of a request, then misbehave. */
 static void
 serve(int fd, enum act a)
@@ -90,6 +160,8 @@ serve(int fd, enum act a)
     struct pollfd pfd = {fd, POLLIN, 0};
     unsigned char buf[4096], h[PACKET_HEADER_SIZE];
 
+    if (a == LONG_HANDLE)
+        serve_long_handles(fd);
     if (poll(&pfd, 1, 5000) > 0 && recv(fd, buf, sizeof(buf), 0) <= 0)
         _exit(0);
     switch (a) {
@@ -114,7 +186,8 @@ serve(int fd, enum act a)
         send_packet(fd, PACKET_WORK_COMPLETE, "H:nobody:7\0x", 12);          /* someone else's */
         send_packet(fd, PACKET_JOB_ASSIGN, "H:nobody:8\0hostile\0data", 24); /* unasked */
         break;
-    case NACTS: break;
+    case NACTS:
+    case LONG_HANDLE: break;
     }
     sleep(STALL_S);
     _exit(0);
@@ -253,6 +326,45 @@ try_worker(enum act a, const char *addr)
     dsjob_worker_free(w);
 }
 
+/* Each task keeps its own handle, however long, and gets its own result. */
+static void
+long_handles(void)
+{
+    struct dsjob_client *c = dsjob_client_new();
+    struct dsjob_taskset *ts;
+    struct dsjob_task *t[4];
+    char addr[32];
+    int port, i, ok = 1;
+    pid_t pid = fake_start(LONG_HANDLE, &port);
+
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    dsjob_client_add_server(c, addr);
+    dsjob_client_set_timeout(c, BOUND_MS, BOUND_MS);
+    ts = dsjob_taskset_new(c, NULL);
+    for (i = 0; i < 4; i++) {
+        char p[8];
+
+        snprintf(p, sizeof(p), "p%d", i);
+        dsjob_taskset_add(ts, "f", NULL, p, strlen(p), DSJOB_PRIO_NORMAL, 0, NULL, &t[i]);
+    }
+    tap_ok(dsjob_taskset_run(ts, BOUND_MS) == DSJOB_OK, "long handles: the set runs to its end");
+    for (i = 0; i < 4; i++) {
+        size_t len = 0;
+        const char *r = dsjob_task_result(t[i], &len);
+        const char *h = dsjob_task_handle(t[i]);
+        char p[8];
+
+        snprintf(p, sizeof(p), "p%d", i);
+        if (r == NULL || len != strlen(p) || memcmp(r, p, len) != 0 ||
+            strlen(h) != (i % 2 == 0 ? 200u : 5u) || strncmp(h, i % 2 ? "H:s:" : "H:long:", 4) != 0)
+            ok = 0;
+    }
+    tap_ok(ok, "long handles: each task has its whole handle (200 and 5 bytes) and its result");
+    dsjob_taskset_free(ts);
+    dsjob_client_free(c);
+    fake_stop(pid);
+}
+
 int
 main(void)
 {
@@ -275,5 +387,6 @@ main(void)
                max_alloc);
         fake_stop(pid);
     }
+    long_handles();
     return tap_done();
 }
