@@ -573,7 +573,8 @@ task_exception(struct dsjob_task *t, const char *text, size_t len, void *user)
  * A task set of one function over a sequence of payloads (and of unique
  * keys or None), run to its end with the GIL released: what run_tasks and
  * submit_many share. The tasks' results stay in ts and tasks until
- * tasks_free.
+ * tasks_free; with ordered, run.order lists them as they ended (submit_many
+ * reads them by index and needs no callbacks).
  */
 struct tasks {
     struct dsjob_taskset *ts;
@@ -594,7 +595,7 @@ tasks_free(struct tasks *t)
 
 static int
 tasks_run(ClientObject *self, struct tasks *t, const char *func, PyObject *seq, PyObject *useq,
-          int prio, int background, int timeout_ms)
+          int prio, int background, int timeout_ms, int ordered)
 {
     static const struct dsjob_task_callbacks cbs = {task_created,  NULL,     NULL,          NULL,
                                                     task_complete, task_end, task_exception};
@@ -609,14 +610,16 @@ tasks_run(ClientObject *self, struct tasks *t, const char *func, PyObject *seq, 
         return -1;
     }
     t->tasks = PyMem_Calloc((size_t)n + 1, sizeof(*t->tasks));
-    t->ctx = PyMem_Calloc((size_t)n + 1, sizeof(*t->ctx));
-    t->run.order = PyMem_Calloc((size_t)n + 1, sizeof(*t->run.order));
-    if (t->tasks == NULL || t->ctx == NULL || t->run.order == NULL) {
+    if (ordered) {
+        t->ctx = PyMem_Calloc((size_t)n + 1, sizeof(*t->ctx));
+        t->run.order = PyMem_Calloc((size_t)n + 1, sizeof(*t->run.order));
+    }
+    if (t->tasks == NULL || (ordered && (t->ctx == NULL || t->run.order == NULL))) {
         PyErr_NoMemory();
         return -1;
     }
     lock_take(self->lock);
-    t->ts = dsjob_taskset_new(self->c, &cbs);
+    t->ts = dsjob_taskset_new(self->c, ordered ? &cbs : NULL);
     PyThread_release_lock(self->lock);
     if (t->ts == NULL) {
         PyErr_NoMemory();
@@ -634,11 +637,13 @@ tasks_run(ClientObject *self, struct tasks *t, const char *func, PyObject *seq, 
         }
         if (payload_get(PySequence_Fast_GET_ITEM(seq, i), &p) < 0)
             return -1;
-        t->ctx[i].index = (size_t)i;
-        t->ctx[i].run = &t->run;
-        err =
-            dsjob_taskset_add(t->ts, func, unique, p.buf, (size_t)p.len, (enum dsjob_priority)prio,
-                              background ? DSJOB_TASK_BACKGROUND : 0, &t->ctx[i], &t->tasks[i]);
+        if (ordered) {
+            t->ctx[i].index = (size_t)i;
+            t->ctx[i].run = &t->run;
+        }
+        err = dsjob_taskset_add(t->ts, func, unique, p.buf, (size_t)p.len,
+                                (enum dsjob_priority)prio, background ? DSJOB_TASK_BACKGROUND : 0,
+                                ordered ? &t->ctx[i] : NULL, &t->tasks[i]);
         payload_release(&p);
         if (err != DSJOB_OK) {
             raise_err(err, "");
@@ -694,7 +699,7 @@ Client_run_tasks(ClientObject *self, PyObject *args, PyObject *kw)
     if (uniques != Py_None &&
         (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
         goto out;
-    if (tasks_run(self, &t, func, seq, useq, prio, background, timeout_ms) < 0)
+    if (tasks_run(self, &t, func, seq, useq, prio, background, timeout_ms, 1) < 0)
         goto out;
     out = PyList_New((Py_ssize_t)t.run.nended);
     for (i = 0; out != NULL && i < (Py_ssize_t)t.run.nended; i++) {
@@ -726,6 +731,57 @@ out:
 /* Interned attribute names of dsjob.Job, which submit_many fills in. */
 static PyObject *str_handle, *str_function, *str_unique;
 
+/*
+ * Where a slots class keeps handle, function and unique: the offsets of
+ * its member descriptors, so that submit_many stores each field with one
+ * write instead of an attribute lookup (a third of a submit's cost in the
+ * client). n is 0 for a class without them, which gets setattr.
+ */
+struct job_slots {
+    PyTypeObject *type; /* the class looked at last (borrowed: compared only) */
+    Py_ssize_t off[3];  /* handle, function, unique */
+    int n;              /* 3 when off holds all three */
+};
+
+static void
+job_slots_find(struct job_slots *js, PyTypeObject *type)
+{
+    PyObject *names[3] = {str_handle, str_function, str_unique};
+    int i;
+
+    js->type = type;
+    js->n = 0;
+    for (i = 0; i < 3; i++) {
+        PyObject *d = _PyType_Lookup(type, names[i]); /* borrowed */
+
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+            (((PyMemberDescrObject *)d)->d_member->flags & READONLY))
+            return;
+        js->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    js->n = 3;
+}
+
+/* Sets job's three fields (new references taken from v, not stolen). */
+static int
+job_slots_set(const struct job_slots *js, PyObject *job, PyObject *const v[3])
+{
+    PyObject *names[3] = {str_handle, str_function, str_unique};
+    int i;
+
+    for (i = 0; i < 3; i++) {
+        if (js->n == 3) {
+            PyObject **slot = (PyObject **)((char *)job + js->off[i]);
+
+            Py_XSETREF(*slot, Py_NewRef(v[i]));
+        } else if (PyObject_SetAttr(job, names[i], v[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(Client_submit_many_doc,
              "submit_many(function, payloads, uniques, priority, job) -> (jobs, failures)\n\n"
              "Submit every payload as a background job through one C task set. jobs has\n"
@@ -738,8 +794,10 @@ Client_submit_many(ClientObject *self, PyObject *args)
 {
     const char *func;
     PyObject *fname, *payloads, *uniques, *seq = NULL, *useq = NULL, *jobs = NULL, *fails = NULL;
+    PyObject *v[3];
     PyTypeObject *job_type;
-    int prio;
+    static struct job_slots slots;
+    int prio, gc_was;
     struct tasks t;
     Py_ssize_t i;
 
@@ -754,8 +812,16 @@ Client_submit_many(ClientObject *self, PyObject *args)
     if (uniques != Py_None &&
         (useq = PySequence_Fast(uniques, "uniques must be a sequence")) == NULL)
         goto out;
-    if (tasks_run(self, &t, func, seq, useq, prio, 1, 0) < 0)
+    if (tasks_run(self, &t, func, seq, useq, prio, 1, 0, 0) < 0)
         goto out;
+    if (slots.type != job_type)
+        job_slots_find(&slots, job_type);
+    v[1] = fname;
+    /*
+     * n jobs that hold only strings: no collection can free any of them,
+     * and a collection every 700 allocations would walk them all again.
+     */
+    gc_was = PyGC_Disable();
     jobs = PyList_New(t.n);
     fails = PyList_New(0);
     for (i = 0; jobs != NULL && fails != NULL && i < t.n; i++) {
@@ -777,10 +843,11 @@ Client_submit_many(ClientObject *self, PyObject *args)
         }
         job = job_type->tp_alloc(job_type, 0);
         handle = PyUnicode_DecodeUTF8(h, (Py_ssize_t)strlen(h), "surrogateescape");
-        if (job == NULL || handle == NULL || PyObject_SetAttr(job, str_handle, handle) < 0 ||
-            PyObject_SetAttr(job, str_function, fname) < 0 ||
-            PyObject_SetAttr(job, str_unique, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None) <
-                0) {
+        if (job != NULL && handle != NULL) {
+            v[0] = handle;
+            v[2] = useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None;
+        }
+        if (job == NULL || handle == NULL || job_slots_set(&slots, job, v) < 0) {
             Py_XDECREF(job);
             Py_XDECREF(handle);
             Py_CLEAR(jobs);
@@ -789,6 +856,8 @@ Client_submit_many(ClientObject *self, PyObject *args)
         Py_DECREF(handle);
         PyList_SET_ITEM(jobs, i, job);
     }
+    if (gc_was)
+        PyGC_Enable();
 out:
     tasks_free(&t);
     Py_XDECREF(seq);
