@@ -207,11 +207,11 @@ struct pend_upd {
  * than each few of them waiting for a lease statement of their own. A
  * rate older than PG_TAKE_STALE_MS counts for nothing. Leased jobs of a
  * server that dies wait for its lease to run out: they are at most what
- * its workers would have run in those few flushes, and PG_TAKE_MAX.
+ * its workers would have run in those few flushes, and the lease op's
+ * take_max (--pg-take-max).
  */
 #define PG_TAKE_FLUSHES 4
 #define PG_TAKE_STALE_MS 2000
-#define PG_TAKE_MAX 2048
 #define PG_DEMAND_MAX 64 /* functions whose last take is kept */
 
 /* A function's last take: how many jobs, and when it committed. */
@@ -1361,8 +1361,8 @@ demand_takes(struct store *st, const struct store_lease *ls)
             continue;
         want = (double)d->took / (now - d->at_ms > 0.1 ? now - d->at_ms : 0.1) * st->flush_ms *
                PG_TAKE_FLUSHES;
-        if (want > PG_TAKE_MAX)
-            want = PG_TAKE_MAX;
+        if (want > ls->take_max)
+            want = ls->take_max;
         if (want > st->take[i])
             st->take[i] = (unsigned)want;
     }
