@@ -70,6 +70,7 @@ struct opts {
     double secs;     /* fg: measured seconds */
     double warmup;   /* fg: seconds before the window opens */
     double max_secs; /* bg: stop submitting or draining after this */
+    double settle;   /* bg-drain, durable: seconds the servers get to show none held */
     size_t payload;
     int batch;
     int conns;
@@ -91,6 +92,7 @@ static struct opts o = {
     .secs = 3.0,
     .warmup = 0.5,
     .max_secs = 120.0,
+    .settle = 2.0,
     .payload = 64,
     .batch = 500,
     .conns = 10000,
@@ -727,11 +729,13 @@ run_drain(const char *sub, const char *drain)
     }
     /*
      * A job whose deletion is still being committed is listed as running
-     * (dsjobd's settling jobs): give the servers up to 2 s to finish, and
+     * (dsjobd's settling jobs), and the postgres store's count of jobs
+     * waiting in its table is as old as its last lease renewal: give the
+     * servers up to --settle seconds (2 by default) to show none, and
      * report how long it took.
      */
     settle0 = lg_now();
-    while ((held = admin_held(FUNCTION)) > 0 && lg_now() - settle0 < 2)
+    while ((held = admin_held(FUNCTION)) > 0 && lg_now() - settle0 < o.settle)
         sleep_s(0.005);
     settle = lg_now() - settle0;
     verified = !timed_out && lost == 0 && held == 0 && atomic_load(&sh.unknown) == 0;
@@ -1079,6 +1083,8 @@ usage(FILE *f)
                "      --flood-rate R   mixed: the flood's submits/s in all (default 0: as\n"
                "                       fast as the server acknowledges them)\n"
                "      --max-secs S     bg phase time limit (default 120)\n"
+               "      --settle S       bg-drain, durable: seconds the servers get to hold no\n"
+               "                       job after the drain (default 2)\n"
                "  -s, --size BYTES     payload size (default 64)\n"
                "      --batch B        bg submits per pipelined batch (default 500)\n"
                "      --conns N        connections to hold (default 10000)\n"
@@ -1175,16 +1181,27 @@ static void
 parse(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"port", required_argument, NULL, 'p'},    {"backend", required_argument, NULL, 'b'},
-        {"clients", required_argument, NULL, 'c'}, {"inflight", required_argument, NULL, 'k'},
-        {"workers", required_argument, NULL, 'w'}, {"jobs", required_argument, NULL, 'n'},
-        {"secs", required_argument, NULL, 't'},    {"size", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 1},    {"max-secs", required_argument, NULL, 2},
-        {"batch", required_argument, NULL, 3},     {"conns", required_argument, NULL, 4},
-        {"pid", required_argument, NULL, 5},       {"label", required_argument, NULL, 6},
-        {"flood", required_argument, NULL, 7},     {"flood-rate", required_argument, NULL, 8},
-        {"tls-ca", required_argument, NULL, 9},    {"between", required_argument, NULL, 10},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"port", required_argument, NULL, 'p'},
+        {"backend", required_argument, NULL, 'b'},
+        {"clients", required_argument, NULL, 'c'},
+        {"inflight", required_argument, NULL, 'k'},
+        {"workers", required_argument, NULL, 'w'},
+        {"jobs", required_argument, NULL, 'n'},
+        {"secs", required_argument, NULL, 't'},
+        {"size", required_argument, NULL, 's'},
+        {"warmup", required_argument, NULL, 1},
+        {"max-secs", required_argument, NULL, 2},
+        {"batch", required_argument, NULL, 3},
+        {"conns", required_argument, NULL, 4},
+        {"pid", required_argument, NULL, 5},
+        {"label", required_argument, NULL, 6},
+        {"flood", required_argument, NULL, 7},
+        {"flood-rate", required_argument, NULL, 8},
+        {"tls-ca", required_argument, NULL, 9},
+        {"between", required_argument, NULL, 10},
+        {"settle", required_argument, NULL, 11},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -1210,6 +1227,7 @@ parse(int argc, char **argv)
         case 's': o.payload = (size_t)num(optarg, 0, MAX_PAYLOAD, "--size"); break;
         case 1: o.warmup = num(optarg, 0, MAX_SECS, "--warmup"); break;
         case 2: o.max_secs = num(optarg, 1, MAX_SECS, "--max-secs"); break;
+        case 11: o.settle = num(optarg, 0, MAX_SECS, "--settle"); break;
         case 3: o.batch = (int)num(optarg, 1, 100000, "--batch"); break;
         case 4: o.conns = (int)num(optarg, 1, MAX_CONNS, "--conns"); break;
         case 5:

@@ -120,6 +120,8 @@ usage(FILE *fp)
         "      --pg-prefetch N        jobs leased beyond the idle workers (default 8)\n"
         "      --pg-poll-ms MS        look for ready jobs this often without a NOTIFY (default "
         "1000)\n"
+        "      --pg-take-max N        jobs of a function a lease sized to the workers' rate\n"
+        "                             takes at most (default 2048)\n"
         "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
         "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
         "      --config-file FILE     read options from FILE first (NAME=VALUE or gearmand's\n"
@@ -249,6 +251,7 @@ static const struct option long_options[] = {
     {"pg-lease", required_argument, NULL, OPT_BOUNDED + OPTION_PG_LEASE},
     {"pg-prefetch", required_argument, NULL, OPT_BOUNDED + OPTION_PG_PREFETCH},
     {"pg-poll-ms", required_argument, NULL, OPT_BOUNDED + OPTION_PG_POLL},
+    {"pg-take-max", required_argument, NULL, OPT_BOUNDED + OPTION_PG_TAKE_MAX},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_OUTPUT},

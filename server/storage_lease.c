@@ -137,6 +137,7 @@ shared_lease_op(struct srv *srv)
         op->ls.funcs = names;
         op->ls.limits = limits;
         op->ls.nfuncs = nf;
+        op->ls.take_max = srv->cfg.pg_take_max;
         for (i = 0; i < sg->nstrays; i++, h += strlen(h) + 1) {
             memcpy(at, h, strlen(h) + 1);
             strays[i] = at;

@@ -88,6 +88,9 @@ struct store_lease {
     const char *const *funcs;   /* in: function names (NUL-terminated) */
     const unsigned *limits;     /* in: jobs to take of each */
     size_t nfuncs;              /* in: entries in funcs and limits */
+    unsigned take_max;          /* in: the most jobs of a function the store may take when it
+                                   sizes a take to the workers' rate (--pg-take-max); 0: it
+                                   takes limits alone */
     bool renew;                 /* in: renew this server's leases and list them in held */
     struct store_job *jobs;     /* out: the jobs taken, in priority, run-at, submit order */
     size_t njobs;               /* out: entries in jobs */

@@ -207,12 +207,21 @@ struct pend_upd {
  * than each few of them waiting for a lease statement of their own. A
  * rate older than PG_TAKE_STALE_MS counts for nothing. Leased jobs of a
  * server that dies wait for its lease to run out: they are at most what
- * its workers would have run in those few flushes, and PG_TAKE_MAX.
+ * its workers would have run in those few flushes, and the lease op's
+ * take_max (--pg-take-max).
  */
 #define PG_TAKE_FLUSHES 4
 #define PG_TAKE_STALE_MS 2000
-#define PG_TAKE_MAX 2048
 #define PG_DEMAND_MAX 64 /* functions whose last take is kept */
+/*
+ * A batch of submits alone is inserted without ON CONFLICT (add_new.sql)
+ * unless one of its adds has a unique key and, in the last
+ * PG_ARBITER_BATCHES such batches, one coalesced onto a live job: then
+ * with it (add.sql). A coalescing add seen by add_new.sql costs its batch
+ * a failed statement before add.sql; a site whose submits coalesce often
+ * stays on add.sql.
+ */
+#define PG_ARBITER_BATCHES 64
 
 /* A function's last take: how many jobs, and when it committed. */
 struct demand {
@@ -227,7 +236,8 @@ struct demand {
  */
 static const struct {
     const char *sql, *name;
-} prep[] = {{pg_sql_add, "dsjob_add"}, {pg_sql_main, "dsjob_main"}};
+} prep[] = {
+    {pg_sql_add, "dsjob_add"}, {pg_sql_add_new, "dsjob_add_new"}, {pg_sql_main, "dsjob_main"}};
 #define PREP_N (sizeof(prep) / sizeof(prep[0]))
 
 struct store {
@@ -243,8 +253,9 @@ struct store {
     unsigned *take;                      /* the open lease op's take of each function */
     size_t take_cap;                     /* entries take holds */
     double flush_ms;                     /* a flush's time, smoothed */
-    unsigned conn_gen;                   /* connections made so far */
-    unsigned prep_gen[PREP_N];           /* conn_gen when each of prep[] was prepared */
+    unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
+    unsigned conn_gen;         /* connections made so far */
+    unsigned prep_gen[PREP_N]; /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
     size_t nadds, adds_cap;
     struct pend_row *rms; /* removes: this batch's, then those kept from failed ones */
@@ -1361,8 +1372,8 @@ demand_takes(struct store *st, const struct store_lease *ls)
             continue;
         want = (double)d->took / (now - d->at_ms > 0.1 ? now - d->at_ms : 0.1) * st->flush_ms *
                PG_TAKE_FLUSHES;
-        if (want > PG_TAKE_MAX)
-            want = PG_TAKE_MAX;
+        if (want > ls->take_max)
+            want = ls->take_max;
         if (want > st->take[i])
             st->take[i] = (unsigned)want;
     }
@@ -1681,10 +1692,64 @@ mark_conflicts(struct store *st, char **added, size_t nadded)
         st->adds[i].conflict = !st->adds[i].gone && !found(added, nadded, st->adds[i].handle);
 }
 
+/* Whether an add of the batch has a unique key, which may coalesce. */
+static bool
+adds_uniq(const struct store *st)
+{
+    size_t i;
+
+    for (i = 0; i < st->nadds; i++)
+        if (!st->adds[i].gone && st->adds[i].uniq != NULL)
+            return true;
+    return false;
+}
+
+/*
+ * add_new.sql for a batch of adds alone: true if it inserted them all.
+ * False, with *coalesce false, if it failed for another reason (err says
+ * why); with *coalesce true if an add's unique key is a live job's (the
+ * statement did nothing).
+ */
+static bool
+adds_new(struct store *st, bool *coalesce, int *rc, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    const char *state, *constraint;
+    size_t i;
+
+    *coalesce = false;
+    add_params(st, 0, st->nadds, &p);
+    par_bool(&p, st->notify);
+    if (p.oom) {
+        params_free(&p);
+        *rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        return false;
+    }
+    r = exec_wait(st, pg_sql_add_new, &p, false);
+    params_free(&p);
+    if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK) {
+        PQclear(r);
+        for (i = 0; i < st->nadds; i++)
+            st->adds[i].conflict = false;
+        *rc = DSJOB_OK;
+        return true;
+    }
+    state = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    constraint = r != NULL ? PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME) : NULL;
+    *coalesce = state != NULL && strcmp(state, "23505") == 0 && constraint != NULL &&
+                strcmp(constraint, "jobs_live_unique") == 0 && !conn_lost(st);
+    *rc = res_say(err, DSJOB_ERR_STORE, st, r, "writing the batch");
+    PQclear(r);
+    return false;
+}
+
 /*
  * A batch of adds alone (a submit burst): the INSERT, with the NOTIFY in
  * the same statement (one implicit transaction) when it leaves jobs for
  * other servers. Cheaper for PostgreSQL to plan than the main statement.
+ * Without ON CONFLICT (add_new.sql) unless an add may coalesce
+ * (PG_ARBITER_BATCHES).
  */
 static int
 flush_adds_only(struct store *st, char *err)
@@ -1693,8 +1758,14 @@ flush_adds_only(struct store *st, char *err)
     PGresult *r;
     char **added = NULL;
     size_t nadded = 0;
+    bool uniq = adds_uniq(st), coalesce;
     int k, rc;
 
+    if (!uniq || st->arbiter_left == 0) {
+        if (adds_new(st, &coalesce, &rc, err) || !coalesce)
+            return rc;
+        st->arbiter_left = PG_ARBITER_BATCHES;
+    }
     add_params(st, 0, st->nadds, &p);
     par_bool(&p, st->notify);
     if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) !=
@@ -1710,6 +1781,10 @@ flush_adds_only(struct store *st, char *err)
             added[nadded++] = PQgetvalue(r, k, 0);
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     mark_conflicts(st, added, nadded);
+    if (uniq && nadded < live_adds(st))
+        st->arbiter_left = PG_ARBITER_BATCHES; /* one coalesced: keep add.sql */
+    else if (uniq && st->arbiter_left > 0)
+        st->arbiter_left--;
     free(added);
     PQclear(r);
     return DSJOB_OK;

@@ -147,6 +147,8 @@ struct dsjob_server_config {
                                    default 10 (1 to 86400) */
     unsigned pg_stop_grace_ms; /* postgres: ms the database has to answer once the server
                                    stops; default 3000 (0 to 600000) */
+    unsigned pg_take_max;      /* postgres: the most jobs of one function a lease sized to the
+                                   workers' rate takes at once; default 2048 (1 to 1000000) */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -8,6 +8,10 @@ connections. Only 127.0.0.1.
         of another client in the same batch: KIND long-unique (3000 bytes of
         1-255), epoch (SUBMIT_JOB_EPOCH 99999999999999) or poison (payload
         "poison"); prints "innocent CREATED REFUSED" and "bad ANSWER"
+    python3 pg_gear.py coalesce PORT FUNC UNIQ TAG  one client's 20 submits of FUNC with
+        unique keys TAG-0..TAG-19, 5 without one, and one with UNIQ, pipelined in
+        one write (one batch); prints "created N" (JOB_CREATED answers), "handle
+        TAG-I H" for each keyed submit and "live H" for UNIQ's
     python3 pg_gear.py pending PORT cancel|priority  a job still in the open batch
         (the server gathers commits for a while): submit one to learn the
         handles, submit a second without waiting, then "cancel job H2" or
@@ -259,6 +263,23 @@ def badrow(port, kind):
     print("bad", r[0] if r else None, r[1].replace(b"\0", b" ").decode(errors="replace") if r else "")
 
 
+def coalesce(port, func, live, tag):
+    c = Conn(port)
+    keys = ["%s-%d" % (tag, i) for i in range(20)]
+    subs = [(k, k) for k in keys[:10]] + [(None, "")] * 5 + [("live", live)] + \
+        [(k, k) for k in keys[10:]]
+    c.s.sendall(b"".join(pkt("SUBMIT_JOB_BG", func, u, "data-%d" % i)
+                         for i, (_, u) in enumerate(subs)))
+    res = [c.recv() for _ in subs]
+    print("created", sum(1 for r in res if r and r[0] == "JOB_CREATED"))
+    for (name, _), r in zip(subs, res):
+        if name is None:
+            continue
+        h = r[1].decode(errors="replace") if r else "none"
+        print("live" if name == "live" else "handle " + name, h if r and r[0] == "JOB_CREATED"
+              else "%s:%s" % (r[0] if r else None, h))
+
+
 def pending(port, what):
     c0 = Conn(port)
     t = "SUBMIT_JOB_LOW_BG" if what == "priority" else "SUBMIT_JOB_BG"
@@ -347,6 +368,8 @@ if __name__ == "__main__":
         sys.exit(hostile(int(sys.argv[2]), sys.argv[3:]))
     if sys.argv[1] == "badrow":
         badrow(int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1] == "coalesce":
+        coalesce(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
     if sys.argv[1] == "pending":
         pending(int(sys.argv[2]), sys.argv[3])
     if sys.argv[1] == "proxy":

@@ -12,6 +12,12 @@
 # - a row PostgreSQL refuses that no check at submit foresees (a trigger
 #   of the site's) is refused alone, with the trigger's message, and the
 #   other client's 20 in the same batch are created;
+# - a batch of submits is inserted without ON CONFLICT; one whose unique
+#   key a live job in the table holds (made by dsjob.submit, on no
+#   server's queue) fails that statement, which is then sent with ON
+#   CONFLICT: every other submit of the batch is created with its own row,
+#   the coalescing one gets the live job's handle and no row of its own;
+#   the next such batch (sent with ON CONFLICT at once) does the same;
 # - "cancel job H" of a job whose INSERT is still in the open batch: its
 #   row never appears (the batch's add and remove cancel out), the job
 #   does not run, and the log blames no other server;
@@ -68,6 +74,29 @@ esac
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'bad_poison'")" 20 \
     "trigger: the table holds the 20, not the poison row"
 q "DROP TRIGGER no_poison ON dsjob.jobs" >/dev/null
+
+# Coalescing in a batch sent without ON CONFLICT, then in one sent with it.
+h_live=$(q "SELECT dsjob.submit('coal', 'live', 'u-live')")
+for round in 1 2; do
+    out=$(python3 "$G" coalesce "$(pgd_port a)" coal u-live "r$round" 2>&1)
+    echo "$out" | sed 's/^/# /'
+    is "$(echo "$out" | sed -n 's/^created //p')" 26 "coalesce $round: all 26 submits of the batch are created"
+    is "$(echo "$out" | sed -n 's/^live //p')" "$h_live" \
+        "coalesce $round: the one with unique u-live gets the live job's handle"
+    is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'coal' AND uniq = 'u-live'")" 1 \
+        "coalesce $round: u-live has one row"
+    is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'coal'")" $((1 + 25 * round)) \
+        "coalesce $round: the other 25 have a row each"
+    bad=0
+    for h in $(echo "$out" | sed -n 's/^handle //p' | tr ' ' ':'); do
+        key=${h%%:*} handle=${h#*:}
+        [ "$(q "SELECT uniq = convert_to('$key', 'UTF8') FROM dsjob.jobs WHERE handle = '$handle'")" = t ] ||
+            { echo "# $key: no row $handle"; bad=1; }
+    done
+    ok $bad "coalesce $round: each keyed submit's handle is its own row with its key"
+done
+grep -q 'violates unique constraint "jobs_live_unique"' "$PG_LOG"
+ok $? "the first batch was sent without ON CONFLICT and refused by jobs_live_unique"
 
 # A job still in b's open batch (b gathers for 3 s).
 out=$(python3 "$G" pending "$(pgd_port b)" cancel 2>&1)
