@@ -275,16 +275,22 @@ durable_hold(struct srv *srv, struct conn *worker)
 void
 durable_end(struct srv *srv, struct conn *worker)
 {
-    struct ack *a;
+    struct ack *a, *last;
 
     if (worker->state != CONN_ACTIVE)
         return;
-    /* Its last end is not durable yet: held until both are (the open batch commits after it). */
-    a = worker->nends == 0 ? ack_alloc(srv, "ack", 0) : NULL;
+    a = ack_alloc(srv, "ack", 0);
     if (a == NULL) {
         durable_hold(srv, worker);
         return;
     }
+    /* Its last end is not durable yet: that end's note holds it until it is. */
+    TAILQ_FOREACH_REVERSE (last, &worker->acks, ack_list, by_client)
+        if (last->end && !last->holds) {
+            last->holds = true;
+            worker->nacks++;
+            break;
+        }
     a->w.done = ack_done;
     a->end = true;
     a->client = worker;
@@ -418,7 +424,7 @@ ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
 {
     struct ack *a = (struct ack *)w;
     struct conn *c = a->client;
-    bool a_end = a->end;
+    bool held = !a->end || a->holds; /* its connection waited for it */
 
     if ((a->end || a->packet != 0) && why != NULL && !ok) {
         storage_wait(srv, w); /* the end goes again in the open batch: so does what waits for it */
@@ -430,13 +436,13 @@ ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
         TAILQ_REMOVE(&c->acks, a, by_client);
         if (a->end)
             c->nends--;
-        else
+        if (held)
             c->nacks--;
     }
     job_unref(a->job);
     free(a); /* a->error is part of it */
     /* Its last answer is out: what it sent meanwhile can be read now. */
-    if (why != NULL && c != NULL && c->nacks == 0 && !a_end)
+    if (why != NULL && c != NULL && c->nacks == 0 && held)
         conn_resume(c);
 }
 

@@ -36,7 +36,9 @@ struct ack {
     uint32_t packet;            /* durable_tell's packet type, or 0 */
     unsigned nargs;             /* its arguments: 1 or 2 */
     size_t split;               /* the first one's length */
-    bool end;                   /* durable_end's: counted in nends, not in nacks */
+    bool end;                   /* durable_end's: counted in nends, in nacks only if holds */
+    bool holds;                 /* an end's: its worker ended another job meanwhile and
+                                   waits for this one's commit */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
@@ -85,13 +87,15 @@ void durable_hold(struct srv *srv, struct conn *worker);
 /*
  * durable_end notes that worker's job ended in the open batch, which holds
  * that end's store change. The worker goes on at once: its next job may
- * start while the end commits. If its last end has not committed yet, it
- * is held instead (durable_hold) until this end, and so that one, is
- * durable. So a worker has at most two ends not yet durable, and then runs
- * nothing; a crash runs again at most two jobs of each worker, and no end
- * any answer has shown (a settling job shows as running until its commit).
+ * start while the end commits. If it ends another job before then, it is
+ * held (its requests wait, as behind an answer owed) until the first end
+ * has committed. So a worker has at most two ends not yet durable, and
+ * with two it runs nothing: a crash runs again at most two jobs of each
+ * worker, and no end that an answer has shown (a settling job shows as
+ * running until its commit, its clients hear of it after: durable_tell).
  * A failed commit keeps the note for the next one, as the change is tried
- * again. Skipped if worker is closing.
+ * again. Without memory it holds the worker until this end is durable
+ * (durable_hold). Skipped if worker is closing.
  */
 void durable_end(struct srv *srv, struct conn *worker);
 

@@ -1933,8 +1933,8 @@ status_is(struct rig *r, int fd, const char *handle, char known, char running)
 /*
  * Pipelined ends (issue 24 item 3): while a worker's end commits, its next
  * job is assigned; a second end before the first has committed holds the
- * worker (its next request waits) until both have, so it never runs a job
- * with an end not yet durable but its last; and nothing shows an end
+ * worker (its next request waits) until the first has, so it never runs a
+ * job with an end not yet durable but its last; and nothing shows an end
  * before its commit: GET_STATUS says running, "show result" of the kept
  * result says not done. After the commits the next job is assigned.
  */
@@ -1976,14 +1976,14 @@ test_pipelined_ends(void)
     peer_send(w, PACKET_GRAB_JOB, 0);
     PUMP_UNTIL(&r, (wc = ending(&r)) != NULL && wc->ack_blocked);
     wc = ending(&r);
-    tap_ok(wc != NULL && wc->ack_blocked && wc->nends == 1 && wc->nacks == 1 &&
+    tap_ok(wc != NULL && wc->ack_blocked && wc->nends == 2 && wc->nacks == 1 &&
                find(&r, hdl(2)) != NULL && find(&r, hdl(2))->state == JOB_SETTLING,
-           "pipelined: a second end before the first commits holds the worker until both have");
+           "pipelined: a second end before the first commits holds the worker until it has");
     tap_ok(status_is(&r, s, hdl(2), '1', '1'), "pipelined: the second job is still running");
     tap_ok(quiet(&r, w), "pipelined: the worker gets nothing meanwhile");
     fake_set_hold(false);
     expect(&r, w, PACKET_JOB_ASSIGN, hdl(3),
-           "pipelined: after the commits, the third job is assigned");
+           "pipelined: after the first commit, the third job is assigned");
     PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DONE);
     tap_ok(status_is(&r, s, hdl(1), '1', '0'), "pipelined: the first job is kept, not running");
     tap_ok(admin_says(&r, s, buf, "OK complete 3"), "pipelined: its kept result is shown");
