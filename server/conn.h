@@ -62,7 +62,8 @@ struct conn {
                                      handler, by conn_flush_cb, never inside a send */
     size_t lingered;              /* input bytes thrown away while closing */
     struct ack_list acks;         /* answers owed once the store commits */
-    unsigned nacks;               /* entries in acks */
+    unsigned nacks;               /* entries in acks but ends: answers owed */
+    unsigned nends;               /* entries in acks that note its ends not yet durable */
     bool ack_blocked;             /* input waits until acks are answered */
     int64_t partial_since;        /* monotonic s since which the input ends in the same
                                      incomplete message; 0: it does not */

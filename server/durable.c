@@ -272,6 +272,55 @@ durable_hold(struct srv *srv, struct conn *worker)
         ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
 }
 
+void
+durable_end(struct srv *srv, struct conn *worker)
+{
+    struct ack *a, *last;
+
+    if (worker->state != CONN_ACTIVE)
+        return;
+    a = ack_alloc(srv, "ack", 0);
+    if (a == NULL) {
+        durable_hold(srv, worker);
+        return;
+    }
+    /* Its last end is not durable yet: that end's note holds it until it is. */
+    TAILQ_FOREACH_REVERSE (last, &worker->acks, ack_list, by_client)
+        if (last->end && !last->holds) {
+            last->holds = true;
+            worker->nacks++;
+            break;
+        }
+    a->w.done = ack_done;
+    a->end = true;
+    a->client = worker;
+    TAILQ_INSERT_TAIL(&worker->acks, a, by_client);
+    worker->nends++;
+    storage_wait(srv, &a->w);
+}
+
+void
+durable_tell(struct srv *srv, struct conn *c, uint32_t type, unsigned nargs,
+             const void *const *args, const size_t *lens)
+{
+    size_t len1 = nargs > 1 ? lens[1] : 0;
+    struct ack *a = c->state == CONN_ACTIVE ? ack_alloc(srv, "ack", lens[0] + len1) : NULL;
+
+    if (a == NULL) {
+        conn_send(c, type, nargs, args, lens);
+        return;
+    }
+    a->packet = type;
+    a->nargs = nargs > 1 ? 2 : 1;
+    a->error = (char *)(a + 1);
+    memcpy(a->error, args[0], lens[0]);
+    if (len1 > 0)
+        memcpy(a->error + lens[0], args[1], len1);
+    a->split = lens[0];
+    a->error_len = lens[0] + len1;
+    ack_link(srv, a, c, NULL, NULL);
+}
+
 /*
  * A committed job that does not run here: it waits in the shared table
  * for any server's lease, or it coalesced onto the live job alias there.
@@ -342,6 +391,13 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         ok = false;
     if (a->client == NULL)
         return;
+    if (a->packet != 0) {
+        const void *args[2] = {a->error, a->error + a->split};
+        size_t lens[2] = {a->split, a->error_len - a->split};
+
+        conn_send(a->client, (enum packet_type)a->packet, a->nargs, args, lens);
+        return;
+    }
     if (j == NULL && a->error == NULL)
         return; /* durable_hold's: nothing to send */
     if (a->error != NULL) {
@@ -368,17 +424,25 @@ ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
 {
     struct ack *a = (struct ack *)w;
     struct conn *c = a->client;
+    bool held = !a->end || a->holds; /* its connection waited for it */
 
-    if (why != NULL)
+    if ((a->end || a->packet != 0) && why != NULL && !ok) {
+        storage_wait(srv, w); /* the end goes again in the open batch: so does what waits for it */
+        return;
+    }
+    if (why != NULL && !a->end)
         ack_resolve(srv, a, ok, why);
     if (c != NULL) {
         TAILQ_REMOVE(&c->acks, a, by_client);
-        c->nacks--;
+        if (a->end)
+            c->nends--;
+        if (held)
+            c->nacks--;
     }
     job_unref(a->job);
     free(a); /* a->error is part of it */
     /* Its last answer is out: what it sent meanwhile can be read now. */
-    if (why != NULL && c != NULL && c->nacks == 0)
+    if (why != NULL && c != NULL && c->nacks == 0 && held)
         conn_resume(c);
 }
 
@@ -392,6 +456,7 @@ durable_forget_client(struct conn *c)
         a->client = NULL; /* the job still commits; nobody is told */
     }
     c->nacks = 0;
+    c->nends = 0;
 }
 
 bool

@@ -29,9 +29,16 @@ struct ack {
     struct storage_wait w;      /* storage's part (first): w.op is the add of a new job */
     struct job *job;            /* referenced; JOB_CREATED names it; NULL for a hold */
     struct conn *client;        /* who to answer, or NULL once it has gone */
-    char *error;                /* "CODE\0text" to send instead of JOB_CREATED (behind the
-                                   ack, in its allocation), or NULL */
+    char *error;                /* "CODE\0text" to send instead of JOB_CREATED, or with
+                                   packet its arguments' bytes (behind the ack, in its
+                                   allocation), or NULL */
     size_t error_len;           /* its length */
+    uint32_t packet;            /* durable_tell's packet type, or 0 */
+    unsigned nargs;             /* its arguments: 1 or 2 */
+    size_t split;               /* the first one's length */
+    bool end;                   /* durable_end's: counted in nends, in nacks only if holds */
+    bool holds;                 /* an end's: its worker ended another job meanwhile and
+                                   waits for this one's commit */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
@@ -76,6 +83,33 @@ void durable_refuse(struct srv *srv, struct conn *c, const char *code, const cha
  * or without memory.
  */
 void durable_hold(struct srv *srv, struct conn *worker);
+
+/*
+ * durable_end notes that worker's job ended in the open batch, which holds
+ * that end's store change. The worker goes on at once: its next job may
+ * start while the end commits. If it ends another job before then, it is
+ * held (its requests wait, as behind an answer owed) until the first end
+ * has committed. So a worker has at most two ends not yet durable, and
+ * with two it runs nothing: a crash runs again at most two jobs of each
+ * worker, and no end that an answer has shown (a settling job shows as
+ * running until its commit, its clients hear of it after: durable_tell).
+ * A failed commit keeps the note for the next one, as the change is tried
+ * again. Without memory it holds the worker until this end is durable
+ * (durable_hold). Skipped if worker is closing.
+ */
+void durable_end(struct srv *srv, struct conn *worker);
+
+/*
+ * durable_tell sends c a packet that tells of a stored job's end
+ * (WORK_COMPLETE, WORK_FAIL or WORK_EXCEPTION to a foreground client of a
+ * job that a background submit made durable) once the open batch commits:
+ * the caller has put the change that settles the job in it, so the client
+ * hears of the end only once it is durable, and its later requests wait
+ * behind it. Without memory, or on a closing connection, it is sent at
+ * once.
+ */
+void durable_tell(struct srv *srv, struct conn *c, uint32_t type, unsigned nargs,
+                  const void *const *args, const size_t *lens);
 
 /* durable_forget_client drops the answers owed to a connection that is closing. */
 void durable_forget_client(struct conn *c);

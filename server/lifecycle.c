@@ -212,12 +212,52 @@ settled(struct srv *srv, struct store_op *op, bool ok)
         lifecycle_settled(srv, op->job);
 }
 
-void
-lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
-              size_t len)
+/*
+ * What j's clients hear of its end: WORK_COMPLETE with the result,
+ * WORK_EXCEPTION with its data (to those that asked for exceptions), else
+ * WORK_FAIL. With later, each answer waits for the commit of the open batch,
+ * which holds the change that settles j (durable_tell): a client hears of a
+ * stored job's end only once a crash cannot undo it.
+ */
+static void
+tell_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
+         bool later)
+{
+    const void *args[2] = {job_handle(j), data};
+    size_t lens[2] = {j->handle_len, len};
+    struct waiter *w;
+
+    if (j->ext == NULL)
+        return;
+    TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
+        enum packet_type type = outcome == JOB_OUTCOME_COMPLETE ? PACKET_WORK_COMPLETE
+                                : outcome == JOB_OUTCOME_EXCEPTION && w->client->exceptions
+                                    ? PACKET_WORK_EXCEPTION
+                                    : PACKET_WORK_FAIL;
+        unsigned nargs = type == PACKET_WORK_FAIL ? 1 : 2;
+
+        if (later)
+            durable_tell(srv, w->client, type, nargs, args, lens);
+        else
+            conn_send(w->client, type, nargs, args, lens);
+    }
+}
+
+/*
+ * lifecycle_end, and with tell, what its clients hear of it (tell_end):
+ * on a durable store, for a stored job, only once its end has committed
+ * (unless --store-async-ends).
+ */
+static void
+end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
+        bool tell)
 {
     enum job_settle to = end_to(srv, j, outcome);
     struct qworker *w = job_worker(j);
+    bool later = tell && j->stored && srv->storage.durable && !srv->cfg.store_async_ends &&
+                 job_has_waiters(j);
+    const void *told = outcome == JOB_OUTCOME_FAIL ? NULL : data;
+    size_t told_len = outcome == JOB_OUTCOME_FAIL ? 0 : len;
 
     if (to != JOB_SETTLE_GONE && job_ext(j) == NULL) {
         log_err(&srv->log, "out of memory to keep the outcome of job %s", job_handle(j));
@@ -244,17 +284,38 @@ lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const vo
     else if (outcome == JOB_OUTCOME_EXCEPTION)
         j->func->stats.exceptions++;
     stop_timer(j);
-    release_waiters(j);
+    if (tell && !later)
+        tell_end(srv, j, outcome, told, told_len, false);
+    if (!later)
+        release_waiters(j);
     if (storage_settle(srv, j, settled)) {
+        if (later) {
+            tell_end(srv, j, outcome, told, told_len, true); /* behind the settle, in its batch */
+            release_waiters(j);
+        }
         queue_settle(&srv->queue, j);
-        /* Unless --store-async-ends: its worker gets more work once this end is durable. */
+        /*
+         * Unless --store-async-ends: its worker goes on while this end
+         * commits, but is held if its last end has not committed yet.
+         */
         if (w != NULL && !srv->cfg.store_async_ends)
-            durable_hold(srv, conn_of_worker(w));
+            durable_end(srv, conn_of_worker(w));
     } else {
+        if (later) {
+            tell_end(srv, j, outcome, told, told_len, false);
+            release_waiters(j);
+        }
         lifecycle_settled(srv, j);
     }
     if (srv->draining)
         srv_check_drained(srv);
+}
+
+void
+lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
+              size_t len)
+{
+    end_job(srv, j, outcome, data, len, false);
 }
 
 void
@@ -266,11 +327,7 @@ lifecycle_finish(struct srv *srv, struct job *j)
 void
 lifecycle_fail(struct srv *srv, struct job *j)
 {
-    const void *args[1] = {job_handle(j)};
-    size_t lens[1] = {j->handle_len};
-
-    lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
-    lifecycle_finish(srv, j);
+    end_job(srv, j, JOB_OUTCOME_NONE, NULL, 0, true); /* its clients hear WORK_FAIL */
 }
 
 /* A small generator for the backoff's jitter; the loop thread alone uses it. */
@@ -382,13 +439,9 @@ run_again(struct srv *srv, struct job *j, const char *why)
 static void
 fail_for_good(struct srv *srv, struct job *j, const char *why)
 {
-    const void *args[1] = {job_handle(j)};
-    size_t lens[1] = {j->handle_len};
-
     if (j->ext != NULL)
         j->ext->attempts++;
-    lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
-    lifecycle_end(srv, j, JOB_OUTCOME_FAIL, why, strlen(why));
+    end_job(srv, j, JOB_OUTCOME_FAIL, why, strlen(why), true);
 }
 
 bool
@@ -442,37 +495,21 @@ lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const
             return;
         }
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_FAIL");
-        lifecycle_tell(j, PACKET_WORK_FAIL, 1, (const void *const[]){job_handle(j)},
-                       (const size_t[]){j->handle_len});
-        lifecycle_end(srv, j, JOB_OUTCOME_FAIL, text, text_len);
+        end_job(srv, j, JOB_OUTCOME_FAIL, text, text_len, true);
         free(warned);
         return;
     }
     LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "completed", worker_peer(j), j, NULL);
-    lifecycle_tell(j, PACKET_WORK_COMPLETE, 2, (const void *const[]){job_handle(j), data},
-                   (const size_t[]){j->handle_len, len});
-    lifecycle_end(srv, j, JOB_OUTCOME_COMPLETE, data, len);
+    end_job(srv, j, JOB_OUTCOME_COMPLETE, data, len, true);
 }
 
 void
 lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len)
 {
-    const void *args[2] = {job_handle(j), data};
-    size_t lens[2] = {j->handle_len, len};
-    struct waiter *w;
-
     if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_EXCEPTION, data, len))
         return;
     LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_EXCEPTION");
-    if (j->ext != NULL) {
-        TAILQ_FOREACH (w, &j->ext->waiters, by_job) {
-            if (w->client->exceptions)
-                conn_send(w->client, PACKET_WORK_EXCEPTION, 2, args, lens);
-            else
-                conn_send(w->client, PACKET_WORK_FAIL, 1, args, lens);
-        }
-    }
-    lifecycle_end(srv, j, JOB_OUTCOME_EXCEPTION, data, len);
+    end_job(srv, j, JOB_OUTCOME_EXCEPTION, data, len, true);
 }
 
 void

@@ -102,7 +102,7 @@ usage(FILE *fp)
         "      --work-dir DIR         keep background jobs in DIR/dsjobd.db (implies --store "
         "sqlite)\n"
         "      --libsqlite3-db FILE   keep them in FILE instead (implies --store sqlite)\n"
-        "      --store-sync LEVEL     off, normal (default: survives a crash) or full (power "
+        "      --store-sync LEVEL     off, normal (survives a crash) or full (default: a power "
         "loss)\n"
         "      --store-batch N        background submits per commit at most (default 10000)\n"
         "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"

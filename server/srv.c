@@ -61,7 +61,7 @@ dsjob_server_config_init(struct dsjob_server_config *cfg)
     cfg->log_file = "stderr";
     cfg->verbose = DSJOB_LOG_ERROR;
     cfg->store = "none";
-    cfg->store_sync = 1;
+    cfg->store_sync = 2; /* full: an acknowledged job survives a power loss */
     cfg->memcached_prefix = "dsjob";
     cfg->retry_on = DSJOB_RETRY_CRASH | DSJOB_RETRY_TIMEOUT; /* what 1.1.20 retries */
     cfg->priority = DSJOB_PRIORITY_FUNCTION;

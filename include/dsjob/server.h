@@ -83,7 +83,7 @@ struct dsjob_server_config {
     const char *store;                 /* "none" (default), "sqlite", "memcached" or "postgres" */
     const char *work_dir;              /* sqlite: directory of dsjobd.db, made if absent */
     const char *store_db;              /* sqlite: the database file, instead of work_dir's */
-    int store_sync;                    /* sqlite synchronous: 0 off, 1 normal (default), 2 full */
+    int store_sync;                    /* sqlite synchronous: 0 off, 1 normal, 2 full (default) */
     unsigned store_batch;              /* background submits per commit at most */
     unsigned store_commit_interval_ms; /* wait this long to group a commit; 0: one loop turn */
     const char *memcached_servers;     /* memcached: "host:port,host:port" */

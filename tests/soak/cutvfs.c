@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -62,6 +63,7 @@ static struct {
     uint64_t fail_nth[CUTVFS_NOPS], fail_count[CUTVFS_NOPS]; /* cutvfs_fail */
     int fail_rc[CUTVFS_NOPS];
     bool nosync; /* cutvfs_skip_fsync: an xSync marks durable without fsync() */
+    char *gate;  /* cutvfs_gate: a write waits while this file exists, or NULL */
 } G = {.log_fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const sqlite3_io_methods cut_methods;
@@ -189,12 +191,45 @@ journal_write(struct cut_file *cf, int amt, sqlite3_int64 off)
     return rc;
 }
 
+/*
+ * gate_wait: while the gate file exists, the write waits (a disk that does
+ * not answer), and "<gate>.held" exists meanwhile, so that a test knows a
+ * commit is stuck; it checks the gate every millisecond.
+ */
+static void
+gate_wait(void)
+{
+    char held[4096];
+    int fd;
+
+    if (G.gate == NULL || access(G.gate, F_OK) != 0)
+        return;
+    snprintf(held, sizeof(held), "%s.held", G.gate);
+    fd = open(held, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0)
+        close(fd);
+    while (access(G.gate, F_OK) == 0) {
+        struct timespec ms = {0, 1000000};
+
+        nanosleep(&ms, NULL);
+    }
+    unlink(held);
+}
+
+void
+cutvfs_gate(const char *path)
+{
+    free(G.gate);
+    G.gate = path != NULL && *path != '\0' ? strdup(path) : NULL;
+}
+
 static int
 cut_write(sqlite3_file *f, const void *buf, int amt, sqlite3_int64 off)
 {
     struct cut_file *cf = (struct cut_file *)f;
     int rc;
 
+    gate_wait();
     if (op_fails(CUTVFS_WRITE, &rc))
         return rc;
     if (cf->slot >= 0 && (rc = journal_write(cf, amt, off)) != SQLITE_OK)

@@ -51,6 +51,13 @@ void cutvfs_fail(enum cutvfs_op op, uint64_t nth, uint64_t count, int rc);
  */
 void cutvfs_skip_fsync(bool on);
 
+/*
+ * cutvfs_gate(path): every write waits while the file path exists (NULL:
+ * never), with "path.held" present while one waits, so that a test can
+ * hold a commit in flight and know that it is held (tests/integ/t_ends.sh).
+ */
+void cutvfs_gate(const char *path);
+
 /* cutvfs_count is how many operations of kind op were attempted so far. */
 uint64_t cutvfs_count(enum cutvfs_op op);
 

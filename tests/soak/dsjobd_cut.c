@@ -13,6 +13,8 @@
  *                        (the operations attempted) when the server exits
  *   DSJOB_CUTVFS_NOFSYNC 1: a sync is recorded but fsync() is not called (for
  *                        tests without power cuts)
+ *   DSJOB_CUTVFS_GATE    a path: while that file exists, every write waits
+ *                        (and PATH.held exists), so a test can hold a commit
  */
 #include "config.h"
 
@@ -93,6 +95,7 @@ main(int argc, char **argv)
     }
     cutvfs_skip_fsync(getenv("DSJOB_CUTVFS_NOFSYNC") != NULL &&
                       strcmp(getenv("DSJOB_CUTVFS_NOFSYNC"), "1") == 0);
+    cutvfs_gate(getenv("DSJOB_CUTVFS_GATE"));
     atexit(write_counts);
     return dsjobd_main(argc, argv);
 }

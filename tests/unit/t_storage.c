@@ -1900,6 +1900,145 @@ test_settling_error(void)
     rig_stop(&r);
 }
 
+/* The connection with an end not yet durable, or NULL. */
+static struct conn *
+ending(struct rig *r)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH (c, &r->srv->conns, link)
+        if (c->nends > 0)
+            return c;
+    return NULL;
+}
+
+/* Whether GET_STATUS of handle on fd answers known and running as given. */
+static bool
+status_is(struct rig *r, int fd, const char *handle, char known, char running)
+{
+    struct peer_pkt pk;
+    int t;
+    bool ok;
+
+    peer_send(fd, PACKET_GET_STATUS, 1, handle);
+    t = next(r, fd, &pk);
+    ok = t == PACKET_STATUS_RES && pk.nargs > 2 && pk.arg[1][0] == known && pk.arg[2][0] == running;
+    if (!ok)
+        tap_diag("GET_STATUS %s: got %s known %c running %c", handle, packet_name((uint32_t)t),
+                 pk.nargs > 1 ? pk.arg[1][0] : '?', pk.nargs > 2 ? pk.arg[2][0] : '?');
+    peer_pkt_release(&pk);
+    return ok;
+}
+
+/*
+ * Pipelined ends (issue 24 item 3): while a worker's end commits, its next
+ * job is assigned; a second end before the first has committed holds the
+ * worker (its next request waits) until the first has, so it never runs a
+ * job with an end not yet durable but its last; and nothing shows an end
+ * before its commit: GET_STATUS says running, "show result" of the kept
+ * result says not done. After the commits the next job is assigned.
+ */
+static void
+test_pipelined_ends(void)
+{
+    char buf[512];
+    struct rig r;
+    struct conn *wc;
+    int c, w, s, i;
+
+    fake_reset();
+    rig_extra.keep_results = 60;
+    rig_start(&r, 0, 0);
+    rig_extra.keep_results = 0;
+    c = rig_client(&r);
+    for (i = 1; i <= 3; i++) {
+        submit_bg(c, "", "x");
+        expect(&r, c, PACKET_JOB_CREATED, hdl((unsigned)i), "pipelined: submitted %d", i);
+    }
+    w = rig_client(&r);
+    s = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "pipelined: the first job is assigned");
+    fake_set_hold(true);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "one");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    PUMP_UNTIL(&r, fake_holding());
+    tap_ok(fake_holding() && fake_stored(1), "pipelined: the first end's commit is in flight");
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(2),
+           "pipelined: the next job is assigned while the last end commits");
+    tap_ok(status_is(&r, s, hdl(1), '1', '1'),
+           "pipelined: GET_STATUS of the first job says running until its end commits");
+    snprintf(buf, sizeof(buf), "show result %s\r\n", hdl(1));
+    tap_ok(admin_says(&r, s, buf, "ERR NOT_DONE"),
+           "pipelined: its kept result is not shown before the commit");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(2), "two");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    PUMP_UNTIL(&r, (wc = ending(&r)) != NULL && wc->ack_blocked);
+    wc = ending(&r);
+    tap_ok(wc != NULL && wc->ack_blocked && wc->nends == 2 && wc->nacks == 1 &&
+               find(&r, hdl(2)) != NULL && find(&r, hdl(2))->state == JOB_SETTLING,
+           "pipelined: a second end before the first commits holds the worker until it has");
+    tap_ok(status_is(&r, s, hdl(2), '1', '1'), "pipelined: the second job is still running");
+    tap_ok(quiet(&r, w), "pipelined: the worker gets nothing meanwhile");
+    fake_set_hold(false);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(3),
+           "pipelined: after the first commit, the third job is assigned");
+    PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DONE);
+    tap_ok(status_is(&r, s, hdl(1), '1', '0'), "pipelined: the first job is kept, not running");
+    tap_ok(admin_says(&r, s, buf, "OK complete 3"), "pipelined: its kept result is shown");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(3), "three");
+    PUMP_UNTIL(&r, ending(&r) == NULL);
+    tap_ok(ending(&r) == NULL, "pipelined: every end committed, none owed");
+    close(s);
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
+/*
+ * A foreground client of a job that a background submit made durable hears
+ * WORK_COMPLETE only once the job's end has committed (issue 24 item 3): a
+ * crash before then runs the job again, so the client must not have been
+ * told it was done.
+ */
+static void
+test_foreground_told_after_commit(void)
+{
+    struct rig r;
+    struct job *j;
+    uint64_t id;
+    int fg, bg, w;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    fg = rig_client(&r);
+    bg = rig_client(&r);
+    w = rig_client(&r);
+    peer_send(fg, PACKET_SUBMIT_JOB, 3, "f", "k", "x");
+    expect(&r, fg, PACKET_JOB_CREATED, hdl(1), "told after commit: the foreground submit");
+    submit_bg(bg, "k", "x");
+    expect(&r, bg, PACKET_JOB_CREATED, hdl(1), "told after commit: a background submit adopts it");
+    j = find(&r, hdl(1));
+    id = j != NULL ? j->id : 0;
+    tap_ok(j != NULL && fake_stored(id), "told after commit: the job is stored");
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "told after commit: assigned");
+    fake_set_hold(true);
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "done");
+    PUMP_UNTIL(&r, fake_holding() && (j = find(&r, hdl(1))) != NULL && j->state == JOB_SETTLING);
+    tap_ok(fake_holding() && fake_stored(id), "told after commit: the end's commit is in flight");
+    tap_ok(quiet(&r, fg), "told after commit: the client hears nothing while the end commits");
+    fake_set_hold(false);
+    expect(&r, fg, PACKET_WORK_COMPLETE, hdl(1), "told after commit: then WORK_COMPLETE");
+    tap_ok(!fake_stored(id), "told after commit: by then the row is gone");
+    close(w);
+    close(bg);
+    close(fg);
+    rig_stop(&r);
+}
+
 int
 main(void)
 {
@@ -1913,6 +2052,8 @@ main(void)
     test_update_inflight();
     test_stale_update();
     test_settling_error();
+    test_pipelined_ends();
+    test_foreground_told_after_commit();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();
