@@ -2255,6 +2255,7 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
     for (i = 0; i < PQntuples(r); i++) {
         struct store_func sf;
 
+        memset(&sf, 0, sizeof(sf));
         sf.name = PQgetvalue(r, i, 0);
         sf.name_len = (size_t)PQgetlength(r, i, 0);
         sf.retries = (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10);
