@@ -250,9 +250,11 @@ nomem:
 void
 flow_ctl_replay(struct srv *srv, struct func *f, const char *words)
 {
-    char err[200];
+    char err[200], line[FLOW_SPEC_MAX + 16];
 
-    if (flow_ctl_apply(srv, f, words, false, err, sizeof(err)) < 0)
+    /* The stored line is the whole setting: it replaces --limit's, not adds to it. */
+    snprintf(line, sizeof(line), "off resumed %s", words);
+    if (flow_ctl_apply(srv, f, line, false, err, sizeof(err)) < 0)
         log_warn(&srv->log, "function '%s': stored flow settings '%s' not applied: %s", f->name,
                  words, err);
 }
@@ -298,7 +300,7 @@ flow_ctl_show(struct srv *srv, struct func *f, char *buf, size_t len)
 
     (void)srv;
     if (fl == NULL) {
-        snprintf(buf, len, "%s\tnone\trunning %u\tqueued %u", f->name, f->nrunning, queued(f));
+        snprintf(buf, len, "%s\tnone\t%u\t%u\t-\t0\tno\t0", f->name, f->nrunning, queued(f));
         return;
     }
     flow_format(&fl->conf, line, sizeof(line));
@@ -307,8 +309,8 @@ flow_ctl_show(struct srv *srv, struct func *f, char *buf, size_t len)
         snprintf(tokens, sizeof(tokens), "-");
     else
         snprintf(tokens, sizeof(tokens), "%.1f", t);
-    snprintf(buf, len, "%s\t%s\trunning %u\tqueued %u\ttokens %s\tkeys %u\theld %s\tstarted %llu",
-             f->name, line[0] ? line : "none", f->nrunning, queued(f), tokens, fl->nkeys,
+    snprintf(buf, len, "%s\t%s\t%u\t%u\t%s\t%u\t%s\t%llu", f->name, line[0] ? line : "none",
+             f->nrunning, queued(f), tokens, fl->nkeys,
              queued(f) > 0 && !flow_ready(f, now) ? flow_why_name(fl->why) : "no",
              (unsigned long long)fl->started);
 }

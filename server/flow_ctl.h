@@ -56,7 +56,12 @@ void flow_ctl_held(struct srv *srv, const struct qworker *w);
 /* flow_ctl_arm arms the token timer for the first function whose sleepers wait for a token. */
 void flow_ctl_arm(struct srv *srv);
 
-/* flow_ctl_show writes f's settings and state as one line (admin "limit F"). */
+/*
+ * flow_ctl_show writes f's settings and state as one line (admin "limit
+ * F"), tab-separated: FUNCTION, SETTINGS ("none" without), RUNNING,
+ * QUEUED, TOKENS ("-" without a rate), KEYS, HELD (why its queued jobs may
+ * not start, or "no"), STARTED (jobs its flow let start).
+ */
 void flow_ctl_show(struct srv *srv, struct func *f, char *buf, size_t len);
 
 #endif
