@@ -28,6 +28,9 @@ admin() {
         while (my $l = <$s>) { print $l; last if !$multi || $l eq ".\n"; }' "$SERVER_PORT" "$1"
 }
 
+# gw ARG...: a gearman -w worker, not bounded by gm's timeout (it runs until reaped).
+gw() { "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" "$@"; }
+
 # queued FUNC: its queued jobs (status: total minus running).
 queued() {
     admin status | awk -F '\t' -v f="$1" '$1 == f { print $2 - $3 }'
@@ -49,7 +52,7 @@ server_start dsjobd --work-dir "$W" --limit "f concurrency 2"
 
 # 1. Concurrency: six workers, twelve jobs, at most two at once.
 for i in 1 2 3 4 5 6; do
-    gm -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
+    gw -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
 for i in $(seq 1 12); do gm -b -f f "j$i" >/dev/null; done
@@ -98,7 +101,7 @@ if perl -MGearman::Client -e 1 2>/dev/null; then
 cat >>"$T/order"; echo >>"$T/order"
 EOF
     chmod +x "$T/first.sh"
-    gm -w -c 3 -f f -- "$T/first.sh" >/dev/null 2>&1 &
+    gw -w -c 3 -f f -- "$T/first.sh" >/dev/null 2>&1 &
     track $!
     poll lines_are "$T/order" 3 || poll lines_are "$T/order" 3
     ok $? "three jobs done"
@@ -126,7 +129,7 @@ server_start dsjobd --work-dir "$W"
 admin "limit p" | grep -q "^p	paused	"
 ok $? "the pause survived kill -9"
 : >"$T/ev"
-gm -w -f p -f g -- "$T/job.sh" >/dev/null 2>&1 &
+gw -w -f p -f g -- "$T/job.sh" >/dev/null 2>&1 &
 track $!
 gm -b -f g "g1" >/dev/null
 poll lines_are "$T/ev" 2
