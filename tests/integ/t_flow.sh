@@ -28,8 +28,9 @@ admin() {
         while (my $l = <$s>) { print $l; last if !$multi || $l eq ".\n"; }' "$SERVER_PORT" "$1"
 }
 
-# gw ARG...: a gearman -w worker, not bounded by gm's timeout (it runs until reaped).
-gw() { "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" "$@"; }
+# Workers are started as "$GEARMAN" ... & directly, not through gm (a shell
+# function, whose $! would be a subshell's: reaping that would leave the
+# worker running) and without gm's 20 s timeout (they run until reaped).
 
 # queued FUNC: its queued jobs (status: total minus running).
 queued() {
@@ -52,7 +53,7 @@ server_start dsjobd --work-dir "$W" --limit "f concurrency 2"
 
 # 1. Concurrency: six workers, twelve jobs, at most two at once.
 for i in 1 2 3 4 5 6; do
-    gw -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
+    "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
 for i in $(seq 1 12); do gm -b -f f "j$i" >/dev/null; done
@@ -101,7 +102,7 @@ if perl -MGearman::Client -e 1 2>/dev/null; then
 cat >>"$T/order"; echo >>"$T/order"
 EOF
     chmod +x "$T/first.sh"
-    gw -w -c 3 -f f -- "$T/first.sh" >/dev/null 2>&1 &
+    "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -c 3 -f f -- "$T/first.sh" >/dev/null 2>&1 &
     track $!
     poll lines_are "$T/order" 3 || poll lines_are "$T/order" 3
     ok $? "three jobs done"
@@ -129,7 +130,7 @@ server_start dsjobd --work-dir "$W"
 admin "limit p" | grep -q "^p	paused	"
 ok $? "the pause survived kill -9"
 : >"$T/ev"
-gw -w -f p -f g -- "$T/job.sh" >/dev/null 2>&1 &
+"$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f p -f g -- "$T/job.sh" >/dev/null 2>&1 &
 track $!
 gm -b -f g "g1" >/dev/null
 poll lines_are "$T/ev" 2
