@@ -712,3 +712,121 @@ dsjob_client_echo(struct dsjob_client *c, const void *data, size_t len)
     }
     return DSJOB_OK;
 }
+
+/*
+ * Flow control over the admin text protocol: one line to every server, on
+ * a connection of its own (the admin protocol's answer has no packet
+ * framing), its answer read to its end: a line, or with show a listing
+ * ending in ".". Only the first server's listing is kept.
+ */
+static int
+client_admin(struct dsjob_client *c, const char *line, bool show, char **out)
+{
+    int64_t deadline = link_deadline(c->io_ms > 0 ? c->io_ms : -1);
+    size_t i;
+    int err = DSJOB_OK;
+
+    for (i = 0; i < c->nlinks && err == DSJOB_OK; i++) {
+        struct link l;
+        char *buf = NULL;
+        size_t len = 0;
+
+        if (link_init(&l, c->links[i].addr) != DSJOB_OK)
+            return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+        if (c->tls != NULL)
+            link_set_tls(&l, c->tls, c->tls_flags);
+        err = link_connect(&l, c->connect_ms);
+        if (err == DSJOB_OK && link_queue_raw(&l, line, strlen(line)) != DSJOB_OK)
+            err = link_set_err(&l, DSJOB_ERR_NOMEM, "out of memory");
+        while (err == DSJOB_OK) {
+            size_t n;
+            char *nb;
+
+            err = link_recv_some(&l, deadline);
+            if (err != DSJOB_OK)
+                break;
+            n = l.in_len - l.in_off;
+            if (len + n > (1u << 24) || (nb = realloc(buf, len + n + 1)) == NULL) {
+                err = link_set_err(&l, DSJOB_ERR_NOMEM, "reply too long or out of memory");
+                break;
+            }
+            buf = nb;
+            memcpy(buf + len, l.in + l.in_off, n);
+            l.in_off += n;
+            len += n;
+            buf[len] = '\0';
+            if (strncmp(buf, "ERR ", 4) == 0 && strchr(buf, '\n') != NULL)
+                break;
+            if (!show && strchr(buf, '\n') != NULL)
+                break;
+            if (show &&
+                (strcmp(buf, ".\n") == 0 || (len >= 3 && strcmp(buf + len - 3, "\n.\n") == 0)))
+                break;
+        }
+        if (err != DSJOB_OK) {
+            client_err(c, err, "%s: %s", c->links[i].addr, l.err);
+        } else if (strncmp(buf, "ERR ", 4) == 0) {
+            char *p;
+
+            buf[strcspn(buf, "\r\n")] = '\0';
+            for (p = buf; *p != '\0'; p++)
+                if (*p == '+')
+                    *p = ' ';
+            err = client_err(c, DSJOB_ERR_SERVER, "%s: %s", c->links[i].addr, buf + 4);
+        } else if (show && out != NULL && *out == NULL) {
+            *out = client_dup(buf, len - 2); /* without the "." line */
+            if (*out == NULL)
+                err = client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+        }
+        free(buf);
+        link_release(&l);
+    }
+    return err;
+}
+
+/* A function name or settings fit for one admin line: no control bytes. */
+static bool
+client_line_ok(const char *s, bool spaces)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f || (!spaces && *s == ' '))
+            return false;
+    return true;
+}
+
+int
+dsjob_client_limit(struct dsjob_client *c, const char *func, const char *settings, char **out)
+{
+    char *line;
+    size_t n;
+    int err;
+
+    c->errmsg[0] = '\0';
+    if (out != NULL)
+        *out = NULL;
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (func == NULL || func[0] == '\0' || !client_line_ok(func, false) ||
+        (settings != NULL && !client_line_ok(settings, true)))
+        return client_err(c, DSJOB_ERR_ARG, "bad function name or settings");
+    n = strlen(func) + (settings ? strlen(settings) : 0) + 16;
+    line = malloc(n);
+    if (line == NULL)
+        return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    snprintf(line, n, "limit %s%s%s\n", func, settings ? " " : "", settings ? settings : "");
+    err = client_admin(c, line, settings == NULL, out);
+    free(line);
+    return err;
+}
+
+int
+dsjob_client_pause(struct dsjob_client *c, const char *func)
+{
+    return dsjob_client_limit(c, func, "paused", NULL);
+}
+
+int
+dsjob_client_resume(struct dsjob_client *c, const char *func)
+{
+    return dsjob_client_limit(c, func, "resumed", NULL);
+}

@@ -41,6 +41,9 @@ static const struct textcmd_name textcmd_names[] = {
     {"retry", NULL, TEXTCMD_RETRY},
     {"priority", NULL, TEXTCMD_PRIORITY},
     {"stats", NULL, TEXTCMD_STATS},
+    {"limit", NULL, TEXTCMD_LIMIT},
+    {"pause", NULL, TEXTCMD_PAUSE},
+    {"resume", NULL, TEXTCMD_RESUME},
 };
 
 static bool

@@ -35,6 +35,9 @@ enum textcmd_kind {
     TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
     TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
     TEXTCMD_STATS,        /* stats: the counters, one sample a line */
+    TEXTCMD_LIMIT,        /* limit [FUNCTION [SETTINGS...]]: flow control */
+    TEXTCMD_PAUSE,        /* pause FUNCTION */
+    TEXTCMD_RESUME,       /* resume FUNCTION */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -20,6 +20,8 @@
 #include <event2/buffer.h>
 
 #include "conn.h"
+#include "flow.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "job_dead.h"
 #include "lifecycle.h"
@@ -638,13 +640,109 @@ admin_stats(struct conn *c)
     evbuffer_free(buf);
 }
 
+/* An error line: ERR CODE TEXT, with TEXT's blanks as '+'. */
+static void
+admin_err(struct conn *c, const char *code, const char *text)
+{
+    char buf[256];
+    size_t i;
+
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (i = 0; buf[i] != '\0'; i++)
+        if (buf[i] == ' ' || buf[i] == '\r' || buf[i] == '\n')
+            buf[i] = '+';
+    conn_printf(c, "ERR %s %s\r\n", code, buf);
+}
+
+/*
+ * limit [FUNCTION [SETTINGS...]], pause FUNCTION, resume FUNCTION: flow
+ * control (flow_ctl.c). Without settings, one line per function (every
+ * function with settings, or the one named), then ".". The settings are
+ * the rest of the line, so they are not bound by TEXTCMD_MAX_WORDS.
+ */
+static void
+admin_flow(struct conn *c, const struct textcmd *cmd, const char *line, size_t len)
+{
+    unsigned argc = textcmd_argc(cmd);
+    struct queue *q = &c->srv->queue;
+    char buf[FLOW_SPEC_MAX + 256], err[200];
+    const char *words = NULL;
+    struct func *f;
+
+    if (cmd->kind != TEXTCMD_LIMIT && argc != 1) {
+        admin_err(c, "INVALID_ARGUMENTS",
+                  cmd->kind == TEXTCMD_PAUSE ? "usage: pause FUNCTION" : "usage: resume FUNCTION");
+        return;
+    }
+    if (argc == 0) {
+        struct flow *fl;
+
+        TAILQ_FOREACH (fl, &q->flows, all) {
+            flow_ctl_show(c->srv, fl->func, buf, sizeof(buf));
+            conn_printf(c, "%s\n", buf);
+        }
+        conn_printf(c, ".\n");
+        return;
+    }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
+    if (cmd->kind == TEXTCMD_PAUSE)
+        words = "paused";
+    else if (cmd->kind == TEXTCMD_RESUME)
+        words = "resumed";
+    else if (argc > 1)
+        words = WORD(cmd, 1);
+    f = queue_func(q, WORD(cmd, 0), WORD_LEN(cmd, 0), words != NULL);
+    if (words == NULL) {
+        if (f != NULL) {
+            flow_ctl_show(c->srv, f, buf, sizeof(buf));
+            conn_printf(c, "%s\n", buf);
+        }
+        conn_printf(c, ".\n");
+        return;
+    }
+    if (f == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    if (cmd->kind == TEXTCMD_LIMIT) {
+        size_t n = (size_t)(line + len - words);
+
+        while (n > 0 && (words[n - 1] == '\r' || words[n - 1] == ' ' || words[n - 1] == '\t'))
+            n--;
+        if (n >= sizeof(buf)) {
+            admin_err(c, "INVALID_ARGUMENTS", "settings too long");
+            return;
+        }
+        memcpy(buf, words, n);
+        buf[n] = '\0';
+        words = buf;
+    }
+    if (flow_ctl_apply(c->srv, f, words, true, err, sizeof(err)) < 0) {
+        admin_err(c,
+                  strcmp(err, "out of memory") == 0 ? "MEMORY_ALLOCATION_FAILURE"
+                                                    : "INVALID_ARGUMENTS",
+                  err);
+        return;
+    }
+    log_notice(&c->srv->log, "%s: %.*s '%s'%s%s", c->peer, (int)cmd->word_len[0], cmd->word[0],
+               f->name, cmd->kind == TEXTCMD_LIMIT ? " " : "",
+               cmd->kind == TEXTCMD_LIMIT ? words : "");
+    conn_printf(c, "OK\r\n");
+}
+
 /* Commands that stop or change the server need an allowed peer. */
 static bool
-admin_privileged(enum textcmd_kind kind)
+admin_privileged(const struct textcmd *cmd)
 {
-    return kind == TEXTCMD_SHUTDOWN || kind == TEXTCMD_CANCEL_JOB ||
-           kind == TEXTCMD_DROP_FUNCTION || kind == TEXTCMD_MAXQUEUE || kind == TEXTCMD_RETRY ||
-           kind == TEXTCMD_RETRY_DEAD || kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY;
+    enum textcmd_kind kind = cmd->kind;
+
+    if (kind == TEXTCMD_LIMIT)
+        return textcmd_argc(cmd) > 1; /* showing is not changing */
+    return kind == TEXTCMD_PAUSE || kind == TEXTCMD_RESUME || kind == TEXTCMD_SHUTDOWN ||
+           kind == TEXTCMD_CANCEL_JOB || kind == TEXTCMD_DROP_FUNCTION ||
+           kind == TEXTCMD_MAXQUEUE || kind == TEXTCMD_RETRY || kind == TEXTCMD_RETRY_DEAD ||
+           kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY;
 }
 
 void
@@ -653,7 +751,7 @@ admin_line(struct conn *c, const char *line, size_t len)
     struct textcmd cmd;
 
     textcmd_parse(line, len, &cmd);
-    if (admin_privileged(cmd.kind) && !c->admin_ok) {
+    if (admin_privileged(&cmd) && !c->admin_ok) {
         log_warn(&c->srv->log, "%s: refused admin command '%.*s': peer not in --admin-allow",
                  c->peer, (int)cmd.word_len[0], cmd.word[0]);
         conn_printf(c, "ERR PERMISSION_DENIED %.*s+is+not+allowed+from+%s+(see+--admin-allow)\r\n",
@@ -688,6 +786,9 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_SHUTDOWN: admin_shutdown(c, &cmd); break;
     case TEXTCMD_PRIORITY: admin_priority(c, &cmd); break;
     case TEXTCMD_STATS: admin_stats(c); break;
+    case TEXTCMD_LIMIT:
+    case TEXTCMD_PAUSE:
+    case TEXTCMD_RESUME: admin_flow(c, &cmd, line, len); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -18,6 +18,7 @@
 
 #include "conn.h"
 #include "durable.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "lifecycle.h"
 #include "proto/decimal.h"
@@ -76,7 +77,7 @@ can_do(struct conn *c, struct func *f, uint32_t timeout_ms)
         return;
     }
     /* A sleeping worker that learns a new function may have work right away. */
-    if (c->worker.asleep && queue_has_work(&c->worker)) {
+    if (c->worker.asleep && queue_has_work(&c->srv->queue, &c->worker)) {
         queue_awake(&c->worker);
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
     }
@@ -140,12 +141,14 @@ h_pre_sleep(struct conn *c, const struct packet *p)
 {
     (void)p;
     /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
-    if (queue_has_work(&c->worker) && !c->srv->draining) {
+    if (queue_has_work(&c->srv->queue, &c->worker) && !c->srv->draining) {
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
         return;
     }
     lifecycle_sleeping(&c->worker);
     queue_sleep(&c->worker);
+    if (!TAILQ_EMPTY(&c->srv->queue.flows))
+        flow_ctl_arm(c->srv); /* a token may wake it */
     storage_want_lease(c->srv);
 }
 
@@ -162,6 +165,8 @@ grab(struct conn *c, enum packet_type assign)
     if (srv->storage.shared)
         storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {
+        if (!TAILQ_EMPTY(&srv->queue.flows))
+            flow_ctl_held(srv, &c->worker);
         conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
         return;
     }

@@ -13,6 +13,8 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "flow.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "lifecycle.h"
 #include "queue.h"
@@ -104,6 +106,12 @@ replay_func(const struct store_func *sf, void *arg)
     f->retries = sf->retries;
     f->backoff_base_ms = sf->backoff_base_ms;
     f->backoff_max_ms = sf->backoff_max_ms;
+    if (sf->flow_len > 0) {
+        char line[FLOW_SPEC_MAX];
+
+        snprintf(line, sizeof(line), "%.*s", (int)sf->flow_len, sf->flow);
+        flow_ctl_replay(srv, f, line);
+    }
     return 0;
 }
 

@@ -42,6 +42,8 @@
 
 #include "conn.h"
 #include "dashboard.h"
+#include "flow.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "job_dead.h"
 #include "lifecycle.h"
@@ -687,6 +689,27 @@ func_json(const struct srv *srv, const struct func *f, const char *name, size_t 
                      (json_int_t)stats_pg_waiting(srv, name, len));
 }
 
+/* A function's flow control for /api/status: its settings and state, or null without. */
+static json_t *
+flow_json(struct func *f)
+{
+    struct flow *fl = f->flow;
+    int64_t now = flow_ctl_now_ms();
+    unsigned q = f->nqueued[0] + f->nqueued[1] + f->nqueued[2];
+    char line[FLOW_SPEC_MAX];
+    double t;
+
+    if (fl == NULL)
+        return json_null();
+    flow_format(&fl->conf, line, sizeof(line));
+    t = flow_tokens(fl, now);
+    return json_pack("{s:s,s:b,s:i,s:i,s:o,s:s,s:i,s:I}", "settings", line, "paused",
+                     fl->conf.paused, "concurrency", (int)fl->conf.concurrency, "running",
+                     (int)f->nrunning, "tokens", t < 0 ? json_null() : json_real(t), "held",
+                     q > 0 && !flow_ready(f, now) ? flow_why_name(fl->why) : "no", "keys",
+                     (int)fl->nkeys, "started", (json_int_t)fl->started);
+}
+
 static void
 get_status(struct srv *srv, struct evhttp_request *req)
 {
@@ -713,7 +736,11 @@ get_status(struct srv *srv, struct evhttp_request *req)
             cut = true;
             break;
         }
-        if (funcs != NULL && json_array_append_new(funcs, func_json(srv, f, NULL, 0)) < 0)
+        json_t *fj = func_json(srv, f, NULL, 0);
+
+        if (fj != NULL)
+            json_object_set_new(fj, "flow", flow_json((struct func *)f));
+        if (funcs != NULL && json_array_append_new(funcs, fj) < 0)
             break;
     }
     while (!cut && (name = stats_pg_waiting_next(srv, &it, &n)) != NULL) {
@@ -1155,6 +1182,27 @@ post_dead(struct srv *srv, struct evhttp_request *req, const char *name, size_t 
                json_pack("{s:i,s:i}", retry ? "retried" : "dropped", (int)done, "held", (int)held));
 }
 
+/* POST /api/func/NAME/pause or /resume: as admin "pause" and "resume" of NAME. */
+static void
+post_pause(struct srv *srv, struct evhttp_request *req, const char *name, size_t len, bool pause)
+{
+    struct func *f = queue_func(&srv->queue, name, len, false);
+    char err[200];
+
+    if (f == NULL || queue_name_bad_byte(name, len) >= 0) {
+        reply_error(req, 404, "Not Found", "no function '%.*s'", (int)(len > 100 ? 100 : len),
+                    name);
+        return;
+    }
+    if (flow_ctl_apply(srv, f, pause ? "paused" : "resumed", true, err, sizeof(err)) < 0) {
+        reply_error(req, 500, "Internal Server Error", "%s", err);
+        return;
+    }
+    log_notice(&srv->log, "http %s: %s '%s'", peer_name(req), pause ? "paused" : "resumed",
+               f->name);
+    reply_json(req, 200, "OK", json_pack("{s:b}", "paused", pause));
+}
+
 /* Is path PREFIX NAME SUFFIX with a NAME of one byte or more? Sets *name, *name_len. */
 static bool
 split_path(const char *path, size_t len, const char *prefix, const char *suffix, const char **name,
@@ -1179,7 +1227,7 @@ static void
 route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
            const char *query)
 {
-    enum { CANCEL, RETRY, DROP } what;
+    enum { CANCEL, RETRY, DROP, PAUSE, RESUME } what;
     const char *name, *given;
     size_t name_len;
 
@@ -1189,10 +1237,14 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
         what = RETRY;
     else if (split_path(path, len, "/api/dead/", "/drop", &name, &name_len))
         what = DROP;
+    else if (split_path(path, len, "/api/func/", "/pause", &name, &name_len))
+        what = PAUSE;
+    else if (split_path(path, len, "/api/func/", "/resume", &name, &name_len))
+        what = RESUME;
     else {
         reply_error(req, 404, "Not Found",
-                    "POST takes /api/job/HANDLE/cancel, /api/dead/NAME/retry or "
-                    "/api/dead/NAME/drop, not %.*s",
+                    "POST takes /api/job/HANDLE/cancel, /api/dead/NAME/retry, "
+                    "/api/dead/NAME/drop, /api/func/NAME/pause or /api/func/NAME/resume, not %.*s",
                     (int)(len > 100 ? 100 : len), path);
         return;
     }
@@ -1229,6 +1281,8 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
     }
     if (what == CANCEL)
         post_cancel(srv, req, name, name_len);
+    else if (what == PAUSE || what == RESUME)
+        post_pause(srv, req, name, name_len, what == PAUSE);
     else
         post_dead(srv, req, name, name_len, what == RETRY);
 }

@@ -89,6 +89,9 @@ struct job_ext {
     uint32_t warning_len;   /* bytes in warning */
     uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
     char *alias; /* owned: shared store, the handle of the job elsewhere it coalesced onto */
+    TAILQ_ENTRY(job) by_key; /* in its flow key's list while queued (flow.c) */
+    struct flow_key *key;    /* its flow key while queued or running, or NULL (flow.c) */
+    bool key_queued;         /* in its key's list */
 };
 
 struct job {

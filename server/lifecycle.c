@@ -21,6 +21,7 @@
 
 #include "conn.h"
 #include "durable.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "queue.h"
 #include "srv.h"
@@ -93,7 +94,13 @@ stop_timer(struct job *j)
 void
 lifecycle_wake(struct job *j)
 {
-    struct qworker *w = queue_wake_one(j->func);
+    struct qworker *w;
+
+    if (j->func->flow != NULL) {
+        flow_ctl_wake(j->func); /* only if it may start, else when it may */
+        return;
+    }
+    w = queue_wake_one(j->func);
 
     if (w != NULL)
         conn_send(conn_of_worker(w), PACKET_NOOP, 0, NULL, NULL);

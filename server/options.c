@@ -96,6 +96,9 @@ usage(FILE *fp)
         "                             sent, within that long (default 10)\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
+        "      --limit 'F SETTINGS'   flow control of function F, as the admin command\n"
+        "                             \"limit\" takes it: concurrency N, rate N/s|m|h,\n"
+        "                             burst N, key-..., paused (repeatable; default none)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
         "                             --queue-type, and gearmand's builtin, libsqlite3,\n"
         "                             libmemcached and Postgres\n"
@@ -146,6 +149,7 @@ enum {
     OPT_VERBOSE,
     OPT_HANDLE_PREFIX,
     OPT_ADMIN_ALLOW,
+    OPT_LIMIT,
     OPT_EXCEPTIONS,
     OPT_WORK_DIR,
     OPT_SQLITE_DB,
@@ -259,6 +263,7 @@ static const struct option long_options[] = {
     {"max-jobs", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_JOBS},
     {"max-queue", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"limit", required_argument, NULL, OPT_LIMIT},
     {"http-port", required_argument, NULL, OPT_BOUNDED + OPTION_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
@@ -875,6 +880,11 @@ options_parse(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
                 options_die("too many --admin-allow ranges (at most %d)",
                             DSJOB_SERVER_MAX_ADMIN_ALLOW);
             cfg->admin_allow[cfg->nadmin_allow++] = optarg;
+            break;
+        case OPT_LIMIT:
+            if (cfg->nlimits == DSJOB_SERVER_MAX_LIMITS)
+                options_die("too many --limit lines (at most %d)", DSJOB_SERVER_MAX_LIMITS);
+            cfg->limits[cfg->nlimits++] = optarg;
             break;
         case 'h':
             usage(stdout);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
+
 static bool
 time_less(const void *a, const void *b)
 {
@@ -73,6 +75,10 @@ queue_init(struct queue *q, bool round_robin)
     TAILQ_INIT(&q->func_order);
     heap_init(&q->scheduled, time_less, set_heap_pos);
     TAILQ_INIT(&q->kept);
+    TAILQ_INIT(&q->flows);
+    q->now_ms = NULL;
+    q->flow_freed = NULL;
+    q->flow_arg = NULL;
     q->round_robin = round_robin;
     q->njobs = 0;
     q->nended = 0;
@@ -189,8 +195,12 @@ queue_rank(const struct queue *q, const struct job *j, int64_t now)
 }
 
 static void
-func_free(struct func *f)
+func_free(struct queue *q, struct func *f)
 {
+    if (f->flow != NULL) {
+        TAILQ_REMOVE(&q->flows, f->flow, all);
+        flow_free(f->flow);
+    }
     hmap_release(&f->uniques);
     hmap_release(&f->payloads);
     hmap_release(&f->settling);
@@ -221,7 +231,7 @@ queue_release(struct queue *q)
     }
     while ((f = TAILQ_FIRST(&q->func_order)) != NULL) {
         TAILQ_REMOVE(&q->func_order, f, order);
-        func_free(f);
+        func_free(q, f);
     }
     hmap_release(&q->funcs);
     hmap_release(&q->jobs);
@@ -268,7 +278,7 @@ queue_func(struct queue *q, const char *name, size_t len, bool create)
     TAILQ_INIT(&f->workers);
     TAILQ_INIT(&f->sleepers);
     if (hmap_insert(&q->funcs, &f->node, f->name, len) < 0) {
-        func_free(f);
+        func_free(q, f);
         return NULL;
     }
     TAILQ_INSERT_TAIL(&q->func_order, f, order);
@@ -281,7 +291,7 @@ queue_drop_func(struct queue *q, struct func *f)
     assert(f->nworkers == 0 && queue_total(f) == 0 && f->ndead == 0 && f->nkept == 0);
     hmap_remove(&q->funcs, &f->node);
     TAILQ_REMOVE(&q->func_order, f, order);
-    func_free(f);
+    func_free(q, f);
 }
 
 struct job *
@@ -349,6 +359,24 @@ queue_push(struct func *f, struct job *j, bool head)
         TAILQ_INSERT_TAIL(&f->jobs[j->prio], j, link);
     f->nqueued[j->prio]++;
     job_set_state(j, JOB_QUEUED);
+    if (f->flow != NULL)
+        flow_queued(f, j, head);
+}
+
+/* Now, for flow's rates: the server's monotonic clock, or 0 without one. */
+static int64_t
+flow_now(const struct queue *q)
+{
+    return q->now_ms != NULL ? q->now_ms() : 0;
+}
+
+/* A running job of f stopped: its flow slot frees, and the server may wake a worker. */
+static void
+flow_stop(struct queue *q, struct func *f, struct job *j)
+{
+    flow_stopped(f, j);
+    if (q->flow_freed != NULL)
+        q->flow_freed(f, q->flow_arg);
 }
 
 /* Put an indexed job where it waits: the epoch heap, or the tail of its list. */
@@ -421,12 +449,16 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
     case JOB_QUEUED:
         TAILQ_REMOVE(&f->jobs[j->prio], j, link);
         f->nqueued[j->prio]--;
+        if (f->flow != NULL)
+            flow_unqueued(f, j);
         break;
     case JOB_RUNNING:
         TAILQ_REMOVE(&j->ext->worker->held, j, link);
         j->ext->worker->nheld--;
         j->ext->worker = NULL;
         f->nrunning--;
+        if (f->flow != NULL)
+            flow_stop(q, f, j);
         break;
     case JOB_SCHEDULED:
         heap_remove(&q->scheduled, j->ext->heap_pos);
@@ -625,6 +657,8 @@ queue_backoff(struct queue *q, struct job *j, int64_t when)
     j->ext->worker->nheld--;
     j->ext->worker = NULL;
     f->nrunning--;
+    if (f->flow != NULL)
+        flow_stop(q, f, j);
     j->ext->attempts++;
     j->ext->numerator = 0;
     j->ext->denominator = 0;
@@ -653,6 +687,8 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     /* Out of memory for its job_ext: it stays first in line for the next grab. */
     if (job_ext(j) == NULL)
         return NULL;
+    if (f->flow != NULL)
+        flow_took(f, j, flow_now(q));
     TAILQ_REMOVE(&f->jobs[j->prio], j, link);
     f->nqueued[j->prio]--;
     f->nrunning++;
@@ -689,7 +725,8 @@ grab_ranked(struct queue *q, struct qworker *w, int64_t now)
         struct func *f = a->func;
 
         for (p = 0; p < JOB_NPRIO; p++) {
-            struct job *j = TAILQ_FIRST(&f->jobs[p]);
+            struct job *j =
+                f->flow == NULL ? TAILQ_FIRST(&f->jobs[p]) : flow_head(f, p, flow_now(q));
             unsigned rank;
 
             if (j == NULL)
@@ -722,7 +759,8 @@ queue_grab(struct queue *q, struct qworker *w, int64_t now)
         struct func *f = a->func;
 
         for (p = 0; p < JOB_NPRIO; p++) {
-            struct job *j = TAILQ_FIRST(&f->jobs[p]);
+            struct job *j =
+                f->flow == NULL ? TAILQ_FIRST(&f->jobs[p]) : flow_head(f, p, flow_now(q));
 
             if (j != NULL)
                 return grab_take(q, w, a, j);
@@ -743,6 +781,8 @@ queue_set_prio(struct queue *q, struct job *j, enum job_prio prio)
             return 0;
         TAILQ_REMOVE(&f->jobs[j->prio], j, link);
         f->nqueued[j->prio]--;
+        if (f->flow != NULL)
+            flow_unqueued(f, j);
         j->prio = (uint8_t)prio;
         queue_push(f, j, false);
         return 0;
@@ -762,12 +802,13 @@ queue_requeue(struct queue *q, struct job *j)
 {
     struct func *f = j->func;
 
-    (void)q;
     assert(j->state == JOB_RUNNING);
     TAILQ_REMOVE(&j->ext->worker->held, j, link);
     j->ext->worker->nheld--;
     j->ext->worker = NULL;
     f->nrunning--;
+    if (f->flow != NULL)
+        flow_stop(q, f, j);
     j->ext->attempts++;
     j->ext->numerator = 0;
     j->ext->denominator = 0;
@@ -868,13 +909,18 @@ queue_reset_abilities(struct queue *q, struct qworker *w)
 }
 
 bool
-queue_has_work(const struct qworker *w)
+queue_has_work(const struct queue *q, const struct qworker *w)
 {
     const struct ability *a;
 
     TAILQ_FOREACH (a, &w->abilities, by_worker) {
-        const struct func *f = a->func;
+        struct func *f = a->func;
 
+        if (f->flow != NULL) {
+            if (flow_ready(f, flow_now(q)))
+                return true;
+            continue;
+        }
         if (f->nqueued[JOB_PRIO_HIGH] || f->nqueued[JOB_PRIO_NORMAL] || f->nqueued[JOB_PRIO_LOW])
             return true;
     }

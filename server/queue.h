@@ -20,6 +20,8 @@
 #include "stats.h"
 
 struct func;
+struct flow;
+TAILQ_HEAD(flow_list, flow);
 
 /* One function a worker can do. */
 struct ability {
@@ -66,6 +68,7 @@ struct func {
     uint32_t backoff_base_ms;        /* admin "retry": first wait; with max, 0: the server's */
     uint32_t backoff_max_ms;         /* admin "retry": longest wait */
     struct stats_func stats;         /* its counters (stats.c) */
+    struct flow *flow;               /* owned: its flow control (flow.c), or NULL: none */
     size_t name_len;                 /* name bytes */
     char name[];                     /* NUL-terminated */
 };
@@ -111,6 +114,11 @@ struct queue {
     bool ranked;                 /* global, turns or aging: queue_grab compares list heads */
     unsigned aging;              /* --priority-aging seconds per level; 0: off */
     struct queue_ages ages;      /* submit times, with aging */
+    struct flow_list flows;      /* the struct flow of every function that has one */
+    int64_t (*now_ms)(void);     /* the clock flow's rates read (monotonic ms), or NULL: 0 */
+    void (*flow_freed)(struct func *f, void *arg); /* a running job of f with a struct flow
+                                                      stopped: a slot may be free */
+    void *flow_arg;                                /* flow_freed's arg */
 };
 
 void queue_init(struct queue *q, bool round_robin);
@@ -316,8 +324,11 @@ void queue_cant_do(struct queue *q, struct qworker *w, struct func *f);
 /* queue_reset_abilities removes all of w's abilities. */
 void queue_reset_abilities(struct queue *q, struct qworker *w);
 
-/* queue_has_work tells whether some function w can do has a queued job. */
-bool queue_has_work(const struct qworker *w);
+/*
+ * queue_has_work tells whether some function w can do has a queued job
+ * that may start now (flow control may hold a function's jobs back).
+ */
+bool queue_has_work(const struct queue *q, const struct qworker *w);
 
 /* queue_sleep marks w asleep: queue_wake_one may pick it. */
 void queue_sleep(struct qworker *w);

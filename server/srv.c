@@ -27,6 +27,7 @@
 
 #include "conn.h"
 #include "durable.h"
+#include "flow_ctl.h"
 #include "http.h"
 #include "lifecycle.h"
 #include "listener.h"
@@ -169,7 +170,8 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + 24];
+    const char **
+        strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + DSJOB_SERVER_MAX_LIMITS + 24];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -179,12 +181,15 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     memcpy(&srv->cfg, cfg, cfg->size);
     srv->cfg.size = sizeof(srv->cfg);
     if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN ||
-        srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW)
+        srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW ||
+        srv->cfg.nlimits < 0 || srv->cfg.nlimits > DSJOB_SERVER_MAX_LIMITS)
         return -2;
     for (k = 0; k < srv->cfg.nlisten; k++)
         strs[n++] = &srv->cfg.listen[k];
     for (k = 0; k < srv->cfg.nadmin_allow; k++)
         strs[n++] = &srv->cfg.admin_allow[k];
+    for (k = 0; k < srv->cfg.nlimits; k++)
+        strs[n++] = &srv->cfg.limits[k];
     strs[n++] = &srv->cfg.unix_socket;
     strs[n++] = &srv->cfg.job_handle_prefix;
     strs[n++] = &srv->cfg.log_file;
@@ -665,6 +670,10 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_ARG;
         goto fail;
     }
+    if (flow_ctl_open(srv) < 0) {
+        rc = DSJOB_ERR_ARG;
+        goto fail;
+    }
     if (durable_open(srv) < 0) {
         rc = DSJOB_ERR_STORE;
         goto fail;
@@ -684,6 +693,7 @@ fail:
     listener_close_all(srv);
     durable_close(srv);
     tls_close(srv);
+    flow_ctl_close(srv);
     queue_release(&srv->queue);
     srv_queue_init(srv);
     log_release(&srv->log);
@@ -831,6 +841,7 @@ dsjob_server_free(struct dsjob_server *ds)
         reaper_cb(-1, 0, srv);
     durable_close(srv);
     tls_close(srv);
+    flow_ctl_close(srv);
     queue_release(&srv->queue);
     srv_teardown(srv);
     log_release(&srv->log);

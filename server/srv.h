@@ -84,6 +84,9 @@ struct srv {
     struct ssl_ctx_st *tls;             /* TLS context with --ssl (owned), NULL: plain TCP */
     struct event *accept_ev;            /* resumes the listeners paused for the turn */
     unsigned accepted;                  /* connections taken this loop turn */
+    struct event *flow_ev;              /* the token timer of flow control (flow_ctl.c) */
+    struct event *flow_sweep_ev;        /* forgets idle flow keys, once a second */
+    int64_t flow_armed;                 /* monotonic ms flow_ev is set for, 0 if not */
     char errmsg[512];                   /* last error's text */
 };
 

@@ -22,6 +22,8 @@
 #include <time.h>
 
 #include "conn.h"
+#include "flow.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "queue.h"
 #include "srv.h"
@@ -501,6 +503,63 @@ per_function(struct srv *srv, struct out *o)
             hist(o, "job_run_seconds", f, &f->stats.run, true);
 }
 
+/* Flow control's gauges: only functions with settings, only when there are any. */
+static void
+per_flow(struct srv *srv, struct out *o)
+{
+    const struct flow_list *fls = &srv->queue.flows;
+    int64_t now = flow_ctl_now_ms();
+    struct flow *fl;
+    char num[48];
+
+    if (TAILQ_EMPTY(fls))
+        return;
+    family(o, "flow_concurrency_limit", "gauge",
+           "Most jobs of the function running at once (limit; 0: none).");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_concurrency_limit", fl->func, fl->conf.concurrency);
+    family(o, "flow_running", "gauge", "Jobs of the function running, as its limit counts them.");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_running", fl->func, fl->func->nrunning);
+    family(o, "flow_rate_limit_per_second", "gauge",
+           "Most starts of the function per second (limit rate; 0: none).");
+    TAILQ_FOREACH (fl, fls, all) {
+        sample(o, "flow_rate_limit_per_second", fl->func, NULL, NULL);
+        snprintf(num, sizeof(num), "%g\n",
+                 fl->conf.rate ? fl->conf.rate * 1000.0 / fl->conf.period_ms : 0.0);
+        puts_(o, num);
+    }
+    family(o, "flow_tokens", "gauge", "Starts the function's rate allows now (its bucket).");
+    TAILQ_FOREACH (fl, fls, all) {
+        double t = flow_tokens(fl, now);
+
+        if (t < 0)
+            continue;
+        sample(o, "flow_tokens", fl->func, NULL, NULL);
+        snprintf(num, sizeof(num), "%.3f\n", t);
+        puts_(o, num);
+    }
+    family(o, "flow_paused", "gauge", "1 while the function is paused.");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_paused", fl->func, fl->conf.paused);
+    family(o, "flow_jobs_held", "gauge",
+           "Queued jobs of the function none of which may start now (held back by a limit or "
+           "a pause).");
+    TAILQ_FOREACH (fl, fls, all) {
+        struct func *f = fl->func;
+        unsigned n = f->nqueued[0] + f->nqueued[1] + f->nqueued[2];
+
+        value(o, "flow_jobs_held", f, n > 0 && !flow_ready(f, now) ? n : 0);
+    }
+    family(o, "flow_held_total", "counter",
+           "Times a worker got no job of the function because of a limit or a pause.");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_held_total", fl->func, fl->held);
+    family(o, "flow_keys", "gauge", "Partition keys the function holds (limit key-...).");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_keys", fl->func, fl->nkeys);
+}
+
 int
 stats_render(struct srv *srv, struct evbuffer *out, bool comments)
 {
@@ -517,6 +576,7 @@ stats_render(struct srv *srv, struct evbuffer *out, bool comments)
     o->len = 0;
     server_wide(srv, o);
     per_function(srv, o);
+    per_flow(srv, o);
     flush_out(o);
     rc = o->failed ? -1 : 0;
     free(o);

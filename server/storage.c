@@ -34,6 +34,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
+#include "flow.h"
 #include "job.h"
 #include "log.h"
 #include "srv.h"
@@ -433,15 +434,24 @@ storage_set_func(struct srv *srv, const struct func *f)
     struct storage *sg = &srv->storage;
     struct store_op *op;
 
+    char flow[FLOW_SPEC_MAX] = "";
+    size_t flow_len;
+
     if (!sg->durable)
         return 0;
-    op = sg_calloc(sg, "op", sizeof(*op) + f->name_len + 1);
+    if (f->flow != NULL)
+        flow_format(&f->flow->conf, flow, sizeof(flow));
+    flow_len = strlen(flow);
+    op = sg_calloc(sg, "op", sizeof(*op) + f->name_len + 1 + flow_len + 1);
     if (op == NULL)
         return -1;
     op->kind = STORE_OP_FUNC;
     memcpy(op->buf, f->name, f->name_len);
     op->sf.name = op->buf;
     op->sf.name_len = f->name_len;
+    memcpy(op->buf + f->name_len + 1, flow, flow_len + 1);
+    op->sf.flow = op->buf + f->name_len + 1;
+    op->sf.flow_len = flow_len;
     op->sf.retries = f->retries;
     op->sf.backoff_base_ms = f->backoff_base_ms;
     op->sf.backoff_max_ms = f->backoff_max_ms;

@@ -78,6 +78,10 @@ struct store_func {
     uint32_t retries;         /* attempts allowed; 0: --job-retries applies */
     uint32_t backoff_base_ms; /* first retry's wait */
     uint32_t backoff_max_ms;  /* longest wait */
+    const char *flow;         /* its flow control settings line (flow_format), borrowed; NULL
+                                 or "" (flow_len 0): none. A backend that keeps no flow
+                                 settings (memcached) ignores it and replays none */
+    size_t flow_len;          /* bytes of flow */
 };
 
 /*

@@ -197,6 +197,7 @@ struct pend_upd {
     void *result; /* owned copy, or NULL */
     size_t result_len;
     uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
+    char *flow; /* owned: a function's flow control settings ("": none), or NULL */
 };
 
 /*
@@ -1018,6 +1019,8 @@ schema_make(struct store *st, char *err)
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
             goto rollback;
     }
+    if ((rc = exec_ok(st, pg_sql_flow_table, "creating table dsjob.flow", err)) != DSJOB_OK)
+        goto rollback;
     return exec_ok(st, "COMMIT", "committing the schema", err);
 rollback:
     PQclear(exec_wait(st, "ROLLBACK", NULL, false));
@@ -1326,6 +1329,12 @@ pg_set_func(struct store *st, const struct store_func *sf, char *err)
     if ((u = push_upd(st, sf->name, sf->name_len, NULL)) == NULL)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     u->func = true;
+    u->flow = memdup0(sf->flow_len > 0 ? sf->flow : "", sf->flow_len);
+    if (u->flow == NULL) {
+        free(u->handle);
+        st->nupds--;
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
     u->retries = sf->retries;
     u->backoff_base_ms = sf->backoff_base_ms;
     u->backoff_max_ms = sf->backoff_max_ms;
@@ -1958,6 +1967,17 @@ flush_updates(struct store *st, bool after, char *err)
         if (u->lost != NULL)
             *u->lost = !after && strcmp(PQcmdTuples(r), "0") == 0;
         PQclear(r);
+        if (u->func && u->flow != NULL) {
+            struct params q = {0};
+
+            par_text(&q, u->handle, strlen(u->handle));
+            if (u->flow[0] != '\0')
+                par_text(&q, u->flow, strlen(u->flow));
+            if ((rc = run(st, u->flow[0] != '\0' ? pg_sql_flow_set : pg_sql_flow_delete, &q, false,
+                          PGRES_COMMAND_OK, "setting a function", &r, err)) != DSJOB_OK)
+                return rc;
+            PQclear(r);
+        }
     }
     return DSJOB_OK;
 }
@@ -2070,6 +2090,7 @@ batch_reset(struct store *st, bool ok)
     for (i = 0; i < st->nupds; i++) {
         free(st->upds[i].handle);
         free(st->upds[i].result);
+        free(st->upds[i].flow);
     }
     st->nupds = 0;
     st->ls = NULL;
@@ -2330,11 +2351,14 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
     for (i = 0; i < PQntuples(r); i++) {
         struct store_func sf;
 
+        memset(&sf, 0, sizeof(sf));
         sf.name = PQgetvalue(r, i, 0);
         sf.name_len = (size_t)PQgetlength(r, i, 0);
         sf.retries = (uint32_t)strtoul(PQgetvalue(r, i, 1), NULL, 10);
         sf.backoff_base_ms = (uint32_t)strtoul(PQgetvalue(r, i, 2), NULL, 10);
         sf.backoff_max_ms = (uint32_t)strtoul(PQgetvalue(r, i, 3), NULL, 10);
+        sf.flow = PQgetvalue(r, i, 4);
+        sf.flow_len = (size_t)PQgetlength(r, i, 4);
         if (fn(&sf, arg) != 0)
             break;
     }

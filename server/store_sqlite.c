@@ -51,8 +51,15 @@
  * Keep every older step, so that any old database climbs one version at
  * a time. Never reuse a number. A dsjobd that is older than the database
  * refuses it, so a downgrade needs a copy taken before the upgrade.
+ *
+ * The flow table (a function's flow control settings, one line of words)
+ * is outside the version: every open makes it if it is missing
+ * (FLOW_TABLE_SQL), and a dsjobd that does not know it leaves it alone,
+ * so a downgrade only forgets the settings.
  */
 #define SCHEMA_VERSION 2
+#define FLOW_TABLE_SQL                                                                             \
+    "CREATE TABLE IF NOT EXISTS flow (name TEXT PRIMARY KEY, settings TEXT NOT NULL)"
 #define SCHEMA_SQL                                                                                 \
     "CREATE TABLE jobs ("                                                                          \
     " id INTEGER PRIMARY KEY," /* the number in the handle */                                      \
@@ -124,6 +131,8 @@ struct store {
     sqlite3_stmt *fset;         /* INSERT OR REPLACE of one function's settings */
     sqlite3_stmt *fdel;         /* DELETE of one function's settings */
     sqlite3_stmt *fsel;         /* every function's settings */
+    sqlite3_stmt *wset;         /* INSERT OR REPLACE of one function's flow settings */
+    sqlite3_stmt *wdel;         /* DELETE of one function's flow settings */
     bool failed;                /* a write of the open batch failed */
     char failure[STORE_ERRLEN]; /* why, for flush to report */
     uint64_t *removes;          /* ids removed since the last good commit */
@@ -520,13 +529,20 @@ prepare_all(struct store *st, char *err)
     static const char fset[] = "INSERT OR REPLACE INTO funcs (name, retries, backoff_base_ms, "
                                "backoff_max_ms) VALUES (?,?,?,?)";
     static const char fdel[] = "DELETE FROM funcs WHERE name = ?";
+    static const char wset[] = "INSERT OR REPLACE INTO flow (name, settings) VALUES (?,?)";
+    static const char wdel[] = "DELETE FROM flow WHERE name = ?";
+    /* A function's row in funcs, flow, or both. */
     static const char fsel[] =
-        "SELECT name, retries, backoff_base_ms, backoff_max_ms FROM funcs ORDER BY name";
+        "SELECT name, MAX(r), MAX(b), MAX(m), MAX(w) FROM (SELECT name, retries AS r, "
+        "backoff_base_ms AS b, backoff_max_ms AS m, '' AS w FROM funcs UNION ALL SELECT name, 0, "
+        "0, 0, settings FROM flow) GROUP BY name ORDER BY name";
     static const char del[] = "DELETE FROM jobs WHERE id = ?";
     static const char sel[] = "SELECT " JOB_COLUMNS " FROM jobs ORDER BY seq, id";
     int rc;
 
-    rc = sqlite3_prepare_v2(st->db, ins, -1, &st->ins, NULL);
+    rc = db_exec(st->db, FLOW_TABLE_SQL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, ins, -1, &st->ins, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, del, -1, &st->del, NULL);
     if (rc == SQLITE_OK)
@@ -539,6 +555,10 @@ prepare_all(struct store *st, char *err)
         rc = sqlite3_prepare_v2(st->db, fdel, -1, &st->fdel, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, fsel, -1, &st->fsel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, wset, -1, &st->wset, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, wdel, -1, &st->wdel, NULL);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                          db_error(st->db, rc));
@@ -582,7 +602,10 @@ finalize_all(struct store *st)
     sqlite3_finalize(st->fset);
     sqlite3_finalize(st->fdel);
     sqlite3_finalize(st->fsel);
+    sqlite3_finalize(st->wset);
+    sqlite3_finalize(st->wdel);
     st->ins = st->del = st->sel = st->upd = st->fset = st->fdel = st->fsel = NULL;
+    st->wset = st->wdel = NULL;
 }
 
 /*
@@ -828,6 +851,19 @@ sqlite_set_func(struct store *st, const struct store_func *sf, char *err)
         batch_fail(st, "set a function's settings in", rc);
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
+    if (rc != SQLITE_DONE)
+        goto refuse;
+    /* Its flow settings, a row of their own: "" forgets them. */
+    stmt = sf->flow_len == 0 ? st->wdel : st->wset;
+    rc = bind_bytes(stmt, 0, sf->name, sf->name_len, true);
+    if (rc == SQLITE_OK && sf->flow_len > 0)
+        rc = sqlite3_bind_text(stmt, 2, sf->flow, (int)sf->flow_len, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "set a function's settings in", rc);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
     if (rc == SQLITE_DONE)
         return DSJOB_OK;
 refuse:
@@ -847,6 +883,8 @@ sqlite_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
         sf.retries = (uint32_t)sqlite3_column_int64(st->fsel, 1);
         sf.backoff_base_ms = (uint32_t)sqlite3_column_int64(st->fsel, 2);
         sf.backoff_max_ms = (uint32_t)sqlite3_column_int64(st->fsel, 3);
+        sf.flow = (const char *)sqlite3_column_text(st->fsel, 4);
+        sf.flow_len = sf.flow != NULL ? (size_t)sqlite3_column_bytes(st->fsel, 4) : 0;
         if (sf.name == NULL)
             sf.name = "";
         if (fn(&sf, arg) != 0) {

@@ -463,6 +463,11 @@ static const struct table_col stats_cols[] = {
     {"name", TABLE_STR},
     {"value", TABLE_NUM},
 };
+static const struct table_col limit_cols[] = {
+    {"server", TABLE_STR},  {"function", TABLE_STR}, {"settings", TABLE_TEXT},
+    {"running", TABLE_NUM}, {"queued", TABLE_NUM},   {"tokens", TABLE_STR},
+    {"keys", TABLE_NUM},    {"held", TABLE_STR},     {"started", TABLE_NUM},
+};
 static const struct table_col version_cols[] = {
     {"server", TABLE_STR},
     {"version", TABLE_STR},
@@ -479,6 +484,7 @@ static const struct listing dead_listing = {"dead",      NULL, dead_cols, 11, 1u
                                             "show dead", false};
 static const struct listing job_listing = {"job", NULL, field_cols, 3, 0, "show job", true};
 static const struct listing stats_listing = {"stats", "stats\n", stats_cols, 3, 0, "stats", false};
+static const struct listing limit_listing = {"limit", NULL, limit_cols, 9, 0, "limit", false};
 
 /* jobs of a server without "show jobs detail" (gearmand). */
 static const struct listing old_jobs = {"jobs", "show jobs\n", jobs_cols, 5, 0, NULL, false};
@@ -905,11 +911,12 @@ handle_ok(const char *h)
 
 /* What an admin verb's command line said, beyond the options every verb takes. */
 struct admin_call {
-    const char *sub;  /* dead's list, retry or drop; else NULL */
-    const char *arg;  /* the HANDLE or FUNCTION, or NULL */
-    const char *func; /* job and result's -f FUNCTION, or NULL */
-    const char *uniq; /* and -u UNIQUE */
-    bool graceful;    /* shutdown's --graceful */
+    const char *sub;    /* dead's list, retry or drop; else NULL */
+    const char *arg;    /* the HANDLE or FUNCTION, or NULL */
+    const char *func;   /* job and result's -f FUNCTION, or NULL */
+    const char *uniq;   /* and -u UNIQUE */
+    bool graceful;      /* shutdown's --graceful */
+    char settings[512]; /* limit's options as the admin "limit" takes them; "" for none */
 };
 
 /* The words an admin verb takes after its options. */
@@ -918,6 +925,8 @@ enum admin_args {
     ADMIN_ARGS_HANDLE, /* HANDLE */
     ADMIN_ARGS_JOB,    /* HANDLE, or -f FUNCTION -u UNIQUE */
     ADMIN_ARGS_DEAD,   /* list [FUNCTION], or retry|drop HANDLE|FUNCTION */
+    ADMIN_ARGS_LIMIT,  /* [FUNCTION] (limit) */
+    ADMIN_ARGS_FUNC,   /* FUNCTION (pause, resume) */
 };
 
 struct admin_verb;
@@ -1033,6 +1042,58 @@ verb_dead(struct cli *cli, const struct admin_verb *v, const struct admin_call *
     return rc;
 }
 
+/*
+ * limit [FUNCTION] [settings], pause FUNCTION, resume FUNCTION: flow
+ * control. Showing lists every server's line; a change goes to every
+ * server (each keeps its own settings), and fails if one refuses it.
+ */
+static int
+verb_limit(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    enum admin_result *res;
+    struct reply *rs;
+    size_t i, ndown, nok;
+    char *line;
+    int rc;
+
+    if (strcmp(v->name, "limit") == 0 && call->settings[0] == '\0') {
+        line = admin_xprintf("limit%s%s\n", call->arg ? " " : "", call->arg ? call->arg : "");
+        rc = run_listing(cli, v->ls, line);
+        free(line);
+        return rc;
+    }
+    if (strcmp(v->name, "limit") == 0)
+        line = admin_xprintf("limit %s %s\n", call->arg, call->settings);
+    else
+        line = admin_xprintf("%s %s\n", v->name, call->arg);
+    res = cli_xmalloc(cli->nservers * sizeof(*res));
+    rs = cli_xmalloc(cli->nservers * sizeof(*rs));
+    nok = ask_every(cli, line, REPLY_LINE, "limit", rs, res, &ndown);
+    rc = nok == cli->nservers ? CLI_OK : ndown == cli->nservers ? CLI_UNREACHABLE : CLI_FAILED;
+    for (i = 0; i < cli->nservers && nok > 0; i++)
+        if (res[i] == ADMIN_ERR)
+            report_err(cli->servers[i], &rs[i], "limit");
+    free_replies(cli, rs, res);
+    free(line);
+    return rc;
+}
+
+/* Adds "NAME VALUE" to call->settings for a limit option; a usage error if it does not fit. */
+static int
+limit_opt(struct cli *cli, struct admin_call *call, const char *name, const char *value)
+{
+    size_t n = strlen(call->settings);
+    int w;
+
+    if (value != NULL && !handle_ok(value))
+        return cli_usage_error(cli, "option '--%s' wants one word, not '%s'", name, value);
+    w = snprintf(call->settings + n, sizeof(call->settings) - n, "%s%s%s%s", n ? " " : "", name,
+                 value ? " " : "", value ? value : "");
+    if (w < 0 || (size_t)w >= sizeof(call->settings) - n)
+        return cli_usage_error(cli, "too many limit options");
+    return 0;
+}
+
 #define LISTING_USAGE " [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
 
 static const struct admin_verb admin_verbs[] = {
@@ -1050,6 +1111,21 @@ static const struct admin_verb admin_verbs[] = {
      "       dsjob dead retry|drop HANDLE|FUNCTION\n"
      "  [-s SERVER]... [-t MS] [--format table|tsv|json]\n",
      NULL},
+    {"limit", ADMIN_ARGS_LIMIT, false, &limit_listing, verb_limit,
+     " [-s SERVER]... [-t MS] [--format table|tsv|json] [FUNCTION]\n"
+     "       dsjob limit FUNCTION [--concurrency N] [--rate N/s|m|h [--burst N]]\n"
+     "         [--key-concurrency N] [--key-rate N/s|m|h [--key-burst N]]\n"
+     "         [--key-separator S] [--keyed] [--off]\n",
+     "Without settings, shows flow control: settings, running and queued jobs,\n"
+     "tokens, keys, why jobs are held back, starts. With settings, sets them on\n"
+     "every server (dsjobd; an --admin-allow peer): 0 or off removes a limit,\n"
+     "--off every limit. Keys are the part of a job's unique key before the\n"
+     "separator (default ':').\n"},
+    {"pause", ADMIN_ARGS_FUNC, false, NULL, verb_limit, " [-s SERVER]... [-t MS] FUNCTION\n",
+     "Starts no more jobs of FUNCTION on every server; submits are still taken\n"
+     "and running jobs finish. Kept by a durable store across restarts.\n"},
+    {"resume", ADMIN_ARGS_FUNC, false, NULL, verb_limit, " [-s SERVER]... [-t MS] FUNCTION\n",
+     "Starts FUNCTION's jobs again after dsjob pause.\n"},
     {"cancel", ADMIN_ARGS_HANDLE, false, NULL, verb_cancel, " [-s SERVER]... [-t MS] HANDLE\n",
      "Cancels the job on the server that has it (every server is asked).\n"},
     {"shutdown", ADMIN_ARGS_NONE, true, NULL, verb_shutdown,
@@ -1088,8 +1164,16 @@ admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
             return cli_usage_error(cli, "unknown 'dead %s' (want list, retry or drop)", call->sub);
         want = !listing;
     }
-    if (v->args == ADMIN_ARGS_HANDLE)
+    if (v->args == ADMIN_ARGS_HANDLE || v->args == ADMIN_ARGS_FUNC)
         want = 1;
+    if (v->args == ADMIN_ARGS_LIMIT) {
+        if (nargs > 1)
+            return cli_usage_error(cli, "unexpected argument '%s'", argv[1]);
+        if (nargs == 0 && call->settings[0] != '\0')
+            return cli_usage_error(cli, "missing FUNCTION");
+        listing = true;
+        want = nargs;
+    }
     if (v->args == ADMIN_ARGS_JOB) {
         if ((call->func != NULL) != (call->uniq != NULL))
             return cli_usage_error(cli, "options '-f' and '-u' go together");
@@ -1097,7 +1181,9 @@ admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
     }
     if (nargs < want)
         return cli_usage_error(cli, "missing %s",
-                               v->args == ADMIN_ARGS_DEAD ? "HANDLE or FUNCTION" : "HANDLE");
+                               v->args == ADMIN_ARGS_DEAD   ? "HANDLE or FUNCTION"
+                               : v->args == ADMIN_ARGS_FUNC ? "FUNCTION"
+                                                            : "HANDLE");
     if (listing && nargs >= 1)
         want = 1; /* dead list FUNCTION */
     if (nargs > want)
@@ -1105,7 +1191,8 @@ admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
     call->arg = want ? argv[0] : NULL;
     if (call->arg != NULL && !handle_ok(call->arg))
         return cli_usage_error(cli, "bad %s '%s' (no spaces or control characters)",
-                               listing ? "FUNCTION" : "HANDLE", call->arg);
+                               listing || v->args == ADMIN_ARGS_FUNC ? "FUNCTION" : "HANDLE",
+                               call->arg);
     return 0;
 }
 
@@ -1117,8 +1204,18 @@ admin_main(struct cli *cli, int argc, char **argv)
         {"graceful", no_argument, NULL, OPT_GRACEFUL},
         {"function", required_argument, NULL, 'f'},
         {"unique", required_argument, NULL, 'u'},
+        {"concurrency", required_argument, NULL, OPT_LIMIT},
+        {"rate", required_argument, NULL, OPT_LIMIT},
+        {"burst", required_argument, NULL, OPT_LIMIT},
+        {"key-concurrency", required_argument, NULL, OPT_LIMIT},
+        {"key-rate", required_argument, NULL, OPT_LIMIT},
+        {"key-burst", required_argument, NULL, OPT_LIMIT},
+        {"key-separator", required_argument, NULL, OPT_LIMIT},
+        {"keyed", no_argument, NULL, OPT_LIMIT},
+        {"off", no_argument, NULL, OPT_LIMIT},
         {NULL, 0, NULL, 0},
     };
+    int idx = -1;
     const struct admin_verb *v = admin_verbs;
     struct admin_call call = {0};
     int ch, rc;
@@ -1126,8 +1223,16 @@ admin_main(struct cli *cli, int argc, char **argv)
     while (strcmp(v->name, cli->verb) != 0)
         if (++v == admin_verbs + sizeof(admin_verbs) / sizeof(admin_verbs[0]))
             return cli_usage_error(cli, "unknown verb");
-    while ((ch = getopt_long(argc, argv, ":f:u:" CLI_GLOBAL_SHORT, longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":f:u:" CLI_GLOBAL_SHORT, longopts, &idx)) != -1) {
         switch (ch) {
+        case OPT_LIMIT:
+            if (v->args != ADMIN_ARGS_LIMIT)
+                return cli_usage_error(cli, "unknown option '--%s' (only for limit)",
+                                       longopts[idx].name);
+            rc = limit_opt(cli, &call, longopts[idx].name, optarg);
+            if (rc != 0)
+                return rc;
+            break;
         case 'h': admin_usage(v); return CLI_OK;
         case OPT_GRACEFUL:
             if (!v->graceful)

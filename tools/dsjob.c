@@ -34,7 +34,8 @@ static const char usage_text[] =
     "usage: dsjob [-s SERVER]... [-t MS] VERB [OPTIONS] [ARGS]\n"
     "\n"
     "verbs:\n"
-    "  submit [-b] [-p high|normal|low] [-u UNIQUE] [--at EPOCH] [--accept-timeout MS]\n"
+    "  submit [-b] [-p high|normal|low] [-u UNIQUE] [-k KEY] [--at EPOCH]\n"
+    "         [--accept-timeout MS]\n"
     "         FUNCTION [DATA]\n"
     "                       run a job (DATA from stdin when absent)\n"
     "  worker [-c N] [-i ID] [--stream] [--chunk BYTES] [--warnings] [--exceptions]\n"
@@ -50,6 +51,10 @@ static const char usage_text[] =
     "  dead list [FUNCTION] | dead retry|drop HANDLE|FUNCTION\n"
     "                       failed background jobs (dsjobd --max-dead)\n"
     "  stats                the server's counters (dsjobd), one per row\n"
+    "  limit [FUNCTION] [--concurrency N] [--rate N/s|m|h] [--burst N] [--key-...]\n"
+    "                       show or set flow control (dsjobd)\n"
+    "  pause FUNCTION | resume FUNCTION\n"
+    "                       start no more of its jobs, or start them again (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -344,6 +349,7 @@ static const struct verb {
     {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
     {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
     {"result", admin_main},   {"dead", admin_main},    {"stats", admin_main},
+    {"limit", admin_main},    {"pause", admin_main},   {"resume", admin_main},
 };
 
 void

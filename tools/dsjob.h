@@ -41,6 +41,7 @@ enum cli_opt {
     OPT_SSL_CERT,       /* --ssl-certificate */
     OPT_SSL_KEY,        /* --ssl-key */
     OPT_ACCEPT_TIMEOUT, /* submit --accept-timeout */
+    OPT_LIMIT,          /* limit's --concurrency, --rate, ... */
 };
 
 /* The options every verb takes, and the verb being run. */

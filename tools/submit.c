@@ -36,11 +36,13 @@
 
 static const char submit_usage[] =
     "usage: dsjob submit [-s SERVER]... [-t MS] [-b] [-p high|normal|low] [-u UNIQUE]\n"
-    "                    [--at EPOCH] [--accept-timeout MS] FUNCTION [DATA]\n"
+    "                    [-k KEY] [--at EPOCH] [--accept-timeout MS] FUNCTION [DATA]\n"
     "  -b, --background     do not wait: print the job handle\n"
     "  -p, --priority PRIO  high, normal (default) or low\n"
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
     "                       ('-' coalesces on the payload)\n"
+    "  -k, --key KEY        flow control's partition key: the unique key becomes\n"
+    "                       KEY:UNIQUE (KEY:random without -u; dsjobd limit key-...)\n"
     "      --at EPOCH       run at that time (seconds since 1970; background)\n"
     "      --accept-timeout MS  how long a server has to accept the job\n"
     "                       (default: -t, else "
@@ -356,12 +358,14 @@ submit_main(struct cli *cli, int argc, char **argv)
         {"background", no_argument, NULL, 'b'},
         {"priority", required_argument, NULL, 'p'},
         {"unique", required_argument, NULL, 'u'},
+        {"key", required_argument, NULL, 'k'},
         {"at", required_argument, NULL, OPT_AT},
         {"accept-timeout", required_argument, NULL, OPT_ACCEPT_TIMEOUT},
         {NULL, 0, NULL, 0},
     };
     enum dsjob_priority prio = DSJOB_PRIO_NORMAL;
-    const char *unique = NULL, *func;
+    const char *unique = NULL, *func, *key = NULL;
+    char keyed[SUBMIT_UNIQUE_MAX + 1];
     bool background = false, at = false, prio_set = false;
     unsigned long epoch = 0, accept = 0;
     bool accept_set = false, measured = false;
@@ -371,7 +375,7 @@ submit_main(struct cli *cli, int argc, char **argv)
     size_t len = 0, i;
     int ch, r;
 
-    while ((ch = getopt_long(argc, argv, ":" CLI_GLOBAL_SHORT "bp:u:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":" CLI_GLOBAL_SHORT "bp:u:k:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h': fputs(submit_usage, stdout); return CLI_OK;
         case 'b': background = true; break;
@@ -394,6 +398,12 @@ submit_main(struct cli *cli, int argc, char **argv)
                 return cli_usage_error(cli, "option '-u' wants at most %d bytes, not %zu",
                                        SUBMIT_UNIQUE_MAX, strlen(optarg));
             unique = optarg;
+            break;
+        case 'k':
+            if (*optarg == '\0' || strchr(optarg, ':') != NULL)
+                return cli_usage_error(cli, "option '-k' wants a key without ':', not '%s'",
+                                       optarg);
+            key = optarg;
             break;
         case OPT_AT:
             if (cli_parse_uint(optarg, 0, 0x7fffffffffffffffUL, &epoch) < 0)
@@ -431,6 +441,29 @@ submit_main(struct cli *cli, int argc, char **argv)
     func = argv[optind];
     if (*func == '\0')
         return cli_usage_error(cli, "empty FUNCTION");
+    if (key != NULL) {
+        /* The partition key before the default separator; a random rest keeps jobs apart. */
+        int n;
+
+        if (unique != NULL) {
+            n = snprintf(keyed, sizeof(keyed), "%s:%s", key, unique);
+        } else {
+            FILE *ur = fopen("/dev/urandom", "rb");
+            unsigned char rnd[8] = {0};
+            size_t got = ur != NULL ? fread(rnd, 1, sizeof(rnd), ur) : 0;
+
+            if (ur != NULL)
+                fclose(ur);
+            if (got != sizeof(rnd))
+                return cli_usage_error(cli, "option '-k' without '-u': cannot read /dev/urandom");
+            n = snprintf(keyed, sizeof(keyed), "%s:%02x%02x%02x%02x%02x%02x%02x%02x", key, rnd[0],
+                         rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+        }
+        if (n < 0 || (size_t)n >= sizeof(keyed))
+            return cli_usage_error(cli, "options '-k' and '-u' make more than %d bytes",
+                                   SUBMIT_UNIQUE_MAX);
+        unique = keyed;
+    }
     r = cli_servers(cli);
     if (r != 0)
         return r;

@@ -201,6 +201,32 @@ DSJOB_API int dsjob_client_status_unique(struct dsjob_client *c, const char *uni
 DSJOB_API int dsjob_client_echo(struct dsjob_client *c, const void *data, size_t len);
 
 /*
+ * dsjob_client_limit sets or reads flow control of the function func
+ * (borrowed) on dsjobd (see FLOW CONTROL in dsjobd(8)), over the admin
+ * protocol on a connection of its own to each server. With settings
+ * (borrowed), a line of words as the admin command "limit" takes them
+ * ("concurrency 4 rate 100/s burst 20", "key-concurrency 2", "off"), every
+ * server applies and stores them; the caller must be an --admin-allow
+ * peer of each. With settings NULL, *out gets the first server's listing
+ * line for func (tab-separated: function, settings, running, queued,
+ * tokens, keys, held, started; "" if the function is unknown there),
+ * which the caller frees with dsjob_free; out may be NULL. Returns
+ * DSJOB_OK, DSJOB_ERR_ARG (no server, a name or settings with control
+ * bytes), DSJOB_ERR_SERVER (a server refused: errmsg has its words), or
+ * the first connection error. Not thread-safe on one client.
+ */
+DSJOB_API int dsjob_client_limit(struct dsjob_client *c, const char *func, const char *settings,
+                                 char **out);
+
+/*
+ * dsjob_client_pause and dsjob_client_resume: dsjob_client_limit with
+ * "paused" and "resumed": no job of func starts on any server (queued
+ * jobs stay, submits are taken), or they start again.
+ */
+DSJOB_API int dsjob_client_pause(struct dsjob_client *c, const char *func);
+DSJOB_API int dsjob_client_resume(struct dsjob_client *c, const char *func);
+
+/*
  * Callbacks of a task set, all optional (NULL). t is the task (borrowed,
  * valid until dsjob_taskset_free), user the pointer given to
  * dsjob_taskset_add. Bytes are borrowed for the duration of the call.

@@ -28,6 +28,7 @@ struct event_base;
 
 #define DSJOB_SERVER_MAX_LISTEN 8
 #define DSJOB_SERVER_MAX_ADMIN_ALLOW 16
+#define DSJOB_SERVER_MAX_LIMITS 64 /* --limit lines at most */
 
 /* Log levels, named as gearmand's --verbose names them. */
 enum dsjob_log_level {
@@ -149,6 +150,10 @@ struct dsjob_server_config {
                                    stops; default 3000 (0 to 600000) */
     unsigned pg_take_max;      /* postgres: the most jobs of one function a lease sized to the
                                    workers' rate takes at once; default 2048 (1 to 1000000) */
+
+    /* Flow control (opt-in): "FUNCTION SETTINGS" lines, as the admin "limit" takes them. */
+    const char *limits[DSJOB_SERVER_MAX_LIMITS]; /* e.g. "resize concurrency 4 rate 10/s" */
+    int nlimits;                                 /* entries used in limits[] */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -220,6 +220,8 @@
             table: f.shared_waiting, scheduled: f.scheduled, running: f.running, workers: f.workers, dead: f.dead,
             submitted: f.submitted, completed: f.completed, failed: f.failed + f.exceptions,
             oldest: f.oldest_queued_seconds,
+            flow: f.flow ? f.flow.settings + (f.flow.held !== "no" ? " (held: " + f.flow.held + ")" : "") : "",
+            paused: !!(f.flow && f.flow.paused),
         };
     }
 
@@ -243,8 +245,12 @@
             cell(f.dead, f.dead > 0 ? "warn" : "") + cell(f.submitted) + cell(f.completed) +
             cell(f.failed, f.failed > 0 ? "warn" : "") +
             '<td class="' + (f.oldest === 0 ? "zero" : "") + '">' + (q > 0 ? dur(f.oldest) : "-") + "</td>" +
+            '<td class="l' + (f.paused ? " warn" : "") + '">' + (f.flow ? esc(f.flow) : '<span class="muted">-</span>') + "</td>" +
             '<td class="admin-only">' + (admin && f.dead > 0 && f.key !== null
                 ? '<button data-act="retry">retry</button> <button data-act="drop" class="danger">drop</button>'
+                : "") + "</td>" +
+            '<td class="admin-only">' + (admin && f.key !== null
+                ? (f.paused ? '<button data-act="resume">resume</button>' : '<button data-act="pause" class="danger">pause</button>')
                 : "") + "</td>";
     }
 
@@ -444,6 +450,10 @@
         const fn = tr.dataset.fn, key = tr.dataset.key;
         const a = b.dataset.act;
         if (!key) return;
+        if (a === "pause" || a === "resume") {
+            act("/api/func/" + key.replace(/../g, "%$&") + "/" + a, a + " " + fn);
+            return;
+        }
         act("/api/dead/" + key.replace(/../g, "%$&") + "/" + a, a + " the dead jobs of " + fn);
     });
     $("job").addEventListener("click", (e) => {

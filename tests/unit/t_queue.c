@@ -233,9 +233,9 @@ test_wake(void)
     queue_cant_do(&q, &w2, g);
     tap_ok(queue_wake_one(g) == NULL, "CANT_DO takes a sleeper off that function");
     tap_ok(queue_wake_one(f) == &w2, "but not off the others");
-    tap_ok(!queue_has_work(&w1), "no work for w1");
+    tap_ok(!queue_has_work(&q, &w1), "no work for w1");
     mkjob(&q, f, JOB_PRIO_LOW, "", 0);
-    tap_ok(queue_has_work(&w1), "a queued job is work");
+    tap_ok(queue_has_work(&q, &w1), "a queued job is work");
     queue_reset_abilities(&q, &w1);
     queue_reset_abilities(&q, &w2);
     queue_reset_abilities(&q, &w3);

@@ -1,0 +1,2 @@
+-- A function without flow control settings: $1 its name.
+DELETE FROM dsjob.flow WHERE name = $1::text

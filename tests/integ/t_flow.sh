@@ -1,0 +1,166 @@
+#!/bin/sh
+# Flow control with real peers: `gearman -w` workers (libgearman) that know
+# nothing of it, jobs from the gearman CLI and Perl's Gearman::Client, a
+# dsjobd on a SQLite work dir. The workers write a line when a job starts
+# and when it ends (under flock), so the concurrency is sampled at every
+# assignment; a rate's starts are counted in every one-second window (an
+# upper bound only: a loaded machine starts fewer, never more); a key
+# with 10,000 queued jobs does not delay another key's job; a pause holds
+# jobs across kill -9 and a restart, a resume starts them; a peer outside
+# --admin-allow may show the settings but not change them. Every wait is a
+# bounded poll; every process is started here and stopped by its pid.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+
+[ -n "$GEARMAN" ] || { echo "1..0 # SKIP no gearman CLI"; exit 0; }
+command -v flock >/dev/null 2>&1 || { echo "1..0 # SKIP no flock"; exit 0; }
+unset DSJOB_SERVERS DSJOB_PROGRESS
+
+# admin LINE: one admin command; the answer (every line up to "." for listings).
+admin() {
+    timeout -k 5 20 perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]) or exit 1;
+        print $s "$ARGV[1]\n";
+        my $multi = $ARGV[1] =~ /^(limit(\s+\S+)?\s*$|status)/;
+        while (my $l = <$s>) { print $l; last if !$multi || $l eq ".\n"; }' "$SERVER_PORT" "$1"
+}
+
+# Workers are started as "$GEARMAN" ... & directly, not through gm (a shell
+# function, whose $! would be a subshell's: reaping that would leave the
+# worker running) and without gm's 20 s timeout (they run until reaped).
+
+# queued FUNC: its queued jobs (status: total minus running).
+queued() {
+    admin status | awk -F '\t' -v f="$1" '$1 == f { print $2 - $3 }'
+}
+queued_is() { [ "$(queued "$1")" = "$2" ]; }
+lines_are() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -eq "$2" ]; }
+
+# A worker's command: log "S" at the start and "E" at the end of each job.
+cat >"$T/job.sh" <<EOF
+#!/bin/sh
+flock "$T/lock" sh -c 'echo S >>"$T/ev"; date +%s%N >>"$T/starts"'
+sleep 0.2
+flock "$T/lock" sh -c 'echo E >>"$T/ev"'
+EOF
+chmod +x "$T/job.sh"
+
+W=$T/work
+server_start dsjobd --work-dir "$W" --limit "f concurrency 2"
+
+# 1. Concurrency: six workers, twelve jobs, at most two at once.
+for i in 1 2 3 4 5 6; do
+    "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
+    track $!
+done
+for i in $(seq 1 12); do gm -b -f f "j$i" >/dev/null; done
+poll lines_are "$T/ev" 24 || poll lines_are "$T/ev" 24 || poll lines_are "$T/ev" 24
+ok $? "twelve jobs started and ended"
+max=$(awk '/S/ { n++; if (n > m) m = n } /E/ { n-- } END { print m + 0 }' "$T/ev")
+ok $([ "$max" -le 2 ] && echo 0 || echo 1) "never more than two running (saw $max)"
+ok $([ "$max" -eq 2 ] && echo 0 || echo 1) "and two did run at once"
+admin "limit f" | grep -q "^f	concurrency 2	0	0	-	0	no	12$"
+ok $? "limit f shows the setting and the counts"
+
+# 2. Rate: 5 a second, burst 2: in any second at most 2 + 5 starts.
+admin "limit f concurrency off rate 5/s burst 2" | grep -q '^OK'
+ok $? "a rate is set"
+: >"$T/starts"
+: >"$T/ev"
+for i in $(seq 1 15); do gm -b -f f "r$i" >/dev/null; done
+poll lines_are "$T/starts" 15 || poll lines_are "$T/starts" 15 || poll lines_are "$T/starts" 15
+ok $? "fifteen jobs started"
+worst=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
+    m = 0; j = 1
+    for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000000000) j++; if (i - j + 1 > m) m = i - j + 1 }
+    print m }')
+ok $([ "$worst" -le 7 ] && echo 0 || echo 1) "at most 7 starts in any second (saw $worst)"
+span=$(sort -n "$T/starts" | awk 'NR == 1 { a = $1 } END { print int(($1 - a) / 1000000) }')
+ok $([ "$span" -ge 2000 ] && echo 0 || echo 1) "fifteen starts took at least 2 s of tokens (${span} ms)"
+poll lines_are "$T/ev" 30 || poll lines_are "$T/ev" 30
+ok $? "and ended"
+reap
+
+# 3. Keys: 10,000 jobs of key "flood", then one of key "other": one worker
+# gets the flood's first job, then the other key's.
+admin "limit f off keyed" | grep -q '^OK'
+ok $? "keys on"
+if perl -MGearman::Client -e 1 2>/dev/null; then
+    timeout -k 5 300 perl -MGearman::Client -e '
+        my $c = Gearman::Client->new(job_servers => ["127.0.0.1:$ARGV[0]"]);
+        for my $i (1 .. 10000) { $c->dispatch_background("f", "flood:$i", { uniq => "flood:$i" }) or die "submit $i" }
+        $c->dispatch_background("f", "other:1", { uniq => "other:1" }) or die "submit other";
+    ' "$SERVER_PORT"
+    ok $? "10,001 jobs submitted"
+    poll queued_is f 10001
+    ok $? "all queued (saw $(queued f))"
+    cat >"$T/first.sh" <<EOF
+#!/bin/sh
+cat >>"$T/order"; echo >>"$T/order"
+EOF
+    chmod +x "$T/first.sh"
+    "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -c 3 -f f -- "$T/first.sh" >/dev/null 2>&1 &
+    track $!
+    poll lines_are "$T/order" 3 || poll lines_are "$T/order" 3
+    ok $? "three jobs done"
+    is "$(sed -n 2p "$T/order")" "other:1" "the other key's job went second"
+    reap
+else
+    for i in 1 2 3 4; do echo "ok $((_tap_n + i)) # SKIP no Gearman::Client"; done
+    _tap_n=$((_tap_n + 4))
+fi
+admin "limit f off" | grep -q '^OK'
+ok $? "keys off"
+
+# 4. Pause across kill -9: jobs stay, nothing starts; resume starts them.
+server_stop
+rm -rf "$W"
+server_start dsjobd --work-dir "$W" --verbose NOTICE
+admin "pause p" | grep -q '^OK'
+ok $? "paused"
+for i in 1 2 3; do gm -b -f p "p$i" >/dev/null; done
+is "$(queued p)" 3 "submits are taken while paused"
+grep -q "NOTICE.*function 'p' paused" "$SERVER_LOG"
+ok $? "the pause is logged at NOTICE"
+server_kill9
+server_start dsjobd --work-dir "$W"
+admin "limit p" | grep -q "^p	paused	"
+ok $? "the pause survived kill -9"
+: >"$T/ev"
+"$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f p -f g -- "$T/job.sh" >/dev/null 2>&1 &
+track $!
+gm -b -f g "g1" >/dev/null
+poll lines_are "$T/ev" 2
+ok $? "the worker runs another function's job"
+is "$(queued p)" 3 "but none of the paused one"
+admin "resume p" | grep -q '^OK'
+ok $? "resumed"
+poll lines_are "$T/ev" 8 || poll lines_are "$T/ev" 8
+ok $? "its three jobs ran"
+reap
+
+# 5. A peer outside --admin-allow: may show, may not change.
+server_stop
+server_start dsjobd --admin-allow 10.0.0.0/8 --limit "q concurrency 3"
+admin "limit q" | grep -q "^q	concurrency 3	"
+ok $? "showing is allowed"
+admin "limit q concurrency 9" | grep -q '^ERR PERMISSION_DENIED'
+ok $? "limit is refused"
+admin "pause q" | grep -q '^ERR PERMISSION_DENIED'
+ok $? "pause is refused"
+admin "resume q" | grep -q '^ERR PERMISSION_DENIED'
+ok $? "resume is refused"
+admin "limit q" | grep -q "^q	concurrency 3	"
+ok $? "nothing changed"
+server_stop
+
+# 6. A bad --limit stops the start, naming the option.
+"$DSJOBD" -L 127.0.0.1 -p 0 --limit "q speed 3" >"$T/bad.out" 2>&1
+ok $([ $? -ne 0 ] && echo 0 || echo 1) "a bad --limit refuses to start"
+grep -q -- "--limit 'q speed 3': unknown setting 'speed'" "$T/bad.out"
+ok $? "and says why"
+
+done_testing

@@ -1,0 +1,53 @@
+#!/bin/sh
+# Flow control settings on the postgres store: a pause and a limit given
+# at run time are kept in dsjob.flow and come back after kill -9; a job
+# submitted while paused stays queued for a worker, then runs on resume;
+# forgetting the settings deletes the row. Against a PostgreSQL of the
+# test's own (tests/lib/pg.sh) and a real `dsjob worker`.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+pg_test_begin
+pg_start_or_bail
+pgd_start_or_bail a --verbose NOTICE
+
+ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
+settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }
+settings_is() { [ "$(settings "$1")" = "$2" ]; }
+done_is() { [ "$(cat "$T/done" 2>/dev/null | wc -l)" -eq "$1" ]; }
+
+ds pause fp
+ok $? "dsjob pause"
+ds limit fp --concurrency 3 --rate 10/m
+ok $? "dsjob limit"
+is "$(settings fp)" "concurrency 3 rate 10/m paused" "dsjob limit shows both"
+poll eval '[ "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" = "concurrency 3 rate 10/m paused" ]'
+ok $? "the row in dsjob.flow"
+ds submit -b fp one >/dev/null
+ok $? "a submit is taken while paused"
+
+pgd_kill9 a
+pgd_start_or_bail a --verbose NOTICE
+is "$(settings fp)" "concurrency 3 rate 10/m paused" "the settings came back after kill -9"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fp -f fq -- sh -c "cat >>'$T/done'; echo >>'$T/done'" &
+track $!
+ds submit -b fq two >/dev/null
+poll done_is 1
+ok $? "the worker ran another function's job"
+grep -q "^one" "$T/done"
+ok $([ $? -ne 0 ] && echo 0 || echo 1) "not the paused one"
+ds resume fp
+ok $? "dsjob resume"
+poll done_is 2
+ok $? "the paused job ran after resume"
+ds limit fp --off
+ok $? "limits off"
+poll eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
+ok $? "the row is gone"
+reap
+pgd_stop_all
+done_testing

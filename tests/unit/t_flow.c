@@ -1,0 +1,279 @@
+/*
+ * Flow control without a loop (server/flow.c through queue_grab): the
+ * settings line read and written back, a concurrency limit (a requeued or
+ * ended job gives its slot back, and the queue says so), a token bucket
+ * with a burst on a clock the test moves, keys served round robin (a key
+ * with ten thousand queued jobs does not delay another key's job by more
+ * than one grab), key limits, pause, and keys made for jobs already
+ * queued when keys are turned on.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "server/flow.h"
+#include "server/queue.h"
+#include "tap.h"
+
+static int handle_n;
+static int64_t fake_now = 1000;
+static int freed_n;
+
+static int64_t
+fake_clock(void)
+{
+    return fake_now;
+}
+
+static void
+freed(struct func *f, void *arg)
+{
+    (void)f;
+    (void)arg;
+    freed_n++;
+}
+
+static struct job *
+mkjob(struct queue *q, struct func *f, const char *unique)
+{
+    char handle[32];
+    struct job *j;
+
+    snprintf(handle, sizeof(handle), "H:t:%d", ++handle_n);
+    j = job_new(handle, strlen(handle), unique, strlen(unique), NULL, 0, handle, strlen(handle));
+    j->prio = JOB_PRIO_NORMAL;
+    j->seq = (uint64_t)handle_n;
+    if (queue_add(q, f, j, 0) < 0)
+        tap_bail("queue_add failed");
+    return j;
+}
+
+static void
+setup(struct queue *q, struct func **f, const char *settings)
+{
+    struct flow_conf c;
+    char err[128];
+
+    queue_init(q, false);
+    q->now_ms = fake_clock;
+    q->flow_freed = freed;
+    *f = queue_func(q, "f", 1, true);
+    flow_conf_init(&c);
+    if (flow_conf_parse(&c, settings, err, sizeof(err)) < 0)
+        tap_bail("settings: %s", err);
+    if (flow_new(*f) == NULL || flow_set((*f)->flow, &c, fake_now) < 0)
+        tap_bail("flow_set failed");
+    TAILQ_INSERT_TAIL(&q->flows, (*f)->flow, all);
+}
+
+static void
+test_conf(void)
+{
+    struct flow_conf c;
+    char err[128], line[FLOW_SPEC_MAX];
+
+    flow_conf_init(&c);
+    tap_ok(!flow_conf_any(&c), "no settings at first");
+    tap_ok(flow_conf_parse(&c, "concurrency 4 rate 100/s burst 10 key-concurrency 2 key-rate 10/m",
+                           err, sizeof(err)) == 0,
+           "a settings line parses");
+    flow_format(&c, line, sizeof(line));
+    tap_is_str(line, "concurrency 4 rate 100/s burst 10 key-concurrency 2 key-rate 10/m",
+               "and is written back the same");
+    tap_ok(flow_conf_parse(&c, "rate 5/h paused key-separator |", err, sizeof(err)) == 0,
+           "per hour, paused, a separator");
+    tap_is_int(c.period_ms, 3600000, "an hour is 3600000 ms");
+    tap_ok(c.concurrency == 4 && c.paused, "earlier settings stay");
+    tap_ok(flow_conf_parse(&c, "concurrency x", err, sizeof(err)) < 0 && c.concurrency == 4,
+           "a bad value is refused, nothing changes");
+    tap_ok(strstr(err, "concurrency") != NULL, "the error names the setting");
+    tap_ok(flow_conf_parse(&c, "speed 3", err, sizeof(err)) < 0, "an unknown setting is refused");
+    tap_ok(flow_conf_parse(&c, "rate 3/fortnight", err, sizeof(err)) < 0, "so is a bad period");
+    tap_ok(flow_conf_parse(&c, "off", err, sizeof(err)) == 0 && c.concurrency == 0 && c.rate == 0 &&
+               c.key_concurrency == 0 && c.paused,
+           "off clears the limits, not the pause");
+    tap_ok(flow_conf_parse(&c, "resumed", err, sizeof(err)) == 0 && !flow_conf_any(&c),
+           "resumed: nothing left");
+    tap_ok(flow_conf_parse(&c, "rate 7/1500ms", err, sizeof(err)) == 0 && c.period_ms == 1500,
+           "a period in ms");
+    flow_format(&c, line, sizeof(line));
+    tap_is_str(line, "rate 7/1500ms", "written back in ms");
+}
+
+static void
+test_concurrency(void)
+{
+    struct queue q;
+    struct qworker w[4];
+    struct func *f;
+    struct job *a, *b;
+    int i;
+
+    setup(&q, &f, "concurrency 2");
+    for (i = 0; i < 4; i++) {
+        queue_worker_init(&w[i]);
+        queue_can_do(&q, &w[i], f, 0);
+    }
+    for (i = 0; i < 5; i++)
+        mkjob(&q, f, "");
+    a = queue_grab(&q, &w[0], 0);
+    b = queue_grab(&q, &w[1], 0);
+    tap_ok(a != NULL && b != NULL, "two start");
+    tap_ok(queue_grab(&q, &w[2], 0) == NULL, "the third is held back");
+    tap_ok(f->flow->why == FLOW_CONCURRENCY, "by the concurrency limit");
+    tap_ok(!queue_has_work(&q, &w[2]), "so a worker has no work and may sleep");
+    freed_n = 0;
+    queue_requeue(&q, a);
+    tap_is_int(freed_n, 1, "a requeued job frees its slot, and the queue says so");
+    tap_ok(queue_has_work(&q, &w[2]), "now there is work");
+    tap_ok(queue_grab(&q, &w[2], 0) == a, "the requeued job starts again first");
+    tap_ok(queue_grab(&q, &w[3], 0) == NULL, "and the limit holds");
+    queue_remove(&q, b);
+    tap_is_int(freed_n, 2, "an ended job frees its slot");
+    tap_ok(queue_grab(&q, &w[3], 0) != NULL, "and another starts");
+    tap_is_int(f->nrunning, 2, "two running");
+    queue_release(&q);
+}
+
+static void
+test_rate(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    int i, got = 0;
+
+    fake_now = 1000;
+    setup(&q, &f, "rate 10/s burst 2");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    for (i = 0; i < 50; i++)
+        mkjob(&q, f, "");
+    tap_ok(queue_grab(&q, &w, 0) != NULL && queue_grab(&q, &w, 0) != NULL, "a burst of two");
+    tap_ok(queue_grab(&q, &w, 0) == NULL && f->flow->why == FLOW_RATE, "then the bucket is empty");
+    tap_is_int(flow_next_ms(f, fake_now), 1100, "the next token comes 100 ms later");
+    fake_now = 1099;
+    tap_ok(queue_grab(&q, &w, 0) == NULL, "not before");
+    fake_now = 1100;
+    tap_ok(queue_grab(&q, &w, 0) != NULL, "then one starts");
+    /* A second of grabs every 10 ms: ten more starts, no more. */
+    for (i = 0; i < 100; i++) {
+        fake_now += 10;
+        while (queue_grab(&q, &w, 0) != NULL)
+            got++;
+    }
+    tap_is_int(got, 10, "ten starts in the next second at 10/s");
+    queue_release(&q);
+}
+
+static void
+test_keys(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *j, *b;
+    int i;
+
+    setup(&q, &f, "keyed");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    for (i = 0; i < 10000; i++) {
+        char u[32];
+
+        snprintf(u, sizeof(u), "flood:%d", i);
+        mkjob(&q, f, u);
+    }
+    b = mkjob(&q, f, "other:1");
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strncmp(job_unique(j), "flood:", 6) == 0, "the flood's key goes first");
+    tap_ok(queue_grab(&q, &w, 0) == b, "then the other key's job, not the flood's next");
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strcmp(job_unique(j), "flood:1") == 0, "then the flood again, in order");
+    tap_is_int(f->flow->nkeys, 2, "two keys");
+    queue_release(&q);
+
+    setup(&q, &f, "key-concurrency 1");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "a:2");
+    mkjob(&q, f, "b:1");
+    mkjob(&q, f, "nokey");
+    j = queue_grab(&q, &w, 0);
+    tap_is_str(job_unique(j), "a:1", "key a starts one");
+    j = queue_grab(&q, &w, 0);
+    tap_is_str(job_unique(j), "b:1", "a is at its limit: b");
+    j = queue_grab(&q, &w, 0);
+    tap_is_str(job_unique(j), "nokey", "a unique key without the separator has the key \"\"");
+    tap_ok(queue_grab(&q, &w, 0) == NULL && f->flow->why == FLOW_KEY_CONCURRENCY,
+           "a:2 waits for a:1");
+    queue_remove(&q, TAILQ_FIRST(&w.held));
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "a:1 ended: a:2 starts");
+    queue_release(&q);
+
+    /* Keys turned on with jobs queued and running: they are counted. */
+    setup(&q, &f, "");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "a:2");
+    mkjob(&q, f, "b:1");
+    j = queue_grab(&q, &w, 0);
+    {
+        struct flow_conf c = f->flow->conf;
+        char err[64];
+
+        flow_conf_parse(&c, "key-concurrency 1", err, sizeof(err));
+        tap_ok(flow_set(f->flow, &c, fake_now) == 0, "keys turned on");
+    }
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strcmp(job_unique(j), "b:1") == 0, "a:1 running counts against a");
+    {
+        struct flow_conf c = f->flow->conf;
+        char err[64];
+
+        flow_conf_parse(&c, "off", err, sizeof(err));
+        flow_set(f->flow, &c, fake_now);
+    }
+    tap_is_int(f->flow->nkeys, 0, "keys off: no keys left");
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "and a:2 starts");
+    queue_release(&q);
+}
+
+static void
+test_pause(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct flow_conf c;
+    char err[64];
+
+    setup(&q, &f, "paused");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "");
+    tap_ok(queue_grab(&q, &w, 0) == NULL && f->flow->why == FLOW_PAUSED, "paused: nothing starts");
+    tap_ok(!queue_has_work(&q, &w), "no work");
+    tap_is_int(queue_total(f), 1, "the job stays queued");
+    c = f->flow->conf;
+    flow_conf_parse(&c, "resumed", err, sizeof(err));
+    flow_set(f->flow, &c, fake_now);
+    tap_ok(queue_grab(&q, &w, 0) != NULL, "resumed: it starts");
+    queue_release(&q);
+}
+
+int
+main(void)
+{
+    test_conf();
+    test_concurrency();
+    test_rate();
+    test_keys();
+    test_pause();
+    return tap_done();
+}
