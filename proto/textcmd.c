@@ -41,6 +41,8 @@ static const struct textcmd_name textcmd_names[] = {
     {"retry", NULL, TEXTCMD_RETRY},
     {"priority", NULL, TEXTCMD_PRIORITY},
     {"stats", NULL, TEXTCMD_STATS},
+    {"maxage", NULL, TEXTCMD_MAXAGE},
+    {"uniquefor", NULL, TEXTCMD_UNIQUEFOR},
 };
 
 static bool

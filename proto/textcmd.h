@@ -35,6 +35,8 @@ enum textcmd_kind {
     TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
     TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
     TEXTCMD_STATS,        /* stats: the counters, one sample a line */
+    TEXTCMD_MAXAGE,       /* maxage FUNCTION [SECONDS] */
+    TEXTCMD_UNIQUEFOR,    /* uniquefor FUNCTION [SECONDS] */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -89,6 +89,9 @@ struct job_ext {
     uint32_t warning_len;   /* bytes in warning */
     uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
     char *alias; /* owned: shared store, the handle of the job elsewhere it coalesced onto */
+    int64_t deadline_ms; /* epoch ms it must start by, else it expires (dead set); 0: none */
+    size_t expire_pos;   /* index in queue.expiring while it waits with a deadline */
+    bool expiring;       /* in queue.expiring */
 };
 
 struct job {
@@ -186,6 +189,13 @@ job_when(const struct job *j)
 
 /* job_set_when sets the epoch time j runs at. 0, or -1 if out of memory. */
 int job_set_when(struct job *j, int64_t when);
+
+/* job_deadline_ms returns the epoch ms j must start by, 0 for none. */
+static inline int64_t
+job_deadline_ms(const struct job *j)
+{
+    return j->ext ? j->ext->deadline_ms : 0;
+}
 
 /* job_attempts returns how many times a worker took j and did not finish it. */
 static inline uint32_t

@@ -38,6 +38,8 @@ struct store_job {
     int prio;            /* enum job_prio */
     int64_t when;        /* epoch seconds, 0 for now */
     bool unique_is_data; /* unique "-" */
+    int64_t deadline_ms; /* LIVE: epoch ms it must start by, else it expires; 0: none (SQLite
+                            keeps it; the other backends do not yet) */
     /* The job's life beyond gearmand's (retries, dead set, kept results). */
     int state;            /* enum store_state */
     uint32_t attempts;    /* attempts that failed so far */
@@ -78,6 +80,8 @@ struct store_func {
     uint32_t retries;         /* attempts allowed; 0: --job-retries applies */
     uint32_t backoff_base_ms; /* first retry's wait */
     uint32_t backoff_max_ms;  /* longest wait */
+    uint32_t max_age;         /* admin "maxage": seconds; 0: --max-queue-age (SQLite only) */
+    uint32_t unique_for;      /* admin "uniquefor": seconds; 0: --unique-for (SQLite only) */
 };
 
 /*
