@@ -35,7 +35,7 @@ static const char usage_text[] =
     "\n"
     "verbs:\n"
     "  submit [-b] [-p high|normal|low] [-u UNIQUE] [--at EPOCH] [--accept-timeout MS]\n"
-    "         FUNCTION [DATA]\n"
+    "         [--expire-in SECONDS | --deadline EPOCH] FUNCTION [DATA]\n"
     "                       run a job (DATA from stdin when absent)\n"
     "  worker [-c N] [-i ID] [--stream] [--chunk BYTES] [--warnings] [--exceptions]\n"
     "         -f FUNCTION... -- COMMAND [ARG]...\n"
@@ -50,6 +50,10 @@ static const char usage_text[] =
     "  dead list [FUNCTION] | dead retry|drop HANDLE|FUNCTION\n"
     "                       failed background jobs (dsjobd --max-dead)\n"
     "  stats                the server's counters (dsjobd), one per row\n"
+    "  maxage FUNCTION [SECONDS]\n"
+    "                       a job not started that long expires (dsjobd)\n"
+    "  uniquefor FUNCTION [SECONDS]\n"
+    "                       an ended job's unique key stays taken that long (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -340,10 +344,11 @@ static const struct verb {
     const char *name;                        /* the word on the command line */
     int (*main)(struct cli *, int, char **); /* its entry point */
 } verbs[] = {
-    {"submit", submit_main},  {"worker", runner_main}, {"status", admin_main},
-    {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
-    {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
-    {"result", admin_main},   {"dead", admin_main},    {"stats", admin_main},
+    {"submit", submit_main},  {"worker", runner_main},   {"status", admin_main},
+    {"workers", admin_main},  {"jobs", admin_main},      {"cancel", admin_main},
+    {"shutdown", admin_main}, {"version", admin_main},   {"job", admin_main},
+    {"result", admin_main},   {"dead", admin_main},      {"stats", admin_main},
+    {"maxage", admin_main},   {"uniquefor", admin_main},
 };
 
 void
