@@ -6,6 +6,8 @@
 # Asserts: a background job submitted with --expire-in 1 while no worker
 # exists lands in the dead set as "expired", and a worker that arrives
 # afterwards never gets it (it gets a later job, which shows it asked);
+# a job submitted already past its deadline (OPTION_REQ deadline=1) while
+# a worker waits is not handed to it (the check at grab, before the tick);
 # the deadline is stored (its SQLite row) and an expiry that is due after
 # a kill -9 still happens after the restart, without a worker; a
 # function's "maxage" expires a plain Gearman client's job too; past
@@ -70,6 +72,46 @@ wait_for 120 has_line "$T/fexp.log" fresh
 ok $? "the worker that came later gets the next job ($h2)"
 ! grep -q stale "$T/fexp.log"
 ok $? "and never the expired one"
+
+# --- 6: a job already past its deadline, with a worker waiting for work ---
+# The raw protocol: OPTION_REQ deadline=1 (a second of 1970), then
+# SUBMIT_JOB_BG; prints the handle of JOB_CREATED.
+raw_submit_expired() {
+    timeout 20 perl -MIO::Socket::INET -e '
+        my ($port, $func, $data) = @ARGV;
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port) or exit 2;
+        sub req { my ($t, $p) = @_; print $s "\0REQ" . pack("NN", $t, length $p) . $p; }
+        sub res {
+            my ($h, $d) = ("", "");
+            while (length $h < 12) { sysread($s, $h, 12 - length $h, length $h) or exit 3; }
+            my (undef, $t, $len) = unpack("a4NN", $h);
+            while (length $d < $len) { sysread($s, $d, $len - length $d, length $d) or exit 3; }
+            return ($t, $d);
+        }
+        req(26, "deadline=1");
+        my ($t, $d) = res();
+        exit 4 unless $t == 27;
+        req(18, "$func\0\0$data");
+        ($t, $d) = res();
+        exit 5 unless $t == 8;
+        print "$d\n";' "$SERVER_PORT" "$@"
+}
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fgrab -- sh -c "cat >>'$T/fgrab.log'; echo >>'$T/fgrab.log'" \
+    >/dev/null 2>&1 &
+track $!
+grab_worker() { adm --status | grep -q "^fgrab	0	0	1"; }
+wait_for 120 grab_worker
+ok $? "a gearman worker for fgrab waits for work"
+h4=$(raw_submit_expired fgrab late)
+case $h4 in H:*) ok 0 "OPTION_REQ deadline=1 then SUBMIT_JOB_BG is taken ($h4)" ;;
+*) ok 1 "OPTION_REQ deadline=1 then SUBMIT_JOB_BG is taken: $h4" ;; esac
+wait_for 120 has_dead fgrab "$h4"
+ok $? "the job past its deadline lands in the dead set"
+ds submit -b fgrab ontime >/dev/null 2>&1
+wait_for 120 has_line "$T/fgrab.log" ontime
+ok $? "the waiting worker gets the next job"
+! grep -q late "$T/fgrab.log"
+ok $? "and was never handed the one past its deadline, though it asked at once"
 
 # --- 6: maxage per function, for a plain Gearman client's job ---
 ds maxage fage 1 >/dev/null
