@@ -242,6 +242,9 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     }
     conn_printf(c, "status %" PRIu32 "/%" PRIu32 "\nwaiters %u\n", j->ext ? j->ext->numerator : 0,
                 j->ext ? j->ext->denominator : 0, job_nwaiters(j));
+    if (job_deadline_ms(j) != 0 && !job_ended(j))
+        conn_printf(c, "deadline %lld.%03lld\n", (long long)(job_deadline_ms(j) / 1000),
+                    (long long)(job_deadline_ms(j) % 1000));
     if (j->ext != NULL && j->ext->first_fail != 0 && j->state != JOB_DONE)
         conn_printf(c, "first_failure %lld\nlast_failure %lld\n", (long long)j->ext->first_fail,
                     (long long)j->ext->last_fail);

@@ -121,6 +121,10 @@ has_any_dead() { [ -n "$(dead_of fage)" ]; }
 wait_for 120 has_any_dead
 ok $? "a gearman -b job of fage, not started within its maxage, is in the dead set ($(dead_of fage))"
 
+h5=$(ds submit -b --expire-in 3600 fshow x 2>&1)
+ds job "$h5" --format tsv 2>/dev/null | grep -q "^deadline	[0-9]*\.[0-9][0-9][0-9]\$"
+ok $? "dsjob job shows a waiting job's deadline"
+
 # --- 6: the deadline survives a kill -9 ---
 h3=$(ds submit -b --expire-in 2 fcrash later 2>&1)
 server_kill9
