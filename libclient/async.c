@@ -231,7 +231,8 @@ dsjob_async_connect(struct dsjob_async *a, int timeout_ms)
 
     if (a->l.fd >= 0)
         return DSJOB_OK;
-    a->l.hello = a->l.hello_wait = false;
+    a->l.hello = false;
+    a->l.hello_wait = 0;
     err = link_connect(&a->l, timeout_ms);
     if (err == DSJOB_OK)
         err = client_prepare_hello(&a->l);

@@ -106,22 +106,35 @@ client_prepare_hello(struct link *l)
     static const char opt[] = "exceptions";
     const void *args[1] = {opt};
     size_t lens[1] = {sizeof(opt) - 1};
+    char expire[48];
     int err;
 
     if (l->hello)
         return DSJOB_OK;
     err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
-    if (err == DSJOB_OK)
-        l->hello = l->hello_wait = true;
+    if (err == DSJOB_OK && l->expire_set) {
+        /* dsjobd's; gearmand answers ERROR, which is read as the answer and ignored. */
+        lens[0] =
+            (size_t)snprintf(expire, sizeof(expire), "expire-in=%lld.%03lld",
+                             (long long)(l->expire_ms / 1000), (long long)(l->expire_ms % 1000));
+        args[0] = expire;
+        err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
+        if (err == DSJOB_OK)
+            l->hello_wait++;
+    }
+    if (err == DSJOB_OK) {
+        l->hello = true;
+        l->hello_wait++;
+    }
     return err;
 }
 
 bool
 client_hello_answer(struct link *l, const struct packet *p)
 {
-    if (!l->hello_wait || (p->type != PACKET_OPTION_RES && p->type != PACKET_ERROR))
+    if (l->hello_wait == 0 || (p->type != PACKET_OPTION_RES && p->type != PACKET_ERROR))
         return false;
-    l->hello_wait = false;
+    l->hello_wait--;
     return true;
 }
 
@@ -234,6 +247,8 @@ dsjob_client_add_server(struct dsjob_client *c, const char *addr)
         c->links = nl;
         c->cap = ncap;
     }
+    l.expire_set = c->expire_set;
+    l.expire_ms = c->expire_ms;
     c->links[c->nlinks++] = l;
     if (ring_build(c) != DSJOB_OK) {
         link_release(&c->links[--c->nlinks]);
@@ -829,4 +844,22 @@ int
 dsjob_client_resume(struct dsjob_client *c, const char *func)
 {
     return dsjob_client_limit(c, func, "resumed", NULL);
+}
+
+int
+dsjob_client_set_expire_in(struct dsjob_client *c, int64_t ms)
+{
+    size_t i;
+
+    if (ms < 0)
+        return client_err(c, DSJOB_ERR_ARG, "expire-in of %lld ms is negative", (long long)ms);
+    c->expire_ms = ms;
+    c->expire_set = true;
+    /* Said again, before the next request on each connection. */
+    for (i = 0; i < c->nlinks; i++) {
+        c->links[i].expire_set = true;
+        c->links[i].expire_ms = ms;
+        c->links[i].hello = false;
+    }
+    return DSJOB_OK;
 }

@@ -36,6 +36,8 @@ struct dsjob_client {
     char errmsg[CLIENT_ERR_LEN];      /* detail of the last failure */
     struct ssl_ctx_st *tls;           /* TLS context of dsjob_client_set_tls (owned), or NULL */
     unsigned tls_flags;               /* its DSJOB_TLS_* flags */
+    bool expire_set;                  /* dsjob_client_set_expire_in was called */
+    int64_t expire_ms;                /* its value */
 };
 
 /*

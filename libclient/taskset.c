@@ -184,6 +184,8 @@ dsjob_taskset_new(struct dsjob_client *c, const struct dsjob_task_callbacks *cb)
         if (link_init(&ts->links[i].l, c->links[i].addr) != DSJOB_OK)
             goto out_free;
         link_set_tls(&ts->links[i].l, c->tls, c->tls_flags);
+        ts->links[i].l.expire_set = c->expire_set;
+        ts->links[i].l.expire_ms = c->expire_ms;
         ts->nlinks++;
     }
     return ts;

@@ -129,7 +129,7 @@ link_close(struct link *l)
     l->out_off = l->out_len = 0;
     l->in_off = l->in_len = l->in_pending = 0;
     l->hello = false;
-    l->hello_wait = false;
+    l->hello_wait = 0;
     l->said[0] = '\0';
 }
 

@@ -37,7 +37,9 @@ struct link {
     size_t in_cap;             /* allocated size of in */
     size_t in_pending;         /* size of the packet last returned, consumed on the next call */
     bool hello;                /* the owner's per-connection preamble is queued */
-    bool hello_wait;           /* the preamble's answer is still due */
+    uint8_t hello_wait;        /* answers to the preamble still due */
+    bool expire_set;           /* the preamble sends expire_ms (libdsjobclient) */
+    int64_t expire_ms;         /* OPTION_REQ expire-in of the client's jobs, 0: none */
     char err[LINK_ERR_LEN];    /* why the last call failed */
     char said[LINK_SAID_LEN];  /* "CODE: text" of the ERROR link_next returned last, "" after
                                   any other packet: why the server closes, when it does next */

@@ -44,6 +44,8 @@ static const struct textcmd_name textcmd_names[] = {
     {"limit", NULL, TEXTCMD_LIMIT},
     {"pause", NULL, TEXTCMD_PAUSE},
     {"resume", NULL, TEXTCMD_RESUME},
+    {"maxage", NULL, TEXTCMD_MAXAGE},
+    {"uniquefor", NULL, TEXTCMD_UNIQUEFOR},
 };
 
 static bool

@@ -38,6 +38,8 @@ enum textcmd_kind {
     TEXTCMD_LIMIT,        /* limit [FUNCTION [SETTINGS...]]: flow control */
     TEXTCMD_PAUSE,        /* pause FUNCTION */
     TEXTCMD_RESUME,       /* resume FUNCTION */
+    TEXTCMD_MAXAGE,       /* maxage FUNCTION [SECONDS] */
+    TEXTCMD_UNIQUEFOR,    /* uniquefor FUNCTION [SECONDS] */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

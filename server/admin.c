@@ -244,6 +244,9 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     }
     conn_printf(c, "status %" PRIu32 "/%" PRIu32 "\nwaiters %u\n", j->ext ? j->ext->numerator : 0,
                 j->ext ? j->ext->denominator : 0, job_nwaiters(j));
+    if (job_deadline_ms(j) != 0 && !job_ended(j))
+        conn_printf(c, "deadline %lld.%03lld\n", (long long)(job_deadline_ms(j) / 1000),
+                    (long long)(job_deadline_ms(j) % 1000));
     if (j->ext != NULL && j->ext->first_fail != 0 && j->state != JOB_DONE)
         conn_printf(c, "first_failure %lld\nlast_failure %lld\n", (long long)j->ext->first_fail,
                     (long long)j->ext->last_fail);
@@ -417,6 +420,54 @@ admin_retry(struct conn *c, const struct textcmd *cmd)
     }
     log_notice(&c->srv->log, "%s: function '%s' retries %" PRIu32 ", backoff %u ms to %u ms",
                c->peer, f->name, f->retries, f->backoff_base_ms, f->backoff_max_ms);
+    conn_printf(c, "OK\r\n");
+}
+
+/*
+ * maxage FUNCTION [SECONDS] and uniquefor FUNCTION [SECONDS]: a job of the
+ * function not started within SECONDS of its submit (or run-at time)
+ * expires; an ended job's unique key stays taken SECONDS after its end. 0
+ * gives it back to --max-queue-age or --unique-for. Stored with the
+ * function (SQLite). Alone, it prints the function's own: "OK SECONDS".
+ */
+static void
+admin_func_secs(struct conn *c, const struct textcmd *cmd, bool unique_for)
+{
+    const char *name = unique_for ? "uniquefor" : "maxage";
+    unsigned argc = textcmd_argc(cmd);
+    uint64_t n = 0;
+    struct func *f;
+    uint32_t *field;
+
+    if (argc == 0 || argc > 2) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+%s+FUNCTION+[SECONDS]\r\n", name);
+        return;
+    }
+    if (!admin_name_ok(c, WORD(cmd, 0), WORD_LEN(cmd, 0)))
+        return;
+    if (argc == 1) {
+        f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), false);
+        conn_printf(c, "OK %" PRIu32 "\n", f == NULL ? 0 : unique_for ? f->unique_for : f->max_age);
+        return;
+    }
+    if (decimal_parse(WORD(cmd, 1), WORD_LEN(cmd, 1), 86400 * 365, &n) != 0) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS usage:+%s+FUNCTION+SECONDS+(0+to+31536000)\r\n",
+                    name);
+        return;
+    }
+    f = queue_func(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0), true);
+    if (f == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    field = unique_for ? &f->unique_for : &f->max_age;
+    *field = (uint32_t)n;
+    if (storage_set_func(c->srv, f) < 0) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory+to+store+it\r\n");
+        return;
+    }
+    log_notice(&c->srv->log, "%s: function '%s' %s %" PRIu32 " s", c->peer, f->name,
+               unique_for ? "unique-for" : "max-queue-age", *field);
     conn_printf(c, "OK\r\n");
 }
 
@@ -742,7 +793,8 @@ admin_privileged(const struct textcmd *cmd)
     return kind == TEXTCMD_PAUSE || kind == TEXTCMD_RESUME || kind == TEXTCMD_SHUTDOWN ||
            kind == TEXTCMD_CANCEL_JOB || kind == TEXTCMD_DROP_FUNCTION ||
            kind == TEXTCMD_MAXQUEUE || kind == TEXTCMD_RETRY || kind == TEXTCMD_RETRY_DEAD ||
-           kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY;
+           kind == TEXTCMD_DROP_DEAD || kind == TEXTCMD_PRIORITY || kind == TEXTCMD_MAXAGE ||
+           kind == TEXTCMD_UNIQUEFOR;
 }
 
 void
@@ -789,6 +841,8 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_LIMIT:
     case TEXTCMD_PAUSE:
     case TEXTCMD_RESUME: admin_flow(c, &cmd, line, len); break;
+    case TEXTCMD_MAXAGE: admin_func_secs(c, &cmd, false); break;
+    case TEXTCMD_UNIQUEFOR: admin_func_secs(c, &cmd, true); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -55,6 +55,8 @@ struct conn {
     char *client_id;              /* from SET_CLIENT_ID, or NULL */
     bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
     bool reject_no_worker;        /* its submits for a function no worker can do get ERROR */
+    int64_t expire_in_ms;         /* OPTION_REQ expire-in: its new jobs must start within; 0 */
+    int64_t deadline_ms;          /* OPTION_REQ deadline: ... by this epoch ms; 0: none */
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool admin_seen;              /* sent an admin line: counted as an admin connection */
     bool read_paused;             /* input left unread until output drains */

@@ -160,6 +160,9 @@ grab(struct conn *c, enum packet_type assign)
     struct job *j;
 
     queue_awake(&c->worker);
+    /* A job past its deadline is never handed out, even before the tick ends it. */
+    if (srv->queue.expiring.len > 0)
+        lifecycle_expire_jobs(srv, clock_now_ms());
     j = srv->draining ? NULL
                       : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
     if (srv->storage.shared)
@@ -255,6 +258,85 @@ refuse(struct conn *c, const struct packet *p, bool durable, const char *code, c
         conn_send_error(c, code, "%s", text);
 }
 
+/*
+ * The time a new job j of f must start by, in epoch ms: the earlier of
+ * its submitter's (OPTION_REQ expire-in or deadline) and its function's
+ * maximum queue age (admin "maxage", else --max-queue-age), counted from
+ * its run-at time if that is later. 0, or -1 if out of memory.
+ */
+static int
+set_deadline(const struct conn *c, const struct func *f, struct job *j)
+{
+    uint32_t max_age = f->max_age ? f->max_age : c->srv->cfg.max_queue_age;
+    int64_t now_ms, dl = c->deadline_ms;
+
+    if (dl == 0 && c->expire_in_ms == 0 && max_age == 0)
+        return 0;
+    now_ms = clock_now_ms();
+    if (dl == 0 && c->expire_in_ms > 0)
+        dl = now_ms + c->expire_in_ms;
+    if (max_age > 0) {
+        int64_t from = job_when(j) * 1000 > now_ms ? job_when(j) * 1000 : now_ms;
+        int64_t by = from + (int64_t)max_age * 1000;
+
+        if (dl == 0 || by < dl)
+            dl = by;
+    }
+    if (job_ext(j) == NULL)
+        return -1;
+    j->ext->deadline_ms = dl;
+    return 0;
+}
+
+/*
+ * The job of f with this unique key that ended (kept, or settling to be
+ * kept) less than its key's window ago (--unique-for), or NULL.
+ */
+static struct job *
+ended_in_window(struct srv *srv, struct func *f, const char *unique, size_t len)
+{
+    struct job *j = queue_find_settling(f, unique, len);
+    uint32_t window;
+
+    if (j == NULL || j->ext == NULL || j->ext->settle_to != JOB_SETTLE_DONE)
+        j = queue_find_kept(f, unique, len);
+    if (j == NULL || (window = lifecycle_unique_window(srv, j)) == 0)
+        return NULL;
+    return j->ext->last_fail + (int64_t)window > clock_now() ? j : NULL;
+}
+
+/*
+ * A submit within the window of an ended job j's unique key gets j's
+ * handle, and a foreground one its outcome as if it had waited: the
+ * result, or WORK_FAIL (WORK_EXCEPTION if it asked for exceptions).
+ */
+static void
+answer_ended(struct conn *c, struct job *j, const struct submit *s, bool durable)
+{
+    const void *args[2] = {job_handle(j), j->ext->result};
+    size_t lens[2] = {j->handle_len, j->ext->result_len};
+
+    LIFECYCLE_LOG(c->srv, DSJOB_LOG_INFO, "coalesced", c->peer, j,
+                  "its unique key is held after its end (--unique-for)");
+    if (durable) {
+        durable_submit(c->srv, c, j, true); /* answered in order, after the commit */
+        return;
+    }
+    conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
+    if (s->background)
+        return;
+    switch ((enum job_outcome)j->ext->outcome) {
+    case JOB_OUTCOME_COMPLETE: conn_send(c, PACKET_WORK_COMPLETE, 2, args, lens); break;
+    case JOB_OUTCOME_EXCEPTION:
+        if (c->exceptions) {
+            conn_send(c, PACKET_WORK_EXCEPTION, 2, args, lens);
+            break;
+        }
+        /* fall through */
+    default: conn_send(c, PACKET_WORK_FAIL, 1, args, lens); break;
+    }
+}
+
 static void
 submit(struct conn *c, const struct packet *p, const struct submit *s)
 {
@@ -333,6 +415,10 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
         return;
     }
+    if (unique_len > 0 && !by_data && (j = ended_in_window(srv, f, unique, unique_len)) != NULL) {
+        answer_ended(c, j, s, durable);
+        return;
+    }
     if (queue_full(f, s->prio)) {
         srv->stats.limits[STATS_LIMIT_MAX_QUEUE]++;
         refuse(c, p, durable, "QUEUE_ERROR",
@@ -357,6 +443,11 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->unique_is_data = by_data;
     j->background = s->background;
     if (job_set_when(j, s->when) < 0) {
+        job_unref(j);
+        refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
+        return;
+    }
+    if (set_deadline(c, f, j) < 0) {
         job_unref(j);
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
@@ -602,16 +693,54 @@ option_is(const struct packet *p, const char *name)
     return p->arg_len[0] == strlen(name) && memcmp(p->arg[0], name, p->arg_len[0]) == 0;
 }
 
-/* OPTION_REQ: gearmand's exceptions, and reject-no-worker; any other name gets ERROR. */
+/*
+ * An OPTION_REQ of the form NAME=VALUE: true, with VALUE (seconds with up
+ * to three decimals, at most max seconds) in *ms, if p is one for name.
+ */
+static bool
+option_ms(const struct packet *p, const char *name, uint64_t max, int64_t *ms)
+{
+    size_t n = strlen(name), i, dot;
+    const char *v = ARG(p, 0) + n + 1;
+    size_t len = p->arg_len[0] > n ? p->arg_len[0] - n - 1 : 0;
+    uint64_t whole, frac = 0, scale = 1000;
+
+    if (p->arg_len[0] <= n + 1 || memcmp(p->arg[0], name, n) != 0 || p->arg[0][n] != '=')
+        return false;
+    dot = 0;
+    while (dot < len && v[dot] != '.')
+        dot++;
+    if (decimal_parse(v, dot, max, &whole) != 0)
+        return false;
+    for (i = dot + 1; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+        if (scale > 1)
+            frac += (uint64_t)(v[i] - '0') * (scale /= 10);
+    }
+    *ms = (int64_t)(whole * 1000 + frac);
+    return true;
+}
+
+/*
+ * OPTION_REQ: gearmand's exceptions; reject-no-worker; expire-in=SECONDS
+ * and deadline=EPOCH (0 clears), which give the connection's later
+ * submits a time to start by. Any other name gets ERROR, as gearmand's.
+ */
 static void
 h_option_req(struct conn *c, const struct packet *p)
 {
     bool known = true;
+    int64_t ms;
 
     if (option_is(p, "exceptions"))
         c->exceptions = true;
     else if (option_is(p, "reject-no-worker"))
         c->reject_no_worker = true;
+    else if (option_ms(p, "expire-in", 86400u * 3650, &ms))
+        c->expire_in_ms = ms, c->deadline_ms = 0;
+    else if (option_ms(p, "deadline", INT64_MAX / 1000 - 1, &ms))
+        c->deadline_ms = ms, c->expire_in_ms = 0;
     else
         known = false;
     if (known) {

@@ -44,10 +44,11 @@ job_from_store(struct srv *srv, const struct store_job *sj)
     if (job_set_when(j, ended ? 0 : sj->when) < 0)
         goto fail;
     if ((sj->attempts > 0 || sj->first_fail != 0 || ended || sj->numerator != 0 ||
-         sj->denominator != 0) &&
+         sj->denominator != 0 || (!ended && sj->deadline_ms != 0)) &&
         job_ext(j) == NULL)
         goto fail;
     if (j->ext != NULL) {
+        j->ext->deadline_ms = ended ? 0 : sj->deadline_ms;
         j->ext->attempts = sj->attempts;
         j->ext->first_fail = sj->first_fail;
         j->ext->last_fail = sj->last_fail;
@@ -112,6 +113,8 @@ replay_func(const struct store_func *sf, void *arg)
         snprintf(line, sizeof(line), "%.*s", (int)sf->flow_len, sf->flow);
         flow_ctl_replay(srv, f, line);
     }
+    f->max_age = sf->max_age;
+    f->unique_for = sf->unique_for;
     return 0;
 }
 

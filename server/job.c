@@ -92,10 +92,12 @@ job_set_when(struct job *j, int64_t when)
 #define TO(s) (1u << (s))
 const uint8_t job_moves[JOB_NSTATES] = {
     [JOB_NEW] = TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_PENDING),
-    [JOB_QUEUED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_RUNNING) | TO(JOB_SETTLING),
+    /* QUEUED and SCHEDULED end DEAD or DONE when they expire (lifecycle_expire_jobs). */
+    [JOB_QUEUED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_RUNNING) | TO(JOB_SETTLING) |
+                   TO(JOB_DEAD) | TO(JOB_DONE),
     [JOB_RUNNING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
                     TO(JOB_DEAD) | TO(JOB_DONE),
-    [JOB_SCHEDULED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SETTLING),
+    [JOB_SCHEDULED] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SETTLING) | TO(JOB_DEAD) | TO(JOB_DONE),
     [JOB_PENDING] = TO(JOB_NEW) | TO(JOB_QUEUED) | TO(JOB_SCHEDULED) | TO(JOB_SETTLING) |
                     TO(JOB_DEAD) | TO(JOB_DONE),
     [JOB_SETTLING] = TO(JOB_NEW) | TO(JOB_DEAD) | TO(JOB_DONE),

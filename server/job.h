@@ -92,6 +92,9 @@ struct job_ext {
     TAILQ_ENTRY(job) by_key; /* in its flow key's list while queued (flow.c) */
     struct flow_key *key;    /* its flow key while queued or running, or NULL (flow.c) */
     bool key_queued;         /* in its key's list */
+    int64_t deadline_ms;     /* epoch ms it must start by, else it expires (dead set); 0: none */
+    size_t expire_pos;       /* index in queue.expiring while it waits with a deadline */
+    bool expiring;           /* in queue.expiring */
 };
 
 struct job {
@@ -189,6 +192,13 @@ job_when(const struct job *j)
 
 /* job_set_when sets the epoch time j runs at. 0, or -1 if out of memory. */
 int job_set_when(struct job *j, int64_t when);
+
+/* job_deadline_ms returns the epoch ms j must start by, 0 for none. */
+static inline int64_t
+job_deadline_ms(const struct job *j)
+{
+    return j->ext ? j->ext->deadline_ms : 0;
+}
 
 /* job_attempts returns how many times a worker took j and did not finish it. */
 static inline uint32_t

@@ -163,17 +163,55 @@ lifecycle_sleeping(struct qworker *w)
     }
 }
 
+static void end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
+                    size_t len, bool counted);
+
 /* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */
 static enum job_settle
 end_to(const struct srv *srv, const struct job *j, enum job_outcome outcome)
 {
-    if (!j->background || j->cancelled || outcome == JOB_OUTCOME_NONE)
+    if (j->cancelled || outcome == JOB_OUTCOME_NONE)
         return JOB_SETTLE_GONE;
+    /* --unique-for: its key stays taken, foreground or background, by keeping it. */
+    if (!j->background)
+        return lifecycle_unique_window(srv, j) > 0 ? JOB_SETTLE_DONE : JOB_SETTLE_GONE;
     if (outcome != JOB_OUTCOME_COMPLETE && srv->cfg.max_dead > 0)
         return JOB_SETTLE_DEAD;
-    if (srv->cfg.keep_results > 0)
+    if (srv->cfg.keep_results > 0 || lifecycle_unique_window(srv, j) > 0)
         return JOB_SETTLE_DONE;
     return JOB_SETTLE_GONE;
+}
+
+uint32_t
+lifecycle_unique_window(const struct srv *srv, const struct job *j)
+{
+    if (j->unique_len == 0 || j->unique_is_data)
+        return 0;
+    return j->func->unique_for ? j->func->unique_for : srv->cfg.unique_for;
+}
+
+/* Seconds an ended (kept) job stays: --keep-results for a background one, or its key's window. */
+static int64_t
+kept_for(const struct srv *srv, const struct job *j)
+{
+    uint32_t keep = j->background ? srv->cfg.keep_results : 0;
+    uint32_t window = lifecycle_unique_window(srv, j);
+
+    return keep > window ? keep : window;
+}
+
+/* Past --max-kept, the oldest kept results go, and are counted. */
+static void
+trim_kept(struct srv *srv)
+{
+    struct job *j;
+
+    while (srv->queue.nkept > srv->cfg.max_kept && (j = TAILQ_FIRST(&srv->queue.kept)) != NULL) {
+        log_info(&srv->log, "kept job %s of '%s' dropped: the kept results are at --max-kept %u",
+                 job_handle(j), j->func->name, srv->cfg.max_kept);
+        srv->stats.limits[STATS_LIMIT_MAX_KEPT]++;
+        lifecycle_drop_ended(srv, j);
+    }
 }
 
 /* Past --max-dead, the oldest dead jobs of f go, and are counted. */
@@ -206,6 +244,7 @@ lifecycle_settled(struct srv *srv, struct job *j)
         trim_dead(srv, j->func);
     } else {
         queue_keep(&srv->queue, j);
+        trim_kept(srv);
     }
 }
 
@@ -259,6 +298,14 @@ static void
 end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
         bool tell)
 {
+    end_job(srv, j, outcome, data, len, true);
+}
+
+/* lifecycle_end's work; counted: the outcome counts in the function's stats. */
+static void
+end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
+        bool counted)
+{
     enum job_settle to = end_to(srv, j, outcome);
     struct qworker *w = job_worker(j);
     bool later = tell && j->stored && srv->storage.durable && !srv->cfg.store_async_ends &&
@@ -284,11 +331,11 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
     }
     if (w != NULL)
         stats_ran(srv, j);
-    if (outcome == JOB_OUTCOME_COMPLETE)
+    if (counted && outcome == JOB_OUTCOME_COMPLETE)
         j->func->stats.completed++;
-    else if (outcome == JOB_OUTCOME_FAIL)
+    else if (counted && outcome == JOB_OUTCOME_FAIL)
         j->func->stats.failed++;
-    else if (outcome == JOB_OUTCOME_EXCEPTION)
+    else if (counted && outcome == JOB_OUTCOME_EXCEPTION)
         j->func->stats.exceptions++;
     stop_timer(j);
     if (tell && !later)
@@ -554,8 +601,10 @@ void
 lifecycle_keep_replayed(struct srv *srv, struct job *j)
 {
     queue_keep(&srv->queue, j);
-    if (srv->cfg.keep_results == 0)
+    if (kept_for(srv, j) == 0)
         lifecycle_drop_ended(srv, j); /* kept by a run with --keep-results; this one keeps none */
+    else
+        trim_kept(srv);
 }
 
 void
@@ -597,11 +646,74 @@ lifecycle_revive(struct srv *srv, struct job *j)
 void
 lifecycle_expire(struct srv *srv, int64_t now)
 {
+    struct job *j, *next;
+    struct func *f;
+    int64_t least = srv->cfg.keep_results;
+
+    /*
+     * The kept results are in end order, each kept for kept_for seconds:
+     * none ended after now less the shortest of those can be due, so the
+     * walk stops there. With one retention for all (the usual case) it
+     * looks at the due ones and one more.
+     */
+    if (srv->cfg.unique_for > 0 && (least == 0 || srv->cfg.unique_for < least))
+        least = srv->cfg.unique_for;
+    TAILQ_FOREACH (f, &srv->queue.func_order, order)
+        if (f->unique_for > 0 && (least == 0 || f->unique_for < least))
+            least = f->unique_for;
+    for (j = TAILQ_FIRST(&srv->queue.kept); j != NULL && j->ext->last_fail + least <= now;
+         j = next) {
+        next = TAILQ_NEXT(j, link);
+        if (j->ext->last_fail + kept_for(srv, j) <= now)
+            lifecycle_drop_ended(srv, j);
+    }
+    /* --dead-max-age: each dead set is in end order too. */
+    if (srv->cfg.dead_max_age == 0)
+        return;
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        while ((j = TAILQ_FIRST(&f->dead)) != NULL &&
+               j->ext->last_fail + (int64_t)srv->cfg.dead_max_age <= now) {
+            log_info(&srv->log, "dead job %s of '%s' dropped: older than --dead-max-age %u s",
+                     job_handle(j), f->name, srv->cfg.dead_max_age);
+            srv->stats.limits[STATS_LIMIT_DEAD_MAX_AGE]++;
+            lifecycle_drop_ended(srv, j);
+        }
+    }
+}
+
+/*
+ * j waited past its deadline: its clients hear WORK_FAIL and it ends as a
+ * failure whose text is "expired" (to the dead set, with --max-dead).
+ */
+static void
+expired(struct srv *srv, struct job *j, int64_t now_ms)
+{
+    static const char why[] = "expired";
+    const void *args[1] = {job_handle(j)};
+    size_t lens[1] = {j->handle_len};
+
+    j->func->stats.expired++;
+    if (LOG_ON(&srv->log, DSJOB_LOG_NOTICE)) {
+        char text[120];
+
+        snprintf(text, sizeof(text), "expired: not started by its deadline (%.3f s ago)",
+                 (double)(now_ms - j->ext->deadline_ms) / 1000);
+        LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "expired", NULL, j, text);
+    }
+    j->ext->last_fail = now_ms / 1000; /* when it ended: the dead set's order */
+    if (j->ext->first_fail == 0)
+        j->ext->first_fail = j->ext->last_fail;
+    lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
+    end_job(srv, j, JOB_OUTCOME_FAIL, why, sizeof(why) - 1, false);
+}
+
+void
+lifecycle_expire_jobs(struct srv *srv, int64_t now_ms)
+{
     struct job *j;
 
-    while ((j = TAILQ_FIRST(&srv->queue.kept)) != NULL &&
-           j->ext->last_fail + (int64_t)srv->cfg.keep_results <= now)
-        lifecycle_drop_ended(srv, j);
+    while ((j = queue_expired(&srv->queue, now_ms)) != NULL)
+        expired(srv, j, now_ms);
 }
 
 void

@@ -164,6 +164,13 @@ void lifecycle_retry(struct srv *srv, struct job *j, const char *why);
  */
 void lifecycle_retry_as(struct srv *srv, struct job *j, unsigned how, const char *why);
 
+/*
+ * lifecycle_unique_window returns the seconds j's unique key stays taken
+ * once j ends (its function's "uniquefor", else --unique-for); 0 for none,
+ * and for a job with no explicit unique key.
+ */
+uint32_t lifecycle_unique_window(const struct srv *srv, const struct job *j);
+
 /* lifecycle_keep_replayed puts a replayed DONE job among the kept results. */
 void lifecycle_keep_replayed(struct srv *srv, struct job *j);
 
@@ -183,8 +190,22 @@ void lifecycle_drop_ended(struct srv *srv, struct job *j);
  */
 int lifecycle_revive(struct srv *srv, struct job *j);
 
-/* lifecycle_expire forgets the kept results older than --keep-results seconds at now. */
+/*
+ * lifecycle_expire forgets, at now (epoch seconds), the kept results older
+ * than --keep-results (or their unique key's window, if longer) and the
+ * dead jobs older than --dead-max-age.
+ */
 void lifecycle_expire(struct srv *srv, int64_t now);
+
+/*
+ * lifecycle_expire_jobs ends every waiting job whose deadline (a submit's
+ * expire-in or deadline, or its function's maximum queue age) is at or
+ * before now_ms (epoch ms): it is not run; it goes to its function's dead
+ * set with the text "expired" (--max-dead), else it is gone, and its
+ * clients hear WORK_FAIL. The tick calls it, and every grab before it
+ * picks a job, so a job past its deadline is never handed to a worker.
+ */
+void lifecycle_expire_jobs(struct srv *srv, int64_t now_ms);
 
 /*
  * lifecycle_give_back retries (lifecycle_retry) every job of f that worker

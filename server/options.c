@@ -79,6 +79,13 @@ usage(FILE *fp)
         "                             dead set (default 0: dropped, as gearmand)\n"
         "      --keep-results SECONDS keep a background job's outcome that long (default 0)\n"
         "      --max-result-size SZ   bytes kept of a result or failure text (default 1M)\n"
+        "      --max-kept N           kept results held at most, oldest dropped first\n"
+        "                             (default 100000)\n"
+        "      --dead-max-age SECONDS drop a dead job that old (default 604800; 0: never)\n"
+        "      --max-queue-age SECONDS  a job not started that long expires, to the dead set\n"
+        "                             (default 0: never; per function: admin maxage)\n"
+        "      --unique-for SECONDS   an ended job's unique key stays taken that long\n"
+        "                             (default 0; per function: admin uniquefor)\n"
         "      --ssl                  TLS on every TCP connection (the unix socket stays plain)\n"
         "      --ssl-certificate FILE the server's certificate (PEM)\n"
         "      --ssl-key FILE         its private key (PEM)\n"
@@ -281,6 +288,10 @@ static const struct option long_options[] = {
     {"max-dead", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_DEAD},
     {"keep-results", required_argument, NULL, OPT_BOUNDED + OPTION_KEEP_RESULTS},
     {"max-result-size", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_RESULT},
+    {"max-kept", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_KEPT},
+    {"dead-max-age", required_argument, NULL, OPT_BOUNDED + OPTION_DEAD_MAX_AGE},
+    {"max-queue-age", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE_AGE},
+    {"unique-for", required_argument, NULL, OPT_BOUNDED + OPTION_UNIQUE_FOR},
     {"ssl", no_argument, NULL, OPT_SSL},
     {"ssl-certificate", required_argument, NULL, OPT_SSL_CERT},
     {"ssl-key", required_argument, NULL, OPT_SSL_KEY},

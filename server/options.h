@@ -73,6 +73,10 @@ enum option_id {
     OPTION_THREADS,
     OPTION_WORKER_WAKEUP,
     OPTION_HASHTABLE_BUCKETS,
+    OPTION_MAX_QUEUE_AGE,
+    OPTION_UNIQUE_FOR,
+    OPTION_MAX_KEPT,
+    OPTION_DEAD_MAX_AGE,
     OPTION_NBOUNDS
 };
 
@@ -172,6 +176,15 @@ static const struct option_bound option_bounds[OPTION_NBOUNDS] = {
     [OPTION_WORKER_WAKEUP] = {"worker-wakeup", OPTION_NOFIELD, 0, 0, 1024, 0, "workers", 0},
     [OPTION_HASHTABLE_BUCKETS] = {"hashtable-buckets", OPTION_NOFIELD, 0, 1, UINT32_MAX, 0,
                                   "buckets", 0},
+    [OPTION_MAX_QUEUE_AGE] = {"max-queue-age", OPTION_UINT, OPTION_FIELD(max_queue_age), 0,
+                              86400 * 365, 0, "seconds", 0},
+    [OPTION_UNIQUE_FOR] = {"unique-for", OPTION_UINT, OPTION_FIELD(unique_for), 0, 86400 * 365, 0,
+                           "seconds", 0},
+    /* Retention: kept results and the dead set are bounded by default (dsjobd(8) gives bytes). */
+    [OPTION_MAX_KEPT] = {"max-kept", OPTION_UINT, OPTION_FIELD(max_kept), 1, 100000000, 100000,
+                         "results", 0},
+    [OPTION_DEAD_MAX_AGE] = {"dead-max-age", OPTION_UINT, OPTION_FIELD(dead_max_age), 0,
+                             86400 * 3650, 604800, "seconds", 0},
 };
 
 /* option_seconds writes ms as SECONDS[.FRACTION] ("1.5", "86400") into buf; returns buf. */

@@ -31,6 +31,45 @@ set_heap_pos(void *elem, size_t pos)
     ((struct job *)elem)->ext->heap_pos = pos;
 }
 
+static bool
+deadline_less(const void *a, const void *b)
+{
+    const struct job *x = a;
+    const struct job *y = b;
+
+    /* Only jobs with a deadline are in it, and each has its job_ext. */
+    return x->ext->deadline_ms < y->ext->deadline_ms ||
+           (x->ext->deadline_ms == y->ext->deadline_ms && x->seq < y->seq);
+}
+
+static void
+set_expire_pos(void *elem, size_t pos)
+{
+    ((struct job *)elem)->ext->expire_pos = pos;
+}
+
+/*
+ * A job that waits with a deadline is in queue.expiring, from the moment
+ * it waits (queued or scheduled) until a worker takes it or it leaves.
+ * Out of memory for the heap's room, it is not: it then never expires.
+ */
+static void
+expiring_add(struct queue *q, struct job *j)
+{
+    if (j->ext == NULL || j->ext->deadline_ms == 0 || j->ext->expiring)
+        return;
+    j->ext->expiring = heap_insert(&q->expiring, j) == 0;
+}
+
+static void
+expiring_del(struct queue *q, struct job *j)
+{
+    if (j->ext == NULL || !j->ext->expiring)
+        return;
+    heap_remove(&q->expiring, j->ext->expire_pos);
+    j->ext->expiring = false;
+}
+
 /* The key functions of the three kinds of index. */
 static const void *
 func_key(const struct hnode *n)
@@ -74,6 +113,7 @@ queue_init(struct queue *q, bool round_robin)
     hmap_init(&q->jobs, handle_key);
     TAILQ_INIT(&q->func_order);
     heap_init(&q->scheduled, time_less, set_heap_pos);
+    heap_init(&q->expiring, deadline_less, set_expire_pos);
     TAILQ_INIT(&q->kept);
     TAILQ_INIT(&q->flows);
     q->now_ms = NULL;
@@ -82,6 +122,7 @@ queue_init(struct queue *q, bool round_robin)
     q->round_robin = round_robin;
     q->njobs = 0;
     q->nended = 0;
+    q->nkept = 0;
     q->global = false;
     q->turns = false;
     q->ranked = false;
@@ -236,6 +277,7 @@ queue_release(struct queue *q)
     hmap_release(&q->funcs);
     hmap_release(&q->jobs);
     heap_release(&q->scheduled);
+    heap_release(&q->expiring);
 }
 
 ptrdiff_t
@@ -351,7 +393,7 @@ queue_full(const struct func *f, enum job_prio prio)
 }
 
 static void
-queue_push(struct func *f, struct job *j, bool head)
+queue_push(struct queue *q, struct func *f, struct job *j, bool head)
 {
     if (head)
         TAILQ_INSERT_HEAD(&f->jobs[j->prio], j, link);
@@ -361,6 +403,7 @@ queue_push(struct func *f, struct job *j, bool head)
     job_set_state(j, JOB_QUEUED);
     if (f->flow != NULL)
         flow_queued(f, j, head);
+    expiring_add(q, j);
 }
 
 /* Now, for flow's rates: the server's monotonic clock, or 0 without one. */
@@ -388,8 +431,9 @@ queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
             return -1;
         job_set_state(j, JOB_SCHEDULED);
         f->nscheduled++;
+        expiring_add(q, j);
     } else {
-        queue_push(f, j, false);
+        queue_push(q, f, j, false);
     }
     return 0;
 }
@@ -445,6 +489,7 @@ out_unindex_handle:
 static void
 queue_unplace(struct queue *q, struct func *f, struct job *j)
 {
+    expiring_del(q, j);
     switch ((enum job_state)j->state) {
     case JOB_QUEUED:
         TAILQ_REMOVE(&f->jobs[j->prio], j, link);
@@ -475,6 +520,7 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
         TAILQ_REMOVE(&q->kept, j, link);
         f->nkept--;
         q->nended--;
+        q->nkept--;
         break;
     case JOB_NEW: break;
     }
@@ -602,6 +648,7 @@ queue_keep(struct queue *q, struct job *j)
     insert_by_end(&q->kept, j);
     f->nkept++;
     q->nended++;
+    q->nkept++;
     job_set_state(j, JOB_DONE);
 }
 
@@ -664,6 +711,7 @@ queue_backoff(struct queue *q, struct job *j, int64_t when)
     j->ext->denominator = 0;
     job_set_state(j, JOB_SCHEDULED);
     f->nscheduled++;
+    expiring_add(q, j);
     return 0;
 }
 
@@ -693,6 +741,7 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     f->nqueued[j->prio]--;
     f->nrunning++;
     job_set_state(j, JOB_RUNNING);
+    expiring_del(q, j);
     j->ext->worker = w;
     TAILQ_INSERT_TAIL(&w->held, j, link);
     w->nheld++;
@@ -784,7 +833,7 @@ queue_set_prio(struct queue *q, struct job *j, enum job_prio prio)
         if (f->flow != NULL)
             flow_unqueued(f, j);
         j->prio = (uint8_t)prio;
-        queue_push(f, j, false);
+        queue_push(q, f, j, false);
         return 0;
     case JOB_SCHEDULED:
     case JOB_PENDING: j->prio = (uint8_t)prio; return 0;
@@ -812,7 +861,18 @@ queue_requeue(struct queue *q, struct job *j)
     j->ext->attempts++;
     j->ext->numerator = 0;
     j->ext->denominator = 0;
-    queue_push(f, j, true);
+    queue_push(q, f, j, true);
+}
+
+struct job *
+queue_expired(struct queue *q, int64_t now_ms)
+{
+    struct job *j = heap_peek(&q->expiring);
+
+    if (j == NULL || j->ext->deadline_ms > now_ms)
+        return NULL;
+    expiring_del(q, j);
+    return j;
 }
 
 int64_t
@@ -831,7 +891,7 @@ queue_due(struct queue *q, int64_t now, void (*due)(struct job *, void *), void 
     while ((j = heap_peek(&q->scheduled)) != NULL && j->ext->when <= now) {
         heap_remove(&q->scheduled, 0);
         j->func->nscheduled--;
-        queue_push(j->func, j, false);
+        queue_push(q, j->func, j, false);
         if (due)
             due(j, arg);
     }

@@ -67,6 +67,10 @@ struct func {
     uint32_t retries;                /* admin "retry": attempts allowed; 0: --job-retries */
     uint32_t backoff_base_ms;        /* admin "retry": first wait; with max, 0: the server's */
     uint32_t backoff_max_ms;         /* admin "retry": longest wait */
+    uint32_t max_age;                /* admin "maxage": seconds a job may wait to start; 0:
+                                        --max-queue-age */
+    uint32_t unique_for;             /* admin "uniquefor": seconds an ended job's unique key
+                                        stays taken; 0: --unique-for */
     struct stats_func stats;         /* its counters (stats.c) */
     struct flow *flow;               /* owned: its flow control (flow.c), or NULL: none */
     size_t name_len;                 /* name bytes */
@@ -103,10 +107,12 @@ struct queue {
     struct func_list func_order; /* the same, oldest first */
     struct hmap jobs;            /* struct job by handle */
     struct heap scheduled;       /* SCHEDULED jobs by time */
+    struct heap expiring;        /* waiting (QUEUED, SCHEDULED) jobs with a deadline, by it */
     struct job_list kept;        /* DONE jobs of every function, oldest end first */
     bool round_robin;            /* rotate a worker's abilities after a grab */
     size_t njobs;                /* jobs in queue.jobs */
     size_t nended;               /* of those, DEAD or DONE (see queue_live) */
+    size_t nkept;                /* of those, DONE (in kept) */
     unsigned default_max_queue;  /* a new function's maxqueue, every priority; 0: none */
     bool global;                 /* --priority global: the best job over all abilities */
     bool turns;                  /* --priority gearmand-2.0: the best priority over all
@@ -305,6 +311,13 @@ void queue_requeue(struct queue *q, struct job *j);
  * of the next scheduled job, or 0 if none is left.
  */
 int64_t queue_due(struct queue *q, int64_t now, void (*due)(struct job *, void *), void *arg);
+
+/*
+ * queue_expired takes out of queue.expiring and returns the waiting job
+ * whose deadline is the earliest, if it is at or before now_ms (epoch
+ * ms); NULL if none is. The job stays where it waits: the caller ends it.
+ */
+struct job *queue_expired(struct queue *q, int64_t now_ms);
 
 /* queue_next_due returns the earliest scheduled time, or 0. */
 int64_t queue_next_due(const struct queue *q);

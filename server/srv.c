@@ -451,8 +451,10 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (srv->cfg.idle_timeout > 0)
         conn_sweep_idle(srv, clock_uptime());
-    if (srv->cfg.keep_results > 0)
+    if (srv->queue.nended > 0)
         lifecycle_expire(srv, clock_now());
+    if (srv->queue.expiring.len > 0)
+        lifecycle_expire_jobs(srv, clock_now_ms());
 }
 
 static void
@@ -598,7 +600,8 @@ srv_setup(struct srv *srv, struct event_base *base)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "cannot make the server's events");
         goto fail;
     }
-    if (srv->cfg.idle_timeout > 0 || srv->cfg.keep_results > 0) {
+    {
+        /* Always: deadlines and retention come with submits and admin commands too. */
         struct timeval second = {1, 0};
 
         srv->tick_ev = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);

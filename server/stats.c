@@ -339,6 +339,8 @@ static const char *const limit_names[STATS_NLIMITS] = {
     [STATS_LIMIT_IDLE_TIMEOUT] = "idle_timeout",
     [STATS_LIMIT_REJECT_NO_WORKER] = "reject_no_worker",
     [STATS_LIMIT_MAX_DEAD] = "max_dead",
+    [STATS_LIMIT_DEAD_MAX_AGE] = "dead_max_age",
+    [STATS_LIMIT_MAX_KEPT] = "max_kept",
 };
 
 const char *
@@ -377,6 +379,11 @@ server_wide(struct srv *srv, struct out *o)
     family(o, "keep_results_seconds", "gauge",
            "--keep-results: seconds a background job's result is kept (0: none is kept).");
     value(o, "keep_results_seconds", NULL, srv->cfg.keep_results);
+    family(o, "max_kept", "gauge", "--max-kept: kept results held at most, over all functions.");
+    value(o, "max_kept", NULL, srv->cfg.max_kept);
+    family(o, "dead_max_age_seconds", "gauge",
+           "--dead-max-age: seconds a dead job is kept at most (0: no age limit).");
+    value(o, "dead_max_age_seconds", NULL, srv->cfg.dead_max_age);
     family(o, "jobs_replayed_total", "counter", "Jobs replayed from the store at start.");
     value(o, "jobs_replayed_total", NULL, st->replayed);
     if (srv->storage.shared) {
@@ -449,6 +456,8 @@ static const struct {
     {"jobs_retried_total", "Failed attempts run again.", offsetof(struct stats_func, retried)},
     {"jobs_cancelled_total", "Jobs cancelled by an administrator.",
      offsetof(struct stats_func, cancelled)},
+    {"jobs_expired_total", "Jobs not started by their deadline (expire-in, --max-queue-age).",
+     offsetof(struct stats_func, expired)},
 };
 
 static void
@@ -483,6 +492,9 @@ per_function(struct srv *srv, struct out *o)
     family(o, "jobs_dead", "gauge", "Jobs in the dead set (--max-dead).");
     TAILQ_FOREACH (f, fl, order)
         value(o, "jobs_dead", f, f->ndead);
+    family(o, "jobs_kept", "gauge", "Ended jobs kept (--keep-results, --unique-for).");
+    TAILQ_FOREACH (f, fl, order)
+        value(o, "jobs_kept", f, f->nkept);
     family(o, "workers", "gauge", "Workers that can do the function.");
     TAILQ_FOREACH (f, fl, order)
         value(o, "workers", f, f->nworkers);

@@ -43,6 +43,8 @@ enum stats_limit {
     STATS_LIMIT_IDLE_TIMEOUT,      /* a peer dropped for an incomplete message */
     STATS_LIMIT_REJECT_NO_WORKER,  /* a submit refused: no worker can do it */
     STATS_LIMIT_MAX_DEAD,          /* a dead job dropped as the oldest past --max-dead */
+    STATS_LIMIT_DEAD_MAX_AGE,      /* a dead job dropped, older than --dead-max-age */
+    STATS_LIMIT_MAX_KEPT,          /* a kept result dropped as the oldest past --max-kept */
     STATS_NLIMITS
 };
 
@@ -54,6 +56,7 @@ struct stats_func {
     uint64_t exceptions;    /* jobs that ended with WORK_EXCEPTION */
     uint64_t retried;       /* failed attempts run again (--retry-on, crashes) */
     uint64_t cancelled;     /* jobs cancelled by "cancel job" or "drop function" */
+    uint64_t expired;       /* jobs not started by their deadline (lifecycle_expire_jobs) */
     struct stats_hist wait; /* ms from queued (or run again) to grabbed */
     struct stats_hist run;  /* ms from grabbed to its end or failed attempt */
 };

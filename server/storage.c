@@ -119,6 +119,7 @@ op_add_new(struct storage *sg, const struct job *j)
     sj->seq = j->seq;
     sj->prio = j->prio;
     sj->when = job_when(j);
+    sj->deadline_ms = job_deadline_ms(j);
     sj->unique_is_data = j->unique_is_data;
     sj->attempts = job_attempts(j);
     if (j->ext != NULL) {
@@ -455,6 +456,8 @@ storage_set_func(struct srv *srv, const struct func *f)
     op->sf.retries = f->retries;
     op->sf.backoff_base_ms = f->backoff_base_ms;
     op->sf.backoff_max_ms = f->backoff_max_ms;
+    op->sf.max_age = f->max_age;
+    op->sf.unique_for = f->unique_for;
     batch_append(&sg->open, op);
     schedule_lazy(srv);
     return 0;

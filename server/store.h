@@ -38,6 +38,8 @@ struct store_job {
     int prio;            /* enum job_prio */
     int64_t when;        /* epoch seconds, 0 for now */
     bool unique_is_data; /* unique "-" */
+    int64_t deadline_ms; /* LIVE: epoch ms it must start by, else it expires; 0: none (SQLite
+                            keeps it; the other backends do not yet) */
     /* The job's life beyond gearmand's (retries, dead set, kept results). */
     int state;            /* enum store_state */
     uint32_t attempts;    /* attempts that failed so far */
@@ -82,6 +84,8 @@ struct store_func {
                                  or "" (flow_len 0): none. A backend that keeps no flow
                                  settings (memcached) ignores it and replays none */
     size_t flow_len;          /* bytes of flow */
+    uint32_t max_age;         /* admin "maxage": seconds; 0: --max-queue-age (SQLite only) */
+    uint32_t unique_for;      /* admin "uniquefor": seconds; 0: --unique-for (SQLite only) */
 };
 
 /*

@@ -57,7 +57,7 @@
  * (FLOW_TABLE_SQL), and a dsjobd that does not know it leaves it alone,
  * so a downgrade only forgets the settings.
  */
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define FLOW_TABLE_SQL                                                                             \
     "CREATE TABLE IF NOT EXISTS flow (name TEXT PRIMARY KEY, settings TEXT NOT NULL)"
 #define SCHEMA_SQL                                                                                 \
@@ -71,7 +71,7 @@
     " reducer BLOB NOT NULL,"   /* empty unless SUBMIT_REDUCE_JOB */                               \
     " prio INTEGER NOT NULL,"   /* enum job_prio */                                                \
     " run_at INTEGER NOT NULL," /* epoch seconds, 0 for now */                                     \
-    " data BLOB NOT NULL," SCHEMA_2_JOB_COLUMNS ");" SCHEMA_2_FUNCS
+    " data BLOB NOT NULL," SCHEMA_2_JOB_COLUMNS "," SCHEMA_3_JOB_COLUMNS ");" SCHEMA_3_FUNCS
 
 /* Version 2: a job's state, attempts, failures and kept result; function settings. */
 #define SCHEMA_2_JOB_COLUMNS                                                                       \
@@ -97,9 +97,24 @@
     "ALTER TABLE jobs ADD COLUMN numerator INTEGER NOT NULL DEFAULT 0;"                            \
     "ALTER TABLE jobs ADD COLUMN denominator INTEGER NOT NULL DEFAULT 0;" SCHEMA_2_FUNCS
 
+/* Version 3: a job's deadline (epoch ms; 0 none); a function's maxage and uniquefor. */
+#define SCHEMA_3_JOB_COLUMNS " deadline_ms INTEGER NOT NULL DEFAULT 0"
+#define SCHEMA_3_FUNCS                                                                             \
+    "CREATE TABLE funcs ("                                                                         \
+    " name TEXT PRIMARY KEY,"                                                                      \
+    " retries INTEGER NOT NULL,"                                                                   \
+    " backoff_base_ms INTEGER NOT NULL,"                                                           \
+    " backoff_max_ms INTEGER NOT NULL,"                                                            \
+    " max_age INTEGER NOT NULL DEFAULT 0,"                                                         \
+    " unique_for INTEGER NOT NULL DEFAULT 0);"
+#define UPGRADE_2_TO_3                                                                             \
+    "ALTER TABLE jobs ADD COLUMN deadline_ms INTEGER NOT NULL DEFAULT 0;"                          \
+    "ALTER TABLE funcs ADD COLUMN max_age INTEGER NOT NULL DEFAULT 0;"                             \
+    "ALTER TABLE funcs ADD COLUMN unique_for INTEGER NOT NULL DEFAULT 0;"
+
 #define JOB_COLUMNS                                                                                \
     "id, seq, handle, func, unique_key, unique_is_data, reducer, prio, run_at, data, state, "      \
-    "attempts, first_fail, last_fail, result, numerator, denominator"
+    "attempts, first_fail, last_fail, result, numerator, denominator, deadline_ms"
 
 enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
                COL_ID,
@@ -119,6 +134,7 @@ enum job_col { /* the order of JOB_COLUMNS; bind indexes are these + 1 */
                COL_RESULT,
                COL_NUMERATOR,
                COL_DENOMINATOR,
+               COL_DEADLINE,
 };
 
 struct store {
@@ -503,6 +519,8 @@ schema_upgrade(struct store *st, const struct store_config *cfg, long long versi
         rc = db_exec(st->db, SCHEMA_SQL);
     if (rc == SQLITE_OK && version == 1)
         rc = db_exec(st->db, UPGRADE_1_TO_2);
+    if (rc == SQLITE_OK && version >= 1 && version <= 2)
+        rc = db_exec(st->db, UPGRADE_2_TO_3);
     if (rc == SQLITE_OK)
         rc = db_exec(st->db, set_version);
     if (rc == SQLITE_OK)
@@ -520,22 +538,23 @@ static int
 prepare_all(struct store *st, char *err)
 {
     static const char ins[] =
-        "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+        "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     /* The same bind indexes as ins, so bind_job serves both; ?3 and ?4 are not used. */
     static const char upd[] =
         "UPDATE jobs SET seq=?2, unique_key=?5, unique_is_data=?6, reducer=?7, prio=?8, "
         "run_at=?9, data=?10, state=?11, attempts=?12, first_fail=?13, last_fail=?14, "
-        "result=?15, numerator=?16, denominator=?17 WHERE id=?1";
+        "result=?15, numerator=?16, denominator=?17, deadline_ms=?18 WHERE id=?1";
     static const char fset[] = "INSERT OR REPLACE INTO funcs (name, retries, backoff_base_ms, "
-                               "backoff_max_ms) VALUES (?,?,?,?)";
+                               "backoff_max_ms, max_age, unique_for) VALUES (?,?,?,?,?,?)";
     static const char fdel[] = "DELETE FROM funcs WHERE name = ?";
     static const char wset[] = "INSERT OR REPLACE INTO flow (name, settings) VALUES (?,?)";
     static const char wdel[] = "DELETE FROM flow WHERE name = ?";
     /* A function's row in funcs, flow, or both. */
     static const char fsel[] =
-        "SELECT name, MAX(r), MAX(b), MAX(m), MAX(w) FROM (SELECT name, retries AS r, "
-        "backoff_base_ms AS b, backoff_max_ms AS m, '' AS w FROM funcs UNION ALL SELECT name, 0, "
-        "0, 0, settings FROM flow) GROUP BY name ORDER BY name";
+        "SELECT name, MAX(r), MAX(b), MAX(m), MAX(w), MAX(a), MAX(u) FROM (SELECT name, "
+        "retries AS r, backoff_base_ms AS b, backoff_max_ms AS m, '' AS w, max_age AS a, "
+        "unique_for AS u FROM funcs UNION ALL SELECT name, 0, 0, 0, settings, 0, 0 FROM flow) "
+        "GROUP BY name ORDER BY name";
     static const char del[] = "DELETE FROM jobs WHERE id = ?";
     static const char sel[] = "SELECT " JOB_COLUMNS " FROM jobs ORDER BY seq, id";
     int rc;
@@ -780,6 +799,8 @@ bind_job(sqlite3_stmt *stmt, const struct store_job *sj)
         rc = sqlite3_bind_int64(stmt, COL_NUMERATOR + 1, sj->numerator);
     if (rc == SQLITE_OK)
         rc = sqlite3_bind_int64(stmt, COL_DENOMINATOR + 1, sj->denominator);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(stmt, COL_DEADLINE + 1, sj->deadline_ms);
     return rc;
 }
 
@@ -832,7 +853,8 @@ refuse:
 static int
 sqlite_set_func(struct store *st, const struct store_func *sf, char *err)
 {
-    bool forget = sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0;
+    bool forget = sf->retries == 0 && sf->backoff_base_ms == 0 && sf->backoff_max_ms == 0 &&
+                  sf->max_age == 0 && sf->unique_for == 0;
     sqlite3_stmt *stmt = forget ? st->fdel : st->fset;
     int rc;
 
@@ -845,6 +867,10 @@ sqlite_set_func(struct store *st, const struct store_func *sf, char *err)
         rc = sqlite3_bind_int64(stmt, 3, sf->backoff_base_ms);
     if (rc == SQLITE_OK && !forget)
         rc = sqlite3_bind_int64(stmt, 4, sf->backoff_max_ms);
+    if (rc == SQLITE_OK && !forget)
+        rc = sqlite3_bind_int64(stmt, 5, sf->max_age);
+    if (rc == SQLITE_OK && !forget)
+        rc = sqlite3_bind_int64(stmt, 6, sf->unique_for);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE)
@@ -885,6 +911,8 @@ sqlite_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
         sf.backoff_max_ms = (uint32_t)sqlite3_column_int64(st->fsel, 3);
         sf.flow = (const char *)sqlite3_column_text(st->fsel, 4);
         sf.flow_len = sf.flow != NULL ? (size_t)sqlite3_column_bytes(st->fsel, 4) : 0;
+        sf.max_age = (uint32_t)sqlite3_column_int64(st->fsel, 5);
+        sf.unique_for = (uint32_t)sqlite3_column_int64(st->fsel, 6);
         if (sf.name == NULL)
             sf.name = "";
         if (fn(&sf, arg) != 0) {
@@ -983,6 +1011,7 @@ row_to_job(sqlite3_stmt *stmt, struct store_job *sj)
     sj->result = col_bytes(stmt, COL_RESULT, &sj->result_len);
     sj->numerator = (uint32_t)sqlite3_column_int64(stmt, COL_NUMERATOR);
     sj->denominator = (uint32_t)sqlite3_column_int64(stmt, COL_DENOMINATOR);
+    sj->deadline_ms = sqlite3_column_int64(stmt, COL_DEADLINE);
 }
 
 /* replay: every stored job in seq order; fn stopping it early is not an error. */

@@ -911,7 +911,7 @@ handle_ok(const char *h)
 
 /* What an admin verb's command line said, beyond the options every verb takes. */
 struct admin_call {
-    const char *sub;    /* dead's list, retry or drop; else NULL */
+    const char *sub;    /* dead's list, retry or drop; maxage and uniquefor's SECONDS; else NULL */
     const char *arg;    /* the HANDLE or FUNCTION, or NULL */
     const char *func;   /* job and result's -f FUNCTION, or NULL */
     const char *uniq;   /* and -u UNIQUE */
@@ -927,6 +927,7 @@ enum admin_args {
     ADMIN_ARGS_DEAD,   /* list [FUNCTION], or retry|drop HANDLE|FUNCTION */
     ADMIN_ARGS_LIMIT,  /* [FUNCTION] (limit) */
     ADMIN_ARGS_FUNC,   /* FUNCTION (pause, resume) */
+    ADMIN_ARGS_SECS,   /* FUNCTION [SECONDS] */
 };
 
 struct admin_verb;
@@ -1094,6 +1095,45 @@ limit_opt(struct cli *cli, struct admin_call *call, const char *name, const char
     return 0;
 }
 
+/*
+ * maxage and uniquefor: FUNCTION SECONDS sets the function's on every
+ * server given; FUNCTION alone prints each server's setting (seconds; 0:
+ * the server's --max-queue-age or --unique-for applies).
+ */
+static int
+verb_secs(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    char *line = call->sub != NULL ? admin_xprintf("%s %s %s\n", v->name, call->arg, call->sub)
+                                   : admin_xprintf("%s %s\n", v->name, call->arg);
+    size_t i, ndown = 0;
+    int rc = CLI_OK;
+
+    for (i = 0; i < cli->nservers; i++) {
+        struct reply r;
+        enum admin_result res = admin_ask(cli, cli->servers[i], line, REPLY_LINE, &r, false);
+        unsigned long n;
+
+        if (res != ADMIN_OK)
+            rc = CLI_FAILED;
+        if (res == ADMIN_DOWN)
+            ndown++;
+        if (res == ADMIN_OK && call->sub == NULL) {
+            if (sscanf(r.buf, "OK %lu", &n) != 1) {
+                cli_err("%s: unexpected reply: '%.*s'", cli->servers[i],
+                        (int)strcspn(r.buf, "\r\n"), r.buf);
+                rc = CLI_FAILED;
+            } else if (cli->nservers > 1) {
+                printf("%s\t%lu\n", cli->servers[i], n);
+            } else {
+                printf("%lu\n", n);
+            }
+        }
+        free(r.buf);
+    }
+    free(line);
+    return ndown == cli->nservers ? CLI_UNREACHABLE : rc;
+}
+
 #define LISTING_USAGE " [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
 
 static const struct admin_verb admin_verbs[] = {
@@ -1128,6 +1168,15 @@ static const struct admin_verb admin_verbs[] = {
      "Starts FUNCTION's jobs again after dsjob pause.\n"},
     {"cancel", ADMIN_ARGS_HANDLE, false, NULL, verb_cancel, " [-s SERVER]... [-t MS] HANDLE\n",
      "Cancels the job on the server that has it (every server is asked).\n"},
+    {"maxage", ADMIN_ARGS_SECS, false, NULL, verb_secs,
+     " [-s SERVER]... [-t MS] FUNCTION [SECONDS]\n",
+     "Sets (or prints) how long a job of FUNCTION may wait to start before it\n"
+     "expires to the dead set; 0 gives it back to dsjobd --max-queue-age.\n"},
+    {"uniquefor", ADMIN_ARGS_SECS, false, NULL, verb_secs,
+     " [-s SERVER]... [-t MS] FUNCTION [SECONDS]\n",
+     "Sets (or prints) how long an ended job's unique key stays taken: a submit\n"
+     "with it gets the ended job's handle and outcome; 0 gives it back to\n"
+     "dsjobd --unique-for.\n"},
     {"shutdown", ADMIN_ARGS_NONE, true, NULL, verb_shutdown,
      " [-s SERVER]... [-t MS] [--graceful]\n",
      "Stops each server; --graceful lets running jobs finish first.\n"},
@@ -1173,6 +1222,22 @@ admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
             return cli_usage_error(cli, "missing FUNCTION");
         listing = true;
         want = nargs;
+    }
+    if (v->args == ADMIN_ARGS_SECS) {
+        unsigned long secs;
+
+        if (nargs < 1)
+            return cli_usage_error(cli, "missing FUNCTION");
+        if (nargs > 2)
+            return cli_usage_error(cli, "unexpected argument '%s'", argv[2]);
+        if (!handle_ok(argv[0]))
+            return cli_usage_error(cli, "bad FUNCTION '%s' (no spaces or control characters)",
+                                   argv[0]);
+        if (nargs == 2 && cli_parse_uint(argv[1], 0, 86400 * 365, &secs) < 0)
+            return cli_usage_error(cli, "SECONDS wants 0 to 31536000, not '%s'", argv[1]);
+        call->arg = argv[0];
+        call->sub = nargs == 2 ? argv[1] : NULL;
+        return 0;
     }
     if (v->args == ADMIN_ARGS_JOB) {
         if ((call->func != NULL) != (call->uniq != NULL))

@@ -35,7 +35,7 @@ static const char usage_text[] =
     "\n"
     "verbs:\n"
     "  submit [-b] [-p high|normal|low] [-u UNIQUE] [-k KEY] [--at EPOCH]\n"
-    "         [--accept-timeout MS]\n"
+    "         [--accept-timeout MS] [--expire-in SECONDS | --deadline EPOCH]\n"
     "         FUNCTION [DATA]\n"
     "                       run a job (DATA from stdin when absent)\n"
     "  worker [-c N] [-i ID] [--stream] [--chunk BYTES] [--warnings] [--exceptions]\n"
@@ -55,6 +55,10 @@ static const char usage_text[] =
     "                       show or set flow control (dsjobd)\n"
     "  pause FUNCTION | resume FUNCTION\n"
     "                       start no more of its jobs, or start them again (dsjobd)\n"
+    "  maxage FUNCTION [SECONDS]\n"
+    "                       a job not started that long expires (dsjobd)\n"
+    "  uniquefor FUNCTION [SECONDS]\n"
+    "                       an ended job's unique key stays taken that long (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -345,11 +349,12 @@ static const struct verb {
     const char *name;                        /* the word on the command line */
     int (*main)(struct cli *, int, char **); /* its entry point */
 } verbs[] = {
-    {"submit", submit_main},  {"worker", runner_main}, {"status", admin_main},
-    {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
-    {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
-    {"result", admin_main},   {"dead", admin_main},    {"stats", admin_main},
-    {"limit", admin_main},    {"pause", admin_main},   {"resume", admin_main},
+    {"submit", submit_main},  {"worker", runner_main},   {"status", admin_main},
+    {"workers", admin_main},  {"jobs", admin_main},      {"cancel", admin_main},
+    {"shutdown", admin_main}, {"version", admin_main},   {"job", admin_main},
+    {"result", admin_main},   {"dead", admin_main},      {"stats", admin_main},
+    {"limit", admin_main},    {"pause", admin_main},     {"resume", admin_main},
+    {"maxage", admin_main},   {"uniquefor", admin_main},
 };
 
 void

@@ -42,6 +42,8 @@ enum cli_opt {
     OPT_SSL_KEY,        /* --ssl-key */
     OPT_ACCEPT_TIMEOUT, /* submit --accept-timeout */
     OPT_LIMIT,          /* limit's --concurrency, --rate, ... */
+    OPT_EXPIRE_IN,      /* submit --expire-in */
+    OPT_DEADLINE,       /* submit --deadline */
 };
 
 /* The options every verb takes, and the verb being run. */

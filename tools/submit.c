@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <dsjob/client.h>
@@ -36,7 +37,8 @@
 
 static const char submit_usage[] =
     "usage: dsjob submit [-s SERVER]... [-t MS] [-b] [-p high|normal|low] [-u UNIQUE]\n"
-    "                    [-k KEY] [--at EPOCH] [--accept-timeout MS] FUNCTION [DATA]\n"
+    "                    [-k KEY] [--at EPOCH] [--expire-in SECONDS | --deadline EPOCH]\n"
+    "                    [--accept-timeout MS] FUNCTION [DATA]\n"
     "  -b, --background     do not wait: print the job handle\n"
     "  -p, --priority PRIO  high, normal (default) or low\n"
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
@@ -44,6 +46,9 @@ static const char submit_usage[] =
     "  -k, --key KEY        flow control's partition key: the unique key becomes\n"
     "                       KEY:UNIQUE (KEY:random without -u; dsjobd limit key-...)\n"
     "      --at EPOCH       run at that time (seconds since 1970; background)\n"
+    "      --expire-in SECONDS  not started within SECONDS (up to 3 decimals), the job\n"
+    "                       is not run: dsjobd puts it in the dead set as expired\n"
+    "      --deadline EPOCH the same, by that time (seconds since 1970)\n"
     "      --accept-timeout MS  how long a server has to accept the job\n"
     "                       (default: -t, else "
     "30000; 0: no limit)\n"
@@ -350,6 +355,29 @@ submit_bg(struct cli *cli, struct dsjob_client *c, const char *func, const char 
     return CLI_OK;
 }
 
+/* SECONDS[.FRACTION] as milliseconds (at most ten years); -1 if it is not one. */
+static long long
+parse_seconds_ms(const char *s)
+{
+    size_t dot = strcspn(s, "."), i;
+    unsigned long whole;
+    long long frac = 0, scale = 1000;
+    char buf[24];
+
+    if (dot == 0 || dot >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, dot);
+    buf[dot] = '\0';
+    if (cli_parse_uint(buf, 0, 315360000UL, &whole) < 0)
+        return -1;
+    for (i = dot + (s[dot] == '.'); s[i] != '\0'; i++) {
+        if (s[i] < '0' || s[i] > '9' || scale == 1)
+            return -1;
+        frac += (long long)(s[i] - '0') * (scale /= 10);
+    }
+    return (long long)whole * 1000 + frac;
+}
+
 int
 submit_main(struct cli *cli, int argc, char **argv)
 {
@@ -361,6 +389,8 @@ submit_main(struct cli *cli, int argc, char **argv)
         {"key", required_argument, NULL, 'k'},
         {"at", required_argument, NULL, OPT_AT},
         {"accept-timeout", required_argument, NULL, OPT_ACCEPT_TIMEOUT},
+        {"expire-in", required_argument, NULL, OPT_EXPIRE_IN},
+        {"deadline", required_argument, NULL, OPT_DEADLINE},
         {NULL, 0, NULL, 0},
     };
     enum dsjob_priority prio = DSJOB_PRIO_NORMAL;
@@ -369,6 +399,7 @@ submit_main(struct cli *cli, int argc, char **argv)
     bool background = false, at = false, prio_set = false;
     unsigned long epoch = 0, accept = 0;
     bool accept_set = false, measured = false;
+    long long expire_ms = -1;
     struct dsjob_client *c;
     char *buf = NULL;
     const void *data;
@@ -411,6 +442,26 @@ submit_main(struct cli *cli, int argc, char **argv)
                                        optarg);
             at = true;
             break;
+        case OPT_EXPIRE_IN:
+            if ((expire_ms = parse_seconds_ms(optarg)) <= 0)
+                return cli_usage_error(
+                    cli, "option '--expire-in' wants seconds (0.001 to 315360000), not '%s'",
+                    optarg);
+            break;
+        case OPT_DEADLINE: {
+            unsigned long t;
+            struct timeval now;
+
+            if (cli_parse_uint(optarg, 1, 0x7fffffffUL * 2, &t) < 0)
+                return cli_usage_error(
+                    cli, "option '--deadline' wants seconds since 1970, not '%s'", optarg);
+            gettimeofday(&now, NULL);
+            /* Sent as the time left: the clocks of client and server need not agree to the ms. */
+            expire_ms = (long long)t * 1000 - ((long long)now.tv_sec * 1000 + now.tv_usec / 1000);
+            if (expire_ms < 1)
+                expire_ms = 1; /* past already: it expires at once, it is not run */
+            break;
+        }
         case OPT_ACCEPT_TIMEOUT:
             if (cli_parse_uint(optarg, 0, 86400000, &accept) < 0)
                 return cli_usage_error(
@@ -498,6 +549,8 @@ submit_main(struct cli *cli, int argc, char **argv)
     }
     if (r == CLI_OK)
         r = cli_tls_client(cli, c);
+    if (r == CLI_OK && expire_ms > 0)
+        dsjob_client_set_expire_in(c, expire_ms);
     if (!accept_set)
         accept = cli->timeout_ms ? (unsigned long)cli->timeout_ms : SUBMIT_ACCEPT_MS;
     if (r == CLI_OK) {

@@ -117,6 +117,19 @@ DSJOB_API int dsjob_client_set_tls(struct dsjob_client *c, const char *ca_file,
 DSJOB_API void dsjob_client_set_timeout(struct dsjob_client *c, int connect_ms, int io_ms);
 
 /*
+ * dsjob_client_set_expire_in gives the jobs c submits from now on (by any
+ * call, tasksets made later too) a deadline: a job no worker has started
+ * ms milliseconds after its submit is not run; dsjobd puts it in its
+ * function's dead set as "expired" (with --max-dead), or drops it, and a
+ * foreground submitter gets WORK_FAIL. 0 takes the deadline away again.
+ * The library sends OPTION_REQ "expire-in=SECONDS" on each connection; a
+ * server without it (gearmand) answers ERROR, which the library ignores,
+ * so there the jobs have no deadline. DSJOB_OK, or DSJOB_ERR_ARG if ms is
+ * negative.
+ */
+DSJOB_API int dsjob_client_set_expire_in(struct dsjob_client *c, int64_t ms);
+
+/*
  * dsjob_client_set_callbacks sets the progress callbacks of later blocking
  * submits (cb is copied; NULL removes them) and the user pointer they get.
  */

@@ -154,6 +154,16 @@ struct dsjob_server_config {
     /* Flow control (opt-in): "FUNCTION SETTINGS" lines, as the admin "limit" takes them. */
     const char *limits[DSJOB_SERVER_MAX_LIMITS]; /* e.g. "resize concurrency 4 rate 10/s" */
     int nlimits;                                 /* entries used in limits[] */
+
+    /* Expiring jobs, bounded retention, unique keys held after a job ends. */
+    unsigned max_queue_age; /* seconds a job may wait to start before it expires (every
+                               function without its own "maxage"); default 0: never */
+    unsigned unique_for;    /* seconds an ended job's unique key stays taken (every function
+                               without its own "uniquefor"); default 0: not at all */
+    unsigned max_kept;      /* kept results held at most, the oldest dropped first; default
+                               100000 (1 to 100000000) */
+    unsigned dead_max_age;  /* seconds a dead job is kept at most; default 604800 (a week);
+                               0: no age limit */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

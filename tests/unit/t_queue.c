@@ -202,6 +202,70 @@ test_epoch(void)
     queue_release(&q);
 }
 
+/* mkjob_by adds a job that must start by deadline_ms (epoch ms), to run at when. */
+static struct job *
+mkjob_by(struct queue *q, struct func *f, int64_t when, int64_t deadline_ms)
+{
+    char handle[32];
+    struct job *j;
+
+    snprintf(handle, sizeof(handle), "H:t:%d", ++handle_n);
+    j = job_new(handle, strlen(handle), "", 0, NULL, 0, handle, strlen(handle));
+    if (job_set_when(j, when) < 0 || job_ext(j) == NULL)
+        tap_bail("job_ext failed");
+    j->ext->deadline_ms = deadline_ms;
+    j->seq = (uint64_t)handle_n;
+    if (queue_add(q, f, j, 1000) < 0)
+        tap_bail("queue_add failed");
+    return j;
+}
+
+/*
+ * Deadlines: a waiting job with one is in queue.expiring, earliest first;
+ * a grab takes it out for good (a started job does not expire while it
+ * runs), a requeue for a retry puts it back, and a scheduled one is in it
+ * while it waits for its time.
+ */
+static void
+test_expiring(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *a, *b, *c, *s, *plain;
+
+    queue_init(&q, false);
+    queue_worker_init(&w);
+    f = queue_func(&q, "f", 1, true);
+    a = mkjob_by(&q, f, 0, 5000);
+    b = mkjob_by(&q, f, 0, 3000);
+    c = mkjob_by(&q, f, 0, 9000);
+    s = mkjob_by(&q, f, 2000, 4000);
+    plain = mkjob(&q, f, JOB_PRIO_NORMAL, "", 0);
+    tap_is_int((long long)q.expiring.len, 4,
+               "four waiting jobs have a deadline, the plain one not");
+    tap_ok(queue_expired(&q, 2999) == NULL, "none is due before the earliest deadline");
+    tap_ok(queue_expired(&q, 3000) == b, "at 3000 the job due then is");
+    tap_is_int(b->state, JOB_QUEUED, "and stays where it waits for the caller to end it");
+    tap_ok(queue_expired(&q, 3000) == NULL, "it is taken out of the heap");
+    queue_remove(&q, b);
+    queue_can_do(&q, &w, f, 0);
+    tap_ok(queue_grab(&q, &w, 0) == a, "the first queued job is grabbed");
+    tap_is_int((long long)q.expiring.len, 2, "a grabbed job leaves the heap");
+    tap_ok(queue_expired(&q, 4000) == s, "a scheduled job expires while it waits for its time");
+    queue_remove(&q, s);
+    tap_ok(queue_expired(&q, 6000) == NULL, "a running job does not expire");
+    queue_requeue(&q, a);
+    tap_ok(queue_expired(&q, 6000) == a, "once requeued for a retry it waits again, and expires");
+    tap_ok(queue_grab(&q, &w, 0) == a, "(the caller has not ended it: still first in line)");
+    queue_remove(&q, a);
+    queue_remove(&q, c);
+    tap_is_int((long long)q.expiring.len, 0, "a removed job leaves the heap");
+    tap_ok(queue_grab(&q, &w, 0) == plain, "a job without a deadline is untouched");
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
 static void
 test_wake(void)
 {
@@ -637,6 +701,7 @@ main(void)
     test_function_order();
     test_unique();
     test_epoch();
+    test_expiring();
     test_wake();
     test_many();
     test_global_order();

@@ -92,7 +92,7 @@ test_version(void)
         version = sqlite3_column_int(stmt, 0);
     sqlite3_finalize(stmt);
     stmt = NULL;
-    tap_is_int(version, 2, "version: user_version is 2 after creation");
+    tap_is_int(version, 3, "version: user_version is 3 after creation");
     if (sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK &&
         sqlite3_step(stmt) == SQLITE_ROW)
         snprintf(mode, sizeof(mode), "%s", (const char *)sqlite3_column_text(stmt, 0));
@@ -108,7 +108,7 @@ test_version(void)
         tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE, "version: 99 is refused");
     }
     tap_diag("%s", err);
-    tap_ok(has(err, path) && has(err, "99") && has(err, "newer than this dsjobd's 2"),
+    tap_ok(has(err, path) && has(err, "99") && has(err, "newer than this dsjobd's 3"),
            "version: the error names the file and both versions");
     tap_ok(has(err, "cannot open store '"), "version: the error says what failed first");
     case_done(dir);
@@ -454,7 +454,7 @@ exec_on(const char *path, const char *sql)
 }
 
 /*
- * A database that says it is version 2 but whose tables are not ours (a
+ * A database that says it is version 3 but whose tables are not ours (a
  * hand-made file, or one a newer dsjobd half-made) is refused at open,
  * naming the file, instead of failing at the first add.
  */
@@ -467,9 +467,9 @@ test_bad_schema(void)
     char err[STORE_ERRLEN] = "";
     struct store *st = NULL;
 
-    exec_on(path, "CREATE TABLE jobs (id INTEGER PRIMARY KEY); PRAGMA user_version = 2;");
+    exec_on(path, "CREATE TABLE jobs (id INTEGER PRIMARY KEY); PRAGMA user_version = 3;");
     tap_is_int(ops->open(&st, &cfg, err), DSJOB_ERR_STORE,
-               "bad schema: a version 2 file without our columns is refused");
+               "bad schema: a version 3 file without our columns is refused");
     tap_ok(has(err, path) && has(err, "cannot open store"), "bad schema: and says which (%s)", err);
     tap_is_int(sqlite_rows(dir, -1), 0, "bad schema: the file is left as it was");
     case_done(dir);
@@ -672,8 +672,11 @@ test_funcs(void)
     tap_ok(ops->set_func(st, &gone, err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
            "funcs: a forgotten again");
     ops->close(st);
-    exec_on(path,
-            "INSERT INTO funcs VALUES ('c', 1, 0, 0); INSERT INTO funcs VALUES (NULL, 2, 0, 0)");
+    exec_on(
+        path,
+        "INSERT INTO funcs (name, retries, backoff_base_ms, backoff_max_ms) VALUES ('c', 1, 0, 0);"
+        "INSERT INTO funcs (name, retries, backoff_base_ms, backoff_max_ms) "
+        "VALUES (NULL, 2, 0, 0)");
     st = open_dir(dir, err);
     memset(&fs, 0, sizeof(fs));
     tap_ok(st != NULL && ops->replay_funcs(st, collect_func, &fs, err) == DSJOB_OK && fs.n == 3 &&
