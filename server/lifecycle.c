@@ -164,7 +164,7 @@ lifecycle_sleeping(struct qworker *w)
 }
 
 static void end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
-                    size_t len, bool counted);
+                    size_t len, bool tell, bool counted);
 
 /* What an ended job becomes: gone (1.1.20), in its function's dead set, or kept. */
 static enum job_settle
@@ -292,19 +292,12 @@ tell_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *d
 /*
  * lifecycle_end, and with tell, what its clients hear of it (tell_end):
  * on a durable store, for a stored job, only once its end has committed
- * (unless --store-async-ends).
+ * (unless --store-async-ends). counted: the outcome counts in the
+ * function's stats (an expiry counts as expired instead).
  */
 static void
 end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
-        bool tell)
-{
-    end_job(srv, j, outcome, data, len, true);
-}
-
-/* lifecycle_end's work; counted: the outcome counts in the function's stats. */
-static void
-end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data, size_t len,
-        bool counted)
+        bool tell, bool counted)
 {
     enum job_settle to = end_to(srv, j, outcome);
     struct qworker *w = job_worker(j);
@@ -369,7 +362,7 @@ void
 lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,
               size_t len)
 {
-    end_job(srv, j, outcome, data, len, false);
+    end_job(srv, j, outcome, data, len, false, true);
 }
 
 void
@@ -381,7 +374,7 @@ lifecycle_finish(struct srv *srv, struct job *j)
 void
 lifecycle_fail(struct srv *srv, struct job *j)
 {
-    end_job(srv, j, JOB_OUTCOME_NONE, NULL, 0, true); /* its clients hear WORK_FAIL */
+    end_job(srv, j, JOB_OUTCOME_NONE, NULL, 0, true, true); /* its clients hear WORK_FAIL */
 }
 
 /* A small generator for the backoff's jitter; the loop thread alone uses it. */
@@ -495,7 +488,7 @@ fail_for_good(struct srv *srv, struct job *j, const char *why)
 {
     if (j->ext != NULL)
         j->ext->attempts++;
-    end_job(srv, j, JOB_OUTCOME_FAIL, why, strlen(why), true);
+    end_job(srv, j, JOB_OUTCOME_FAIL, why, strlen(why), true, true);
 }
 
 bool
@@ -549,12 +542,12 @@ lifecycle_work_done(struct srv *srv, struct job *j, enum packet_type type, const
             return;
         }
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_FAIL");
-        end_job(srv, j, JOB_OUTCOME_FAIL, text, text_len, true);
+        end_job(srv, j, JOB_OUTCOME_FAIL, text, text_len, true, true);
         free(warned);
         return;
     }
     LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "completed", worker_peer(j), j, NULL);
-    end_job(srv, j, JOB_OUTCOME_COMPLETE, data, len, true);
+    end_job(srv, j, JOB_OUTCOME_COMPLETE, data, len, true, true);
 }
 
 void
@@ -563,7 +556,7 @@ lifecycle_exception(struct srv *srv, struct job *j, const void *data, size_t len
     if (lifecycle_attempt_failed(srv, j, DSJOB_RETRY_EXCEPTION, data, len))
         return;
     LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "failed", worker_peer(j), j, "WORK_EXCEPTION");
-    end_job(srv, j, JOB_OUTCOME_EXCEPTION, data, len, true);
+    end_job(srv, j, JOB_OUTCOME_EXCEPTION, data, len, true, true);
 }
 
 void
@@ -704,7 +697,7 @@ expired(struct srv *srv, struct job *j, int64_t now_ms)
     if (j->ext->first_fail == 0)
         j->ext->first_fail = j->ext->last_fail;
     lifecycle_tell(j, PACKET_WORK_FAIL, 1, args, lens);
-    end_job(srv, j, JOB_OUTCOME_FAIL, why, sizeof(why) - 1, false);
+    end_job(srv, j, JOB_OUTCOME_FAIL, why, sizeof(why) - 1, false, false);
 }
 
 void
