@@ -438,9 +438,10 @@ import_gearmand(struct store *st, const struct store_config *cfg, bool before, c
              when ? "when_to_run" : "0", renamed);
     rc = sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(
-            st->db, "INSERT INTO jobs (" JOB_COLUMNS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            -1, &ins, NULL);
+        rc = sqlite3_prepare_v2(st->db,
+                                "INSERT INTO jobs (" JOB_COLUMNS
+                                ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                -1, &ins, NULL);
     while (rc == SQLITE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
         char handle[JOB_HANDLE_MAX + 24];
         struct store_job sj;
