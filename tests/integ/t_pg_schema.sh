@@ -39,10 +39,12 @@ dsn() {
 pg_psql -f "$top_srcdir/tests/integ/pg_schema_v1.sql" >"$T/v1.log" 2>&1
 ok $? "schema dsjob version 1 made from pg_schema_v1.sql"
 is "$(q "SELECT value FROM dsjob.meta WHERE key = 'schema_version'")" 1 "its meta says version 1"
+# The dead job failed minutes ago: --dead-max-age drops one a week old.
 q "INSERT INTO dsjob.jobs (handle, func, data, owner, lease_until)
    VALUES ('H:old.7:1', 'sch_live', 'old-live', 'H:old.7', now() - interval '1 minute');
    INSERT INTO dsjob.jobs (handle, func, data, state, attempts, first_fail, last_fail, result, owner)
-   VALUES ('H:old.7:2', 'sch_dead', 'old-dead', 1, 3, 1700000000, 1700000100, 'old failure', 'H:old.7');
+   VALUES ('H:old.7:2', 'sch_dead', 'old-dead', 1, 3, extract(epoch FROM now())::bigint - 200,
+           extract(epoch FROM now())::bigint - 100, 'old failure', 'H:old.7');
    INSERT INTO dsjob.funcs VALUES ('sch_live', 5, 100, 1000);" >/dev/null
 h_sql=$(q "SELECT dsjob.submit('sch_live', 'by-sql'::bytea)")
 is "$(q "SELECT count(*) FROM dsjob.jobs")" 3 "it holds a live job and a dead one of start H:old.7, and $h_sql"
