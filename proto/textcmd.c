@@ -41,6 +41,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"retry", NULL, TEXTCMD_RETRY},
     {"priority", NULL, TEXTCMD_PRIORITY},
     {"stats", NULL, TEXTCMD_STATS},
+    {"schedule", NULL, TEXTCMD_SCHEDULE},
 };
 
 static bool

@@ -35,6 +35,7 @@ enum textcmd_kind {
     TEXTCMD_RETRY,        /* retry FUNCTION [N [BASE [MAX]]] */
     TEXTCMD_PRIORITY,     /* priority HANDLE high|normal|low */
     TEXTCMD_STATS,        /* stats: the counters, one sample a line */
+    TEXTCMD_SCHEDULE,     /* schedule add|list|pause|resume|rm ... (quoted words: schedule.c) */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -23,6 +23,7 @@
 #include "durable.h"
 #include "job.h"
 #include "queue.h"
+#include "schedule.h"
 #include "srv.h"
 #include "storage.h"
 
@@ -245,6 +246,8 @@ lifecycle_end(struct srv *srv, struct job *j, enum job_outcome outcome, const vo
         j->func->stats.exceptions++;
     stop_timer(j);
     release_waiters(j);
+    if (j->unique_len > 6 && memcmp(job_unique(j), "sched:", 6) == 0)
+        schedule_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
     if (storage_settle(srv, j, settled)) {
         queue_settle(&srv->queue, j);
         /* Unless --store-async-ends: its worker gets more work once this end is durable. */

@@ -96,6 +96,8 @@ usage(FILE *fp)
         "                             sent, within that long (default 10)\n"
         "      --admin-allow A[/BITS] peers allowed the admin commands that change the server\n"
         "                             (repeatable; default loopback and the unix socket)\n"
+        "      --schedule \"NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE] [priority=P]\n"
+        "                 [missed=skip|once]\"  submit a background job each tick (repeatable)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
         "                             --queue-type, and gearmand's builtin, libsqlite3,\n"
         "                             libmemcached and Postgres\n"
@@ -166,6 +168,7 @@ enum {
     OPT_PG_DSN,
     OPT_HTTP_ADMIN,
     OPT_STORE_ASYNC_ENDS,
+    OPT_SCHEDULE,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -256,6 +259,7 @@ static const struct option long_options[] = {
     {"max-jobs", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_JOBS},
     {"max-queue", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"http-port", required_argument, NULL, OPT_BOUNDED + OPTION_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
@@ -872,6 +876,13 @@ options_parse(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
                 options_die("too many --admin-allow ranges (at most %d)",
                             DSJOB_SERVER_MAX_ADMIN_ALLOW);
             cfg->admin_allow[cfg->nadmin_allow++] = optarg;
+            break;
+        case OPT_SCHEDULE:
+            if (cfg->nschedule == DSJOB_SERVER_MAX_SCHEDULES)
+                options_die("too many --schedule lines (at most %d; add more with the admin "
+                            "command schedule add)",
+                            DSJOB_SERVER_MAX_SCHEDULES);
+            cfg->schedule[cfg->nschedule++] = optarg;
             break;
         case 'h':
             usage(stdout);

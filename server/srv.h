@@ -28,6 +28,7 @@ struct evconnlistener;
 struct ssl_ctx_st;
 struct evhttp;
 struct http_state;
+struct schedules;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -85,6 +86,7 @@ struct srv {
     struct event *accept_ev;            /* resumes the listeners paused for the turn */
     unsigned accepted;                  /* connections taken this loop turn */
     char errmsg[512];                   /* last error's text */
+    struct schedules *schedules;        /* the periodic schedules (schedule.c), or NULL */
 };
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */

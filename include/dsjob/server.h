@@ -28,6 +28,7 @@ struct event_base;
 
 #define DSJOB_SERVER_MAX_LISTEN 8
 #define DSJOB_SERVER_MAX_ADMIN_ALLOW 16
+#define DSJOB_SERVER_MAX_SCHEDULES 64 /* --schedule lines (more come by admin command) */
 
 /* Log levels, named as gearmand's --verbose names them. */
 enum dsjob_log_level {
@@ -147,6 +148,11 @@ struct dsjob_server_config {
                                    default 10 (1 to 86400) */
     unsigned pg_stop_grace_ms; /* postgres: ms the database has to answer once the server
                                    stops; default 3000 (0 to 600000) */
+
+    /* Periodic schedules, each "NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE]
+       [priority=high|normal|low] [missed=skip|once]" (dsjobd(8) --schedule). */
+    const char *schedule[DSJOB_SERVER_MAX_SCHEDULES]; /* the lines */
+    int nschedule;                                    /* entries used; default 0: none */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
