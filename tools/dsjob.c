@@ -50,6 +50,10 @@ static const char usage_text[] =
     "  dead list [FUNCTION] | dead retry|drop HANDLE|FUNCTION\n"
     "                       failed background jobs (dsjobd --max-dead)\n"
     "  stats                the server's counters (dsjobd), one per row\n"
+    "  schedule add [--tz ZONE] [-p high|normal|low] [--missed skip|once]\n"
+    "         NAME 'CRON' FUNCTION [PAYLOAD]\n"
+    "  schedule list | schedule pause|resume|rm NAME\n"
+    "                       periodic jobs, one per tick of a cron expression (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -344,6 +348,7 @@ static const struct verb {
     {"workers", admin_main},  {"jobs", admin_main},    {"cancel", admin_main},
     {"shutdown", admin_main}, {"version", admin_main}, {"job", admin_main},
     {"result", admin_main},   {"dead", admin_main},    {"stats", admin_main},
+    {"schedule", admin_main},
 };
 
 void
