@@ -70,7 +70,8 @@ store = sqlite
 # every second, seconds first
 schedule = every '*/1 * * * * *' sched.fn "hello world" missed=skip
 EOF
-server_start dsjobd --config-file "$T/dsjobd.conf" --work-dir "$W" || exit 1
+server_start dsjobd --config-file "$T/dsjobd.conf" --work-dir "$W" --http-port 0 \
+    --http-port-file "$T/http.port" || exit 1
 worker
 wait_for 120 at_least every 3
 ok $? "a config-file schedule fires every second: $(count every) jobs reached the worker"
@@ -78,6 +79,16 @@ bad=$(grep '^sched:every:' "$RAN" | grep -cv '^sched:every:[0-9]\{4\}-[0-9][0-9]
 is "$bad" 0 "each job's unique key is sched:every:TICK (UTC) and its payload the schedule's"
 dups=$(cut -d' ' -f1 "$RAN" | sort | uniq -d | wc -l)
 is "$dups" 0 "no tick's job ran twice"
+if command -v curl >/dev/null 2>&1; then
+    api=$(curl -s "http://127.0.0.1:$(cat "$T/http.port")/api/schedules")
+    echo "$api" | grep -q '"name":"every","cron":"\*/1 \* \* \* \* \*","tz":"UTC","function":"sched.fn".*"next_run":"20[0-9-]*T[0-9:]*Z","last_run":"20'
+    ok $? "/api/schedules lists it with its next and last run: $api"
+    curl -s "http://127.0.0.1:$(cat "$T/http.port")/" | grep -q 'id="schedules"'
+    ok $? "the dashboard has the schedules table"
+else
+    ok 0 "# SKIP no curl"
+    ok 0 "# SKIP no curl"
+fi
 
 # --- admin -------------------------------------------------------------------------------
 out=$(ds schedule add -p high two '*/1 * * * * *' sched.two "p2" 2>&1)
