@@ -41,7 +41,6 @@
 #define SCHEDULE_REFRESH_SECS 5 /* a shared store's schedules are read again this often */
 #define SCHEDULE_KEY_MAX (6 + SCHEDULE_NAME_MAX + 1 + 24) /* "sched:NAME:TICK" */
 #define SCHEDULE_FUNC_MAX 512                             /* bytes of a schedule's function name */
-#define SCHEDULE_CATCHUP_STEPS 10000000 /* ticks walked to find the latest one missed */
 
 struct sched {
     TAILQ_ENTRY(sched) link;          /* in struct schedules' list, by name */
@@ -522,8 +521,8 @@ claimed_done(struct srv *srv, struct store_op *op, bool ok)
     struct sched *s = sched_find(srv, op->ss.name, op->ss.name_len);
     char iso[32];
 
-    if (s == NULL)
-        return; /* removed meanwhile */
+    if (s == NULL || srv->schedules->stopped)
+        return; /* removed meanwhile, or the server is stopping */
     if (!ok) {
         s->fired_tick = op->ss.last_tick;
         say(s, "not fired: the store failed");
@@ -562,17 +561,31 @@ fire(struct srv *srv, struct sched *s, int64_t tick)
     }
 }
 
-/* The latest tick of s from t (a tick) up to now. */
+/*
+ * The latest tick of s from t (a tick) up to now. Searched back from now
+ * in doubling steps, so a schedule of every second after a long downtime
+ * walks only the ticks near now.
+ */
 static int64_t
 latest_due(const struct sched *s, int64_t t, int64_t now)
 {
-    int64_t next;
-    unsigned steps = 0;
+    int64_t k = 1, from, cur, next;
 
-    while ((next = cron_next(&s->cron, s->tz, t)) >= 0 && next <= now &&
-           steps++ < SCHEDULE_CATCHUP_STEPS)
-        t = next;
-    return t;
+    for (;;) {
+        from = now - k;
+        if (from <= t) {
+            from = t;
+            break;
+        }
+        next = cron_next(&s->cron, s->tz, from);
+        if (next >= 0 && next <= now)
+            break;
+        k *= 2;
+    }
+    cur = from == t ? t : cron_next(&s->cron, s->tz, from);
+    while ((next = cron_next(&s->cron, s->tz, cur)) >= 0 && next <= now)
+        cur = next;
+    return cur;
 }
 
 /*
@@ -700,11 +713,17 @@ apply_row(struct srv *srv, const struct store_sched *r, int64_t now, bool boot)
     s->seen = true;
     if (r->last_tick > s->last_tick)
         s->last_tick = r->last_tick;
-    if (boot && s->from_config) {
-        /* The config's settings win; the store keeps whether it is paused, and its last tick. */
-        s->paused = r->paused;
-        if (!sched_is(s, &d) || r->paused != s->paused)
-            (void)store_change(srv, s, STORE_SCHED_SET);
+    if (boot) {
+        /*
+         * A --schedule line's settings win, and the store keeps whether it
+         * is paused; one an admin made before this read wins whole (the
+         * store has it with the next commit).
+         */
+        if (s->from_config) {
+            s->paused = r->paused;
+            if (!sched_is(s, &d))
+                (void)store_change(srv, s, STORE_SCHED_SET);
+        }
         sched_start(srv, s, now, boot);
         return;
     }
@@ -723,15 +742,16 @@ listed_done(struct srv *srv, struct store_op *op, bool ok)
     struct schedules *ss = srv->schedules;
     struct storage_sched_row *rows = op->rows, *r;
     struct sched *s, *next;
-    bool boot = !ss->loaded;
     int64_t now = now_s();
+    bool boot;
 
     op->rows = NULL;
-    ss->listing = false;
-    if (ss->stopped) {
+    if (ss == NULL || ss->stopped) {
         storage_sched_rows_free(rows);
         return;
     }
+    ss->listing = false;
+    boot = !ss->loaded;
     if (!ok) {
         log_err(&srv->log, "store: cannot read the schedules: %s",
                 op->why[0] != '\0' ? op->why : "its commit failed");
