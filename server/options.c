@@ -98,6 +98,8 @@ usage(FILE *fp)
         "                             (repeatable; default loopback and the unix socket)\n"
         "      --schedule \"NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE] [priority=P]\n"
         "                 [missed=skip|once]\"  submit a background job each tick (repeatable)\n"
+        "      --schedule-refresh SECONDS  read a shared store's schedules this often\n"
+        "                             (default 5)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
         "                             --queue-type, and gearmand's builtin, libsqlite3,\n"
         "                             libmemcached and Postgres\n"
@@ -260,6 +262,7 @@ static const struct option long_options[] = {
     {"max-queue", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
     {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"schedule-refresh", required_argument, NULL, OPT_BOUNDED + OPTION_SCHEDULE_REFRESH},
     {"http-port", required_argument, NULL, OPT_BOUNDED + OPTION_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},

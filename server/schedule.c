@@ -12,7 +12,7 @@
  * stored schedules are read before any fires; a schedule with missed=once
  * whose last tick is older than a tick due since runs that latest tick
  * once, the others skip what was missed. With postgres the table is read
- * again every SCHEDULE_REFRESH_SECS, so schedules added, paused or removed
+ * again every --schedule-refresh seconds, so schedules added, paused or removed
  * on another server reach this one.
  */
 #include "config.h"
@@ -38,7 +38,6 @@
 #include "srv.h"
 #include "storage.h"
 
-#define SCHEDULE_REFRESH_SECS 5 /* a shared store's schedules are read again this often */
 #define SCHEDULE_KEY_MAX (6 + SCHEDULE_NAME_MAX + 1 + 24) /* "sched:NAME:TICK" */
 #define SCHEDULE_FUNC_MAX 512                             /* bytes of a schedule's function name */
 
@@ -788,7 +787,7 @@ listed_done(struct srv *srv, struct store_op *op, bool ok)
     if (boot)
         log_notice(&srv->log, "schedules: %u", ss->n);
     ss->loaded = true;
-    ss->refresh_at = now + SCHEDULE_REFRESH_SECS;
+    ss->refresh_at = now + (int64_t)srv->cfg.schedule_refresh;
     arm(srv);
 }
 

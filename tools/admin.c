@@ -1047,7 +1047,7 @@ verb_dead(struct cli *cli, const struct admin_verb *v, const struct admin_call *
     return rc;
 }
 
-/* A word of a schedule line: in quotes that it does not hold; NULL if it holds both or a newline. */
+/* A word of a schedule line in quotes it does not hold; NULL if it holds both or a newline. */
 static char *
 sched_quote(const char *w)
 {

@@ -153,6 +153,8 @@ struct dsjob_server_config {
        [priority=high|normal|low] [missed=skip|once]" (dsjobd(8) --schedule). */
     const char *schedule[DSJOB_SERVER_MAX_SCHEDULES]; /* the lines */
     int nschedule;                                    /* entries used; default 0: none */
+    unsigned schedule_refresh; /* seconds between reads of a shared store's schedules;
+                                  default 5 (1 to 3600) */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
