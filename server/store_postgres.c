@@ -2272,9 +2272,10 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
  * Schedules (schedule.c): one row per name in dsjob.schedules, which every
  * server sharing the database reads. The table is an addition beside the
  * schema (made by the first schedule op, under the schema's lock), not a
- * version of it: servers without schedules never touch it. Each op is a
- * statement of its own, committed at once, outside the batch: a claim
- * must be decided for all servers before the tick's job is submitted.
+ * version of it: servers without schedules never make it (sched_list only
+ * looks whether it exists). Each op is a statement of its own, committed
+ * at once, outside the batch: a claim must be decided for all servers
+ * before the tick's job is submitted.
  */
 #define SCHED_TABLE                                                                                \
     "CREATE TABLE IF NOT EXISTS dsjob.schedules ("                                                 \
@@ -2362,8 +2363,21 @@ pg_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
     PGresult *r;
     int i, rc;
 
-    if ((rc = sched_table(st, err)) != DSJOB_OK)
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
+    if (!st->sched_made) {
+        /* No table yet: no schedule was ever made, and reading makes none. */
+        r = exec_wait(st, "SELECT to_regclass('dsjob.schedules') IS NOT NULL", NULL, false);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+            rc = res_say(err, DSJOB_ERR_STORE, st, r, "reading the schedules");
+            PQclear(r);
+            return rc;
+        }
+        st->sched_made = PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        if (!st->sched_made)
+            return DSJOB_OK;
+    }
     rc = run(st,
              "SELECT name, cron, tz, func, data, prio, catch_up, paused, last_tick"
              " FROM dsjob.schedules ORDER BY name",

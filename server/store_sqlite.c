@@ -953,8 +953,19 @@ static int
 sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
 {
     sqlite3_stmt *stmt = NULL;
+    long long made = 0;
     int rc;
 
+    /* No table yet: no schedule was ever made here, and reading makes none. */
+    rc = query_int(st->db,
+                   "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND"
+                   " name = 'schedules'",
+                   &made);
+    if (rc != SQLITE_OK)
+        return store_say(err, DSJOB_ERR_STORE, "cannot read the schedules of '%s': %s", st->path,
+                         db_error(st->db, rc));
+    if (made == 0)
+        return DSJOB_OK;
     if (sched_stmt(st,
                    "SELECT name, cron, tz, func, data, prio, catch_up, paused, last_tick"
                    " FROM schedules ORDER BY name",
