@@ -274,7 +274,7 @@ sched_take(struct sched *s, struct sched *from)
 
 /* --- the line: NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE] [priority=P] [missed=skip|once] --- */
 
-#define LINE_MAX_TOKENS 8
+#define LINE_MAX_TOKENS 12 /* "schedule add" and the seven words of a schedule, and room */
 
 struct token {
     const char *p; /* its bytes, quotes taken off */
@@ -1008,6 +1008,10 @@ schedule_admin(struct conn *c, const char *line, size_t len)
     struct sched *s;
     size_t n;
 
+    if (srv->schedules == NULL) {
+        conn_printf(c, "ERR UNKNOWN_COMMAND schedules+are+not+running\r\n");
+        return;
+    }
     if (tokenize(line, len, t, &n, err) < 0 || n < 2) {
         conn_printf(c, "ERR INVALID_ARGUMENTS usage:+schedule+add|list|pause|resume|rm\r\n");
         return;

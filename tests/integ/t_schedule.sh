@@ -97,6 +97,11 @@ wait_for 120 listed "^two	\*/1 \* \* \* \* \*	UTC	sched.two	high	skip	active"
 ok $? "schedule list shows it with its settings"
 wait_for 120 at_least two 2
 ok $? "the added schedule fires"
+out=$(ds schedule add --tz Europe/Berlin -p low --missed once nightly '30 2 * * *' sched.two "a b" 2>&1)
+ok $? "dsjob schedule add with every option: $out"
+wait_for 120 listed "^nightly	30 2 \* \* \*	Europe/Berlin	sched.two	low	once	active	20[0-9-]*T0[01]:30:00Z	-	"
+ok $? "it is listed with its zone, priority and policy, its next run 02:30 Berlin time in UTC"
+ds schedule rm nightly >/dev/null 2>&1
 out=$(ds schedule add bad '61 * * * *' sched.two 2>&1)
 [ $? -ne 0 ] && echo "$out" | grep -q "minute"
 ok $? "a wrong expression is refused, the field named: $out"
