@@ -941,6 +941,7 @@ storage_close(struct srv *srv)
         pthread_mutex_unlock(&sg->lock);
         pthread_join(sg->writer, NULL);
         sg->writer_running = false;
+        sg->quit = false; /* a later open (a bind tried again) starts a writer that stays */
         pthread_mutex_destroy(&sg->lock);
         pthread_cond_destroy(&sg->wake);
     }
