@@ -46,6 +46,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"resume", NULL, TEXTCMD_RESUME},
     {"maxage", NULL, TEXTCMD_MAXAGE},
     {"uniquefor", NULL, TEXTCMD_UNIQUEFOR},
+    {"schedule", NULL, TEXTCMD_SCHEDULE},
 };
 
 static bool

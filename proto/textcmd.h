@@ -40,6 +40,7 @@ enum textcmd_kind {
     TEXTCMD_RESUME,       /* resume FUNCTION */
     TEXTCMD_MAXAGE,       /* maxage FUNCTION [SECONDS] */
     TEXTCMD_UNIQUEFOR,    /* uniquefor FUNCTION [SECONDS] */
+    TEXTCMD_SCHEDULE,     /* schedule add|list|pause|resume|rm ... (quoted words: schedule.c) */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -2,9 +2,9 @@
  * Admin commands. Each reply is written whole into the connection's output
  * in the loop turn that read the line; listings end with a line holding a
  * single ".". Commands that stop or change the server (shutdown, cancel
- * job, drop function, maxqueue, priority) are refused to peers outside
- * --admin-allow (loopback and the unix socket by default): gearmand lets
- * anyone do them.
+ * job, drop function, maxqueue, priority, schedule but its list) are
+ * refused to peers outside --admin-allow (loopback and the unix socket by
+ * default): gearmand lets anyone do them.
  */
 #include "config.h"
 #include "admin.h"
@@ -28,6 +28,7 @@
 #include "proto/decimal.h"
 #include "proto/textcmd.h"
 #include "queue.h"
+#include "schedule.h"
 #include "srv.h"
 #include "stats.h"
 #include "storage.h"
@@ -803,7 +804,9 @@ admin_line(struct conn *c, const char *line, size_t len)
     struct textcmd cmd;
 
     textcmd_parse(line, len, &cmd);
-    if (admin_privileged(&cmd) && !c->admin_ok) {
+    if ((admin_privileged(&cmd) ||
+         (cmd.kind == TEXTCMD_SCHEDULE && schedule_admin_changes(line, len))) &&
+        !c->admin_ok) {
         log_warn(&c->srv->log, "%s: refused admin command '%.*s': peer not in --admin-allow",
                  c->peer, (int)cmd.word_len[0], cmd.word[0]);
         conn_printf(c, "ERR PERMISSION_DENIED %.*s+is+not+allowed+from+%s+(see+--admin-allow)\r\n",
@@ -843,6 +846,7 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_RESUME: admin_flow(c, &cmd, line, len); break;
     case TEXTCMD_MAXAGE: admin_func_secs(c, &cmd, false); break;
     case TEXTCMD_UNIQUEFOR: admin_func_secs(c, &cmd, true); break;
+    case TEXTCMD_SCHEDULE: schedule_admin(c, line, len); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -182,8 +182,10 @@ ack_link(struct srv *srv, struct ack *a, struct conn *c, struct job *j, struct s
     a->w.op = op;
     a->job = j ? job_ref(j) : NULL;
     a->client = c;
-    TAILQ_INSERT_TAIL(&c->acks, a, by_client);
-    c->nacks++;
+    if (c != NULL) { /* NULL: a job the server submits itself (schedule.c) */
+        TAILQ_INSERT_TAIL(&c->acks, a, by_client);
+        c->nacks++;
+    }
     storage_wait(srv, &a->w);
 }
 
@@ -193,6 +195,8 @@ durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
     size_t clen = strlen(code), tlen = strlen(text);
     struct ack *a;
 
+    if (c == NULL)
+        return; /* nobody to tell */
     if (c->nacks == 0) {
         conn_send_error(c, code, "%s", text);
         return;

@@ -60,7 +60,7 @@ void durable_close(struct srv *srv);
  * commit. On failure (out of memory) the submitter is sent an ERROR (after
  * the answers it is already owed, if memory allows) and the job is dropped
  * before it reaches the batch: nothing is stored that its client was told
- * failed.
+ * failed. c may be NULL (a job the server submits itself): nobody is told.
  */
 void durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing);
 

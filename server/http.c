@@ -1,7 +1,8 @@
 /*
  * HTTP, off unless --http-port is given: GET /healthz, GET /metrics (the
  * samples of stats.c with their # HELP and # TYPE lines), a read-only JSON
- * API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE) built with
+ * API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE,
+ * /api/schedules) built with
  * jansson from the same structures the admin commands print, and the
  * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
@@ -49,6 +50,7 @@
 #include "lifecycle.h"
 #include "listener.h"
 #include "queue.h"
+#include "schedule.h"
 #include "srv.h"
 #include "stats.h"
 
@@ -830,6 +832,18 @@ get_workers(struct srv *srv, struct evhttp_request *req)
         reply_json(req, 200, "OK", json_pack("{s:o,s:b}", "workers", list, "truncated", cut));
 }
 
+/* The periodic schedules, as admin "schedule list" prints them. */
+static void
+get_schedules(struct srv *srv, struct evhttp_request *req)
+{
+    json_t *list = schedule_json(srv);
+
+    if (list == NULL)
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+    else
+        reply_json(req, 200, "OK", json_pack("{s:o}", "schedules", list));
+}
+
 /* One job, with the fields of admin "show job". */
 static json_t *
 job_json(const struct job *j, size_t max)
@@ -1112,6 +1126,8 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
         get_status(srv, req);
     else if (IS("/api/workers") && no_query)
         get_workers(srv, req);
+    else if (IS("/api/schedules") && no_query)
+        get_schedules(srv, req);
     else if (IS("/api/jobs"))
         get_jobs(srv, req, query);
     else if (IS("/api/job"))
@@ -1119,7 +1135,7 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
     else if (len > sizeof(job_prefix) - 1 && memcmp(path, job_prefix, sizeof(job_prefix) - 1) == 0)
         get_job(srv, req, path + sizeof(job_prefix) - 1, len - (sizeof(job_prefix) - 1), query);
     else if (IS("/") || IS("/dashboard.css") || IS("/dashboard.js") || IS("/healthz") ||
-             IS("/metrics") || IS("/api/status") || IS("/api/workers"))
+             IS("/metrics") || IS("/api/status") || IS("/api/workers") || IS("/api/schedules"))
         reply_error(req, 400, "Bad Request", "%.*s takes no query", (int)len, path);
     else
         reply_error(req, 404, "Not Found", "no such page: %.*s", (int)(len > 100 ? 100 : len),

@@ -24,6 +24,7 @@
 #include "flow_ctl.h"
 #include "job.h"
 #include "queue.h"
+#include "schedule.h"
 #include "srv.h"
 #include "storage.h"
 
@@ -335,6 +336,8 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
         tell_end(srv, j, outcome, told, told_len, false);
     if (!later)
         release_waiters(j);
+    if (j->unique_len > 6 && memcmp(job_unique(j), "sched:", 6) == 0)
+        schedule_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
     if (storage_settle(srv, j, settled)) {
         if (later) {
             tell_end(srv, j, outcome, told, told_len, true); /* behind the settle, in its batch */

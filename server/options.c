@@ -106,6 +106,10 @@ usage(FILE *fp)
         "      --limit 'F SETTINGS'   flow control of function F, as the admin command\n"
         "                             \"limit\" takes it: concurrency N, rate N/s|m|h,\n"
         "                             burst N, key-..., paused (repeatable; default none)\n"
+        "      --schedule \"NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE] [priority=P]\n"
+        "                 [missed=skip|once]\"  submit a background job each tick (repeatable)\n"
+        "      --schedule-refresh SECONDS  read a shared store's schedules this often\n"
+        "                             (default 5)\n"
         "  -q, --store TYPE           none (default), sqlite, memcached, postgres; also\n"
         "                             --queue-type, and gearmand's builtin, libsqlite3,\n"
         "                             libmemcached and Postgres\n"
@@ -179,6 +183,7 @@ enum {
     OPT_PG_DSN,
     OPT_HTTP_ADMIN,
     OPT_STORE_ASYNC_ENDS,
+    OPT_SCHEDULE,
     OPT_FILE_DONE, /* not an option: the config file's options are all applied */
 };
 
@@ -271,6 +276,8 @@ static const struct option long_options[] = {
     {"max-queue", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE},
     {"admin-allow", required_argument, NULL, OPT_ADMIN_ALLOW},
     {"limit", required_argument, NULL, OPT_LIMIT},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"schedule-refresh", required_argument, NULL, OPT_BOUNDED + OPTION_SCHEDULE_REFRESH},
     {"http-port", required_argument, NULL, OPT_BOUNDED + OPTION_HTTP_PORT},
     {"http-listen", required_argument, NULL, OPT_HTTP_LISTEN},
     {"http-port-file", required_argument, NULL, OPT_HTTP_PORT_FILE},
@@ -896,6 +903,13 @@ options_parse(int argc, char **argv, struct dsjob_server_config *cfg, struct opt
             if (cfg->nlimits == DSJOB_SERVER_MAX_LIMITS)
                 options_die("too many --limit lines (at most %d)", DSJOB_SERVER_MAX_LIMITS);
             cfg->limits[cfg->nlimits++] = optarg;
+            break;
+        case OPT_SCHEDULE:
+            if (cfg->nschedule == DSJOB_SERVER_MAX_SCHEDULES)
+                options_die("too many --schedule lines (at most %d; add more with the admin "
+                            "command schedule add)",
+                            DSJOB_SERVER_MAX_SCHEDULES);
+            cfg->schedule[cfg->nschedule++] = optarg;
             break;
         case 'h':
             usage(stdout);

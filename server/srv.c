@@ -32,6 +32,7 @@
 #include "lifecycle.h"
 #include "listener.h"
 #include "options.h"
+#include "schedule.h"
 #include "storage.h"
 #include "store.h"
 #include "tls.h"
@@ -170,8 +171,8 @@ srv_admin_allowed(const struct srv *srv, const struct sockaddr *sa)
 static int
 copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
 {
-    const char **
-        strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW + DSJOB_SERVER_MAX_LIMITS + 24];
+    const char **strs[DSJOB_SERVER_MAX_LISTEN + DSJOB_SERVER_MAX_ADMIN_ALLOW +
+                      DSJOB_SERVER_MAX_LIMITS + DSJOB_SERVER_MAX_SCHEDULES + 24];
     size_t n = 0, total = 0, i;
     char *at;
     int k;
@@ -182,7 +183,8 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
     srv->cfg.size = sizeof(srv->cfg);
     if (srv->cfg.nlisten < 0 || srv->cfg.nlisten > DSJOB_SERVER_MAX_LISTEN ||
         srv->cfg.nadmin_allow < 0 || srv->cfg.nadmin_allow > DSJOB_SERVER_MAX_ADMIN_ALLOW ||
-        srv->cfg.nlimits < 0 || srv->cfg.nlimits > DSJOB_SERVER_MAX_LIMITS)
+        srv->cfg.nlimits < 0 || srv->cfg.nlimits > DSJOB_SERVER_MAX_LIMITS ||
+        srv->cfg.nschedule < 0 || srv->cfg.nschedule > DSJOB_SERVER_MAX_SCHEDULES)
         return -2;
     for (k = 0; k < srv->cfg.nlisten; k++)
         strs[n++] = &srv->cfg.listen[k];
@@ -190,6 +192,8 @@ copy_config(struct srv *srv, const struct dsjob_server_config *cfg)
         strs[n++] = &srv->cfg.admin_allow[k];
     for (k = 0; k < srv->cfg.nlimits; k++)
         strs[n++] = &srv->cfg.limits[k];
+    for (k = 0; k < srv->cfg.nschedule; k++)
+        strs[n++] = &srv->cfg.schedule[k];
     strs[n++] = &srv->cfg.unix_socket;
     strs[n++] = &srv->cfg.job_handle_prefix;
     strs[n++] = &srv->cfg.log_file;
@@ -483,6 +487,7 @@ srv_exit_loop(struct srv *srv)
     if (srv->stopped)
         return;
     srv->stopped = true;
+    schedule_stop(srv);
     listener_close_all(srv);
     http_close(srv);
     storage_drain(srv); /* answer the last batches' submitters before they are closed */
@@ -681,6 +686,10 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_STORE;
         goto fail;
     }
+    if (schedule_open(srv) < 0) {
+        rc = DSJOB_ERR_ARG;
+        goto fail;
+    }
     if (listener_open_all(srv) < 0 || http_open(srv) < 0) {
         rc = DSJOB_ERR_SYS;
         goto fail;
@@ -694,6 +703,7 @@ fail:
         log_err(&srv->log, "%s", srv->errmsg);
     http_close(srv);
     listener_close_all(srv);
+    schedule_close(srv);
     durable_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);
@@ -842,6 +852,7 @@ dsjob_server_free(struct dsjob_server *ds)
         conn_close(c, false);
     if (srv->reaper_ev != NULL)
         reaper_cb(-1, 0, srv);
+    schedule_close(srv);
     durable_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);

@@ -28,6 +28,7 @@ struct evconnlistener;
 struct ssl_ctx_st;
 struct evhttp;
 struct http_state;
+struct schedules;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -88,6 +89,7 @@ struct srv {
     struct event *flow_sweep_ev;        /* forgets idle flow keys, once a second */
     int64_t flow_armed;                 /* monotonic ms flow_ev is set for, 0 if not */
     char errmsg[512];                   /* last error's text */
+    struct schedules *schedules;        /* the periodic schedules (schedule.c), or NULL */
 };
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */

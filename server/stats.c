@@ -26,6 +26,7 @@
 #include "flow_ctl.h"
 #include "job.h"
 #include "queue.h"
+#include "schedule.h"
 #include "srv.h"
 
 /* Upper bounds of the time buckets, ms: 1 ms to 10 minutes, then +Inf. */
@@ -386,6 +387,11 @@ server_wide(struct srv *srv, struct out *o)
     value(o, "dead_max_age_seconds", NULL, srv->cfg.dead_max_age);
     family(o, "jobs_replayed_total", "counter", "Jobs replayed from the store at start.");
     value(o, "jobs_replayed_total", NULL, st->replayed);
+    family(o, "schedules", "gauge", "Periodic schedules known to this server, paused ones too.");
+    value(o, "schedules", NULL, schedule_count(srv));
+    family(o, "schedule_fires_total", "counter",
+           "Jobs submitted by periodic schedules (a tick another server fired is not counted).");
+    value(o, "schedule_fires_total", NULL, st->sched_fires);
     if (srv->storage.shared) {
         family(o, "pg_claimed_total", "counter",
                "Jobs this server took by lease from the shared store.");

@@ -74,6 +74,7 @@ struct stats {
     uint64_t pg_released;           /* leases given up: on jobs it had lost track of */
     uint64_t commits;               /* store batches committed */
     uint64_t commit_errors;         /* store batches that failed */
+    uint64_t sched_fires;           /* jobs submitted by schedules (schedule.c) */
     int64_t started;                /* clock_uptime() when the server was bound */
     uint64_t render_us;             /* how long the last stats_render took, microseconds */
     bool store_failing;             /* the last commit failed */

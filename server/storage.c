@@ -463,6 +463,121 @@ storage_set_func(struct srv *srv, const struct func *f)
     return 0;
 }
 
+bool
+storage_keeps_schedules(const struct srv *srv)
+{
+    return srv->storage.durable && srv->storage.ops->sched != NULL;
+}
+
+/* Copy len bytes to *at and advance it; the copy's address. */
+static const char *
+put_bytes(char **at, const void *p, size_t len)
+{
+    char *to = *at;
+
+    if (len > 0)
+        memcpy(to, p, len);
+    to[len] = '\0';
+    *at += len + 1;
+    return to;
+}
+
+static size_t
+sched_bytes(const struct store_sched *ss)
+{
+    return ss->name_len + ss->cron_len + ss->tz_len + ss->func_len + ss->data_len + 5;
+}
+
+/* Copy ss's strings to buf (sched_bytes of room), into out. */
+static void
+sched_copy(struct store_sched *out, const struct store_sched *ss, char *buf)
+{
+    *out = *ss;
+    out->name = put_bytes(&buf, ss->name, ss->name_len);
+    out->cron = put_bytes(&buf, ss->cron, ss->cron_len);
+    out->tz = put_bytes(&buf, ss->tz, ss->tz_len);
+    out->func = put_bytes(&buf, ss->func, ss->func_len);
+    out->data = put_bytes(&buf, ss->data, ss->data_len);
+}
+
+int
+storage_sched(struct srv *srv, int what, const struct store_sched *ss, storage_op_fn *done)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + sched_bytes(ss));
+
+    if (op == NULL)
+        return -1;
+    op->kind = STORE_OP_SCHED;
+    op->sched_what = what;
+    op->done = done;
+    sched_copy(&op->ss, ss, op->buf);
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return 0;
+}
+
+int
+storage_sched_list(struct srv *srv, storage_op_fn *done)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op));
+
+    if (op == NULL)
+        return -1;
+    op->kind = STORE_OP_SCHEDS;
+    op->done = done;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return 0;
+}
+
+void
+storage_sched_rows_free(struct storage_sched_row *rows)
+{
+    while (rows != NULL) {
+        struct storage_sched_row *next = rows->next;
+
+        free(rows);
+        rows = next;
+    }
+}
+
+/* On the writer: one row read by sched_list, copied onto the op's list (in order). */
+static int
+sched_row(const struct store_sched *ss, void *arg)
+{
+    struct storage_sched_row ***tail = arg;
+    struct storage_sched_row *r = malloc(sizeof(*r) + sched_bytes(ss));
+
+    if (r == NULL)
+        return -1;
+    r->next = NULL;
+    sched_copy(&r->ss, ss, r->buf);
+    **tail = r;
+    *tail = &r->next;
+    return 0;
+}
+
+/* On the writer: a schedule op, or a store that keeps none (it fails, saying so). */
+static int
+writer_sched(struct storage *sg, struct store_op *op)
+{
+    struct storage_sched_row **tail = &op->rows;
+    int rc;
+
+    if (sg->ops->sched == NULL)
+        return store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no schedules", sg->ops->name);
+    if (op->kind == STORE_OP_SCHED)
+        return sg->ops->sched(sg->st, op->sched_what, &op->ss, &op->claimed, op->why);
+    rc = sg->ops->sched_list(sg->st, sched_row, &tail, op->why);
+    if (rc != DSJOB_OK) {
+        storage_sched_rows_free(op->rows);
+        op->rows = NULL;
+    }
+    return rc;
+}
+
 /*
  * The writer thread: wait for a batch, apply its adds and removes to the
  * backend, commit, and tell the loop through the pipe. It reads the batch
@@ -509,6 +624,8 @@ writer_main(void *arg)
                 break;
             case STORE_OP_FUNC: rc = sg->ops->set_func(sg->st, &op->sf, op->why); break;
             case STORE_OP_LEASE: rc = sg->ops->lease(sg->st, &op->ls, op->why); break;
+            case STORE_OP_SCHED:
+            case STORE_OP_SCHEDS: rc = writer_sched(sg, op); break;
             }
             op->failed = rc != DSJOB_OK;
         }
@@ -837,6 +954,7 @@ storage_close(struct srv *srv)
         pthread_mutex_unlock(&sg->lock);
         pthread_join(sg->writer, NULL);
         sg->writer_running = false;
+        sg->quit = false; /* a later open (a bind tried again) starts a writer that stays */
         pthread_mutex_destroy(&sg->lock);
         pthread_cond_destroy(&sg->wake);
     }

@@ -32,6 +32,15 @@ enum store_op_kind {
     STORE_OP_REMOVE, /* remove sj.id */
     STORE_OP_FUNC,   /* set sf: a function's settings */
     STORE_OP_LEASE,  /* ls: take ready jobs and renew leases (a shared store) */
+    STORE_OP_SCHED,  /* ss: set, delete or claim a schedule (sched_what) */
+    STORE_OP_SCHEDS, /* read every stored schedule into rows */
+};
+
+/* A stored schedule read by a STORE_OP_SCHEDS, its bytes in buf; a list by next. */
+struct storage_sched_row {
+    struct storage_sched_row *next; /* the next row, or NULL */
+    struct store_sched ss;          /* the schedule, its strings in buf */
+    char buf[];                     /* name, cron, tz, func and payload */
 };
 
 struct store_op;
@@ -64,10 +73,15 @@ struct store_op {
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */
     /* A shared store's answers, written by the writer during flush. */
-    bool lost;                    /* a remove or update found the row another server's */
-    char alias[STORE_HANDLE_MAX]; /* an add coalesced onto this handle, or "" */
-    struct store_lease ls;        /* for a lease, what to take and what was taken */
-    char buf[];                   /* the job's bytes */
+    bool lost;                      /* a remove or update found the row another server's */
+    char alias[STORE_HANDLE_MAX];   /* an add coalesced onto this handle, or "" */
+    struct store_lease ls;          /* for a lease, what to take and what was taken */
+    struct store_sched ss;          /* for a sched op, its strings in buf */
+    int sched_what;                 /* for a sched op: enum store_sched_what */
+    bool claimed;                   /* set by the writer: a claim moved the schedule's last tick */
+    struct storage_sched_row *rows; /* set by the writer for a STORE_OP_SCHEDS: the rows read
+                                       (its continuation takes them) */
+    char buf[];                     /* the job's bytes */
 };
 
 struct storage_wait;
@@ -251,6 +265,29 @@ void storage_remove(struct srv *srv, struct job *j);
 
 /* storage_set_func stores f's settings (admin "retry") with the next commit. 0, or -1 (memory). */
 int storage_set_func(struct srv *srv, const struct func *f);
+
+/*
+ * storage_keeps_schedules says whether the store keeps schedules (sqlite,
+ * postgres); else the server keeps them in memory only.
+ */
+bool storage_keeps_schedules(const struct srv *srv);
+
+/*
+ * storage_sched puts what (enum store_sched_what) to ss in the open batch,
+ * its strings copied; done runs once its batch is done (ok false: it did
+ * not commit), and may read op->ss and op->claimed. 0, or -1 (memory).
+ */
+int storage_sched(struct srv *srv, int what, const struct store_sched *ss, storage_op_fn *done);
+
+/*
+ * storage_sched_list reads every stored schedule with the open batch;
+ * done gets them in op->rows, which it frees with storage_sched_rows_free
+ * (and sets op->rows to NULL). 0, or -1 (memory).
+ */
+int storage_sched_list(struct srv *srv, storage_op_fn *done);
+
+/* storage_sched_rows_free frees a list of rows; NULL is a no-op. */
+void storage_sched_rows_free(struct storage_sched_row *rows);
 
 /* storage_kick hands the open batch over at the end of this loop turn, even an empty one. */
 void storage_kick(struct srv *srv);

@@ -89,6 +89,37 @@ struct store_func {
 };
 
 /*
+ * A periodic schedule (schedule.c), as a store keeps it: one row per
+ * name. Pointers are borrowed for the call.
+ */
+struct store_sched {
+    const char *name; /* the schedule's name */
+    size_t name_len;
+    const char *cron; /* its cron expression */
+    size_t cron_len;
+    const char *tz; /* its zone ("UTC" or an IANA name) */
+    size_t tz_len;
+    const char *func; /* the function of the jobs it submits */
+    size_t func_len;
+    const void *data; /* their payload */
+    size_t data_len;
+    int prio;          /* their priority (enum job_prio) */
+    bool catch_up;     /* after downtime: run once for the ticks missed (else skip them) */
+    bool paused;       /* fires no tick until resumed */
+    int64_t last_tick; /* epoch seconds of the last tick fired (claimed), 0 if none */
+};
+
+/* What a store's sched op does with a schedule. */
+enum store_sched_what {
+    STORE_SCHED_SET,    /* insert or replace it, all but last_tick (a new one gets 0) */
+    STORE_SCHED_DELETE, /* delete it by name; none is not an error */
+    STORE_SCHED_CLAIM,  /* set last_tick if it is lower: *claimed says if it was */
+};
+
+/* Called by sched_list once per stored schedule; non-zero stops it. */
+typedef int store_sched_fn(const struct store_sched *ss, void *arg);
+
+/*
  * A shared store's lease op: take up to limits[i] ready jobs of funcs[i]
  * for this server, and renew the leases it holds. Filled in by flush.
  */
@@ -235,6 +266,18 @@ struct store_ops {
      * stop ends. NULL: the backend's waits are bounded already.
      */
     void (*stop)(struct store *st);
+    /*
+     * Schedules (both, or none: NULL in a store that keeps none, memcached
+     * and none; the server then keeps its schedules in memory only).
+     * sched: what (enum store_sched_what) to ss. sqlite puts it in the open
+     * batch; postgres runs it at once, committed on its own, so that a
+     * claim moves last_tick for every server sharing the table before the
+     * tick's job is submitted (a claim by two servers: one wins).
+     */
+    int (*sched)(struct store *st, int what, const struct store_sched *ss, bool *claimed,
+                 char *err);
+    /* sched_list: call fn for every stored schedule, by name. */
+    int (*sched_list)(struct store *st, store_sched_fn *fn, void *arg, char *err);
 };
 
 /* The backends built into this dsjobd. */

@@ -269,6 +269,7 @@ struct store {
     bool each;               /* this flush writes its adds one by one (a batch failed) */
     int wake[2];             /* pg_stop's wake-up for the writer's waits */
     _Atomic int64_t stop_ms; /* when pg_stop was called (CLOCK_MONOTONIC ms), or 0 */
+    bool sched_made;         /* dsjob.schedules is known to exist */
 };
 
 static void
@@ -2367,6 +2368,155 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
 }
 
 /*
+ * Schedules (schedule.c): one row per name in dsjob.schedules, which every
+ * server sharing the database reads. The table is an addition beside the
+ * schema (made by the first schedule op, under the schema's lock), not a
+ * version of it: servers without schedules never make it (sched_list only
+ * looks whether it exists). Each op is a statement of its own, committed
+ * at once, outside the batch: a claim must be decided for all servers
+ * before the tick's job is submitted.
+ */
+#define SCHED_TABLE                                                                                \
+    "CREATE TABLE IF NOT EXISTS dsjob.schedules ("                                                 \
+    " name text PRIMARY KEY,"                                                                      \
+    " cron text NOT NULL,"                                                                         \
+    " tz text NOT NULL,"                                                                           \
+    " func text NOT NULL,"                                                                         \
+    " data bytea NOT NULL,"                                                                        \
+    " prio integer NOT NULL,"                                                                      \
+    " catch_up boolean NOT NULL,"                                                                  \
+    " paused boolean NOT NULL,"                                                                    \
+    " last_tick bigint NOT NULL DEFAULT 0)" /* epoch seconds of the last tick fired */
+
+static const char *const pg_sched_sql[] = {
+    [STORE_SCHED_SET] = "INSERT INTO dsjob.schedules (name, cron, tz, func, data, prio, catch_up,"
+                        " paused) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO"
+                        " UPDATE SET cron = $2, tz = $3, func = $4, data = $5, prio = $6,"
+                        " catch_up = $7, paused = $8",
+    [STORE_SCHED_DELETE] = "DELETE FROM dsjob.schedules WHERE name = $1",
+    [STORE_SCHED_CLAIM] = "UPDATE dsjob.schedules SET last_tick = $2 WHERE name = $1 AND"
+                          " last_tick < $2",
+};
+
+static int
+sched_table(struct store *st, char *err)
+{
+    char sql[128];
+    int rc;
+
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    if (st->sched_made)
+        return DSJOB_OK;
+    if ((rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK)
+        return rc;
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_xact_lock(%lld)", (long long)SCHEMA_LOCK);
+    if ((rc = exec_ok(st, sql, "locking the schema", err)) != DSJOB_OK ||
+        (rc = exec_ok(st, SCHED_TABLE, "making dsjob.schedules", err)) != DSJOB_OK) {
+        PQclear(exec_wait(st, "ROLLBACK", NULL, false));
+        return rc;
+    }
+    if ((rc = exec_ok(st, "COMMIT", "committing dsjob.schedules", err)) == DSJOB_OK)
+        st->sched_made = true;
+    return rc;
+}
+
+static int
+pg_sched(struct store *st, int what, const struct store_sched *ss, bool *claimed, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    int rc;
+
+    *claimed = false;
+    if (what < STORE_SCHED_SET || what > STORE_SCHED_CLAIM)
+        return store_say(err, DSJOB_ERR_ARG, "postgres: unknown schedule op %d", what);
+    if (!utf8_ok(ss->name, ss->name_len) || !utf8_ok(ss->cron, ss->cron_len) ||
+        !utf8_ok(ss->tz, ss->tz_len) || !utf8_ok(ss->func, ss->func_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a schedule's names must be UTF-8 text");
+    if ((rc = sched_table(st, err)) != DSJOB_OK)
+        return rc;
+    par_text(&p, ss->name, ss->name_len);
+    if (what == STORE_SCHED_SET) {
+        par_text(&p, ss->cron, ss->cron_len);
+        par_text(&p, ss->tz, ss->tz_len);
+        par_text(&p, ss->func, ss->func_len);
+        par_bytea(&p, ss->data, ss->data_len);
+        par_int(&p, ss->prio);
+        par_bool(&p, ss->catch_up);
+        par_bool(&p, ss->paused);
+    } else if (what == STORE_SCHED_CLAIM) {
+        par_int(&p, ss->last_tick);
+    }
+    rc = run(st, pg_sched_sql[what], &p, false, PGRES_COMMAND_OK, "writing a schedule", &r, err);
+    if (rc == DSJOB_OK)
+        *claimed = what == STORE_SCHED_CLAIM && strcmp(PQcmdTuples(r), "1") == 0;
+    PQclear(r);
+    return rc;
+}
+
+static int
+pg_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    int i, rc;
+
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    if (!st->sched_made) {
+        /* No table yet: no schedule was ever made, and reading makes none. */
+        r = exec_wait(st, "SELECT to_regclass('dsjob.schedules') IS NOT NULL", NULL, false);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+            rc = res_say(err, DSJOB_ERR_STORE, st, r, "reading the schedules");
+            PQclear(r);
+            return rc;
+        }
+        st->sched_made = PQgetvalue(r, 0, 0)[0] == 't';
+        PQclear(r);
+        if (!st->sched_made)
+            return DSJOB_OK;
+    }
+    rc = run(st,
+             "SELECT name, cron, tz, func, data, prio, catch_up, paused, last_tick"
+             " FROM dsjob.schedules ORDER BY name",
+             &p, true, PGRES_TUPLES_OK, "reading the schedules", &r, err);
+    if (rc != DSJOB_OK)
+        return rc;
+    for (i = 0; i < PQntuples(r); i++) {
+        struct store_sched ss;
+        const unsigned char *v;
+
+        memset(&ss, 0, sizeof(ss));
+        ss.name = PQgetvalue(r, i, 0);
+        ss.name_len = (size_t)PQgetlength(r, i, 0);
+        ss.cron = PQgetvalue(r, i, 1);
+        ss.cron_len = (size_t)PQgetlength(r, i, 1);
+        ss.tz = PQgetvalue(r, i, 2);
+        ss.tz_len = (size_t)PQgetlength(r, i, 2);
+        ss.func = PQgetvalue(r, i, 3);
+        ss.func_len = (size_t)PQgetlength(r, i, 3);
+        ss.data = PQgetvalue(r, i, 4);
+        ss.data_len = (size_t)PQgetlength(r, i, 4);
+        v = (const unsigned char *)PQgetvalue(r, i, 5); /* binary int4 */
+        ss.prio = (int)((uint32_t)v[0] << 24 | (uint32_t)v[1] << 16 | (uint32_t)v[2] << 8 | v[3]);
+        ss.catch_up = PQgetvalue(r, i, 6)[0] != 0;
+        ss.paused = PQgetvalue(r, i, 7)[0] != 0;
+        v = (const unsigned char *)PQgetvalue(r, i, 8); /* binary int8 */
+        ss.last_tick =
+            (int64_t)((uint64_t)v[0] << 56 | (uint64_t)v[1] << 48 | (uint64_t)v[2] << 40 |
+                      (uint64_t)v[3] << 32 | (uint64_t)v[4] << 24 | (uint64_t)v[5] << 16 |
+                      (uint64_t)v[6] << 8 | v[7]);
+        if (fn(&ss, arg) != 0) {
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+            break;
+        }
+    }
+    PQclear(r);
+    return rc;
+}
+
+/*
  * Wait for the LISTEN connection's socket or stop_fd: 1 ready, 0 stop_fd,
  * -1 ms passed (ms < 0: no limit) or poll failed.
  */
@@ -2581,4 +2731,6 @@ const struct store_ops store_postgres_ops = {
     .lease = pg_lease,
     .wait_notify = pg_wait_notify,
     .stop = pg_stop,
+    .sched = pg_sched,
+    .sched_list = pg_sched_list,
 };

@@ -928,6 +928,141 @@ sqlite_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
     return rc == SQLITE_DONE ? DSJOB_OK : DSJOB_ERR_STORE;
 }
 
+/*
+ * Schedules (schedule.c) live in a table of their own, made by the first
+ * schedule op: an addition beside the schema, not a version of it, so a
+ * dsjobd without schedules opens the file as before and ignores the table.
+ */
+#define SCHED_TABLE                                                                                \
+    "CREATE TABLE IF NOT EXISTS schedules ("                                                       \
+    " name TEXT PRIMARY KEY,"                                                                      \
+    " cron TEXT NOT NULL,"                                                                         \
+    " tz TEXT NOT NULL,"                                                                           \
+    " func TEXT NOT NULL,"                                                                         \
+    " data BLOB NOT NULL,"                                                                         \
+    " prio INTEGER NOT NULL,"                                                                      \
+    " catch_up INTEGER NOT NULL,"                                                                  \
+    " paused INTEGER NOT NULL,"                                                                    \
+    " last_tick INTEGER NOT NULL DEFAULT 0)" /* epoch seconds of the last tick fired */
+
+static const void *col_bytes(sqlite3_stmt *stmt, int col, size_t *len);
+
+static const char *const sched_sql[] = {
+    [STORE_SCHED_SET] = "INSERT INTO schedules (name, cron, tz, func, data, prio, catch_up, paused)"
+                        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (name) DO UPDATE SET"
+                        " cron = ?2, tz = ?3, func = ?4, data = ?5, prio = ?6, catch_up = ?7,"
+                        " paused = ?8",
+    [STORE_SCHED_DELETE] = "DELETE FROM schedules WHERE name = ?1",
+    [STORE_SCHED_CLAIM] = "UPDATE schedules SET last_tick = ?9 WHERE name = ?1 AND last_tick < ?9",
+};
+
+/* In the open batch: the table, then a statement of sched_sql (or the SELECT) prepared. */
+static int
+sched_stmt(struct store *st, const char *sql, sqlite3_stmt **stmt)
+{
+    int rc;
+
+    if (!batch_open(st))
+        return SQLITE_ERROR;
+    rc = db_exec(st->db, SCHED_TABLE);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, sql, -1, stmt, NULL);
+    if (rc != SQLITE_OK)
+        batch_fail(st, "make the schedules table in", rc);
+    return rc;
+}
+
+static int
+sqlite_sched(struct store *st, int what, const struct store_sched *ss, bool *claimed, char *err)
+{
+    sqlite3_stmt *stmt = NULL;
+    int rc;
+
+    *claimed = false;
+    if (what < STORE_SCHED_SET || what > STORE_SCHED_CLAIM)
+        return store_say(err, DSJOB_ERR_ARG, "unknown schedule op %d", what);
+    if (sched_stmt(st, sched_sql[what], &stmt) != SQLITE_OK)
+        goto refuse;
+    /* Unused numbers are not bound: each statement names those it takes. */
+    rc = bind_bytes(stmt, 0, ss->name, ss->name_len, true);
+    if (rc == SQLITE_OK && what == STORE_SCHED_SET) {
+        rc = bind_bytes(stmt, 1, ss->cron, ss->cron_len, true);
+        if (rc == SQLITE_OK)
+            rc = bind_bytes(stmt, 2, ss->tz, ss->tz_len, true);
+        if (rc == SQLITE_OK)
+            rc = bind_bytes(stmt, 3, ss->func, ss->func_len, true);
+        if (rc == SQLITE_OK)
+            rc = bind_bytes(stmt, 4, ss->data, ss->data_len, false);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_bind_int64(stmt, 6, ss->prio);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_bind_int64(stmt, 7, ss->catch_up);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_bind_int64(stmt, 8, ss->paused);
+    }
+    if (rc == SQLITE_OK && what == STORE_SCHED_CLAIM)
+        rc = sqlite3_bind_int64(stmt, 9, ss->last_tick);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "write a schedule in", rc);
+    else
+        *claimed = what == STORE_SCHED_CLAIM && sqlite3_changes(st->db) == 1;
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+refuse:
+    sqlite3_finalize(stmt);
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
+{
+    sqlite3_stmt *stmt = NULL;
+    long long made = 0;
+    int rc;
+
+    /* No table yet: no schedule was ever made here, and reading makes none. */
+    rc = query_int(st->db,
+                   "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND"
+                   " name = 'schedules'",
+                   &made);
+    if (rc != SQLITE_OK)
+        return store_say(err, DSJOB_ERR_STORE, "cannot read the schedules of '%s': %s", st->path,
+                         db_error(st->db, rc));
+    if (made == 0)
+        return DSJOB_OK;
+    if (sched_stmt(st,
+                   "SELECT name, cron, tz, func, data, prio, catch_up, paused, last_tick"
+                   " FROM schedules ORDER BY name",
+                   &stmt) != SQLITE_OK)
+        return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        struct store_sched ss;
+
+        memset(&ss, 0, sizeof(ss));
+        ss.name = col_bytes(stmt, 0, &ss.name_len);
+        ss.cron = col_bytes(stmt, 1, &ss.cron_len);
+        ss.tz = col_bytes(stmt, 2, &ss.tz_len);
+        ss.func = col_bytes(stmt, 3, &ss.func_len);
+        ss.data = col_bytes(stmt, 4, &ss.data_len);
+        ss.prio = (int)sqlite3_column_int64(stmt, 5);
+        ss.catch_up = sqlite3_column_int64(stmt, 6) != 0;
+        ss.paused = sqlite3_column_int64(stmt, 7) != 0;
+        ss.last_tick = sqlite3_column_int64(stmt, 8);
+        if (fn(&ss, arg) != 0) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_DONE)
+        return store_say(err, DSJOB_ERR_STORE, "cannot read the schedules of '%s': %s", st->path,
+                         db_error(st->db, rc));
+    return DSJOB_OK;
+}
+
 static int
 remember_remove(struct store *st, uint64_t id)
 {
@@ -1101,4 +1236,6 @@ const struct store_ops store_sqlite_ops = {
     .update = sqlite_update,
     .set_func = sqlite_set_func,
     .replay_funcs = sqlite_replay_funcs,
+    .sched = sqlite_sched,
+    .sched_list = sqlite_sched_list,
 };

@@ -453,6 +453,11 @@ static const struct table_col dead_cols[] = {
     {"last_failure", TABLE_NUM}, {"size", TABLE_NUM},     {"unique", TABLE_STR},
     {"error", TABLE_TEXT},       {"dropped", TABLE_NUM},
 };
+static const struct table_col schedule_cols[] = {
+    {"server", TABLE_STR},   {"name", TABLE_STR},     {"cron", TABLE_STR},    {"tz", TABLE_STR},
+    {"function", TABLE_STR}, {"priority", TABLE_STR}, {"missed", TABLE_STR},  {"state", TABLE_STR},
+    {"next_run", TABLE_STR}, {"last_run", TABLE_STR}, {"outcome", TABLE_STR}, {"fires", TABLE_NUM},
+};
 static const struct table_col field_cols[] = {
     {"server", TABLE_STR},
     {"field", TABLE_STR},
@@ -483,6 +488,8 @@ static const struct listing version_listing = {"version", "version\n", version_c
 static const struct listing dead_listing = {"dead",      NULL, dead_cols, 11, 1u << 8 | 1u << 9,
                                             "show dead", false};
 static const struct listing job_listing = {"job", NULL, field_cols, 3, 0, "show job", true};
+static const struct listing schedule_listing = {"schedule", "schedule list\n", schedule_cols, 12,
+                                                0,          "schedule list",   false};
 static const struct listing stats_listing = {"stats", "stats\n", stats_cols, 3, 0, "stats", false};
 static const struct listing limit_listing = {"limit", NULL, limit_cols, 9, 0, "limit", false};
 
@@ -917,6 +924,12 @@ struct admin_call {
     const char *uniq;   /* and -u UNIQUE */
     bool graceful;      /* shutdown's --graceful */
     char settings[512]; /* limit's options as the admin "limit" takes them; "" for none */
+    /* schedule add's */
+    const char *tz;     /* --tz ZONE, or NULL */
+    const char *prio;   /* -p PRIORITY, or NULL */
+    const char *missed; /* --missed skip|once, or NULL */
+    char *const *words; /* NAME CRON FUNCTION [PAYLOAD] */
+    int nwords;         /* entries in words */
 };
 
 /* The words an admin verb takes after its options. */
@@ -928,6 +941,7 @@ enum admin_args {
     ADMIN_ARGS_LIMIT,  /* [FUNCTION] (limit) */
     ADMIN_ARGS_FUNC,   /* FUNCTION (pause, resume) */
     ADMIN_ARGS_SECS,   /* FUNCTION [SECONDS] */
+    ADMIN_ARGS_SCHED,  /* list, add NAME CRON FUNCTION [PAYLOAD], or pause|resume|rm NAME */
 };
 
 struct admin_verb;
@@ -1134,6 +1148,53 @@ verb_secs(struct cli *cli, const struct admin_verb *v, const struct admin_call *
     return ndown == cli->nservers ? CLI_UNREACHABLE : rc;
 }
 
+/* A word of a schedule line in quotes it does not hold; NULL if it holds both or a newline. */
+static char *
+sched_quote(const char *w)
+{
+    char q = strchr(w, '\'') == NULL ? '\'' : '"';
+
+    if (strchr(w, q) != NULL || strpbrk(w, "\r\n") != NULL)
+        return NULL;
+    return admin_xprintf("%c%s%c", q, w, q);
+}
+
+/* schedule list, add NAME 'CRON' FUNCTION [PAYLOAD], pause|resume|rm NAME. */
+static int
+verb_schedule(struct cli *cli, const struct admin_verb *v, const struct admin_call *call)
+{
+    char *line, *cron, *payload = NULL;
+    int rc;
+
+    if (strcmp(call->sub, "list") == 0)
+        return run_listing(cli, v->ls, v->ls->command);
+    if (strcmp(call->sub, "add") != 0) {
+        line = admin_xprintf("schedule %s %s\n", call->sub, call->arg);
+        rc = run_change(cli, line, "schedule", NULL);
+        free(line);
+        return rc;
+    }
+    cron = sched_quote(call->words[1]);
+    if (call->nwords > 3 && (payload = sched_quote(call->words[3])) == NULL) {
+        free(cron);
+        return cli_usage_error(cli, "PAYLOAD holds both quote characters or a newline");
+    }
+    if (cron == NULL) {
+        free(payload);
+        return cli_usage_error(cli, "CRON holds a quote character or a newline");
+    }
+    line = admin_xprintf("schedule add %s %s %s%s%s%s%s%s%s%s%s\n", call->words[0], cron,
+                         call->words[2], payload ? " " : "", payload ? payload : "",
+                         call->tz ? " tz=" : "", call->tz ? call->tz : "",
+                         call->prio ? " priority=" : "", call->prio ? call->prio : "",
+                         call->missed ? " missed=" : "", call->missed ? call->missed : "");
+    rc = run_change(cli, line, "schedule", NULL);
+    free(line);
+    free(cron);
+    free(payload);
+    return rc;
+}
+
 #define LISTING_USAGE " [-s SERVER]... [-t MS] [--format table|tsv|json]\n"
 
 static const struct admin_verb admin_verbs[] = {
@@ -1166,6 +1227,19 @@ static const struct admin_verb admin_verbs[] = {
      "and running jobs finish. Kept by a durable store across restarts.\n"},
     {"resume", ADMIN_ARGS_FUNC, false, NULL, verb_limit, " [-s SERVER]... [-t MS] FUNCTION\n",
      "Starts FUNCTION's jobs again after dsjob pause.\n"},
+    {"schedule", ADMIN_ARGS_SCHED, false, &schedule_listing, verb_schedule,
+     " add [--tz ZONE] [-p high|normal|low] [--missed skip|once]\n"
+     "         NAME 'CRON' FUNCTION [PAYLOAD]\n"
+     "       dsjob schedule list\n"
+     "       dsjob schedule pause|resume|rm NAME\n"
+     "  [-s SERVER]... [-t MS] [--format table|tsv|json]\n",
+     "Periodic schedules (dsjobd): each tick of CRON (five fields, or six with seconds\n"
+     "first; in ZONE, default UTC) submits a background job of FUNCTION with PAYLOAD\n"
+     "and the unique key sched:NAME:TICK. --missed once runs one missed tick after the\n"
+     "server was down (default skip). Every server given is told; list asks them all.\n"
+     "      --tz ZONE        an IANA zone such as Europe/Berlin (default UTC)\n"
+     "  -p, --priority P     high, normal (default) or low\n"
+     "      --missed M       skip (default) or once\n"},
     {"cancel", ADMIN_ARGS_HANDLE, false, NULL, verb_cancel, " [-s SERVER]... [-t MS] HANDLE\n",
      "Cancels the job on the server that has it (every server is asked).\n"},
     {"maxage", ADMIN_ARGS_SECS, false, NULL, verb_secs,
@@ -1203,6 +1277,40 @@ admin_words(struct cli *cli, const struct admin_verb *v, char **argv, int nargs,
     bool listing = false;
     int want = 0;
 
+    if (v->args == ADMIN_ARGS_SCHED) {
+        if (nargs == 0)
+            return cli_usage_error(cli, "missing add, list, pause, resume or rm");
+        call->sub = *argv++;
+        nargs--;
+        if (strcmp(call->sub, "add") == 0) {
+            if (nargs < 3 || nargs > 4)
+                return cli_usage_error(cli, "schedule add takes NAME 'CRON' FUNCTION [PAYLOAD]");
+            if (!handle_ok(argv[0]) || !handle_ok(argv[2]))
+                return cli_usage_error(cli, "NAME and FUNCTION are one word each");
+            call->words = argv;
+            call->nwords = nargs;
+            return 0;
+        }
+        if (call->tz || call->prio || call->missed)
+            return cli_usage_error(cli, "--tz, --priority and --missed are for schedule add");
+        if (strcmp(call->sub, "list") == 0)
+            want = 0;
+        else if (strcmp(call->sub, "pause") == 0 || strcmp(call->sub, "resume") == 0 ||
+                 strcmp(call->sub, "rm") == 0)
+            want = 1;
+        else
+            return cli_usage_error(cli,
+                                   "unknown 'schedule %s' (want add, list, pause, resume "
+                                   "or rm)",
+                                   call->sub);
+        if (nargs != want)
+            return cli_usage_error(cli, want ? "missing NAME" : "unexpected argument '%s'",
+                                   want ? "" : argv[0]);
+        call->arg = want ? argv[0] : NULL;
+        if (call->arg != NULL && !handle_ok(call->arg))
+            return cli_usage_error(cli, "bad NAME '%s'", call->arg);
+        return 0;
+    }
     if (v->args == ADMIN_ARGS_DEAD) {
         if (nargs == 0)
             return cli_usage_error(cli, "missing list, retry or drop");
@@ -1278,6 +1386,9 @@ admin_main(struct cli *cli, int argc, char **argv)
         {"key-separator", required_argument, NULL, OPT_LIMIT},
         {"keyed", no_argument, NULL, OPT_LIMIT},
         {"off", no_argument, NULL, OPT_LIMIT},
+        {"tz", required_argument, NULL, OPT_TZ},
+        {"priority", required_argument, NULL, 'p'},
+        {"missed", required_argument, NULL, OPT_MISSED},
         {NULL, 0, NULL, 0},
     };
     int idx = -1;
@@ -1288,7 +1399,7 @@ admin_main(struct cli *cli, int argc, char **argv)
     while (strcmp(v->name, cli->verb) != 0)
         if (++v == admin_verbs + sizeof(admin_verbs) / sizeof(admin_verbs[0]))
             return cli_usage_error(cli, "unknown verb");
-    while ((ch = getopt_long(argc, argv, ":f:u:" CLI_GLOBAL_SHORT, longopts, &idx)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":f:u:p:" CLI_GLOBAL_SHORT, longopts, &idx)) != -1) {
         switch (ch) {
         case OPT_LIMIT:
             if (v->args != ADMIN_ARGS_LIMIT)
@@ -1297,6 +1408,16 @@ admin_main(struct cli *cli, int argc, char **argv)
             rc = limit_opt(cli, &call, longopts[idx].name, optarg);
             if (rc != 0)
                 return rc;
+            break;
+        case OPT_TZ:
+        case OPT_MISSED:
+        case 'p':
+            if (v->args != ADMIN_ARGS_SCHED)
+                return cli_usage_error(cli, "unknown option '%s' (only for schedule add)",
+                                       argv[optind - 1]);
+            if (!handle_ok(optarg))
+                return cli_usage_error(cli, "option '%s' wants one word", argv[optind - 1]);
+            *(ch == OPT_TZ ? &call.tz : ch == 'p' ? &call.prio : &call.missed) = optarg;
             break;
         case 'h': admin_usage(v); return CLI_OK;
         case OPT_GRACEFUL:

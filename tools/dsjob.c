@@ -59,6 +59,10 @@ static const char usage_text[] =
     "                       a job not started that long expires (dsjobd)\n"
     "  uniquefor FUNCTION [SECONDS]\n"
     "                       an ended job's unique key stays taken that long (dsjobd)\n"
+    "  schedule add [--tz ZONE] [-p high|normal|low] [--missed skip|once]\n"
+    "         NAME 'CRON' FUNCTION [PAYLOAD]\n"
+    "  schedule list | schedule pause|resume|rm NAME\n"
+    "                       periodic jobs, one per tick of a cron expression (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -354,7 +358,7 @@ static const struct verb {
     {"shutdown", admin_main}, {"version", admin_main},   {"job", admin_main},
     {"result", admin_main},   {"dead", admin_main},      {"stats", admin_main},
     {"limit", admin_main},    {"pause", admin_main},     {"resume", admin_main},
-    {"maxage", admin_main},   {"uniquefor", admin_main},
+    {"maxage", admin_main},   {"uniquefor", admin_main}, {"schedule", admin_main},
 };
 
 void

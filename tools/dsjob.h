@@ -32,6 +32,8 @@ enum cli_opt {
     OPT_VERSION,        /* --version */
     OPT_AT,             /* submit --at */
     OPT_GRACEFUL,       /* shutdown --graceful */
+    OPT_TZ,             /* schedule add --tz */
+    OPT_MISSED,         /* schedule add --missed */
     OPT_STREAM,         /* worker --stream */
     OPT_CHUNK,          /* worker --chunk */
     OPT_WARNINGS,       /* worker --warnings */

@@ -28,7 +28,8 @@ struct event_base;
 
 #define DSJOB_SERVER_MAX_LISTEN 8
 #define DSJOB_SERVER_MAX_ADMIN_ALLOW 16
-#define DSJOB_SERVER_MAX_LIMITS 64 /* --limit lines at most */
+#define DSJOB_SERVER_MAX_LIMITS 64    /* --limit lines at most */
+#define DSJOB_SERVER_MAX_SCHEDULES 64 /* --schedule lines (more come by admin command) */
 
 /* Log levels, named as gearmand's --verbose names them. */
 enum dsjob_log_level {
@@ -164,6 +165,13 @@ struct dsjob_server_config {
                                100000 (1 to 100000000) */
     unsigned dead_max_age;  /* seconds a dead job is kept at most; default 604800 (a week);
                                0: no age limit */
+
+    /* Periodic schedules, each "NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE]
+       [priority=high|normal|low] [missed=skip|once]" (dsjobd(8) --schedule). */
+    const char *schedule[DSJOB_SERVER_MAX_SCHEDULES]; /* the lines */
+    int nschedule;                                    /* entries used; default 0: none */
+    unsigned schedule_refresh; /* seconds between reads of a shared store's schedules;
+                                  default 5 (1 to 3600) */
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -1,6 +1,6 @@
 /*
- * dsjobd's dashboard. Once a second it reads /api/status and /api/workers
- * (and /api/job/... while a job is looked up), keeps five minutes of
+ * dsjobd's dashboard. Once a second it reads /api/status, /api/workers and
+ * /api/schedules (and /api/job/... while a job is looked up), keeps five minutes of
  * samples in memory for the chart, and rebuilds each table in one
  * innerHTML assignment, only when its text changed, so that a thousand
  * functions cost one DOM build a second. No library, nothing loaded from
@@ -323,6 +323,27 @@
             (list.length > MAX_WORKER_ROWS ? ", first " + MAX_WORKER_ROWS + " shown" : "") + ")";
     }
 
+    /* ---- schedules ---- */
+
+    let lastSchedulesHtml = "";
+
+    function renderSchedules(list) {
+        const none = '<span class="muted">-</span>';
+        const parts = list.map((s) => "<tr><td class=\"l\">" + esc(s.name) +
+            '</td><td class="l">' + esc(s.cron) + '</td><td class="l">' + esc(s.tz) +
+            '</td><td class="l">' + esc(s.function) + '</td><td class="l">' + (s.paused ? "paused" : "active") +
+            '</td><td class="l">' + (s.next_run === null ? none : esc(s.next_run)) +
+            '</td><td class="l">' + (s.last_run === null ? none : esc(s.last_run)) +
+            '</td><td class="l">' + esc(s.last_outcome) + "</td><td>" + num(s.fires) + "</td></tr>");
+        const html = parts.join("");
+        if (html !== lastSchedulesHtml) {
+            document.querySelector("#schedules tbody").innerHTML = html;
+            lastSchedulesHtml = html;
+        }
+        $("schedules-count").textContent = "(" + list.length + ")";
+        $("schedules-box").hidden = list.length === 0;
+    }
+
     /* ---- job lookup ---- */
 
     async function findJob(q, f) {
@@ -398,13 +419,15 @@
         busy = true;
         const t0 = performance.now();
         try {
-            const [st, wk] = await Promise.all([get("/api/status"), get("/api/workers"), refreshJob()]);
+            const [st, wk, sc] = await Promise.all([get("/api/status"), get("/api/workers"),
+                get("/api/schedules"), refreshJob()]);
             if (st.status === 200) {
                 summarize(st.body);
                 funcs = st.body.functions.map(rowOf);
                 renderFuncs();
             }
             if (wk.status === 200) renderWorkers(wk.body.workers);
+            if (sc.status === 200) renderSchedules(sc.body.schedules);
             drawChart();
             $("updated").textContent = "updated " + new Date().toLocaleTimeString();
             window.dsjobDashboard.refreshes++;

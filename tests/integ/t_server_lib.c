@@ -272,6 +272,13 @@ test_bind_retry(void)
     tap_is_int(dsjob_server_start(srv), DSJOB_OK, "binding again once it is free works");
     tap_is_int(queued(port, "retry-f"), 3, "and each stored job is held once");
     tap_ok(peer_run_job(port, "retry-g", "y"), "and the server runs jobs");
+    /* The store's writer of the failed bind was stopped; the new one must not stop at once. */
+    fd = peer_connect(port);
+    peer_send(fd, PACKET_SUBMIT_JOB_BG, 3, "retry-h", "", "stored after");
+    tap_is_int(peer_recv(fd, &p, PEER_TIMEOUT_MS), PACKET_JOB_CREATED,
+               "and a background submit is stored (its commit comes back)");
+    peer_pkt_release(&p);
+    close(fd);
     dsjob_server_stop(srv, false);
     dsjob_server_join(srv);
     dsjob_server_free(srv);

@@ -1,0 +1,84 @@
+#!/bin/sh
+# Periodic schedules on the postgres store: two dsjobd share one
+# PostgreSQL (tests/lib/pg.sh), each with a real worker (`dsjob worker`,
+# which gives the command the job's unique key). A schedule every second is
+# added on one server only; the other learns it from dsjob.schedules. Every
+# tick is claimed in the table before its job is submitted, so each tick's
+# job (its unique key sched:NAME:TICK) runs once, though both servers fire
+# it; and the ticks keep coming when one server is stopped.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+pg_test_begin
+pg_start_or_bail
+RAN=$T/ran
+for n in a b; do
+    pgd_launch "$n" --pg-lease 5 --pg-poll-ms 500
+done
+for n in a b; do
+    pgd_wait "$n" || {
+        echo "Bail out! dsjobd $n did not start"
+        exit 1
+    }
+done
+
+wait_for() { # wait_for SECONDS CMD...
+    _end=$(($(date +%s) + $1))
+    shift
+    while ! "$@"; do
+        [ "$(date +%s)" -lt "$_end" ] || return 1
+        sleep 0.1
+    done
+}
+ds() { # ds NAME ARGS...: dsjob against that server
+    _s=$1
+    shift
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 20000 "$@"
+}
+cat >"$T/rec.sh" <<'EOF'
+echo "$DSJOB_UNIQUE $2" >> "$1"
+EOF
+for n in a b; do
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -c 2 -f sched.pg -- sh "$T/rec.sh" "$RAN" "$n" \
+        2>>"$T/worker.err" &
+    track $!
+done
+ticks() { cut -d' ' -f1 "$RAN" 2>/dev/null | sort -u | grep -c '^sched:every:' || true; }
+at_least() { [ "$(ticks)" -ge "$1" ]; }
+knows() { ds "$1" schedule list --format tsv 2>/dev/null | grep -q "^every	.*	active	"; }
+fires() { ds "$1" stats --format tsv 2>/dev/null | awk -F'\t' '$1 == "dsjob_schedule_fires_total" { print $2 }'; }
+
+out=$(ds a schedule add every '*/1 * * * * *' sched.pg 2>&1)
+ok $? "schedule added on a: $out"
+wait_for 120 knows b
+ok $? "b lists it too (read from dsjob.schedules)"
+# From here both fire every tick.
+n0=$(ticks)
+wait_for 120 at_least $((n0 + 10))
+ok $? "ten more ticks ran ($(ticks) in all)"
+dups=$(cut -d' ' -f1 "$RAN" | sort | uniq -d)
+is "$dups" "" "no tick's job ran twice, with both servers firing"
+run=$(ticks) # first: every job run was fired before the counters are read
+fa=$(fires a) fb=$(fires b)
+diag "fires: a ${fa:-?}, b ${fb:-?}; ticks run $run"
+sum=$((${fa:-0} + ${fb:-0}))
+[ "$sum" -ge "$run" ] && [ "$sum" -le $((run + 3)) ]
+ok $? "the servers' fires ($sum) add up to the ticks run ($run; up to 3 still on their way)"
+rows=$(q "SELECT count(*) FROM dsjob.schedules WHERE name = 'every' AND last_tick > 0")
+is "$rows" 1 "the table holds the schedule with its last tick"
+
+pgd_stop a
+n1=$(ticks)
+wait_for 120 at_least $((n1 + 3))
+ok $? "with a stopped, b fires on"
+ds b schedule rm every >/dev/null 2>&1
+ok $? "rm on b"
+rows=$(q "SELECT count(*) FROM dsjob.schedules")
+is "$rows" 0 "the row is gone"
+dups=$(cut -d' ' -f1 "$RAN" | sort | uniq -d)
+is "$dups" "" "still no tick twice"
+done_testing
