@@ -45,6 +45,11 @@ consume() { # consume NAME: consume.sh's output in $d/NAME.out, its status in $r
     rc=$?
 }
 
+saved_all() { # the 8 shards' files are in $d/saved (save.sh moves each there when it is whole)
+    set -- "$d"/saved/*.tsv
+    [ $# -eq 8 ] && [ -f "$1" ]
+}
+
 checks() {
     d="$T/$K"
     mkdir -p "$d"
@@ -95,8 +100,7 @@ printf '%s' "\$spec" | exec "$SCRIPTS/save.sh" "\$@"
 EOF
     chmod +x "$d/save-logged.sh"
     bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dataset.save -- "$d/save-logged.sh" "$d/saved"
-    check "a save.sh worker saves the 8 shards" \
-        poll sh -c "[ \$(ls '$d/saved' | grep -c 'tsv\$') -eq 8 ]"
+    check "a save.sh worker saves the 8 shards" poll saved_all
     same "$(head -n 1 "$d/order")" 0 "-p high: shard 0 is saved first, before the -p low ones"
     for f in "$d"/saved/demo-*-of-8.tsv; do
         s=${f##*/demo-}

@@ -4,12 +4,19 @@
  * and dsjob_server_new for a program that embeds the server. At each edge
  * (the least value, the most, one under and one over where the field can
  * hold it) the three take or refuse alike, and a refusal names the option
- * in the same words, the file's with FILE:LINE before them. The command
- * line and the file are checked with dsjobd --check-args, which starts
- * nothing. The names of gearmand's queue tables are held to their length
- * likewise. Before the table, the command line and the library had
- * drifted (dsjobd --check-args took --http-timeout 0, the library any
- * store_batch or table name).
+ * in the same words, the file's with FILE:LINE before them. The names of
+ * gearmand's queue tables are held to their length likewise. Before the
+ * table, the command line and the library had drifted (dsjobd --check-args
+ * took --http-timeout 0, the library any store_batch or table name).
+ *
+ * The command line and the file are read by options_parse (server/options.c,
+ * linked in here as in dsjobd), each in a forked child, since it exits on a
+ * refusal; dsjobd --check-args is that call and nothing more (main.c). So
+ * that the program itself is held too without a process start per edge (a
+ * few hundred, minutes on a loaded machine), every edge of a few bounds, one
+ * of each kind (a port, a size with suffixes, an unset -1, seconds written
+ * as B,M), and the table names run dsjobd --check-args as well, and must
+ * answer as options_parse did.
  */
 #include "config.h"
 
@@ -33,9 +40,11 @@ static char conf[sizeof(dir) + 16];
 /*
  * run runs dsjobd with args (NULL-terminated, after argv[0]), its stderr's
  * first line into line; returns its exit status, or -1 if it did not exit.
+ * With exec false, a forked child runs options_parse on them instead (as
+ * dsjobd's main does before anything else), and exits 0 if it returns.
  */
 static int
-run(const char *const *args, char *line, size_t len)
+run(bool exec, const char *const *args, char *line, size_t len)
 {
     const char *argv[8];
     int fds[2], status, n = 0;
@@ -47,6 +56,7 @@ run(const char *const *args, char *line, size_t len)
     while (*args != NULL && n < 7)
         argv[n++] = *args++;
     argv[n] = NULL;
+    fflush(NULL); /* the child's exit must not write the TAP lines buffered here again */
     if (pipe(fds) < 0)
         tap_bail("pipe: %s", strerror(errno));
     pid = fork();
@@ -56,6 +66,14 @@ run(const char *const *args, char *line, size_t len)
         dup2(fds[1], 2);
         close(fds[0]);
         close(fds[1]);
+        if (!exec) {
+            struct dsjob_server_config cfg;
+            struct opts o = {0};
+
+            options_parse(n, (char **)argv, &cfg, &o);
+            options_release(&o);
+            exit(0);
+        }
         execv(dsjobd, (char *const *)argv);
         _exit(127);
     }
@@ -116,49 +134,66 @@ api(const struct option_bound *b, unsigned long long v, bool minus_one, char *er
 }
 
 /*
- * doors tries --name=text on dsjobd's command line and name = text in a
- * config file: taken when want is true, else refused with expect (the
- * file's with FILE:LINE before it).
+ * door tries --name=text on the command line and name = text in a config
+ * file (written already), through dsjobd --check-args when exec is true,
+ * else through options_parse: taken when want is true, else refused with
+ * expect (the file's with FILE:LINE before it).
  */
 static void
-doors(const char *name, const char *text, bool want, const char *expect)
+door(bool exec, const char *name, const char *text, bool want, const char *expect)
 {
+    const char *who = exec ? "dsjobd --check-args" : "options_parse";
     char arg[200], line[512], full[600];
     const char *args[4];
     int rc;
-    FILE *fp;
 
     snprintf(arg, sizeof(arg), "--%s=%s", name, text);
     args[0] = "--check-args";
     args[1] = arg;
     args[2] = NULL;
-    rc = run(args, line, sizeof(line));
-    tap_is_int(rc, want ? 0 : 2, "command line: %s is %s", arg, want ? "taken" : "refused");
+    rc = run(exec, args, line, sizeof(line));
+    tap_is_int(rc, want ? 0 : 2, "%s, command line: %s is %s", who, arg,
+               want ? "taken" : "refused");
     if (!want) {
         snprintf(full, sizeof(full), "dsjobd: %s", expect);
-        tap_is_str(line, full, "command line: %s says why as the library does", arg);
+        tap_is_str(line, full, "%s, command line: %s says why as the library does", who, arg);
     }
+
+    args[1] = "--config-file";
+    args[2] = conf;
+    args[3] = NULL;
+    rc = run(exec, args, line, sizeof(line));
+    tap_is_int(rc, want ? 0 : 2, "%s, config file: %s = %s is %s", who, name, text,
+               want ? "taken" : "refused");
+    if (!want) {
+        snprintf(full, sizeof(full), "dsjobd: %s:2: %s", conf, expect);
+        tap_is_str(line, full, "%s, config file: %s = %s says why, with its line", who, name, text);
+    }
+}
+
+/*
+ * doors tries --name=text on dsjobd's command line and name = text in a
+ * config file, through options_parse and, when exec is true, through
+ * dsjobd --check-args too.
+ */
+static void
+doors(const char *name, const char *text, bool want, const char *expect, bool exec)
+{
+    FILE *fp;
 
     fp = fopen(conf, "w");
     if (fp == NULL)
         tap_bail("%s: %s", conf, strerror(errno));
     fprintf(fp, "# bounds\n%s = %s\n", name, text);
     fclose(fp);
-    args[1] = "--config-file";
-    args[2] = conf;
-    args[3] = NULL;
-    rc = run(args, line, sizeof(line));
-    tap_is_int(rc, want ? 0 : 2, "config file: %s = %s is %s", name, text,
-               want ? "taken" : "refused");
-    if (!want) {
-        snprintf(full, sizeof(full), "dsjobd: %s:2: %s", conf, expect);
-        tap_is_str(line, full, "config file: %s = %s says why, with its line", name, text);
-    }
+    door(false, name, text, want, expect);
+    if (exec)
+        door(true, name, text, want, expect);
 }
 
 /*
  * table_edge tries a name of gearmand's queue table (--libsqlite3-table,
- * --libpq-table) of len bytes through the three doors.
+ * --libpq-table) of len bytes through the three doors, and dsjobd.
  */
 static void
 table_edge(const char *name, size_t offset, size_t len, bool want)
@@ -177,13 +212,22 @@ table_edge(const char *name, size_t offset, size_t len, bool want)
     dsjob_server_free(srv);
     tap_is_int(srv != NULL, want, "API: a %s of %zu bytes is %s%s%s", name, len,
                want ? "taken" : "refused", srv ? "" : ": ", srv ? "" : err);
-    doors(name, text, want, err);
+    doors(name, text, want, err, true);
+}
+
+/* One bound of each kind, run through dsjobd --check-args too. */
+static bool
+exec_sample(const struct option_bound *b)
+{
+    return b == &option_bounds[OPTION_PORT] || b == &option_bounds[OPTION_KEEPALIVE_IDLE] ||
+           b == &option_bounds[OPTION_MAX_PACKET] || b == &option_bounds[OPTION_RETRY_BACKOFF_MAX];
 }
 
 /*
  * edge checks one value of b: taken by all three doors when want is true,
  * else refused by all with the same words. cli is false where the command
- * line has no way to write the value (-1 of a port).
+ * line has no way to write the value (-1 of a port). The edges of the
+ * bounds in exec_sample that refuse, and their most, go through dsjobd too.
  */
 static void
 edge(const struct option_bound *b, unsigned long long v, bool minus_one, bool want, bool cli)
@@ -208,7 +252,7 @@ edge(const struct option_bound *b, unsigned long long v, bool minus_one, bool wa
         option_range_error(b, shown, expect, sizeof(expect));
     }
 
-    doors(b->name, text, want, expect);
+    doors(b->name, text, want, expect, exec_sample(b) && (!want || v == b->max));
 }
 
 int

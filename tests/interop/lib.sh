@@ -8,7 +8,7 @@
 #
 #   track PID           remember a background process (killed at the end)
 #   reap                stop the tracked processes that are still running
-#   poll CMD [ARG...]   run CMD until it succeeds, at most 5 s
+#   poll CMD [ARG...]   run CMD until it succeeds, at most about 120 s
 #   gm ARG...           the gearman CLI pointed at the server, bounded
 #   adm ARG...          gearadmin pointed at the server, bounded
 #   status_of FUNC      FUNC's line of `gearadmin --status`
@@ -54,13 +54,15 @@ trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# poll CMD...: run CMD every 50 ms until it succeeds, for 20 s at most (a
-# loaded 2-core machine can take seconds to start a worker and its command).
+# poll CMD...: run CMD until it succeeds, for about 120 s at most (a loaded
+# 2-core machine can take seconds to start a worker and its command): every
+# 50 ms for the first second, then every 200 ms, so that a long wait on a
+# loaded machine does not spend its CPU on starting CMD and sleep.
 poll() {
     _i=0
-    while [ $_i -lt 400 ]; do
+    while [ $_i -lt 620 ]; do
         "$@" && return 0
-        sleep 0.05
+        if [ $_i -lt 20 ]; then sleep 0.05; else sleep 0.2; fi
         _i=$((_i + 1))
     done
     return 1
