@@ -11,7 +11,9 @@
 // faint; "jobs held" says how many are live, dead and kept; the chart's axis
 // has four equal round steps; two functions that once read alike (dd<0xff>
 // and dd\\xff, made dead by a worker here) show apart, and the drop button
-// of the raw-byte one drops its dead job and not the other's.
+// of the raw-byte one drops its dead job and not the other's. A function's
+// --limit shows in its row, its pause and resume buttons pause and resume
+// it on the server, and the --schedule run.sh gave is listed and fires.
 // Saves a full-page screenshot. Then 1,000 more functions (admin "create
 // function" on GEARMAN-PORT): the table shows them all, the filter still
 // works, and the time one refresh and one table build take is printed.
@@ -171,6 +173,37 @@ try {
     const [rawDead, textDead] = await after.jsonValue();
     check(rawDead === 0 && textDead === 1,
         `its drop button dropped the raw-byte function's dead job, not the other's (${rawDead}, ${textDead})`);
+
+    // Flow control: thumbnail's --limit shows in its row, and backlog's pause
+    // button pauses it (the server says so), then resume resumes it.
+    const thumbRow = await page.textContent('#funcs tr[data-fn="thumbnail"]');
+    check(/concurrency 1/.test(thumbRow), "thumbnail's row shows its --limit (concurrency 1)");
+    const flowPaused = (want) => page.waitForFunction(async (w) => {
+        const st = await (await fetch("/api/status")).json();
+        const f = st.functions.find((x) => x.name === "backlog");
+        return f !== undefined && !!(f.flow && f.flow.paused) === w;
+    }, want, { timeout: 15000 });
+    page.once("dialog", (d) => d.accept());
+    await page.click('#funcs tr[data-fn="backlog"] button[data-act="pause"]');
+    await flowPaused(true);
+    check(true, "backlog's pause button paused it (/api/status says paused)");
+    await page.waitForFunction(() =>
+        document.querySelectorAll('#funcs tr[data-fn="backlog"] button[data-act="resume"]').length === 1,
+        null, { timeout: 15000 });
+    check(true, "and its row offers resume");
+    page.once("dialog", (d) => d.accept());
+    await page.click('#funcs tr[data-fn="backlog"] button[data-act="resume"]');
+    await flowPaused(false);
+    check(true, "its resume button resumed it");
+
+    // Schedules: --schedule's e2e-tick is listed with its next run, and fires.
+    await page.waitForFunction(() => {
+        const box = document.querySelector("#schedules-box"), tr = document.querySelector("#schedules tbody tr");
+        return box && !box.hidden && tr && Number(tr.lastElementChild.textContent) > 0;
+    }, null, { timeout: 15000 });
+    const srow = await page.$$eval("#schedules tbody tr:first-child td", (tds) => tds.map((t) => t.textContent));
+    check(srow[0] === "e2e-tick" && srow[3] === "reverse" && srow[4] === "active" && /\d/.test(srow[5]),
+        `the schedules table lists e2e-tick, its function, its next run and fires (${srow.join(" | ")})`);
 
     // The filter box.
     await page.fill("#filter", "thumb");

@@ -54,7 +54,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$T/port" --http-port 0 --http-port-file "$T/http" \
-    --http-admin --max-dead 50 -l "$T/dsjobd.log" --verbose NOTICE &
+    --http-admin --max-dead 50 -l "$T/dsjobd.log" --verbose NOTICE \
+    --limit 'thumbnail concurrency 1' --schedule "e2e-tick '*/2 * * * * *' reverse tick" &
 server_pid=$!
 i=0
 while [ ! -s "$T/http" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
