@@ -290,7 +290,14 @@ schedule(struct srv *srv)
     struct storage *sg = &srv->storage;
 
     if (sg->open.nacks >= sg->batch_max) {
-        storage_flush(srv);
+        /*
+         * Not while a finished batch's continuations run: a waiter that
+         * waits again (a pipelined end whose commit failed) must go in the
+         * same batch as the ops of its own that are tried again, which are
+         * put back only after the continuations.
+         */
+        if (!sg->finishing)
+            storage_flush(srv);
         return;
     }
     if (sg->scheduled && sg->lazy) {
@@ -735,6 +742,7 @@ batch_finish(struct srv *srv)
     }
     sg->hooks->committed(srv, &sc);
     /* Each waiter's continuation owns it: it may add to the open batch, not to this one. */
+    sg->finishing = true;
     while ((w = TAILQ_FIRST(&b->acks)) != NULL) {
         bool ok = b->ok;
         const char *why = b->why;
@@ -762,8 +770,9 @@ batch_finish(struct srv *srv)
         job_unref(op->job);
         free(op);
     }
+    sg->finishing = false;
     free(b);
-    /* What gathered while the writer was busy goes next. */
+    /* What gathered while the writer was busy goes next (after a failure, at the retry timer). */
     if (sg->want_flush || (!batch_empty(&sg->open) && !sg->scheduled))
         storage_flush(srv);
 }

@@ -171,6 +171,7 @@ struct storage {
     bool scheduled;         /* flush_ev is pending */
     bool lazy;              /* ...on the deletions' timer, which a submit cuts short */
     bool want_flush;        /* flush asked for while a batch was in flight */
+    bool finishing;         /* batch_finish runs continuations: a full batch waits for it */
     bool retry;             /* the last commit failed: flush even if empty */
     bool durable;           /* a backend other than none */
     bool shared;            /* the backend has lease, remove_job and wait_notify */
