@@ -313,9 +313,17 @@ key_free(struct flow *fl, struct flow_key *k)
 {
     if (k->in_ring)
         TAILQ_REMOVE(&fl->ring, k, ring);
+    k->in_ring = false;
     hmap_remove(&fl->keys, &k->node);
     fl->nkeys--;
-    free(k);
+    /*
+     * A running job rekey could not reach (its worker said CANT_DO since)
+     * still points at k: k outlives the flow's keys until that job stops.
+     */
+    if (k->nrunning > 0)
+        k->orphan = true;
+    else
+        free(k);
 }
 
 /* Put queued j in its key's list: 0, or -1 out of memory. */
@@ -427,8 +435,8 @@ rekey(struct flow *fl, bool on)
                     return -1;
                 k->nrunning++;
                 j->ext->key = k;
-            } else if (j->ext != NULL) {
-                j->ext->key = NULL;
+            } else {
+                flow_stopped(f, j); /* its key's running count goes with it */
             }
         }
     return 0;
@@ -570,10 +578,14 @@ void
 flow_stopped(struct func *f, struct job *j)
 {
     (void)f;
-    if (j->ext == NULL || j->ext->key == NULL)
+    struct flow_key *k;
+
+    if (j->ext == NULL || (k = j->ext->key) == NULL)
         return;
-    j->ext->key->nrunning--;
+    k->nrunning--;
     j->ext->key = NULL;
+    if (k->orphan && k->nrunning == 0)
+        free(k);
 }
 
 bool

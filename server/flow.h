@@ -66,6 +66,7 @@ struct flow_key {
     unsigned nrunning;               /* its jobs running */
     struct flow_bucket bucket;       /* key_rate's */
     bool in_ring;                    /* in flow.ring */
+    bool orphan;                     /* out of flow.keys, kept while its jobs still run */
     size_t name_len;                 /* name bytes */
     char name[];                     /* the key (not NUL-terminated: binary safe) */
 };

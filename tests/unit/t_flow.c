@@ -267,6 +267,47 @@ test_pause(void)
     queue_release(&q);
 }
 
+/*
+ * A worker that said CANT_DO while it runs a keyed job, then keys turned
+ * off: the job's key outlives the flow's keys until the job ends (it was
+ * freed under it; ASan caught the use after free at WORK_COMPLETE).
+ */
+static void
+test_key_outlives_cant_do(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *j;
+    struct flow_conf c;
+    char err[64];
+
+    setup(&q, &f, "key-concurrency 1");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "a:2");
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && j->ext->key != NULL, "a keyed job runs");
+    queue_cant_do(&q, &w, f);
+    c = f->flow->conf;
+    flow_conf_parse(&c, "key-concurrency off", err, sizeof(err));
+    tap_ok(flow_set(f->flow, &c, fake_now) == 0 && f->flow->nkeys == 0, "keys turned off");
+    tap_ok(j->ext->key != NULL && j->ext->key->orphan && j->ext->key->nrunning == 1,
+           "the running job's key is kept for it");
+    job_ref(j);
+    queue_remove(&q, j);
+    tap_ok(j->ext == NULL || j->ext->key == NULL, "it ends: its key goes");
+    job_unref(j);
+    c = f->flow->conf;
+    flow_conf_parse(&c, "key-concurrency 1", err, sizeof(err));
+    tap_ok(flow_set(f->flow, &c, fake_now) == 0, "keys on again");
+    queue_can_do(&q, &w, f, 0);
+    j = queue_grab(&q, &w, 0);
+    tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "and a:2 starts");
+    queue_release(&q);
+}
+
 int
 main(void)
 {
@@ -275,5 +316,6 @@ main(void)
     test_rate();
     test_keys();
     test_pause();
+    test_key_outlives_cant_do();
     return tap_done();
 }
