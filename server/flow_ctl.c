@@ -204,10 +204,12 @@ flow_ctl_apply(struct srv *srv, struct func *f, const char *words, bool store, c
     if (fl == NULL) {
         if (!flow_conf_any(&c))
             return 0; /* nothing to do, nothing to hold */
-        if ((fl = flow_new(f)) == NULL || events(srv) < 0)
+        if ((fl = flow_new(f)) == NULL)
             goto nomem;
         fl->ctl = srv;
-        TAILQ_INSERT_TAIL(&srv->queue.flows, fl, all);
+        TAILQ_INSERT_TAIL(&srv->queue.flows, fl, all); /* before events: nomem takes it out */
+        if (events(srv) < 0)
+            goto nomem;
     }
     if (flow_set(fl, &c, flow_ctl_now_ms()) < 0)
         goto nomem;
