@@ -625,6 +625,7 @@ lifecycle_revive(struct srv *srv, struct job *j)
 
     j->ext->attempts = 0;
     j->ext->when = 0;
+    j->ext->deadline_ms = 0; /* retried by hand: not to expire again at once */
     rc = queue_revive(&srv->queue, j, clock_now());
     if (rc != 0) {
         j->ext->attempts = attempts;

@@ -742,6 +742,7 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     f->nrunning++;
     job_set_state(j, JOB_RUNNING);
     expiring_del(q, j);
+    j->ext->deadline_ms = 0; /* a deadline is for starting: a retry of it does not expire */
     j->ext->worker = w;
     TAILQ_INSERT_TAIL(&w->held, j, link);
     w->nheld++;
