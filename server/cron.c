@@ -376,8 +376,11 @@ posix_rule(const char *p, struct posix_rule *r)
             p++;
         if (*p < '0' || *p > '9')
             return NULL;
-        while (*p >= '0' && *p <= '9')
+        while (*p >= '0' && *p <= '9') {
             r->d = r->d * 10 + (*p++ - '0');
+            if (r->d > 365) /* Jn is 1-365, n 0-365: an untrusted zone file says more */
+                return NULL;
+        }
     }
     if (*p == '/' && (p = posix_hms(p + 1, &r->time)) == NULL)
         return NULL;
