@@ -643,8 +643,15 @@ admin_drop(struct conn *c, const struct textcmd *cmd)
                 lifecycle_drop_ended(c->srv, j);
         }
     }
-    if (f->retries != 0 || f->backoff_base_ms != 0) {
+    if (f->retries != 0 || f->backoff_base_ms != 0 || f->max_age != 0 || f->unique_for != 0 ||
+        f->flow != NULL) {
+        char ferr[64];
+
+        /* Its flow settings go too (flow_ctl frees them), else a replay makes it again. */
+        if (f->flow != NULL)
+            (void)flow_ctl_apply(c->srv, f, "off resumed", false, ferr, sizeof(ferr));
         f->retries = f->backoff_base_ms = f->backoff_max_ms = 0;
+        f->max_age = f->unique_for = 0;
         (void)storage_set_func(c->srv, f); /* forget its settings in the store too */
     }
     if (queue_total(f) > 0) {
