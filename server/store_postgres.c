@@ -255,6 +255,8 @@ struct store {
     size_t take_cap;                     /* entries take holds */
     double flush_ms;                     /* a flush's time, smoothed */
     unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
+    bool txn;                  /* this flush runs in a transaction, which a failed
+                                  add_new.sql would abort: it goes behind a savepoint */
     unsigned conn_gen;         /* connections made so far */
     unsigned prep_gen[PREP_N]; /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
@@ -1772,7 +1774,13 @@ flush_adds_only(struct store *st, char *err)
     int k, rc;
 
     if (!uniq || st->arbiter_left == 0) {
+        /* In a transaction, a failed statement aborts it: a savepoint keeps the rest. */
+        if (st->txn && (rc = exec_ok(st, "SAVEPOINT dsjob_add_new", "savepoint", err)) != DSJOB_OK)
+            return rc;
         if (adds_new(st, &coalesce, &rc, err) || !coalesce)
+            return rc;
+        if (st->txn && (rc = exec_ok(st, "ROLLBACK TO SAVEPOINT dsjob_add_new",
+                                     "rollback to savepoint", err)) != DSJOB_OK)
             return rc;
         st->arbiter_left = PG_ARBITER_BATCHES;
     }
@@ -2173,6 +2181,7 @@ flush_once(struct store *st, char *err)
     bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each;
     int rc;
 
+    st->txn = txn;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
     /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
