@@ -133,6 +133,8 @@ test_concurrency(void)
     tap_is_int(freed_n, 2, "an ended job frees its slot");
     tap_ok(queue_grab(&q, &w[3], 0) != NULL, "and another starts");
     tap_is_int(f->nrunning, 2, "two running");
+    for (i = 0; i < 4; i++)
+        queue_reset_abilities(&q, &w[i]); /* the abilities go with their worker */
     queue_release(&q);
 }
 
@@ -164,6 +166,7 @@ test_rate(void)
             got++;
     }
     tap_is_int(got, 10, "ten starts in the next second at 10/s");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 }
 
@@ -192,6 +195,7 @@ test_keys(void)
     j = queue_grab(&q, &w, 0);
     tap_ok(j != NULL && strcmp(job_unique(j), "flood:1") == 0, "then the flood again, in order");
     tap_is_int(f->flow->nkeys, 2, "two keys");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 
     setup(&q, &f, "key-concurrency 1");
@@ -212,6 +216,7 @@ test_keys(void)
     queue_remove(&q, TAILQ_FIRST(&w.held));
     j = queue_grab(&q, &w, 0);
     tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "a:1 ended: a:2 starts");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 
     /* Keys turned on with jobs queued and running: they are counted. */
@@ -241,6 +246,7 @@ test_keys(void)
     tap_is_int(f->flow->nkeys, 0, "keys off: no keys left");
     j = queue_grab(&q, &w, 0);
     tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "and a:2 starts");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 }
 
@@ -264,6 +270,7 @@ test_pause(void)
     flow_conf_parse(&c, "resumed", err, sizeof(err));
     flow_set(f->flow, &c, fake_now);
     tap_ok(queue_grab(&q, &w, 0) != NULL, "resumed: it starts");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 }
 
@@ -305,6 +312,7 @@ test_key_outlives_cant_do(void)
     queue_can_do(&q, &w, f, 0);
     j = queue_grab(&q, &w, 0);
     tap_ok(j != NULL && strcmp(job_unique(j), "a:2") == 0, "and a:2 starts");
+    queue_reset_abilities(&q, &w);
     queue_release(&q);
 }
 
