@@ -196,10 +196,17 @@ def hostile(port, psql):
         if got.get(h) != want[h]:
             print("#   %s: want %r\n#   got %r" % (h, want[h], got.get(h)))
             break
-    names = sql("SELECT encode(convert_to(name, 'UTF8'), 'hex') FROM dsjob.funcs ORDER BY 1")
-    names = sorted(bytes.fromhex(x).decode() for x in names.split())
-    ok(names == sorted(f for f in FUNCS if " " not in f),
-       "dsjob.funcs holds each hostile name as given (%d)" % len(names))
+    # retry answers OK before its commit (which the backends' end may make
+    # go again): wait for the rows, bounded by a long time, not a sleep.
+    want_names = sorted(f for f in FUNCS if " " not in f)
+    deadline = time.monotonic() + 120
+    while True:
+        names = sql("SELECT encode(convert_to(name, 'UTF8'), 'hex') FROM dsjob.funcs ORDER BY 1")
+        names = sorted(bytes.fromhex(x).decode() for x in names.split())
+        if names == want_names or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    ok(names == want_names, "dsjob.funcs holds each hostile name as given (%d)" % len(names))
     # A worker takes them all (the lease op names the functions) and sends
     # a hostile result back; --keep-results keeps it in the row.
     w = Conn(port)
