@@ -111,21 +111,21 @@ serve_long_handles(int fd)
     int k = 0;
 
     for (;;) {
-        uint32_t type, len;
+        struct packet_header ph;
+        uint32_t len;
         char handle[256];
         size_t hl;
 
         recv_all(fd, h, sizeof(h));
-        type = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7];
-        len = (uint32_t)h[8] << 24 | (uint32_t)h[9] << 16 | (uint32_t)h[10] << 8 | h[11];
-        if (len > sizeof(body))
+        if (packet_decode_header(h, sizeof(h), sizeof(body), &ph) != PACKET_HEADER_OK)
             _exit(1);
+        len = ph.size;
         recv_all(fd, body, len);
-        if (type == PACKET_OPTION_REQ) {
+        if (ph.type == PACKET_OPTION_REQ) {
             send_packet(fd, PACKET_OPTION_RES, body, len);
             continue;
         }
-        if (type != PACKET_SUBMIT_JOB)
+        if (ph.type != PACKET_SUBMIT_JOB)
             continue;
         if (k++ % 2 == 0) {
             memset(handle, 'a', 200);
