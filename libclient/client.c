@@ -846,6 +846,94 @@ dsjob_client_resume(struct dsjob_client *c, const char *func)
     return dsjob_client_limit(c, func, "resumed", NULL);
 }
 
+#define CLIENT_SCHED_NAME_MAX 64 /* longest schedule name dsjobd takes */
+
+/* A word of a schedule line in quotes it does not hold, into *out (malloc'd). */
+static int
+client_sched_quote(struct dsjob_client *c, const char *what, const char *w, char **out)
+{
+    char q = strchr(w, '\'') == NULL ? '\'' : '"';
+    size_t n = strlen(w);
+
+    if (strchr(w, q) != NULL || !client_line_ok(w, true))
+        return client_err(c, DSJOB_ERR_ARG, "%s holds both quote characters or a control byte",
+                          what);
+    if ((*out = malloc(n + 3)) == NULL)
+        return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    (*out)[0] = q;
+    memcpy(*out + 1, w, n);
+    (*out)[n + 1] = q;
+    (*out)[n + 2] = '\0';
+    return DSJOB_OK;
+}
+
+int
+dsjob_client_schedule_add(struct dsjob_client *c, const char *name, const char *cron,
+                          const char *func, const char *payload, const char *options)
+{
+    char *qcron = NULL, *qpay = NULL, *line = NULL;
+    size_t n;
+    int err;
+
+    c->errmsg[0] = '\0';
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (name == NULL || name[0] == '\0' || !client_line_ok(name, false) || cron == NULL ||
+        func == NULL || func[0] == '\0' || !client_line_ok(func, false) ||
+        (options != NULL && !client_line_ok(options, true)))
+        return client_err(c, DSJOB_ERR_ARG, "bad schedule name, function or options");
+    if ((err = client_sched_quote(c, "the cron expression", cron, &qcron)) != DSJOB_OK ||
+        (payload != NULL &&
+         (err = client_sched_quote(c, "the payload", payload, &qpay)) != DSJOB_OK)) {
+        free(qcron);
+        return err;
+    }
+    n = strlen(name) + strlen(qcron) + strlen(func) + (qpay ? strlen(qpay) : 0) +
+        (options ? strlen(options) : 0) + 32;
+    if ((line = malloc(n)) == NULL) {
+        err = client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    } else {
+        snprintf(line, n, "schedule add %s %s %s%s%s%s%s\n", name, qcron, func, qpay ? " " : "",
+                 qpay ? qpay : "", options ? " " : "", options ? options : "");
+        err = client_admin(c, line, false, NULL);
+    }
+    free(line);
+    free(qcron);
+    free(qpay);
+    return err;
+}
+
+int
+dsjob_client_schedule(struct dsjob_client *c, const char *verb, const char *name)
+{
+    char line[CLIENT_SCHED_NAME_MAX + 32];
+
+    c->errmsg[0] = '\0';
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    if (verb == NULL ||
+        (strcmp(verb, "pause") != 0 && strcmp(verb, "resume") != 0 && strcmp(verb, "rm") != 0))
+        return client_err(c, DSJOB_ERR_ARG, "unknown schedule verb '%s' (want pause, resume, rm)",
+                          verb ? verb : "(null)");
+    if (name == NULL || name[0] == '\0' || strlen(name) > CLIENT_SCHED_NAME_MAX ||
+        !client_line_ok(name, false))
+        return client_err(c, DSJOB_ERR_ARG, "bad schedule name");
+    snprintf(line, sizeof(line), "schedule %s %s\n", verb, name);
+    return client_admin(c, line, false, NULL);
+}
+
+int
+dsjob_client_schedule_list(struct dsjob_client *c, char **out)
+{
+    c->errmsg[0] = '\0';
+    if (out == NULL)
+        return client_err(c, DSJOB_ERR_ARG, "out is NULL");
+    *out = NULL;
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    return client_admin(c, "schedule list\n", true, out);
+}
+
 int
 dsjob_client_set_expire_in(struct dsjob_client *c, int64_t ms)
 {

@@ -240,6 +240,30 @@ DSJOB_API int dsjob_client_pause(struct dsjob_client *c, const char *func);
 DSJOB_API int dsjob_client_resume(struct dsjob_client *c, const char *func);
 
 /*
+ * Periodic schedules on dsjobd (see SCHEDULES in dsjobd(8)), over the
+ * admin protocol on a connection of its own to each server; changes need
+ * an --admin-allow peer of each. dsjob_client_schedule_add makes (or
+ * replaces) the schedule name: each tick of cron (five fields, or six with
+ * seconds first) submits one background job of func with payload (text,
+ * or NULL for none); options (NULL for none) is a line of the admin
+ * command's words ("tz=Europe/Berlin priority=high missed=once"). All
+ * borrowed. dsjob_client_schedule does verb ("pause", "resume" or "rm")
+ * to the schedule name. dsjob_client_schedule_list puts the first server's
+ * listing in *out (one tab-separated line a schedule: name, cron, zone,
+ * function, priority, missed, active or paused, next run, last run, last
+ * outcome, fires; "" if none), which the caller frees with dsjob_free.
+ * Return DSJOB_OK, DSJOB_ERR_ARG (no server, a name with blanks or control
+ * bytes, a payload with both quote characters, an unknown verb),
+ * DSJOB_ERR_SERVER (a server refused: errmsg has its words, such as a
+ * cron expression that does not parse), or the first connection error.
+ * Not thread-safe on one client.
+ */
+DSJOB_API int dsjob_client_schedule_add(struct dsjob_client *c, const char *name, const char *cron,
+                                        const char *func, const char *payload, const char *options);
+DSJOB_API int dsjob_client_schedule(struct dsjob_client *c, const char *verb, const char *name);
+DSJOB_API int dsjob_client_schedule_list(struct dsjob_client *c, char **out);
+
+/*
  * Callbacks of a task set, all optional (NULL). t is the task (borrowed,
  * valid until dsjob_taskset_free), user the pointer given to
  * dsjob_taskset_add. Bytes are borrowed for the duration of the call.
