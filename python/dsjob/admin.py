@@ -1,5 +1,5 @@
 """The admin text protocol (status, workers, show jobs detail, show dead,
-show result), spoken over a plain socket (or TLS) to each server, returning
+show result, limit, schedule), spoken over a plain socket (or TLS) to each server, returning
 plain Python data. libdsjobclient speaks only the binary protocol; the dsjob
 CLI's admin verbs (tools/admin.c) are the reference for these replies."""
 
@@ -211,3 +211,54 @@ def job_outcome(row: dict[str, Any], handle: str) -> bytes:
         text = row["result"].decode(errors="replace")
         raise JobFailed(text, text, handle)
     raise JobFailed(f"job {handle} failed", None, handle)
+
+
+def change(conn: AdminConnection, line: str) -> None:
+    """A line that changes the server ("limit F ...", "schedule add ..."):
+    its OK, or Refused with the server's code and words."""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in line):
+        raise ValueError(f"an admin line holds no control characters: {line!r}")
+    conn.ask(line, "line")
+
+
+def _word(name: str, what: str) -> str:
+    if not name or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise ValueError(f"{what} must be one word without blanks or control characters: {name!r}")
+    return name
+
+
+def sched_quote(text: str, what: str) -> str:
+    """A word of a schedule line in the quotes it does not hold."""
+    q = "'" if "'" not in text else '"'
+    if q in text or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+        raise ValueError(f"{what} holds both quote characters or a control character: {text!r}")
+    return q + text + q
+
+
+def limits(conn: AdminConnection, function: str | None = None) -> list[dict[str, Any]]:
+    """dsjobd's "limit" listing: each function's flow control."""
+    line = "limit" + (f" {_word(function, 'function')}" if function else "")
+    rows = []
+    for ln in _lines(conn.ask(line, "listing")):
+        f = ln.decode(errors="surrogateescape").split("\t")
+        if len(f) != 8:
+            raise Error(f"{conn.addr}: cannot parse the limit line {ln!r}")
+        rows.append({"function": f[0], "settings": f[1], "running": int(f[2]),
+                     "queued": int(f[3]), "tokens": f[4], "keys": int(f[5]),
+                     "held": f[6], "started": int(f[7])})
+    return rows
+
+
+def schedules(conn: AdminConnection) -> list[dict[str, Any]]:
+    """dsjobd's "schedule list": each periodic schedule."""
+    rows = []
+    for ln in _lines(conn.ask("schedule list", "listing")):
+        f = ln.decode(errors="surrogateescape").split("\t")
+        if len(f) != 11:
+            raise Error(f"{conn.addr}: cannot parse the schedule list line {ln!r}")
+        rows.append({"name": f[0], "cron": f[1], "tz": f[2], "function": f[3],
+                     "priority": f[4], "missed": f[5], "paused": f[6] == "paused",
+                     "next_run": None if f[7] == "-" else f[7],
+                     "last_run": None if f[8] == "-" else f[8],
+                     "last_outcome": None if f[9] == "-" else f[9], "fires": int(f[10])})
+    return rows

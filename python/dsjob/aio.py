@@ -434,6 +434,36 @@ class Client:
     async def dead(self, function: str | None = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._sync().dead, function)
 
+    async def limit(self, function: str, settings: str | None = None) -> dict[str, Any] | None:
+        """As :meth:`dsjob.Client.limit`."""
+        return await asyncio.to_thread(self._sync().limit, function, settings)
+
+    async def limits(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync().limits)
+
+    async def pause(self, function: str) -> None:
+        await asyncio.to_thread(self._sync().pause, function)
+
+    async def resume(self, function: str) -> None:
+        await asyncio.to_thread(self._sync().resume, function)
+
+    async def schedule_add(self, name: str, cron: str, function: str,
+                           payload: bytes | str | None = None, **kw: Any) -> None:
+        """As :meth:`dsjob.Client.schedule_add`."""
+        await asyncio.to_thread(self._sync().schedule_add, name, cron, function, payload, **kw)
+
+    async def schedule_pause(self, name: str) -> None:
+        await asyncio.to_thread(self._sync().schedule_pause, name)
+
+    async def schedule_resume(self, name: str) -> None:
+        await asyncio.to_thread(self._sync().schedule_resume, name)
+
+    async def schedule_remove(self, name: str) -> None:
+        await asyncio.to_thread(self._sync().schedule_remove, name)
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._sync().schedules)
+
     def pending(self) -> int:
         """Jobs in flight over every connection, as the C library counts them."""
         return sum(c.c.pending() for c in self._conns.values() if c.c is not None)

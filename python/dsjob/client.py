@@ -324,6 +324,73 @@ class Client:
         kept by --max-dead, with their last failure's text in "error"."""
         return self._each(lambda c: admin.dead(c, function))
 
+    # Flow control and schedules (dsjobd only), on the admin text protocol:
+    # a change goes to every server and needs an --admin-allow peer of each.
+
+    def _change(self, line: str) -> None:
+        for conn in self._admin():
+            admin.change(conn, line)
+
+    def limit(self, function: str, settings: str | None = None) -> dict[str, Any] | None:
+        """Sets flow control of function on every server, with settings as
+        dsjobd's "limit" command takes them ("concurrency 4 rate 100/s",
+        "key-concurrency 2", "off"); with settings None, reads the first
+        server's: a dict (function, settings, running, queued, tokens,
+        keys, held, started), or None if it does not know the function."""
+        name = admin._word(function, "function")
+        if settings is not None:
+            self._change(f"limit {name} {settings}")
+            return None
+        rows = admin.limits(self._admin()[0], name)
+        return rows[0] if rows else None
+
+    def limits(self) -> list[dict[str, Any]]:
+        """Every function's flow control on the servers, as :meth:`limit` reads one."""
+        return self._each(admin.limits)
+
+    def pause(self, function: str) -> None:
+        """No job of function starts on any server (queued jobs stay, submits are taken)."""
+        self.limit(function, "paused")
+
+    def resume(self, function: str) -> None:
+        """Jobs of function start again after :meth:`pause`."""
+        self.limit(function, "resumed")
+
+    def schedule_add(self, name: str, cron: str, function: str,
+                     payload: bytes | str | None = None, *, tz: str | None = None,
+                     priority: str | None = None, missed: str | None = None) -> None:
+        """Makes (or replaces) the periodic schedule name on every server:
+        each tick of cron (five fields, or six with seconds first) submits
+        one background job of function with payload (text); tz an IANA
+        zone, priority "high"/"normal"/"low", missed "skip" or "once"
+        (what happens to ticks missed while no server ran)."""
+        words = [admin._word(name, "name"), admin.sched_quote(cron, "cron"),
+                 admin._word(function, "function")]
+        if payload is not None:
+            text = payload.decode() if isinstance(payload, bytes) else payload
+            words.append(admin.sched_quote(text, "payload"))
+        for key, val in (("tz", tz), ("priority", priority), ("missed", missed)):
+            if val is not None:
+                words.append(f"{key}={admin._word(val, key)}")
+        self._change("schedule add " + " ".join(words))
+
+    def schedule_pause(self, name: str) -> None:
+        """Pauses the schedule name: its ticks submit nothing until resumed."""
+        self._change(f"schedule pause {admin._word(name, 'name')}")
+
+    def schedule_resume(self, name: str) -> None:
+        """Resumes the schedule name from its next tick."""
+        self._change(f"schedule resume {admin._word(name, 'name')}")
+
+    def schedule_remove(self, name: str) -> None:
+        """Removes the schedule name."""
+        self._change(f"schedule rm {admin._word(name, 'name')}")
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """The servers' periodic schedules: name, cron, tz, function,
+        priority, missed, paused, next_run, last_run, last_outcome, fires."""
+        return self._each(admin.schedules)
+
     def result(self, job: Job | str) -> bytes:
         """The kept result of a background job (dsjobd --keep-results): its
         bytes, or JobFailed with the worker's exception text."""

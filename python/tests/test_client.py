@@ -4,6 +4,7 @@ the errors as exceptions with the server's reason, and the admin views."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -254,6 +255,85 @@ def test_admin_views(server, run_worker) -> None:
     assert mine and sorted(mine[0]["functions"]) == ["fail", "raise", "reverse"]
     c.submit("queued-only", b"", background=True)
     assert [j for j in c.jobs() if j["handle"]]
+
+
+def test_limit_and_pause(dsjobd, run_worker) -> None:
+    """Flow control from Python: settings set and read back, a paused
+    function's job waits while a real worker is there, and runs once resumed."""
+    c = dsjob.Client(dsjobd.addr)
+    c.limit("pyflow", "concurrency 2 rate 10/s")
+    row = c.limit("pyflow")
+    assert row is not None and row["settings"] == "concurrency 2 rate 10/s"
+    assert c.limit("unknown-fn") is None
+    assert any(r["function"] == "pyflow" for r in c.limits())
+    with pytest.raises(dsjob.Refused) as e:
+        c.limit("pyflow", "concurrency nine")
+    assert e.value.code == "INVALID_ARGUMENTS" and "nine" in e.value.text
+    with pytest.raises(ValueError):
+        c.limit("py flow", "concurrency 1")
+    c.pause("pyflow")
+    ran = threading.Event()
+    w = dsjob.Worker(dsjobd.addr)
+
+    @w.function("pyflow")
+    def pyflow(job):
+        ran.set()
+        return b""
+
+    run_worker(w)
+    c.submit("pyflow", b"x", background=True)
+    wait_for(lambda: (c.limit("pyflow") or {}).get("queued") == 1, "the job queued")
+    row = c.limit("pyflow")
+    assert "paused" in row["settings"] and row["held"] == "paused" and not ran.is_set()
+    c.resume("pyflow")
+    assert ran.wait(PATIENCE), "the resumed function's job ran"
+
+
+def test_schedules(dsjobd, run_worker) -> None:
+    """A schedule every second made from Python: its tick's job reaches a
+    real worker with the payload, and the schedule is listed, paused and
+    removed; the server's refusal is Refused with its words."""
+    got: list[bytes] = []
+    w = dsjob.Worker(dsjobd.addr)
+
+    @w.function("pysched")
+    def pysched(job):
+        got.append(job.payload)
+        return b""
+
+    run_worker(w)
+    c = dsjob.Client(dsjobd.addr)
+    assert c.schedules() == []
+    c.schedule_add("tick", "* * * * * *", "pysched", "it's a tick", priority="high", missed="once")
+    wait_for(lambda: got, "a tick's job")
+    assert got[0] == b"it's a tick"
+    rows = c.schedules()
+    assert len(rows) == 1 and rows[0]["name"] == "tick" and rows[0]["cron"] == "* * * * * *"
+    assert rows[0]["priority"] == "high" and rows[0]["missed"] == "once" and not rows[0]["paused"]
+    c.schedule_pause("tick")
+    assert c.schedules()[0]["paused"] and c.schedules()[0]["next_run"] is None
+    c.schedule_resume("tick")
+    assert not c.schedules()[0]["paused"]
+    c.schedule_remove("tick")
+    assert c.schedules() == []
+    with pytest.raises(dsjob.Refused) as e:
+        c.schedule_add("bad", "61 * * * *", "pysched")
+    assert e.value.code == "INVALID_ARGUMENTS" and "61" in e.value.text
+    with pytest.raises(dsjob.Refused) as e:
+        c.schedule_remove("nosuch")
+    assert e.value.code == "UNKNOWN_SCHEDULE"
+    with pytest.raises(ValueError):
+        c.schedule_add("a b", "* * * * *", "pysched")
+    with pytest.raises(ValueError):
+        c.schedule_add("q", "* * * * *", "pysched", "'\"")
+
+    async def listed() -> list:
+        async with dsjob.aio.Client(dsjobd.addr) as ac:
+            await ac.schedule_add("atick", "0 0 * * *", "pysched", tz="Europe/Berlin")
+            return await ac.schedules()
+
+    rows = asyncio.run(listed())
+    assert [(r["name"], r["tz"]) for r in rows] == [("atick", "Europe/Berlin")]
 
 
 def test_gil_released_while_waiting(dsjobd, run_worker) -> None:
