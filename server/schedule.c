@@ -6,9 +6,10 @@
  * background submit makes it (dispatch.c's submit): the same unique-key
  * coalescing, limits and durable_submit, with no client to answer.
  *
- * With a store that keeps schedules, a tick is first claimed in the store
- * (last_tick moves forward only), and its job is submitted when the claim
- * commits; a claim another server won submits nothing. At start the
+ * With a store that keeps schedules, a tick is claimed in the store
+ * (last_tick moves forward only) in the same transaction that stores its
+ * job, and the job is queued when that commits; a claim another server
+ * won stores and queues nothing. At start the
  * stored schedules are read before any fires; a schedule with missed=once
  * whose last tick is older than a tick due since runs that latest tick
  * once, the others skip what was missed. With postgres the table is read
@@ -448,9 +449,13 @@ static void __attribute__((format(printf, 2, 3))) say(struct sched *s, const cha
     va_end(ap);
 }
 
-/* Submit tick's job of s: a background job, as dispatch.c's submit makes one. */
-static void
-submit(struct srv *srv, struct sched *s, int64_t tick)
+/*
+ * The job of s's tick, as dispatch.c's submit makes a background job, or
+ * NULL (s's outcome says why): a live job of the function with the tick's
+ * key already, a full queue, no memory.
+ */
+static struct job *
+tick_job(struct srv *srv, struct sched *s, int64_t tick)
 {
     char iso[32], handle[JOB_HANDLE_MAX + 24];
     size_t klen;
@@ -463,16 +468,16 @@ submit(struct srv *srv, struct sched *s, int64_t tick)
     s->fired_tick = tick;
     if (klen > srv->cfg.max_unique_size) {
         say(s, "refused: its unique key is over --max-unique-size");
-        return;
+        return NULL;
     }
     f = queue_func(&srv->queue, s->func, s->func_len, true);
     if (f == NULL) {
         say(s, "refused: out of memory");
-        return;
+        return NULL;
     }
     if (queue_find_unique(f, s->key, klen) != NULL) {
         say(s, "coalesced");
-        return;
+        return NULL;
     }
     if (queue_full(f, (enum job_prio)s->prio) ||
         (srv->cfg.max_jobs > 0 && queue_live(&srv->queue) >= srv->cfg.max_jobs)) {
@@ -480,30 +485,50 @@ submit(struct srv *srv, struct sched *s, int64_t tick)
                                                                 : STATS_LIMIT_MAX_JOBS]++;
         say(s, "refused: the queue is full");
         log_warn(&srv->log, "schedule %s: tick %s not submitted: the queue is full", s->name, iso);
-        return;
+        return NULL;
     }
     n = job_handle_format(handle, sizeof(handle), srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, s->key, klen, NULL, 0, s->data, s->data_len);
     if (j == NULL || job_set_when(j, 0) < 0) {
         job_unref(j);
         say(s, "refused: out of memory");
-        return;
+        return NULL;
     }
     j->prio = (uint8_t)s->prio;
     j->background = true;
     j->id = srv->next_job_id;
     j->seq = srv->next_seq++;
     j->func = f;
-    f->stats.submitted++;
+    return j;
+}
+
+/* j, the job of s's tick, is submitted: counted, and run when a worker asks. */
+static void
+submitted(struct srv *srv, struct sched *s, struct job *j)
+{
+    j->func->stats.submitted++;
     stats_queued(srv, j);
     srv->stats.sched_fires++;
-    s->fires++;
-    say(s, "submitted");
+    if (s != NULL) {
+        s->fires++;
+        say(s, "submitted");
+    }
+}
+
+/* Submit tick's job of s, with a store that keeps no schedules (or none). */
+static void
+submit(struct srv *srv, struct sched *s, int64_t tick)
+{
+    struct job *j = tick_job(srv, s, tick);
+
+    if (j == NULL)
+        return;
+    submitted(srv, s, j);
     if (srv->storage.durable) {
         durable_submit(srv, NULL, j, false);
         return;
     }
-    if (queue_add(&srv->queue, f, j, clock_now()) < 0) {
+    if (queue_add(&srv->queue, j->func, j, clock_now()) < 0) {
         job_unref(j);
         say(s, "refused: out of memory");
         return;
@@ -513,16 +538,35 @@ submit(struct srv *srv, struct sched *s, int64_t tick)
     lifecycle_wake(j);
 }
 
-/* A claim's answer: this server fires the tick, or another did. */
+/* A tick's job that is not to run here (not stored, or stored for any server): it goes. */
 static void
-claimed_done(struct srv *srv, struct store_op *op, bool ok)
+tick_job_drop(struct srv *srv, struct job *j)
+{
+    j->stored = false; /* not in the store, or not this server's row */
+    if (job_has_waiters(j))
+        lifecycle_fail(srv, j); /* a foreground submit coalesced onto it meanwhile */
+    else
+        queue_remove(&srv->queue, j);
+}
+
+/*
+ * A tick's answer (storage_sched_fire): the claim and its job committed
+ * together, or another server's claim won, or the store failed (neither
+ * committed). The job in op->job waited in the queue, pending, meanwhile.
+ */
+static void
+fired_done(struct srv *srv, struct store_op *op, bool ok)
 {
     struct sched *s = sched_find(srv, op->ss.name, op->ss.name_len);
+    struct job *j = op->job;
     char iso[32];
 
-    if (s == NULL || srv->schedules->stopped)
-        return; /* removed meanwhile, or the server is stopping */
+    if (s != NULL && srv->schedules->stopped)
+        s = NULL; /* the server is stopping: the job still goes where it belongs */
     if (!ok) {
+        tick_job_drop(srv, j);
+        if (s == NULL)
+            return;
         s->fired_tick = op->ss.last_tick;
         say(s, "not fired: the store failed");
         log_err(&srv->log, "schedule %s: tick %s not fired: the store failed: %s", s->name,
@@ -530,34 +574,65 @@ claimed_done(struct srv *srv, struct store_op *op, bool ok)
                 op->why[0] != '\0' ? op->why : "its commit failed");
         return;
     }
-    if (op->ss.last_tick > s->last_tick)
+    if (s != NULL && op->ss.last_tick > s->last_tick)
         s->last_tick = op->ss.last_tick;
     if (!op->claimed) {
-        if (s->fired_tick < op->ss.last_tick) {
+        tick_job_drop(srv, j);
+        if (s != NULL && s->fired_tick <= op->ss.last_tick) {
             s->fired_tick = op->ss.last_tick;
             say(s, "fired by another server");
         }
         return;
     }
-    submit(srv, s, op->ss.last_tick);
+    submitted(srv, s, j);
+    if (srv->storage.shared) {
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", "schedule", j, "left to any server");
+        tick_job_drop(srv, j);
+    } else if (queue_commit(&srv->queue, j, clock_now()) == 0) {
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", "schedule", j, NULL);
+        lifecycle_wake(j);
+    } else {
+        /* Stored: it runs after a restart. */
+        log_err(&srv->log, "schedule %s: tick's job %s stored but not queued: out of memory",
+                op->ss.name, job_handle(j));
+        tick_job_drop(srv, j);
+    }
 }
 
+/*
+ * Fire s's tick. With a store that keeps schedules, the claim of the tick
+ * and its job go in one transaction (storage_sched_fire): a tick claimed
+ * has its job stored, even if this server dies before it hears so.
+ */
 static void
 fire(struct srv *srv, struct sched *s, int64_t tick)
 {
     struct store_sched ss;
+    struct job *j;
 
     if (!srv->schedules->keeps) {
         s->last_tick = tick;
         submit(srv, s, tick);
         return;
     }
+    if ((j = tick_job(srv, s, tick)) == NULL)
+        return;
     to_store(s, &ss);
     ss.last_tick = tick;
-    if (storage_sched(srv, STORE_SCHED_CLAIM, &ss, claimed_done) < 0) {
-        s->fired_tick = tick;
+    if (queue_add_as(&srv->queue, j->func, j, clock_now(), true) < 0) {
+        job_unref(j);
         say(s, "not fired: out of memory");
+        return;
     }
+    j->stored = true;
+    if (storage_sched_fire(srv, &ss, j, fired_done) < 0) {
+        j->stored = false;
+        queue_remove(&srv->queue, j);
+        say(s, "not fired: out of memory");
+        return;
+    }
+    srv->next_job_id++;
+    say(s, "claiming");
 }
 
 /*

@@ -4,8 +4,9 @@
  * tick in UTC, "2026-12-05T10:00:00Z"). They come from --schedule (the
  * command line or the config file), the admin command "schedule", and
  * the store, which keeps them (sqlite, postgres) with the last tick fired.
- * With postgres a tick is claimed in the shared table before its job is
- * submitted, so one server of those sharing it fires each tick.
+ * With postgres a tick is claimed in the shared table in the same
+ * statement that stores its job, so one server of those sharing it fires
+ * each tick, and a tick claimed has its job.
  */
 #ifndef DSJOB_SERVER_SCHEDULE_H
 #define DSJOB_SERVER_SCHEDULE_H

@@ -102,12 +102,12 @@ storage_row_outcome(int state)
 
 /* An add for the writer: the job's fields copied, since the job may go meanwhile. */
 static struct store_op *
-op_add_new(struct storage *sg, const struct job *j)
+op_add_new(struct storage *sg, const struct job *j, size_t extra)
 {
     size_t rlen = job_row_len(j);
     size_t len =
         j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len + rlen;
-    struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1);
+    struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1 + extra);
     struct store_job *sj;
     char *at;
 
@@ -340,7 +340,7 @@ schedule_lazy(struct srv *srv)
 struct store_op *
 storage_op_add(struct srv *srv, const struct job *j)
 {
-    return op_add_new(&srv->storage, j);
+    return op_add_new(&srv->storage, j, 0);
 }
 
 void
@@ -379,7 +379,7 @@ storage_settle(struct srv *srv, struct job *j, storage_op_fn *done)
     if (!j->stored)
         return false;
     /* The rewrite copies the job's final state: what it will be once it has settled. */
-    op = rewrite ? op_add_new(sg, j) : op_remove_new(sg, j);
+    op = rewrite ? op_add_new(sg, j, 0) : op_remove_new(sg, j);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to %s job %s: it will run again after a restart",
                 rewrite ? "end" : "remove", job_handle(j));
@@ -405,7 +405,7 @@ storage_update(struct srv *srv, struct job *j)
 
     if (!j->stored || !sg->durable)
         return;
-    op = op_add_new(sg, j);
+    op = op_add_new(sg, j, 0);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to update job %s: the store keeps it as it was",
                 job_handle(j));
@@ -525,6 +525,27 @@ storage_sched(struct srv *srv, int what, const struct store_sched *ss, storage_o
 }
 
 int
+storage_sched_fire(struct srv *srv, const struct store_sched *ss, struct job *j,
+                   storage_op_fn *done)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = op_add_new(sg, j, sched_bytes(ss));
+    size_t used;
+
+    if (op == NULL)
+        return -1;
+    used = op->sj.handle_len + op->sj.func_len + op->sj.unique_len + op->sj.reducer_len +
+           op->sj.data_len + op->sj.result_len;
+    op->kind = STORE_OP_FIRE;
+    op->done = done;
+    op->job = job_ref(j);
+    sched_copy(&op->ss, ss, op->buf + used);
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return 0;
+}
+
+int
 storage_sched_list(struct srv *srv, storage_op_fn *done)
 {
     struct storage *sg = &srv->storage;
@@ -575,6 +596,8 @@ writer_sched(struct storage *sg, struct store_op *op)
 
     if (sg->ops->sched == NULL)
         return store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no schedules", sg->ops->name);
+    if (op->kind == STORE_OP_FIRE)
+        return sg->ops->sched_fire(sg->st, &op->ss, &op->sj, &op->claimed, op->why);
     if (op->kind == STORE_OP_SCHED)
         return sg->ops->sched(sg->st, op->sched_what, &op->ss, &op->claimed, op->why);
     rc = sg->ops->sched_list(sg->st, sched_row, &tail, op->why);
@@ -632,7 +655,8 @@ writer_main(void *arg)
             case STORE_OP_FUNC: rc = sg->ops->set_func(sg->st, &op->sf, op->why); break;
             case STORE_OP_LEASE: rc = sg->ops->lease(sg->st, &op->ls, op->why); break;
             case STORE_OP_SCHED:
-            case STORE_OP_SCHEDS: rc = writer_sched(sg, op); break;
+            case STORE_OP_SCHEDS:
+            case STORE_OP_FIRE: rc = writer_sched(sg, op); break;
             }
             op->failed = rc != DSJOB_OK;
         }
@@ -673,12 +697,13 @@ op_again(struct srv *srv, struct store_op *op)
     if (op->kind == STORE_OP_FUNC || op->settles)
         return op;
     if (op->done != NULL) {
-        op->done(srv, op, false); /* a lease: its caller asks again */
+        op->done(srv, op, false); /* a lease, a schedule's tick: its caller decides */
+        job_unref(op->job);
         free(op);
         return NULL;
     }
     if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored && j->state != JOB_SETTLING) {
-        again = op_add_new(&srv->storage, j);
+        again = op_add_new(&srv->storage, j, 0);
         if (again != NULL) {
             again->kind = STORE_OP_UPDATE;
             again->job = j; /* takes over op's reference */

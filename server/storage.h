@@ -34,6 +34,7 @@ enum store_op_kind {
     STORE_OP_LEASE,  /* ls: take ready jobs and renew leases (a shared store) */
     STORE_OP_SCHED,  /* ss: set, delete or claim a schedule (sched_what) */
     STORE_OP_SCHEDS, /* read every stored schedule into rows */
+    STORE_OP_FIRE,   /* claim ss's tick and, if claimed, add sj (its job) in one transaction */
 };
 
 /* A stored schedule read by a STORE_OP_SCHEDS, its bytes in buf; a list by next. */
@@ -279,6 +280,17 @@ bool storage_keeps_schedules(const struct srv *srv);
  * not commit), and may read op->ss and op->claimed. 0, or -1 (memory).
  */
 int storage_sched(struct srv *srv, int what, const struct store_sched *ss, storage_op_fn *done);
+
+/*
+ * storage_sched_fire puts a schedule's tick in the open batch: the claim of
+ * ss->last_tick and j, the tick's job (copied), which the store adds only
+ * if the claim moves the tick, in the same transaction; so a claimed tick
+ * always has its job stored, whatever happens to this server after. done
+ * runs once the batch is done (ok false: neither committed), with op->job
+ * referencing j and op->claimed. 0, or -1 (memory).
+ */
+int storage_sched_fire(struct srv *srv, const struct store_sched *ss, struct job *j,
+                       storage_op_fn *done);
 
 /*
  * storage_sched_list reads every stored schedule with the open batch;

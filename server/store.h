@@ -278,6 +278,16 @@ struct store_ops {
                  char *err);
     /* sched_list: call fn for every stored schedule, by name. */
     int (*sched_list)(struct store *st, store_sched_fn *fn, void *arg, char *err);
+    /*
+     * sched_fire: a tick, in one transaction: the claim of ss->last_tick
+     * (as STORE_SCHED_CLAIM) and, only if it moved the tick, the add of sj,
+     * the tick's job; *claimed says whether it did. A tick claimed is then
+     * a tick whose job is stored, whatever becomes of this server. sqlite
+     * puts both in the open batch; postgres runs one statement at once,
+     * the job left to any server. Set with sched.
+     */
+    int (*sched_fire)(struct store *st, const struct store_sched *ss, const struct store_job *sj,
+                      bool *claimed, char *err);
 };
 
 /* The backends built into this dsjobd. */

@@ -2464,6 +2464,36 @@ pg_sched(struct store *st, int what, const struct store_sched *ss, bool *claimed
     return rc;
 }
 
+/* A tick's claim and its job in one statement (sched_fire.sql), committed on its own. */
+static int
+pg_sched_fire(struct store *st, const struct store_sched *ss, const struct store_job *sj,
+              bool *claimed, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    int rc;
+
+    *claimed = false;
+    if (!utf8_ok(ss->name, ss->name_len) || !utf8_ok(sj->func, sj->func_len) ||
+        !utf8_ok(sj->handle, sj->handle_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a schedule's names must be UTF-8 text");
+    if ((rc = sched_table(st, err)) != DSJOB_OK)
+        return rc;
+    par_text(&p, ss->name, ss->name_len);
+    par_int(&p, ss->last_tick);
+    par_text(&p, sj->handle, sj->handle_len);
+    par_text(&p, sj->func, sj->func_len);
+    par_bytea(&p, sj->unique_len > 0 ? sj->unique : NULL, sj->unique_len);
+    par_bytea(&p, sj->data, sj->data_len);
+    par_int(&p, sj->prio);
+    rc =
+        run(st, pg_sql_sched_fire, &p, false, PGRES_TUPLES_OK, "firing a schedule's tick", &r, err);
+    if (rc == DSJOB_OK)
+        *claimed = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "1") == 0;
+    PQclear(r);
+    return rc;
+}
+
 static int
 pg_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
 {
@@ -2742,4 +2772,5 @@ const struct store_ops store_postgres_ops = {
     .stop = pg_stop,
     .sched = pg_sched,
     .sched_list = pg_sched_list,
+    .sched_fire = pg_sched_fire,
 };

@@ -1016,6 +1016,18 @@ refuse:
     return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
 }
 
+/* The claim and the job's row in the open batch: both commit, or neither. */
+static int
+sqlite_sched_fire(struct store *st, const struct store_sched *ss, const struct store_job *sj,
+                  bool *claimed, char *err)
+{
+    int rc = sqlite_sched(st, STORE_SCHED_CLAIM, ss, claimed, err);
+
+    if (rc != DSJOB_OK || !*claimed)
+        return rc;
+    return sqlite_add(st, sj, err);
+}
+
 static int
 sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
 {
@@ -1238,4 +1250,5 @@ const struct store_ops store_sqlite_ops = {
     .replay_funcs = sqlite_replay_funcs,
     .sched = sqlite_sched,
     .sched_list = sqlite_sched_list,
+    .sched_fire = sqlite_sched_fire,
 };

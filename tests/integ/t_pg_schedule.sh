@@ -81,4 +81,37 @@ rows=$(q "SELECT count(*) FROM dsjob.schedules")
 is "$rows" 0 "the row is gone"
 dups=$(cut -d' ' -f1 "$RAN" | sort | uniq -d)
 is "$dups" "" "still no tick twice"
+
+# A tick's claim and its job commit together, or neither: a server whose
+# insert of the tick's job PostgreSQL refuses (a trigger here) must not
+# leave the tick claimed, or no server would ever fire it. Before the two
+# went in one statement, the claim committed on its own and last_tick
+# moved on every tick while no job was stored.
+pgd_stop b
+q "CREATE FUNCTION dsjob_test_refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN IF NEW.func = 'sched.refused' THEN RAISE EXCEPTION 'refused by the test'; END IF;
+   RETURN NEW; END \$\$;
+   CREATE TRIGGER refuse BEFORE INSERT ON dsjob.jobs FOR EACH ROW
+   EXECUTE FUNCTION dsjob_test_refuse()" >/dev/null
+pgd_launch c --pg-lease 5 --pg-poll-ms 500
+pgd_wait c || {
+    echo "Bail out! dsjobd c did not start"
+    exit 1
+}
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -c 2 -f sched.refused -- sh "$T/rec.sh" "$RAN" c \
+    2>>"$T/worker.err" &
+track $!
+store_failed() { ds c schedule list --format tsv 2>/dev/null | grep -q "^late	.*not fired: the store failed"; }
+out=$(ds c schedule add late '*/1 * * * * *' sched.refused 2>&1)
+ok $? "schedule added on c: $out"
+wait_for 120 store_failed
+ok $? "c says its tick was not fired: the store failed"
+lt=$(q "SELECT last_tick FROM dsjob.schedules WHERE name = 'late'")
+is "$lt" 0 "the refused tick is not claimed in the table"
+q "DROP TRIGGER refuse ON dsjob.jobs" >/dev/null
+late_ran() { grep -q '^sched:late:' "$RAN" 2>/dev/null; }
+wait_for 120 late_ran
+ok $? "once the store takes the job, the tick's job runs"
+lt=$(q "SELECT last_tick > 0 FROM dsjob.schedules WHERE name = 'late'")
+is "$lt" t "and the tick is claimed"
 done_testing
