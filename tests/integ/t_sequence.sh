@@ -109,11 +109,15 @@ reap
 server_stop
 
 # 2. A failing job holds its key: s with hold, t with skip (set by dsjob
-# limit), one dsjob worker, three attempts with a backoff of about a second.
+# limit), one dsjob worker, three attempts with a backoff of about a second;
+# on SQLite, with a kill -9 and a restart while a:1 is dead.
 : >"$T/ev"
 rm -f "$T"/wait.*
-server_start dsjobd --limit "s sequence hold" --retry-on fail --retry-backoff 1,2 -j $ATTEMPTS \
-    --max-dead 10
+start2() {
+    server_start dsjobd --work-dir "$T/work2" --limit "s sequence hold" --retry-on fail \
+        --retry-backoff 1,2 -j $ATTEMPTS --max-dead 10
+}
+start2
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" limit t --sequence=skip >/dev/null
 ok $? "dsjob limit t --sequence=skip"
 admin "limit t" | grep -q "^t	sequence skip	"
@@ -147,6 +151,18 @@ admin stats | grep -q '^dsjob_flow_sequences_held{function="s"} 1$'
 ok $? "dsjob_flow_sequences_held is 1"
 check_ev
 ok $? "no overlap, in order, through retries and death"
+reap
+server_kill9
+start2
+admin stats | grep -q '^dsjob_flow_sequences_held{function="s"} 1$'
+ok $? "after kill -9 and a restart a:1 still holds its key"
+"$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f s -f t -- "$T/job.sh" >/dev/null 2>&1 &
+track $!
+gm -b -f s -u "b:5" "s b 5" >/dev/null
+poll has "E s b 5"
+ok $? "b:5, submitted after the restart, ran"
+has "S s a 2"
+ok $([ $? -ne 0 ] && echo 0 || echo 1) "a:2 did not start"
 rm -f "$T/fail.s.a.1"
 admin "retry dead s" | grep -q '^OK'
 ok $? "retry dead s"
