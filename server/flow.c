@@ -9,6 +9,13 @@
  * ten thousand queued jobs is served once per round like any other. Keys
  * live while they have jobs, and after that until their bucket is full
  * again (flow_sweep), so that a key's rate holds across quiet moments.
+ *
+ * A sequence keeps each key's queued jobs in one list by seq (submission
+ * order, kept across restarts), so a retry at the head, a job whose
+ * backoff is over, a dead job retried and a job replayed all go back to
+ * their place. Its key is in the ring only while none of its jobs runs or
+ * holds it: a job that failed holds it from its end until it runs again
+ * (flow_queued) or leaves (flow_released), in the key's holding list.
  */
 #include "config.h"
 #include "flow.h"
@@ -41,7 +48,7 @@ flow_conf_any(const struct flow_conf *c)
 
     flow_conf_init(&none);
     return c->concurrency != 0 || c->rate != 0 || c->key_concurrency != 0 || c->key_rate != 0 ||
-           c->keyed || c->paused || strcmp(c->sep, none.sep) != 0;
+           c->keyed || c->sequence != FLOW_SEQ_OFF || c->paused || strcmp(c->sep, none.sep) != 0;
 }
 
 /* Parse a count: decimal, at most UINT32_MAX; "off" is 0. */
@@ -156,7 +163,16 @@ flow_conf_parse(struct flow_conf *c, const char *words, char *err, size_t errlen
             bad = parse_rate(v, &n.key_rate, &n.key_period_ms);
         else if (strcmp(w, "key-burst") == 0)
             bad = parse_count(v, &n.key_burst);
-        else if (strcmp(w, "key-separator") == 0) {
+        else if (strcmp(w, "sequence") == 0) {
+            if (strcmp(v, "hold") == 0)
+                n.sequence = FLOW_SEQ_HOLD;
+            else if (strcmp(v, "skip") == 0)
+                n.sequence = FLOW_SEQ_SKIP;
+            else if (strcmp(v, "off") == 0)
+                n.sequence = FLOW_SEQ_OFF;
+            else
+                bad = -1;
+        } else if (strcmp(w, "key-separator") == 0) {
             if (strlen(v) == 0 || strlen(v) >= sizeof(n.sep))
                 bad = -1;
             else
@@ -221,6 +237,8 @@ flow_format(const struct flow_conf *c, char *buf, size_t len)
     }
     if (c->keyed)
         PUT("%skeyed", n ? " " : "");
+    if (c->sequence != FLOW_SEQ_OFF)
+        PUT("%ssequence %s", n ? " " : "", c->sequence == FLOW_SEQ_HOLD ? "hold" : "skip");
     if (strcmp(c->sep, FLOW_DEFAULT_SEP) != 0)
         PUT("%skey-separator %s", n ? " " : "", c->sep);
     if (c->paused)
@@ -231,7 +249,42 @@ flow_format(const struct flow_conf *c, char *buf, size_t len)
 static bool
 keyed(const struct flow_conf *c)
 {
-    return c->keyed || c->key_concurrency != 0 || c->key_rate != 0;
+    return c->keyed || c->key_concurrency != 0 || c->key_rate != 0 || c->sequence != FLOW_SEQ_OFF;
+}
+
+static bool
+seq(const struct flow *fl)
+{
+    return fl->conf.sequence != FLOW_SEQ_OFF;
+}
+
+/* The list of k that queued j is in: by priority, or a sequence's one list. */
+static struct job_list *
+klist(const struct flow *fl, struct flow_key *k, const struct job *j)
+{
+    return &k->jobs[seq(fl) ? 0 : j->prio];
+}
+
+/* Whether k may serve a job: one is queued, and in a sequence none runs or holds it. */
+static bool
+key_open(const struct flow *fl, const struct flow_key *k)
+{
+    return k->nqueued > 0 && !(seq(fl) && (k->nrunning > 0 || k->nholding > 0));
+}
+
+/* Put k in the ring (at the back) or take it out, as key_open says. */
+static void
+ring_fix(struct flow *fl, struct flow_key *k)
+{
+    bool want = !k->orphan && key_open(fl, k);
+
+    if (want && !k->in_ring) {
+        TAILQ_INSERT_TAIL(&fl->ring, k, ring);
+        k->in_ring = true;
+    } else if (!want && k->in_ring) {
+        TAILQ_REMOVE(&fl->ring, k, ring);
+        k->in_ring = false;
+    }
 }
 
 /* The tokens b holds at now (rate per period, at most burst, or rate). */
@@ -300,6 +353,7 @@ key_get(struct flow *fl, const char *name, size_t len)
     k->name_len = len;
     for (p = 0; p < JOB_NPRIO; p++)
         TAILQ_INIT(&k->jobs[p]);
+    TAILQ_INIT(&k->holding);
     if (hmap_insert(&fl->keys, &k->node, k->name, len) < 0) {
         free(k);
         return NULL;
@@ -308,9 +362,27 @@ key_get(struct flow *fl, const char *name, size_t len)
     return k;
 }
 
+/* Take held j out of its key's holding list: its key then holds nothing for it. */
+static void
+unhold(struct flow *fl, struct job *j)
+{
+    struct flow_key *k = j->ext->key;
+
+    TAILQ_REMOVE(&k->holding, j, ext->by_key);
+    j->ext->key_held = false;
+    j->ext->key = NULL;
+    if (--k->nholding == 0)
+        fl->nkeys_held--;
+    ring_fix(fl, k);
+}
+
 static void
 key_free(struct flow *fl, struct flow_key *k)
 {
+    struct job *j;
+
+    while ((j = TAILQ_FIRST(&k->holding)) != NULL)
+        unhold(fl, j);
     if (k->in_ring)
         TAILQ_REMOVE(&fl->ring, k, ring);
     k->in_ring = false;
@@ -330,28 +402,41 @@ key_free(struct flow *fl, struct flow_key *k)
 static int
 key_join(struct flow *fl, struct job *j, bool head)
 {
-    struct job_ext *x = job_ext(j);
+    struct job_ext *x;
     const char *name;
     size_t len;
     struct flow_key *k;
+    struct job_list *l;
 
-    if (x == NULL)
+    if (j->ext != NULL && j->ext->key_held)
+        unhold(fl, j); /* a failed job runs again: it holds its key by running now */
+    if ((x = job_ext(j)) == NULL)
         return -1;
     name = flow_key_of(&fl->conf, job_unique(j), j->unique_len, &len);
     k = key_get(fl, name, len);
     if (k == NULL)
         return -1;
-    if (head)
-        TAILQ_INSERT_HEAD(&k->jobs[j->prio], j, ext->by_key);
-    else
-        TAILQ_INSERT_TAIL(&k->jobs[j->prio], j, ext->by_key);
-    k->nqueued++;
-    if (!k->in_ring) {
-        TAILQ_INSERT_TAIL(&fl->ring, k, ring);
-        k->in_ring = true;
+    l = klist(fl, k, j);
+    if (seq(fl)) {
+        /* By seq: the tail for a new job, the head for a retry, a walk back for the rest. */
+        struct job *at = TAILQ_LAST(l, job_list), *first = TAILQ_FIRST(l);
+
+        if (first == NULL || j->seq < first->seq) {
+            TAILQ_INSERT_HEAD(l, j, ext->by_key);
+        } else {
+            while (at->seq > j->seq)
+                at = TAILQ_PREV(at, job_list, ext->by_key);
+            TAILQ_INSERT_AFTER(l, at, j, ext->by_key);
+        }
+    } else if (head) {
+        TAILQ_INSERT_HEAD(l, j, ext->by_key);
+    } else {
+        TAILQ_INSERT_TAIL(l, j, ext->by_key);
     }
+    k->nqueued++;
     x->key = k;
     x->key_queued = true;
+    ring_fix(fl, k);
     return 0;
 }
 
@@ -361,12 +446,10 @@ key_leave(struct flow *fl, struct job *j)
 {
     struct flow_key *k = j->ext->key;
 
-    TAILQ_REMOVE(&k->jobs[j->prio], j, ext->by_key);
+    TAILQ_REMOVE(klist(fl, k, j), j, ext->by_key);
     j->ext->key_queued = false;
-    if (--k->nqueued == 0 && k->in_ring) {
-        TAILQ_REMOVE(&fl->ring, k, ring);
-        k->in_ring = false;
-    }
+    k->nqueued--;
+    ring_fix(fl, k);
 }
 
 struct flow *
@@ -446,7 +529,10 @@ int
 flow_set(struct flow *fl, const struct flow_conf *conf, int64_t now_ms)
 {
     bool was = keyed(&fl->conf), now = keyed(conf);
-    bool resep = was && now && strcmp(fl->conf.sep, conf->sep) != 0;
+    bool resep = was && now &&
+                 (strcmp(fl->conf.sep, conf->sep) != 0 ||
+                  (fl->conf.sequence != FLOW_SEQ_OFF) != (conf->sequence != FLOW_SEQ_OFF));
+    bool unbury = fl->conf.sequence == FLOW_SEQ_HOLD && conf->sequence == FLOW_SEQ_SKIP;
     struct hnode *n;
     size_t bucket;
 
@@ -480,6 +566,21 @@ flow_set(struct flow *fl, const struct flow_conf *conf, int64_t now_ms)
         }
     }
     fl->conf = *conf;
+    if (unbury) {
+        /* skip: a dead job no longer holds its key, one waiting for its retry still does. */
+        bucket = 0;
+        for (n = hmap_next(&fl->keys, NULL, &bucket); n != NULL;
+             n = hmap_next(&fl->keys, n, &bucket)) {
+            struct flow_key *k = (struct flow_key *)n;
+            struct job *j, *next;
+
+            for (j = TAILQ_FIRST(&k->holding); j != NULL; j = next) {
+                next = TAILQ_NEXT(j, ext->by_key);
+                if (j->state == JOB_DEAD || j->state == JOB_SETTLING)
+                    unhold(fl, j);
+            }
+        }
+    }
     return 0;
 }
 
@@ -491,6 +592,7 @@ flow_head(struct func *f, int prio, int64_t now_ms)
     struct flow_key *k;
     struct job *j = TAILQ_FIRST(&f->jobs[prio]);
     enum flow_why why = FLOW_GO;
+    bool sq = seq(fl);
 
     if (j == NULL)
         return NULL;
@@ -506,10 +608,12 @@ flow_head(struct func *f, int prio, int64_t now_ms)
     }
     if (!keyed(c))
         return j;
+    /* A sequence's keys in the ring run none of their jobs: each may start its first. */
+    why = sq ? FLOW_SEQUENCE : FLOW_GO;
     TAILQ_FOREACH (k, &fl->ring, ring) {
-        struct job *kj = TAILQ_FIRST(&k->jobs[prio]);
+        struct job *kj = TAILQ_FIRST(&k->jobs[sq ? 0 : prio]);
 
-        if (kj == NULL)
+        if (kj == NULL || kj->prio != (unsigned)prio)
             continue;
         if (c->key_concurrency && k->nrunning >= c->key_concurrency) {
             why = FLOW_KEY_CONCURRENCY;
@@ -517,7 +621,7 @@ flow_head(struct func *f, int prio, int64_t now_ms)
         }
         if (c->key_rate &&
             level(&k->bucket, c->key_rate, c->key_period_ms, c->key_burst, now_ms) < 1) {
-            why = why == FLOW_GO ? FLOW_KEY_RATE : why;
+            why = why == FLOW_GO || why == FLOW_SEQUENCE ? FLOW_KEY_RATE : why;
             continue;
         }
         return kj;
@@ -546,7 +650,9 @@ flow_took(struct func *f, struct job *j, int64_t now_ms)
     k->nrunning++;
     if (c->key_rate)
         take(&k->bucket, c->key_rate, c->key_period_ms, c->key_burst, now_ms);
-    if (k->in_ring && TAILQ_NEXT(k, ring) != NULL) {
+    if (seq(fl))
+        ring_fix(fl, k); /* out of the ring while it runs; back at the end after */
+    else if (k->in_ring && TAILQ_NEXT(k, ring) != NULL) {
         TAILQ_REMOVE(&fl->ring, k, ring);
         TAILQ_INSERT_TAIL(&fl->ring, k, ring);
     }
@@ -577,15 +683,70 @@ flow_unqueued(struct func *f, struct job *j)
 void
 flow_stopped(struct func *f, struct job *j)
 {
-    (void)f;
     struct flow_key *k;
 
-    if (j->ext == NULL || (k = j->ext->key) == NULL)
+    if (j->ext == NULL || (k = j->ext->key) == NULL || j->ext->key_held)
         return;
     k->nrunning--;
     j->ext->key = NULL;
-    if (k->orphan && k->nrunning == 0)
-        free(k);
+    if (k->orphan) {
+        if (k->nrunning == 0)
+            free(k);
+        return;
+    }
+    ring_fix(f->flow, k);
+}
+
+void
+flow_hold(struct func *f, struct job *j, enum flow_stop how)
+{
+    struct flow *fl = f->flow;
+    struct job_ext *x = j->ext;
+    bool running = j->state == JOB_RUNNING && x != NULL && x->key != NULL && !x->key_queued;
+    bool holds = seq(fl) && job_attempts(j) > 0 &&
+                 (how == FLOW_STOP_RETRY || fl->conf.sequence == FLOW_SEQ_HOLD);
+    struct flow_key *k;
+
+    if (x != NULL && x->key_held)
+        return; /* it holds already (settling to the dead set) */
+    if (!holds || (running && x->key->orphan)) {
+        if (running)
+            flow_stopped(f, j);
+        return;
+    }
+    if (running) {
+        k = x->key;
+        k->nrunning--;
+    } else {
+        const char *name;
+        size_t len;
+
+        if (x->key_queued) /* cannot happen: a queued job leaves its key first */
+            key_leave(fl, j);
+        name = flow_key_of(&fl->conf, job_unique(j), j->unique_len, &len);
+        if ((k = key_get(fl, name, len)) == NULL) {
+            x->key = NULL;
+            return; /* out of memory: it holds nothing */
+        }
+        x->key = k;
+    }
+    TAILQ_INSERT_TAIL(&k->holding, j, ext->by_key);
+    x->key_held = true;
+    if (k->nholding++ == 0)
+        fl->nkeys_held++;
+    ring_fix(fl, k);
+}
+
+bool
+flow_released(struct func *f, struct job *j)
+{
+    struct flow_key *k;
+
+    if (j->ext == NULL || !j->ext->key_held)
+        return false;
+    k = j->ext->key;
+    unhold(f->flow, j);
+    return key_open(f->flow, k);
 }
 
 bool
@@ -649,6 +810,7 @@ flow_why_name(enum flow_why why)
     case FLOW_RATE: return "rate";
     case FLOW_KEY_CONCURRENCY: return "key-concurrency";
     case FLOW_KEY_RATE: return "key-rate";
+    case FLOW_SEQUENCE: return "sequence";
     }
     return "?";
 }
@@ -667,7 +829,7 @@ flow_sweep(struct flow *fl, int64_t now_ms)
 
         nb = bucket;
         next = hmap_next(&fl->keys, n, &nb);
-        if (k->nqueued == 0 && k->nrunning == 0 &&
+        if (k->nqueued == 0 && k->nrunning == 0 && k->nholding == 0 &&
             (c->key_rate == 0 ||
              level(&k->bucket, c->key_rate, c->key_period_ms, c->key_burst, now_ms) >= cap))
             key_free(fl, k);

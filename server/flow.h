@@ -2,7 +2,8 @@
  * Flow control of a function: how many of its jobs may run at once, how
  * many may start per period (a token bucket with a burst), the same two
  * per partition key (the unique key's part before a separator, keys served
- * round robin), and pause. Plain data, no I/O, as queue.c: queue_grab asks
+ * round robin), sequences (one job of a key at a time, in submission
+ * order, held by a failed job), and pause. Plain data, no I/O, as queue.c: queue_grab asks
  * flow_head for the job of a function that may start now, and tells
  * flow_took, flow_queued, flow_unqueued and flow_stopped what moved. A
  * function without settings has no struct flow (func->flow NULL), and
@@ -26,6 +27,23 @@ struct func;
 #define FLOW_SPEC_MAX 256 /* bytes of a settings line (flow_format), with its NUL */
 #define FLOW_DEFAULT_SEP ":"
 
+/*
+ * A sequence: its key's jobs run one at a time in submission order. A job
+ * that failed holds its key while it waits for its retry (both), and while
+ * it is in the dead set until it is retried or dropped (hold only).
+ */
+enum flow_seq {
+    FLOW_SEQ_OFF,  /* no sequence */
+    FLOW_SEQ_HOLD, /* a dead job holds its key too */
+    FLOW_SEQ_SKIP, /* a dead job lets the next one run */
+};
+
+/* How a running job stops, for flow_hold. */
+enum flow_stop {
+    FLOW_STOP_RETRY, /* it waits for a retry (backoff) */
+    FLOW_STOP_DEAD,  /* it goes to the dead set */
+};
+
 /* A function's settings: what "limit", "pause" and the config file set. */
 struct flow_conf {
     uint32_t concurrency;     /* most of its jobs running at once; 0: no limit */
@@ -38,6 +56,7 @@ struct flow_conf {
     uint32_t key_burst;       /* key_rate's burst; 0: key_rate */
     char sep[FLOW_SEP_MAX];   /* the key ends at the unique key's first sep; "": ":" */
     bool keyed;               /* jobs are served by key (round robin), with or without limits */
+    uint8_t sequence;         /* enum flow_seq: each key a sequence (keyed) */
     bool paused;              /* nothing starts */
 };
 
@@ -55,15 +74,19 @@ enum flow_why {
     FLOW_RATE,            /* its bucket is empty */
     FLOW_KEY_CONCURRENCY, /* every key with a job is at its concurrency limit */
     FLOW_KEY_RATE,        /* every key with a job has an empty bucket (or some are full) */
+    FLOW_SEQUENCE,        /* every key with a job waits for an earlier job of its key */
 };
 
 /* A partition key of a keyed function. */
 struct flow_key {
     struct hnode node;               /* in flow.keys */
     TAILQ_ENTRY(flow_key) ring;      /* in flow.ring while it has queued jobs */
-    struct job_list jobs[JOB_NPRIO]; /* its queued jobs, FIFO per priority (job_ext.by_key) */
+    struct job_list jobs[JOB_NPRIO]; /* its queued jobs, FIFO per priority (job_ext.by_key);
+                                        a sequence's all in jobs[0], by seq */
+    struct job_list holding;         /* its failed jobs that hold a sequence (job_ext.by_key) */
     unsigned nqueued;                /* entries in jobs[] */
     unsigned nrunning;               /* its jobs running */
+    unsigned nholding;               /* entries in holding */
     struct flow_bucket bucket;       /* key_rate's */
     bool in_ring;                    /* in flow.ring */
     bool orphan;                     /* out of flow.keys, kept while its jobs still run */
@@ -78,8 +101,10 @@ struct flow {
     TAILQ_ENTRY(flow) all;     /* in queue.flows */
     struct flow_bucket bucket; /* rate's */
     struct hmap keys;          /* struct flow_key by name, with conf.keyed */
-    struct flow_key_list ring; /* keys with queued jobs, the next to serve first */
+    struct flow_key_list ring; /* keys with queued jobs, the next to serve first (a
+                                  sequence's only while none of its jobs runs or holds it) */
     unsigned nkeys;            /* entries in keys */
+    unsigned nkeys_held;       /* keys a failed job holds (sequence) */
     enum flow_why why;         /* why the last flow_head found nothing, with jobs queued */
     uint64_t held;             /* grabs that found its jobs held back */
     uint64_t started;          /* jobs it let start */
@@ -97,7 +122,8 @@ bool flow_conf_any(const struct flow_conf *c);
  * after the function and flow_format writes it) to c: "concurrency N",
  * "rate N/s" (or /m, /h, /ms, or N/Ks for K seconds; "off" or 0: none),
  * "burst N", the same with "key-" in front, "key-separator S", "keyed",
- * "paused", "resumed", "off" (every limit off, keys off; paused stays). 0, or -1 with
+ * "sequence hold|skip|off", "paused", "resumed", "off" (every limit off,
+ * keys and sequence off; paused stays). 0, or -1 with
  * err (errlen bytes) naming the bad word; c is then unchanged.
  */
 int flow_conf_parse(struct flow_conf *c, const char *words, char *err, size_t errlen);
@@ -120,8 +146,10 @@ void flow_free(struct flow *fl);
 /*
  * flow_set gives fl new settings at now_ms: keys are made for every
  * queued and running job when conf->keyed turns on (0, or -1 out of
- * memory: nothing changed), dropped when it turns off; the buckets keep
- * what they hold, up to their new bursts.
+ * memory: nothing changed), dropped when it turns off (and made again
+ * when the separator or sequence on or off changes: failed jobs then hold
+ * no key until they fail again); from hold to skip, dead jobs let go of
+ * their keys; the buckets keep what they hold, up to their new bursts.
  */
 int flow_set(struct flow *fl, const struct flow_conf *conf, int64_t now_ms);
 
@@ -144,6 +172,21 @@ void flow_unqueued(struct func *f, struct job *j);
 
 /* flow_stopped: running j stops (ended, requeued, lost, backed off): its key's slot frees. */
 void flow_stopped(struct func *f, struct job *j);
+
+/*
+ * flow_hold: j stops running (or, at replay, is placed) as how says, and
+ * with a sequence that holds for how, and a failed attempt counted
+ * (job_attempts), it holds its key (a key made for it if it had none)
+ * until flow_queued or flow_released; else as flow_stopped. Running or not,
+ * j then leaves its slot; a job that holds already keeps holding.
+ */
+void flow_hold(struct func *f, struct job *j, enum flow_stop how);
+
+/*
+ * flow_released: j, which may hold its key, leaves (dropped, cancelled,
+ * settings changed): true if a job of its key may start now that it let go.
+ */
+bool flow_released(struct func *f, struct job *j);
 
 /*
  * flow_ready tells whether some queued job of f may start at now_ms (any

@@ -89,9 +89,10 @@ struct job_ext {
     uint32_t warning_len;   /* bytes in warning */
     uint8_t silence;        /* timeout_ev is --job-timeout's: a report about the job restarts it */
     char *alias; /* owned: shared store, the handle of the job elsewhere it coalesced onto */
-    TAILQ_ENTRY(job) by_key; /* in its flow key's list while queued (flow.c) */
-    struct flow_key *key;    /* its flow key while queued or running, or NULL (flow.c) */
+    TAILQ_ENTRY(job) by_key; /* in its flow key's list while queued, or its holding list */
+    struct flow_key *key;    /* its flow key while queued, running or holding, or NULL */
     bool key_queued;         /* in its key's list */
+    bool key_held;           /* in its key's holding list: a failed job holds a sequence */
     int64_t deadline_ms;     /* epoch ms it must start by, else it expires (dead set); 0: none */
     size_t expire_pos;       /* index in queue.expiring while it waits with a deadline */
     bool expiring;           /* in queue.expiring */

@@ -422,6 +422,23 @@ flow_stop(struct queue *q, struct func *f, struct job *j)
         q->flow_freed(f, q->flow_arg);
 }
 
+/* A running job of f stops to wait for a retry or in the dead set: a sequence holds its key. */
+static void
+flow_stop_as(struct queue *q, struct func *f, struct job *j, enum flow_stop how)
+{
+    flow_hold(f, j, how);
+    if (q->flow_freed != NULL)
+        q->flow_freed(f, q->flow_arg);
+}
+
+/* j, which may hold its sequence's key, lets go of it (its key's next job may start). */
+static void
+flow_release(struct queue *q, struct func *f, struct job *j)
+{
+    if (flow_released(f, j) && q->flow_freed != NULL)
+        q->flow_freed(f, q->flow_arg);
+}
+
 /* Put an indexed job where it waits: the epoch heap, or the tail of its list. */
 static int
 queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
@@ -432,6 +449,8 @@ queue_place(struct queue *q, struct func *f, struct job *j, int64_t now)
         job_set_state(j, JOB_SCHEDULED);
         f->nscheduled++;
         expiring_add(q, j);
+        if (f->flow != NULL)
+            flow_hold(f, j, FLOW_STOP_RETRY); /* replayed in its backoff: holds a sequence */
     } else {
         queue_push(q, f, j, false);
     }
@@ -485,9 +504,12 @@ out_unindex_handle:
     return -1;
 }
 
-/* Take j out of its list, heap or worker (not out of any index). */
+/*
+ * Take j out of its list, heap or worker (not out of any index). dying: it
+ * goes to the dead set, where a sequence's failed job may hold its key.
+ */
 static void
-queue_unplace(struct queue *q, struct func *f, struct job *j)
+queue_unplace(struct queue *q, struct func *f, struct job *j, bool dying)
 {
     expiring_del(q, j);
     switch ((enum job_state)j->state) {
@@ -502,19 +524,29 @@ queue_unplace(struct queue *q, struct func *f, struct job *j)
         j->ext->worker->nheld--;
         j->ext->worker = NULL;
         f->nrunning--;
-        if (f->flow != NULL)
+        if (f->flow != NULL && dying)
+            flow_stop_as(q, f, j, FLOW_STOP_DEAD);
+        else if (f->flow != NULL)
             flow_stop(q, f, j);
         break;
     case JOB_SCHEDULED:
         heap_remove(&q->scheduled, j->ext->heap_pos);
         f->nscheduled--;
+        if (f->flow != NULL)
+            flow_release(q, f, j);
         break;
     case JOB_PENDING: f->npending--; break;
-    case JOB_SETTLING: f->nsettling--; break;
+    case JOB_SETTLING:
+        f->nsettling--;
+        if (f->flow != NULL && !dying)
+            flow_release(q, f, j);
+        break;
     case JOB_DEAD:
         TAILQ_REMOVE(&f->dead, j, link);
         f->ndead--;
         q->nended--;
+        if (f->flow != NULL)
+            flow_release(q, f, j);
         break;
     case JOB_DONE:
         TAILQ_REMOVE(&q->kept, j, link);
@@ -548,7 +580,7 @@ queue_remove(struct queue *q, struct job *j)
     if (j->state == JOB_NEW)
         return;
     queue_unindex(f, j);
-    queue_unplace(q, f, j);
+    queue_unplace(q, f, j, false);
     hmap_remove(&q->jobs, &j->by_handle);
     q->njobs--;
     job_set_state(j, JOB_NEW);
@@ -562,7 +594,7 @@ queue_settle(struct queue *q, struct job *j)
 
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_SETTLING);
     queue_unindex(f, j);
-    queue_unplace(q, f, j);
+    queue_unplace(q, f, j, j->ext != NULL && j->ext->settle_to == JOB_SETTLE_DEAD);
     /*
      * Only a key that is not already settling: two jobs of one key can end
      * within one commit, and the index holds a key once (the later one is
@@ -612,10 +644,13 @@ void
 queue_bury(struct queue *q, struct job *j)
 {
     struct func *f = j->func;
+    bool replayed = j->state == JOB_PENDING;
 
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DEAD);
     queue_unindex(f, j);
-    queue_unplace(q, f, j);
+    queue_unplace(q, f, j, true);
+    if (f->flow != NULL && replayed)
+        flow_hold(f, j, FLOW_STOP_DEAD); /* a dead job replayed: holds a sequence with hold */
     insert_by_end(&f->dead, j);
     f->ndead++;
     q->nended++;
@@ -629,7 +664,7 @@ queue_keep(struct queue *q, struct job *j)
 
     assert(!job_has_waiters(j) && j->state != JOB_NEW && j->state != JOB_DONE);
     queue_unindex(f, j);
-    queue_unplace(q, f, j);
+    queue_unplace(q, f, j, false);
     /*
      * The index holds the newest of a key only: a table's chain order is
      * not kept when it grows, and one chain must not grow with every
@@ -704,9 +739,9 @@ queue_backoff(struct queue *q, struct job *j, int64_t when)
     j->ext->worker->nheld--;
     j->ext->worker = NULL;
     f->nrunning--;
+    j->ext->attempts++; /* before flow_hold, which holds a sequence for a failed job only */
     if (f->flow != NULL)
-        flow_stop(q, f, j);
-    j->ext->attempts++;
+        flow_stop_as(q, f, j, FLOW_STOP_RETRY);
     j->ext->numerator = 0;
     j->ext->denominator = 0;
     job_set_state(j, JOB_SCHEDULED);

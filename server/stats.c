@@ -576,6 +576,11 @@ per_flow(struct srv *srv, struct out *o)
     family(o, "flow_keys", "gauge", "Partition keys the function holds (limit key-...).");
     TAILQ_FOREACH (fl, fls, all)
         value(o, "flow_keys", fl->func, fl->nkeys);
+    family(o, "flow_sequences_held", "gauge",
+           "Sequence keys of the function a failed job holds (in its retry backoff, or dead "
+           "with sequence hold).");
+    TAILQ_FOREACH (fl, fls, all)
+        value(o, "flow_sequences_held", fl->func, fl->nkeys_held);
 }
 
 int

@@ -1216,12 +1216,15 @@ static const struct admin_verb admin_verbs[] = {
      " [-s SERVER]... [-t MS] [--format table|tsv|json] [FUNCTION]\n"
      "       dsjob limit FUNCTION [--concurrency N] [--rate N/s|m|h [--burst N]]\n"
      "         [--key-concurrency N] [--key-rate N/s|m|h [--key-burst N]]\n"
-     "         [--key-separator S] [--keyed] [--off]\n",
+     "         [--key-separator S] [--keyed] [--sequence[=hold|skip|off]] [--off]\n",
      "Without settings, shows flow control: settings, running and queued jobs,\n"
      "tokens, keys, why jobs are held back, starts. With settings, sets them on\n"
      "every server (dsjobd; an --admin-allow peer): 0 or off removes a limit,\n"
      "--off every limit. Keys are the part of a job's unique key before the\n"
-     "separator (default ':').\n"},
+     "separator (default ':'). --sequence runs each key's jobs one at a time in\n"
+     "submission order; a failed job holds its key through its retries and, with\n"
+     "hold (the default), in the dead set until it is retried or dropped; with\n"
+     "skip, the next job runs once it is dead.\n"},
     {"pause", ADMIN_ARGS_FUNC, false, NULL, verb_limit, " [-s SERVER]... [-t MS] FUNCTION\n",
      "Starts no more jobs of FUNCTION on every server; submits are still taken\n"
      "and running jobs finish. Kept by a durable store across restarts.\n"},
@@ -1385,6 +1388,7 @@ admin_main(struct cli *cli, int argc, char **argv)
         {"key-burst", required_argument, NULL, OPT_LIMIT},
         {"key-separator", required_argument, NULL, OPT_LIMIT},
         {"keyed", no_argument, NULL, OPT_LIMIT},
+        {"sequence", optional_argument, NULL, OPT_LIMIT},
         {"off", no_argument, NULL, OPT_LIMIT},
         {"tz", required_argument, NULL, OPT_TZ},
         {"priority", required_argument, NULL, 'p'},
@@ -1405,7 +1409,9 @@ admin_main(struct cli *cli, int argc, char **argv)
             if (v->args != ADMIN_ARGS_LIMIT)
                 return cli_usage_error(cli, "unknown option '--%s' (only for limit)",
                                        longopts[idx].name);
-            rc = limit_opt(cli, &call, longopts[idx].name, optarg);
+            rc = limit_opt(cli, &call, longopts[idx].name,
+                           optarg == NULL && strcmp(longopts[idx].name, "sequence") == 0 ? "hold"
+                                                                                         : optarg);
             if (rc != 0)
                 return rc;
             break;

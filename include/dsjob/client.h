@@ -218,9 +218,9 @@ DSJOB_API int dsjob_client_echo(struct dsjob_client *c, const void *data, size_t
  * (borrowed) on dsjobd (see FLOW CONTROL in dsjobd(8)), over the admin
  * protocol on a connection of its own to each server. With settings
  * (borrowed), a line of words as the admin command "limit" takes them
- * ("concurrency 4 rate 100/s burst 20", "key-concurrency 2", "off"), every
- * server applies and stores them; the caller must be an --admin-allow
- * peer of each. With settings NULL, *out gets the first server's listing
+ * ("concurrency 4 rate 100/s burst 20", "key-concurrency 2", "sequence
+ * hold", "off"), every server applies and stores them; the caller must be
+ * an --admin-allow peer of each. With settings NULL, *out gets the first server's listing
  * line for func (tab-separated: function, settings, running, queued,
  * tokens, keys, held, started; "" if the function is unknown there),
  * which the caller frees with dsjob_free; out may be NULL. Returns

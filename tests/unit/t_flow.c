@@ -5,7 +5,11 @@
  * with a burst on a clock the test moves, keys served round robin (a key
  * with ten thousand queued jobs does not delay another key's job by more
  * than one grab), key limits, pause, and keys made for jobs already
- * queued when keys are turned on.
+ * queued when keys are turned on. Sequences: a key's jobs one at a time
+ * in submission order whatever their priority, a retry first again, a
+ * failed job holding its key through its backoff and (hold) in the dead
+ * set until retried or dropped, or (skip) not there, and held again when
+ * replayed.
  */
 #include "config.h"
 
@@ -99,6 +103,18 @@ test_conf(void)
            "a period in ms");
     flow_format(&c, line, sizeof(line));
     tap_is_str(line, "rate 7/1500ms", "written back in ms");
+    tap_ok(flow_conf_parse(&c, "off sequence hold", err, sizeof(err)) == 0 &&
+               c.sequence == FLOW_SEQ_HOLD && flow_conf_any(&c),
+           "sequence hold");
+    flow_format(&c, line, sizeof(line));
+    tap_is_str(line, "sequence hold", "written back");
+    tap_ok(flow_conf_parse(&c, "sequence skip", err, sizeof(err)) == 0 &&
+               c.sequence == FLOW_SEQ_SKIP,
+           "sequence skip");
+    tap_ok(flow_conf_parse(&c, "sequence maybe", err, sizeof(err)) < 0 && strstr(err, "sequence"),
+           "a bad policy is refused, naming the setting");
+    tap_ok(flow_conf_parse(&c, "off", err, sizeof(err)) == 0 && c.sequence == FLOW_SEQ_OFF,
+           "off ends the sequence");
 }
 
 static void
@@ -316,6 +332,180 @@ test_key_outlives_cant_do(void)
     queue_release(&q);
 }
 
+static struct job *
+mkjob_prio(struct queue *q, struct func *f, const char *unique, enum job_prio prio)
+{
+    struct job *j = mkjob(q, f, unique);
+
+    if (prio != JOB_PRIO_NORMAL && queue_set_prio(q, j, prio) < 0)
+        tap_bail("queue_set_prio failed");
+    return j;
+}
+
+/* The unique key of what w grabs next, or "-" for nothing. */
+static const char *
+next_of(struct queue *q, struct qworker *w)
+{
+    struct job *j = queue_grab(q, w, 0);
+
+    return j != NULL ? job_unique(j) : "-";
+}
+
+static void
+set_conf(struct func *f, const char *words)
+{
+    struct flow_conf c = f->flow->conf;
+    char err[64];
+
+    if (flow_conf_parse(&c, words, err, sizeof(err)) < 0 || flow_set(f->flow, &c, fake_now) < 0)
+        tap_bail("settings '%s' not set", words);
+}
+
+/* One at a time per key, in submission order, whatever the priorities; keys in parallel. */
+static void
+test_sequence_order(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *a1;
+
+    setup(&q, &f, "sequence hold");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "a:2");
+    mkjob(&q, f, "b:1");
+    mkjob_prio(&q, f, "a:3", JOB_PRIO_HIGH);
+    mkjob_prio(&q, f, "b:2", JOB_PRIO_LOW);
+    tap_is_str(next_of(&q, &w), "a:1", "a's first starts");
+    a1 = TAILQ_LAST(&w.held, job_list);
+    tap_is_str(next_of(&q, &w), "b:1", "then b's first, in parallel");
+    tap_is_str(next_of(&q, &w), "-", "a:3 is high but waits for a:1 and a:2");
+    tap_ok(f->flow->why == FLOW_SEQUENCE, "held back by the sequence");
+    tap_ok(!queue_has_work(&q, &w), "no work while both keys run");
+    queue_requeue(&q, a1);
+    tap_is_str(next_of(&q, &w), "a:1", "a:1 given back: it is first again");
+    queue_remove(&q, a1);
+    tap_is_str(next_of(&q, &w), "a:2", "a:1 ended: a:2");
+    queue_remove(&q, TAILQ_LAST(&w.held, job_list));
+    tap_is_str(next_of(&q, &w), "a:3", "then a:3 (high)");
+    while (!TAILQ_EMPTY(&w.held))
+        queue_remove(&q, TAILQ_FIRST(&w.held));
+    tap_is_str(next_of(&q, &w), "b:2", "b:2 (low) after b:1");
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
+/* A failed job of a key: held through its backoff; in the dead set as the policy says. */
+static void
+test_sequence_hold(const char *policy)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *a1;
+    bool hold = strcmp(policy, "sequence hold") == 0;
+
+    setup(&q, &f, policy);
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "a:2");
+    mkjob(&q, f, "b:1");
+    mkjob(&q, f, "b:2");
+    tap_is_str(next_of(&q, &w), "a:1", "a:1 starts");
+    a1 = TAILQ_FIRST(&w.held);
+    freed_n = 0;
+    tap_ok(queue_backoff(&q, a1, 100) == 0, "a:1 fails: it waits for its retry");
+    tap_is_int(f->flow->nkeys_held, 1, "its key is held");
+    tap_is_str(next_of(&q, &w), "b:1", "b goes on");
+    queue_remove(&q, TAILQ_FIRST(&w.held));
+    tap_is_str(next_of(&q, &w), "b:2", "and on");
+    queue_remove(&q, TAILQ_FIRST(&w.held));
+    tap_is_str(next_of(&q, &w), "-", "a:2 waits for a:1's retry");
+    queue_due(&q, 100, NULL, NULL);
+    tap_is_int(f->flow->nkeys_held, 0, "a:1 due: it holds its key by being first");
+    tap_is_str(next_of(&q, &w), "a:1", "a:1 runs again, before a:2");
+    /* Its last attempt fails: the dead set, through a store's commit (SETTLING). */
+    a1->ext->attempts++;
+    a1->ext->settle_to = JOB_SETTLE_DEAD;
+    queue_settle(&q, a1);
+    tap_is_str(next_of(&q, &w), hold ? "-" : "a:2",
+               hold ? "a:2 waits while a:1's end commits" : "skip: a:2 runs once a:1 is dead");
+    a1->ext->settle_to = JOB_SETTLE_GONE;
+    queue_bury(&q, a1);
+    tap_is_int(f->flow->nkeys_held, hold ? 1 : 0,
+               hold ? "dead, a:1 holds its key" : "dead, a:1 lets go (skip)");
+    if (hold) {
+        tap_is_str(next_of(&q, &w), "-", "a:2 waits for a:1 (hold)");
+        a1->ext->attempts = 0; /* as lifecycle_revive does */
+        a1->ext->when = 0;
+        tap_ok(queue_revive(&q, a1, 0) == 0, "a:1 retried from the dead set");
+        tap_is_str(next_of(&q, &w), "a:1", "it runs first");
+        a1->ext->attempts++;
+        queue_bury(&q, a1);
+        tap_is_str(next_of(&q, &w), "-", "dead again: a:2 waits");
+        freed_n = 0;
+        job_ref(a1);
+        queue_remove(&q, a1);
+        tap_ok(freed_n == 1 && f->flow->nkeys_held == 0, "a:1 dropped: its key is free, and said");
+        job_unref(a1);
+        tap_is_str(next_of(&q, &w), "a:2", "a:2 runs");
+    }
+    while (!TAILQ_EMPTY(&w.held))
+        queue_remove(&q, TAILQ_FIRST(&w.held));
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
+/* After a restart: a job replayed in its backoff or dead (hold) holds its key again. */
+static void
+test_sequence_replay(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *f;
+    struct job *j;
+
+    setup(&q, &f, "sequence hold");
+    queue_worker_init(&w);
+    queue_can_do(&q, &w, f, 0);
+    /* As durable_replay does: in seq order, a dead one pending, then buried. */
+    j = job_new("H:t:d", 5, "a:0", 3, NULL, 0, "x", 1);
+    j->seq = 1;
+    job_ext(j)->attempts = 3;
+    j->ext->outcome = JOB_OUTCOME_DEAD;
+    tap_ok(queue_add_as(&q, f, j, 0, true) == 0, "a dead job replayed");
+    queue_bury(&q, j);
+    j = job_new("H:t:r", 5, "b:0", 3, NULL, 0, "x", 1);
+    j->seq = 2;
+    job_ext(j)->attempts = 1;
+    j->ext->when = 500;
+    tap_ok(queue_add(&q, f, j, 0) == 0 && j->state == JOB_SCHEDULED, "a job in its backoff");
+    handle_n = 10;
+    mkjob(&q, f, "a:1");
+    mkjob(&q, f, "b:1");
+    mkjob(&q, f, "c:1");
+    tap_is_int(f->flow->nkeys_held, 2, "both hold their keys");
+    tap_is_str(next_of(&q, &w), "c:1", "only c runs");
+    tap_is_str(next_of(&q, &w), "-", "a and b wait");
+    queue_due(&q, 500, NULL, NULL);
+    tap_is_str(next_of(&q, &w), "b:0", "b:0's backoff over: it runs first");
+    set_conf(f, "sequence skip");
+    tap_is_int(f->flow->nkeys_held, 0, "hold to skip: the dead job lets go");
+    tap_is_str(next_of(&q, &w), "a:1", "a:1 runs");
+    while (!TAILQ_EMPTY(&w.held))
+        queue_remove(&q, TAILQ_FIRST(&w.held));
+    set_conf(f, "sequence off");
+    tap_is_int(f->flow->nkeys, 0, "sequence off: no keys");
+    tap_is_str(next_of(&q, &w), "b:1", "the rest run as a plain queue");
+    while (!TAILQ_EMPTY(&w.held))
+        queue_remove(&q, TAILQ_FIRST(&w.held));
+    queue_reset_abilities(&q, &w);
+    queue_release(&q);
+}
+
 int
 main(void)
 {
@@ -325,5 +515,9 @@ main(void)
     test_keys();
     test_pause();
     test_key_outlives_cant_do();
+    test_sequence_order();
+    test_sequence_hold("sequence hold");
+    test_sequence_hold("sequence skip");
+    test_sequence_replay();
     return tap_done();
 }
