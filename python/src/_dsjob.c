@@ -180,7 +180,7 @@ struct payload {
     Py_buffer view; /* view.obj set for a buffer */
 };
 
-static int
+static inline int
 payload_get(PyObject *o, struct payload *p)
 {
     p->view.obj = NULL;
@@ -801,11 +801,82 @@ typedef struct {
     PyObject_VAR_HEAD PyObject *handle; /* the handle as given, or made from h; NULL if neither */
     PyObject *function;
     PyObject *unique;
-    Py_ssize_t hlen; /* bytes in h when handle is still to be made from them, else -1 */
-    char h[1];       /* ob_size bytes: the handle as the server sent it */
+    Py_ssize_t hlen;         /* bytes in h when handle is still to be made from them, else -1 */
+    struct job_block *block; /* the block of submit_many it sits in, or NULL */
+    char h[1];               /* ob_size bytes: the handle as the server sent it */
 } SubmittedObject;
 
 static PyTypeObject *SubmittedType; /* dsjob.Job, a heap type (client.py adds attributes) */
+
+/*
+ * submit_many's jobs are cut out of blocks of JOB_BLOCK bytes, one
+ * allocation for some hundred jobs instead of one a job. A block is freed
+ * with the last of its jobs (and once the submit_many that cut it is
+ * done: live counts that too), so that a job kept alone keeps a block
+ * alive: at most JOB_BLOCK bytes.
+ */
+#define JOB_BLOCK 16384
+#define JOB_ALIGN 16 /* as pymalloc's */
+
+struct job_block {
+    Py_ssize_t live; /* jobs not deallocated, + 1 while it is the arena's */
+};
+
+struct job_arena {
+    struct job_block *b; /* the block being cut, or NULL */
+    char *next, *end;
+};
+
+static void
+job_block_unref(struct job_block *b)
+{
+    if (--b->live == 0)
+        PyMem_Free(b);
+}
+
+static void
+job_arena_release(struct job_arena *a)
+{
+    if (a->b != NULL)
+        job_block_unref(a->b);
+    a->b = NULL;
+}
+
+/* A job of submit_many for handle h, function and unique (str, or None). */
+static PyObject *
+submitted_new(struct job_arena *a, const char *h, PyObject *function, PyObject *unique)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(h);
+    size_t size =
+        ((size_t)_PyObject_VAR_SIZE(SubmittedType, len) + JOB_ALIGN - 1) & ~(size_t)(JOB_ALIGN - 1);
+    SubmittedObject *self;
+
+    if (size > JOB_BLOCK / 8) {
+        if ((self = PyObject_NewVar(SubmittedObject, SubmittedType, len)) == NULL)
+            return NULL;
+        self->block = NULL;
+    } else {
+        if (a->b == NULL || (size_t)(a->end - a->next) < size) {
+            job_arena_release(a);
+            if ((a->b = PyMem_Malloc(JOB_BLOCK)) == NULL)
+                return PyErr_NoMemory();
+            a->b->live = 1;
+            a->next = (char *)a->b + JOB_ALIGN;
+            a->end = (char *)a->b + JOB_BLOCK;
+        }
+        self = (SubmittedObject *)a->next;
+        a->next += size;
+        a->b->live++;
+        self->block = a->b;
+        PyObject_InitVar((PyVarObject *)self, SubmittedType, len);
+    }
+    memcpy(self->h, h, (size_t)len);
+    self->hlen = len;
+    self->handle = NULL;
+    self->function = Py_NewRef(function);
+    self->unique = Py_NewRef(unique);
+    return (PyObject *)self;
+}
 
 static void
 Submitted_dealloc(SubmittedObject *self)
@@ -815,7 +886,10 @@ Submitted_dealloc(SubmittedObject *self)
     Py_CLEAR(self->handle);
     Py_CLEAR(self->function);
     Py_CLEAR(self->unique);
-    tp->tp_free((PyObject *)self);
+    if (self->block != NULL)
+        job_block_unref(self->block);
+    else
+        tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
 
@@ -828,23 +902,6 @@ submitted_check(const char *name, PyObject *v, int none_ok)
     PyErr_Format(PyExc_TypeError, "Job.%s must be str%s, not %.100s", name,
                  none_ok ? " or None" : "", Py_TYPE(v)->tp_name);
     return -1;
-}
-
-/* A new job of submit_many: the handle's bytes are copied, the str is made later. */
-static PyObject *
-submitted_new(const char *h, PyObject *function, PyObject *unique)
-{
-    Py_ssize_t len = (Py_ssize_t)strlen(h);
-    SubmittedObject *self = PyObject_NewVar(SubmittedObject, SubmittedType, len);
-
-    if (self == NULL)
-        return NULL;
-    memcpy(self->h, h, (size_t)len);
-    self->hlen = len;
-    self->handle = NULL;
-    self->function = Py_NewRef(function);
-    self->unique = Py_NewRef(unique);
-    return (PyObject *)self;
 }
 
 static PyObject *
@@ -1055,6 +1112,7 @@ Client_submit_many(ClientObject *self, PyObject *args)
     PyObject *v[3];
     PyTypeObject *job_type;
     static struct job_slots slots;
+    struct job_arena arena = {NULL, NULL, NULL};
     int prio, gc_was;
     struct tasks t;
     Py_ssize_t i;
@@ -1100,7 +1158,8 @@ Client_submit_many(ClientObject *self, PyObject *args)
             continue;
         }
         if (job_type == SubmittedType) {
-            job = submitted_new(h, fname, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None);
+            job =
+                submitted_new(&arena, h, fname, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None);
             if (job == NULL) {
                 Py_CLEAR(jobs);
                 break;
@@ -1123,6 +1182,7 @@ Client_submit_many(ClientObject *self, PyObject *args)
         Py_DECREF(handle);
         PyList_SET_ITEM(jobs, i, job);
     }
+    job_arena_release(&arena);
     if (gc_was)
         PyGC_Enable();
 out:

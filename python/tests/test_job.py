@@ -13,6 +13,7 @@ import pickle
 import socket
 import struct
 import threading
+import tracemalloc
 from typing import Iterator
 
 import pytest
@@ -95,7 +96,7 @@ def fake() -> Iterator[callable]:
         s.close()
 
 
-@pytest.mark.parametrize("length", [3, 62, 63, 64, 200, 255])
+@pytest.mark.parametrize("length", [3, 62, 63, 64, 200, 255, 3000])
 def test_handles_of_any_length(fake, length: int) -> None:
     s = fake(sized(length))
     c = dsjob.Client(s.addr)
@@ -181,3 +182,29 @@ def test_job_subclass(fake) -> None:
     s = fake(sized(9))
     jobs = dsjob.Client(s.addr)._c.submit_many("f", [b"x"], None, 0, Mine)[0]
     assert type(jobs[0]) is Mine and jobs[0] == Mine(sized(9)(0, b"", b"").decode(), "f")
+
+
+def test_jobs_blocks_freed(fake) -> None:
+    # submit_many cuts its jobs out of shared blocks: a block lives as long
+    # as one of its jobs, and no longer.
+    s = fake(sized(40))
+    c = dsjob.Client(s.addr)
+    c.submit_many("f", [b"x"] * 10)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        jobs = c.submit_many("f", [b"x"] * 5000)
+        full = tracemalloc.get_traced_memory()[0] - base
+        kept = jobs[::1000]
+        want = [j.handle for j in kept]
+        del jobs
+        gc.collect()
+        some = tracemalloc.get_traced_memory()[0] - base
+        assert [j.handle for j in kept] == want == [sized(40)(i, b"", b"").decode()
+                                                    for i in range(10, 5010, 1000)]
+        del kept, want
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert full > 5000 * 40 and some < full / 4 and after < full / 20, (full, some, after)
