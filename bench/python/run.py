@@ -74,6 +74,7 @@ class Bench:
         self.py = [sys.executable, str(HERE / "pyside.py")]
         self.php = ["php", str(HERE / "peer.php")]
         self.perl = ["perl", str(HERE / "peer.pl")]
+        self.cpu: dict[str, list[float]] = {}  # jobs a CPU second, by command
 
     def out(self, cmd: list[str]) -> str:
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=600)
@@ -106,7 +107,10 @@ class Bench:
         try:
             if worker:
                 w = self.worker([*worker, s.addr, str(nworkers)], s.addr, nworkers)
-            secs = float(self.out([*cmd, s.addr, str(n), *extra]))
+            out = self.out([*cmd, s.addr, str(n), *extra]).split()
+            secs = float(out[0])
+            if len(out) > 1:  # cref and pyside: the CPU time of the measured part too
+                self.cpu.setdefault(" ".join(cmd), []).append(n / float(out[1]))
         finally:
             if w is not None:
                 self.stop(w)
@@ -210,6 +214,11 @@ def main() -> int:
                 s.stop()
     for name, v in res.items():
         print(f"{name:18s} {v:12.0f} jobs/s")
+    cpu = {}
+    if "bg" in only:
+        for name, cmd in (("bg C", [*cref, "bg"]), ("bg py", [*py, "bg"])):
+            cpu[name] = statistics.median(b.cpu[" ".join(cmd)])
+            print(f"{name + ' CPU':18s} {cpu[name]:12.0f} jobs a CPU second of the client")
     for mode, kb in rss.items():
         print(f"{mode:18s} {kb / 1024:12.1f} MB peak RSS of dsjob.aio with {int(10000 * k)} "
               f"jobs in flight ({'map' if mode == 'rss' else 'a task per job'})")
@@ -222,6 +231,10 @@ def main() -> int:
 
     print("# ratios")
     ratio("bg py", "bg C", 0.8)
+    if cpu:
+        r = cpu["bg py"] / cpu["bg C"]
+        print(f"bg py / bg C in the client's CPU time = {r:.2f} (the wall time's ratio moves "
+              "with the load; this one less)")
     ratio("inflight py-aio", "inflight C", 0.7)
     ratio("drain py", "drain C", 0.5)
     ratio("drain py 4", "drain C 4", 0.5)

@@ -847,8 +847,8 @@ static PyObject *
 submitted_new(struct job_arena *a, const char *h, PyObject *function, PyObject *unique)
 {
     Py_ssize_t len = (Py_ssize_t)strlen(h);
-    size_t size =
-        ((size_t)_PyObject_VAR_SIZE(SubmittedType, len) + JOB_ALIGN - 1) & ~(size_t)(JOB_ALIGN - 1);
+    size_t size = ((size_t)SubmittedType->tp_basicsize + (size_t)len + JOB_ALIGN - 1) &
+                  ~(size_t)(JOB_ALIGN - 1);
     SubmittedObject *self;
 
     if (size > JOB_BLOCK / 8) {
