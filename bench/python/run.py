@@ -233,8 +233,8 @@ def main() -> int:
     ratio("bg py", "bg C", 0.8)
     if cpu:
         r = cpu["bg py"] / cpu["bg C"]
-        print(f"bg py / bg C in the client's CPU time = {r:.2f} (the wall time's ratio moves "
-              "with the load; this one less)")
+        print(f"bg py / bg C in the client's CPU time = {r:.2f} (leaves out the waiting on "
+              "dsjobd, not the load's effect on the caches)")
     ratio("inflight py-aio", "inflight C", 0.7)
     ratio("drain py", "drain C", 0.5)
     ratio("drain py 4", "drain C 4", 0.5)
