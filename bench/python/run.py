@@ -74,6 +74,7 @@ class Bench:
         self.py = [sys.executable, str(HERE / "pyside.py")]
         self.php = ["php", str(HERE / "peer.php")]
         self.perl = ["perl", str(HERE / "peer.pl")]
+        self.cpu: dict[str, list[float]] = {}  # jobs a CPU second, by command
 
     def out(self, cmd: list[str]) -> str:
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=600)
@@ -106,7 +107,10 @@ class Bench:
         try:
             if worker:
                 w = self.worker([*worker, s.addr, str(nworkers)], s.addr, nworkers)
-            secs = float(self.out([*cmd, s.addr, str(n), *extra]))
+            out = self.out([*cmd, s.addr, str(n), *extra]).split()
+            secs = float(out[0])
+            if len(out) > 1:  # cref and pyside: the CPU time of the measured part too
+                self.cpu.setdefault(" ".join(cmd), []).append(n / float(out[1]))
         finally:
             if w is not None:
                 self.stop(w)
@@ -140,6 +144,15 @@ class Bench:
     def median(self, f, *args) -> float:
         return statistics.median(f(*args) for _ in range(self.a.rounds))
 
+    def alternated(self, *runs: tuple) -> list[float]:
+        """The medians of runs (each (f, *args)), their rounds taken in
+        turn, so that a change of the machine's load falls on each alike."""
+        got: list[list[float]] = [[] for _ in runs]
+        for _ in range(self.a.rounds):
+            for k, (f, *args) in enumerate(runs):
+                got[k].append(f(*args))
+        return [statistics.median(g) for g in got]
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -147,7 +160,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small counts, one round: a smoke")
     ap.add_argument("--no-peers", action="store_true", help="leave php and perl out")
+    ap.add_argument("--only", default="bg,fg,inflight,drain,rss",
+                    help="the shapes to run, comma-separated (default: all)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     k = 0.05 if args.quick else 1.0
     if args.quick:
         args.rounds = 1
@@ -162,27 +178,35 @@ def main() -> int:
         res: dict[str, float] = {}
         print(f"# bench/python: {args.rounds} round(s), medians in jobs/s; "
               f"{os.cpu_count()} CPUs, loopback, dsjobd in memory", flush=True)
-        res["bg C"] = b.median(b.client_rate, [*cref, "bg"], n_bg)
-        res["bg py"] = b.median(b.client_rate, [*py, "bg"], n_bg)
-        res["bg py-aio"] = b.median(b.client_rate, [*py, "bg-aio"], n_bg)
-        res["fg C"] = b.median(b.client_rate, [*cref, "fg"], n_fg, cw)
-        res["fg py"] = b.median(b.client_rate, [*py, "fg"], n_fg, cw)
-        res["inflight C"] = b.median(b.client_rate, [*cref, "inflight"], n_in, cw, 4, ("1000",))
-        res["inflight py-aio"] = b.median(b.client_rate, [*py, "inflight"], n_in, cw, 4,
-                                          ("1000",))
-        res["drain C"] = b.median(b.drain_rate, [b.cref, "worker"], n_dr, 1)
-        res["drain py"] = b.median(b.drain_rate, [*py, "worker"], n_dr, 1)
-        res["drain C 4"] = b.median(b.drain_rate, [b.cref, "worker"], n_dr, 4)
-        res["drain py 4"] = b.median(b.drain_rate, [*py, "worker"], n_dr, 4)
+        if "bg" in only:  # rounds alternated: the ratio of bg C and bg py is a target
+            res["bg C"], res["bg py"], res["bg py-aio"] = b.alternated(
+                (b.client_rate, [*cref, "bg"], n_bg), (b.client_rate, [*py, "bg"], n_bg),
+                (b.client_rate, [*py, "bg-aio"], n_bg))
+        if "fg" in only:
+            res["fg C"] = b.median(b.client_rate, [*cref, "fg"], n_fg, cw)
+            res["fg py"] = b.median(b.client_rate, [*py, "fg"], n_fg, cw)
+        if "inflight" in only:
+            res["inflight C"] = b.median(b.client_rate, [*cref, "inflight"], n_in, cw, 4,
+                                         ("1000",))
+            res["inflight py-aio"] = b.median(b.client_rate, [*py, "inflight"], n_in, cw, 4,
+                                              ("1000",))
+        if "drain" in only:
+            res["drain C"] = b.median(b.drain_rate, [b.cref, "worker"], n_dr, 1)
+            res["drain py"] = b.median(b.drain_rate, [*py, "worker"], n_dr, 1)
+            res["drain C 4"] = b.median(b.drain_rate, [b.cref, "worker"], n_dr, 4)
+            res["drain py 4"] = b.median(b.drain_rate, [*py, "worker"], n_dr, 4)
         if peers:
-            res["bg php"] = b.median(b.client_rate, [*php, "bg"], n_peer_bg)
-            res["bg perl"] = b.median(b.client_rate, [*perl, "bg"], n_peer_bg)
-            res["fg php"] = b.median(b.client_rate, [*php, "fg"], n_peer_fg, cw)
-            res["fg perl"] = b.median(b.client_rate, [*perl, "fg"], n_peer_fg, cw)
-            res["drain php"] = b.median(b.drain_rate, [*php, "worker"], n_peer_dr, 1)
-            res["drain perl"] = b.median(b.drain_rate, [*perl, "worker"], n_peer_dr, 1)
+            if "bg" in only:
+                res["bg php"] = b.median(b.client_rate, [*php, "bg"], n_peer_bg)
+                res["bg perl"] = b.median(b.client_rate, [*perl, "bg"], n_peer_bg)
+            if "fg" in only:
+                res["fg php"] = b.median(b.client_rate, [*php, "fg"], n_peer_fg, cw)
+                res["fg perl"] = b.median(b.client_rate, [*perl, "fg"], n_peer_fg, cw)
+            if "drain" in only:
+                res["drain php"] = b.median(b.drain_rate, [*php, "worker"], n_peer_dr, 1)
+                res["drain perl"] = b.median(b.drain_rate, [*perl, "worker"], n_peer_dr, 1)
         rss = {}
-        for mode in ("rss", "rss-tasks"):
+        for mode in ("rss", "rss-tasks") if "rss" in only else ():
             s = Dsjobd(b.dsjobd, Path(tmp))
             try:
                 rss[mode] = int(b.out([*py, mode, s.addr, str(int(10000 * k) or 1)]))
@@ -190,24 +214,35 @@ def main() -> int:
                 s.stop()
     for name, v in res.items():
         print(f"{name:18s} {v:12.0f} jobs/s")
+    cpu = {}
+    if "bg" in only:
+        for name, cmd in (("bg C", [*cref, "bg"]), ("bg py", [*py, "bg"])):
+            cpu[name] = statistics.median(b.cpu[" ".join(cmd)])
+            print(f"{name + ' CPU':18s} {cpu[name]:12.0f} jobs a CPU second of the client")
     for mode, kb in rss.items():
         print(f"{mode:18s} {kb / 1024:12.1f} MB peak RSS of dsjob.aio with {int(10000 * k)} "
               f"jobs in flight ({'map' if mode == 'rss' else 'a task per job'})")
 
-    def ratio(a: str, c: str, want: float) -> str:
-        r = res[a] / res[c]
-        return f"{a} / {c} = {r:.2f} (want >= {want}: {'ok' if r >= want else 'MISSED'})"
+    def ratio(a: str, c: str, want: float, note: str = "") -> None:
+        if a in res and c in res:
+            r = res[a] / res[c]
+            print(f"{a} / {c} = {r:.2f} (want >= {want}: {'ok' if r >= want else 'MISSED'})"
+                  + note)
 
     print("# ratios")
-    print(ratio("bg py", "bg C", 0.8))
-    print(ratio("inflight py-aio", "inflight C", 0.7))
-    print(ratio("drain py", "drain C", 0.5))
-    print(ratio("drain py 4", "drain C 4", 0.5))
+    ratio("bg py", "bg C", 0.8)
+    if cpu:
+        r = cpu["bg py"] / cpu["bg C"]
+        print(f"bg py / bg C in the client's CPU time = {r:.2f} (leaves out the waiting on "
+              "dsjobd, not the load's effect on the caches)")
+    ratio("inflight py-aio", "inflight C", 0.7)
+    ratio("drain py", "drain C", 0.5)
+    ratio("drain py 4", "drain C 4", 0.5)
     if peers:
         for shape, mine in (("bg", "bg py"), ("fg", "fg py"), ("drain", "drain py")):
             for p in ("php", "perl"):
-                print(ratio(mine, f"{shape} {p}", 2.0))
-        print(ratio("inflight py-aio", "fg php", 2.0) + "  (php has no shape with 1,000 in flight)")
+                ratio(mine, f"{shape} {p}", 2.0)
+        ratio("inflight py-aio", "fg php", 2.0, "  (php has no shape with 1,000 in flight)")
     for mode, kb in rss.items():
         print(f"{mode} {kb / 1024:.1f} MB (want < 50: {'ok' if kb < 50 * 1024 else 'MISSED'})")
     return 0

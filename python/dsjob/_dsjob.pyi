@@ -43,6 +43,14 @@ class Client:
                     uniques: Sequence[str | None] | None, priority: int,
                     job: type) -> tuple[list[Any], list[tuple[int, int, str, str]]]: ...
 
+class SubmittedJob:
+    """A submitted background job (dsjob.Job): the handle's str of a job of
+    submit_many is made on its first read."""
+    handle: str
+    function: str
+    unique: str | None
+    def __init__(self, handle: str, function: str, unique: str | None = None) -> None: ...
+
 class Job:
     """The job a worker's handler runs (dsjob.WorkerJob)."""
     @property

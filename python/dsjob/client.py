@@ -47,16 +47,27 @@ class TLS:
         return ctx
 
 
-@dataclass(slots=True)
-class Job:
-    """A submitted background job: ``handle`` is the server's name for it."""
+# A submitted background job: ``handle`` is the server's name for it. A
+# class of the extension (dsjob._dsjob.SubmittedJob), so that submit_many
+# makes each in C and the handle's str only when it is read; it has the
+# __init__, __eq__, __repr__ and pickling of the dataclass it was, and
+# here its dataclass fields, so that dataclasses.fields, asdict and
+# replace keep working on it.
+Job = _dsjob.SubmittedJob
 
-    # Client.submit_many makes these in C without calling __init__: keep it
-    # to these three fields.
 
+@dataclass
+class _JobFields:
     handle: str
     function: str
     unique: str | None = None
+
+
+Job.__dataclass_fields__ = _JobFields.__dataclass_fields__  # type: ignore[attr-defined]
+Job.__dataclass_params__ = _JobFields.__dataclass_params__  # type: ignore[attr-defined]
+Job.__match_args__ = _JobFields.__match_args__  # type: ignore[attr-defined]
+Job.__annotations__ = _JobFields.__annotations__
+del _JobFields
 
 
 @dataclass

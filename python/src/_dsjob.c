@@ -180,7 +180,7 @@ struct payload {
     Py_buffer view; /* view.obj set for a buffer */
 };
 
-static int
+static inline int
 payload_get(PyObject *o, struct payload *p)
 {
     p->view.obj = NULL;
@@ -782,12 +782,327 @@ job_slots_set(const struct job_slots *js, PyObject *job, PyObject *const v[3])
     return 0;
 }
 
+/*
+ * ---- SubmittedJob (dsjob.Job: a submitted background job) ----
+ *
+ * What Client.submit_many returns one of a payload, and what submit and
+ * the asyncio client return for a background job: handle, function and
+ * unique, with the dataclass's __init__, __eq__, __repr__ and pickling
+ * (client.py adds the dataclass fields). A job from submit_many keeps the
+ * handle's bytes inside the object and makes the str on the first read of
+ * .handle: most scripts never read most handles, and the str is a third of
+ * the cost of a background submit in the client. A handle set by
+ * __init__ or assignment is kept as given. The fields are str (unique
+ * also None), checked on every store: a Job can then hold no reference
+ * cycle, and is no object of the garbage collector (what a GC header and
+ * tracking cost was a fifth of what Python adds to a submit).
+ */
+typedef struct {
+    PyObject_VAR_HEAD PyObject *handle; /* the handle as given, or made from h; NULL if neither */
+    PyObject *function;
+    PyObject *unique;
+    Py_ssize_t hlen;         /* bytes in h when handle is still to be made from them, else -1 */
+    struct job_block *block; /* the block of submit_many it sits in, or NULL */
+    char h[1];               /* ob_size bytes: the handle as the server sent it */
+} SubmittedObject;
+
+static PyTypeObject *SubmittedType; /* dsjob.Job, a heap type (client.py adds attributes) */
+
+/*
+ * submit_many's jobs are cut out of blocks of JOB_BLOCK bytes, one
+ * allocation for some hundred jobs instead of one a job. A block is freed
+ * with the last of its jobs (and once the submit_many that cut it is
+ * done: live counts that too), so that a job kept alone keeps a block
+ * alive: at most JOB_BLOCK bytes.
+ */
+#define JOB_BLOCK 16384
+#define JOB_ALIGN 16 /* as pymalloc's */
+
+struct job_block {
+    Py_ssize_t live; /* jobs not deallocated, + 1 while it is the arena's */
+};
+
+struct job_arena {
+    struct job_block *b; /* the block being cut, or NULL */
+    char *next, *end;
+};
+
+static void
+job_block_unref(struct job_block *b)
+{
+    if (--b->live == 0)
+        PyMem_Free(b);
+}
+
+static void
+job_arena_release(struct job_arena *a)
+{
+    if (a->b != NULL)
+        job_block_unref(a->b);
+    a->b = NULL;
+}
+
+/* A job of submit_many for handle h, function and unique (str, or None). */
+static PyObject *
+submitted_new(struct job_arena *a, const char *h, PyObject *function, PyObject *unique)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(h);
+    size_t size = ((size_t)SubmittedType->tp_basicsize + (size_t)len + JOB_ALIGN - 1) &
+                  ~(size_t)(JOB_ALIGN - 1);
+    SubmittedObject *self;
+
+    if (size > JOB_BLOCK / 8) {
+        if ((self = PyObject_NewVar(SubmittedObject, SubmittedType, len)) == NULL)
+            return NULL;
+        self->block = NULL;
+    } else {
+        if (a->b == NULL || (size_t)(a->end - a->next) < size) {
+            job_arena_release(a);
+            if ((a->b = PyMem_Malloc(JOB_BLOCK)) == NULL)
+                return PyErr_NoMemory();
+            a->b->live = 1;
+            a->next = (char *)a->b + JOB_ALIGN;
+            a->end = (char *)a->b + JOB_BLOCK;
+        }
+        self = (SubmittedObject *)a->next;
+        a->next += size;
+        a->b->live++;
+        self->block = a->b;
+        PyObject_InitVar((PyVarObject *)self, SubmittedType, len);
+    }
+    memcpy(self->h, h, (size_t)len);
+    self->hlen = len;
+    self->handle = NULL;
+    self->function = Py_NewRef(function);
+    self->unique = Py_NewRef(unique);
+    return (PyObject *)self;
+}
+
+static void
+Submitted_dealloc(SubmittedObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+
+    Py_CLEAR(self->handle);
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->unique);
+    if (self->block != NULL)
+        job_block_unref(self->block);
+    else
+        tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+/* Checks a field's new value: a str, or for unique also None. */
+static int
+submitted_check(const char *name, PyObject *v, int none_ok)
+{
+    if (PyUnicode_Check(v) || (none_ok && v == Py_None))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "Job.%s must be str%s, not %.100s", name,
+                 none_ok ? " or None" : "", Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+static PyObject *
+Submitted_get_handle(SubmittedObject *self, void *closure)
+{
+    (void)closure;
+    if (self->handle == NULL) {
+        if (self->hlen < 0) {
+            PyErr_SetString(PyExc_AttributeError, "handle");
+            return NULL;
+        }
+        self->handle = PyUnicode_DecodeUTF8(self->h, self->hlen, "surrogateescape");
+        if (self->handle == NULL)
+            return NULL;
+        self->hlen = -1;
+    }
+    return Py_NewRef(self->handle);
+}
+
+/* handle, function or unique (closure 0, 1, 2) set or deleted. */
+static int
+Submitted_set(SubmittedObject *self, PyObject *v, void *closure)
+{
+    static const char *const names[] = {"handle", "function", "unique"};
+    int k = (int)(intptr_t)closure;
+    PyObject **slot = k == 0 ? &self->handle : k == 1 ? &self->function : &self->unique;
+
+    if (v == NULL && *slot == NULL && (k != 0 || self->hlen < 0)) {
+        PyErr_SetString(PyExc_AttributeError, names[k]);
+        return -1;
+    }
+    if (v != NULL && submitted_check(names[k], v, k == 2) < 0)
+        return -1;
+    Py_XSETREF(*slot, Py_XNewRef(v));
+    if (k == 0)
+        self->hlen = -1;
+    return 0;
+}
+
+/* function or unique (closure 1, 2). */
+static PyObject *
+Submitted_get(SubmittedObject *self, void *closure)
+{
+    PyObject *v = closure == (void *)1 ? self->function : self->unique;
+
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, closure == (void *)1 ? "function" : "unique");
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static int
+Submitted_init(SubmittedObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"handle", "function", "unique", NULL};
+    PyObject *handle, *function, *unique = Py_None;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:Job", kwlist, &handle, &function, &unique) ||
+        submitted_check("handle", handle, 0) < 0 || submitted_check("function", function, 0) < 0 ||
+        submitted_check("unique", unique, 1) < 0)
+        return -1;
+    Py_XSETREF(self->handle, Py_NewRef(handle));
+    self->hlen = -1;
+    Py_XSETREF(self->function, Py_NewRef(function));
+    Py_XSETREF(self->unique, Py_NewRef(unique));
+    return 0;
+}
+
+static PyObject *
+Submitted_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    SubmittedObject *self = (SubmittedObject *)type->tp_alloc(type, 0);
+
+    (void)args;
+    (void)kw;
+    if (self != NULL)
+        self->hlen = -1;
+    return (PyObject *)self;
+}
+
+/* (handle, function, unique): what equality compares and what pickles. */
+static PyObject *
+submitted_fields(SubmittedObject *self)
+{
+    PyObject *h = Submitted_get_handle(self, NULL);
+
+    if (h == NULL)
+        return NULL;
+    if (self->function == NULL || self->unique == NULL) {
+        Py_DECREF(h);
+        PyErr_SetString(PyExc_AttributeError, self->function == NULL ? "function" : "unique");
+        return NULL;
+    }
+    return Py_BuildValue("(NOO)", h, self->function, self->unique);
+}
+
+/* As the dataclass's __eq__: the same class and equal fields. */
+static PyObject *
+Submitted_richcompare(PyObject *a, PyObject *b, int op)
+{
+    PyObject *fa, *fb, *r;
+
+    if ((op != Py_EQ && op != Py_NE) || Py_TYPE(a) != Py_TYPE(b))
+        Py_RETURN_NOTIMPLEMENTED;
+    if ((fa = submitted_fields((SubmittedObject *)a)) == NULL)
+        return NULL;
+    if ((fb = submitted_fields((SubmittedObject *)b)) == NULL) {
+        Py_DECREF(fa);
+        return NULL;
+    }
+    r = PyObject_RichCompare(fa, fb, op);
+    Py_DECREF(fa);
+    Py_DECREF(fb);
+    return r;
+}
+
+/* As the dataclass's: Job(handle='H:host:1', function='f', unique=None). */
+static PyObject *
+Submitted_repr(SubmittedObject *self)
+{
+    PyObject *name, *f, *r = NULL;
+    int rc = Py_ReprEnter((PyObject *)self);
+
+    if (rc != 0)
+        return rc > 0 ? PyUnicode_FromString("...") : NULL;
+    name = PyType_GetQualName(Py_TYPE(self));
+    f = name ? submitted_fields(self) : NULL;
+    if (f != NULL)
+        r = PyUnicode_FromFormat("%U(handle=%R, function=%R, unique=%R)", name,
+                                 PyTuple_GET_ITEM(f, 0), PyTuple_GET_ITEM(f, 1),
+                                 PyTuple_GET_ITEM(f, 2));
+    Py_XDECREF(name);
+    Py_XDECREF(f);
+    Py_ReprLeave((PyObject *)self);
+    return r;
+}
+
+/* Pickles as Job(handle, function, unique), with a subclass's __dict__. */
+static PyObject *
+Submitted_reduce(SubmittedObject *self, PyObject *unused)
+{
+    PyObject *f = submitted_fields(self), *d;
+
+    (void)unused;
+    if (f == NULL)
+        return NULL;
+    d = PyObject_GetAttrString((PyObject *)self, "__dict__");
+    if (d == NULL) {
+        PyErr_Clear();
+    } else if (PyDict_Check(d) && PyDict_GET_SIZE(d) > 0) {
+        return Py_BuildValue("(ONN)", Py_TYPE(self), f, d);
+    }
+    Py_XDECREF(d);
+    return Py_BuildValue("(ON)", Py_TYPE(self), f);
+}
+
+static PyGetSetDef Submitted_getset[] = {
+    {"handle", (getter)Submitted_get_handle, (setter)Submitted_set,
+     "The job's handle (str), as the server named it.", (void *)0},
+    {"function", (getter)Submitted_get, (setter)Submitted_set,
+     "The function the job was submitted to (str).", (void *)1},
+    {"unique", (getter)Submitted_get, (setter)Submitted_set, "The job's unique key (str), or None.",
+     (void *)2},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Submitted_methods[] = {
+    {"__reduce__", (PyCFunction)Submitted_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Submitted_slots[] = {
+    {Py_tp_doc, "Job(handle, function, unique=None)\n--\n\n"
+                "A submitted background job: ``handle`` is the server's name for it."},
+    {Py_tp_new, Submitted_new},
+    {Py_tp_init, Submitted_init},
+    {Py_tp_dealloc, Submitted_dealloc},
+    {Py_tp_richcompare, Submitted_richcompare},
+    {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_tp_repr, Submitted_repr},
+    {Py_tp_getset, Submitted_getset},
+    {Py_tp_methods, Submitted_methods},
+    {0, NULL},
+};
+
+static PyType_Spec Submitted_spec = {
+    .name = "dsjob.Job",
+    .basicsize = (int)offsetof(SubmittedObject, h),
+    .itemsize = 1,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = Submitted_slots,
+};
+
 PyDoc_STRVAR(Client_submit_many_doc,
              "submit_many(function, payloads, uniques, priority, job) -> (jobs, failures)\n\n"
              "Submit every payload as a background job through one C task set. jobs has\n"
              "one instance of the class job a payload, in their order (None for one that\n"
              "failed), made without calling its __init__: its handle, function and unique\n"
-             "attributes are set. failures has (index, error, errmsg, handle) a failure.");
+             "attributes are set (for SubmittedJob, dsjob.Job, the handle's str is made on\n"
+             "its first read). failures has (index, error, errmsg, handle) a failure.");
 
 static PyObject *
 Client_submit_many(ClientObject *self, PyObject *args)
@@ -797,6 +1112,7 @@ Client_submit_many(ClientObject *self, PyObject *args)
     PyObject *v[3];
     PyTypeObject *job_type;
     static struct job_slots slots;
+    struct job_arena arena = {NULL, NULL, NULL};
     int prio, gc_was;
     struct tasks t;
     Py_ssize_t i;
@@ -814,7 +1130,7 @@ Client_submit_many(ClientObject *self, PyObject *args)
         goto out;
     if (tasks_run(self, &t, func, seq, useq, prio, 1, 0, 0) < 0)
         goto out;
-    if (slots.type != job_type)
+    if (job_type != SubmittedType && slots.type != job_type)
         job_slots_find(&slots, job_type);
     v[1] = fname;
     /*
@@ -841,6 +1157,16 @@ Client_submit_many(ClientObject *self, PyObject *args)
             PyList_SET_ITEM(jobs, i, Py_NewRef(Py_None));
             continue;
         }
+        if (job_type == SubmittedType) {
+            job =
+                submitted_new(&arena, h, fname, useq ? PySequence_Fast_GET_ITEM(useq, i) : Py_None);
+            if (job == NULL) {
+                Py_CLEAR(jobs);
+                break;
+            }
+            PyList_SET_ITEM(jobs, i, job);
+            continue;
+        }
         job = job_type->tp_alloc(job_type, 0);
         handle = PyUnicode_DecodeUTF8(h, (Py_ssize_t)strlen(h), "surrogateescape");
         if (job != NULL && handle != NULL) {
@@ -856,6 +1182,7 @@ Client_submit_many(ClientObject *self, PyObject *args)
         Py_DECREF(handle);
         PyList_SET_ITEM(jobs, i, job);
     }
+    job_arena_release(&arena);
     if (gc_was)
         PyGC_Enable();
 out:
@@ -2162,6 +2489,9 @@ PyInit__dsjob(void)
     str_unique = PyUnicode_InternFromString("unique");
     if (!str_handle || !str_function || !str_unique)
         return NULL;
+    SubmittedType = (PyTypeObject *)PyType_FromSpec(&Submitted_spec);
+    if (SubmittedType == NULL)
+        return NULL;
     if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&JobType) < 0 ||
         PyType_Ready(&WorkerType) < 0 || PyType_Ready(&ServerType) < 0 ||
         PyType_Ready(&AsyncType) < 0)
@@ -2171,6 +2501,7 @@ PyInit__dsjob(void)
         return NULL;
     if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
         PyModule_AddObjectRef(m, "Job", (PyObject *)&JobType) < 0 ||
+        PyModule_AddObjectRef(m, "SubmittedJob", (PyObject *)SubmittedType) < 0 ||
         PyModule_AddObjectRef(m, "Worker", (PyObject *)&WorkerType) < 0 ||
         PyModule_AddObjectRef(m, "Server", (PyObject *)&ServerType) < 0 ||
         PyModule_AddObjectRef(m, "AsyncConn", (PyObject *)&AsyncType) < 0 ||
