@@ -490,7 +490,8 @@ run_again(struct srv *srv, struct job *j, const char *why)
             queue_requeue(&srv->queue, j);
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "requeued", peer, j, why);
         if (!j->background && !job_has_waiters(j)) {
-            queue_remove(&srv->queue, j); /* nobody is left to want it */
+            deps_ended(srv, j, JOB_OUTCOME_NONE); /* its children see it fail */
+            queue_remove(&srv->queue, j);         /* nobody is left to want it */
             return;
         }
         storage_update(srv, j);
@@ -755,9 +756,10 @@ lifecycle_detach(struct conn *c)
         free(w);
         /* A foreground job nobody waits for any more is dropped before it runs. */
         if (!j->background && !job_has_waiters(j) &&
-            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED))
+            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED)) {
+            deps_ended(srv, j, JOB_OUTCOME_NONE); /* its children see it fail */
             queue_remove(&srv->queue, j);
-        else if (!j->background && !job_has_waiters(j) && j->held)
+        } else if (!j->background && !job_has_waiters(j) && j->held)
             lifecycle_finish(srv, j); /* and out of the jobs it waited for (deps.c) */
     }
     queue_awake(&c->worker);
