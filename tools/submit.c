@@ -476,25 +476,17 @@ submit_main(struct cli *cli, int argc, char **argv)
         case OPT_AFTER: {
             char *h, *save = NULL;
 
-            free(after);
-            after = strdup(optarg);
-            if (after == NULL) {
-                cli_err("out of memory");
-                return CLI_FAILED;
-            }
+            /* Split in place: argv's strings are the program's to change. */
+            after = optarg;
             nafter = 0;
-            for (h = strtok_r(after, ",", &save); h != NULL; h = strtok_r(NULL, ",", &save)) {
-                if (nafter == sizeof(after_h) / sizeof(after_h[0])) {
-                    free(after);
+            for (h = strtok_r(optarg, ",", &save); h != NULL; h = strtok_r(NULL, ",", &save)) {
+                if (nafter == sizeof(after_h) / sizeof(after_h[0]))
                     return cli_usage_error(cli, "option '--after' takes at most %zu handles",
                                            sizeof(after_h) / sizeof(after_h[0]));
-                }
                 after_h[nafter++] = h;
             }
-            if (nafter == 0) {
-                free(after);
-                return cli_usage_error(cli, "option '--after' wants job handles, not '%s'", optarg);
-            }
+            if (nafter == 0)
+                return cli_usage_error(cli, "option '--after' wants job handles");
             break;
         }
         case OPT_AFTER_FAIL:
@@ -529,10 +521,8 @@ submit_main(struct cli *cli, int argc, char **argv)
     }
     if (after_fail >= 0 && after == NULL)
         return cli_usage_error(cli, "option '--after-fail' wants '--after'");
-    if (after != NULL && !background && !at) {
-        free(after);
+    if (after != NULL && !background && !at)
         return cli_usage_error(cli, "option '--after' wants '-b' (or '--at')");
-    }
     if (at && prio_set)
         return cli_usage_error(cli, "option '--at' cannot be combined with '-p' "
                                     "(the server runs scheduled jobs at normal priority)");
@@ -623,6 +613,5 @@ submit_main(struct cli *cli, int argc, char **argv)
     }
     dsjob_client_free(c);
     free(buf);
-    free(after);
     return r;
 }
