@@ -145,4 +145,44 @@ case $out in *DEPENDENCY*"failed"*) ok 0 "a submit after a parent that failed is
 
 reap
 server_stop
+
+# --- no store: the graph in memory; --max-after bounds a submit ---
+server_start dsjobd --keep-results 600 --max-after 2 || exit 1
+m1=$(ds submit -b fm m1) && m2=$(ds submit -b fm m2) && m3=$(ds submit -b fm m3)
+out=$(ds submit -b --after "$m1,$m2,$m3" fn n0 2>&1)
+case $out in *DEPENDENCY*"--max-after (2)"*) ok 0 "past --max-after a submit is refused, naming it" ;;
+*) ok 1 "past --max-after a submit is refused, naming it: $out" ;; esac
+n1=$(ds submit -b --after "$m1,$m2" fn n1)
+is "$(state_of "$n1")" held "without a store a child is held too"
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fm -- "$T/rec.sh" >/dev/null 2>&1 &
+track $!
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fn -- "$T/rec.sh" >/dev/null 2>&1 &
+track $!
+wait_for 120 has_line "$LOG" "end n1"
+ok $? "and runs once its parents succeeded"
+printf 'n1 m1\nn1 m2\n' >"$EDGES"
+ordered "$EDGES"
+ok $? "after them"
+reap
+server_stop
+
+# --- memcached keeps no edges: refused by name ---
+mc=${MEMCACHED_BIN:-/usr/bin/memcached}
+if [ -x "$mc" ]; then
+    mport=$(free_port)
+    "$mc" -l 127.0.0.1 -p "$mport" -U 0 -m 64 -u root &
+    track $!
+    wait_port "$mport" || { echo "Bail out! memcached did not listen on $mport"; exit 1; }
+    server_start dsjobd --store memcached --memcached-servers "127.0.0.1:$mport" || exit 1
+    q1=$(ds submit -b fq q1)
+    out=$(ds submit -b --after "$q1" fq q2 2>&1)
+    case $out in *DEPENDENCY*"store memcached keeps no dependencies"*)
+        ok 0 "the memcached store refuses a dependency, naming itself" ;;
+    *) ok 1 "the memcached store refuses a dependency, naming itself: $out" ;; esac
+    server_stop
+    reap
+else
+    echo "ok $((_tap_n + 1)) # SKIP memcached is not installed"
+    _tap_n=$((_tap_n + 1))
+fi
 done_testing
