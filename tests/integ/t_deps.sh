@@ -11,7 +11,9 @@
 # a parent that fails for good fails its after-fail=fail child with
 # "parent H failed", and that failure goes down to a grandchild; an
 # after-fail=cancel child is dropped without running; an after-fail=run
-# child runs. A gearmand-style submit without the option is untouched.
+# child runs; a held child cancelled by hand fails its own child; without
+# a store the graph works the same, --max-after bounds a submit, and the
+# memcached store refuses dependencies by name.
 # Every wait polls for the event (at most 120 s under load).
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -137,6 +139,16 @@ ok $((!$?)) "after-fail=cancel: the child is gone"
 ok $? "none of the failed or cancelled ones ran"
 grep -q "job failed handle=$g .*why=\"parent $kf failed\"" "$SERVER_LOG"
 ok $? "the log says why"
+
+# --- a held child cancelled by hand: gone, and its own child fails ---
+hp=$(ds submit -b fw hp)
+hc=$(ds submit -b --after "$hp" fw hc)
+hg=$(ds submit -b --after "$hc" fw hg)
+ds cancel "$hc" >/dev/null 2>&1
+ok $? "a held job can be cancelled"
+wait_for 120 sh -c "\"$DSJOB\" -s 127.0.0.1:$SERVER_PORT dead list fw --format tsv | grep -q '^$hg'"
+is "$(dead_text fw "$hg")" "parent $hc failed" "its child fails, naming it"
+is "$(state_of "$hp")" queued "its parent is untouched"
 
 # --- a submit of a job that failed: refused unless after-fail=run ---
 out=$(ds submit -b --after "$p" fb late 2>&1)
