@@ -88,6 +88,8 @@ ds job "$c1" | grep -q "^after  *$b1,$b2\$"
 ok $? "show job names what the held job waits for"
 is "$(ds status --format tsv | awk -F'\t' '$1 == "fc" { print $2 "/" $3 }')" "1/0" \
     "status counts the held job, not as running"
+is "$(ds stats --format tsv | awk -F'\t' '$1 == "dsjob_jobs_held" { print $NF }')" 3 \
+    "dsjob_jobs_held counts the three held jobs"
 # A worker for the last level alone gets nothing while its parents wait.
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fc -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
