@@ -494,6 +494,7 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
         deps_attach(srv, after, j);
     srv->next_job_id++;
     if (!s->background && lifecycle_attach(c, j) < 0) {
+        deps_ended(srv, j, JOB_OUTCOME_NONE); /* out of the graph, if it was held */
         queue_remove(&srv->queue, j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
