@@ -202,6 +202,7 @@ dsjob_client_free(struct dsjob_client *c)
     for (i = 0; i < c->nlinks; i++)
         link_release(&c->links[i]);
     link_tls_free(c->tls);
+    dsjob_free(c->after);
     dsjob_free(c->links);
     dsjob_free(c->ring);
     dsjob_free(c);
@@ -491,9 +492,53 @@ check_job_args(struct dsjob_client *c, const char *func, const char *unique, con
 }
 
 /*
+ * The options of a dependent submit (dsjob_client_set_after), sent and
+ * answered before the submit itself, so that a server that does not know
+ * them (gearmand: ERROR) never gets a job that would run at once.
+ */
+static int
+client_send_after(struct dsjob_client *c, struct link *l)
+{
+    static const char *const names[] = {"fail", "cancel", "run"};
+    char fail[32];
+    const void *args[1] = {c->after};
+    size_t lens[1] = {c->after_len};
+    struct packet p;
+    int err, i;
+
+    err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
+    args[0] = fail;
+    lens[0] = (size_t)snprintf(fail, sizeof(fail), "after-fail=%s", names[c->after_fail]);
+    if (err == DSJOB_OK)
+        err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
+    if (err != DSJOB_OK)
+        return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+    err = client_send(c, l);
+    for (i = 0; i < 2 && err == DSJOB_OK; i++) {
+        err = client_next(c, l, &p, NULL);
+        if (err == DSJOB_OK && p.type != PACKET_OPTION_RES)
+            err = client_err(c, DSJOB_ERR_PROTO, "%s: unexpected answer to OPTION_REQ after",
+                             l->addr);
+    }
+    if (err == DSJOB_ERR_SERVER)
+        link_close(l); /* the submit was not sent: nothing of it to read */
+    return err;
+}
+
+/* A dependent submit a server refused because it does not know a parent: try the next. */
+static bool
+client_after_elsewhere(const struct dsjob_client *c, int err)
+{
+    return c->after != NULL && err == DSJOB_ERR_SERVER && strstr(c->errmsg, "DEPENDENCY") &&
+           strstr(c->errmsg, "no job ") != NULL;
+}
+
+/*
  * Submits one job of the given packet type (args already laid out) to the
  * servers in turn from the picked one, and follows it: to JOB_CREATED for a
- * background job, to its end for a foreground one.
+ * background job, to its end for a foreground one. A dependent submit
+ * (c->after) sends its options first, and goes on to the next server when
+ * one does not know a parent.
  */
 static int
 client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned nargs,
@@ -515,7 +560,7 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         struct link *l = &c->links[(first + k) % c->nlinks];
 
         if (client_prepare_hello(l) != DSJOB_OK ||
-            link_queue(l, type, nargs, args, lens) != DSJOB_OK) {
+            (c->after == NULL && link_queue(l, type, nargs, args, lens) != DSJOB_OK)) {
             link_close(l);
             return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
         }
@@ -526,14 +571,30 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
             link_close(l);
             continue;
         }
+        if (c->after != NULL) {
+            err = client_send_after(c, l);
+            if (err == DSJOB_OK && link_queue(l, type, nargs, args, lens) != DSJOB_OK)
+                err = client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+            if (err != DSJOB_OK && !client_failover(err))
+                break;
+            if (err != DSJOB_OK)
+                continue;
+        }
         err = client_send(c, l);
         if (err == DSJOB_OK)
             err = client_wait_created(c, l, handle, &created);
         if (err == DSJOB_OK && !background)
             err = client_wait_end(c, l, handle, result, result_len);
+        if (client_after_elsewhere(c, err) && k + 1 < c->nlinks) {
+            link_close(l);
+            continue;
+        }
         if (err == DSJOB_OK || created || !client_failover(err))
             break;
     }
+    dsjob_free(c->after); /* for this submit alone */
+    c->after = NULL;
+    c->after_len = 0;
     if ((err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_SERVER) && k < c->nlinks) {
         /*
          * The stream's state is unknown, or the server refused the job and
@@ -932,6 +993,46 @@ dsjob_client_schedule_list(struct dsjob_client *c, char **out)
     if (c->nlinks == 0)
         return client_err(c, DSJOB_ERR_ARG, "no server added");
     return client_admin(c, "schedule list\n", true, out);
+}
+
+int
+dsjob_client_set_after(struct dsjob_client *c, const char *const *handles, size_t n,
+                       enum dsjob_after_fail policy)
+{
+    size_t i, len = 6;
+    char *s, *at;
+
+    c->errmsg[0] = '\0';
+    if ((int)policy < DSJOB_AFTER_FAIL || policy > DSJOB_AFTER_RUN)
+        return client_err(c, DSJOB_ERR_ARG, "unknown after-fail policy %d", (int)policy);
+    for (i = 0; i < n; i++) {
+        if (handles[i] == NULL || handles[i][0] == '\0' || strchr(handles[i], ',') != NULL)
+            return client_err(c, DSJOB_ERR_ARG, "after: handle %zu is empty or has a comma", i);
+        len += strlen(handles[i]) + 1;
+    }
+    s = NULL;
+    if (n > 0) {
+        s = dsjob_malloc(len);
+        if (s == NULL)
+            return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+        memcpy(s, "after=", 6);
+        at = s + 6;
+        for (i = 0; i < n; i++) {
+            size_t hl = strlen(handles[i]);
+
+            if (i > 0)
+                *at++ = ',';
+            memcpy(at, handles[i], hl);
+            at += hl;
+        }
+        *at = '\0';
+        len = (size_t)(at - s);
+    }
+    dsjob_free(c->after);
+    c->after = s;
+    c->after_len = s != NULL ? len : 0;
+    c->after_fail = policy;
+    return DSJOB_OK;
 }
 
 int

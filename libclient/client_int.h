@@ -38,6 +38,9 @@ struct dsjob_client {
     unsigned tls_flags;               /* its DSJOB_TLS_* flags */
     bool expire_set;                  /* dsjob_client_set_expire_in was called */
     int64_t expire_ms;                /* its value */
+    char *after;                      /* "after=H1,H2,..." for the next submit (owned), or NULL */
+    size_t after_len;                 /* bytes of after */
+    enum dsjob_after_fail after_fail; /* with it: "after-fail=" */
 };
 
 /*

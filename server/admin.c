@@ -20,6 +20,7 @@
 #include <event2/buffer.h>
 
 #include "conn.h"
+#include "deps.h"
 #include "flow.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -245,6 +246,7 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     }
     conn_printf(c, "status %" PRIu32 "/%" PRIu32 "\nwaiters %u\n", j->ext ? j->ext->numerator : 0,
                 j->ext ? j->ext->denominator : 0, job_nwaiters(j));
+    deps_show(c, j);
     if (job_deadline_ms(j) != 0 && !job_ended(j))
         conn_printf(c, "deadline %lld.%03lld\n", (long long)(job_deadline_ms(j) / 1000),
                     (long long)(job_deadline_ms(j) % 1000));

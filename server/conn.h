@@ -57,6 +57,10 @@ struct conn {
     bool reject_no_worker;        /* its submits for a function no worker can do get ERROR */
     int64_t expire_in_ms;         /* OPTION_REQ expire-in: its new jobs must start within; 0 */
     int64_t deadline_ms;          /* OPTION_REQ deadline: ... by this epoch ms; 0: none */
+    char *after;                  /* owned: OPTION_REQ after=, handles for its next submit to
+                                     wait for (deps.c), or NULL */
+    size_t after_len;             /* bytes of after */
+    uint8_t after_fail;           /* OPTION_REQ after-fail=: enum deps_policy */
     bool admin_ok;                /* may run shutdown, cancel, drop, maxqueue */
     bool admin_seen;              /* sent an admin line: counted as an admin connection */
     bool read_paused;             /* input left unread until output drains */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "deps.h"
 #include "durable.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -338,7 +339,7 @@ answer_ended(struct conn *c, struct job *j, const struct submit *s, bool durable
 }
 
 static void
-submit(struct conn *c, const struct packet *p, const struct submit *s)
+submit_one(struct conn *c, const struct packet *p, const struct submit *s)
 {
     struct srv *srv = c->srv;
     const char *unique = ARG(p, 1);
@@ -347,6 +348,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     const unsigned char *data = p->arg[p->nargs - 1];
     size_t data_len = p->arg_len[p->nargs - 1];
     char handle[JOB_HANDLE_MAX + 24];
+    struct deps_child *after = NULL;
     struct func *f;
     struct job *j;
     bool durable;
@@ -419,8 +421,18 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
         answer_ended(c, j, s, durable);
         return;
     }
+    /* OPTION_REQ after=: the jobs this one waits for (a submit that coalesced waits for none). */
+    if (c->after != NULL) {
+        char why[300];
+
+        if (deps_prepare(srv, c, &after, why, sizeof(why)) < 0) {
+            refuse(c, p, durable, "DEPENDENCY", "%s", why);
+            return;
+        }
+    }
     if (queue_full(f, s->prio)) {
         srv->stats.limits[STATS_LIMIT_MAX_QUEUE]++;
+        deps_discard(after);
         refuse(c, p, durable, "QUEUE_ERROR",
                "Job queue is full: function '%s' is at its maxqueue limit of %u jobs", f->name,
                f->max_queue[s->prio]);
@@ -428,6 +440,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     }
     if (srv->cfg.max_jobs > 0 && queue_live(&srv->queue) >= srv->cfg.max_jobs) {
         srv->stats.limits[STATS_LIMIT_MAX_JOBS]++;
+        deps_discard(after);
         refuse(c, p, durable, "QUEUE_ERROR",
                "Server is full: it holds %zu jobs, its --max-jobs limit", queue_live(&srv->queue));
         return;
@@ -435,6 +448,7 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     n = job_handle_format(handle, sizeof(handle), srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
+        deps_discard(after);
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory for a job of %zu bytes",
                data_len);
         return;
@@ -444,11 +458,13 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     j->background = s->background;
     if (job_set_when(j, s->when) < 0) {
         job_unref(j);
+        deps_discard(after);
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     if (set_deadline(c, f, j) < 0) {
         job_unref(j);
+        deps_discard(after);
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
@@ -458,26 +474,54 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
     f->stats.submitted++;
     stats_queued(srv, j);
     if (durable) {
+        job_ref(j);
         durable_submit(srv, c, j, false);
+        /* Its edges go in the batch after its add; a refused one waits for nothing. */
+        if (after != NULL && j->state == JOB_PENDING)
+            deps_attach(srv, after, j);
+        else
+            deps_discard(after);
+        job_unref(j);
         return;
     }
-    if (queue_add(&srv->queue, f, j, clock_now()) < 0) {
+    if (queue_add_as(&srv->queue, f, j, clock_now(), after != NULL) < 0) {
+        deps_discard(after);
         job_unref(j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
+    if (after != NULL)
+        deps_attach(srv, after, j);
     srv->next_job_id++;
     if (!s->background && lifecycle_attach(c, j) < 0) {
+        deps_ended(srv, j, JOB_OUTCOME_NONE); /* out of the graph, if it was held */
         queue_remove(&srv->queue, j);
         conn_send_error(c, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
     conn_send_raw(c, PACKET_JOB_CREATED, job_handle(j), j->handle_len);
-    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", c->peer, j, NULL);
+    LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", c->peer, j,
+                  j->held ? "held: it waits for other jobs" : NULL);
+    if (j->held)
+        return;
     if (j->state == JOB_SCHEDULED)
         srv_epoch_arm(srv);
     else
         lifecycle_wake(j);
+}
+
+/*
+ * A submit. OPTION_REQ after= and after-fail= are for the next submit
+ * alone, whatever becomes of it (refused, coalesced, made).
+ */
+static void
+submit(struct conn *c, const struct packet *p, const struct submit *s)
+{
+    submit_one(c, p, s);
+    free(c->after);
+    c->after = NULL;
+    c->after_len = 0;
+    c->after_fail = DEPS_FAIL;
 }
 
 static void
@@ -725,13 +769,16 @@ option_ms(const struct packet *p, const char *name, uint64_t max, int64_t *ms)
 /*
  * OPTION_REQ: gearmand's exceptions; reject-no-worker; expire-in=SECONDS
  * and deadline=EPOCH (0 clears), which give the connection's later
- * submits a time to start by. Any other name gets ERROR, as gearmand's.
+ * submits a time to start by; after=H1,H2,... and after-fail=POLICY, for
+ * its next submit (deps.c). Any other name, or a bad after-fail, gets
+ * ERROR, as gearmand's.
  */
 static void
 h_option_req(struct conn *c, const struct packet *p)
 {
     bool known = true;
     int64_t ms;
+    int rc;
 
     if (option_is(p, "exceptions"))
         c->exceptions = true;
@@ -741,6 +788,8 @@ h_option_req(struct conn *c, const struct packet *p)
         c->expire_in_ms = ms, c->deadline_ms = 0;
     else if (option_ms(p, "deadline", INT64_MAX / 1000 - 1, &ms))
         c->deadline_ms = ms, c->expire_in_ms = 0;
+    else if ((rc = deps_option(c, ARG(p, 0), p->arg_len[0])) != 0)
+        known = rc > 0;
     else
         known = false;
     if (known) {

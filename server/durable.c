@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "deps.h"
 #include "flow.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -78,7 +79,8 @@ durable_replay(const struct store_job *sj, void *arg)
     if (f == NULL || (j = job_from_store(srv, sj)) == NULL)
         return -1;
     ended = j->ext != NULL && j->ext->outcome != JOB_OUTCOME_NONE;
-    if (queue_add_as(&srv->queue, f, j, clock_now(), ended) < 0) {
+    /* A live job with stored edges waits, held, until deps_replayed decides. */
+    if (queue_add_as(&srv->queue, f, j, clock_now(), ended || deps_replay_held(srv, j)) < 0) {
         job_unref(j);
         return -1;
     }
@@ -137,6 +139,7 @@ committed(struct srv *srv, const struct storage_commit *sc)
 static const struct storage_hooks durable_hooks = {
     .replay = durable_replay,
     .replay_func = replay_func,
+    .replay_dep = deps_replay_edge,
     .committed = committed,
 };
 
@@ -151,6 +154,7 @@ durable_open(struct srv *srv)
     if (sg->durable)
         log_notice(&srv->log, "store %s: replayed %zu jobs", sg->ops->name,
                    srv->queue.njobs - before);
+    deps_replayed(srv);
     srv_epoch_arm(srv);
     return sg->shared ? storage_lease_open(srv) : 0;
 }
@@ -373,6 +377,8 @@ ack_commit_job(struct srv *srv, struct ack *a, bool ok, const char *err)
     } else if (ok && op != NULL && srv->storage.shared && op->alias[0] != '\0') {
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, "coalesced in the store");
         shared_hand_off(srv, j, op->alias);
+    } else if (ok && deps_committed(srv, j)) {
+        LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, "held: it waits for other jobs");
     } else if (ok && queue_commit(&srv->queue, j, clock_now()) == 0) {
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", peer, j, NULL);
         if (j->state == JOB_SCHEDULED)

@@ -220,7 +220,7 @@ job_state_name(const struct job *j)
     case JOB_RUNNING:
     case JOB_SETTLING: return "running";
     case JOB_SCHEDULED: return job_attempts(j) > 0 ? "retrying" : "scheduled";
-    case JOB_PENDING: return "pending";
+    case JOB_PENDING: return j->held ? "held" : "pending";
     case JOB_DEAD: return "dead";
     case JOB_DONE: return "done";
     case JOB_NEW: break;

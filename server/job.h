@@ -122,6 +122,7 @@ struct job {
     bool settle_indexed : 1; /* SETTLING or DONE, and in its function's index of those */
     bool aliased : 1;        /* shared store: coalesced onto a job elsewhere, whose handle
                                 is in ext->alias */
+    bool held : 1;           /* PENDING until the jobs it waits for succeed (deps.c) */
     char buf[];              /* handle NUL unique NUL reducer NUL data */
 };
 TAILQ_HEAD(job_list, job);
@@ -306,7 +307,8 @@ unsigned job_nwaiters(const struct job *j);
 /*
  * job_state_name names j's state for people, as admin "show job" and
  * /api/job do: a SETTLING job is "running" (status counts it so), a
- * scheduled one that failed before "retrying". Static text.
+ * scheduled one that failed before "retrying", a pending one that waits
+ * for other jobs (deps.c) "held". Static text.
  */
 const char *job_state_name(const struct job *j);
 

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "deps.h"
 #include "durable.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -338,6 +339,8 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
         release_waiters(j);
     if (j->unique_len > 6 && memcmp(job_unique(j), "sched:", 6) == 0)
         schedule_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
+    /* Its children hear of it in the batch of its end (before the settle: the same batch). */
+    deps_ended(srv, j, outcome);
     if (storage_settle(srv, j, settled)) {
         if (later) {
             tell_end(srv, j, outcome, told, told_len, true); /* behind the settle, in its batch */
@@ -378,6 +381,18 @@ void
 lifecycle_fail(struct srv *srv, struct job *j)
 {
     end_job(srv, j, JOB_OUTCOME_NONE, NULL, 0, true, true); /* its clients hear WORK_FAIL */
+}
+
+void
+lifecycle_fail_as(struct srv *srv, struct job *j, const char *why)
+{
+    /* When it failed: the dead set's order, and what --dead-max-age counts from. */
+    if (job_ext(j) != NULL) {
+        j->ext->last_fail = clock_now();
+        if (j->ext->first_fail == 0)
+            j->ext->first_fail = j->ext->last_fail;
+    }
+    end_job(srv, j, JOB_OUTCOME_FAIL, why, strlen(why), true, true);
 }
 
 /* A small generator for the backoff's jitter; the loop thread alone uses it. */
@@ -475,7 +490,8 @@ run_again(struct srv *srv, struct job *j, const char *why)
             queue_requeue(&srv->queue, j);
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "requeued", peer, j, why);
         if (!j->background && !job_has_waiters(j)) {
-            queue_remove(&srv->queue, j); /* nobody is left to want it */
+            deps_ended(srv, j, JOB_OUTCOME_NONE); /* its children see it fail */
+            queue_remove(&srv->queue, j);         /* nobody is left to want it */
             return;
         }
         storage_update(srv, j);
@@ -740,8 +756,11 @@ lifecycle_detach(struct conn *c)
         free(w);
         /* A foreground job nobody waits for any more is dropped before it runs. */
         if (!j->background && !job_has_waiters(j) &&
-            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED))
+            (j->state == JOB_QUEUED || j->state == JOB_SCHEDULED)) {
+            deps_ended(srv, j, JOB_OUTCOME_NONE); /* its children see it fail */
             queue_remove(&srv->queue, j);
+        } else if (!j->background && !job_has_waiters(j) && j->held)
+            lifecycle_finish(srv, j); /* and out of the jobs it waited for (deps.c) */
     }
     queue_awake(&c->worker);
     queue_reset_abilities(&srv->queue, &c->worker);

@@ -139,6 +139,13 @@ void lifecycle_warned(struct srv *srv, struct job *j, const void *text, size_t l
 void lifecycle_fail(struct srv *srv, struct job *j);
 
 /*
+ * lifecycle_fail_as ends j as a failure whose text is why (its dead set's,
+ * with --max-dead), its clients told WORK_FAIL: a job whose parent failed
+ * (deps.c).
+ */
+void lifecycle_fail_as(struct srv *srv, struct job *j, const char *why);
+
+/*
  * lifecycle_exception ends j after its worker sent WORK_EXCEPTION with
  * data (borrowed): waiting clients that asked for exceptions get
  * WORK_EXCEPTION, the others a clean WORK_FAIL (unlike gearmand's, which

@@ -82,6 +82,8 @@ usage(FILE *fp)
         "      --max-kept N           kept results held at most, oldest dropped first\n"
         "                             (default 100000)\n"
         "      --dead-max-age SECONDS drop a dead job that old (default 604800; 0: never)\n"
+        "      --max-after N          jobs one submit may wait for (OPTION_REQ after=;\n"
+        "                             default 1000)\n"
         "      --max-queue-age SECONDS  a job not started that long expires, to the dead set\n"
         "                             (default 0: never; per function: admin maxage)\n"
         "      --unique-for SECONDS   an ended job's unique key stays taken that long\n"
@@ -297,6 +299,7 @@ static const struct option long_options[] = {
     {"max-result-size", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_RESULT},
     {"max-kept", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_KEPT},
     {"dead-max-age", required_argument, NULL, OPT_BOUNDED + OPTION_DEAD_MAX_AGE},
+    {"max-after", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_AFTER},
     {"max-queue-age", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_QUEUE_AGE},
     {"unique-for", required_argument, NULL, OPT_BOUNDED + OPTION_UNIQUE_FOR},
     {"ssl", no_argument, NULL, OPT_SSL},

@@ -78,6 +78,7 @@ enum option_id {
     OPTION_UNIQUE_FOR,
     OPTION_MAX_KEPT,
     OPTION_DEAD_MAX_AGE,
+    OPTION_MAX_AFTER,
     OPTION_NBOUNDS
 };
 
@@ -188,6 +189,9 @@ static const struct option_bound option_bounds[OPTION_NBOUNDS] = {
                          "results", 0},
     [OPTION_DEAD_MAX_AGE] = {"dead-max-age", OPTION_UINT, OPTION_FIELD(dead_max_age), 0,
                              86400 * 3650, 604800, "seconds", 0},
+    /* Dependencies (deps.c): the parents one submit may name. */
+    [OPTION_MAX_AFTER] = {"max-after", OPTION_UINT, OPTION_FIELD(max_after), 1, 100000, 1000,
+                          "jobs", 0},
 };
 
 /* option_seconds writes ms as SECONDS[.FRACTION] ("1.5", "86400") into buf; returns buf. */

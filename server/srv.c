@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
+#include "deps.h"
 #include "durable.h"
 #include "flow_ctl.h"
 #include "http.h"
@@ -705,6 +706,7 @@ fail:
     listener_close_all(srv);
     schedule_close(srv);
     durable_close(srv);
+    deps_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);
     queue_release(&srv->queue);
@@ -854,6 +856,7 @@ dsjob_server_free(struct dsjob_server *ds)
         reaper_cb(-1, 0, srv);
     schedule_close(srv);
     durable_close(srv);
+    deps_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);
     queue_release(&srv->queue);

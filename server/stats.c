@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "conn.h"
+#include "deps.h"
 #include "flow.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -385,6 +386,8 @@ server_wide(struct srv *srv, struct out *o)
     family(o, "dead_max_age_seconds", "gauge",
            "--dead-max-age: seconds a dead job is kept at most (0: no age limit).");
     value(o, "dead_max_age_seconds", NULL, srv->cfg.dead_max_age);
+    family(o, "jobs_held", "gauge", "Jobs that wait for other jobs to succeed (OPTION_REQ after).");
+    value(o, "jobs_held", NULL, deps_held_count(srv));
     family(o, "jobs_replayed_total", "counter", "Jobs replayed from the store at start.");
     value(o, "jobs_replayed_total", NULL, st->replayed);
     family(o, "schedules", "gauge", "Periodic schedules known to this server, paused ones too.");

@@ -245,6 +245,12 @@ storage_open(struct srv *srv, const struct storage_hooks *hooks)
         snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
         return -1;
     }
+    /* Edges first: a replayed job knows at once whether it is held (deps.c). */
+    if (sg->ops->dep_list != NULL && hooks->replay_dep != NULL &&
+        sg->ops->dep_list(sg->st, hooks->replay_dep, srv, err) != DSJOB_OK) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
+        return -1;
+    }
     if (sg->ops->replay(sg->st, hooks->replay, srv, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
         return -1;
@@ -571,6 +577,35 @@ storage_sched_rows_free(struct storage_sched_row *rows)
     }
 }
 
+bool
+storage_keeps_deps(const struct srv *srv)
+{
+    return srv->storage.durable && srv->storage.ops->dep != NULL;
+}
+
+int
+storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + sd->child_len + sd->parent_len + 2);
+    char *at;
+
+    if (op == NULL)
+        return -1;
+    op->kind = STORE_OP_DEP;
+    op->dep_what = what;
+    op->sd = *sd;
+    at = op->buf;
+    op->sd.child = at;
+    put_bytes(&at, sd->child, sd->child_len);
+    op->sd.parent = at;
+    put_bytes(&at, sd->parent, sd->parent_len);
+    op->done = done;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return 0;
+}
+
 /* On the writer: one row read by sched_list, copied onto the op's list (in order). */
 static int
 sched_row(const struct store_sched *ss, void *arg)
@@ -657,6 +692,12 @@ writer_main(void *arg)
             case STORE_OP_SCHED:
             case STORE_OP_SCHEDS:
             case STORE_OP_FIRE: rc = writer_sched(sg, op); break;
+            case STORE_OP_DEP:
+                rc = sg->ops->dep != NULL
+                         ? sg->ops->dep(sg->st, op->dep_what, &op->sd, op->why)
+                         : store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no dependencies",
+                                     sg->ops->name);
+                break;
             }
             op->failed = rc != DSJOB_OK;
         }
@@ -694,7 +735,7 @@ op_again(struct srv *srv, struct store_op *op)
     struct job *j = op->job;
     struct store_op *again;
 
-    if (op->kind == STORE_OP_FUNC || op->settles)
+    if (op->kind == STORE_OP_FUNC || op->kind == STORE_OP_DEP || op->settles)
         return op;
     if (op->done != NULL) {
         op->done(srv, op, false); /* a lease, a schedule's tick: its caller decides */

@@ -35,6 +35,7 @@ enum store_op_kind {
     STORE_OP_SCHED,  /* ss: set, delete or claim a schedule (sched_what) */
     STORE_OP_SCHEDS, /* read every stored schedule into rows */
     STORE_OP_FIRE,   /* claim ss's tick and, if claimed, add sj (its job) in one transaction */
+    STORE_OP_DEP,    /* sd: add, end or forget dependency edges (dep_what) */
 };
 
 /* A stored schedule read by a STORE_OP_SCHEDS, its bytes in buf; a list by next. */
@@ -82,6 +83,8 @@ struct store_op {
     bool claimed;                   /* set by the writer: a claim moved the schedule's last tick */
     struct storage_sched_row *rows; /* set by the writer for a STORE_OP_SCHEDS: the rows read
                                        (its continuation takes them) */
+    struct store_dep sd;            /* for a dep op, its handles in buf */
+    int dep_what;                   /* for a dep op: enum store_dep_what */
     char buf[];                     /* the job's bytes */
 };
 
@@ -133,6 +136,7 @@ struct storage_commit {
 struct storage_hooks {
     store_replay_fn *replay;    /* a stored job (arg: the srv) */
     store_func_fn *replay_func; /* a function's stored settings (arg: the srv) */
+    store_dep_fn *replay_dep;   /* a dependency edge, before the jobs (arg: the srv), or NULL */
     void (*committed)(struct srv *srv, const struct storage_commit *sc); /* or failed */
 };
 
@@ -301,6 +305,21 @@ int storage_sched_list(struct srv *srv, storage_op_fn *done);
 
 /* storage_sched_rows_free frees a list of rows; NULL is a no-op. */
 void storage_sched_rows_free(struct storage_sched_row *rows);
+
+/*
+ * storage_keeps_deps says whether the store keeps dependency edges
+ * (sqlite); false for none (nothing to keep) and for memcached and
+ * postgres, which keep none.
+ */
+bool storage_keeps_deps(const struct srv *srv);
+
+/*
+ * storage_dep puts what (enum store_dep_what) to sd in the open batch, its
+ * strings copied; done (or NULL) runs once it commits, and may read
+ * op->sd. Like a settle, a failed commit tries it again, so done hears
+ * only ok. 0, or -1 (memory).
+ */
+int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
 
 /* storage_kick hands the open batch over at the end of this loop turn, even an empty one. */
 void storage_kick(struct srv *srv);

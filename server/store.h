@@ -116,6 +116,33 @@ enum store_sched_what {
     STORE_SCHED_CLAIM,  /* set last_tick if it is lower: *claimed says if it was */
 };
 
+/*
+ * A dependency edge (deps.c): child waits for parent, both by handle. One
+ * row per edge, in a table beside the schema, as the schedules. Pointers
+ * are borrowed for the call.
+ */
+struct store_dep {
+    const char *child; /* the waiting job's handle */
+    size_t child_len;
+    const char *parent; /* the handle of the job it waits for ("" for a child op) */
+    size_t parent_len;
+    int policy; /* enum deps_policy: what the child does if the parent fails for good */
+    int state;  /* enum store_dep_state */
+};
+
+/* Where an edge stands: the parent has not ended, or ended well, or for good badly. */
+enum store_dep_state { STORE_DEP_WAITING, STORE_DEP_OK, STORE_DEP_FAILED };
+
+/* What a store's dep op does. */
+enum store_dep_what {
+    STORE_DEP_ADD,    /* insert or replace the edge sd (child, parent, policy, state) */
+    STORE_DEP_ENDED,  /* every waiting edge of sd->parent takes sd->state */
+    STORE_DEP_FORGET, /* delete every edge of sd->child (it ran, or ended) */
+};
+
+/* Called by dep_list once per stored edge, by child; non-zero stops it. */
+typedef int store_dep_fn(const struct store_dep *sd, void *arg);
+
 /* Called by sched_list once per stored schedule; non-zero stops it. */
 typedef int store_sched_fn(const struct store_sched *ss, void *arg);
 
@@ -288,6 +315,15 @@ struct store_ops {
      */
     int (*sched_fire)(struct store *st, const struct store_sched *ss, const struct store_job *sj,
                       bool *claimed, char *err);
+    /*
+     * Dependency edges (both, or none: NULL in a store that keeps none;
+     * the server then refuses dependencies, naming the store). dep puts
+     * what (enum store_dep_what) to sd in the open batch, so that a
+     * parent's end and its edges commit together.
+     */
+    int (*dep)(struct store *st, int what, const struct store_dep *sd, char *err);
+    /* dep_list: call fn for every stored edge, by child, before replay. */
+    int (*dep_list)(struct store *st, store_dep_fn *fn, void *arg, char *err);
 };
 
 /* The backends built into this dsjobd. */

@@ -1075,6 +1075,113 @@ sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
     return DSJOB_OK;
 }
 
+/*
+ * Dependency edges (deps.c) live in a table of their own, made by the
+ * first dep op, beside the schema as the schedules are. An edge is
+ * written in the batch of its child's add; its state moves in the batch
+ * of its parent's end; it goes once its child runs or ends.
+ */
+#define DEPS_TABLE                                                                                 \
+    "CREATE TABLE IF NOT EXISTS deps ("                                                            \
+    " child TEXT NOT NULL,"                                                                        \
+    " parent TEXT NOT NULL,"                                                                       \
+    " policy INTEGER NOT NULL,"                                                                    \
+    " state INTEGER NOT NULL DEFAULT 0,"                                                           \
+    " PRIMARY KEY (child, parent))"
+#define DEPS_INDEX "CREATE INDEX IF NOT EXISTS deps_parent ON deps (parent)"
+
+static const char *const dep_sql[] = {
+    [STORE_DEP_ADD] = "INSERT OR REPLACE INTO deps (child, parent, policy, state)"
+                      " VALUES (?1, ?2, ?3, ?4)",
+    [STORE_DEP_ENDED] = "UPDATE deps SET state = ?4 WHERE parent = ?2 AND state = 0",
+    [STORE_DEP_FORGET] = "DELETE FROM deps WHERE child = ?1",
+};
+
+/* In the open batch: the table and its index, then sql prepared. */
+static int
+dep_stmt(struct store *st, const char *sql, sqlite3_stmt **stmt)
+{
+    int rc;
+
+    if (!batch_open(st))
+        return SQLITE_ERROR;
+    rc = db_exec(st->db, DEPS_TABLE);
+    if (rc == SQLITE_OK)
+        rc = db_exec(st->db, DEPS_INDEX);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, sql, -1, stmt, NULL);
+    if (rc != SQLITE_OK)
+        batch_fail(st, "make the deps table in", rc);
+    return rc;
+}
+
+static int
+sqlite_dep(struct store *st, int what, const struct store_dep *sd, char *err)
+{
+    sqlite3_stmt *stmt = NULL;
+    int rc;
+
+    if (what < STORE_DEP_ADD || what > STORE_DEP_FORGET)
+        return store_say(err, DSJOB_ERR_ARG, "unknown dependency op %d", what);
+    if (dep_stmt(st, dep_sql[what], &stmt) != SQLITE_OK)
+        goto refuse;
+    rc = SQLITE_OK;
+    if (what != STORE_DEP_ENDED)
+        rc = bind_bytes(stmt, 0, sd->child, sd->child_len, true);
+    if (rc == SQLITE_OK && what != STORE_DEP_FORGET)
+        rc = bind_bytes(stmt, 1, sd->parent, sd->parent_len, true);
+    if (rc == SQLITE_OK && what == STORE_DEP_ADD)
+        rc = sqlite3_bind_int64(stmt, 3, sd->policy);
+    if (rc == SQLITE_OK && what != STORE_DEP_FORGET)
+        rc = sqlite3_bind_int64(stmt, 4, sd->state);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, "write a dependency in", rc);
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+refuse:
+    sqlite3_finalize(stmt);
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+sqlite_dep_list(struct store *st, store_dep_fn *fn, void *arg, char *err)
+{
+    sqlite3_stmt *stmt = NULL;
+    long long made = 0;
+    int rc;
+
+    /* No table yet: no dependency was ever made here, and reading makes none. */
+    rc = query_int(st->db,
+                   "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND"
+                   " name = 'deps'",
+                   &made);
+    if (rc == SQLITE_OK && made == 0)
+        return DSJOB_OK;
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db,
+                                "SELECT child, parent, policy, state FROM deps"
+                                " ORDER BY child, parent",
+                                -1, &stmt, NULL);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        struct store_dep sd;
+
+        memset(&sd, 0, sizeof(sd));
+        sd.child = col_bytes(stmt, 0, &sd.child_len);
+        sd.parent = col_bytes(stmt, 1, &sd.parent_len);
+        sd.policy = (int)sqlite3_column_int64(stmt, 2);
+        sd.state = (int)sqlite3_column_int64(stmt, 3);
+        rc = fn(&sd, arg) != 0 ? SQLITE_NOMEM : SQLITE_OK;
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_DONE)
+        return store_say(err, DSJOB_ERR_STORE, "cannot read the dependencies of '%s': %s", st->path,
+                         db_error(st->db, rc));
+    return DSJOB_OK;
+}
+
 static int
 remember_remove(struct store *st, uint64_t id)
 {
@@ -1251,4 +1358,6 @@ const struct store_ops store_sqlite_ops = {
     .sched = sqlite_sched,
     .sched_list = sqlite_sched_list,
     .sched_fire = sqlite_sched_fire,
+    .dep = sqlite_dep,
+    .dep_list = sqlite_dep_list,
 };

@@ -36,7 +36,7 @@ static const char usage_text[] =
     "verbs:\n"
     "  submit [-b] [-p high|normal|low] [-u UNIQUE] [-k KEY] [--at EPOCH]\n"
     "         [--accept-timeout MS] [--expire-in SECONDS | --deadline EPOCH]\n"
-    "         FUNCTION [DATA]\n"
+    "         [--after H[,H...] [--after-fail fail|cancel|run]] FUNCTION [DATA]\n"
     "                       run a job (DATA from stdin when absent)\n"
     "  worker [-c N] [-i ID] [--stream] [--chunk BYTES] [--warnings] [--exceptions]\n"
     "         -f FUNCTION... -- COMMAND [ARG]...\n"

@@ -46,6 +46,8 @@ enum cli_opt {
     OPT_LIMIT,          /* limit's --concurrency, --rate, ... */
     OPT_EXPIRE_IN,      /* submit --expire-in */
     OPT_DEADLINE,       /* submit --deadline */
+    OPT_AFTER,          /* submit --after */
+    OPT_AFTER_FAIL,     /* submit --after-fail */
 };
 
 /* The options every verb takes, and the verb being run. */

@@ -38,7 +38,8 @@
 static const char submit_usage[] =
     "usage: dsjob submit [-s SERVER]... [-t MS] [-b] [-p high|normal|low] [-u UNIQUE]\n"
     "                    [-k KEY] [--at EPOCH] [--expire-in SECONDS | --deadline EPOCH]\n"
-    "                    [--accept-timeout MS] FUNCTION [DATA]\n"
+    "                    [--accept-timeout MS] [--after H[,H...] [--after-fail POLICY]]\n"
+    "                    FUNCTION [DATA]\n"
     "  -b, --background     do not wait: print the job handle\n"
     "  -p, --priority PRIO  high, normal (default) or low\n"
     "  -u, --unique KEY     unique key: jobs with the same key are coalesced\n"
@@ -49,6 +50,10 @@ static const char submit_usage[] =
     "      --expire-in SECONDS  not started within SECONDS (up to 3 decimals), the job\n"
     "                       is not run: dsjobd puts it in the dead set as expired\n"
     "      --deadline EPOCH the same, by that time (seconds since 1970)\n"
+    "      --after H[,H...] run only once the jobs with these handles have succeeded\n"
+    "                       (dsjobd; with -b): held until then\n"
+    "      --after-fail POLICY  if one of them fails for good: fail (default: this job\n"
+    "                       fails too), cancel (it is dropped), or run (it runs anyway)\n"
     "      --accept-timeout MS  how long a server has to accept the job\n"
     "                       (default: -t, else "
     "30000; 0: no limit)\n"
@@ -391,6 +396,8 @@ submit_main(struct cli *cli, int argc, char **argv)
         {"accept-timeout", required_argument, NULL, OPT_ACCEPT_TIMEOUT},
         {"expire-in", required_argument, NULL, OPT_EXPIRE_IN},
         {"deadline", required_argument, NULL, OPT_DEADLINE},
+        {"after", required_argument, NULL, OPT_AFTER},
+        {"after-fail", required_argument, NULL, OPT_AFTER_FAIL},
         {NULL, 0, NULL, 0},
     };
     enum dsjob_priority prio = DSJOB_PRIO_NORMAL;
@@ -400,6 +407,10 @@ submit_main(struct cli *cli, int argc, char **argv)
     unsigned long epoch = 0, accept = 0;
     bool accept_set = false, measured = false;
     long long expire_ms = -1;
+    char *after = NULL;
+    const char *after_h[1024];
+    size_t nafter = 0;
+    int after_fail = -1;
     struct dsjob_client *c;
     char *buf = NULL;
     const void *data;
@@ -462,6 +473,33 @@ submit_main(struct cli *cli, int argc, char **argv)
                 expire_ms = 1; /* past already: it expires at once, it is not run */
             break;
         }
+        case OPT_AFTER: {
+            char *h, *save = NULL;
+
+            /* Split in place: argv's strings are the program's to change. */
+            after = optarg;
+            nafter = 0;
+            for (h = strtok_r(optarg, ",", &save); h != NULL; h = strtok_r(NULL, ",", &save)) {
+                if (nafter == sizeof(after_h) / sizeof(after_h[0]))
+                    return cli_usage_error(cli, "option '--after' takes at most %zu handles",
+                                           sizeof(after_h) / sizeof(after_h[0]));
+                after_h[nafter++] = h;
+            }
+            if (nafter == 0)
+                return cli_usage_error(cli, "option '--after' wants job handles");
+            break;
+        }
+        case OPT_AFTER_FAIL:
+            if (strcmp(optarg, "fail") == 0)
+                after_fail = DSJOB_AFTER_FAIL;
+            else if (strcmp(optarg, "cancel") == 0)
+                after_fail = DSJOB_AFTER_CANCEL;
+            else if (strcmp(optarg, "run") == 0)
+                after_fail = DSJOB_AFTER_RUN;
+            else
+                return cli_usage_error(
+                    cli, "option '--after-fail' wants fail, cancel or run, not '%s'", optarg);
+            break;
         case OPT_ACCEPT_TIMEOUT:
             if (cli_parse_uint(optarg, 0, 86400000, &accept) < 0)
                 return cli_usage_error(
@@ -481,6 +519,10 @@ submit_main(struct cli *cli, int argc, char **argv)
             break;
         }
     }
+    if (after_fail >= 0 && after == NULL)
+        return cli_usage_error(cli, "option '--after-fail' wants '--after'");
+    if (after != NULL && !background && !at)
+        return cli_usage_error(cli, "option '--after' wants '-b' (or '--at')");
     if (at && prio_set)
         return cli_usage_error(cli, "option '--at' cannot be combined with '-p' "
                                     "(the server runs scheduled jobs at normal priority)");
@@ -551,6 +593,13 @@ submit_main(struct cli *cli, int argc, char **argv)
         r = cli_tls_client(cli, c);
     if (r == CLI_OK && expire_ms > 0)
         dsjob_client_set_expire_in(c, expire_ms);
+    if (r == CLI_OK && after != NULL &&
+        dsjob_client_set_after(c, after_h, nafter,
+                               after_fail < 0 ? DSJOB_AFTER_FAIL
+                                              : (enum dsjob_after_fail)after_fail) != DSJOB_OK) {
+        cli_err("%s", dsjob_client_errmsg(c));
+        r = CLI_FAILED;
+    }
     if (!accept_set)
         accept = cli->timeout_ms ? (unsigned long)cli->timeout_ms : SUBMIT_ACCEPT_MS;
     if (r == CLI_OK) {

@@ -129,6 +129,33 @@ DSJOB_API void dsjob_client_set_timeout(struct dsjob_client *c, int connect_ms, 
  */
 DSJOB_API int dsjob_client_set_expire_in(struct dsjob_client *c, int64_t ms);
 
+/* What a job submitted after others does if one of them fails for good. */
+enum dsjob_after_fail {
+    DSJOB_AFTER_FAIL = 0, /* it fails too ("parent H failed"): the default */
+    DSJOB_AFTER_CANCEL,   /* it is cancelled: nothing kept */
+    DSJOB_AFTER_RUN,      /* that job counts as done: it runs anyway */
+};
+
+/*
+ * dsjob_client_set_after makes the next blocking submit of c (one call of
+ * dsjob_client_submit, _submit_bg or _submit_epoch) wait, on dsjobd, until
+ * the n jobs whose handles are in handles (borrowed; copied) have
+ * succeeded: it is held until then, and policy says what it does if one
+ * of them fails for good. A parent that succeeded before counts as done
+ * if the server still knows its outcome (dsjobd --keep-results); an
+ * unknown handle refuses the submit (DSJOB_ERR_SERVER, "DEPENDENCY" in
+ * errmsg). With several servers the submit goes to the first that knows
+ * the handles. n 0 clears it; the submit clears it too, whatever its
+ * outcome. The library sends OPTION_REQ "after=H1,H2,..." and
+ * "after-fail=POLICY" and waits for their answers before the submit; a
+ * server without them (gearmand) answers ERROR and the job is not
+ * submitted. Not used by task sets nor the async API. DSJOB_OK,
+ * DSJOB_ERR_ARG (an empty handle, or one with a comma; a bad policy),
+ * DSJOB_ERR_NOMEM.
+ */
+DSJOB_API int dsjob_client_set_after(struct dsjob_client *c, const char *const *handles, size_t n,
+                                     enum dsjob_after_fail policy);
+
 /*
  * dsjob_client_set_callbacks sets the progress callbacks of later blocking
  * submits (cb is copied; NULL removes them) and the user pointer they get.

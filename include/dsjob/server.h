@@ -165,6 +165,8 @@ struct dsjob_server_config {
                                100000 (1 to 100000000) */
     unsigned dead_max_age;  /* seconds a dead job is kept at most; default 604800 (a week);
                                0: no age limit */
+    unsigned max_after;     /* jobs one submit may wait for (OPTION_REQ after=); default 1000
+                               (1 to 100000) */
 
     /* Periodic schedules, each "NAME 'CRON' FUNCTION [PAYLOAD] [tz=ZONE]
        [priority=high|normal|low] [missed=skip|once]" (dsjobd(8) --schedule). */

@@ -141,6 +141,7 @@ class Client:
     def submit(self, function: str, payload: bytes | str = b"", *, unique: str | None = None,
                priority: str | int = "normal", background: bool = False,
                at: float | int | None = None,
+               after: Iterable[Job | str] | None = None, after_fail: str = "fail",
                on_data: Callable[[bytes], Any] | None = None,
                on_status: Callable[[int, int], Any] | None = None,
                on_warning: Callable[[bytes], Any] | None = None) -> Any:
@@ -153,15 +154,34 @@ class Client:
         ``unique`` is the unique key ("-": coalesce on the payload);
         ``priority`` is "normal", "high" or "low".
 
+        ``after`` (background jobs, dsjobd only): the jobs (:class:`Job` or
+        handles) this one waits for; dsjobd holds it until they have all
+        succeeded. ``after_fail`` says what it does if one fails for good:
+        "fail" (it fails too, "parent H failed"), "cancel" (it is dropped)
+        or "run" (it runs anyway). An unknown handle raises Refused
+        ("DEPENDENCY"); so does gearmand, which knows no dependencies (the
+        job is then not submitted). The child reads its parents' results
+        with :meth:`Client.result` (dsjobd --keep-results);
+        pass it their handles in its payload.
+
         Raises JobFailed (with the worker's exception text), Refused (the
         server's ERROR code), Timeout or NoServer.
         """
         prio = 0 if priority == "normal" else _priority(priority)
+        policies = {"fail": 0, "cancel": 1, "run": 2}
+        if after_fail not in policies:
+            raise ValueError("after_fail must be 'fail', 'cancel' or 'run'")
+        parents = None
+        if after is not None:
+            if not background and at is None:
+                raise ValueError("after= is for background jobs (background=True or at=)")
+            parents = [p.handle if isinstance(p, Job) else str(p) for p in after]
         if background or at is not None:
             if at is not None and prio != 0:
                 raise ValueError("a job with a run-at time has the normal priority")
             handle = self._c.submit_bg(function, to_bytes(payload), unique, prio,
-                                       None if at is None else int(at))
+                                       None if at is None else int(at), parents,
+                                       policies[after_fail])
             return Job(handle, function, unique)
         # The payload goes to C as it is (bytes, str or None, as to_bytes takes it).
         return self._c.submit(function, payload, unique, prio, on_data, on_status, on_warning)

@@ -419,49 +419,125 @@ Client_submit(ClientObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(Client_submit_bg_doc,
-             "submit_bg(function, payload, unique=None, priority=0, at=None) -> str\n\n"
+             "submit_bg(function, payload, unique=None, priority=0, at=None, after=None,\n"
+             "          after_fail=0) -> str\n\n"
              "Submit a background job (at: seconds since the epoch, SUBMIT_JOB_EPOCH)\n"
-             "and return its handle once a server has accepted it.");
+             "and return its handle once a server has accepted it. after: handles\n"
+             "(str) of jobs it waits for (dsjob_client_set_after), after_fail: 0 fail,\n"
+             "1 cancel, 2 run.");
+
+/* What Client_submit_bg hands to the library with the GIL released. */
+struct bg_call {
+    struct dsjob_client *c;
+    const char *func;
+    const char *unique;
+    const Py_buffer *payload;
+    int prio;
+    bool at_set; /* SUBMIT_JOB_EPOCH at epoch */
+    long long epoch;
+    const char **after; /* handles to wait for, if after_set */
+    Py_ssize_t nafter;
+    bool after_set;
+    int after_fail; /* enum dsjob_after_fail */
+    char *handle;   /* out: DSJOB_HANDLE_MAX bytes */
+    size_t cap;
+};
+
+static int
+bg_call_run(const struct bg_call *b)
+{
+    int err = DSJOB_OK;
+
+    if (b->after_set)
+        err = dsjob_client_set_after(b->c, b->after, (size_t)b->nafter,
+                                     (enum dsjob_after_fail)b->after_fail);
+    if (err != DSJOB_OK)
+        return err;
+    if (b->at_set)
+        return dsjob_client_submit_epoch(b->c, b->func, b->unique, b->payload->buf,
+                                         (size_t)b->payload->len, (int64_t)b->epoch, b->handle,
+                                         b->cap);
+    return dsjob_client_submit_bg(b->c, b->func, b->unique, b->payload->buf,
+                                  (size_t)b->payload->len, (enum dsjob_priority)b->prio, b->handle,
+                                  b->cap);
+}
+
+/* after (a sequence of str, or None) as dsjob_client_set_after's array; -1 with an exception. */
+static int
+after_handles(PyObject *after, const char ***out, Py_ssize_t *n, PyObject **seq)
+{
+    Py_ssize_t i;
+
+    *out = NULL;
+    *n = 0;
+    *seq = NULL;
+    if (after == Py_None)
+        return 0;
+    *seq = PySequence_Fast(after, "after must be a sequence of job handles");
+    if (*seq == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(*seq);
+    *out = PyMem_Calloc((size_t)(*n > 0 ? *n : 1), sizeof(**out));
+    if (*out == NULL) {
+        Py_CLEAR(*seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < *n; i++) {
+        (*out)[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*seq, i));
+        if ((*out)[i] == NULL) {
+            PyMem_Free(*out);
+            *out = NULL;
+            Py_CLEAR(*seq);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 static PyObject *
 Client_submit_bg(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"function", "payload", "unique", "priority", "at", NULL};
-    const char *func, *unique = NULL;
+    static char *kwlist[] = {"function", "payload", "unique",     "priority",
+                             "at",       "after",   "after_fail", NULL};
+    const char *func, *unique = NULL, **after_h = NULL;
     Py_buffer payload;
-    int prio = 0, err;
-    PyObject *at = Py_None, *res = NULL;
+    int prio = 0, err, after_fail = 0;
+    PyObject *at = Py_None, *after = Py_None, *after_seq = NULL, *res = NULL;
+    Py_ssize_t nafter = 0;
     long long epoch = 0;
     char handle[DSJOB_HANDLE_MAX];
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss*|ziO", kwlist, &func, &payload, &unique, &prio,
-                                     &at))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss*|ziOOi", kwlist, &func, &payload, &unique, &prio,
+                                     &at, &after, &after_fail))
         return NULL;
-    if (at != Py_None) {
-        epoch = PyLong_AsLongLong(at);
-        if (epoch == -1 && PyErr_Occurred()) {
-            PyBuffer_Release(&payload);
-            return NULL;
-        }
-    }
-    if (check_servers(self) < 0) {
+    if (after_handles(after, &after_h, &nafter, &after_seq) < 0) {
         PyBuffer_Release(&payload);
         return NULL;
     }
-    CALL_WAITING(self->lock,
-                 err = at != Py_None
-                           ? dsjob_client_submit_epoch(self->c, func, unique, payload.buf,
-                                                       (size_t)payload.len, (int64_t)epoch, handle,
-                                                       sizeof(handle))
-                           : dsjob_client_submit_bg(self->c, func, unique, payload.buf,
-                                                    (size_t)payload.len, (enum dsjob_priority)prio,
-                                                    handle, sizeof(handle)));
+    if (at != Py_None) {
+        epoch = PyLong_AsLongLong(at);
+        if (epoch == -1 && PyErr_Occurred())
+            goto out;
+    }
+    if (check_servers(self) < 0)
+        goto out;
+    {
+        struct bg_call call = {self->c,       func,   unique,        &payload, prio,
+                               at != Py_None, epoch,  after_h,       nafter,   after != Py_None,
+                               after_fail,    handle, sizeof(handle)};
+
+        CALL_WAITING(self->lock, err = bg_call_run(&call));
+    }
     if (err == DSJOB_OK)
         res = PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape");
     else
         raise_err(err, dsjob_client_errmsg(self->c));
     PyThread_release_lock(self->lock);
+out:
     PyBuffer_Release(&payload);
+    PyMem_Free(after_h);
+    Py_XDECREF(after_seq);
     return res;
 }
 

@@ -349,3 +349,38 @@ def test_gil_released_while_waiting(dsjobd, run_worker) -> None:
     for t in threads:
         t.join(PATIENCE)
     assert results == [b"ba"] * 8
+
+
+def test_after(server, run_worker) -> None:
+    """after=: the child runs once its parents have succeeded (dsjobd); gearmand
+    knows no dependencies, and the job is then not submitted at all."""
+    c = dsjob.Client(server.addr)
+    if server.kind != "dsjobd":
+        with pytest.raises(dsjob.Refused):
+            c.submit("merge", b"x", background=True, after=["H:nowhere:1"])
+        return
+    ran: list[bytes] = []
+    w = dsjob.Worker(server.addr)
+
+    @w.function("shard")
+    def shard(job):
+        ran.append(job.payload)
+        return b"r" + job.payload
+
+    @w.function("merge")
+    def merge(job):
+        ran.append(job.payload)
+        return b"".join(c.result(h) for h in job.payload.decode().split(","))
+
+    parents = [c.submit("shard", str(i), background=True) for i in range(3)]
+    handles = ",".join(p.handle for p in parents)
+    child = c.submit("merge", handles, background=True, after=parents)
+    with pytest.raises(ValueError):
+        c.submit("merge", b"", after=parents)  # foreground: not with after=
+    with pytest.raises(dsjob.Refused) as e:
+        c.submit("merge", b"", background=True, after=["H:nowhere:1"])
+    assert e.value.code == "DEPENDENCY"
+    run_worker(w)
+    wait_for(lambda: len(ran) == 4, "the shards and the merge")
+    assert ran[-1] == handles.encode()  # the merge ran last
+    assert c.result(child) == b"r0r1r2"

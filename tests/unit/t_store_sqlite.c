@@ -39,6 +39,7 @@
 
 /* A test seam in server/store_sqlite.c. */
 extern int store_sqlite_test_limit_pages(struct store *st, long pages);
+extern int store_sqlite_test_fail_commits(struct store *st, bool on);
 
 #define BIG_LEN (1024 * 1024)
 
@@ -944,6 +945,73 @@ test_open_sweep(void)
     free(log);
 }
 
+/* dep_list's rows as "child parent policy state;" lines, for one compare. */
+static int
+dep_row(const struct store_dep *sd, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+
+    snprintf(out + n, 1024 - n, "%.*s %.*s %d %d;", (int)sd->child_len, sd->child,
+             (int)sd->parent_len, sd->parent, sd->policy, sd->state);
+    return 0;
+}
+
+/* Dependency edges (deps.c): added, ended, forgotten, in batches; a failed batch keeps nothing. */
+static void
+test_deps(void)
+{
+    char *dir = case_dir("deps");
+    char err[STORE_ERRLEN], rows[1024];
+    struct store *st = open_dir(dir, err);
+    struct store_dep ab = {"C1", 2, "P1", 2, 0, STORE_DEP_WAITING};
+    struct store_dep ac = {"C1", 2, "P2", 2, 0, STORE_DEP_WAITING};
+    struct store_dep bc = {"C2", 2, "P1", 2, 2, STORE_DEP_WAITING};
+    struct store_dep end = {"", 0, "P1", 2, 0, STORE_DEP_OK};
+    struct store_dep forget = {"C1", 2, "", 0, 0, 0};
+
+    if (st == NULL)
+        tap_bail("deps: open");
+    rows[0] = '\0';
+    tap_is_int(ops->dep_list(st, dep_row, rows, err), DSJOB_OK, "deps: a store with none lists");
+    tap_is_str(rows, "", "deps: none before the first");
+    tap_ok(ops->dep(st, STORE_DEP_ADD, &ab, err) == DSJOB_OK &&
+               ops->dep(st, STORE_DEP_ADD, &ac, err) == DSJOB_OK &&
+               ops->dep(st, STORE_DEP_ADD, &bc, err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "deps: three edges commit");
+    rows[0] = '\0';
+    ops->dep_list(st, dep_row, rows, err);
+    tap_is_str(rows, "C1 P1 0 0;C1 P2 0 0;C2 P1 2 0;", "deps: listed by child, with policy");
+    tap_ok(ops->dep(st, STORE_DEP_ENDED, &end, err) == DSJOB_OK && ops->flush(st, err) == DSJOB_OK,
+           "deps: a parent's end commits");
+    rows[0] = '\0';
+    ops->dep_list(st, dep_row, rows, err);
+    tap_is_str(rows, "C1 P1 0 1;C1 P2 0 0;C2 P1 2 1;", "deps: its edges alone are done");
+    end.state = STORE_DEP_FAILED;
+    ops->dep(st, STORE_DEP_ENDED, &end, err);
+    ops->flush(st, err);
+    rows[0] = '\0';
+    ops->dep_list(st, dep_row, rows, err);
+    tap_is_str(rows, "C1 P1 0 1;C1 P2 0 0;C2 P1 2 1;", "deps: an edge that ended does not move");
+    store_sqlite_test_fail_commits(st, true);
+    ops->dep(st, STORE_DEP_FORGET, &forget, err);
+    tap_ok(ops->flush(st, err) != DSJOB_OK, "deps: a batch whose commit fails is refused");
+    store_sqlite_test_fail_commits(st, false);
+    rows[0] = '\0';
+    ops->dep_list(st, dep_row, rows, err);
+    tap_is_str(rows, "C1 P1 0 1;C1 P2 0 0;C2 P1 2 1;", "deps: and forgot nothing");
+    ops->dep(st, STORE_DEP_FORGET, &forget, err);
+    ops->flush(st, err);
+    ops->close(st);
+    st = open_dir(dir, err);
+    rows[0] = '\0';
+    tap_ok(st != NULL && ops->dep_list(st, dep_row, rows, err) == DSJOB_OK,
+           "deps: the store opens again");
+    tap_is_str(rows, "C2 P1 2 1;", "deps: a forgotten child's edges are gone, the rest kept");
+    ops->close(st);
+    case_done(dir);
+}
+
 int
 main(void)
 {
@@ -964,6 +1032,7 @@ main(void)
     test_funcs();
     test_update();
     test_too_big();
+    test_deps();
     test_corrupt_rows("jobs");
     test_corrupt_rows("funcs");
     test_open_sweep(); /* last: the test VFS stays registered */
