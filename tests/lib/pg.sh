@@ -76,7 +76,8 @@
 #                     for FUNCTION
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS; between tries
-#                     it sleeps POLL_S_SLEEP seconds (0.05)
+#                     it sleeps POLL_S_SLEEP seconds if set, else 0.05 s for
+#                     the first second and 0.2 s after it
 #   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
 #                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
@@ -400,10 +401,28 @@ poll_s() {
     [ "$_ps" -ge "${POLL_S_MIN:-60}" ] || _ps=${POLL_S_MIN:-60}
     _end=$(($(date +%s) + _ps))
     shift
+    _ps_i=0
     while ! "$@"; do
         [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep "${POLL_S_SLEEP:-0.05}"
+        _poll_s_sleep
     done
+}
+
+# _poll_s_sleep: the pause between two tries of poll_s and poll_moving,
+# counted in _ps_i (the caller zeroes it): POLL_S_SLEEP if set, else 0.05 s
+# for the first second, then 0.2 s. A wait of seconds (a lease, a commit
+# interval, a loaded machine) then costs a try every 0.2 s, not every
+# 0.05 s: each try runs dsjob, psql or gearadmin, and their CPU is what
+# slows the suite on a shared machine.
+_poll_s_sleep() {
+    _ps_i=$((_ps_i + 1))
+    if [ -n "${POLL_S_SLEEP:-}" ]; then
+        sleep "$POLL_S_SLEEP"
+    elif [ $_ps_i -le 20 ]; then
+        sleep 0.05
+    else
+        sleep 0.2
+    fi
 }
 
 # poll_moving QUIET PROBE COND...: like poll_s, but gives up only once COND
@@ -414,13 +433,14 @@ poll_moving() {
     _pm_quiet=$1 _pm_probe=$2
     shift 2
     _pm_last=$(eval "$_pm_probe") _pm_since=$(date +%s)
+    _ps_i=0
     while ! "$@"; do
         _pm_now=$(eval "$_pm_probe")
         if [ "$_pm_now" != "$_pm_last" ]; then
             _pm_last=$_pm_now _pm_since=$(date +%s)
         fi
         [ $(($(date +%s) - _pm_since)) -lt "$_pm_quiet" ] || return 1
-        sleep "${POLL_S_SLEEP:-0.05}"
+        _poll_s_sleep
     done
 }
 
