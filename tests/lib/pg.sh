@@ -10,7 +10,8 @@
 #                     no runuser.
 #   pg_skip_unless_found
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
-#   pg_start          initdb in a fresh temp dir (owned by the `postgres` user
+#   pg_start          initdb (or a copy of the first test's initdb, kept in
+#                     $top_builddir/tests/pg-template-VERSION) in a fresh temp dir (owned by the `postgres` user
 #                     when we are root, since initdb refuses root; initdb,
 #                     pg_ctl and postgres then run through `runuser -u
 #                     postgres --`), start it on 127.0.0.1 only, on a port
@@ -161,12 +162,28 @@ pg_start() {
         chown postgres "$PG_DIR" || return 1
     fi
     # --no-sync: initdb does not fsync the files it writes; the server's own
-    # settings (fsync on) are untouched.
-    if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
-        >"$PG_DIR/initdb.log" 2>&1; then
-        echo "pg_start: initdb failed:" >&2
-        cat "$PG_DIR/initdb.log" >&2
-        return 1
+    # settings (fsync on) are untouched. initdb costs about 2 s of CPU and
+    # gives the same cluster each time: the first test runs it and keeps a
+    # copy of the untouched data directory in the build tree (_pg_template,
+    # removed by make clean); the others copy that (cp -a keeps the owner
+    # and modes). Two tests that both find none both run initdb; the first
+    # rename wins and the other drops its copy.
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION
+    if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
+        :
+    else
+        rm -rf "$PG_DATA"
+        if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
+            >"$PG_DIR/initdb.log" 2>&1; then
+            echo "pg_start: initdb failed:" >&2
+            cat "$PG_DIR/initdb.log" >&2
+            return 1
+        fi
+        if cp -a "$PG_DATA" "$_pg_tpl.$$" 2>/dev/null; then
+            mv -T "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -rf "$_pg_tpl.$$"
+        else
+            rm -rf "$_pg_tpl.$$"
+        fi
     fi
     {
         echo "listen_addresses = '127.0.0.1'"
