@@ -16,9 +16,9 @@ import pytest
 
 import dsjob
 import dsjob.aio
-from conftest import PATIENCE, TOP_BUILDDIR, start_dsjobd, wait_for
+from conftest import PATIENCE, TOP_BUILDDIR, program, start_dsjobd, wait_for
 
-LIBEVENT_EXAMPLE = TOP_BUILDDIR / "examples" / "async-libevent"
+LIBEVENT_EXAMPLE = program(TOP_BUILDDIR / "examples" / "async-libevent")
 
 
 def echo_worker(addr: str) -> dsjob.Worker:

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 import dsjob
-from conftest import PATIENCE, TOP_BUILDDIR, TOP_SRCDIR, registered, start_dsjobd, wait_for
+from conftest import PATIENCE, TOP_BUILDDIR, TOP_SRCDIR, program, registered, start_dsjobd, wait_for
 
 EX = TOP_SRCDIR / "examples" / "python"
-PRODUCER_C = TOP_BUILDDIR / "examples" / "dataset-producer"
-CONSUMER_C = TOP_BUILDDIR / "examples" / "dataset-consumer"
-DSJOB_CLI = TOP_BUILDDIR / "tools" / "dsjob"
+PRODUCER_C = program(TOP_BUILDDIR / "examples" / "dataset-producer")
+CONSUMER_C = program(TOP_BUILDDIR / "examples" / "dataset-consumer")
+DSJOB_CLI = program(TOP_BUILDDIR / "tools" / "dsjob")
 SHARDS, ROWS, SEED = 8, 2000, 42
 
 

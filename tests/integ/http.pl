@@ -10,11 +10,14 @@
 # gets the response's status line and headers.
 use strict;
 use warnings;
-use IO::Socket::INET;
+# Socket alone, not IO::Socket::INET: it starts in half the time, and
+# t_http.sh runs this script a hundred times.
+use Socket;
 
 my ($port, $method, $target, $extra) = @ARGV;
-my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port, Timeout => 20)
-    or die "connect: $!\n";
+socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
+connect($s, pack_sockaddr_in($port, inet_aton("127.0.0.1"))) or die "connect: $!\n";
+select((select($s), $| = 1)[0]);
 my $host = $ENV{HTTP_HOST} // "127.0.0.1";
 my $req = "$method $target HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n";
 $req .= "X-Filler: " . ("a" x $extra) . "\r\n" if $extra;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Flow control with real peers: `gearman -w` workers (libgearman) that know
-# nothing of it, jobs from the gearman CLI and Perl's Gearman::Client, a
-# dsjobd on a SQLite work dir. The workers write a line when a job starts
+# nothing of it, jobs from the gearman CLI, Perl's Gearman::Client and bare
+# packets, a dsjobd on a SQLite work dir. The workers write a line when a job starts
 # and when it ends (under flock), so the concurrency is sampled at every
 # assignment; a rate's starts are counted in every one-second window (an
 # upper bound only: a loaded machine starts fewer, never more); a key
@@ -89,9 +89,32 @@ reap
 admin "limit f off keyed" | grep -q '^OK'
 ok $? "keys on"
 if perl -MGearman::Client -e 1 2>/dev/null; then
-    timeout -k 5 300 perl -MGearman::Client -e '
+    # The flood as bare SUBMIT_JOB_BG packets, 100 sent before their 100
+    # JOB_CREATED are read (one Gearman::Client call a job costs ten times
+    # the CPU); the other key's job from Gearman::Client, after them.
+    timeout -k 5 300 perl -MSocket -MGearman::Client -e '
+        socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket";
+        connect($s, pack_sockaddr_in($ARGV[0], inet_aton("127.0.0.1"))) or die "connect";
+        for (my $i = 1; $i <= 10000; $i += 100) {
+            my $out = "";
+            for my $k ($i .. $i + 99) {
+                my $p = "f\0flood:$k\0flood:$k";
+                $out .= "\0REQ" . pack("NN", 18, length $p) . $p;
+            }
+            while (length $out) {
+                my $n = syswrite($s, $out) or die "write";
+                substr($out, 0, $n) = "";
+            }
+            for (1 .. 100) {
+                my $h = "";
+                while (length $h < 12) { sysread($s, $h, 12 - length $h, length $h) or die "eof" }
+                my (undef, $t, $len) = unpack("a4NN", $h);
+                my $d = "";
+                while (length $d < $len) { sysread($s, $d, $len - length $d, length $d) or die "eof" }
+                $t == 8 or die "submit of flood: answer $t $d";
+            }
+        }
         my $c = Gearman::Client->new(job_servers => ["127.0.0.1:$ARGV[0]"]);
-        for my $i (1 .. 10000) { $c->dispatch_background("f", "flood:$i", { uniq => "flood:$i" }) or die "submit $i" }
         $c->dispatch_background("f", "other:1", { uniq => "other:1" }) or die "submit other";
     ' "$SERVER_PORT"
     ok $? "10,001 jobs submitted"

@@ -113,7 +113,7 @@ ok $r "dsjobd starts not with --protocol=http, and says why: $err"
 keepalive() {
     kind=$1; shift
     server_start "$kind" "$@" || return 1
-    python3 - "$SERVER_PID" "$SERVER_PORT" <<'PY'
+    "$PYTHON" - "$SERVER_PID" "$SERVER_PORT" <<'PY'
 import ctypes, os, socket, sys
 pid, port = int(sys.argv[1]), int(sys.argv[2])
 libc = ctypes.CDLL(None, use_errno=True)

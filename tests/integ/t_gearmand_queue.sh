@@ -71,23 +71,23 @@ print("after: %s" % ("NO_JOB" if t == 10 else "type %d" % t))
 PY
 
 server_start gearmand -q libsqlite3 --libsqlite3-db="$dir/q.db" || exit 1
-when=$(python3 "$dir/client.py" "$SERVER_PORT")
+when=$("$PYTHON" "$dir/client.py" "$SERVER_PORT")
 ok $? "gearmand 1.1.20 took 8 background jobs into its libsqlite3 queue (epoch job at $when)"
 server_kill9
 cp "$dir/q.db" "$dir/ref.db"
-rows=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from gearman_queue").fetchone()[0])' "$dir/q.db")
+rows=$("$PYTHON" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from gearman_queue").fetchone()[0])' "$dir/q.db")
 is "$rows" 8 "after kill -9 its file holds 8 rows"
 
 # The reference: gearmand replaying its own file.
 server_start gearmand -q libsqlite3 --libsqlite3-db="$dir/ref.db" || exit 1
-python3 "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ref.out"
+"$PYTHON" "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ref.out"
 server_stop
 
 server_start dsjobd -q libsqlite3 --libsqlite3-db="$dir/q.db" --verbose NOTICE
 ok $? "dsjobd starts on gearmand's queue file"
 grep -q "took 8 jobs of gearmand's queue table \"gearman_queue\" of '$dir/q.db' in; the table is now \"gearman_queue_dsjob_import\"" "$SERVER_LOG"
 ok $? "and logs how many jobs it took in, and the table's new name"
-python3 "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ds.out"
+"$PYTHON" "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ds.out"
 ok $? "a worker runs them"
 diag "gearmand's replay:"; sed 's/^/#   /' "$dir/ref.out"
 diag "dsjobd's:"; sed 's/^/#   /' "$dir/ds.out"
@@ -107,7 +107,7 @@ ok $? "the epoch job ran at its time ($t >= $when), not before"
 is "$(tail -1 "$dir/ds.out")" "after: NO_JOB" "then there is no job left"
 server_stop
 
-q() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' "$dir/q.db" "$1"; }
+q() { "$PYTHON" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' "$dir/q.db" "$1"; }
 is "$(q 'select count(*) from gearman_queue_dsjob_import')" 8 "gearmand's table is kept, renamed, with its 8 rows"
 is "$(q 'select count(*) from jobs')" 0 "dsjobd's own table is empty: every job ended"
 server_start dsjobd -q libsqlite3 --libsqlite3-db="$dir/q.db" --verbose NOTICE
@@ -117,7 +117,7 @@ server_stop
 
 # --libsqlite3-table: gearmand's queue under another name.
 server_start gearmand -q libsqlite3 --libsqlite3-db="$dir/t.db" --libsqlite3-table=other_q || exit 1
-python3 "$dir/client.py" "$SERVER_PORT" >/dev/null
+"$PYTHON" "$dir/client.py" "$SERVER_PORT" >/dev/null
 server_kill9
 err=$("$DSJOBD" -q libsqlite3 --libsqlite3-db="$dir/t.db" -L 127.0.0.1 -p 0 2>&1)
 rc=$?

@@ -34,7 +34,7 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 pg_test_begin
-skip_unless_cmd python3 "tests/integ/pg_gear.py is the test's Gearman peer"
+skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's Gearman peer"
 pg_start_or_bail
 G="$top_srcdir/tests/integ/pg_gear.py"
 # a takes unique keys past --max-unique-size's default, to reach the store's own check.
@@ -43,7 +43,7 @@ pgd_start_or_bail a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8
 pgd_start_or_bail b --store-commit-interval 3000 --verbose INFO
 
 for kind in long-unique epoch; do
-    out=$(python3 "$G" badrow "$(pgd_port a)" $kind 2>&1)
+    out=$("$PYTHON" "$G" badrow "$(pgd_port a)" $kind 2>&1)
     echo "$out" | sed 's/^/# /'
     is "$(echo "$out" | awk '$1 == "innocent" { print $2, $3 }')" "20 0" \
         "$kind: another client's 20 submits in the same batch are created"
@@ -63,7 +63,7 @@ BEGIN
     RETURN NEW;
 END \$\$;
 CREATE TRIGGER no_poison BEFORE INSERT ON dsjob.jobs FOR EACH ROW EXECUTE FUNCTION public.no_poison()" >/dev/null
-out=$(python3 "$G" badrow "$(pgd_port a)" poison 2>&1)
+out=$("$PYTHON" "$G" badrow "$(pgd_port a)" poison 2>&1)
 echo "$out" | sed 's/^/# /'
 is "$(echo "$out" | awk '$1 == "innocent" { print $2, $3 }')" "20 0" \
     "trigger: another client's 20 submits in the same batch are created"
@@ -78,7 +78,7 @@ q "DROP TRIGGER no_poison ON dsjob.jobs" >/dev/null
 # Coalescing in a batch sent without ON CONFLICT, then in one sent with it.
 h_live=$(q "SELECT dsjob.submit('coal', 'live', 'u-live')")
 for round in 1 2; do
-    out=$(python3 "$G" coalesce "$(pgd_port a)" coal u-live "r$round" 2>&1)
+    out=$("$PYTHON" "$G" coalesce "$(pgd_port a)" coal u-live "r$round" 2>&1)
     echo "$out" | sed 's/^/# /'
     is "$(echo "$out" | sed -n 's/^created //p')" 26 "coalesce $round: all 26 submits of the batch are created"
     is "$(echo "$out" | sed -n 's/^live //p')" "$h_live" \
@@ -99,7 +99,7 @@ grep -q 'violates unique constraint "jobs_live_unique"' "$PG_LOG"
 ok $? "the first batch was sent without ON CONFLICT and refused by jobs_live_unique"
 
 # A job still in b's open batch (b gathers for 3 s).
-out=$(python3 "$G" pending "$(pgd_port b)" cancel 2>&1)
+out=$("$PYTHON" "$G" pending "$(pgd_port b)" cancel 2>&1)
 echo "$out" | sed 's/^/# /'
 h2=$(echo "$out" | sed -n 's/^h2 //p')
 is "$(echo "$out" | sed -n 's/^admin //p')" OK "cancel job $h2 (not committed yet) -> OK"
@@ -120,7 +120,7 @@ ok $? "the cancelled job does not run"
 ! grep -q "$h2 had been taken by another server" "$(pgd_log b)"
 ok $? "the log blames no other server for $h2"
 
-out=$(python3 "$G" pending "$(pgd_port b)" priority 2>&1)
+out=$("$PYTHON" "$G" pending "$(pgd_port b)" priority 2>&1)
 echo "$out" | sed 's/^/# /'
 h2=$(echo "$out" | sed -n 's/^h2 //p')
 is "$(echo "$out" | sed -n 's/^admin //p')" OK "priority $h2 high (not committed yet) -> OK"
@@ -143,7 +143,7 @@ poll_s 20 seen
 ok $? "server a counts the 3 jobs waiting for nobody_serves: $(waiting)"
 line=$(gearadmin -h 127.0.0.1 -p "$(pgd_port a)" --status | grep '^nobody_serves' | tr '\t' ' ')
 is "$line" "nobody_serves 3 0 0" "server a's admin status: 3 jobs of nobody_serves, none running, no worker"
-api=$(python3 -c '
+api=$("$PYTHON" -c '
 import json, sys, urllib.request
 doc = json.load(urllib.request.urlopen("http://127.0.0.1:%s/api/status" % sys.argv[1], timeout=20))
 print(" ".join(str(f["shared_waiting"]) + ":" + str(f["workers"]) for f in doc["functions"]

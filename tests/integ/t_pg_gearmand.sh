@@ -34,7 +34,7 @@ sed -n "/^cat >\"\$dir\/worker.py\" <<'PY'\$/,/^PY\$/p" "$top_srcdir/tests/integ
     sed '1d;$d' >"$dir/worker.py"
 
 server_start gearmand -q Postgres --libpq-conninfo="$GDSN" || exit 1
-when=$(python3 "$dir/client.py" "$SERVER_PORT")
+when=$("$PYTHON" "$dir/client.py" "$SERVER_PORT")
 ok $? "gearmand 1.1.20 took 8 background jobs into its Postgres queue (epoch job at $when)"
 server_kill9
 is "$(q 'SELECT count(*) FROM queue')" 8 "after kill -9 its table holds 8 rows"
@@ -44,14 +44,14 @@ q 'CREATE TABLE queue_copy AS SELECT * FROM queue' >/dev/null
 # and parses them as text, so it is the reference for the jobs only).
 for f in q_a q_b; do
     q "SELECT data FROM queue WHERE function_name = '$f' AND when_to_run = 0
-       ORDER BY priority, ctid" | python3 -c '
+       ORDER BY priority, ctid" | "$PYTHON" -c '
 import sys
 for l in sys.stdin.read().split("\n"):
     if l: print(repr(bytes.fromhex(l[2:])))' >"$dir/want.$f"
 done
 
 server_start gearmand -q Postgres --libpq-conninfo="$GDSN" || exit 1
-python3 "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ref.out"
+"$PYTHON" "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ref.out"
 server_stop
 q 'DELETE FROM queue' >/dev/null
 q 'INSERT INTO queue SELECT * FROM queue_copy' >/dev/null
@@ -61,7 +61,7 @@ pgd_start a --verbose NOTICE
 ok $? "dsjobd --store postgres starts on gearmand's database"
 grep -q "took 8 jobs of gearmand's queue table queue in; the table is now queue_dsjob_import" "$(pgd_log a)"
 ok $? "and logs how many jobs it took in, and the table's new name"
-python3 "$dir/worker.py" "$(pgd_port a)" 8 >"$dir/ds.out"
+"$PYTHON" "$dir/worker.py" "$(pgd_port a)" 8 >"$dir/ds.out"
 ok $? "a worker runs them"
 diag "gearmand's replay:"; sed 's/^/#   /' "$dir/ref.out"
 diag "dsjobd's:"; sed 's/^/#   /' "$dir/ds.out"
@@ -86,7 +86,7 @@ ok $? "a second start takes nothing in again"
 pgd_stop b
 
 server_start gearmand -q Postgres --libpq-conninfo="$GDSN" --libpq-table=other_q || exit 1
-python3 "$dir/client.py" "$SERVER_PORT" >/dev/null
+"$PYTHON" "$dir/client.py" "$SERVER_PORT" >/dev/null
 server_kill9
 pgd_start c --verbose NOTICE --libpq-table=other_q
 grep -q "took 8 jobs of gearmand's queue table other_q in" "$(pgd_log c)"

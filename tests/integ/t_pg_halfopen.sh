@@ -23,7 +23,7 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 pg_test_begin
-skip_unless_cmd python3 "tests/integ/pg_gear.py is the test's proxy"
+skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's proxy"
 skip_unless_cmd curl
 PROXY_PID=""
 pg_test_cleanup() {
@@ -32,7 +32,7 @@ pg_test_cleanup() {
 pg_start_or_bail
 CTL=$TEST_TMPDIR/ctl
 mkdir "$CTL"
-python3 "$top_srcdir/tests/integ/pg_gear.py" proxy "$TEST_TMPDIR/proxy.port" "$PG_PORT" "$CTL" &
+"$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$TEST_TMPDIR/proxy.port" "$PG_PORT" "$CTL" &
 PROXY_PID=$!
 poll_s 20 test -s "$TEST_TMPDIR/proxy.port" || {
     echo "Bail out! the proxy did not start"

@@ -24,13 +24,13 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 pg_test_begin
-skip_unless_cmd python3 "tests/integ/pg_gear.py is the test's Gearman peer"
+skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's Gearman peer"
 pg_start_or_bail
 pg_psql -c "ALTER DATABASE dsjob SET standard_conforming_strings = off" >/dev/null
 diag "database dsjob: standard_conforming_strings = off by default" \
     "($(pg_psql -c 'SHOW standard_conforming_strings') in a new session)"
 pgd_start_or_bail a --keep-results 600
-python3 "$top_srcdir/tests/integ/pg_gear.py" hostile "$(pgd_port a)" \
+"$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" hostile "$(pgd_port a)" \
     "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d dsjob
 rc=$?
 pgd_stop a

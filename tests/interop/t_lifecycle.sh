@@ -27,9 +27,11 @@ WORKER="$top_srcdir/tests/interop/lifecycle_worker.pl"
 # admin LINE: one admin command; prints the reply up to its "." line, or its
 # one OK or ERR line (and, for show result, the bytes after it).
 admin() {
-    timeout 20 perl -MIO::Socket::INET -e '
+    timeout 20 perl -MSocket -e '
         my ($port, $line) = @ARGV;
-        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port) or exit 2;
+        socket(my $s, PF_INET, SOCK_STREAM, 0) or exit 2;
+        connect($s, pack_sockaddr_in($port, inet_aton("127.0.0.1"))) or exit 2;
+        select((select($s), $| = 1)[0]);
         print $s "$line\n";
         while (defined(my $l = <$s>)) {
             if ($line =~ /^show result/ && $l =~ /^OK \S+ (\d+) \d+ \d+ \d+\n$/) {

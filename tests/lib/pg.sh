@@ -10,7 +10,8 @@
 #                     no runuser.
 #   pg_skip_unless_found
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
-#   pg_start          initdb in a fresh temp dir (owned by the `postgres` user
+#   pg_start          initdb (or a copy of the first test's initdb, kept in
+#                     $top_builddir/tests/pg-template-VERSION) in a fresh temp dir (owned by the `postgres` user
 #                     when we are root, since initdb refuses root; initdb,
 #                     pg_ctl and postgres then run through `runuser -u
 #                     postgres --`), start it on 127.0.0.1 only, on a port
@@ -76,7 +77,8 @@
 #                     for FUNCTION
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS; between tries
-#                     it sleeps POLL_S_SLEEP seconds (0.05)
+#                     it sleeps POLL_S_SLEEP seconds if set, else 0.05 s for
+#                     the first second and 0.2 s after it
 #   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
 #                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
@@ -160,12 +162,28 @@ pg_start() {
         chown postgres "$PG_DIR" || return 1
     fi
     # --no-sync: initdb does not fsync the files it writes; the server's own
-    # settings (fsync on) are untouched.
-    if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
-        >"$PG_DIR/initdb.log" 2>&1; then
-        echo "pg_start: initdb failed:" >&2
-        cat "$PG_DIR/initdb.log" >&2
-        return 1
+    # settings (fsync on) are untouched. initdb costs about 2 s of CPU and
+    # gives the same cluster each time: the first test runs it and keeps a
+    # copy of the untouched data directory in the build tree (_pg_template,
+    # removed by make clean); the others copy that (cp -a keeps the owner
+    # and modes). Two tests that both find none both run initdb; the first
+    # rename wins and the other drops its copy.
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION
+    if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
+        :
+    else
+        rm -rf "$PG_DATA"
+        if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
+            >"$PG_DIR/initdb.log" 2>&1; then
+            echo "pg_start: initdb failed:" >&2
+            cat "$PG_DIR/initdb.log" >&2
+            return 1
+        fi
+        if cp -a "$PG_DATA" "$_pg_tpl.$$" 2>/dev/null; then
+            mv -T "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -rf "$_pg_tpl.$$"
+        else
+            rm -rf "$_pg_tpl.$$"
+        fi
     fi
     {
         echo "listen_addresses = '127.0.0.1'"
@@ -400,10 +418,28 @@ poll_s() {
     [ "$_ps" -ge "${POLL_S_MIN:-60}" ] || _ps=${POLL_S_MIN:-60}
     _end=$(($(date +%s) + _ps))
     shift
+    _ps_i=0
     while ! "$@"; do
         [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep "${POLL_S_SLEEP:-0.05}"
+        _poll_s_sleep
     done
+}
+
+# _poll_s_sleep: the pause between two tries of poll_s and poll_moving,
+# counted in _ps_i (the caller zeroes it): POLL_S_SLEEP if set, else 0.05 s
+# for the first second, then 0.2 s. A wait of seconds (a lease, a commit
+# interval, a loaded machine) then costs a try every 0.2 s, not every
+# 0.05 s: each try runs dsjob, psql or gearadmin, and their CPU is what
+# slows the suite on a shared machine.
+_poll_s_sleep() {
+    _ps_i=$((_ps_i + 1))
+    if [ -n "${POLL_S_SLEEP:-}" ]; then
+        sleep "$POLL_S_SLEEP"
+    elif [ $_ps_i -le 20 ]; then
+        sleep 0.05
+    else
+        sleep 0.2
+    fi
 }
 
 # poll_moving QUIET PROBE COND...: like poll_s, but gives up only once COND
@@ -414,13 +450,14 @@ poll_moving() {
     _pm_quiet=$1 _pm_probe=$2
     shift 2
     _pm_last=$(eval "$_pm_probe") _pm_since=$(date +%s)
+    _ps_i=0
     while ! "$@"; do
         _pm_now=$(eval "$_pm_probe")
         if [ "$_pm_now" != "$_pm_last" ]; then
             _pm_last=$_pm_now _pm_since=$(date +%s)
         fi
         [ $(($(date +%s) - _pm_since)) -lt "$_pm_quiet" ] || return 1
-        sleep "${POLL_S_SLEEP:-0.05}"
+        _poll_s_sleep
     done
 }
 
