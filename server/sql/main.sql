@@ -9,20 +9,14 @@
 -- that add), those given up are this server's and not in its queue, and
 -- the take skips this server's (its own expired leases are renewed, not
 -- taken).
--- $1-$9 the adds' columns (as add.sql), $10 the owner, $11 the lease in
--- seconds, $12 the handles to remove, $13 and $14 the functions to take
--- jobs of and how many of each, $15 the handles to give up, $16 whether
--- to NOTIFY. The taken rows' columns follow the kind: handle, func, uniq,
--- unique_is_data, reducer, data, prio, run-at (epoch seconds), attempts,
--- first_fail, last_fail, id (take_row).
+-- $1-$11 the adds' columns, the owner and the lease (add_rows.sql), $12
+-- the handles to remove, $13 and $14 the functions to take jobs of and how
+-- many of each, $15 the handles to give up, $16 whether to NOTIFY. The
+-- taken rows' columns follow the kind: handle, func, uniq, unique_is_data,
+-- reducer, data, prio, run-at (epoch seconds), attempts, first_fail,
+-- last_fail, id (take_row).
 WITH ins AS (
- INSERT INTO dsjob.jobs (handle, func, uniq, unique_is_data, reducer, data, prio, run_at,
-  owner, lease_until)
- SELECT h, f, u, ud, r, d, p, CASE WHEN w > 0 THEN to_timestamp(w) ELSE now() END,
-  CASE WHEN l THEN $10::text END,
-  CASE WHEN l THEN now() + $11::int4 * interval '1 second' END
- FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bool[], $5::bytea[], $6::bytea[],
-  $7::int2[], $8::int8[], $9::bool[]) AS t(h, f, u, ud, r, d, p, w, l)
+\ir add_rows.sql
  ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING
  RETURNING handle),
 del AS (
