@@ -38,6 +38,8 @@ struct dsjob_client {
     unsigned tls_flags;               /* its DSJOB_TLS_* flags */
     bool expire_set;                  /* dsjob_client_set_expire_in was called */
     int64_t expire_ms;                /* its value */
+    bool batch_set;                   /* dsjob_client_set_batch was called */
+    char batch[72];                   /* its id, "" for none */
 };
 
 /*

@@ -127,6 +127,7 @@ conn_release(struct conn *c)
         evbuffer_free(c->out);
     close(c->fd);
     free(c->client_id);
+    free(c->batch);
     free(c);
 }
 

@@ -29,6 +29,7 @@ struct ssl_ctx_st;
 struct evhttp;
 struct http_state;
 struct schedules;
+struct batches;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -90,6 +91,7 @@ struct srv {
     int64_t flow_armed;                 /* monotonic ms flow_ev is set for, 0 if not */
     char errmsg[512];                   /* last error's text */
     struct schedules *schedules;        /* the periodic schedules (schedule.c), or NULL */
+    struct batches *batches;            /* the batches (batch.c), or NULL */
 };
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */

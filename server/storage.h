@@ -34,6 +34,7 @@ enum store_op_kind {
     STORE_OP_LEASE,  /* ls: take ready jobs and renew leases (a shared store) */
     STORE_OP_SCHED,  /* ss: set, delete or claim a schedule (sched_what) */
     STORE_OP_SCHEDS, /* read every stored schedule into rows */
+    STORE_OP_BATCH,  /* sb: set or delete a batch's row (batch_what) */
 };
 
 /* A stored schedule read by a STORE_OP_SCHEDS, its bytes in buf; a list by next. */
@@ -81,6 +82,9 @@ struct store_op {
     bool claimed;                   /* set by the writer: a claim moved the schedule's last tick */
     struct storage_sched_row *rows; /* set by the writer for a STORE_OP_SCHEDS: the rows read
                                        (its continuation takes them) */
+    struct store_batch sb;          /* for a batch op, its strings in buf */
+    int batch_what;                 /* for a batch op: enum store_batch_what */
+    size_t buf_size;                /* for a batch op: bytes of buf */
     char buf[];                     /* the job's bytes */
 };
 
@@ -130,8 +134,10 @@ struct storage_commit {
 
 /* What the layer above gives storage_open: how replayed rows come back, what a commit counts. */
 struct storage_hooks {
-    store_replay_fn *replay;    /* a stored job (arg: the srv) */
-    store_func_fn *replay_func; /* a function's stored settings (arg: the srv) */
+    store_replay_fn *replay;        /* a stored job (arg: the srv) */
+    store_func_fn *replay_func;     /* a function's stored settings (arg: the srv) */
+    store_batch_fn *replay_batch;   /* a stored batch, before the jobs (arg: the srv) */
+    store_member_fn *replay_member; /* a stored batch member, before the jobs (arg: the srv) */
     void (*committed)(struct srv *srv, const struct storage_commit *sc); /* or failed */
 };
 
@@ -176,6 +182,7 @@ struct storage {
     bool durable;           /* a backend other than none */
     bool shared;            /* the backend has lease, remove_job and wait_notify */
     uint64_t commits;       /* batches committed */
+    uint64_t handovers;     /* open batches handed to the writer (storage_open_gen) */
     uint64_t failures;      /* batches that failed */
     struct event *stuck_ev; /* the batch in flight has not come back for a while */
     bool stuck;             /* ...and it was logged: /healthz says so until it comes back */
@@ -289,6 +296,31 @@ int storage_sched_list(struct srv *srv, storage_op_fn *done);
 
 /* storage_sched_rows_free frees a list of rows; NULL is a no-op. */
 void storage_sched_rows_free(struct storage_sched_row *rows);
+
+/*
+ * storage_keeps_batches says whether the store keeps batches (sqlite);
+ * a durable store that does not cannot have batches (batch.c refuses them).
+ */
+bool storage_keeps_batches(const struct srv *srv);
+
+/*
+ * storage_batch puts what (enum store_batch_what) to sb in the open batch,
+ * its strings copied with room bytes to spare for storage_batch_redo;
+ * done runs once its batch is done (ok false: it did not commit, and the
+ * op is freed after). The op, or NULL (memory).
+ */
+struct store_op *storage_batch(struct srv *srv, int what, const struct store_batch *sb, size_t room,
+                               storage_op_fn *done);
+
+/*
+ * storage_batch_redo makes op, a batch op still in the open batch (no
+ * handover since: storage_open_gen), write sb instead. false: sb does not
+ * fit in op's room (op is unchanged).
+ */
+bool storage_batch_redo(struct store_op *op, const struct store_batch *sb);
+
+/* storage_open_gen changes each time the open batch is handed over. */
+uint64_t storage_open_gen(const struct srv *srv);
 
 /* storage_kick hands the open batch over at the end of this loop turn, even an empty one. */
 void storage_kick(struct srv *srv);
