@@ -1286,8 +1286,11 @@ sqlite_batch_replay(struct store *st, store_batch_fn *fn, store_member_fn *mfn, 
                             " dead, closed, fired_complete, fired_success, created FROM batches"
                             " ORDER BY created, id",
                             -1, &stmt, NULL);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
         struct store_batch sb;
+
+        if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
+            break;
 
         memset(&sb, 0, sizeof(sb));
         sb.id = col_bytes(stmt, 0, &sb.id_len);
@@ -1302,8 +1305,10 @@ sqlite_batch_replay(struct store *st, store_batch_fn *fn, store_member_fn *mfn, 
         sb.fired_complete = sqlite3_column_int(stmt, 9) != 0;
         sb.fired_success = sqlite3_column_int(stmt, 10) != 0;
         sb.created = sqlite3_column_int64(stmt, 11);
-        if (fn(&sb, arg) != 0)
+        if (fn(&sb, arg) != 0) {
             rc = SQLITE_NOMEM;
+            break;
+        }
     }
     sqlite3_finalize(stmt);
     stmt = NULL;
@@ -1311,12 +1316,17 @@ sqlite_batch_replay(struct store *st, store_batch_fn *fn, store_member_fn *mfn, 
         goto fail;
     rc = sqlite3_prepare_v2(st->db, "SELECT batch, job_id FROM batch_jobs ORDER BY job_id", -1,
                             &stmt, NULL);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
         size_t len;
-        const char *id = col_bytes(stmt, 0, &len);
+        const char *id;
 
-        if (mfn(id, len, (uint64_t)sqlite3_column_int64(stmt, 1), arg) != 0)
+        if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
+            break;
+        id = col_bytes(stmt, 0, &len);
+        if (mfn(id, len, (uint64_t)sqlite3_column_int64(stmt, 1), arg) != 0) {
             rc = SQLITE_NOMEM;
+            break;
+        }
     }
     sqlite3_finalize(stmt);
     if (rc == SQLITE_DONE)
