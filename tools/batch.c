@@ -23,7 +23,7 @@
 
 static const char batch_usage[] =
     "usage: dsjob batch open [--on-complete FUNCTION] [--on-success FUNCTION] ID\n"
-    "       dsjob batch add [-n N] [-u UNIQUE] ID FUNCTION [DATA]\n"
+    "       dsjob batch add [-n N [--numbered]] [-u UNIQUE] ID FUNCTION [DATA]\n"
     "       dsjob batch close|status|drop ID\n"
     "       dsjob batch list\n"
     "  [-s SERVER] [-t MS] [--format table|tsv|json]\n"
@@ -43,6 +43,8 @@ static const char batch_usage[] =
     "      --on-complete F  open: the function of the job submitted when all ended\n"
     "      --on-success F   open: ... when all succeeded\n"
     "  -n N                 add: how many jobs (default 1)\n"
+    "      --numbered       add: each job's DATA ends with a space and its number\n"
+    "                       (1 to N), so the jobs differ\n"
     "  -u UNIQUE            add: the job's unique key (with -n 1)\n"
     "  -s, --server ADDR    host[:port] (4730) or /unix/socket\n"
     "  -t, --timeout MS     connect and reply timeout (default 5000)\n";
@@ -128,8 +130,10 @@ print_status(const struct cli *cli, const char *buf)
 
 static int
 batch_add(struct cli *cli, const char *id, const char *func, const char *data, unsigned long n,
-          const char *unique)
+          bool numbered, const char *unique)
 {
+    size_t dlen = strlen(data);
+    char *buf = cli_xmalloc(dlen + 24);
     struct dsjob_client *c = dsjob_client_new();
     unsigned long i;
     int r = CLI_OK;
@@ -149,8 +153,14 @@ batch_add(struct cli *cli, const char *id, const char *func, const char *data, u
                                  cli->timeout_ms ? cli->timeout_ms : 30000);
     for (i = 0; i < n && r == CLI_OK; i++) {
         char handle[DSJOB_HANDLE_MAX];
-        int err = dsjob_client_submit_bg(c, func, unique, data, strlen(data), DSJOB_PRIO_NORMAL,
-                                         handle, sizeof(handle));
+        size_t len = dlen;
+        int err;
+
+        memcpy(buf, data, dlen);
+        if (numbered)
+            len += (size_t)snprintf(buf + dlen, 24, " %lu", i + 1);
+        err = dsjob_client_submit_bg(c, func, unique, buf, len, DSJOB_PRIO_NORMAL, handle,
+                                     sizeof(handle));
 
         if (err != DSJOB_OK) {
             cli_err("%s", dsjob_client_errmsg(c));
@@ -161,6 +171,7 @@ batch_add(struct cli *cli, const char *id, const char *func, const char *data, u
             r = CLI_FAILED;
     }
     dsjob_client_free(c);
+    free(buf);
     if (fflush(stdout) != 0)
         r = CLI_FAILED;
     return r;
@@ -173,11 +184,12 @@ batch_main(struct cli *cli, int argc, char **argv)
         CLI_GLOBAL_LONG,
         {"on-complete", required_argument, NULL, OPT_ON_COMPLETE},
         {"on-success", required_argument, NULL, OPT_ON_SUCCESS},
+        {"numbered", no_argument, NULL, OPT_NUMBERED},
         {NULL, 0, NULL, 0},
     };
     const char *on_complete = NULL, *on_success = NULL, *unique = NULL, *sub;
     unsigned long n = 1;
-    bool n_set = false;
+    bool n_set = false, numbered = false;
     char *line = NULL, *reply = NULL;
     int ch, r, want;
 
@@ -193,6 +205,7 @@ batch_main(struct cli *cli, int argc, char **argv)
             n_set = true;
             break;
         case 'u': unique = optarg; break;
+        case OPT_NUMBERED: numbered = true; break;
         case '?':
         case ':': return cli_getopt_error(cli, ch, argv);
         default:
@@ -214,8 +227,8 @@ batch_main(struct cli *cli, int argc, char **argv)
                                sub);
     if ((on_complete || on_success) && strcmp(sub, "open") != 0)
         return cli_usage_error(cli, "--on-complete and --on-success are for batch open");
-    if ((n_set || unique) && want != 2)
-        return cli_usage_error(cli, "-n and -u are for batch add");
+    if ((n_set || unique || numbered) && want != 2)
+        return cli_usage_error(cli, "-n, -u and --numbered are for batch add");
     if (unique != NULL && n > 1)
         return cli_usage_error(cli, "-u with -n over 1 would make one job");
     if (want == 2 ? argc - optind < 2 || argc - optind > 3 : argc - optind != want)
@@ -229,7 +242,7 @@ batch_main(struct cli *cli, int argc, char **argv)
         return r;
     if (want == 2)
         return batch_add(cli, argv[optind], argv[optind + 1],
-                         argc - optind > 2 ? argv[optind + 2] : "", n, unique);
+                         argc - optind > 2 ? argv[optind + 2] : "", n, numbered, unique);
     if (want == 1 && (argv[optind][0] == '\0' || strpbrk(argv[optind], " \t\r\n") != NULL))
         return cli_usage_error(cli, "bad ID '%s'", argv[optind]);
     if ((on_complete && strpbrk(on_complete, " \t\r\n")) ||

@@ -48,6 +48,7 @@ enum cli_opt {
     OPT_DEADLINE,       /* submit --deadline */
     OPT_ON_COMPLETE,    /* batch open --on-complete */
     OPT_ON_SUCCESS,     /* batch open --on-success */
+    OPT_NUMBERED,       /* batch add --numbered */
 };
 
 /* The options every verb takes, and the verb being run. */
