@@ -99,7 +99,9 @@ void batch_ended(struct srv *srv, struct job *j, unsigned outcome);
 
 /*
  * batch_option runs OPTION_REQ "batch=ID" (value, len bytes; empty
- * clears) for c. 0; else -1 with why (at most whylen bytes) for an ERROR.
+ * clears) for c: the id is kept, and looked up at each submit (which is
+ * refused if the batch is unknown or closed). 0; else -1 (a bad id) with
+ * why (at most whylen bytes) for an ERROR.
  */
 int batch_option(struct conn *c, const char *value, size_t len, char *why, size_t whylen);
 

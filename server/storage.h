@@ -298,8 +298,9 @@ int storage_sched_list(struct srv *srv, storage_op_fn *done);
 void storage_sched_rows_free(struct storage_sched_row *rows);
 
 /*
- * storage_keeps_batches says whether the store keeps batches (sqlite);
- * a durable store that does not cannot have batches (batch.c refuses them).
+ * storage_keeps_batches says whether the server can have batches: in
+ * memory without a durable store, or in a store that keeps them (sqlite);
+ * the others (memcached, postgres) cannot (batch.c refuses them).
  */
 bool storage_keeps_batches(const struct srv *srv);
 

@@ -1107,8 +1107,7 @@ sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
     " created INTEGER NOT NULL);"                                                                  \
     "CREATE TABLE IF NOT EXISTS batch_jobs ("                                                      \
     " job_id INTEGER PRIMARY KEY,"                                                                 \
-    " batch TEXT NOT NULL);"                                                                       \
-    "CREATE INDEX IF NOT EXISTS batch_jobs_batch ON batch_jobs (batch)"
+    " batch TEXT NOT NULL)" /* no index on batch: only a drop reads by it */
 
 static void
 batch_stmts_free(struct store *st)
