@@ -10,6 +10,8 @@
 #     handle each: a callback job run twice after a kill is the same job)
 #   - the counts are right (total, done, fired)
 #   - a further restart fires nothing again
+#   - a second batch, killed while its jobs are added: every acknowledged
+#     job is a member and runs, the counts agree, it fires once
 #
 # The kills come when a random number of jobs have run (the last when all
 # have, as the callbacks fire), each after a random 0 to 0.3 s more; every
@@ -122,6 +124,58 @@ st=$(status)
 echo "$st" | grep -q "total=$N pending=0 done=$N failed=0 dead=0 closed=yes .*fired-complete=yes fired-success=yes"
 ok $? "the counts are right: $st"
 
+# kill -9 while jobs are being added: the acknowledged ones are members,
+# the batch's total is what its store kept, and it completes once.
+M=$((N / 4))
+ds batch open --on-complete cb.done adding >/dev/null
+ok $? "batch adding opened"
+: >"$T/handles2"
+# One dsjob a job, so the kill lands between adds (a submit waits for its commit).
+(
+    i=1
+    while [ $i -le "$M" ]; do
+        ds batch add adding crash.job "q $i" >>"$T/handles2" 2>/dev/null || break
+        i=$((i + 1))
+    done
+) &
+ADD_PID=$!
+point=$(shuf -i 1-$((M - 1)) -n 1)
+acked() {
+    _c=$(grep -c . "$T/handles2" 2>/dev/null)
+    echo "${_c:-0}"
+}
+at_point() { [ "$(acked)" -ge "$point" ] || ! kill -0 "$ADD_PID" 2>/dev/null; }
+poll at_point
+reap
+server_kill9
+wait "$ADD_PID" 2>/dev/null
+A=$(acked)
+diag "killed after $A of $M adds were acknowledged (aimed at $point)"
+start
+st=$(ds batch status adding 2>&1)
+total=$(echo "$st" | tr ' ' '\n' | sed -n 's/^total=//p')
+[ "${total:-0}" -ge "$A" ]
+ok $? "after the restart the batch holds every acknowledged job: $st"
+ds batch close adding >/dev/null
+workers
+adding_done() { status_of_adding | grep -q "pending=0 .*fired-complete=yes"; }
+status_of_adding() { ds batch status adding 2>/dev/null; }
+poll adding_done
+ok $? "it completes and fires: $(status_of_adding)"
+missing=0
+i=1
+sort -u "$REC" >"$T/ran.u"
+while [ $i -le "$A" ]; do
+    grep -qx "q $i" "$T/ran.u" || missing=$((missing + 1))
+    i=$((i + 1))
+done
+is "$missing" 0 "every acknowledged add ran"
+st=$(status_of_adding)
+echo "$st" | grep -q "total=$total pending=0 done=$total "
+ok $? "its counts are its total's: $st"
+is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
+    "its callback was submitted once"
+
 # One more restart: nothing fires again. A job sent to the callbacks'
 # function after it queues behind anything the restart would have fired.
 reap
@@ -133,6 +187,8 @@ sentinel() { grep -q "^sentinel H:" "$CB"; }
 poll sentinel
 ok $? "a job sent after the restart reached the callbacks' worker"
 is "$(cb_handles complete)$(cb_handles success)" 11 "and no callback fired again"
+is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
+    "nor the other batch's"
 reap
 server_stop
 done_testing
