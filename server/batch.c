@@ -75,7 +75,6 @@ struct batches {
     struct member *members;  /* at start: the member rows, by job id */
     size_t nmembers;         /* entries in members */
     size_t members_cap;      /* room in members */
-    bool stopped;            /* the server is stopping */
     uint64_t fires;          /* callback jobs submitted */
 };
 
@@ -312,7 +311,7 @@ deleted_done(struct srv *srv, struct store_op *op, bool ok)
 static void
 arm_fire(struct srv *srv)
 {
-    if (srv->batches != NULL && srv->batches->fire_ev != NULL && !srv->batches->stopped)
+    if (srv->batches != NULL && srv->batches->fire_ev != NULL)
         event_active(srv->batches->fire_ev, EV_TIMEOUT, 0);
 }
 
@@ -439,7 +438,7 @@ fire_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (srv->batches == NULL || srv->batches->stopped)
+    if (srv->batches == NULL)
         return;
     TAILQ_FOREACH (b, &srv->batches->list, link) {
         unsigned due = batch_due(&b->c, b->on_complete[0] != '\0', b->on_success[0] != '\0');
