@@ -17,6 +17,8 @@
 #   restart     after a restart the batches are back and no callback fires
 #               again; a batch left half done completes after it
 #   admin       /api/batches, the dashboard's table, drop needs an admin peer
+#   stores      without a store batches live in memory; memcached
+#               refuses them, naming the store
 #   gearmand    (when installed) gearmand 1.1.20 answers batch and batch=
 #               with errors, as doc/protocol.md says
 #
@@ -200,6 +202,22 @@ server_start dsjobd || exit 1
 ds batch open --on-complete cb.fn mem1 >/dev/null && ds batch close mem1 >/dev/null
 ok $? "without a store batches live in memory"
 server_stop
+
+mc=${MEMCACHED_BIN:-/usr/bin/memcached}
+if [ -x "$mc" ]; then
+    mcport=$(free_port)
+    "$mc" -l 127.0.0.1 -p "$mcport" -U 0 -m 16 -u root &
+    track $!
+    wait_port "$mcport" && server_start dsjobd --store memcached \
+        --memcached-servers "127.0.0.1:$mcport" || exit 1
+    out=$(ds batch open mc1 2>&1)
+    [ $? -ne 0 ] && echo "$out" | grep -q "store memcached keeps no batches"
+    ok $? "the memcached store refuses batches, naming itself: $out"
+    server_stop
+    reap
+else
+    ok 0 "# SKIP no memcached"
+fi
 
 # --- gearmand ----------------------------------------------------------------------------
 if [ -x "${GEARMAND:-}" ] && server_start gearmand 2>/dev/null; then
