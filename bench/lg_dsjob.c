@@ -54,6 +54,12 @@ client_new(in_port_t port, char *err, size_t errlen)
         return NULL;
     }
     dsjob_client_set_timeout(c, LG_IO_TIMEOUT_MS, LG_IO_TIMEOUT_MS);
+    /* bench/batch/run: every background job joins dsjobd batch $LG_BATCH. */
+    if (getenv("LG_BATCH") != NULL && dsjob_client_set_batch(c, getenv("LG_BATCH")) != DSJOB_OK) {
+        snprintf(err, errlen, "LG_BATCH: %s", dsjob_client_errmsg(c));
+        dsjob_client_free(c);
+        return NULL;
+    }
     if (lg_tls_ca != NULL && dsjob_client_set_tls(c, lg_tls_ca, NULL, NULL, 0) != DSJOB_OK) {
         snprintf(err, errlen, "--tls-ca: %s", dsjob_client_errmsg(c));
         dsjob_client_free(c);

@@ -122,6 +122,16 @@ client_prepare_hello(struct link *l)
         if (err == DSJOB_OK)
             l->hello_wait++;
     }
+    if (err == DSJOB_OK && l->batch_set) {
+        /* dsjobd's (batch=ID, or batch= to clear); gearmand's ERROR is read and ignored. */
+        char opt_batch[80];
+
+        lens[0] = (size_t)snprintf(opt_batch, sizeof(opt_batch), "batch=%s", l->batch);
+        args[0] = opt_batch;
+        err = link_queue(l, PACKET_OPTION_REQ, 1, args, lens);
+        if (err == DSJOB_OK)
+            l->hello_wait++;
+    }
     if (err == DSJOB_OK) {
         l->hello = true;
         l->hello_wait++;
@@ -250,6 +260,8 @@ dsjob_client_add_server(struct dsjob_client *c, const char *addr)
     }
     l.expire_set = c->expire_set;
     l.expire_ms = c->expire_ms;
+    l.batch_set = c->batch_set;
+    memcpy(l.batch, c->batch, sizeof(l.batch));
     c->links[c->nlinks++] = l;
     if (ring_build(c) != DSJOB_OK) {
         link_release(&c->links[--c->nlinks]);
@@ -796,13 +808,14 @@ dsjob_client_echo(struct dsjob_client *c, const void *data, size_t len)
  * ending in ".". Only the first server's listing is kept.
  */
 static int
-client_admin(struct dsjob_client *c, const char *line, bool show, char **out)
+client_admin(struct dsjob_client *c, const char *line, bool show, bool keep, size_t nservers,
+             char **out)
 {
     int64_t deadline = link_deadline(c->io_ms > 0 ? c->io_ms : -1);
     size_t i;
     int err = DSJOB_OK;
 
-    for (i = 0; i < c->nlinks && err == DSJOB_OK; i++) {
+    for (i = 0; i < c->nlinks && i < nservers && err == DSJOB_OK; i++) {
         struct link l;
         char *buf = NULL;
         size_t len = 0;
@@ -849,8 +862,8 @@ client_admin(struct dsjob_client *c, const char *line, bool show, char **out)
                 if (*p == '+')
                     *p = ' ';
             err = client_err(c, DSJOB_ERR_SERVER, "%s: %s", c->links[i].addr, buf + 4);
-        } else if (show && out != NULL && *out == NULL) {
-            *out = client_dup(buf, len - 2); /* without the "." line */
+        } else if ((show || keep) && out != NULL && *out == NULL) {
+            *out = client_dup(buf, show ? len - 2 : strcspn(buf, "\r\n")); /* without "." */
             if (*out == NULL)
                 err = client_err(c, DSJOB_ERR_NOMEM, "out of memory");
         }
@@ -890,7 +903,7 @@ dsjob_client_limit(struct dsjob_client *c, const char *func, const char *setting
     if (line == NULL)
         return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
     snprintf(line, n, "limit %s%s%s\n", func, settings ? " " : "", settings ? settings : "");
-    err = client_admin(c, line, settings == NULL, out);
+    err = client_admin(c, line, settings == NULL, false, c->nlinks, out);
     free(line);
     return err;
 }
@@ -956,7 +969,7 @@ dsjob_client_schedule_add(struct dsjob_client *c, const char *name, const char *
     } else {
         snprintf(line, n, "schedule add %s %s %s%s%s%s%s\n", name, qcron, func, qpay ? " " : "",
                  qpay ? qpay : "", options ? " " : "", options ? options : "");
-        err = client_admin(c, line, false, NULL);
+        err = client_admin(c, line, false, false, c->nlinks, NULL);
     }
     free(line);
     free(qcron);
@@ -980,7 +993,7 @@ dsjob_client_schedule(struct dsjob_client *c, const char *verb, const char *name
         !client_line_ok(name, false))
         return client_err(c, DSJOB_ERR_ARG, "bad schedule name");
     snprintf(line, sizeof(line), "schedule %s %s\n", verb, name);
-    return client_admin(c, line, false, NULL);
+    return client_admin(c, line, false, false, c->nlinks, NULL);
 }
 
 int
@@ -992,7 +1005,7 @@ dsjob_client_schedule_list(struct dsjob_client *c, char **out)
     *out = NULL;
     if (c->nlinks == 0)
         return client_err(c, DSJOB_ERR_ARG, "no server added");
-    return client_admin(c, "schedule list\n", true, out);
+    return client_admin(c, "schedule list\n", true, false, c->nlinks, out);
 }
 
 int
@@ -1032,6 +1045,97 @@ dsjob_client_set_after(struct dsjob_client *c, const char *const *handles, size_
     c->after = s;
     c->after_len = s != NULL ? len : 0;
     c->after_fail = policy;
+    return DSJOB_OK;
+}
+
+/* A batch id as dsjobd takes it: 1 to 64 of [A-Za-z0-9_.:-]. */
+static bool
+client_batch_id_ok(const char *id)
+{
+    size_t n = 0;
+
+    if (id == NULL)
+        return false;
+    for (; id[n] != '\0'; n++)
+        if (!((id[n] >= 'a' && id[n] <= 'z') || (id[n] >= 'A' && id[n] <= 'Z') ||
+              (id[n] >= '0' && id[n] <= '9') || strchr("_.:-", id[n]) != NULL))
+            return false;
+    return n > 0 && n <= 64;
+}
+
+/* One batch line to the first server, its answer line kept in *out if asked. */
+static int
+client_batch_line(struct dsjob_client *c, const char *line, char **out)
+{
+    if (c->nlinks == 0)
+        return client_err(c, DSJOB_ERR_ARG, "no server added");
+    return client_admin(c, line, false, out != NULL, 1, out);
+}
+
+int
+dsjob_client_batch_open(struct dsjob_client *c, const char *id, const char *on_complete,
+                        const char *on_success)
+{
+    char line[64 + 2 * 540];
+
+    c->errmsg[0] = '\0';
+    if (!client_batch_id_ok(id))
+        return client_err(c, DSJOB_ERR_ARG, "bad batch id (1 to 64 of A-Z a-z 0-9 _ . : -)");
+    if ((on_complete != NULL &&
+         (!client_line_ok(on_complete, false) || strlen(on_complete) > 512)) ||
+        (on_success != NULL && (!client_line_ok(on_success, false) || strlen(on_success) > 512)))
+        return client_err(c, DSJOB_ERR_ARG, "bad callback function name");
+    snprintf(line, sizeof(line), "batch open %s%s%s%s%s\n", id,
+             on_complete && *on_complete ? " on-complete=" : "",
+             on_complete && *on_complete ? on_complete : "",
+             on_success && *on_success ? " on-success=" : "",
+             on_success && *on_success ? on_success : "");
+    return client_batch_line(c, line, NULL);
+}
+
+int
+dsjob_client_batch_close(struct dsjob_client *c, const char *id)
+{
+    char line[96];
+
+    c->errmsg[0] = '\0';
+    if (!client_batch_id_ok(id))
+        return client_err(c, DSJOB_ERR_ARG, "bad batch id (1 to 64 of A-Z a-z 0-9 _ . : -)");
+    snprintf(line, sizeof(line), "batch close %s\n", id);
+    return client_batch_line(c, line, NULL);
+}
+
+int
+dsjob_client_batch_status(struct dsjob_client *c, const char *id, char **out)
+{
+    char line[96];
+
+    c->errmsg[0] = '\0';
+    if (out != NULL)
+        *out = NULL;
+    if (!client_batch_id_ok(id))
+        return client_err(c, DSJOB_ERR_ARG, "bad batch id (1 to 64 of A-Z a-z 0-9 _ . : -)");
+    snprintf(line, sizeof(line), "batch status %s\n", id);
+    return client_batch_line(c, line, out);
+}
+
+int
+dsjob_client_set_batch(struct dsjob_client *c, const char *id)
+{
+    size_t i;
+
+    c->errmsg[0] = '\0';
+    if (id != NULL && *id != '\0' && !client_batch_id_ok(id))
+        return client_err(c, DSJOB_ERR_ARG, "bad batch id (1 to 64 of A-Z a-z 0-9 _ . : -)");
+    /* "" tells the servers to forget it (batch=); NULL too, once it was set. */
+    snprintf(c->batch, sizeof(c->batch), "%s", id != NULL ? id : "");
+    c->batch_set = true;
+    /* Said again, before the next request on each connection. */
+    for (i = 0; i < c->nlinks; i++) {
+        memcpy(c->links[i].batch, c->batch, sizeof(c->batch));
+        c->links[i].batch_set = true;
+        c->links[i].hello = false;
+    }
     return DSJOB_OK;
 }
 

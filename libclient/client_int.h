@@ -41,6 +41,8 @@ struct dsjob_client {
     char *after;                      /* "after=H1,H2,..." for the next submit (owned), or NULL */
     size_t after_len;                 /* bytes of after */
     enum dsjob_after_fail after_fail; /* with it: "after-fail=" */
+    bool batch_set;                   /* dsjob_client_set_batch was called */
+    char batch[72];                   /* its id, "" for none */
 };
 
 /*

@@ -186,6 +186,8 @@ dsjob_taskset_new(struct dsjob_client *c, const struct dsjob_task_callbacks *cb)
         link_set_tls(&ts->links[i].l, c->tls, c->tls_flags);
         ts->links[i].l.expire_set = c->expire_set;
         ts->links[i].l.expire_ms = c->expire_ms;
+        ts->links[i].l.batch_set = c->batch_set;
+        memcpy(ts->links[i].l.batch, c->batch, sizeof(c->batch));
         ts->nlinks++;
     }
     return ts;

@@ -40,6 +40,8 @@ struct link {
     uint8_t hello_wait;        /* answers to the preamble still due */
     bool expire_set;           /* the preamble sends expire_ms (libdsjobclient) */
     int64_t expire_ms;         /* OPTION_REQ expire-in of the client's jobs, 0: none */
+    bool batch_set;            /* the preamble sends OPTION_REQ batch= (libdsjobclient) */
+    char batch[72];            /* its id, "" to clear */
     char err[LINK_ERR_LEN];    /* why the last call failed */
     char said[LINK_SAID_LEN];  /* "CODE: text" of the ERROR link_next returned last, "" after
                                   any other packet: why the server closes, when it does next */

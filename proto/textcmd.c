@@ -47,6 +47,7 @@ static const struct textcmd_name textcmd_names[] = {
     {"maxage", NULL, TEXTCMD_MAXAGE},
     {"uniquefor", NULL, TEXTCMD_UNIQUEFOR},
     {"schedule", NULL, TEXTCMD_SCHEDULE},
+    {"batch", NULL, TEXTCMD_BATCH},
 };
 
 static bool

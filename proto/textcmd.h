@@ -41,6 +41,7 @@ enum textcmd_kind {
     TEXTCMD_MAXAGE,       /* maxage FUNCTION [SECONDS] */
     TEXTCMD_UNIQUEFOR,    /* uniquefor FUNCTION [SECONDS] */
     TEXTCMD_SCHEDULE,     /* schedule add|list|pause|resume|rm ... (quoted words: schedule.c) */
+    TEXTCMD_BATCH,        /* batch open|close|status|list|drop ... (batch.c) */
 };
 
 /* A parsed admin line. Words are borrowed from the line. */

@@ -19,6 +19,7 @@
 
 #include <event2/buffer.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "deps.h"
 #include "flow.h"
@@ -814,7 +815,8 @@ admin_line(struct conn *c, const char *line, size_t len)
 
     textcmd_parse(line, len, &cmd);
     if ((admin_privileged(&cmd) ||
-         (cmd.kind == TEXTCMD_SCHEDULE && schedule_admin_changes(line, len))) &&
+         (cmd.kind == TEXTCMD_SCHEDULE && schedule_admin_changes(line, len)) ||
+         (cmd.kind == TEXTCMD_BATCH && batch_admin_changes(line, len))) &&
         !c->admin_ok) {
         log_warn(&c->srv->log, "%s: refused admin command '%.*s': peer not in --admin-allow",
                  c->peer, (int)cmd.word_len[0], cmd.word[0]);
@@ -856,6 +858,7 @@ admin_line(struct conn *c, const char *line, size_t len)
     case TEXTCMD_MAXAGE: admin_func_secs(c, &cmd, false); break;
     case TEXTCMD_UNIQUEFOR: admin_func_secs(c, &cmd, true); break;
     case TEXTCMD_SCHEDULE: schedule_admin(c, line, len); break;
+    case TEXTCMD_BATCH: batch_admin(c, line, len); break;
     case TEXTCMD_UNKNOWN:
         conn_printf(c, "ERR UNKNOWN_COMMAND Unknown+server+command%.*s\r\n", (int)cmd.word_len[0],
                     cmd.word[0]);

@@ -128,6 +128,7 @@ conn_release(struct conn *c)
     close(c->fd);
     free(c->client_id);
     free(c->after);
+    free(c->batch);
     free(c);
 }
 

@@ -53,6 +53,7 @@ struct conn {
     char ip[64];                  /* peer address, as admin "workers" shows it */
     char peer[80];                /* "ip:port", for log lines */
     char *client_id;              /* from SET_CLIENT_ID, or NULL */
+    char *batch;                  /* OPTION_REQ batch=ID: its background submits join it; NULL */
     bool exceptions;              /* asked for WORK_EXCEPTION forwarding */
     bool reject_no_worker;        /* its submits for a function no worker can do get ERROR */
     int64_t expire_in_ms;         /* OPTION_REQ expire-in: its new jobs must start within; 0 */

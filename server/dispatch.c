@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "deps.h"
 #include "durable.h"
@@ -468,6 +469,17 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
         refuse(c, p, durable, "MEMORY_ALLOCATION_FAILURE", "out of memory");
         return;
     }
+    if (s->background && c->batch != NULL) {
+        const char *code;
+        char why[200];
+
+        /* Before the job's add: the batch's row and the member go in one commit. */
+        if (batch_join(srv, c->batch, strlen(c->batch), j, &code, why, sizeof(why)) < 0) {
+            job_unref(j);
+            refuse(c, p, durable, code, "%s", why);
+            return;
+        }
+    }
     j->id = srv->next_job_id;
     j->seq = srv->next_seq++;
     j->func = f;
@@ -770,8 +782,9 @@ option_ms(const struct packet *p, const char *name, uint64_t max, int64_t *ms)
  * OPTION_REQ: gearmand's exceptions; reject-no-worker; expire-in=SECONDS
  * and deadline=EPOCH (0 clears), which give the connection's later
  * submits a time to start by; after=H1,H2,... and after-fail=POLICY, for
- * its next submit (deps.c). Any other name, or a bad after-fail, gets
- * ERROR, as gearmand's.
+ * its next submit (deps.c); batch=ID (empty clears), which makes its later
+ * background submits of new jobs join that open batch (batch.c). Any other
+ * name, or a bad after-fail, gets ERROR, as gearmand's.
  */
 static void
 h_option_req(struct conn *c, const struct packet *p)
@@ -790,7 +803,14 @@ h_option_req(struct conn *c, const struct packet *p)
         c->deadline_ms = ms, c->expire_in_ms = 0;
     else if ((rc = deps_option(c, ARG(p, 0), p->arg_len[0])) != 0)
         known = rc > 0;
-    else
+    else if (p->arg_len[0] >= 6 && memcmp(p->arg[0], "batch=", 6) == 0) {
+        char why[200];
+
+        if (batch_option(c, ARG(p, 0) + 6, p->arg_len[0] - 6, why, sizeof(why)) < 0) {
+            conn_send_error(c, "INVALID_ARGUMENT", "%s", why);
+            return;
+        }
+    } else
         known = false;
     if (known) {
         conn_send_raw(c, PACKET_OPTION_RES, p->arg[0], p->arg_len[0]);

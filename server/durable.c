@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "clock.h"
 #include "conn.h"
 #include "deps.h"
@@ -85,6 +86,7 @@ durable_replay(const struct store_job *sj, void *arg)
         return -1;
     }
     stats_queued(srv, j); /* before the dead set's trim or the kept results may drop it */
+    batch_replay_job(srv, j);
     if (ended && sj->state == STORE_DEAD)
         lifecycle_bury_replayed(srv, j);
     else if (ended)
@@ -140,6 +142,8 @@ static const struct storage_hooks durable_hooks = {
     .replay = durable_replay,
     .replay_func = replay_func,
     .replay_dep = deps_replay_edge,
+    .replay_batch = batch_replay_row,
+    .replay_member = batch_replay_member,
     .committed = committed,
 };
 
@@ -151,6 +155,7 @@ durable_open(struct srv *srv)
 
     if (storage_open(srv, &durable_hooks) < 0)
         return -1;
+    batch_replayed(srv);
     if (sg->durable)
         log_notice(&srv->log, "store %s: replayed %zu jobs", sg->ops->name,
                    srv->queue.njobs - before);

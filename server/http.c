@@ -2,7 +2,7 @@
  * HTTP, off unless --http-port is given: GET /healthz, GET /metrics (the
  * samples of stats.c with their # HELP and # TYPE lines), a read-only JSON
  * API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE,
- * /api/schedules) built with
+ * /api/schedules, /api/batches) built with
  * jansson from the same structures the admin commands print, and the
  * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
@@ -41,6 +41,7 @@
 #include <event2/util.h>
 #include <jansson.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "dashboard.h"
 #include "flow.h"
@@ -844,6 +845,18 @@ get_schedules(struct srv *srv, struct evhttp_request *req)
         reply_json(req, 200, "OK", json_pack("{s:o}", "schedules", list));
 }
 
+/* The batches, as admin "batch list" prints them. */
+static void
+get_batches(struct srv *srv, struct evhttp_request *req)
+{
+    json_t *list = batch_json(srv);
+
+    if (list == NULL)
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+    else
+        reply_json(req, 200, "OK", json_pack("{s:o}", "batches", list));
+}
+
 /* One job, with the fields of admin "show job". */
 static json_t *
 job_json(const struct job *j, size_t max)
@@ -1128,6 +1141,8 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
         get_workers(srv, req);
     else if (IS("/api/schedules") && no_query)
         get_schedules(srv, req);
+    else if (IS("/api/batches") && no_query)
+        get_batches(srv, req);
     else if (IS("/api/jobs"))
         get_jobs(srv, req, query);
     else if (IS("/api/job"))
@@ -1135,7 +1150,8 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
     else if (len > sizeof(job_prefix) - 1 && memcmp(path, job_prefix, sizeof(job_prefix) - 1) == 0)
         get_job(srv, req, path + sizeof(job_prefix) - 1, len - (sizeof(job_prefix) - 1), query);
     else if (IS("/") || IS("/dashboard.css") || IS("/dashboard.js") || IS("/healthz") ||
-             IS("/metrics") || IS("/api/status") || IS("/api/workers") || IS("/api/schedules"))
+             IS("/metrics") || IS("/api/status") || IS("/api/workers") || IS("/api/schedules") ||
+             IS("/api/batches"))
         reply_error(req, 400, "Bad Request", "%.*s takes no query", (int)len, path);
     else
         reply_error(req, 404, "Not Found", "no such page: %.*s", (int)(len > 100 ? 100 : len),

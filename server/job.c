@@ -193,6 +193,7 @@ job_unref(struct job *j)
             free(j->ext->error);
             free(j->ext->warning);
             free(j->ext->alias);
+            free(j->ext->batch);
         }
         free(j->ext);
         free(j);

@@ -19,6 +19,7 @@
 
 #include <event2/event.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "deps.h"
 #include "durable.h"
@@ -341,6 +342,9 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
         schedule_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
     /* Its children hear of it in the batch of its end (before the settle: the same batch). */
     deps_ended(srv, j, outcome);
+    /* A batch's member: its counters go in the open batch before the end itself (one commit). */
+    if (j->refused || (j->ext != NULL && j->ext->batch != NULL))
+        batch_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
     if (storage_settle(srv, j, settled)) {
         if (later) {
             tell_end(srv, j, outcome, told, told_len, true); /* behind the settle, in its batch */

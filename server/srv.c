@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "deps.h"
 #include "durable.h"
@@ -683,6 +684,11 @@ srv_bind(struct srv *srv, struct event_base *base)
         rc = DSJOB_ERR_ARG;
         goto fail;
     }
+    if (batch_init(srv) < 0) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "out of memory for the batches");
+        rc = DSJOB_ERR_NOMEM;
+        goto fail;
+    }
     if (durable_open(srv) < 0) {
         rc = DSJOB_ERR_STORE;
         goto fail;
@@ -707,6 +713,7 @@ fail:
     schedule_close(srv);
     durable_close(srv);
     deps_close(srv);
+    batch_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);
     queue_release(&srv->queue);
@@ -857,6 +864,7 @@ dsjob_server_free(struct dsjob_server *ds)
     schedule_close(srv);
     durable_close(srv);
     deps_close(srv);
+    batch_close(srv);
     tls_close(srv);
     flow_ctl_close(srv);
     queue_release(&srv->queue);

@@ -30,6 +30,7 @@ struct evhttp;
 struct http_state;
 struct schedules;
 struct deps;
+struct batches;
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(conn_flush_list, conn);
 
@@ -92,6 +93,7 @@ struct srv {
     char errmsg[512];                   /* last error's text */
     struct schedules *schedules;        /* the periodic schedules (schedule.c), or NULL */
     struct deps *deps;                  /* the jobs that wait for others (deps.c), or NULL */
+    struct batches *batches;            /* the batches (batch.c), or NULL */
 };
 
 /* srv_epoch_arm (re)arms the epoch timer for the earliest scheduled job. */

@@ -105,8 +105,9 @@ static struct store_op *
 op_add_new(struct storage *sg, const struct job *j, size_t extra)
 {
     size_t rlen = job_row_len(j);
-    size_t len =
-        j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len + rlen;
+    size_t blen = j->ext != NULL && j->ext->batch != NULL ? strlen(j->ext->batch) : 0;
+    size_t len = j->handle_len + j->func->name_len + j->unique_len + j->reducer_len + j->data_len +
+                 rlen + blen;
     struct store_op *op = sg_malloc(sg, "op", sizeof(*op) + len + 1 + extra);
     struct store_job *sj;
     char *at;
@@ -144,6 +145,8 @@ op_add_new(struct storage *sg, const struct job *j, size_t extra)
     COPY(data, job_data(j), j->data_len);
     if (rlen > 0)
         COPY(result, job_row_text(j), rlen);
+    if (blen > 0)
+        COPY(batch, j->ext->batch, blen);
 #undef COPY
     sj->alias = op->alias;
     sj->lost = &op->lost;
@@ -249,6 +252,12 @@ storage_open(struct srv *srv, const struct storage_hooks *hooks)
     if (sg->ops->dep_list != NULL && hooks->replay_dep != NULL &&
         sg->ops->dep_list(sg->st, hooks->replay_dep, srv, err) != DSJOB_OK) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store: %s", err);
+        return -1;
+    }
+    if (sg->ops->batch_replay != NULL && hooks->replay_batch != NULL &&
+        sg->ops->batch_replay(sg->st, hooks->replay_batch, hooks->replay_member, srv, err) !=
+            DSJOB_OK) {
+        snprintf(srv->errmsg, sizeof(srv->errmsg), "replaying the store's batches: %s", err);
         return -1;
     }
     if (sg->ops->replay(sg->st, hooks->replay, srv, err) != DSJOB_OK) {
@@ -482,6 +491,71 @@ storage_keeps_schedules(const struct srv *srv)
     return srv->storage.durable && srv->storage.ops->sched != NULL;
 }
 
+bool
+storage_keeps_batches(const struct srv *srv)
+{
+    return !srv->storage.durable || srv->storage.ops->batch != NULL;
+}
+
+uint64_t
+storage_open_gen(const struct srv *srv)
+{
+    return srv->storage.handovers;
+}
+
+static size_t
+batch_bytes(const struct store_batch *sb)
+{
+    return sb->id_len + sb->on_complete_len + sb->on_success_len + sb->failed_len + 4;
+}
+
+/* Copy sb's strings to buf (batch_bytes of room), into out. */
+static void
+batch_copy(struct store_batch *out, const struct store_batch *sb, char *buf)
+{
+    *out = *sb;
+    out->id = buf;
+    memcpy(buf, sb->id, sb->id_len);
+    buf += sb->id_len + 1;
+    out->on_complete = buf;
+    memcpy(buf, sb->on_complete, sb->on_complete_len);
+    buf += sb->on_complete_len + 1;
+    out->on_success = buf;
+    memcpy(buf, sb->on_success, sb->on_success_len);
+    buf += sb->on_success_len + 1;
+    out->failed = buf;
+    memcpy(buf, sb->failed, sb->failed_len);
+}
+
+struct store_op *
+storage_batch(struct srv *srv, int what, const struct store_batch *sb, size_t room,
+              storage_op_fn *done)
+{
+    struct storage *sg = &srv->storage;
+    size_t size = batch_bytes(sb) + room;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + size);
+
+    if (op == NULL)
+        return NULL;
+    op->kind = STORE_OP_BATCH;
+    op->batch_what = what;
+    op->done = done;
+    op->buf_size = size;
+    batch_copy(&op->sb, sb, op->buf);
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return op;
+}
+
+bool
+storage_batch_redo(struct store_op *op, const struct store_batch *sb)
+{
+    if (batch_bytes(sb) > op->buf_size)
+        return false;
+    batch_copy(&op->sb, sb, op->buf);
+    return true;
+}
+
 /* Copy len bytes to *at and advance it; the copy's address. */
 static const char *
 put_bytes(char **at, const void *p, size_t len)
@@ -541,7 +615,7 @@ storage_sched_fire(struct srv *srv, const struct store_sched *ss, struct job *j,
     if (op == NULL)
         return -1;
     used = op->sj.handle_len + op->sj.func_len + op->sj.unique_len + op->sj.reducer_len +
-           op->sj.data_len + op->sj.result_len;
+           op->sj.data_len + op->sj.result_len + op->sj.batch_len;
     op->kind = STORE_OP_FIRE;
     op->done = done;
     op->job = job_ref(j);
@@ -696,6 +770,12 @@ writer_main(void *arg)
                 rc = sg->ops->dep != NULL
                          ? sg->ops->dep(sg->st, op->dep_what, &op->sd, op->why)
                          : store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no dependencies",
+                                     sg->ops->name);
+                break;
+            case STORE_OP_BATCH:
+                rc = sg->ops->batch != NULL
+                         ? sg->ops->batch(sg->st, op->batch_what, &op->sb, op->why)
+                         : store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no batches",
                                      sg->ops->name);
                 break;
             }
@@ -905,6 +985,7 @@ storage_flush(struct srv *srv)
     sg->open.nacks = 0;
     sg->want_flush = false;
     sg->retry = false;
+    sg->handovers++;
     sg->inflight = b;
     b->handed_ms = clock_loop_ms(srv->base);
     {

@@ -36,6 +36,7 @@ enum store_op_kind {
     STORE_OP_SCHEDS, /* read every stored schedule into rows */
     STORE_OP_FIRE,   /* claim ss's tick and, if claimed, add sj (its job) in one transaction */
     STORE_OP_DEP,    /* sd: add, end or forget dependency edges (dep_what) */
+    STORE_OP_BATCH,  /* sb: set or delete a batch's row (batch_what) */
 };
 
 /* A stored schedule read by a STORE_OP_SCHEDS, its bytes in buf; a list by next. */
@@ -85,6 +86,9 @@ struct store_op {
                                        (its continuation takes them) */
     struct store_dep sd;            /* for a dep op, its handles in buf */
     int dep_what;                   /* for a dep op: enum store_dep_what */
+    struct store_batch sb;          /* for a batch op, its strings in buf */
+    int batch_what;                 /* for a batch op: enum store_batch_what */
+    size_t buf_size;                /* for a batch op: bytes of buf */
     char buf[];                     /* the job's bytes */
 };
 
@@ -134,9 +138,11 @@ struct storage_commit {
 
 /* What the layer above gives storage_open: how replayed rows come back, what a commit counts. */
 struct storage_hooks {
-    store_replay_fn *replay;    /* a stored job (arg: the srv) */
-    store_func_fn *replay_func; /* a function's stored settings (arg: the srv) */
-    store_dep_fn *replay_dep;   /* a dependency edge, before the jobs (arg: the srv), or NULL */
+    store_replay_fn *replay;        /* a stored job (arg: the srv) */
+    store_func_fn *replay_func;     /* a function's stored settings (arg: the srv) */
+    store_dep_fn *replay_dep;       /* a dependency edge, before the jobs (arg: the srv), or NULL */
+    store_batch_fn *replay_batch;   /* a stored batch, before the jobs (arg: the srv) */
+    store_member_fn *replay_member; /* a stored batch member, before the jobs (arg: the srv) */
     void (*committed)(struct srv *srv, const struct storage_commit *sc); /* or failed */
 };
 
@@ -181,6 +187,7 @@ struct storage {
     bool durable;           /* a backend other than none */
     bool shared;            /* the backend has lease, remove_job and wait_notify */
     uint64_t commits;       /* batches committed */
+    uint64_t handovers;     /* open batches handed to the writer (storage_open_gen) */
     uint64_t failures;      /* batches that failed */
     struct event *stuck_ev; /* the batch in flight has not come back for a while */
     bool stuck;             /* ...and it was logged: /healthz says so until it comes back */
@@ -320,6 +327,32 @@ bool storage_keeps_deps(const struct srv *srv);
  * only ok. 0, or -1 (memory).
  */
 int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
+
+/*
+ * storage_keeps_batches says whether the server can have batches: in
+ * memory without a durable store, or in a store that keeps them (sqlite);
+ * the others (memcached, postgres) cannot (batch.c refuses them).
+ */
+bool storage_keeps_batches(const struct srv *srv);
+
+/*
+ * storage_batch puts what (enum store_batch_what) to sb in the open batch,
+ * its strings copied with room bytes to spare for storage_batch_redo;
+ * done runs once its batch is done (ok false: it did not commit, and the
+ * op is freed after). The op, or NULL (memory).
+ */
+struct store_op *storage_batch(struct srv *srv, int what, const struct store_batch *sb, size_t room,
+                               storage_op_fn *done);
+
+/*
+ * storage_batch_redo makes op, a batch op still in the open batch (no
+ * handover since: storage_open_gen), write sb instead. false: sb does not
+ * fit in op's room (op is unchanged).
+ */
+bool storage_batch_redo(struct store_op *op, const struct store_batch *sb);
+
+/* storage_open_gen changes each time the open batch is handed over. */
+uint64_t storage_open_gen(const struct srv *srv);
 
 /* storage_kick hands the open batch over at the end of this loop turn, even an empty one. */
 void storage_kick(struct srv *srv);

@@ -40,6 +40,9 @@ struct store_job {
     bool unique_is_data; /* unique "-" */
     int64_t deadline_ms; /* LIVE: epoch ms it must start by, else it expires; 0: none (SQLite
                             keeps it; the other backends do not yet) */
+    const char *batch;   /* add: the batch it joins (batch.c), kept beside the job in the same
+                          change by a store that keeps batches; NULL or "": none */
+    size_t batch_len;    /* bytes of batch */
     /* The job's life beyond gearmand's (retries, dead set, kept results). */
     int state;            /* enum store_state */
     uint32_t attempts;    /* attempts that failed so far */
@@ -142,6 +145,43 @@ enum store_dep_what {
 
 /* Called by dep_list once per stored edge, by child; non-zero stops it. */
 typedef int store_dep_fn(const struct store_dep *sd, void *arg);
+
+/*
+ * A batch (batch.c), as a store keeps it: one row per id, with its
+ * counters. Its members are kept beside their jobs (store_job's batch): a
+ * member's row goes with its job's row, or with the job's end. Pointers
+ * are borrowed for the call.
+ */
+struct store_batch {
+    const char *id; /* the batch's id */
+    size_t id_len;
+    const char *on_complete; /* function of the job submitted when every job ended, or "" */
+    size_t on_complete_len;
+    const char *on_success; /* ... when every job succeeded, or "" */
+    size_t on_success_len;
+    const char *failed; /* handles of the members that failed, each ended by a newline */
+    size_t failed_len;
+    uint64_t total;      /* jobs that joined */
+    uint64_t done;       /* ... that ended with WORK_COMPLETE */
+    uint64_t failed_n;   /* ... that ended otherwise (failed, cancelled, expired, dropped) */
+    uint64_t dead;       /* ... that went to the dead set */
+    bool closed;         /* takes no more jobs */
+    bool fired_complete; /* its on_complete job was submitted (in the same commit) */
+    bool fired_success;  /* its on_success job was submitted (in the same commit) */
+    int64_t created;     /* epoch seconds it was opened */
+};
+
+/* What a store's batch op does with a batch. */
+enum store_batch_what {
+    STORE_BATCH_SET,    /* insert or replace its row */
+    STORE_BATCH_DELETE, /* delete its row and its members' rows */
+};
+
+/* Called by batch_replay once per stored batch; non-zero stops it. */
+typedef int store_batch_fn(const struct store_batch *sb, void *arg);
+
+/* Called by batch_replay once per stored member: the job id in batch id; non-zero stops it. */
+typedef int store_member_fn(const char *id, size_t id_len, uint64_t job_id, void *arg);
 
 /* Called by sched_list once per stored schedule; non-zero stops it. */
 typedef int store_sched_fn(const struct store_sched *ss, void *arg);
@@ -324,6 +364,18 @@ struct store_ops {
     int (*dep)(struct store *st, int what, const struct store_dep *sd, char *err);
     /* dep_list: call fn for every stored edge, by child, before replay. */
     int (*dep_list)(struct store *st, store_dep_fn *fn, void *arg, char *err);
+    /*
+     * Batches (both, or none: NULL in a store that keeps none, and then
+     * the server refuses batches). batch: put what (enum store_batch_what)
+     * to sb in the open batch. A store that has them also adds a member's
+     * row with an add whose batch is set, and deletes it with the job's
+     * remove or with an update that ends it (state not LIVE), in the same
+     * commit. batch_replay, before replay: fn for each stored batch, then
+     * mfn for each member.
+     */
+    int (*batch)(struct store *st, int what, const struct store_batch *sb, char *err);
+    int (*batch_replay)(struct store *st, store_batch_fn *fn, store_member_fn *mfn, void *arg,
+                        char *err);
 };
 
 /* The backends built into this dsjobd. */

@@ -157,11 +157,23 @@ struct store {
     int lock_fd;                /* flock()ed: one dsjobd per database */
     const char *import;         /* gearmand's queue table to take in at the schema's making,
                                    or NULL (borrowed from the config, for open only) */
+    bool batches_made;          /* the batch tables exist and bset ... mdel are prepared */
+    bool batches_new;           /* ... made in the open batch: a rollback unmakes them */
+    sqlite3_stmt *bset;         /* INSERT OR REPLACE of one batch */
+    sqlite3_stmt *bdel;         /* DELETE of one batch */
+    sqlite3_stmt *bmdel;        /* DELETE of one batch's members */
+    sqlite3_stmt *mins;         /* INSERT of one member */
+    sqlite3_stmt *mdel;         /* DELETE of one member by job id */
 };
 
 /* Test seams (like beanstalkd's falloc), declared again in t_store_sqlite.c. */
 int store_sqlite_test_limit_pages(struct store *st, long pages);
 int store_sqlite_test_fail_commits(struct store *st, bool on);
+
+static int member_delete(struct store *st, uint64_t id);
+static int member_insert(struct store *st, const struct store_job *sj);
+static void batch_tables_unmake(struct store *st);
+static void batch_stmts_free(struct store *st);
 
 /* db_error is sqlite's message for rc: errmsg if it is about rc, else the generic text. */
 static const char *
@@ -707,6 +719,8 @@ batch_abandon(struct store *st, char *err)
 {
     if (!sqlite3_get_autocommit(st->db))
         db_exec(st->db, "ROLLBACK");
+    if (st->batches_new)
+        batch_tables_unmake(st);
     st->failed = false;
     return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
 }
@@ -715,6 +729,9 @@ static int
 delete_id(struct store *st, uint64_t id)
 {
     int rc;
+
+    if (member_delete(st, id) != 0)
+        return -1;
 
     rc = sqlite3_bind_int64(st->del, 1, (sqlite3_int64)id);
     if (rc == SQLITE_OK)
@@ -823,6 +840,8 @@ sqlite_add(struct store *st, const struct store_job *sj, char *err)
         batch_fail(st, "add job to", rc);
     sqlite3_reset(st->ins);
     sqlite3_clear_bindings(st->ins);
+    if (rc == SQLITE_DONE && sj->batch_len > 0 && member_insert(st, sj) != 0)
+        rc = SQLITE_ERROR;
     if (rc == SQLITE_DONE)
         return DSJOB_OK;
 refuse:
@@ -844,6 +863,9 @@ sqlite_update(struct store *st, const struct store_job *sj, char *err)
         batch_fail(st, "update job in", rc);
     sqlite3_reset(st->upd);
     sqlite3_clear_bindings(st->upd);
+    /* An end (dead, kept) ends its membership too: the batch counted it in this commit. */
+    if (rc == SQLITE_DONE && sj->state != STORE_LIVE && member_delete(st, sj->id) != 0)
+        rc = SQLITE_ERROR;
     if (rc == SQLITE_DONE)
         return DSJOB_OK;
 refuse:
@@ -1232,6 +1254,7 @@ sqlite_flush(struct store *st, char *err)
     if (st->failed)
         return batch_abandon(st, err);
     st->nremoves = 0;
+    st->batches_new = false;
     return DSJOB_OK;
 }
 
@@ -1299,6 +1322,7 @@ sqlite_close(struct store *st)
         return;
     (void)sqlite_flush(st, err); /* best effort: nobody is left to tell */
     finalize_all(st);
+    batch_stmts_free(st);
     sqlite3_close(st->db);
     if (st->lock_fd >= 0)
         close(st->lock_fd);
@@ -1344,6 +1368,257 @@ store_sqlite_test_fail_commits(struct store *st, bool on)
     return 0;
 }
 
+/*
+ * Batches (batch.c) live in two tables of their own, made by the first
+ * batch op or member, beside the schema as the schedules are: batches,
+ * one row per batch with its counters, and batch_jobs, one row per member
+ * job that has not ended, written in the same transaction as its job's
+ * add and its job's end (remove, or the rewrite to dead or kept).
+ */
+#define BATCH_TABLES                                                                               \
+    "CREATE TABLE IF NOT EXISTS batches ("                                                         \
+    " id TEXT PRIMARY KEY,"                                                                        \
+    " on_complete TEXT NOT NULL,"                                                                  \
+    " on_success TEXT NOT NULL,"                                                                   \
+    " failed BLOB NOT NULL," /* handles of failed members, each ended by a newline */              \
+    " total INTEGER NOT NULL,"                                                                     \
+    " done INTEGER NOT NULL,"                                                                      \
+    " failed_n INTEGER NOT NULL,"                                                                  \
+    " dead INTEGER NOT NULL,"                                                                      \
+    " closed INTEGER NOT NULL,"                                                                    \
+    " fired_complete INTEGER NOT NULL,"                                                            \
+    " fired_success INTEGER NOT NULL,"                                                             \
+    " created INTEGER NOT NULL);"                                                                  \
+    "CREATE TABLE IF NOT EXISTS batch_jobs ("                                                      \
+    " job_id INTEGER PRIMARY KEY,"                                                                 \
+    " batch TEXT NOT NULL)" /* no index on batch: only a drop reads by it */
+
+static void
+batch_stmts_free(struct store *st)
+{
+    sqlite3_finalize(st->bset);
+    sqlite3_finalize(st->bdel);
+    sqlite3_finalize(st->bmdel);
+    sqlite3_finalize(st->mins);
+    sqlite3_finalize(st->mdel);
+    st->bset = st->bdel = st->bmdel = st->mins = st->mdel = NULL;
+}
+
+/* The tables were made in a batch that rolled back: they are gone again. */
+static void
+batch_tables_unmake(struct store *st)
+{
+    batch_stmts_free(st);
+    st->batches_made = st->batches_new = false;
+}
+
+static int
+batch_stmts(struct store *st)
+{
+    int rc;
+
+    rc = sqlite3_prepare_v2(st->db,
+                            "INSERT OR REPLACE INTO batches (id, on_complete, on_success, failed,"
+                            " total, done, failed_n, dead, closed, fired_complete, fired_success,"
+                            " created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                            -1, &st->bset, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, "DELETE FROM batches WHERE id = ?", -1, &st->bdel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, "DELETE FROM batch_jobs WHERE batch = ?", -1, &st->bmdel,
+                                NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db,
+                                "INSERT OR REPLACE INTO batch_jobs (job_id, batch) VALUES (?,?)",
+                                -1, &st->mins, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, "DELETE FROM batch_jobs WHERE job_id = ?", -1, &st->mdel,
+                                NULL);
+    if (rc != SQLITE_OK)
+        batch_stmts_free(st);
+    return rc;
+}
+
+/* In the open batch: the batch tables made, their statements prepared. */
+static int
+batch_tables(struct store *st)
+{
+    int rc;
+
+    if (st->batches_made)
+        return SQLITE_OK;
+    rc = db_exec(st->db, BATCH_TABLES);
+    if (rc == SQLITE_OK)
+        rc = batch_stmts(st);
+    if (rc != SQLITE_OK) {
+        batch_fail(st, "make the batch tables in", rc);
+        return rc;
+    }
+    st->batches_made = st->batches_new = true;
+    return SQLITE_OK;
+}
+
+/* Step stmt once (its binds done by the caller), then reset it; 0, or -1 (the batch failed). */
+static int
+step_once(struct store *st, sqlite3_stmt *stmt, int rc, const char *what)
+{
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE)
+        batch_fail(st, what, rc);
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int
+member_insert(struct store *st, const struct store_job *sj)
+{
+    int rc = batch_tables(st);
+
+    if (rc != SQLITE_OK)
+        return -1;
+    rc = sqlite3_bind_int64(st->mins, 1, (sqlite3_int64)sj->id);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(st->mins, 1, sj->batch, sj->batch_len, true);
+    return step_once(st, st->mins, rc, "add a batch member to");
+}
+
+static int
+member_delete(struct store *st, uint64_t id)
+{
+    if (!st->batches_made)
+        return 0;
+    return step_once(st, st->mdel, sqlite3_bind_int64(st->mdel, 1, (sqlite3_int64)id),
+                     "remove a batch member from");
+}
+
+static int
+sqlite_batch(struct store *st, int what, const struct store_batch *sb, char *err)
+{
+    sqlite3_stmt *b;
+    int rc;
+
+    if (what != STORE_BATCH_SET && what != STORE_BATCH_DELETE)
+        return store_say(err, DSJOB_ERR_ARG, "unknown batch op %d", what);
+    if (!batch_open(st) || batch_tables(st) != SQLITE_OK)
+        goto refuse;
+    b = st->bset;
+    if (what == STORE_BATCH_DELETE) {
+        rc = bind_bytes(st->bdel, 0, sb->id, sb->id_len, true);
+        if (step_once(st, st->bdel, rc, "delete a batch in") != 0)
+            goto refuse;
+        rc = bind_bytes(st->bmdel, 0, sb->id, sb->id_len, true);
+        if (step_once(st, st->bmdel, rc, "delete a batch in") != 0)
+            goto refuse;
+        return DSJOB_OK;
+    }
+    rc = bind_bytes(b, 0, sb->id, sb->id_len, true);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(b, 1, sb->on_complete, sb->on_complete_len, true);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(b, 2, sb->on_success, sb->on_success_len, true);
+    if (rc == SQLITE_OK)
+        rc = bind_bytes(b, 3, sb->failed, sb->failed_len, false);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(b, 5, (sqlite3_int64)sb->total);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(b, 6, (sqlite3_int64)sb->done);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(b, 7, (sqlite3_int64)sb->failed_n);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(b, 8, (sqlite3_int64)sb->dead);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(b, 9, sb->closed);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(b, 10, sb->fired_complete);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int(b, 11, sb->fired_success);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(b, 12, sb->created);
+    if (step_once(st, b, rc, "write a batch in") == 0)
+        return DSJOB_OK;
+refuse:
+    return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
+}
+
+static int
+sqlite_batch_replay(struct store *st, store_batch_fn *fn, store_member_fn *mfn, void *arg,
+                    char *err)
+{
+    sqlite3_stmt *stmt = NULL;
+    long long made = 0;
+    int rc;
+
+    rc = query_int(st->db,
+                   "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND"
+                   " name = 'batch_jobs'",
+                   &made);
+    if (rc != SQLITE_OK)
+        goto fail;
+    if (made == 0)
+        return DSJOB_OK; /* no batch was ever made here, and reading makes none */
+    if (!st->batches_made) {
+        rc = batch_stmts(st);
+        if (rc != SQLITE_OK)
+            goto fail;
+        st->batches_made = true;
+    }
+    rc = sqlite3_prepare_v2(st->db,
+                            "SELECT id, on_complete, on_success, failed, total, done, failed_n,"
+                            " dead, closed, fired_complete, fired_success, created FROM batches"
+                            " ORDER BY created, id",
+                            -1, &stmt, NULL);
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+        struct store_batch sb;
+
+        if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
+            break;
+
+        memset(&sb, 0, sizeof(sb));
+        sb.id = col_bytes(stmt, 0, &sb.id_len);
+        sb.on_complete = col_bytes(stmt, 1, &sb.on_complete_len);
+        sb.on_success = col_bytes(stmt, 2, &sb.on_success_len);
+        sb.failed = col_bytes(stmt, 3, &sb.failed_len);
+        sb.total = (uint64_t)sqlite3_column_int64(stmt, 4);
+        sb.done = (uint64_t)sqlite3_column_int64(stmt, 5);
+        sb.failed_n = (uint64_t)sqlite3_column_int64(stmt, 6);
+        sb.dead = (uint64_t)sqlite3_column_int64(stmt, 7);
+        sb.closed = sqlite3_column_int(stmt, 8) != 0;
+        sb.fired_complete = sqlite3_column_int(stmt, 9) != 0;
+        sb.fired_success = sqlite3_column_int(stmt, 10) != 0;
+        sb.created = sqlite3_column_int64(stmt, 11);
+        if (fn(&sb, arg) != 0) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    sqlite3_finalize(stmt);
+    stmt = NULL;
+    if (rc != SQLITE_DONE)
+        goto fail;
+    rc = sqlite3_prepare_v2(st->db, "SELECT batch, job_id FROM batch_jobs ORDER BY job_id", -1,
+                            &stmt, NULL);
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+        size_t len;
+        const char *id;
+
+        if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
+            break;
+        id = col_bytes(stmt, 0, &len);
+        if (mfn(id, len, (uint64_t)sqlite3_column_int64(stmt, 1), arg) != 0) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+    }
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_DONE)
+        return DSJOB_OK;
+fail:
+    return store_say(err, DSJOB_ERR_STORE, "cannot read the batches of '%s': %s", st->path,
+                     db_error(st->db, rc));
+}
+
 const struct store_ops store_sqlite_ops = {
     .name = "sqlite",
     .open = sqlite_open,
@@ -1360,4 +1635,6 @@ const struct store_ops store_sqlite_ops = {
     .sched_fire = sqlite_sched_fire,
     .dep = sqlite_dep,
     .dep_list = sqlite_dep_list,
+    .batch = sqlite_batch,
+    .batch_replay = sqlite_batch_replay,
 };

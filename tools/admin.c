@@ -269,6 +269,22 @@ admin_ask(const struct cli *cli, const char *server, const char *line, enum repl
     return ADMIN_OK;
 }
 
+int
+cli_admin_ask(struct cli *cli, const char *server, const char *line, bool listing, char **out)
+{
+    struct reply r;
+    enum admin_result res =
+        admin_ask(cli, server, line, listing ? REPLY_LISTING : REPLY_LINE, &r, false);
+
+    *out = NULL;
+    if (res == ADMIN_OK) {
+        *out = r.buf;
+        return CLI_OK;
+    }
+    free(r.buf);
+    return res == ADMIN_DOWN ? CLI_UNREACHABLE : CLI_FAILED;
+}
+
 /* Splits a status or show jobs line on tabs into exactly n cells. */
 static bool
 split_tabs(const char *p, size_t len, size_t n, const char **cells, size_t *lens)

@@ -64,6 +64,9 @@ static const char usage_text[] =
     "         NAME 'CRON' FUNCTION [PAYLOAD]\n"
     "  schedule list | schedule pause|resume|rm NAME\n"
     "                       periodic jobs, one per tick of a cron expression (dsjobd)\n"
+    "  batch open [--on-complete FUNCTION] [--on-success FUNCTION] ID\n"
+    "  batch add [-n N] [-u UNIQUE] ID FUNCTION [DATA] | batch close|status|drop ID\n"
+    "  batch list           background jobs counted together, with callbacks (dsjobd)\n"
     "  cancel HANDLE        cancel a job\n"
     "  shutdown [--graceful]\n"
     "                       stop the server (dsjobd)\n"
@@ -360,6 +363,7 @@ static const struct verb {
     {"result", admin_main},   {"dead", admin_main},      {"stats", admin_main},
     {"limit", admin_main},    {"pause", admin_main},     {"resume", admin_main},
     {"maxage", admin_main},   {"uniquefor", admin_main}, {"schedule", admin_main},
+    {"batch", batch_main},
 };
 
 void

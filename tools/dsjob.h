@@ -48,6 +48,9 @@ enum cli_opt {
     OPT_DEADLINE,       /* submit --deadline */
     OPT_AFTER,          /* submit --after */
     OPT_AFTER_FAIL,     /* submit --after-fail */
+    OPT_ON_COMPLETE,    /* batch open --on-complete */
+    OPT_ON_SUCCESS,     /* batch open --on-success */
+    OPT_NUMBERED,       /* batch add --numbered */
 };
 
 /* The options every verb takes, and the verb being run. */
@@ -139,8 +142,17 @@ int cli_write_all(int fd, const void *buf, size_t len);
 /* cli_parse_uint parses a decimal in [min, max]; returns 0, or -1 when s is not one. */
 int cli_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out);
 
+/*
+ * cli_admin_ask sends line (the admin protocol) to server and puts its
+ * reply, a line or with listing one ending in ".", in *out (the caller
+ * frees it; NULL unless CLI_OK). An ERR answer is printed (CLI_FAILED);
+ * a server not reached is CLI_UNREACHABLE. Uses cli->admin_tls.
+ */
+int cli_admin_ask(struct cli *cli, const char *server, const char *line, bool listing, char **out);
+
 /* The verbs. Each gets argv from the verb's name on and returns an enum cli_exit. */
 int submit_main(struct cli *cli, int argc, char **argv);
+int batch_main(struct cli *cli, int argc, char **argv);
 int runner_main(struct cli *cli, int argc, char **argv);
 int admin_main(struct cli *cli, int argc, char **argv);
 

@@ -291,6 +291,42 @@ DSJOB_API int dsjob_client_schedule(struct dsjob_client *c, const char *verb, co
 DSJOB_API int dsjob_client_schedule_list(struct dsjob_client *c, char **out);
 
 /*
+ * Batches (dsjobd; see BATCHES in dsjobd(8)): a group of background jobs
+ * whose ends the server counts; once the batch is closed and every job
+ * ended it submits the on_complete job, and if every one succeeded the
+ * on_success job, each once, with the batch's summary (JSON) as payload.
+ * A batch lives on one server: these calls use the first server added,
+ * and the jobs must go there too (a client of one server). id is 1 to 64
+ * bytes of A-Z a-z 0-9 _ . : - (borrowed, as the function names).
+ *
+ * dsjob_client_batch_open opens batch id; on_complete and on_success are
+ * the callbacks' functions, each NULL or "" for none.
+ * dsjob_client_batch_close closes it: it takes no more jobs (a batch
+ * closed with none fires at once). dsjob_client_batch_status puts the
+ * server's status line in *out ("OK id=ID total=N pending=N done=N
+ * failed=N dead=N closed=yes|no ... fired-complete=yes|no
+ * fired-success=yes|no"), which the caller frees with dsjob_free.
+ * Each returns DSJOB_OK, DSJOB_ERR_ARG (no server, a bad id or name),
+ * DSJOB_ERR_SERVER (the server refused: errmsg has its words, such as
+ * UNKNOWN_BATCH, BATCH_EXISTS, or a store that keeps no batches), or a
+ * connection error.
+ */
+DSJOB_API int dsjob_client_batch_open(struct dsjob_client *c, const char *id,
+                                      const char *on_complete, const char *on_success);
+DSJOB_API int dsjob_client_batch_close(struct dsjob_client *c, const char *id);
+DSJOB_API int dsjob_client_batch_status(struct dsjob_client *c, const char *id, char **out);
+
+/*
+ * dsjob_client_set_batch makes the background jobs c submits from now on
+ * (new jobs; one whose unique key joins a live job does not join) members
+ * of batch id; NULL or "" stops that. Sent as OPTION_REQ "batch=ID" on
+ * each connection (a server without batches ignores it). A submit to a
+ * batch that is unknown or closed fails with DSJOB_ERR_SERVER
+ * (UNKNOWN_BATCH, BATCH_CLOSED). DSJOB_OK or DSJOB_ERR_ARG (a bad id).
+ */
+DSJOB_API int dsjob_client_set_batch(struct dsjob_client *c, const char *id);
+
+/*
  * Callbacks of a task set, all optional (NULL). t is the task (borrowed,
  * valid until dsjob_taskset_free), user the pointer given to
  * dsjob_taskset_add. Bytes are borrowed for the duration of the call.

@@ -21,7 +21,7 @@ from __future__ import annotations
 from ._errors import Error, JobFailed, NoServer, Refused, Timeout, WorkFail
 from . import _dsjob
 from ._dsjob import Job as WorkerJob
-from .client import Client, Job, Status, Stream, TLS
+from .client import Batch, Client, Job, Status, Stream, TLS
 from .server import Server
 from .worker import GiveBack, Worker
 from . import aio
@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 library_version: str = _dsjob.library_version
 
 __all__ = [
-    "Client", "Worker", "Server", "Job", "WorkerJob", "Status", "Stream", "TLS",
+    "Client", "Batch", "Worker", "Server", "Job", "WorkerJob", "Status", "Stream", "TLS",
     "Error", "JobFailed", "NoServer", "Refused", "Timeout", "WorkFail", "GiveBack",
     "__version__", "library_version", "aio",
 ]

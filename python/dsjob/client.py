@@ -321,6 +321,58 @@ class Client:
         """Check that every server answers ECHO_REQ with the same bytes."""
         self._c.echo(to_bytes(data))
 
+    # Batches (dsjobd), on the admin text protocol of the first server.
+
+    def _batch_line(self, line: str, kind: str = "line") -> bytes:
+        return self._admin()[0].ask(line, kind)
+
+    def batch(self, id: str, *, on_complete: str | None = None,
+              on_success: str | None = None) -> Batch:
+        """Open dsjobd batch ``id`` (1 to 64 of A-Z a-z 0-9 _ . : -) with the
+        functions of its callbacks, and return it as a :class:`Batch` whose
+        ``submit`` joins jobs to it::
+
+            with client.batch("nightly", on_complete="dataset.merge") as b:
+                for shard in range(8):
+                    b.submit("dataset.shard", str(shard))
+
+        Raises Refused (BATCH_EXISTS, or STORE_ERROR with a store that keeps
+        no batches) and NoServer.
+        """
+        for name in (on_complete, on_success):
+            if name is not None and (not name or any(ch.isspace() for ch in name)):
+                raise ValueError(f"bad callback function name {name!r}")
+        words = [f"batch open {id}"]
+        if on_complete:
+            words.append(f"on-complete={on_complete}")
+        if on_success:
+            words.append(f"on-success={on_success}")
+        self._batch_line(" ".join(words))
+        return Batch(self, id)
+
+    def batch_status(self, id: str) -> dict[str, Any]:
+        """A batch's counts and flags: ``id``, ``total``, ``pending``,
+        ``done``, ``failed``, ``dead`` (ints), ``closed``, ``fired_complete``,
+        ``fired_success`` (bools), ``on_complete``, ``on_success`` (None for
+        none). Refused (UNKNOWN_BATCH) if there is no such batch."""
+        return _status_fields(self._batch_line(f"batch status {id}").split(b"\n", 1)[0])
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every batch of the first server, as :meth:`batch_status` gives one."""
+        rows = []
+        for line in self._batch_line("batch list", "listing").split(b"\n"):
+            f = line.rstrip(b"\r").split(b"\t")
+            if len(f) != 11:
+                continue
+            d = [x.decode(errors="replace") for x in f]
+            rows.append({"id": d[0], "total": int(d[1]), "pending": int(d[2]),
+                         "done": int(d[3]), "failed": int(d[4]), "dead": int(d[5]),
+                         "closed": d[6] == "closed",
+                         "on_complete": None if d[7] == "-" else d[7],
+                         "on_success": None if d[8] == "-" else d[8],
+                         "fired_complete": d[9] == "yes", "fired_success": d[10] == "yes"})
+        return rows
+
     # Admin views, on the admin text protocol.
 
     def _admin(self) -> list[admin.AdminConnection]:
@@ -443,6 +495,72 @@ class Client:
                 last = e
         assert last is not None
         raise last
+
+
+def _status_fields(line: bytes) -> dict[str, Any]:
+    """"OK id=b total=3 closed=no ..." as a dict: numbers as int, yes/no as bool,
+    "-" as None."""
+    out: dict[str, Any] = {}
+    for word in line.decode(errors="replace").split()[1:]:
+        key, _, val = word.partition("=")
+        name = key.replace("-", "_")
+        if val.isdigit():
+            out[name] = int(val)
+        elif val in ("yes", "no"):
+            out[name] = val == "yes"
+        else:
+            out[name] = None if val == "-" else val
+    return out
+
+
+class Batch:
+    """A dsjobd batch (see BATCHES in dsjobd(8)), made by
+    :meth:`Client.batch`: the background jobs :meth:`submit` sends join it,
+    and once it is closed and they have all ended the server submits its
+    ``on_complete`` job, and if every one succeeded its ``on_success`` job,
+    each once, with a JSON summary (counts, failed handles) as payload.
+
+    Used as a context manager it is closed at the end of the block (unless
+    an exception left it, when it stays open). A batch lives on the
+    client's first server.
+    """
+
+    def __init__(self, client: Client, id: str) -> None:
+        self.client = client
+        self.id = id
+        self._c = _dsjob.Client(timeout_ms(client.connect_timeout), timeout_ms(client.timeout))
+        if client.tls is not None:
+            self._c.set_tls(client.tls.ca_file, client.tls.cert_file, client.tls.key_file,
+                            client.tls.flags())
+        self._c.add_server(client.servers[0])
+        self._c.set_batch(id)
+
+    def __repr__(self) -> str:
+        return f"dsjob.Batch({self.id!r})"
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+
+    def submit(self, function: str, payload: bytes | str = b"", *, unique: str | None = None,
+               priority: str | int = "normal") -> Job:
+        """Submit a background job into the batch; the :class:`Job` once the
+        server has accepted it. Refused (UNKNOWN_BATCH, BATCH_CLOSED) if the
+        batch is gone or closed."""
+        prio = 0 if priority == "normal" else _priority(priority)
+        handle = self._c.submit_bg(function, to_bytes(payload), unique, prio, None)
+        return Job(handle, function, unique)
+
+    def close(self) -> None:
+        """Take no more jobs; a batch closed with none fires at once."""
+        self.client._batch_line(f"batch close {self.id}")
+
+    def status(self) -> dict[str, Any]:
+        """See :meth:`Client.batch_status`."""
+        return self.client.batch_status(self.id)
 
 
 def _task_error(err: int, errmsg: str, handle: str, index: int) -> Exception:

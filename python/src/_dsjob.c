@@ -576,6 +576,28 @@ Client_status(ClientObject *self, PyObject *args, PyObject *kw)
     return res;
 }
 
+PyDoc_STRVAR(Client_set_batch_doc, "set_batch(id)\n\n"
+                                   "Make the client's later background jobs join dsjobd batch id\n"
+                                   "(OPTION_REQ batch=ID); None or \"\" stops that.");
+
+static PyObject *
+Client_set_batch(ClientObject *self, PyObject *arg)
+{
+    const char *id = NULL;
+    int err;
+
+    if (arg != Py_None && (id = PyUnicode_AsUTF8(arg)) == NULL)
+        return NULL;
+    CALL_WAITING(self->lock, err = dsjob_client_set_batch(self->c, id));
+    if (err != DSJOB_OK) {
+        raise_err(err, dsjob_client_errmsg(self->c));
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Client_echo(ClientObject *self, PyObject *arg)
 {
@@ -1283,6 +1305,7 @@ static PyMethodDef Client_methods[] = {
      Client_submit_bg_doc},
     {"status", (PyCFunction)(void (*)(void))Client_status, METH_VARARGS | METH_KEYWORDS,
      Client_status_doc},
+    {"set_batch", (PyCFunction)Client_set_batch, METH_O, Client_set_batch_doc},
     {"echo", (PyCFunction)Client_echo, METH_O,
      "echo(data): check that every server echoes data back."},
     {"run_tasks", (PyCFunction)(void (*)(void))Client_run_tasks, METH_VARARGS | METH_KEYWORDS,

@@ -1,6 +1,6 @@
 /*
  * dsjobd's dashboard. Once a second it reads /api/status, /api/workers and
- * /api/schedules (and /api/job/... while a job is looked up), keeps five minutes of
+ * /api/schedules, /api/batches (and /api/job/... while a job is looked up), keeps five minutes of
  * samples in memory for the chart, and rebuilds each table in one
  * innerHTML assignment, only when its text changed, so that a thousand
  * functions cost one DOM build a second. No library, nothing loaded from
@@ -344,6 +344,31 @@
         $("schedules-box").hidden = list.length === 0;
     }
 
+    /* ---- batches ---- */
+
+    let lastBatchesHtml = "";
+
+    /* A callback's cell: its function, and "fired" once its job was submitted. */
+    function callbackCell(fn, fired) {
+        if (fn === null) return '<span class="muted">-</span>';
+        return esc(fn) + (fired ? ' <span class="muted">fired</span>' : "");
+    }
+
+    function renderBatches(list) {
+        const parts = list.map((b) => '<tr><td class="l">' + esc(b.id) + "</td><td>" + num(b.total) +
+            "</td><td>" + num(b.pending) + "</td><td>" + num(b.done) + "</td><td>" + num(b.failed) +
+            "</td><td>" + num(b.dead) + '</td><td class="l">' + (b.closed ? "closed" : "open") +
+            '</td><td class="l">' + callbackCell(b.on_complete, b.fired_complete) +
+            '</td><td class="l">' + callbackCell(b.on_success, b.fired_success) + "</td></tr>");
+        const html = parts.join("");
+        if (html !== lastBatchesHtml) {
+            document.querySelector("#batches tbody").innerHTML = html;
+            lastBatchesHtml = html;
+        }
+        $("batches-count").textContent = "(" + list.length + ")";
+        $("batches-box").hidden = list.length === 0;
+    }
+
     /* ---- job lookup ---- */
 
     async function findJob(q, f) {
@@ -419,8 +444,8 @@
         busy = true;
         const t0 = performance.now();
         try {
-            const [st, wk, sc] = await Promise.all([get("/api/status"), get("/api/workers"),
-                get("/api/schedules"), refreshJob()]);
+            const [st, wk, sc, ba] = await Promise.all([get("/api/status"), get("/api/workers"),
+                get("/api/schedules"), get("/api/batches"), refreshJob()]);
             if (st.status === 200) {
                 summarize(st.body);
                 funcs = st.body.functions.map(rowOf);
@@ -428,6 +453,7 @@
             }
             if (wk.status === 200) renderWorkers(wk.body.workers);
             if (sc.status === 200) renderSchedules(sc.body.schedules);
+            if (ba.status === 200) renderBatches(ba.body.batches);
             drawChart();
             $("updated").textContent = "updated " + new Date().toLocaleTimeString();
             window.dsjobDashboard.refreshes++;

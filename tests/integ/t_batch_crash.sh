@@ -1,0 +1,194 @@
+#!/bin/sh
+# kill -9 of dsjobd at random points of a batch with callbacks (sqlite):
+# BATCH_CRASH_JOBS jobs (default 200; make check-long runs 1,000 with ten
+# kills) are added and the batch closed, then workers (`gearman -w` and
+# `dsjob worker`) run them while the server is killed BATCH_CRASH_KILLS
+# times (default 3) and restarted on the same store. Then:
+#
+#   - every acknowledged job (each handle `dsjob batch add` printed) ran
+#   - on_complete and on_success were each submitted exactly once (one
+#     handle each: a callback job run twice after a kill is the same job)
+#   - the counts are right (total, done, fired)
+#   - a further restart fires nothing again
+#   - a second batch, killed while its jobs are added: every acknowledged
+#     job is a member and runs, the counts agree, it fires once
+#
+# The kills come when a random number of jobs have run (the last when all
+# have, as the callbacks fire), each after a random 0 to 0.3 s more; every
+# wait is for an event, bounded by 120 s of nothing moving.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+
+[ -x "$DSJOB" ] || {
+    echo "1..0 # SKIP tools/dsjob is not built"
+    exit 0
+}
+skip_unless_cmd "${GEARMAN:-gearman}" "a member worker"
+unset DSJOB_SERVERS
+N=${BATCH_CRASH_JOBS:-200}
+KILLS=${BATCH_CRASH_KILLS:-3}
+W=$T/work
+REC=$T/ran
+CB=$T/callbacks
+
+ds() { "$DSJOB" -s "127.0.0.1:$SERVER_PORT" -t 20000 "$@"; }
+status() { ds batch status crash 2>/dev/null; }
+field() { status | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+ran() {
+    _c=$(grep -c . "$REC" 2>/dev/null)
+    echo "${_c:-0}"
+}
+cb_handles() { grep "^batch:crash:$1 " "$CB" 2>/dev/null | cut -d' ' -f2 | sort -u | grep -c .; }
+cb_seen() { [ "$(cb_handles "$1")" -ge 1 ]; }
+
+cat >"$T/member.sh" <<'EOF'
+printf '%s\n' "$(cat)" >> "$1"
+EOF
+cat >"$T/cb.sh" <<'EOF'
+cat >/dev/null
+printf '%s %s\n' "$DSJOB_UNIQUE" "$DSJOB_HANDLE" >> "$1"
+EOF
+workers() {
+    timeout 900 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f crash.job -- sh "$T/member.sh" \
+        "$REC" >/dev/null 2>&1 &
+    track $!
+    "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -c 3 -f crash.job -- sh "$T/member.sh" "$REC" \
+        2>>"$T/worker.err" &
+    track $!
+    "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f cb.done -f cb.ok -- sh "$T/cb.sh" "$CB" \
+        2>>"$T/worker.err" &
+    track $!
+}
+start() { server_start dsjobd --store sqlite --work-dir "$W" --job-retries 1000 || exit 1; }
+
+start
+ds batch open --on-complete cb.done --on-success cb.ok crash >/dev/null
+ok $? "batch crash opened"
+ds batch add -n "$N" --numbered crash crash.job p >"$T/handles"
+ok $? "$N jobs added"
+is "$(grep -c . "$T/handles")" "$N" "each acknowledged with a handle"
+ds batch close crash >/dev/null
+ok $? "closed"
+
+# until_ran TARGET: until TARGET job runs are recorded or on_complete was
+# seen; fails after 120 s in which the count did not move.
+until_ran() {
+    _last=-1
+    _still=0
+    while [ "$(ran)" -lt "$1" ] && ! cb_seen complete; do
+        _now=$(ran)
+        if [ "$_now" != "$_last" ]; then
+            _last=$_now
+            _still=0
+        fi
+        [ $_still -lt 1200 ] || return 1
+        sleep 0.1
+        _still=$((_still + 1))
+    done
+}
+# The kill points: KILLS - 1 random counts of job runs, in order, and the
+# last when all N ran (the callbacks' moment).
+shuf -i 1-"$N" -n $((KILLS - 1)) | sort -n >"$T/points"
+echo "$N" >>"$T/points"
+k=0
+for point in $(cat "$T/points"); do
+    workers
+    until_ran "$point" || { ok 1 "jobs move after restart $k"; break; }
+    sleep "0.$(shuf -i 0-3 -n 1)"
+    server_kill9
+    reap
+    k=$((k + 1))
+    diag "kill $k (at $point): $(ran) job runs recorded, callbacks: $(grep -c . "$CB" 2>/dev/null)"
+    start
+done
+ok 0 "$k kills -9 at random points"
+
+workers
+both() { cb_seen complete && cb_seen success; }
+poll both
+ok $? "after the kills both callbacks reached a worker"
+missing=0
+i=1
+sort -u "$REC" >"$T/ran.u"
+while [ $i -le "$N" ]; do
+    grep -qx "p $i" "$T/ran.u" || missing=$((missing + 1))
+    i=$((i + 1))
+done
+is "$missing" 0 "every acknowledged job ran (at least once; $(ran) runs in all)"
+is "$(cb_handles complete)" 1 "on_complete was submitted exactly once"
+is "$(cb_handles success)" 1 "on_success was submitted exactly once"
+st=$(status)
+echo "$st" | grep -q "total=$N pending=0 done=$N failed=0 dead=0 closed=yes .*fired-complete=yes fired-success=yes"
+ok $? "the counts are right: $st"
+
+# kill -9 while jobs are being added: the acknowledged ones are members,
+# the batch's total is what its store kept, and it completes once.
+M=$((N / 4))
+ds batch open --on-complete cb.done adding >/dev/null
+ok $? "batch adding opened"
+: >"$T/handles2"
+# One dsjob a job, so the kill lands between adds (a submit waits for its commit).
+(
+    i=1
+    while [ $i -le "$M" ]; do
+        ds batch add adding crash.job "q $i" >>"$T/handles2" 2>/dev/null || break
+        i=$((i + 1))
+    done
+) &
+ADD_PID=$!
+point=$(shuf -i 1-$((M - 1)) -n 1)
+acked() {
+    _c=$(grep -c . "$T/handles2" 2>/dev/null)
+    echo "${_c:-0}"
+}
+at_point() { [ "$(acked)" -ge "$point" ] || ! kill -0 "$ADD_PID" 2>/dev/null; }
+poll at_point
+reap
+server_kill9
+wait "$ADD_PID" 2>/dev/null
+A=$(acked)
+diag "killed after $A of $M adds were acknowledged (aimed at $point)"
+start
+st=$(ds batch status adding 2>&1)
+total=$(echo "$st" | tr ' ' '\n' | sed -n 's/^total=//p')
+[ "${total:-0}" -ge "$A" ]
+ok $? "after the restart the batch holds every acknowledged job: $st"
+ds batch close adding >/dev/null
+workers
+adding_done() { status_of_adding | grep -q "pending=0 .*fired-complete=yes"; }
+status_of_adding() { ds batch status adding 2>/dev/null; }
+poll adding_done
+ok $? "it completes and fires: $(status_of_adding)"
+missing=0
+i=1
+sort -u "$REC" >"$T/ran.u"
+while [ $i -le "$A" ]; do
+    grep -qx "q $i" "$T/ran.u" || missing=$((missing + 1))
+    i=$((i + 1))
+done
+is "$missing" 0 "every acknowledged add ran"
+st=$(status_of_adding)
+echo "$st" | grep -q "total=$total pending=0 done=$total "
+ok $? "its counts are its total's: $st"
+is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
+    "its callback was submitted once"
+
+# One more restart: nothing fires again. A job sent to the callbacks'
+# function after it queues behind anything the restart would have fired.
+reap
+server_stop
+start
+workers
+ds submit -b -u sentinel cb.done x >/dev/null
+sentinel() { grep -q "^sentinel H:" "$CB"; }
+poll sentinel
+ok $? "a job sent after the restart reached the callbacks' worker"
+is "$(cb_handles complete)$(cb_handles success)" 11 "and no callback fired again"
+is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
+    "nor the other batch's"
+reap
+server_stop
+done_testing
