@@ -47,7 +47,7 @@
  * an older version is brought up step by step (schema_1_2.sql); a newer
  * one is refused by name.
  */
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -169,6 +169,7 @@ struct pend_add {
     size_t data_len;
     int prio;
     int64_t when;
+    int64_t deadline_ms; /* epoch ms it must start by (deadline_set.sql), or 0 */
     bool leased;
     char *alias;   /* the server's, see struct store_job */
     bool *lost;    /* the server's: set when this row alone was refused */
@@ -1018,6 +1019,10 @@ schema_make(struct store *st, char *err)
             (rc = exec_ok(st, pg_sql_schema_1_2, "upgrading schema dsjob from version 1 to 2",
                           err)) != DSJOB_OK)
             goto rollback;
+        if (version < 3 &&
+            (rc = exec_ok(st, pg_sql_schema_2_3, "upgrading schema dsjob from version 2 to 3",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
@@ -1155,6 +1160,7 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
     a->data_len = sj->data_len;
     a->prio = sj->prio;
     a->when = sj->when;
+    a->deadline_ms = sj->deadline_ms;
     a->leased = sj->leased;
     a->alias = sj->alias;
     a->lost = sj->lost;
@@ -1854,6 +1860,50 @@ flow_read(struct store *st, struct store_lease *ls, char *err)
     return DSJOB_OK;
 }
 
+/* The adds of this batch with a deadline (none written yet). */
+static size_t
+adds_deadlines(const struct store *st)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < st->nadds; i++)
+        n += !st->adds[i].gone && st->adds[i].deadline_ms != 0;
+    return n;
+}
+
+/*
+ * After the INSERT, in its transaction: the deadlines of the adds that
+ * have one (deadline_set.sql), so that the INSERT stays as it is and a
+ * batch without deadlines costs nothing more.
+ */
+static int
+flush_deadlines(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr h, d;
+    PGresult *r;
+    size_t i;
+    int rc;
+
+    arr_init(&h, OID_TEXT);
+    arr_init(&d, OID_INT8);
+    for (i = 0; i < st->nadds; i++) {
+        const struct pend_add *a = &st->adds[i];
+
+        if (a->gone || a->deadline_ms == 0)
+            continue;
+        arr_put(&h, a->handle, strlen(a->handle));
+        arr_int(&d, a->deadline_ms, 8);
+    }
+    par_arr(&p, &h, OID_TEXT_ARRAY);
+    par_arr(&p, &d, OID_INT8_ARRAY);
+    if ((rc = run(st, pg_sql_deadline_set, &p, false, PGRES_COMMAND_OK, "writing deadlines", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 /* The handles of rows[0..n) as a text[] value. */
 static void
 handles_param(struct params *p, const struct pend_row *rows, size_t n)
@@ -2130,8 +2180,13 @@ flush_main(struct store *st, char *err)
         }
         at = ls->mem;
         for (k = 0; k < n; k++)
-            if (row_kind(r, k) == ROW_TAKEN)
-                take_row(r, k, &ls->jobs[ls->njobs++], &at);
+            if (row_kind(r, k) == ROW_TAKEN) {
+                struct store_job *sj = &ls->jobs[ls->njobs++];
+
+                take_row(r, k, sj, &at);
+                if (!PQgetisnull(r, k, 13))
+                    sj->deadline_ms = (int64_t)be64(PQgetvalue(r, k, 13));
+            }
         qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
     }
     if (nadds > 0)
@@ -2295,6 +2350,11 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
     if (PQntuples(r) == 1)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
+    /* Jobs past their deadline under no live lease: to the dead set, and taken just below. */
+    if ((rc = run(st, pg_sql_expire, &p, false, PGRES_COMMAND_OK, "expiring jobs", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    PQclear(r);
     if ((rc = take_ended(st, &ls->ended, &ls->nended, &ls->ended_mem, err)) != DSJOB_OK)
         return rc;
     ls->renewed = true;
@@ -2401,8 +2461,9 @@ recover_adds(struct store *st, char *err)
 static int
 flush_once(struct store *st, char *err)
 {
-    bool capped = flow_capped(st, st->ls);
-    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped;
+    bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
+    bool txn =
+        st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped || deadlines;
     int rc;
 
     st->txn = txn;
@@ -2427,6 +2488,8 @@ flush_once(struct store *st, char *err)
         rc = recover_adds(st, err);
     if (rc == DSJOB_OK && capped)
         rc = flow_after(st, st->ls, err);
+    if (rc == DSJOB_OK && deadlines)
+        rc = flush_deadlines(st, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;

@@ -18,6 +18,9 @@
 #               shows on A and C and holds on B and C: their workers run
 #               another function's jobs and none of the paused one's;
 #               resume on C runs them
+#   deadline    a job submitted to A with --expire-in 1, no worker
+#               anywhere: it lands in a dead set as expired, and the
+#               workers that come later never run it
 # Every wait is for an event, bounded by 120 s of nothing moving.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -33,7 +36,7 @@ fi
 pg_test_begin
 
 LEASE=6
-SERVER_ARGS="--pg-lease $LEASE --pg-poll-ms 200 --verbose NOTICE"
+SERVER_ARGS="--pg-lease $LEASE --pg-poll-ms 200 --max-dead 100 --verbose NOTICE"
 pg_start_or_bail
 for n in a b c; do
     # shellcheck disable=SC2086 # SERVER_ARGS are words
@@ -164,10 +167,13 @@ submit fk 90
 for n in a b c; do
     for i in 1 2 3; do worker "$n" fk -- "$T/fk" "fk.$n" 0.5; done
 done
-# Mid-run: once a job of A's workers started and 15 jobs ended.
-a_started() { [ -s "$T/fk" ] && [ "$(lines "$T/fk")" -ge 15 ] && grep -q "fk.a" "$T/fk"; }
-poll_moving 120 "lines $T/fk" a_started
-ok $? "A ran jobs of fk"
+# Mid-run: 15 jobs ended and A is running one (its limit line's RUNNING).
+a_running() {
+    [ "$(lines "$T/fk")" -ge 15 ] &&
+        [ "$(ds a limit fk --format tsv 2>/dev/null | cut -f3)" -ge 1 ] 2>/dev/null
+}
+poll_moving 120 "lines $T/fk" a_running
+ok $? "A runs a job of fk, 15 ended"
 killed=$(date +%s%N)
 pgd_kill9 a
 diag "killed A at $killed"
@@ -213,6 +219,28 @@ ds c resume fp >/dev/null
 ok $? "resume fp on C"
 wait_lines 6 "$T/fpm"
 ok $? "the paused jobs ran after resume"
+
+# deadline -----------------------------------------------------------------
+h=$(ds a submit -b --expire-in 1 fd stale 2>&1)
+case $h in H:*) ok 0 "a submit with --expire-in 1 to A, no worker anywhere ($h)" ;;
+*) ok 1 "a submit with --expire-in 1 to A: $h" ;; esac
+dead_on() { # dead_on SERVER FUNC: "HANDLE ERROR" lines of its dead set
+    ds "$1" dead list "$2" --format tsv 2>/dev/null | awk -F'\t' '$1 ~ /^H:/ { print $1, $9 }'
+}
+expired_somewhere() {
+    for n in a b c; do dead_on "$n" fd | grep -q "^$h expired\$" && return 0; done
+    return 1
+}
+poll expired_somewhere
+ok $? "it shows in a server's dead set as expired"
+for n in b c; do worker "$n" fd -- "$T/fd" "fd.$n"; done
+ds b submit -b fd fresh >/dev/null
+poll_moving 120 "lines $T/fd" eval 'grep -q " fresh\$" "$T/fd"'
+ok $? "the workers that came later run the next job"
+! grep -q " stale\$" "$T/fd"
+ok $? "and no server ran the expired one"
+is "$(pg_psql -c "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h' AND state = 0")" 0 \
+    "its row is not live"
 reap
 pgd_stop_all
 done_testing
