@@ -165,7 +165,7 @@ poll settings_is a fk "concurrency 3" && poll settings_is c fk "concurrency 3"
 ok $? "A and C follow it"
 submit fk 90
 for n in a b c; do
-    for i in 1 2 3; do worker "$n" fk -- "$T/fk" "fk.$n" 0.5; done
+    for _ in 1 2 3; do worker "$n" fk -- "$T/fk" "fk.$n" 0.5; done
 done
 # Mid-run: 15 jobs ended and A is running one (its limit line's RUNNING).
 a_running() {
@@ -212,7 +212,8 @@ for n in b c; do ds "$n" submit -b fp "fp-$n" >/dev/null; done
 for n in b c; do ds "$n" submit -b fm "fm-$n-1" >/dev/null; done
 wait_lines 2 "$T/fpm"
 for n in b c; do ds "$n" submit -b fm "fm-$n-2" >/dev/null; done
-poll_moving 120 "lines $T/fpm" eval '[ "$(grep -c " fm-" "$T/fpm")" -ge 4 ]'
+markers_ran() { [ "$(grep -c " fm-" "$T/fpm")" -ge 4 ]; }
+poll_moving 120 "lines $T/fpm" markers_ran
 ok $? "the workers ran the other function's jobs"
 is "$(grep -c " fp-" "$T/fpm")" 0 "and none of the paused function's"
 ds c resume fp >/dev/null
@@ -235,7 +236,8 @@ poll expired_somewhere
 ok $? "it shows in a server's dead set as expired"
 for n in b c; do worker "$n" fd -- "$T/fd" "fd.$n"; done
 ds b submit -b fd fresh >/dev/null
-poll_moving 120 "lines $T/fd" eval 'grep -q " fresh\$" "$T/fd"'
+fresh_ran() { grep -q " fresh\$" "$T/fd" 2>/dev/null; }
+poll_moving 120 "lines $T/fd" fresh_ran
 ok $? "the workers that came later run the next job"
 ! grep -q " stale\$" "$T/fd"
 ok $? "and no server ran the expired one"
