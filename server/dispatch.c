@@ -432,6 +432,17 @@ submit(struct conn *c, const struct packet *p, const struct submit *s)
                "Server is full: it holds %zu jobs, its --max-jobs limit", queue_live(&srv->queue));
         return;
     }
+    /*
+     * A store that keeps no deadline (memcached) would lose it at a
+     * restart: a stored job with its submitter's deadline is refused,
+     * naming the option (a foreground job, never stored, keeps it).
+     */
+    if (durable && (c->deadline_ms != 0 || c->expire_in_ms != 0) &&
+        strcmp(srv->storage.ops->name, "memcached") == 0) {
+        refuse(c, p, durable, "INVALID_ARGUMENT", "option '%s': the %s store keeps no deadline",
+               c->deadline_ms != 0 ? "deadline" : "expire-in", srv->storage.ops->name);
+        return;
+    }
     n = job_handle_format(handle, sizeof(handle), srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {
@@ -727,14 +738,6 @@ option_ms(const struct packet *p, const char *name, uint64_t max, int64_t *ms)
  * and deadline=EPOCH (0 clears), which give the connection's later
  * submits a time to start by. Any other name gets ERROR, as gearmand's.
  */
-/* Whether the store keeps no deadline (memcached): expire-in and deadline are refused. */
-static bool
-no_deadlines(const struct srv *srv)
-{
-    return srv->storage.durable && srv->storage.ops != NULL &&
-           strcmp(srv->storage.ops->name, "memcached") == 0;
-}
-
 static void
 h_option_req(struct conn *c, const struct packet *p)
 {
@@ -745,15 +748,7 @@ h_option_req(struct conn *c, const struct packet *p)
         c->exceptions = true;
     else if (option_is(p, "reject-no-worker"))
         c->reject_no_worker = true;
-    else if (no_deadlines(c->srv) &&
-             ((p->arg_len[0] > 10 && memcmp(ARG(p, 0), "expire-in=", 10) == 0) ||
-              (p->arg_len[0] > 9 && memcmp(ARG(p, 0), "deadline=", 9) == 0))) {
-        /* A deadline the store would lose at a restart is refused, not dropped later. */
-        conn_send_error(c, "UNKNOWN_OPTION", "option '%.*s': the %s store keeps no deadline",
-                        (int)(p->arg_len[0] > 64 ? 64 : p->arg_len[0]), ARG(p, 0),
-                        c->srv->storage.ops->name);
-        return;
-    } else if (option_ms(p, "expire-in", 86400u * 3650, &ms))
+    else if (option_ms(p, "expire-in", 86400u * 3650, &ms))
         c->expire_in_ms = ms, c->deadline_ms = 0;
     else if (option_ms(p, "deadline", INT64_MAX / 1000 - 1, &ms))
         c->deadline_ms = ms, c->expire_in_ms = 0;
