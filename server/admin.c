@@ -22,6 +22,7 @@
 #include "batch.h"
 #include "conn.h"
 #include "deps.h"
+#include "durable.h"
 #include "flow.h"
 #include "flow_ctl.h"
 #include "job.h"
@@ -790,7 +791,7 @@ admin_flow(struct conn *c, const struct textcmd *cmd, const char *line, size_t l
     log_notice(&c->srv->log, "%s: %.*s '%s'%s%s", c->peer, (int)cmd->word_len[0], cmd->word[0],
                f->name, cmd->kind == TEXTCMD_LIMIT ? " " : "",
                cmd->kind == TEXTCMD_LIMIT ? words : "");
-    conn_printf(c, "OK\r\n");
+    durable_reply(c->srv, c, "OK\r\n"); /* once the settings' commit is done */
 }
 
 /* Commands that stop or change the server need an allowed peer. */

@@ -446,6 +446,17 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
                "Server is full: it holds %zu jobs, its --max-jobs limit", queue_live(&srv->queue));
         return;
     }
+    /*
+     * A store that keeps no deadline (memcached) would lose it at a
+     * restart: a stored job with its submitter's deadline is refused,
+     * naming the option (a foreground job, never stored, keeps it).
+     */
+    if (durable && (c->deadline_ms != 0 || c->expire_in_ms != 0) &&
+        strcmp(srv->storage.ops->name, "memcached") == 0) {
+        refuse(c, p, durable, "INVALID_ARGUMENT", "option '%s': the %s store keeps no deadline",
+               c->deadline_ms != 0 ? "deadline" : "expire-in", srv->storage.ops->name);
+        return;
+    }
     n = job_handle_format(handle, sizeof(handle), srv->handle_prefix, srv->next_job_id);
     j = job_new(handle, (size_t)n, unique, unique_len, s->reducer, s->reducer_len, data, data_len);
     if (j == NULL) {

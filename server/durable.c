@@ -224,6 +224,23 @@ durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *te
 }
 
 void
+durable_reply(struct srv *srv, struct conn *c, const char *text)
+{
+    size_t len = strlen(text);
+    struct ack *a;
+
+    if (!srv->storage.durable || (a = ack_alloc(srv, "reply", len + 1)) == NULL) {
+        conn_printf(c, "%s", text);
+        return;
+    }
+    a->error = (char *)(a + 1);
+    memcpy(a->error, text, len + 1);
+    a->error_len = len;
+    a->text = true;
+    ack_link(srv, a, c, NULL, NULL);
+}
+
+void
 durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
     struct store_op *op = NULL;
@@ -417,6 +434,21 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         ok = false;
     if (a->client == NULL)
         return;
+    if (a->text) {
+        char why[200];
+        size_t i;
+
+        if (ok) {
+            conn_printf(a->client, "%s", a->error);
+            return;
+        }
+        snprintf(why, sizeof(why), "not stored: %s", err);
+        for (i = 0; why[i] != '\0'; i++)
+            if (why[i] == ' ' || why[i] == '\r' || why[i] == '\n')
+                why[i] = '+';
+        conn_printf(a->client, "ERR STORE_ERROR %s\r\n", why);
+        return;
+    }
     if (a->packet != 0) {
         const void *args[2] = {a->error, a->error + a->split};
         size_t lens[2] = {a->split, a->error_len - a->split};

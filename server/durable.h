@@ -39,6 +39,7 @@ struct ack {
     bool end;                   /* durable_end's: counted in nends, in nacks only if holds */
     bool holds;                 /* an end's: its worker ended another job meanwhile and
                                    waits for this one's commit */
+    bool text;                  /* durable_reply's: error is an admin line to send */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
@@ -72,6 +73,14 @@ void durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existin
  * out of memory the submitter is sent an ERROR and j is left as it was.
  */
 void durable_adopt(struct srv *srv, struct conn *c, struct job *j);
+
+/*
+ * durable_reply sends c the admin line text (with its CRLF) once the open
+ * batch, which holds the change the line answers, commits; if it fails,
+ * "ERR STORE_ERROR why" instead. c's later requests wait behind it. Sent
+ * at once on a store that is not durable or without memory.
+ */
+void durable_reply(struct srv *srv, struct conn *c, const char *text);
 
 /* durable_refuse queues an ERROR for c behind the answers it is owed. */
 void durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);

@@ -217,6 +217,8 @@ flow_ctl_apply(struct srv *srv, struct func *f, const char *words, bool store, c
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (store)
+        srv->storage.flow_gen++; /* what a lease op in flight read of the store is older */
     flow_format(&c, line, sizeof(line));
     if (c.paused != was_paused)
         log_notice(&srv->log, "function '%s' %s", f->name, c.paused ? "paused" : "resumed");
@@ -320,4 +322,79 @@ flow_ctl_show(struct srv *srv, struct func *f, char *buf, size_t len)
              f->nrunning, queued(f), tokens, fl->nkeys,
              queued(f) > 0 && !flow_ready(f, now) ? flow_why_name(fl->why) : "no",
              (unsigned long long)fl->started);
+}
+
+/* The --limit line of the function named name (its settings after the name), or NULL. */
+static const char *
+config_line(const struct srv *srv, const char *name, size_t len)
+{
+    int i;
+
+    for (i = 0; i < srv->cfg.nlimits; i++) {
+        const char *line = srv->cfg.limits[i];
+
+        if (strncmp(line, name, len) == 0 && line[len] == ' ')
+            return line + len + 1;
+    }
+    return NULL;
+}
+
+/* Apply "off resumed WORDS" to f unless that is what it has: 1 if it changed, 0 if not. */
+static int
+sync_one(struct srv *srv, struct func *f, const char *words)
+{
+    struct flow_conf want, have;
+    char a[FLOW_SPEC_MAX], b[FLOW_SPEC_MAX], line[FLOW_SPEC_MAX + 16], err[200];
+
+    snprintf(line, sizeof(line), "off resumed %s", words != NULL ? words : "");
+    flow_conf_init(&want);
+    if (flow_conf_parse(&want, line, err, sizeof(err)) < 0)
+        return 0;
+    if (f->flow != NULL)
+        have = f->flow->conf;
+    else
+        flow_conf_init(&have);
+    flow_format(&want, a, sizeof(a));
+    flow_format(&have, b, sizeof(b));
+    if (strcmp(a, b) == 0)
+        return 0;
+    if (flow_ctl_apply(srv, f, line, false, err, sizeof(err)) < 0) {
+        log_warn(&srv->log, "function '%s': stored flow settings '%s' not applied: %s", f->name,
+                 words, err);
+        return 0;
+    }
+    return 1;
+}
+
+void
+flow_ctl_sync(struct srv *srv, const char *rows, size_t n)
+{
+    const char *at = rows;
+    struct func *f, *next;
+    size_t i;
+
+    /* A function with a row: the row's settings. */
+    for (i = 0; i < n; i++) {
+        const char *name = at, *words = at + strlen(at) + 1;
+
+        at = words + strlen(words) + 1;
+        f = queue_func(&srv->queue, name, strlen(name), true);
+        if (f != NULL && sync_one(srv, f, words) > 0)
+            log_notice(&srv->log, "function '%s': flow settings '%s' from the store", name, words);
+    }
+    /* A function with settings and no row (it was deleted): --limit's, or none. */
+    for (f = TAILQ_FIRST(&srv->queue.func_order); f != NULL; f = next) {
+        bool found = false;
+
+        next = TAILQ_NEXT(f, order);
+        if (f->flow == NULL)
+            continue;
+        for (i = 0, at = rows; i < n && !found; i++) {
+            found = strcmp(at, f->name) == 0;
+            at += strlen(at) + 1;
+            at += strlen(at) + 1;
+        }
+        if (!found && sync_one(srv, f, config_line(srv, f->name, f->name_len)) > 0)
+            log_notice(&srv->log, "function '%s': flow settings removed from the store", f->name);
+    }
 }

@@ -53,6 +53,14 @@ void flow_ctl_wake(struct func *f);
  */
 void flow_ctl_held(struct srv *srv, const struct qworker *w);
 
+/*
+ * flow_ctl_sync follows the settings another server sharing the store
+ * stored: rows holds n functions, each its name then its settings line
+ * (NUL-terminated, back to back). A function whose settings differ takes
+ * the row's; one with settings and no row takes --limit's (or none).
+ */
+void flow_ctl_sync(struct srv *srv, const char *rows, size_t n);
+
 /* flow_ctl_arm arms the token timer for the first function whose sleepers wait for a token. */
 void flow_ctl_arm(struct srv *srv);
 

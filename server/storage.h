@@ -196,6 +196,8 @@ struct storage {
     bool want_lease;         /* a lease op goes in the next batch */
     bool lease_inflight;     /* a lease op is in the batch in flight */
     bool renew_due;          /* the next lease op renews this server's leases */
+    bool flow_due;           /* the next lease op reads the stored flow settings (NOTIFY flow) */
+    unsigned flow_gen;       /* flow settings changed here so far (flow_ctl_apply, stored) */
     char *strays;            /* handles the last renew held that the queue lacks, back to back */
     size_t nstrays;          /* entries in strays: the next lease op gives their leases up */
     unsigned prefetch;       /* --pg-prefetch */

@@ -25,6 +25,8 @@
 
 #include "clock.h"
 #include "durable.h"
+#include "flow.h"
+#include "flow_ctl.h"
 #include "job.h"
 #include "lifecycle.h"
 #include "queue.h"
@@ -33,6 +35,13 @@
 #define STORAGE_EXPIRY_SLACK_MS 20 /* a lease that ran out or a job due is taken this long after */
 
 static void shared_leased(struct srv *srv, struct store_op *op, bool ok);
+
+/* Whether f's flow settings hold across the servers: a take of it goes through the shared row. */
+static bool
+flow_limited(const struct flow_conf *c)
+{
+    return c->paused || c->concurrency > 0 || c->rate > 0;
+}
 
 /* Ready jobs of f held here: queued, not yet grabbed. */
 static unsigned
@@ -53,6 +62,22 @@ func_wants(const struct storage *sg, const struct func *f)
     unsigned have = func_ready(f) + f->npending;
     unsigned target = idle + sg->prefetch;
 
+    if (f->flow != NULL && flow_limited(&f->flow->conf)) {
+        /*
+         * A lease counts as running across the servers, and a job taken
+         * took a token: take only what idle workers start now, never a
+         * prefetch, and nothing while paused.
+         */
+        const struct flow_conf *c = &f->flow->conf;
+
+        if (c->paused)
+            return 0;
+        if (c->concurrency > 0)
+            idle = c->concurrency > f->nrunning
+                       ? (c->concurrency - f->nrunning < idle ? c->concurrency - f->nrunning : idle)
+                       : 0;
+        return f->nworkers > 0 && idle > have ? idle - have : 0;
+    }
     if (f->nworkers == 0 || have * 2 > target)
         return 0;
     return target - have;
@@ -62,6 +87,9 @@ func_wants(const struct storage *sg, const struct func *f)
 bool
 storage_lease_runs_here(struct srv *srv, const struct job *j)
 {
+    /* A limited function's jobs are all taken through its shared row, never leased at insert. */
+    if (j->func->flow != NULL && flow_limited(&j->func->flow->conf))
+        return false;
     return job_when(j) <= clock_now() && func_wants(&srv->storage, j->func) > 0;
 }
 
@@ -87,7 +115,7 @@ shared_lease_op(struct srv *srv)
     struct storage *sg = &srv->storage;
     struct store_op *op;
     struct func *f;
-    size_t nf = 0, bytes = 0, stray_bytes, i;
+    size_t nf = 0, bytes = 0, stray_bytes, i, ncaps = 0;
     char *at;
 
     if (!sg->want_lease || sg->lease_inflight)
@@ -97,16 +125,18 @@ shared_lease_op(struct srv *srv)
         if (func_wants(sg, f) > 0) {
             nf++;
             bytes += f->name_len + 1;
+            ncaps += f->flow != NULL && flow_limited(&f->flow->conf);
         }
     }
     for (i = 0, at = sg->strays; i < sg->nstrays; i++, at += strlen(at) + 1)
         ;
     stray_bytes = sg->nstrays > 0 ? (size_t)(at - sg->strays) : 0;
-    if (nf == 0 && !sg->renew_due && sg->nstrays == 0)
+    if (nf == 0 && !sg->renew_due && sg->nstrays == 0 && !sg->flow_due)
         return;
     op = storage_alloc(srv, "op",
                        sizeof(*op) + (nf + sg->nstrays) * sizeof(char *) + nf * sizeof(unsigned) +
-                           bytes + stray_bytes + 16);
+                           (ncaps > 0 ? nf * sizeof(struct store_flow_cap) : 0) + bytes +
+                           stray_bytes + 16);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory for a lease; trying with the next batch");
         sg->want_lease = true;
@@ -120,9 +150,10 @@ shared_lease_op(struct srv *srv)
         const char **names = (const char **)(void *)base;
         const char **strays = names + nf;
         unsigned *limits = (unsigned *)(void *)(strays + sg->nstrays);
+        struct store_flow_cap *caps = (struct store_flow_cap *)(void *)(limits + nf);
         const char *h = sg->strays;
 
-        at = (char *)(limits + nf);
+        at = ncaps > 0 ? (char *)(caps + nf) : (char *)(limits + nf);
         i = 0;
         TAILQ_FOREACH (f, &srv->queue.func_order, order) {
             unsigned want = func_wants(sg, f);
@@ -131,9 +162,21 @@ shared_lease_op(struct srv *srv)
                 continue;
             memcpy(at, f->name, f->name_len + 1);
             names[i] = at;
+            if (ncaps > 0) {
+                const struct flow_conf *c = f->flow != NULL ? &f->flow->conf : NULL;
+
+                memset(&caps[i], 0, sizeof(caps[i]));
+                if (c != NULL && flow_limited(c)) {
+                    caps[i].concurrency = c->concurrency;
+                    caps[i].rate = c->rate;
+                    caps[i].period_ms = c->period_ms;
+                    caps[i].burst = c->burst;
+                }
+            }
             limits[i++] = want;
             at += f->name_len + 1;
         }
+        op->ls.caps = ncaps > 0 ? caps : NULL;
         op->ls.funcs = names;
         op->ls.limits = limits;
         op->ls.nfuncs = nf;
@@ -151,6 +194,10 @@ shared_lease_op(struct srv *srv)
     sg->strays = NULL;
     sg->nstrays = 0;
     op->ls.renew = sg->renew_due;
+    /* The stored flow settings are read at a NOTIFY flow and at each renewal. */
+    op->ls.read_flow = sg->flow_due || sg->renew_due;
+    op->ls.flow_gen = sg->flow_gen;
+    sg->flow_due = false;
     sg->renew_due = false;
     sg->lease_inflight = true;
     storage_add(srv, op);
@@ -293,8 +340,12 @@ shared_leased(struct srv *srv, struct store_op *op, bool ok)
     sg->lease_inflight = false;
     if (!ok) {
         sg->want_lease = true; /* asked again with the next batch */
+        sg->flow_due = sg->flow_due || ls->read_flow;
         return;
     }
+    /* Settings changed here since the op was made are newer than what it read. */
+    if (ls->flows_read && ls->flow_gen == sg->flow_gen)
+        flow_ctl_sync(srv, ls->flows, ls->nflows);
     if (ls->renewed)
         shared_drop_lost(srv, ls);
     if (ls->renewed)
@@ -346,8 +397,14 @@ shared_leased(struct srv *srv, struct store_op *op, bool ok)
         shared_find_strays(srv, ls);
     if (ls->renewed && ls->expiry_ms >= 0)
         shared_arm(sg->expiry_ev, ls->expiry_ms);
-    if (ls->due_ms >= 0) /* an epoch job or a retry's backoff: taken when due, not at a poll */
-        shared_arm(sg->due_ev, ls->due_ms);
+    if (ls->due_ms >= 0 || ls->token_ms >= 0) {
+        /* An epoch job or a retry's backoff, or a token: taken when due, not at a poll. */
+        int64_t ms = ls->due_ms;
+
+        if (ls->token_ms >= 0 && (ms < 0 || ls->token_ms < ms))
+            ms = ls->token_ms;
+        shared_arm(sg->due_ev, ms);
+    }
     if (ls->njobs > 0 && ls->njobs >= asked)
         storage_want_lease(srv); /* there may be more */
     store_lease_free(ls);
@@ -375,12 +432,16 @@ renew_cb(evutil_socket_t fd, short what, void *arg)
 static void
 notify_cb(evutil_socket_t fd, short what, void *arg)
 {
+    struct srv *srv = arg;
     char buf[64];
+    ssize_t n, i;
 
     (void)what;
-    while (read(fd, buf, sizeof(buf)) > 0)
-        ;
-    storage_want_lease(arg);
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        for (i = 0; i < n; i++)
+            if (buf[i] == 2) /* a server changed flow settings */
+                srv->storage.flow_due = true;
+    storage_want_lease(srv);
 }
 
 /*
@@ -396,7 +457,7 @@ notifier_main(void *arg)
 
     for (;;) {
         int rc = sg->ops->wait_notify(sg->st, sg->stop_pipe[0], err);
-        char byte = 1;
+        char byte = (char)rc; /* 1: jobs; 2: flow settings too */
 
         if (rc == 0)
             break;

@@ -99,6 +99,11 @@ store_lease_free(struct store_lease *ls)
     ls->renewed = false;
     ls->expiry_ms = -1;
     ls->due_ms = -1;
+    free(ls->flows);
+    ls->flows = NULL;
+    ls->nflows = 0;
+    ls->flows_read = false;
+    ls->token_ms = -1;
 }
 
 int

@@ -225,6 +225,29 @@ struct store_lease {
                                    count in decimal, both NUL-terminated, back to back (in
                                    held's allocation) */
     size_t nwaiting;            /* out: functions in waiting */
+    /* Flow control across the servers sharing the store (store_pg_flow, postgres only). */
+    const struct store_flow_cap *caps; /* in: each of funcs' limits (nfuncs entries), or NULL
+                                          if none has one */
+    bool read_flow;                    /* in: read every function's stored flow settings */
+    char *flows;                       /* out, with read_flow: each function with a stored
+                                          settings line, name then line, both NUL-terminated,
+                                          back to back (owned: the server frees it) */
+    size_t nflows;                     /* out: functions in flows */
+    bool flows_read;                   /* out: read_flow ran */
+    int64_t token_ms;                  /* out: ms until a rate-limited function that got fewer
+                                          tokens than it asked for has one, or -1 */
+    unsigned flow_gen;                 /* the server's own (storage_lease.c), not the store's */
+};
+
+/*
+ * A function's limits across every server sharing the store: its jobs
+ * under a lease count as running (at most concurrency), and each job
+ * taken takes a token of the shared bucket (rate per period_ms, at most
+ * burst held). 0: no such limit.
+ */
+struct store_flow_cap {
+    uint32_t concurrency;
+    uint32_t rate, period_ms, burst;
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -47,7 +47,7 @@
  * an older version is brought up step by step (schema_1_2.sql); a newer
  * one is refused by name.
  */
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -169,6 +169,7 @@ struct pend_add {
     size_t data_len;
     int prio;
     int64_t when;
+    int64_t deadline_ms; /* epoch ms it must start by (deadline_set.sql), or 0 */
     bool leased;
     char *alias;   /* the server's, see struct store_job */
     bool *lost;    /* the server's: set when this row alone was refused */
@@ -252,6 +253,7 @@ struct store {
     int pid;          /* the backend of the writer's last connection, or 0 */
     struct demand demand[PG_DEMAND_MAX]; /* the last takes, by function */
     unsigned *take;                      /* the open lease op's take of each function */
+    unsigned *granted;                   /* tokens flow_before took of each function */
     size_t take_cap;                     /* entries take holds */
     double flush_ms;                     /* a flush's time, smoothed */
     unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
@@ -1017,12 +1019,18 @@ schema_make(struct store *st, char *err)
             (rc = exec_ok(st, pg_sql_schema_1_2, "upgrading schema dsjob from version 1 to 2",
                           err)) != DSJOB_OK)
             goto rollback;
+        if (version < 3 &&
+            (rc = exec_ok(st, pg_sql_schema_2_3, "upgrading schema dsjob from version 2 to 3",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
             goto rollback;
     }
-    if ((rc = exec_ok(st, pg_sql_flow_table, "creating table dsjob.flow", err)) != DSJOB_OK)
+    if ((rc = exec_ok(st, pg_sql_flow_table, "creating table dsjob.flow", err)) != DSJOB_OK ||
+        (rc = exec_ok(st, pg_sql_flow_bucket_table, "creating table dsjob.flow_bucket", err)) !=
+            DSJOB_OK)
         goto rollback;
     return exec_ok(st, "COMMIT", "committing the schema", err);
 rollback:
@@ -1152,6 +1160,7 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
     a->data_len = sj->data_len;
     a->prio = sj->prio;
     a->when = sj->when;
+    a->deadline_ms = sj->deadline_ms;
     a->leased = sj->leased;
     a->alias = sj->alias;
     a->lost = sj->lost;
@@ -1430,12 +1439,20 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
     ls->ended_mem = NULL;
     ls->waiting = NULL;
     ls->nwaiting = 0;
+    ls->flows = NULL;
+    ls->nflows = 0;
+    ls->flows_read = false;
+    ls->token_ms = -1;
     if (ls->nfuncs > st->take_cap) {
-        unsigned *t = realloc(st->take, ls->nfuncs * sizeof(*t));
+        unsigned *t = realloc(st->take, ls->nfuncs * sizeof(*t)), *g;
 
         if (t == NULL)
             return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
         st->take = t;
+        g = realloc(st->granted, ls->nfuncs * sizeof(*g));
+        if (g == NULL)
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        st->granted = g;
         st->take_cap = ls->nfuncs;
     }
     demand_takes(st, ls);
@@ -1635,6 +1652,256 @@ read_due(struct store *st, struct store_lease *ls)
     if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
         ls->due_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
+}
+
+/*
+ * Flow control across the servers sharing the table (struct
+ * store_flow_cap). A take of a function with a concurrency limit or a
+ * rate runs in a transaction that first locks the function's row of
+ * dsjob.flow_bucket and takes tokens from it (flow_take.sql), then counts,
+ * in a statement of its own whose snapshot sees what the lock's last
+ * holder committed, the function's jobs under a lease that has not run
+ * out (flow_count.sql): the take is cut to the tokens granted and to the
+ * limit less that count. Tokens granted for jobs the take did not find go
+ * back (flow_give.sql). Two or three statements per batch that takes
+ * jobs of a limited function, none per job; a batch without one costs
+ * nothing more.
+ */
+static bool
+cap_any(const struct store_flow_cap *c)
+{
+    return c->concurrency > 0 || c->rate > 0;
+}
+
+static bool
+flow_capped(const struct store *st, const struct store_lease *ls)
+{
+    size_t i;
+
+    (void)st;
+    for (i = 0; ls != NULL && ls->caps != NULL && i < ls->nfuncs; i++)
+        if (cap_any(&ls->caps[i]) && utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            return true;
+    return false;
+}
+
+/* The index in ls->funcs of the function named name, or -1. */
+static ssize_t
+flow_func(const struct store_lease *ls, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < ls->nfuncs; i++)
+        if (strcmp(ls->funcs[i], name) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+static int
+flow_before(struct store *st, struct store_lease *ls, char *err)
+{
+    struct params p = {0}, q = {0};
+    struct arr names, want, rate, period, burst, cnames;
+    PGresult *r;
+    size_t i;
+    int k, rc;
+
+    arr_init(&names, OID_TEXT);
+    arr_init(&want, OID_INT4);
+    arr_init(&rate, OID_INT4);
+    arr_init(&period, OID_INT4);
+    arr_init(&burst, OID_INT4);
+    arr_init(&cnames, OID_TEXT);
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct store_flow_cap *c = &ls->caps[i];
+
+        st->granted[i] = 0;
+        if (!cap_any(c) || !utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            continue;
+        /* No take sized to the workers' rate: what the server asked for, at most. */
+        if (st->take[i] > ls->limits[i])
+            st->take[i] = ls->limits[i];
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_int(&want, st->take[i], 4);
+        arr_int(&rate, c->rate, 4);
+        arr_int(&period, c->rate > 0 ? c->period_ms : 0, 4);
+        arr_int(&burst, c->burst, 4);
+        if (c->concurrency > 0)
+            arr_put(&cnames, ls->funcs[i], strlen(ls->funcs[i]));
+    }
+    par_arr(&p, &names, OID_TEXT_ARRAY);
+    par_arr(&p, &want, OID_INT4_ARRAY);
+    par_arr(&p, &rate, OID_INT4_ARRAY);
+    par_arr(&p, &period, OID_INT4_ARRAY);
+    par_arr(&p, &burst, OID_INT4_ARRAY);
+    par_arr(&q, &cnames, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_flow_take, &p, false, PGRES_TUPLES_OK, "taking flow tokens", &r,
+                  err)) != DSJOB_OK) {
+        params_free(&q);
+        return rc;
+    }
+    for (k = 0; k < PQntuples(r); k++) {
+        ssize_t at = flow_func(ls, PQgetvalue(r, k, 0));
+        long granted = strtol(PQgetvalue(r, k, 1), NULL, 10);
+        double tokens = strtod(PQgetvalue(r, k, 2), NULL);
+        long rt = strtol(PQgetvalue(r, k, 3), NULL, 10),
+             per = strtol(PQgetvalue(r, k, 4), NULL, 10);
+
+        if (at < 0)
+            continue;
+        if (granted < 0)
+            granted = 0;
+        if ((unsigned long)granted < st->take[at])
+            st->take[at] = (unsigned)granted;
+        if (rt > 0) {
+            st->granted[at] = (unsigned)granted;
+            /* Fewer than asked: when the bucket holds a token again. */
+            if ((unsigned long)granted < ls->limits[at] && tokens < 1) {
+                int64_t ms = (int64_t)((1 - tokens) * (double)per / (double)rt) + 1;
+
+                if (ls->token_ms < 0 || ms < ls->token_ms)
+                    ls->token_ms = ms;
+            }
+        }
+    }
+    PQclear(r);
+    if ((rc = run(st, pg_sql_flow_count, &q, false, PGRES_TUPLES_OK, "counting leased jobs", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r); k++) {
+        ssize_t at = flow_func(ls, PQgetvalue(r, k, 0));
+        unsigned long n = strtoul(PQgetvalue(r, k, 1), NULL, 10), cap;
+
+        if (at < 0 || ls->caps[at].concurrency == 0)
+            continue;
+        cap = ls->caps[at].concurrency > n ? ls->caps[at].concurrency - n : 0;
+        if (cap < st->take[at])
+            st->take[at] = (unsigned)cap;
+    }
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/* After the take, in its transaction: unused tokens back to their buckets. */
+static int
+flow_after(struct store *st, struct store_lease *ls, char *err)
+{
+    struct params p = {0};
+    struct arr names, n;
+    size_t i, j, nback = 0;
+    PGresult *r;
+    int rc;
+
+    arr_init(&names, OID_TEXT);
+    arr_init(&n, OID_INT4);
+    for (i = 0; i < ls->nfuncs; i++) {
+        unsigned took = 0;
+
+        if (st->granted[i] == 0)
+            continue;
+        for (j = 0; j < ls->njobs; j++)
+            took += strcmp(ls->jobs[j].func, ls->funcs[i]) == 0;
+        if (took >= st->granted[i])
+            continue;
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_int(&n, st->granted[i] - took, 4);
+        nback++;
+    }
+    if (nback == 0) {
+        free(names.b.p);
+        free(n.b.p);
+        return DSJOB_OK;
+    }
+    par_arr(&p, &names, OID_TEXT_ARRAY);
+    par_arr(&p, &n, OID_INT4_ARRAY);
+    if ((rc = run(st, pg_sql_flow_give, &p, false, PGRES_COMMAND_OK, "giving flow tokens back", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/* Every function's stored flow settings, into ls->flows. */
+static int
+flow_read(struct store *st, struct store_lease *ls, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    size_t bytes = 0;
+    char *at;
+    int k, rc;
+
+    if ((rc = run(st, pg_sql_flow_read, &p, false, PGRES_TUPLES_OK, "reading flow settings", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r); k++)
+        bytes += (size_t)PQgetlength(r, k, 0) + (size_t)PQgetlength(r, k, 1) + 2;
+    free(ls->flows);
+    ls->flows = malloc(bytes + 1);
+    if (ls->flows == NULL) {
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    at = ls->flows;
+    for (k = 0; k < PQntuples(r); k++) {
+        int c;
+
+        for (c = 0; c < 2; c++) {
+            size_t len = (size_t)PQgetlength(r, k, c);
+
+            memcpy(at, PQgetvalue(r, k, c), len);
+            at[len] = '\0';
+            at += len + 1;
+        }
+    }
+    ls->nflows = (size_t)PQntuples(r);
+    ls->flows_read = true;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/* The adds of this batch with a deadline (none written yet). */
+static size_t
+adds_deadlines(const struct store *st)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < st->nadds; i++)
+        n += !st->adds[i].gone && st->adds[i].deadline_ms != 0;
+    return n;
+}
+
+/*
+ * After the INSERT, in its transaction: the deadlines of the adds that
+ * have one (deadline_set.sql), so that the INSERT stays as it is and a
+ * batch without deadlines costs nothing more.
+ */
+static int
+flush_deadlines(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr h, d;
+    PGresult *r;
+    size_t i;
+    int rc;
+
+    arr_init(&h, OID_TEXT);
+    arr_init(&d, OID_INT8);
+    for (i = 0; i < st->nadds; i++) {
+        const struct pend_add *a = &st->adds[i];
+
+        if (a->gone || a->deadline_ms == 0)
+            continue;
+        arr_put(&h, a->handle, strlen(a->handle));
+        arr_int(&d, a->deadline_ms, 8);
+    }
+    par_arr(&p, &h, OID_TEXT_ARRAY);
+    par_arr(&p, &d, OID_INT8_ARRAY);
+    if ((rc = run(st, pg_sql_deadline_set, &p, false, PGRES_COMMAND_OK, "writing deadlines", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
 }
 
 /* The handles of rows[0..n) as a text[] value. */
@@ -1913,8 +2180,13 @@ flush_main(struct store *st, char *err)
         }
         at = ls->mem;
         for (k = 0; k < n; k++)
-            if (row_kind(r, k) == ROW_TAKEN)
-                take_row(r, k, &ls->jobs[ls->njobs++], &at);
+            if (row_kind(r, k) == ROW_TAKEN) {
+                struct store_job *sj = &ls->jobs[ls->njobs++];
+
+                take_row(r, k, sj, &at);
+                if (!PQgetisnull(r, k, 13))
+                    sj->deadline_ms = (int64_t)be64(PQgetvalue(r, k, 13));
+            }
         qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
     }
     if (nadds > 0)
@@ -1984,6 +2256,12 @@ flush_updates(struct store *st, bool after, char *err)
                 par_text(&q, u->flow, strlen(u->flow));
             if ((rc = run(st, u->flow[0] != '\0' ? pg_sql_flow_set : pg_sql_flow_delete, &q, false,
                           PGRES_COMMAND_OK, "setting a function", &r, err)) != DSJOB_OK)
+                return rc;
+            PQclear(r);
+            /* The other servers read the settings again once this commits. */
+            q = (struct params){0};
+            if ((rc = run(st, pg_sql_flow_notify, &q, false, PGRES_TUPLES_OK,
+                          "telling of a function's settings", &r, err)) != DSJOB_OK)
                 return rc;
             PQclear(r);
         }
@@ -2071,6 +2349,11 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
         return rc;
     if (PQntuples(r) == 1)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    /* Jobs past their deadline under no live lease: to the dead set, and taken just below. */
+    if ((rc = run(st, pg_sql_expire, &p, false, PGRES_COMMAND_OK, "expiring jobs", &r, err)) !=
+        DSJOB_OK)
+        return rc;
     PQclear(r);
     if ((rc = take_ended(st, &ls->ended, &ls->nended, &ls->ended_mem, err)) != DSJOB_OK)
         return rc;
@@ -2178,7 +2461,9 @@ recover_adds(struct store *st, char *err)
 static int
 flush_once(struct store *st, char *err)
 {
-    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each;
+    bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
+    bool txn =
+        st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped || deadlines;
     int rc;
 
     st->txn = txn;
@@ -2194,9 +2479,17 @@ flush_once(struct store *st, char *err)
         goto rollback;
     if (st->each && (rc = flush_adds_each(st, err)) != DSJOB_OK)
         goto rollback;
+    if (st->ls != NULL && st->ls->read_flow && (rc = flow_read(st, st->ls, err)) != DSJOB_OK)
+        goto rollback;
+    if (capped && (rc = flow_before(st, st->ls, err)) != DSJOB_OK)
+        goto rollback;
     rc = flush_main(st, err);
     if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
         rc = recover_adds(st, err);
+    if (rc == DSJOB_OK && capped)
+        rc = flow_after(st, st->ls, err);
+    if (rc == DSJOB_OK && deadlines)
+        rc = flush_deadlines(st, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
@@ -2659,7 +2952,7 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
         return rc;
     }
     for (;;) {
-        bool told = false;
+        bool told = false, flow = false;
 
         pfd[0].fd = PQsocket(st->listen);
         pfd[0].events = POLLIN;
@@ -2680,10 +2973,11 @@ pg_wait_notify(struct store *st, int stop_fd, char *err)
         }
         while ((n = PQnotifies(st->listen)) != NULL) {
             told = true;
+            flow = flow || (n->extra != NULL && strcmp(n->extra, "flow") == 0);
             PQfreemem(n);
         }
         if (told)
-            return 1;
+            return flow ? 2 : 1;
     }
 }
 
@@ -2735,6 +3029,7 @@ pg_close(struct store *st)
     free(st->adds);
     free(st->upds);
     free(st->take);
+    free(st->granted);
     for (i = 0; i < PG_DEMAND_MAX; i++)
         free(st->demand[i].func);
     if (st->db != NULL)

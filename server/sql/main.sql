@@ -14,7 +14,8 @@
 -- many of each, $15 the handles to give up, $16 whether to NOTIFY. The
 -- taken rows' columns follow the kind: handle, func, uniq, unique_is_data,
 -- reducer, data, prio, run-at (epoch seconds), attempts, first_fail,
--- last_fail, id (take_row).
+-- last_fail, id (take_row), deadline (epoch ms, or NULL). A job past its
+-- deadline is not taken: expire.sql moves it to the dead set.
 WITH ins AS (
 \ir add_rows.sql
  ON CONFLICT (func, uniq) WHERE state = 0 AND uniq IS NOT NULL DO NOTHING
@@ -27,20 +28,22 @@ cl AS (
  FROM (SELECT c.id FROM unnest($13::text[], $14::int4[]) AS f(name, n),
   LATERAL (SELECT id FROM dsjob.jobs WHERE state = 0 AND func = f.name AND run_at <= now()
    AND (owner IS NULL OR (lease_until < now() AND owner <> $10::text))
+   AND (deadline IS NULL OR deadline > now())
    ORDER BY prio, run_at, id LIMIT f.n FOR UPDATE SKIP LOCKED) c) s
  WHERE j.id = s.id
  RETURNING j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,
-  extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id),
+  extract(epoch from j.run_at)::bigint, j.attempts, j.first_fail, j.last_fail, j.id,
+  (extract(epoch from j.deadline) * 1000)::bigint),
 rel AS (
  UPDATE dsjob.jobs SET owner = NULL, lease_until = NULL
  WHERE state = 0 AND owner = $10::text AND handle = ANY($15::text[])
  RETURNING handle)
 SELECT 1::int2, handle, NULL::text, NULL::bytea, NULL::bool, NULL::bytea, NULL::bytea,
- NULL::int2, NULL::int8, NULL::int4, NULL::int8, NULL::int8, NULL::int8 FROM ins
+ NULL::int2, NULL::int8, NULL::int4, NULL::int8, NULL::int8, NULL::int8, NULL::int8 FROM ins
 UNION ALL SELECT 2::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
- NULL, NULL FROM del
+ NULL, NULL, NULL FROM del
 UNION ALL SELECT 3::int2, * FROM cl
 UNION ALL SELECT 5::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
- NULL, NULL FROM rel
+ NULL, NULL, NULL FROM rel
 UNION ALL SELECT 4::int2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
- NULL FROM pg_notify('dsjob', '') WHERE $16::bool
+ NULL, NULL FROM pg_notify('dsjob', '') WHERE $16::bool

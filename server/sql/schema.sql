@@ -1,4 +1,4 @@
--- The schema, version 2 (SCHEMA_VERSION in store_postgres.c, and the meta
+-- The schema, version 3 (SCHEMA_VERSION in store_postgres.c, and the meta
 -- row at the end). To change it: bump both, change this file to the new
 -- shape, and add a step file (schema_1_2.sql is the model) that makes of
 -- the previous shape exactly what this file makes. Never reuse a number.
@@ -27,12 +27,14 @@ CREATE TABLE dsjob.jobs (
  denominator integer NOT NULL DEFAULT 0,
  owner text, -- the server holding its lease, or NULL
  lease_until timestamptz,
- submitted timestamptz NOT NULL DEFAULT now());
+ submitted timestamptz NOT NULL DEFAULT now(),
+ deadline timestamptz); -- must start by, else it expires to the dead set; NULL: none
 CREATE UNIQUE INDEX jobs_live_unique ON dsjob.jobs (func, uniq)
  WHERE state = 0 AND uniq IS NOT NULL;
 CREATE INDEX jobs_ready ON dsjob.jobs (func, prio, run_at, id) WHERE state = 0;
 CREATE INDEX jobs_owner ON dsjob.jobs (owner) WHERE owner IS NOT NULL AND state = 0;
 CREATE INDEX jobs_ended_owner ON dsjob.jobs (owner) WHERE state <> 0;
+CREATE INDEX jobs_deadline ON dsjob.jobs (deadline) WHERE state = 0 AND deadline IS NOT NULL;
 -- the starts that may still run
 CREATE TABLE dsjob.servers (owner text PRIMARY KEY, boot bigint NOT NULL,
  started timestamptz NOT NULL DEFAULT now());
@@ -74,4 +76,4 @@ BEGIN\
   IF h IS NOT NULL THEN RETURN h; END IF;\
  END LOOP;\
 END $$;
-INSERT INTO dsjob.meta VALUES ('schema_version', '2');
+INSERT INTO dsjob.meta VALUES ('schema_version', '3');

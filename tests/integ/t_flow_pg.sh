@@ -2,7 +2,8 @@
 # Flow control settings on the postgres store: a pause and a limit given
 # at run time are kept in dsjob.flow and come back after kill -9; a job
 # submitted while paused stays queued for a worker, then runs on resume;
-# forgetting the settings deletes the row. Against a PostgreSQL of the
+# forgetting the settings deletes the row; with PostgreSQL down a change is
+# not answered OK (it is answered after its commit). Against a PostgreSQL of the
 # test's own (tests/lib/pg.sh) and a real `dsjob worker`.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -48,6 +49,16 @@ ds limit fp --off
 ok $? "limits off"
 poll eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
 ok $? "the row is gone"
+# A change is answered OK only once it is committed: with PostgreSQL down
+# the commit fails, and so does the answer.
+pg_stop_immediate
+out=$(ds limit fz --concurrency 1 2>&1)
+r=$?
+[ $r -ne 0 ]
+ok $? "with PostgreSQL down, limit is not answered OK (exit $r)"
+case $out in *STORE_ERROR*) ok 0 "it says STORE_ERROR" ;; *) ok 1 "it says STORE_ERROR: $out" ;; esac
+pg_start_again
+ok $? "PostgreSQL started again"
 reap
 pgd_stop_all
 done_testing

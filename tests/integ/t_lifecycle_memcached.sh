@@ -6,7 +6,8 @@
 # (--max-dead), and a kept result with NUL bytes (--keep-results) are all
 # back after dsjobd is killed and restarted on the same memcached. The
 # workers are tools/dsjob worker, the submits plain binary packets, the
-# admin commands plain text lines.
+# admin commands plain text lines. A background submit with a deadline
+# is refused, naming the option: the store keeps no deadline.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -103,5 +104,10 @@ same "$(admin "retry dead mc_dead")" "OK 1" "retry dead puts the dead job back"
 track $!
 check "a worker does it this time" poll grep -qs pay-dead "$T/redo.out"
 reap
+# The store keeps no deadline: a background submit with one is refused by name.
+out=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b --expire-in 60 mc_exp x 2>&1)
+r=$?
+check "a background submit with --expire-in is refused (exit $r)" [ "$r" -ne 0 ]
+check "naming the option and the store ($out)" sh -c 'case $1 in *expire-in*memcached*) exit 0 ;; esac; exit 1' _ "$out"
 server_stop
 done_testing
