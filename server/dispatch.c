@@ -487,6 +487,7 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
         /* Before the job's add: the batch's row and the member go in one commit. */
         if (batch_join(srv, c->batch, strlen(c->batch), j, &code, why, sizeof(why)) < 0) {
             job_unref(j);
+            deps_discard(after);
             refuse(c, p, durable, code, "%s", why);
             return;
         }
@@ -498,12 +499,19 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
     stats_queued(srv, j);
     if (durable) {
         job_ref(j);
+        /*
+         * Its edges go in the batch after its add, and in the same commit:
+         * a full batch handed over between the two would store a child
+         * that, after a crash, waits for nothing. A refused one waits for
+         * nothing.
+         */
+        storage_hold(srv);
         durable_submit(srv, c, j, false);
-        /* Its edges go in the batch after its add; a refused one waits for nothing. */
         if (after != NULL && j->state == JOB_PENDING)
             deps_attach(srv, after, j);
         else
             deps_discard(after);
+        storage_release(srv);
         job_unref(j);
         return;
     }

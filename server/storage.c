@@ -311,7 +311,7 @@ schedule(struct srv *srv)
          * same batch as the ops of its own that are tried again, which are
          * put back only after the continuations.
          */
-        if (!sg->finishing)
+        if (!sg->finishing && sg->held == 0)
             storage_flush(srv);
         return;
     }
@@ -370,6 +370,21 @@ storage_wait(struct srv *srv, struct storage_wait *w)
     TAILQ_INSERT_TAIL(&srv->storage.open.acks, w, link);
     srv->storage.open.nacks++;
     schedule(srv);
+}
+
+void
+storage_hold(struct srv *srv)
+{
+    srv->storage.held++;
+}
+
+void
+storage_release(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+
+    if (--sg->held == 0 && sg->open.nacks >= sg->batch_max)
+        schedule(srv); /* the batch filled meanwhile: it goes now */
 }
 
 void

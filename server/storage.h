@@ -183,6 +183,7 @@ struct storage {
     bool lazy;              /* ...on the deletions' timer, which a submit cuts short */
     bool want_flush;        /* flush asked for while a batch was in flight */
     bool finishing;         /* batch_finish runs continuations: a full batch waits for it */
+    unsigned held;          /* storage_hold's depth: a full batch waits for storage_release */
     bool retry;             /* the last commit failed: flush even if empty */
     bool durable;           /* a backend other than none */
     bool shared;            /* the backend has lease, remove_job and wait_notify */
@@ -286,6 +287,14 @@ int storage_set_func(struct srv *srv, const struct func *f);
  * postgres); else the server keeps them in memory only.
  */
 bool storage_keeps_schedules(const struct srv *srv);
+
+/*
+ * storage_hold and storage_release bracket changes that must share one
+ * commit (a job's add and its dependency edges): between them a full open
+ * batch is not handed over; storage_release hands it over if it filled.
+ */
+void storage_hold(struct srv *srv);
+void storage_release(struct srv *srv);
 
 /*
  * storage_sched puts what (enum store_sched_what) to ss in the open batch,

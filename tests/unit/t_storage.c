@@ -679,6 +679,47 @@ test_group_commit(void)
     rig_stop(&r);
 }
 
+/* A waiter of test_hold's: counts its continuation. */
+static unsigned hold_done_n;
+
+static void
+hold_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
+{
+    (void)srv, (void)w, (void)ok, (void)why;
+    hold_done_n++;
+}
+
+/*
+ * storage_hold keeps a full open batch from being handed over until
+ * storage_release (dispatch.c: a job's add and its dependency edges share
+ * a commit): with --store-batch 1 the first waiter would be flushed alone.
+ */
+static void
+test_hold(void)
+{
+    struct storage_wait w1 = {hold_done, NULL, {NULL, NULL}}, w2 = w1, w3 = w1;
+    struct rig r;
+
+    fake_reset();
+    rig_start(&r, 0, 1);
+    hold_done_n = 0;
+    storage_hold(r.srv);
+    storage_wait(r.srv, &w1);
+    tap_ok(r.srv->storage.inflight == NULL, "hold: a full batch is not handed over while held");
+    storage_wait(r.srv, &w2);
+    tap_is_int(r.srv->storage.open.nacks, 2, "hold: the second waiter joins the same batch");
+    storage_release(r.srv);
+    tap_ok(r.srv->storage.inflight != NULL && r.srv->storage.open.nacks == 0,
+           "hold: released, the full batch goes at once");
+    PUMP_UNTIL(&r, hold_done_n == 2);
+    tap_is_int(hold_done_n, 2, "hold: both waiters answered");
+    tap_is_int(fake_get(&fake.flushes), 1, "hold: in one flush");
+    storage_wait(r.srv, &w3);
+    PUMP_UNTIL(&r, hold_done_n == 3);
+    tap_is_int(fake_get(&fake.flushes), 2, "hold: unheld, a full batch goes alone as before");
+    rig_stop(&r);
+}
+
 static void
 test_answer_order(void)
 {
@@ -1624,6 +1665,7 @@ run_cases(void)
 {
     test_must_wait();
     test_group_commit();
+    test_hold();
     test_answer_order();
     test_commit_fails();
     test_add_refused();
