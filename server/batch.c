@@ -820,7 +820,7 @@ admin_open(struct conn *c, const struct word *w, size_t n)
     b->created = clock_now();
     store_set(srv, b);
     log_info(&srv->log, "%s: batch %s opened", c->peer, b->id);
-    conn_printf(c, "OK\n");
+    durable_reply(srv, c, "OK\n"); /* once its row is committed */
 }
 
 static void
@@ -898,7 +898,7 @@ batch_admin(struct conn *c, const char *line, size_t len)
                      b->c.total);
             arm_fire(srv);
         }
-        conn_printf(c, "OK\n");
+        durable_reply(srv, c, "OK\n"); /* once the close is committed */
         return;
     }
     /* drop: forget it; its jobs run on, no longer counted. */
@@ -913,7 +913,7 @@ batch_admin(struct conn *c, const char *line, size_t len)
     }
     log_notice(&srv->log, "%s: batch %s dropped", c->peer, b->id);
     forget(srv, b);
-    conn_printf(c, "OK\n");
+    durable_reply(srv, c, "OK\n"); /* once the delete is committed */
 }
 
 json_t *
