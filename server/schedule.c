@@ -563,6 +563,14 @@ fired_done(struct srv *srv, struct store_op *op, bool ok)
 
     if (s != NULL && srv->schedules->stopped)
         s = NULL; /* the server is stopping: the job still goes where it belongs */
+    if (j->state != JOB_PENDING) {
+        /* Cancelled while its commit was in flight: its end took it (and its row). */
+        if (s != NULL && ok && op->ss.last_tick > s->last_tick)
+            s->last_tick = op->ss.last_tick;
+        if (s != NULL)
+            say(s, ok && op->claimed ? "cancelled" : "not fired");
+        return;
+    }
     if (!ok) {
         tick_job_drop(srv, j);
         if (s == NULL)
