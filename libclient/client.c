@@ -545,6 +545,16 @@ client_after_elsewhere(const struct dsjob_client *c, int err)
            strstr(c->errmsg, "no job ") != NULL;
 }
 
+/* dsjob_client_set_after's options are for one submit call, whatever becomes of it. */
+static int
+client_after_spent(struct dsjob_client *c, int err)
+{
+    dsjob_free(c->after);
+    c->after = NULL;
+    c->after_len = 0;
+    return err;
+}
+
 /*
  * Submits one job of the given packet type (args already laid out) to the
  * servers in turn from the picked one, and follows it: to JOB_CREATED for a
@@ -564,9 +574,10 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
 
     /* Before anything is sent, so that this error means no job was submitted. */
     if (handle_buf != NULL && handle_cap < DSJOB_HANDLE_MAX)
-        return client_err(c, DSJOB_ERR_ARG,
+        return client_after_spent(
+            c, client_err(c, DSJOB_ERR_ARG,
                           "handle buffer of %zu bytes, smaller than DSJOB_HANDLE_MAX (%d)",
-                          handle_cap, DSJOB_HANDLE_MAX);
+                          handle_cap, DSJOB_HANDLE_MAX));
 
     for (k = 0; k < c->nlinks; k++) {
         struct link *l = &c->links[(first + k) % c->nlinks];
@@ -574,7 +585,7 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         if (client_prepare_hello(l) != DSJOB_OK ||
             (c->after == NULL && link_queue(l, type, nargs, args, lens) != DSJOB_OK)) {
             link_close(l);
-            return client_err(c, DSJOB_ERR_NOMEM, "out of memory");
+            return client_after_spent(c, client_err(c, DSJOB_ERR_NOMEM, "out of memory"));
         }
         err = link_connect(l, c->connect_ms);
         if (err != DSJOB_OK) {
@@ -604,9 +615,7 @@ client_run(struct dsjob_client *c, uint32_t type, const char *unique, unsigned n
         if (err == DSJOB_OK || created || !client_failover(err))
             break;
     }
-    dsjob_free(c->after); /* for this submit alone */
-    c->after = NULL;
-    c->after_len = 0;
+    client_after_spent(c, DSJOB_OK);
     if ((err == DSJOB_ERR_TIMEOUT || err == DSJOB_ERR_SERVER) && k < c->nlinks) {
         /*
          * The stream's state is unknown, or the server refused the job and
@@ -636,7 +645,7 @@ dsjob_client_submit(struct dsjob_client *c, const char *func, const char *unique
         *result_len = 0;
     err = check_job_args(c, func, unique, data, len);
     if (err != DSJOB_OK)
-        return err;
+        return client_after_spent(c, err);
     lens[0] = strlen(func);
     lens[1] = unique ? strlen(unique) : 0;
     lens[2] = len;
@@ -656,7 +665,7 @@ dsjob_client_submit_bg(struct dsjob_client *c, const char *func, const char *uni
     c->errmsg[0] = '\0';
     err = check_job_args(c, func, unique, data, len);
     if (err != DSJOB_OK)
-        return err;
+        return client_after_spent(c, err);
     lens[0] = strlen(func);
     lens[1] = unique ? strlen(unique) : 0;
     lens[2] = len;
@@ -677,9 +686,9 @@ dsjob_client_submit_epoch(struct dsjob_client *c, const char *func, const char *
     c->errmsg[0] = '\0';
     err = check_job_args(c, func, unique, data, len);
     if (err != DSJOB_OK)
-        return err;
+        return client_after_spent(c, err);
     if (epoch < 0)
-        return client_err(c, DSJOB_ERR_ARG, "negative epoch time");
+        return client_after_spent(c, client_err(c, DSJOB_ERR_ARG, "negative epoch time"));
     lens[0] = strlen(func);
     lens[1] = unique ? strlen(unique) : 0;
     lens[2] = (size_t)snprintf(when, sizeof(when), "%lld", (long long)epoch);
