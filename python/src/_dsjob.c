@@ -473,7 +473,12 @@ after_handles(PyObject *after, const char ***out, Py_ssize_t *n, PyObject **seq)
     *seq = NULL;
     if (after == Py_None)
         return 0;
-    *seq = PySequence_Fast(after, "after must be a sequence of job handles");
+    /* A tuple of its own: the UTF-8 borrowed from its items outlives the GIL's release. */
+    if (!PySequence_Check(after) || PyUnicode_Check(after)) {
+        PyErr_SetString(PyExc_TypeError, "after must be a sequence of job handles");
+        return -1;
+    }
+    *seq = PySequence_Tuple(after);
     if (*seq == NULL)
         return -1;
     *n = PySequence_Fast_GET_SIZE(*seq);
