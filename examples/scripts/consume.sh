@@ -28,10 +28,35 @@ shard() {
     return 1
 }
 
-adler32() { # of standard input, as zlib computes it
-    od -An -v -tu1 | awk '
-        { for (i = 1; i <= NF; i++) { a = (a + $i) % 65521; b = (b + a) % 65521 } }
-        END { printf "%08x\n", b * 65536 + a }' a=1
+# check S: shard S's rows, prefixed "S<TAB>", then its verdict; false if bad.
+# One awk reads the file: every line but the last is a row, counted and
+# summed (Adler-32 of the rows' bytes, as zlib computes it); the last line
+# is the producer's summary, whose "count" and "adler32" must agree.
+check() {
+    LC_ALL=C awk -v s="$1" '
+    function last(re, line,   v) { # the last match of RE in LINE, or ""
+        v = ""
+        while (match(line, re)) { v = substr(line, RSTART, RLENGTH); line = substr(line, RSTART + RLENGTH) }
+        return v
+    }
+    BEGIN { for (i = 1; i < 256; i++) ord[sprintf("%c", i)] = i; a = 1 }
+    NR > 1 {
+        print s "\t" prev
+        row = prev "\n"
+        for (i = 1; i <= length(row); i++) { a = (a + ord[substr(row, i, 1)]) % 65521; b = (b + a) % 65521 }
+    }
+    { prev = $0 }
+    END {
+        got = NR > 0 ? NR - 1 : 0; mine = sprintf("%08x", b * 65536 + a)
+        count = last("\"count\":[0-9]*", prev); sub(/.*:/, "", count)
+        sum = last("\"adler32\":\"[0-9a-f]*\"", prev); gsub(/.*:"|"$/, "", sum)
+        if (count == "" || sum == "") { print "# shard " s " bad: no summary"; exit 1 }
+        if (got != count + 0 || mine != sum) {
+            print "# shard " s " bad: got " got " rows with adler32 " mine ", the producer says " count " with " sum
+            exit 1
+        }
+        print "# shard " s " ok " count " " sum
+    }' "$dir/$1" 2>/dev/null
 }
 
 s=0
@@ -44,22 +69,7 @@ wait
 bad=0
 s=0
 while [ $s -lt "$shards" ]; do
-    f=$dir/$s
-    summary=$(tail -n 1 "$f" 2>/dev/null)
-    count=$(printf '%s\n' "$summary" | sed -n 's/.*"count":\([0-9]*\).*/\1/p')
-    sum=$(printf '%s\n' "$summary" | sed -n 's/.*"adler32":"\([0-9a-f]*\)".*/\1/p')
-    got=$(sed '$d' "$f" 2>/dev/null | wc -l)
-    mine=$(sed '$d' "$f" 2>/dev/null | adler32)
-    sed '$d' "$f" 2>/dev/null | sed "s/^/$s	/"
-    if [ -z "$count" ] || [ -z "$sum" ]; then
-        echo "# shard $s bad: no summary"
-        bad=1
-    elif [ "$got" -ne "$count" ] || [ "$mine" != "$sum" ]; then
-        echo "# shard $s bad: got $got rows with adler32 $mine, the producer says $count with $sum"
-        bad=1
-    else
-        echo "# shard $s ok $count $sum"
-    fi
+    check $s || bad=1
     s=$((s + 1))
 done
 exit $bad

@@ -7,30 +7,49 @@
 # progress to fd 3 as N/D lines (WORK_STATUS), and the summary line last.
 # The rows and the summary are byte for byte those of the C producer
 # (examples/dataset.c): awk computes in doubles, and every product of the
-# generator stays below 2^53. The spec is read with sed: enough for the
-# flat objects the consumers send, not a JSON parser.
-spec=$(cat)
-field() {
-    printf '%s\n' "$spec" | sed -n "s/.*\"$1\" *: *\"\{0,1\}\([A-Za-z0-9._-]*\)\"\{0,1\}.*/\1/p"
-}
-name=$(field dataset)
-shard=$(field shard)
-shards=$(field shards)
-seed=$(field seed)
-rows=$(field rows)
-: "${rows:=1000}"
-case "$name:$shard:$shards:$seed:$rows" in
-*::* | :* | *[!A-Za-z0-9._:-]*)
-    echo "produce.sh: bad spec: $spec" >&2
-    exit 2
-    ;;
-esac
+# generator stays below 2^53. The same awk reads the spec, one regular
+# expression a field: enough for the flat objects the consumers send, not
+# a JSON parser.
+
 # fd 3 is the status pipe under dsjob worker; run by hand there is none.
 status=/dev/null
 if { true >&3; } 2>/dev/null; then status=/dev/fd/3; fi
 
-exec awk -v name="$name" -v shard="$shard" -v shards="$shards" -v seed="$seed" \
-    -v rows="$rows" -v status="$status" 'BEGIN {
+exec awk -v status="$status" '
+# field(KEY, LINE): the value of the last "KEY": in LINE, quoted or not, of
+# the characters [A-Za-z0-9._-] only ("" if none).
+function field(key, line,   v) {
+    v = ""
+    while (match(line, "\"" key "\" *: *\"?[A-Za-z0-9._-]*")) {
+        v = substr(line, RSTART, RLENGTH)
+        line = substr(line, RSTART + RLENGTH)
+    }
+    sub(/^"[^"]*" *: *"?/, "", v)
+    return v
+}
+function get(key,   v) { # a key found on several lines is all of them: a bad spec
+    if ($0 ~ "\"" key "\" *:") {
+        v = (key in spec_) ? spec_[key] "\n" : ""
+        spec_[key] = v field(key, $0)
+    }
+}
+function num(v) { # a number if it looks like one, as awk -v would make it
+    return v ~ /^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE]-?[0-9]+)?$/ ? v + 0 : v
+}
+{
+    spec = spec (NR > 1 ? "\n" : "") $0
+    get("dataset"); get("shard"); get("shards"); get("seed"); get("rows")
+}
+END {
+    sub(/\n+$/, "", spec)
+    name = spec_["dataset"]; shard = num(spec_["shard"]); shards = num(spec_["shards"])
+    seed = num(spec_["seed"]); rows = spec_["rows"] == "" ? 1000 : num(spec_["rows"])
+    if (name == "" || shard == "" || shards == "" || seed == "" ||
+        (name shard shards seed rows) ~ /[^A-Za-z0-9._-]/) {
+        print "produce.sh: bad spec: " spec > "/dev/stderr"
+        exit 2
+    }
+
     M = 2147483647; A = 48271
     split("alpha bravo charlie delta echo foxtrot golf hotel", label, " ")
     for (i = 1; i < 128; i++) ord[sprintf("%c", i)] = i

@@ -7,10 +7,22 @@
 # Prints the summary line: the job's result.
 dir=${1:?usage: save.sh DIR}
 spec=$(cat)
-field() {
-    printf '%s\n' "$spec" | sed -n "s/.*\"$1\" *: *\"\{0,1\}\([A-Za-z0-9._-]*\)\"\{0,1\}.*/\1/p"
-}
-out=$dir/$(field dataset)-$(field shard)-of-$(field shards).tsv
-printf '%s' "$spec" | "$(dirname "$0")/produce.sh" >"$out.tmp.$$" || exit 1
+# The file's name, from the spec's fields as produce.sh reads them (the
+# last "KEY": of a line, quoted or not, of [A-Za-z0-9._-] only).
+name=$(printf '%s\n' "$spec" | awk '
+    function field(key, line,   v) {
+        v = ""
+        while (match(line, "\"" key "\" *: *\"?[A-Za-z0-9._-]*")) {
+            v = substr(line, RSTART, RLENGTH)
+            line = substr(line, RSTART + RLENGTH)
+        }
+        sub(/^"[^"]*" *: *"?/, "", v)
+        return v
+    }
+    { d = d field("dataset", $0); s = s field("shard", $0); n = n field("shards", $0) }
+    END { print d "-" s "-of-" n ".tsv" }')
+out=$dir/$name
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
+printf '%s' "$spec" | "$here/produce.sh" >"$out.tmp.$$" || exit 1
 tail -n 1 "$out.tmp.$$"
 sed -i '$d' "$out.tmp.$$" && mv "$out.tmp.$$" "$out"
