@@ -524,22 +524,27 @@ batch_bytes(const struct store_batch *sb)
     return sb->id_len + sb->on_complete_len + sb->on_success_len + sb->failed_len + 4;
 }
 
+/* len bytes of p (NULL when len is 0) to buf; the byte after them is the caller's. */
+static char *
+copy_some(char *buf, const char *p, size_t len)
+{
+    if (len > 0)
+        memcpy(buf, p, len);
+    return buf;
+}
+
 /* Copy sb's strings to buf (batch_bytes of room), into out. */
 static void
 batch_copy(struct store_batch *out, const struct store_batch *sb, char *buf)
 {
     *out = *sb;
-    out->id = buf;
-    memcpy(buf, sb->id, sb->id_len);
+    out->id = copy_some(buf, sb->id, sb->id_len);
     buf += sb->id_len + 1;
-    out->on_complete = buf;
-    memcpy(buf, sb->on_complete, sb->on_complete_len);
+    out->on_complete = copy_some(buf, sb->on_complete, sb->on_complete_len);
     buf += sb->on_complete_len + 1;
-    out->on_success = buf;
-    memcpy(buf, sb->on_success, sb->on_success_len);
+    out->on_success = copy_some(buf, sb->on_success, sb->on_success_len);
     buf += sb->on_success_len + 1;
-    out->failed = buf;
-    memcpy(buf, sb->failed, sb->failed_len);
+    out->failed = copy_some(buf, sb->failed, sb->failed_len);
 }
 
 struct store_op *
