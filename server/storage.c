@@ -100,9 +100,12 @@ storage_row_outcome(int state)
     return JOB_OUTCOME_NONE;
 }
 
-/* An add for the writer: the job's fields copied, since the job may go meanwhile. */
+/*
+ * An add for the writer: the job's fields copied, since the job may go
+ * meanwhile, with extra bytes of room behind them (*room, if asked).
+ */
 static struct store_op *
-op_add_new(struct storage *sg, const struct job *j, size_t extra)
+op_add_new(struct storage *sg, const struct job *j, size_t extra, char **room)
 {
     size_t rlen = job_row_len(j);
     size_t blen = j->ext != NULL && j->ext->batch != NULL ? strlen(j->ext->batch) : 0;
@@ -150,6 +153,8 @@ op_add_new(struct storage *sg, const struct job *j, size_t extra)
 #undef COPY
     sj->alias = op->alias;
     sj->lost = &op->lost;
+    if (room != NULL)
+        *room = at; /* extra bytes from here */
     return op;
 }
 
@@ -355,7 +360,7 @@ schedule_lazy(struct srv *srv)
 struct store_op *
 storage_op_add(struct srv *srv, const struct job *j)
 {
-    return op_add_new(&srv->storage, j, 0);
+    return op_add_new(&srv->storage, j, 0, NULL);
 }
 
 void
@@ -409,7 +414,7 @@ storage_settle(struct srv *srv, struct job *j, storage_op_fn *done)
     if (!j->stored)
         return false;
     /* The rewrite copies the job's final state: what it will be once it has settled. */
-    op = rewrite ? op_add_new(sg, j, 0) : op_remove_new(sg, j);
+    op = rewrite ? op_add_new(sg, j, 0, NULL) : op_remove_new(sg, j);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to %s job %s: it will run again after a restart",
                 rewrite ? "end" : "remove", job_handle(j));
@@ -435,7 +440,7 @@ storage_update(struct srv *srv, struct job *j)
 
     if (!j->stored || !sg->durable)
         return;
-    op = op_add_new(sg, j, 0);
+    op = op_add_new(sg, j, 0, NULL);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory to update job %s: the store keeps it as it was",
                 job_handle(j));
@@ -629,17 +634,15 @@ storage_sched_fire(struct srv *srv, const struct store_sched *ss, struct job *j,
                    storage_op_fn *done)
 {
     struct storage *sg = &srv->storage;
-    struct store_op *op = op_add_new(sg, j, sched_bytes(ss));
-    size_t used;
+    char *room;
+    struct store_op *op = op_add_new(sg, j, sched_bytes(ss), &room);
 
     if (op == NULL)
         return -1;
-    used = op->sj.handle_len + op->sj.func_len + op->sj.unique_len + op->sj.reducer_len +
-           op->sj.data_len + op->sj.result_len + op->sj.batch_len;
     op->kind = STORE_OP_FIRE;
     op->done = done;
     op->job = job_ref(j);
-    sched_copy(&op->ss, ss, op->buf + used);
+    sched_copy(&op->ss, ss, room);
     batch_append(&sg->open, op);
     schedule_lazy(srv);
     return 0;
@@ -844,7 +847,7 @@ op_again(struct srv *srv, struct store_op *op)
         return NULL;
     }
     if (op->kind == STORE_OP_UPDATE && j != NULL && j->stored && j->state != JOB_SETTLING) {
-        again = op_add_new(&srv->storage, j, 0);
+        again = op_add_new(&srv->storage, j, 0, NULL);
         if (again != NULL) {
             again->kind = STORE_OP_UPDATE;
             again->job = j; /* takes over op's reference */
