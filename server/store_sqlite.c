@@ -978,20 +978,30 @@ static const char *const sched_sql[] = {
     [STORE_SCHED_CLAIM] = "UPDATE schedules SET last_tick = ?9 WHERE name = ?1 AND last_tick < ?9",
 };
 
-/* In the open batch: the table, then a statement of sched_sql (or the SELECT) prepared. */
+/*
+ * In the open batch: a table beside the schema made (ddl, IF NOT EXISTS),
+ * then sql prepared; what names the table for batch_fail.
+ */
 static int
-sched_stmt(struct store *st, const char *sql, sqlite3_stmt **stmt)
+side_stmt(struct store *st, const char *ddl, const char *what, const char *sql, sqlite3_stmt **stmt)
 {
     int rc;
 
     if (!batch_open(st))
         return SQLITE_ERROR;
-    rc = db_exec(st->db, SCHED_TABLE);
+    rc = db_exec(st->db, ddl);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, sql, -1, stmt, NULL);
     if (rc != SQLITE_OK)
-        batch_fail(st, "make the schedules table in", rc);
+        batch_fail(st, what, rc);
     return rc;
+}
+
+/* The schedules table, then a statement of sched_sql (or the SELECT) prepared. */
+static int
+sched_stmt(struct store *st, const char *sql, sqlite3_stmt **stmt)
+{
+    return side_stmt(st, SCHED_TABLE, "make the schedules table in", sql, stmt);
 }
 
 static int
@@ -1109,8 +1119,8 @@ sqlite_sched_list(struct store *st, store_sched_fn *fn, void *arg, char *err)
     " parent TEXT NOT NULL,"                                                                       \
     " policy INTEGER NOT NULL,"                                                                    \
     " state INTEGER NOT NULL DEFAULT 0,"                                                           \
-    " PRIMARY KEY (child, parent))"
-#define DEPS_INDEX "CREATE INDEX IF NOT EXISTS deps_parent ON deps (parent)"
+    " PRIMARY KEY (child, parent));"                                                               \
+    "CREATE INDEX IF NOT EXISTS deps_parent ON deps (parent)"
 
 static const char *const dep_sql[] = {
     [STORE_DEP_ADD] = "INSERT OR REPLACE INTO deps (child, parent, policy, state)"
@@ -1119,22 +1129,11 @@ static const char *const dep_sql[] = {
     [STORE_DEP_FORGET] = "DELETE FROM deps WHERE child = ?1",
 };
 
-/* In the open batch: the table and its index, then sql prepared. */
+/* The deps table and its index, then sql prepared. */
 static int
 dep_stmt(struct store *st, const char *sql, sqlite3_stmt **stmt)
 {
-    int rc;
-
-    if (!batch_open(st))
-        return SQLITE_ERROR;
-    rc = db_exec(st->db, DEPS_TABLE);
-    if (rc == SQLITE_OK)
-        rc = db_exec(st->db, DEPS_INDEX);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(st->db, sql, -1, stmt, NULL);
-    if (rc != SQLITE_OK)
-        batch_fail(st, "make the deps table in", rc);
-    return rc;
+    return side_stmt(st, DEPS_TABLE, "make the deps table in", sql, stmt);
 }
 
 static int
