@@ -1618,6 +1618,8 @@ handler_result(struct handler *h, JobObject *jo, PyObject *r)
         if (buf != NULL) {
             if (PyBytes_CheckExact(r))
                 len = PyBytes_GET_SIZE(r);
+            if (len == 0) /* the job has no result yet: it completes empty, with no copy */
+                return DSJOB_WORK_COMPLETE;
             return dsjob_job_set_result(jo->job, buf, (size_t)len) == DSJOB_OK ? DSJOB_WORK_COMPLETE
                                                                                : DSJOB_WORK_FAIL;
         }
@@ -1685,6 +1687,14 @@ worker_free_tstates(WorkerObject *wo)
 }
 
 /*
+ * Jobs that their handler did not keep, for the next jobs: a job costs no
+ * allocation then. Used with the GIL held, by every worker's threads.
+ */
+#define JOB_SPARES 16
+static JobObject *job_spares[JOB_SPARES];
+static int njob_spares;
+
+/*
  * The C callback of every function, in whichever thread runs the job (the
  * GIL not held): takes the GIL with the thread's state (a thread of
  * Python's has its own; a library thread keeps the one of its first job),
@@ -1705,7 +1715,7 @@ worker_cb(struct dsjob_job *job, void *user)
         PyEval_RestoreThread(ts);
     else
         g = PyGILState_Ensure(); /* no slot: a state for this job only */
-    jo = PyObject_New(JobObject, &JobType);
+    jo = njob_spares > 0 ? job_spares[--njob_spares] : PyObject_New(JobObject, &JobType);
     if (jo != NULL && h->fn != NULL) {
         PyObject *r;
 
@@ -1716,7 +1726,12 @@ worker_cb(struct dsjob_job *job, void *user)
         Py_XDECREF(r);
         jo->job = NULL;
     }
-    Py_XDECREF(jo);
+    if (jo != NULL && Py_REFCNT(jo) == 1 && njob_spares < JOB_SPARES) {
+        Py_CLEAR(jo->payload);
+        job_spares[njob_spares++] = jo;
+    } else {
+        Py_XDECREF(jo);
+    }
     if (PyErr_Occurred())
         PyErr_WriteUnraisable(h->fn);
     if (ts != NULL)
