@@ -2691,8 +2691,12 @@ static PyTypeObject AsyncType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.AsyncConn",
     .tp_basicsize = sizeof(AsyncObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "AsyncConn(addr, on_event): a struct dsjob_async; on_event(kind, id, a, b)\n"
-              "is called from step() for each job event.",
+    .tp_doc = "AsyncConn(addr, on_event, jobs=None, queues=None, background=None): a struct\n"
+              "dsjob_async; on_event(kind, id, a, b) is called from step() for each job event.\n"
+              "With the tables (jobs: id -> future or (sink, index); queues, a dict, and\n"
+              "background, a set, of ids), a job in neither queues nor background hears only\n"
+              "its end from on_event (a failure); its result goes from step() to its future's\n"
+              "set_result, or sink((index, result)), and leaves jobs.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Async_init,
     .tp_dealloc = (destructor)Async_dealloc,
