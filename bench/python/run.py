@@ -5,7 +5,9 @@ fresh dsjobd (in memory, loopback, port 0) of the build tree:
   bg        background submits, pipelined where the client can
   fg        foreground round trips of a no-op job, one at a time (a C worker)
   inflight  foreground no-op jobs with 1,000 in flight (C worker, 4 threads)
-  drain     a worker draining no-op jobs queued beforehand
+  drain     a worker draining no-op jobs queued beforehand: one thread, and
+            four threads (php and Perl: four processes, a connection each,
+            as the four threads have)
   rss       the asyncio client's peak RSS with 10,000 jobs in flight, through
             map (a future per job) and with a task per job
 
@@ -117,26 +119,30 @@ class Bench:
             s.stop()
         return n / secs
 
-    def drain_rate(self, worker: list[str], n: int, nworkers: int) -> float:
+    def drain_rate(self, worker: list[str], n: int, nworkers: int, procs: int = 1) -> float:
+        """A worker of nworkers threads, or procs processes of one (php
+        and Perl have no threads), drains n jobs queued beforehand."""
         s = Dsjobd(self.dsjobd, self.tmp)
         try:
             self.out([self.cref, "bg", s.addr, str(n)])
             assert queued(s.addr) == n
-            p = subprocess.Popen([*worker, s.addr, str(nworkers)], env=self.env)
+            ps = [subprocess.Popen([*worker, s.addr, str(nworkers)], env=self.env)
+                  for _ in range(procs)]
             try:
                 deadline = time.monotonic() + 600
                 while queued(s.addr) >= n:
-                    if p.poll() is not None or time.monotonic() > deadline:
+                    if any(p.poll() is not None for p in ps) or time.monotonic() > deadline:
                         raise RuntimeError(f"{worker}: took no job")
                     time.sleep(0.002)
                 t0 = time.monotonic()
                 while (left := queued(s.addr)) > 0:
-                    if p.poll() is not None or time.monotonic() > deadline:
+                    if any(p.poll() is not None for p in ps) or time.monotonic() > deadline:
                         raise RuntimeError(f"{worker}: stopped with {left} jobs left")
                     time.sleep(0.005)
                 secs = time.monotonic() - t0
             finally:
-                self.stop(p)
+                for p in ps:
+                    self.stop(p)
         finally:
             s.stop()
         return n / secs
@@ -167,8 +173,8 @@ def main() -> int:
     k = 0.05 if args.quick else 1.0
     if args.quick:
         args.rounds = 1
-    n_bg, n_fg, n_in, n_dr, n_peer_bg, n_peer_fg, n_peer_dr = (
-        int(x * k) for x in (50000, 5000, 50000, 50000, 20000, 3000, 10000))
+    n_bg, n_fg, n_in, n_dr, n_peer_bg, n_peer_fg, n_peer_in, n_peer_dr = (
+        int(x * k) for x in (50000, 5000, 50000, 50000, 20000, 3000, 20000, 10000))
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="dsjob-bench-py.") as tmp:
         b = Bench(args, env, Path(tmp))
@@ -202,9 +208,16 @@ def main() -> int:
             if "fg" in only:
                 res["fg php"] = b.median(b.client_rate, [*php, "fg"], n_peer_fg, cw)
                 res["fg perl"] = b.median(b.client_rate, [*perl, "fg"], n_peer_fg, cw)
+            if "inflight" in only:  # task sets of 1,000, as cref's
+                res["inflight php"] = b.median(b.client_rate, [*php, "inflight"], n_peer_in, cw,
+                                               4, ("1000",))
+                res["inflight perl"] = b.median(b.client_rate, [*perl, "inflight"], n_peer_in,
+                                                cw, 4, ("1000",))
             if "drain" in only:
                 res["drain php"] = b.median(b.drain_rate, [*php, "worker"], n_peer_dr, 1)
                 res["drain perl"] = b.median(b.drain_rate, [*perl, "worker"], n_peer_dr, 1)
+                res["drain php 4"] = b.median(b.drain_rate, [*php, "worker"], n_peer_dr, 1, 4)
+                res["drain perl 4"] = b.median(b.drain_rate, [*perl, "worker"], n_peer_dr, 1, 4)
         rss = {}
         for mode in ("rss", "rss-tasks") if "rss" in only else ():
             s = Dsjobd(b.dsjobd, Path(tmp))
@@ -239,10 +252,10 @@ def main() -> int:
     ratio("drain py", "drain C", 0.5)
     ratio("drain py 4", "drain C 4", 0.5)
     if peers:
-        for shape, mine in (("bg", "bg py"), ("fg", "fg py"), ("drain", "drain py")):
+        for mine, shape in (("bg py", "bg"), ("fg py", "fg"), ("inflight py-aio", "inflight"),
+                            ("drain py", "drain"), ("drain py 4", "drain")):
             for p in ("php", "perl"):
-                ratio(mine, f"{shape} {p}", 2.0)
-        ratio("inflight py-aio", "fg php", 2.0, "  (php has no shape with 1,000 in flight)")
+                ratio(mine, f"{shape} {p}" + (" 4" if mine.endswith(" 4") else ""), 2.0)
     for mode, kb in rss.items():
         print(f"{mode} {kb / 1024:.1f} MB (want < 50: {'ok' if kb < 50 * 1024 else 'MISSED'})")
     return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 
 import zlib
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
@@ -39,6 +38,24 @@ def _failure(err: int, text: str) -> Exception:
     raise AssertionError("raise_error returned")
 
 
+class _Sink:
+    """Where map's jobs end: step() appends (index, result or exception)
+    to ``items`` with no future, no callback and no task a job; the
+    connection wakes ``waiter`` once the step is over."""
+
+    __slots__ = ("items", "append", "waiter")
+
+    def __init__(self) -> None:
+        self.items: collections.deque = collections.deque()
+        self.append = self.items.append
+        self.waiter: asyncio.Future | None = None
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and self.items and not w.done():
+            w.set_result(None)
+
+
 class _Conn:
     """One server's connection: the C handle, its descriptor on the loop,
     and the jobs in flight by id."""
@@ -47,17 +64,22 @@ class _Conn:
         self.client = client
         self.addr = addr
         self.loop = asyncio.get_running_loop()
-        self.c = _dsjob.AsyncConn(addr, self._event)
+        # The jobs in flight by id: a future each, or (sink.append, index)
+        # for map's (nothing else, to keep a job small); a stream's queue
+        # and the background jobs aside. The C side reads the three: a
+        # plain foreground job's end reaches its future or sink from
+        # step() itself, and its other events are dropped there.
+        self.jobs: dict[int, asyncio.Future | tuple] = {}
+        self.queues: dict[int, asyncio.Queue] = {}
+        self.background: set[int] = set()
+        self.sinks: set[_Sink] = set()
+        self.c = _dsjob.AsyncConn(addr, self._event, self.jobs, self.queues, self.background)
         if client.tls is not None:
             t = client.tls
             self.c.set_tls(t.ca_file, t.cert_file, t.key_file, t.flags())
         self.fd = -1
-        # The jobs in flight by id: a future each (nothing else, to keep a
-        # job small); a stream's queue and the background jobs aside.
-        self.jobs: dict[int, asyncio.Future] = {}
-        self.queues: dict[int, asyncio.Queue] = {}
-        self.background: set[int] = set()
         self.writing = False
+        self.flushing = False
         self.connecting: asyncio.Future | None = None
         self.waiters: list[asyncio.Future] = []
 
@@ -104,8 +126,23 @@ class _Conn:
             self.loop.remove_writer(self.fd)
             self.writing = False
 
+    def _flush_soon(self) -> None:
+        """Jobs were queued: one step later in this turn of the loop writes
+        all of them (a writer is watched for only if the socket does not
+        take them all, so a turn costs no epoll_ctl)."""
+        if not self.flushing:
+            self.flushing = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flushing = False
+        if self.fd >= 0 and self.c is not None:
+            self._ready()
+
     def _ready(self) -> None:
         err = self.c.step()
+        for s in self.sinks:
+            s.wake()
         if err != 0:
             self._lost()
             return
@@ -126,7 +163,9 @@ class _Conn:
             f = self.jobs.pop(id, None)
             if f is not None:
                 self.queues.pop(id, None)
-                if not f.done():
+                if type(f) is tuple:
+                    f[0]((f[1], a))
+                elif not f.done():
                     f.set_result(a)
             return
         if kind == _EV_FAIL:
@@ -135,11 +174,14 @@ class _Conn:
                 return
             self.queues.pop(id, None)
             self.background.discard(id)
-            if not f.done():
+            if type(f) is tuple or not f.done():
                 e = _failure(a, f"{self.addr}: {b}" if a == _dsjob.ERR_SERVER else b)
                 if isinstance(e, JobFailed):
                     e.text = b if a == _dsjob.ERR_JOB_EXCEPTION else None
-                f.set_exception(e)
+                if type(f) is tuple:
+                    f[0]((f[1], e))
+                else:
+                    f.set_exception(e)
             return
         if kind == _EV_CREATED and id in self.background:
             self.background.discard(id)
@@ -152,19 +194,27 @@ class _Conn:
             q.put_nowait(("created", a) if kind == _EV_CREATED else (kind, a, b))
 
     def submit(self, function: str, payload: Any, unique: str | None, prio: int,
-               background: bool, queue: asyncio.Queue | None) -> tuple[int, asyncio.Future]:
+               background: bool, queue: asyncio.Queue | None, sink: tuple | None = None
+               ) -> tuple[int, asyncio.Future | None]:
+        """Queues a job; its end goes to the future returned, or to
+        ``sink``, a (sink.append, index) pair of map's (then None)."""
         if self.fd < 0 or self.c.fd() < 0:
             self._lost()
             raise NoServer(f"{self.addr}: not connected")
         # Only queued: the writer callback's step writes every job queued
         # in this turn of the loop in one go.
         id = self.c.submit(function, payload, unique, prio, background)
-        f = self.jobs[id] = self.loop.create_future()
+        if sink is not None:
+            self.jobs[id] = sink
+            f = None
+        else:
+            f = self.jobs[id] = self.loop.create_future()
         if background:
             self.background.add(id)
         if queue is not None:
             self.queues[id] = queue
-        self._want_write()
+        if not self.writing:
+            self._flush_soon()
         return id, f
 
     def forget(self, id: int) -> None:
@@ -176,9 +226,14 @@ class _Conn:
     def close(self) -> None:
         self._lost()
         for f in self.jobs.values():
-            if not f.done():
-                f.set_exception(NoServer(f"{self.addr}: the client was closed"))
+            e = NoServer(f"{self.addr}: the client was closed")
+            if type(f) is tuple:
+                f[0]((f[1], e))
+            elif not f.done():
+                f.set_exception(e)
         self.jobs.clear()
+        for s in self.sinks:
+            s.wake()
         self.queues.clear()
         self.background.clear()
         self.c = None
@@ -228,6 +283,8 @@ class Client:
         if not self.servers:
             raise NoServer("no server given (pass servers or set DSJOB_SERVERS)")
         n = len(self.servers)
+        if n == 1:
+            return self.servers
         if unique:
             first = zlib.crc32(unique.encode()) % n
         else:
@@ -242,21 +299,21 @@ class Client:
         return c
 
     def _start_now(self, order: list[str], function: str, payload: Any, unique: str | None,
-                   prio: int, background: bool, queue: asyncio.Queue | None
-                   ) -> tuple[_Conn, int, asyncio.Future] | None:
+                   prio: int, background: bool, queue: asyncio.Queue | None,
+                   sink: tuple | None = None) -> tuple[_Conn, int, asyncio.Future | None] | None:
         """Submits on the first server's connection if it is up (no await,
         no coroutine: the common case); None when _start must wait."""
         c = self._conns.get(order[0])
         if c is None or c.fd < 0 or c.c is None:
             return None
         try:
-            return (c, *c.submit(function, payload, unique, prio, background, queue))
+            return (c, *c.submit(function, payload, unique, prio, background, queue, sink))
         except NoServer:
             return None
 
     async def _start(self, order: list[str], function: str, payload: Any, unique: str | None,
-                     prio: int, background: bool, queue: asyncio.Queue | None
-                     ) -> tuple[_Conn, int, asyncio.Future]:
+                     prio: int, background: bool, queue: asyncio.Queue | None,
+                     sink: tuple | None = None) -> tuple[_Conn, int, asyncio.Future | None]:
         """Submits to the servers of ``order`` in turn, connecting as needed."""
         last: Exception | None = None
         for addr in order:
@@ -265,7 +322,7 @@ class Client:
                 w = conn.ready()
                 if w is not None:
                     await w
-                id, f = conn.submit(function, payload, unique, prio, background, queue)
+                id, f = conn.submit(function, payload, unique, prio, background, queue, sink)
                 return conn, id, f
             except NoServer as e:
                 last = e
@@ -349,28 +406,24 @@ class Client:
         """Runs one job per payload, ``concurrency`` in flight, and yields
         the results (in payload order with ``ordered``, else as they end).
         Once all have ended, an ExceptionGroup of the failures (each with
-        ``.index``) is raised if any failed. No task per job: each job's
-        future calls back into one queue."""
+        ``.index``) is raised if any failed. No task, future or callback
+        per job: step() appends each end to the map's queue itself."""
         if concurrency < 1:
             raise ValueError("concurrency must be 1 or more")
         prio = _priority(priority)
         loop = asyncio.get_running_loop()
         items = enumerate(payloads)
-        ended: collections.deque = collections.deque()
+        sink = _Sink()
+        ended = sink.items
+        append = sink.append
         in_flight: dict[int, tuple[_Conn, int]] = {}
-        waiting: list[asyncio.Future | None] = [None]
+        conns: set[_Conn] = set()
         kept: dict[int, bytes | None] = {}
         errors: list[Exception] = []
         next_out = 0
         total = 0
         exhausted = False
-
-        def on_end(i: int, fut: asyncio.Future) -> None:
-            ended.append((i, fut))
-            w = waiting[0]
-            if w is not None and not w.done():
-                w.set_result(None)
-
+        one = self.servers[0] if len(self.servers) == 1 else None
         try:
             while True:
                 while not exhausted and len(in_flight) < concurrency:
@@ -380,32 +433,53 @@ class Client:
                         exhausted = True
                         break
                     total += 1
+                    if one is not None:
+                        # One server, connected: the job goes straight to
+                        # C (the next step writes it), as _Conn.submit does.
+                        conn = self._conns.get(one)
+                        if conn is not None and conn.fd >= 0 and conn.c is not None \
+                                and conn in conns:
+                            try:
+                                id = conn.c.submit(function, p, None, prio, False)
+                            except Exception:
+                                pass  # the path below connects again, or raises
+                            else:
+                                conn.jobs[id] = (append, i)
+                                in_flight[i] = (conn, id)
+                                if not conn.writing:
+                                    conn._flush_soon()
+                                continue
                     order = self._pick(None)
-                    started = self._start_now(order, function, p, None, prio, False, None)
+                    started = self._start_now(order, function, p, None, prio, False, None,
+                                              (append, i))
                     if started is None:
-                        started = await self._start(order, function, p, None, prio, False, None)
-                    conn, id, f = started
+                        started = await self._start(order, function, p, None, prio, False, None,
+                                                    (append, i))
+                    conn, id, _ = started
+                    if conn not in conns:
+                        conns.add(conn)
+                        conn.sinks.add(sink)
                     in_flight[i] = (conn, id)
-                    f.add_done_callback(functools.partial(on_end, i))
                 if not in_flight and not ended:
                     break
                 if not ended:
-                    waiting[0] = loop.create_future()
-                    await waiting[0]
-                    waiting[0] = None
+                    sink.waiter = loop.create_future()
+                    try:
+                        await sink.waiter
+                    finally:
+                        sink.waiter = None
                 while ended:
-                    i, fut = ended.popleft()
-                    in_flight.pop(i, None)
-                    e = fut.exception()
-                    if e is not None:
-                        setattr(e, "index", i)
-                        errors.append(e)
+                    i, r = ended.popleft()
+                    del in_flight[i]
+                    if isinstance(r, Exception):
+                        setattr(r, "index", i)
+                        errors.append(r)
                         if ordered:
                             kept[i] = None
                     elif ordered:
-                        kept[i] = fut.result()
+                        kept[i] = r
                     else:
-                        yield fut.result()
+                        yield r
                 if ordered:
                     while next_out in kept:
                         r = kept.pop(next_out)
@@ -415,6 +489,8 @@ class Client:
         finally:
             for conn, id in in_flight.values():
                 conn.forget(id)
+            for conn in conns:
+                conn.sinks.discard(sink)
         if errors:
             raise ExceptionGroup(f"{len(errors)} of {total} jobs of {function} failed", errors)
 

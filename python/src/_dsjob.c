@@ -12,6 +12,7 @@
 #include <pythread.h>
 #include <structmember.h>
 
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -1617,6 +1618,8 @@ handler_result(struct handler *h, JobObject *jo, PyObject *r)
         if (buf != NULL) {
             if (PyBytes_CheckExact(r))
                 len = PyBytes_GET_SIZE(r);
+            if (len == 0) /* the job has no result yet: it completes empty, with no copy */
+                return DSJOB_WORK_COMPLETE;
             return dsjob_job_set_result(jo->job, buf, (size_t)len) == DSJOB_OK ? DSJOB_WORK_COMPLETE
                                                                                : DSJOB_WORK_FAIL;
         }
@@ -1684,6 +1687,14 @@ worker_free_tstates(WorkerObject *wo)
 }
 
 /*
+ * Jobs that their handler did not keep, for the next jobs: a job costs no
+ * allocation then. Used with the GIL held, by every worker's threads.
+ */
+#define JOB_SPARES 16
+static JobObject *job_spares[JOB_SPARES];
+static int njob_spares;
+
+/*
  * The C callback of every function, in whichever thread runs the job (the
  * GIL not held): takes the GIL with the thread's state (a thread of
  * Python's has its own; a library thread keeps the one of its first job),
@@ -1704,7 +1715,7 @@ worker_cb(struct dsjob_job *job, void *user)
         PyEval_RestoreThread(ts);
     else
         g = PyGILState_Ensure(); /* no slot: a state for this job only */
-    jo = PyObject_New(JobObject, &JobType);
+    jo = njob_spares > 0 ? job_spares[--njob_spares] : PyObject_New(JobObject, &JobType);
     if (jo != NULL && h->fn != NULL) {
         PyObject *r;
 
@@ -1715,7 +1726,12 @@ worker_cb(struct dsjob_job *job, void *user)
         Py_XDECREF(r);
         jo->job = NULL;
     }
-    Py_XDECREF(jo);
+    if (jo != NULL && Py_REFCNT(jo) == 1 && njob_spares < JOB_SPARES) {
+        Py_CLEAR(jo->payload);
+        job_spares[njob_spares++] = jo;
+    } else {
+        Py_XDECREF(jo);
+    }
     if (PyErr_Occurred())
         PyErr_WriteUnraisable(h->fn);
     if (ts != NULL)
@@ -2277,7 +2293,16 @@ enum { EV_CREATED, EV_STATUS, EV_DATA, EV_WARNING, EV_COMPLETE, EV_FAIL };
 typedef struct {
     PyObject_HEAD struct dsjob_async *a;
     PyObject *on_event; /* on_event(kind, id, arg1, arg2) */
+    /*
+     * The Python side's tables, when given (else NULL): jobs, id -> a future
+     * or a (sink, index) pair; queues (a dict) and background (a set), the
+     * ids whose every event goes to on_event. Any other job is a plain
+     * foreground one, whose end step() hands over itself (below).
+     */
+    PyObject *jobs, *queues, *background;
 } AsyncObject;
+
+static PyObject *str_done, *str_set_result;
 
 static void
 async_event(AsyncObject *self, int kind, uint64_t id, PyObject *a1, PyObject *a2)
@@ -2296,10 +2321,51 @@ async_event(AsyncObject *self, int kind, uint64_t id, PyObject *a1, PyObject *a2
     Py_XDECREF(r);
 }
 
+/*
+ * Whether the job's events go to on_event, as they all do without the
+ * tables. A plain foreground job (in none of queues and background) is
+ * told nothing but its end: its created, status, data and warning events
+ * are dropped here, with no call into Python. *key: the id as an int, for
+ * the caller to drop (NULL when the answer is 1 and no key was made).
+ * -1 on an error (set).
+ */
+static int
+async_wants(AsyncObject *self, uint64_t id, PyObject **key)
+{
+    int r;
+
+    *key = NULL;
+    if (self->jobs == NULL)
+        return 1;
+    if ((*key = PyLong_FromUnsignedLongLong(id)) == NULL)
+        return -1;
+    r = PyDict_Contains(self->queues, *key);
+    if (r == 0)
+        r = PySet_Contains(self->background, *key);
+    return r;
+}
+
+/* A quiet job's event: dropped, unless on_event is to hear it. */
+static int
+async_quiet(AsyncObject *self, uint64_t id)
+{
+    PyObject *key;
+    int r = async_wants(self, id, &key);
+
+    Py_XDECREF(key);
+    if (r < 0) {
+        PyErr_WriteUnraisable(self->on_event);
+        return 1;
+    }
+    return r == 0;
+}
+
 static void
 acb_created(struct dsjob_async *a, uint64_t id, const char *handle, void *user)
 {
     (void)a;
+    if (async_quiet(user, id))
+        return;
     async_event(user, EV_CREATED, id,
                 PyUnicode_DecodeUTF8(handle, (Py_ssize_t)strlen(handle), "surrogateescape"),
                 Py_NewRef(Py_None));
@@ -2309,6 +2375,8 @@ static void
 acb_status(struct dsjob_async *a, uint64_t id, unsigned num, unsigned den, void *user)
 {
     (void)a;
+    if (async_quiet(user, id))
+        return;
     async_event(user, EV_STATUS, id, PyLong_FromUnsignedLong(num), PyLong_FromUnsignedLong(den));
 }
 
@@ -2316,6 +2384,8 @@ static void
 acb_data(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
 {
     (void)a;
+    if (async_quiet(user, id))
+        return;
     async_event(user, EV_DATA, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
                 Py_NewRef(Py_None));
 }
@@ -2324,16 +2394,69 @@ static void
 acb_warning(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
 {
     (void)a;
+    if (async_quiet(user, id))
+        return;
     async_event(user, EV_WARNING, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
                 Py_NewRef(Py_None));
+}
+
+/*
+ * The end of a plain foreground job, without on_event: its entry leaves
+ * jobs; a future gets the result (unless done: cancelled and not yet
+ * forgotten), a (sink, index) pair calls sink((index, result)). Returns -1
+ * on an error (set).
+ */
+static int
+async_complete(AsyncObject *self, PyObject *key, const void *data, size_t len)
+{
+    PyObject *v, *res, *r;
+
+    v = PyDict_GetItemWithError(self->jobs, key);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0; /* forgotten */
+    Py_INCREF(v);
+    if (PyDict_DelItem(self->jobs, key) < 0 ||
+        (res = PyBytes_FromStringAndSize(data, (Py_ssize_t)len)) == NULL) {
+        Py_DECREF(v);
+        return -1;
+    }
+    if (PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 2) {
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(v, 1), res);
+
+        r = pair == NULL ? NULL : PyObject_CallOneArg(PyTuple_GET_ITEM(v, 0), pair);
+        Py_XDECREF(pair);
+    } else {
+        r = PyObject_CallMethodNoArgs(v, str_done);
+        if (r == Py_False) {
+            Py_DECREF(r);
+            r = PyObject_CallMethodOneArg(v, str_set_result, res);
+        }
+    }
+    Py_DECREF(res);
+    Py_DECREF(v);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static void
 acb_complete(struct dsjob_async *a, uint64_t id, const void *data, size_t len, void *user)
 {
+    AsyncObject *self = user;
+    PyObject *key;
+    int r;
+
     (void)a;
-    async_event(user, EV_COMPLETE, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
-                Py_NewRef(Py_None));
+    r = async_wants(self, id, &key);
+    if (r == 0)
+        r = async_complete(self, key, data, len);
+    Py_XDECREF(key);
+    if (r < 0)
+        PyErr_WriteUnraisable(self->on_event);
+    else if (r > 0)
+        async_event(user, EV_COMPLETE, id, PyBytes_FromStringAndSize(data, (Py_ssize_t)len),
+                    Py_NewRef(Py_None));
 }
 
 static void
@@ -2350,11 +2473,16 @@ Async_init(AsyncObject *self, PyObject *args, PyObject *kw)
     static const struct dsjob_async_callbacks cbs = {acb_created, acb_status,   acb_data,
                                                      acb_warning, acb_complete, acb_fail};
     const char *addr;
-    PyObject *on_event;
+    PyObject *on_event, *jobs = NULL, *queues = NULL, *background = NULL;
 
     (void)kw;
-    if (!PyArg_ParseTuple(args, "sO", &addr, &on_event))
+    if (!PyArg_ParseTuple(args, "sO|O!O!O!", &addr, &on_event, &PyDict_Type, &jobs, &PyDict_Type,
+                          &queues, &PySet_Type, &background))
         return -1;
+    if (jobs != NULL && background == NULL) {
+        PyErr_SetString(PyExc_TypeError, "jobs needs queues and background");
+        return -1;
+    }
     if (self->a != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "already made");
         return -1;
@@ -2365,15 +2493,20 @@ Async_init(AsyncObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     Py_XSETREF(self->on_event, Py_NewRef(on_event));
+    Py_XSETREF(self->jobs, Py_XNewRef(jobs));
+    Py_XSETREF(self->queues, Py_XNewRef(queues));
+    Py_XSETREF(self->background, Py_XNewRef(background));
     return 0;
 }
+
+static int Async_clear(AsyncObject *self);
 
 static void
 Async_dealloc(AsyncObject *self)
 {
     PyObject_GC_UnTrack(self);
     dsjob_async_free(self->a);
-    Py_XDECREF(self->on_event);
+    Async_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2381,6 +2514,9 @@ static int
 Async_traverse(AsyncObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->on_event);
+    Py_VISIT(self->jobs);
+    Py_VISIT(self->queues);
+    Py_VISIT(self->background);
     return 0;
 }
 
@@ -2388,6 +2524,9 @@ static int
 Async_clear(AsyncObject *self)
 {
     Py_CLEAR(self->on_event);
+    Py_CLEAR(self->jobs);
+    Py_CLEAR(self->queues);
+    Py_CLEAR(self->background);
     return 0;
 }
 
@@ -2423,17 +2562,55 @@ Async_connect(AsyncObject *self, PyObject *args)
     return PyLong_FromLong(dsjob_async_fd(self->a));
 }
 
+/* The UTF-8 of a str argument without NUL characters, as PyArg_Parse's "s"; NULL on an error. */
+static const char *
+arg_str(PyObject *o, const char *what)
+{
+    Py_ssize_t len;
+    const char *s;
+
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what, Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    if ((s = PyUnicode_AsUTF8AndSize(o, &len)) != NULL && strlen(s) != (size_t)len) {
+        PyErr_Format(PyExc_ValueError, "%s: embedded null character", what);
+        return NULL;
+    }
+    return s;
+}
+
+/* submit(function, payload, unique=None, priority=0, background=False), positional. */
 static PyObject *
-Async_submit(AsyncObject *self, PyObject *args)
+Async_submit(AsyncObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     const char *func, *unique = NULL;
-    PyObject *data;
     struct payload payload;
     int prio = 0, background = 0, err;
     uint64_t id = 0;
 
-    if (!PyArg_ParseTuple(args, "sO|zip", &func, &data, &unique, &prio, &background) ||
-        payload_get(data, &payload) < 0)
+    if (nargs < 2 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "submit(function, payload, unique=None, priority=0, background=False)");
+        return NULL;
+    }
+    if ((func = arg_str(args[0], "function")) == NULL ||
+        (nargs > 2 && args[2] != Py_None && (unique = arg_str(args[2], "unique")) == NULL))
+        return NULL;
+    if (nargs > 3) {
+        long v = PyLong_AsLong(args[3]);
+
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < INT_MIN || v > INT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "priority out of range");
+            return NULL;
+        }
+        prio = (int)v;
+    }
+    if (nargs > 4 && (background = PyObject_IsTrue(args[4])) < 0)
+        return NULL;
+    if (payload_get(args[1], &payload) < 0)
         return NULL;
     err = dsjob_async_submit(self->a, func, unique, payload.buf, (size_t)payload.len,
                              (enum dsjob_priority)prio,
@@ -2494,7 +2671,7 @@ static PyMethodDef Async_methods[] = {
      "set_tls(ca_file, cert_file, key_file, flags): TLS for the connection."},
     {"connect", (PyCFunction)Async_connect, METH_VARARGS,
      "connect(timeout_ms=5000) -> fd: connect (waits, GIL released; run it in a thread)."},
-    {"submit", (PyCFunction)Async_submit, METH_VARARGS,
+    {"submit", (PyCFunction)(void (*)(void))Async_submit, METH_FASTCALL,
      "submit(function, payload, unique=None, priority=0, background=False) -> id:\n"
      "queue a job (DSJOB_ASYNC_NO_WRITE: the next step() writes it); never waits."},
     {"step", (PyCFunction)Async_step, METH_NOARGS,
@@ -2514,8 +2691,12 @@ static PyTypeObject AsyncType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dsjob._dsjob.AsyncConn",
     .tp_basicsize = sizeof(AsyncObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "AsyncConn(addr, on_event): a struct dsjob_async; on_event(kind, id, a, b)\n"
-              "is called from step() for each job event.",
+    .tp_doc = "AsyncConn(addr, on_event, jobs=None, queues=None, background=None): a struct\n"
+              "dsjob_async; on_event(kind, id, a, b) is called from step() for each job event.\n"
+              "With the tables (jobs: id -> future or (sink, index); queues, a dict, and\n"
+              "background, a set, of ids), a job in neither queues nor background hears only\n"
+              "its end from on_event (a failure); its result goes from step() to its future's\n"
+              "set_result, or sink((index, result)), and leaves jobs.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Async_init,
     .tp_dealloc = (destructor)Async_dealloc,
@@ -2591,7 +2772,9 @@ PyInit__dsjob(void)
     str_handle = PyUnicode_InternFromString("handle");
     str_function = PyUnicode_InternFromString("function");
     str_unique = PyUnicode_InternFromString("unique");
-    if (!str_handle || !str_function || !str_unique)
+    str_done = PyUnicode_InternFromString("done");
+    str_set_result = PyUnicode_InternFromString("set_result");
+    if (!str_handle || !str_function || !str_unique || !str_done || !str_set_result)
         return NULL;
     SubmittedType = (PyTypeObject *)PyType_FromSpec(&Submitted_spec);
     if (SubmittedType == NULL)

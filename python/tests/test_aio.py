@@ -86,6 +86,42 @@ def test_thousands_in_flight_on_one_connection(server, run_worker) -> None:
     run(main())
 
 
+def test_map_and_plain_jobs_beside_a_stream(server, run_worker) -> None:
+    """A plain foreground job's end reaches its future (or map's queue)
+    from the C step, its WORK_DATA dropped there; a stream on the same
+    connection still hears every event; map reports each failure with its
+    index, and one left early forgets its jobs and leaves nothing behind."""
+    run_worker(echo_worker(server.addr), concurrency=4)
+
+    async def main():
+        async with dsjob.aio.Client(server.addr) as c:
+            st = dsjob.Stream()
+            chunks, plain = await asyncio.gather(
+                collect(c.stream("rev", b"abc", state=st)), c.submit("rev", b"xyz"))
+            assert chunks == [b"x"] and st.result == b"cba" and plain == b"zyx"
+            payloads = [b"bad" if i % 50 == 7 else b"%d" % i for i in range(400)]
+            got = []
+            with pytest.raises(ExceptionGroup) as eg:
+                async for r in c.map("rev", payloads, concurrency=64):
+                    got.append(r)
+            assert sorted(got) == sorted(p[::-1] for p in payloads if p != b"bad")
+            assert sorted(e.index for e in eg.value.exceptions) == list(range(7, 400, 50))
+            assert all(isinstance(e, dsjob.JobFailed) and e.text == "ValueError: bad one"
+                       for e in eg.value.exceptions)
+            it = c.map("echo", [b"%d" % i for i in range(1000)], concurrency=100)
+            assert len([await it.__anext__() for _ in range(3)]) == 3
+            await it.aclose()
+            conn = c._conns[server.addr]
+            assert c.pending() == 0 and not conn.jobs and not conn.sinks
+            assert await c.submit("echo", b"after") == b"after"
+
+    run(main())
+
+
+async def collect(it) -> list:
+    return [x async for x in it]
+
+
 def test_errors_with_reasons(tmp_path, run_worker) -> None:
     s = start_dsjobd(tmp_path, "--reject-no-worker")
     try:

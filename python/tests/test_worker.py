@@ -96,6 +96,27 @@ def test_job_outlives_its_handler_no_more(dsjobd, run_worker) -> None:
         kept[0].payload
 
 
+def test_jobs_a_handler_keeps_stay_its_own(dsjobd, run_worker) -> None:
+    """A Job its handler did not keep serves a later job (no allocation a
+    job): each reads its own payload, and a kept one is never reused."""
+    kept = []
+    w = dsjob.Worker(dsjobd.addr)
+
+    @w.function("echo")
+    def echo(job):
+        p = job.payload
+        if int(p) % 3 == 0:
+            kept.append((job, p))
+        return p
+
+    run_worker(w, concurrency=2)
+    c = dsjob.Client(dsjobd.addr)
+    payloads = [b"%d" % i for i in range(60)]
+    assert [c.submit("echo", p) for p in payloads] == payloads
+    assert len({id(j) for j, _ in kept}) == len(kept) == 20
+    assert all(j.payload == p for j, p in kept)
+
+
 def test_work_one_job_in_this_thread(dsjobd) -> None:
     w = dsjob.Worker(dsjobd.addr)
     seen = []
