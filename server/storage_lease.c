@@ -44,7 +44,7 @@ static bool
 flow_limited(const struct flow_conf *c)
 {
     return c->paused || c->concurrency > 0 || c->rate > 0 || c->sequence != FLOW_SEQ_OFF ||
-           c->key_concurrency > 0;
+           c->key_concurrency > 0 || c->key_rate > 0;
 }
 
 /* Ready jobs of f held here: queued, not yet grabbed. */
@@ -177,6 +177,9 @@ shared_lease_op(struct srv *srv)
                     caps[i].burst = c->burst;
                     caps[i].sequence = c->sequence;
                     caps[i].key_concurrency = c->key_concurrency;
+                    caps[i].key_rate = c->key_rate;
+                    caps[i].key_period_ms = c->key_period_ms;
+                    caps[i].key_burst = c->key_burst;
                     memcpy(caps[i].sep, c->sep, sizeof(caps[i].sep));
                 }
             }

@@ -253,6 +253,7 @@ struct store_flow_cap {
      * skip, 0 none) and the per-key limits, held across the servers too.
      */
     uint32_t sequence, key_concurrency;
+    uint32_t key_rate, key_period_ms, key_burst;
     char sep[8]; /* FLOW_SEP_MAX */
 };
 

@@ -1031,7 +1031,9 @@ schema_make(struct store *st, char *err)
     }
     if ((rc = exec_ok(st, pg_sql_flow_table, "creating table dsjob.flow", err)) != DSJOB_OK ||
         (rc = exec_ok(st, pg_sql_flow_bucket_table, "creating table dsjob.flow_bucket", err)) !=
-            DSJOB_OK)
+            DSJOB_OK ||
+        (rc = exec_ok(st, pg_sql_flow_key_bucket_table, "creating table dsjob.flow_key_bucket",
+                      err)) != DSJOB_OK)
         goto rollback;
     return exec_ok(st, "COMMIT", "committing the schema", err);
 rollback:
@@ -1838,7 +1840,7 @@ flow_after(struct store *st, struct store_lease *ls, char *err)
 static bool
 cap_keyed(const struct store_flow_cap *c)
 {
-    return c->sequence != 0 || c->key_concurrency > 0;
+    return c->sequence != 0 || c->key_concurrency > 0 || c->key_rate > 0;
 }
 
 /* Move the take of each keyed function from main.sql's to key_take's. */
@@ -1885,7 +1887,7 @@ static int
 key_take(struct store *st, struct store_lease *ls, char *err)
 {
     struct params p = {0};
-    struct arr names, n, sep, sq, kc;
+    struct arr names, n, sep, sq, kc, kr, kp, kb;
     struct store_job *jobs;
     size_t i, nk = 0, bytes = 0;
     PGresult *r;
@@ -1897,6 +1899,9 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     arr_init(&sep, OID_TEXT);
     arr_init(&sq, OID_INT4);
     arr_init(&kc, OID_INT4);
+    arr_init(&kr, OID_INT4);
+    arr_init(&kp, OID_INT4);
+    arr_init(&kb, OID_INT4);
     for (i = 0; i < ls->nfuncs; i++) {
         const struct store_flow_cap *c = &ls->caps[i];
 
@@ -1907,6 +1912,9 @@ key_take(struct store *st, struct store_lease *ls, char *err)
         arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
         arr_int(&sq, c->sequence, 4);
         arr_int(&kc, c->key_concurrency, 4);
+        arr_int(&kr, c->key_rate, 4);
+        arr_int(&kp, c->key_rate > 0 ? c->key_period_ms : 0, 4);
+        arr_int(&kb, c->key_burst, 4);
         nk++;
     }
     par_arr(&p, &names, OID_TEXT_ARRAY);
@@ -1916,6 +1924,9 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     par_arr(&p, &kc, OID_INT4_ARRAY);
     par_text(&p, st->owner, strlen(st->owner));
     par_int(&p, st->lease);
+    par_arr(&p, &kr, OID_INT4_ARRAY);
+    par_arr(&p, &kp, OID_INT4_ARRAY);
+    par_arr(&p, &kb, OID_INT4_ARRAY);
     if (nk == 0) {
         params_free(&p);
         return DSJOB_OK;

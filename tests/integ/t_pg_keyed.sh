@@ -1,5 +1,5 @@
 #!/bin/sh
-# Sequences across three dsjobd sharing one PostgreSQL (tests/lib/pg.sh),
+# Sequences and key limits across three dsjobd sharing one PostgreSQL (tests/lib/pg.sh),
 # with gearman -w (libgearman) workers on every server and the jobs
 # submitted round the three servers, each after the last one's answer.
 # Each job writes "S FUNC KEY N" when it starts and "E" or "F" when it
@@ -9,6 +9,11 @@
 #   order     three keys of 8 jobs: in order, no overlap, keys in parallel
 #   hold      a job that fails for good holds its key on every server while
 #             another key runs, until retry dead on the server that holds it
+#   key-concurrency 2: two keys of 12 slow jobs, nine workers: never more
+#             than 2 of a key at once in the cluster (sampled at every start)
+#   key-rate  1/s burst 1, three keys of 12 jobs, a worker on each server:
+#             a key's starts in any 4 s window within dsjobd(8)'s bound
+#             (burst + rate x 4 s + the workers = 8)
 #   kill -9   the server running a key's job is killed: no server starts the
 #             key's next job; after the lease runs out another server runs
 #             the killed one's job again, then the rest, in order
@@ -59,6 +64,7 @@ cat >"$T/job.sh" <<EOF
 read -r f k n || true
 ev() { flock "$T/lock" sh -c "echo '\$1' >>'$T/ev'"; }
 ev "S \$f \$k \$n"
+echo "\$(date +%s%N) \$f \$k \$n" >>"$T/times"
 if [ -f "$T/slow.\$f" ]; then sleep 1; else sleep 0.1; fi
 if [ -f "$T/fail.\$f.\$k.\$n" ]; then
     ev "F \$f \$k \$n"
@@ -74,11 +80,12 @@ worker() {
     track $!
 }
 
-# check_ev: the log obeys the sequences. A key's job may start again
+# check_ev FUNC...: the log obeys the sequences of FUNC. A key's job may start again
 # (an "S" of the job that ran last, once its server was killed: at least
 # once), never a later one before the one due.
 check_ev() {
-    awk '
+    awk -v fns=" $* " '
+        !index(fns, " " $2 " ") { next }
         { key = $2 " " $3; n = $4 + 0; w = (key in want) ? want[key] : 1 }
         $1 == "S" {
             if (run[key] > 0) { print "# " key " " n " starts while another runs"; bad = 1 }
@@ -117,7 +124,7 @@ done
 all_s() { has "E s a 8" && has "E s b 8" && has "E s c 8"; }
 poll_moving 120 lines all_s
 ok $? "24 jobs ran"
-check_ev
+check_ev s
 ok $? "no two jobs of a key at once across the servers, each key's in submission order"
 awk '$1 == "S" && $3 != "a" { print; exit }' "$T/ev" >"$T/first_other"
 [ -s "$T/first_other" ] && [ "$(grep -n . "$T/ev" | grep -m1 ':E s a 8$' | cut -d: -f1)" -gt \
@@ -151,8 +158,74 @@ ds a dead retry h >/dev/null
 ok $? "dsjob dead retry h on A"
 poll has "E h x 2"
 ok $? "after retry dead on A, x:1 ran again, then x:2"
-check_ev
+check_ev h
 ok $? "in order: x:1 first"
+reap
+
+# most_of_key FUNC: the most jobs of one key of FUNC running at once.
+most_of_key() {
+    awk -v f="$1" '$2 == f && $1 == "S" { if (++run[$3] > m) m = run[$3] }
+        $2 == f && ($1 == "E" || $1 == "F") { run[$3]-- } END { print m + 0 }' "$T/ev"
+}
+# most_in_window FUNC MS: the most starts of one key of FUNC in any MS ms.
+most_in_window() {
+    for _k in $(awk -v f="$1" '$2 == f { print $3 }' "$T/times" | sort -u); do
+        awk -v f="$1" -v k="$_k" '$2 == f && $3 == k { print $1 }' "$T/times" | sort -n |
+            awk -v w="$2" '{ t[NR] = $1 }
+                END { j = 1; for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= w * 1000000) j++;
+                      if (i - j + 1 > m) m = i - j + 1 } print m + 0 }'
+    done | sort -n | tail -n 1
+}
+
+# key-concurrency ----------------------------------------------------------
+touch "$T/slow.kc"
+ds a limit kc --key-concurrency 2 >/dev/null
+ok $? "limit kc --key-concurrency 2 on A"
+poll settings_is b kc "key-concurrency 2" && poll settings_is c kc "key-concurrency 2"
+ok $? "B and C follow it"
+i=0
+for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    for k in p q; do
+        set -- a b c
+        shift $((i % 3))
+        sub "$1" kc "$k" "$n"
+        i=$((i + 1))
+    done
+done
+for n in a b c; do
+    for _ in 1 2 3; do worker "$n" kc; done
+done
+all_kc() { [ "$(grep -c '^E kc ' "$T/ev")" -ge 24 ]; }
+poll_moving 120 lines all_kc
+ok $? "24 jobs of kc ran"
+m=$(most_of_key kc)
+diag "kc: at most $m of a key at once (limit 2)"
+[ "$m" -le 2 ]
+ok $? "never more than 2 of a key at once across the servers (saw $m)"
+reap
+
+# key-rate -----------------------------------------------------------------
+ds b limit kr --key-rate 1/s --key-burst 1 >/dev/null
+ok $? "limit kr --key-rate 1/s --key-burst 1 on B"
+poll settings_is a kr "key-rate 1/s key-burst 1" && poll settings_is c kr "key-rate 1/s key-burst 1"
+ok $? "A and C follow it"
+i=0
+for n in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    for k in u v w; do
+        set -- a b c
+        shift $((i % 3))
+        sub "$1" kr "$k" "$n"
+        i=$((i + 1))
+    done
+done
+for n in a b c; do worker "$n" kr; done
+all_kr() { [ "$(grep -c '^E kr ' "$T/ev")" -ge 36 ]; }
+poll_moving 120 lines all_kr
+ok $? "36 jobs of kr ran"
+w=$(most_in_window kr 4000)
+diag "kr: at most $w starts of a key in 4 s (bound 1 + 4 + 3 workers = 8)"
+[ "$w" -le 8 ]
+ok $? "a key's starts in any 4 s window within the documented bound (saw $w)"
 reap
 
 # kill -9 ------------------------------------------------------------------
@@ -175,7 +248,7 @@ for n in b c; do
 done
 poll_moving 120 lines has "E k z 6"
 ok $? "the rest of z ran on B and C"
-check_ev
+check_ev k
 ok $? "no overlap across the kill, z in order (z:2 again first)"
 is "$(count "S k z 3")" 1 "z:3 started once"
 reap
