@@ -3,7 +3,8 @@
 # at run time are kept in dsjob.flow and come back after kill -9; a job
 # submitted while paused stays queued for a worker, then runs on resume;
 # forgetting the settings deletes the row; with PostgreSQL down a change is
-# not answered OK (it is answered after its commit). Against a PostgreSQL of the
+# not answered OK (it is answered after its commit), by the admin command
+# nor by the dashboard's pause button (POST /api/func/F/pause, resume). Against a PostgreSQL of the
 # test's own (tests/lib/pg.sh) and a real `dsjob worker`.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -49,6 +50,19 @@ ds limit fp --off
 ok $? "limits off"
 poll eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
 ok $? "the row is gone"
+# The dashboard's pause button (POST /api/func/F/pause, --http-admin) on
+# a second server: 200 once the row is committed.
+pgd_start_or_bail h --verbose NOTICE --http-port 0 --http-port-file "$T/h.port" --http-admin
+poll test -s "$T/h.port"
+hport=$(cat "$T/h.port")
+tok=$(perl "$top_srcdir/tests/integ/http.pl" "$hport" GET / |
+    sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
+is "${#tok}" 64 "the dashboard's CSRF token"
+timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port h)" submit -b fh x >/dev/null
+post() { HTTP_HEADER="X-CSRF-Token: $tok" perl "$top_srcdir/tests/integ/http.pl" "$hport" POST "$1"; }
+r=$(post /api/func/fh/pause)
+is "$(printf '%s\n' "$r" | head -n 1)" 200 "POST pause: 200"
+is "$(q "SELECT settings FROM dsjob.flow WHERE name = 'fh'")" paused "the row is committed when it comes"
 # A change is answered OK only once it is committed: with PostgreSQL down
 # the commit fails, and so does the answer.
 pg_stop_immediate
@@ -57,6 +71,9 @@ r=$?
 [ $r -ne 0 ]
 ok $? "with PostgreSQL down, limit is not answered OK (exit $r)"
 case $out in *STORE_ERROR*) ok 0 "it says STORE_ERROR" ;; *) ok 1 "it says STORE_ERROR: $out" ;; esac
+r=$(post /api/func/fh/resume)
+is "$(printf '%s\n' "$r" | head -n 1)" 503 "POST resume with PostgreSQL down: not 200"
+case $r in *STORE_ERROR*) ok 0 "it says STORE_ERROR" ;; *) ok 1 "it says STORE_ERROR: $r" ;; esac
 pg_start_again
 ok $? "PostgreSQL started again"
 reap
