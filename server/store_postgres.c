@@ -195,7 +195,8 @@ struct pend_upd {
     int state;
     uint32_t attempts, numerator, denominator;
     int64_t first_fail, last_fail, when;
-    void *result; /* owned copy, or NULL */
+    int64_t deadline_ms; /* the job's, 0: none */
+    void *result;        /* owned copy, or NULL */
     size_t result_len;
     uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
     char *flow; /* owned: a function's flow control settings ("": none), or NULL */
@@ -1317,6 +1318,7 @@ pg_update(struct store *st, const struct store_job *sj, char *err)
     u->numerator = sj->numerator;
     u->denominator = sj->denominator;
     u->when = sj->when;
+    u->deadline_ms = sj->deadline_ms;
     if (sj->result_len > 0) {
         u->result = memdup0(sj->result, sj->result_len);
         if (u->result == NULL) {
@@ -2393,6 +2395,7 @@ flush_updates(struct store *st, bool after, char *err)
             par_bytea(&p, u->result_len > 0 ? u->result : NULL, u->result_len);
             par_text(&p, u->handle, strlen(u->handle));
             par_text_or_null(&p, after ? NULL : st->owner);
+            par_int(&p, u->deadline_ms);
         }
         if ((rc = run(st, sql, &p, false, PGRES_COMMAND_OK,
                       u->func ? "setting a function" : "rewriting a job", &r, err)) != DSJOB_OK)
