@@ -176,6 +176,11 @@ grab(struct conn *c, enum packet_type assign)
         return;
     }
     stats_grabbed(srv, j);
+    if (j->ext->deadline_started) {
+        /* Its row's deadline goes with the next commit: a crash then runs it again. */
+        j->ext->deadline_started = false;
+        storage_update(srv, j);
+    }
     a = queue_ability_of(&c->worker, j->func);
     if (a != NULL && a->timeout_ms > 0)
         lifecycle_arm_timeout(srv, j, a->timeout_ms); /* queue_grab gave j its job_ext */

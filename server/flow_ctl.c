@@ -223,11 +223,6 @@ flow_ctl_apply(struct srv *srv, struct func *f, const char *words, bool store, c
     if (c.paused != was_paused)
         log_notice(&srv->log, "function '%s' %s", f->name, c.paused ? "paused" : "resumed");
     log_info(&srv->log, "function '%s': flow settings '%s'", f->name, line);
-    if (c.sequence != FLOW_SEQ_OFF && srv->storage.shared)
-        log_warn(&srv->log,
-                 "function '%s': sequences are kept per server; with a shared store another "
-                 "server may run a job of a sequence at the same time",
-                 f->name);
     if (!flow_conf_any(&c)) {
         /* No settings left: the function goes back to the plain grab path. */
         TAILQ_REMOVE(&srv->queue.flows, fl, all);

@@ -6,7 +6,8 @@
  * jansson from the same structures the admin commands print, and the
  * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
- * callback that read it (no request waits on the store or a worker), and
+ * callback that read it (no request waits on a worker; only a pause or
+ * resume on a durable store waits for its commit, struct http_wait), and
  * evhttp writes the answer without blocking. Requests are bounded before
  * any work is done (URI length, header size, no body), and a bad one gets
  * a 4xx with a one-line JSON reason. GET and HEAD never change anything;
@@ -101,16 +102,31 @@ struct hconn {
 };
 TAILQ_HEAD(hconn_list, hconn);
 
+/*
+ * A pause or resume answered once the open batch, which holds the
+ * setting, commits (as durable_reply answers the admin line). req is
+ * NULL once http_close has freed it with its connection: nobody is told.
+ */
+struct http_wait {
+    struct storage_wait w; /* first: storage's part */
+    struct http_state *hs;
+    struct evhttp_request *req;
+    bool pause;
+    TAILQ_ENTRY(http_wait) link; /* in hs->waits */
+};
+TAILQ_HEAD(http_wait_list, http_wait);
+
 struct http_state {
     struct srv *srv;
     struct evhttp *http;
-    struct evconnlistener *lev; /* evhttp's listener; NULL once closing */
-    bool lev_on;                /* lev is enabled */
-    bool replying;              /* http_cb runs: a response written now is ours */
-    struct hconn_list conns;    /* open connections */
-    unsigned nconns;            /* entries in conns */
-    struct event *adopt_ev;     /* runs adopt_cb after the accept */
-    struct http_state *next;    /* in states */
+    struct evconnlistener *lev;  /* evhttp's listener; NULL once closing */
+    bool lev_on;                 /* lev is enabled */
+    bool replying;               /* http_cb runs: a response written now is ours */
+    struct hconn_list conns;     /* open connections */
+    struct http_wait_list waits; /* pauses and resumes waiting for their commit */
+    unsigned nconns;             /* entries in conns */
+    struct event *adopt_ev;      /* runs adopt_cb after the accept */
+    struct http_state *next;     /* in states */
 };
 
 /* evhttp's listener calls its error callback with the evhttp: this finds the server. */
@@ -1214,11 +1230,33 @@ post_dead(struct srv *srv, struct evhttp_request *req, const char *name, size_t 
                json_pack("{s:i,s:i}", retry ? "retried" : "dropped", (int)done, "held", (int)held));
 }
 
+/* The commit of a pause or resume is done: its answer (storage_wait_fn). */
+static void
+pause_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
+{
+    struct http_wait *hw = (struct http_wait *)w;
+
+    (void)srv;
+    if (hw->req != NULL && why != NULL) {
+        TAILQ_REMOVE(&hw->hs->waits, hw, link);
+        hw->hs->replying = true;
+        if (ok)
+            reply_json(hw->req, 200, "OK", json_pack("{s:b}", "paused", hw->pause));
+        else
+            reply_error(hw->req, 503, "Service Unavailable", "STORE_ERROR %s", why);
+        hw->hs->replying = false;
+    } else if (hw->req != NULL) {
+        TAILQ_REMOVE(&hw->hs->waits, hw, link); /* the store closed: nobody is told */
+    }
+    free(hw);
+}
+
 /* POST /api/func/NAME/pause or /resume: as admin "pause" and "resume" of NAME. */
 static void
 post_pause(struct srv *srv, struct evhttp_request *req, const char *name, size_t len, bool pause)
 {
     struct func *f = queue_func(&srv->queue, name, len, false);
+    struct http_wait *hw;
     char err[200];
 
     if (f == NULL || queue_name_bad_byte(name, len) >= 0) {
@@ -1232,6 +1270,17 @@ post_pause(struct srv *srv, struct evhttp_request *req, const char *name, size_t
     }
     log_notice(&srv->log, "http %s: %s '%s'", peer_name(req), pause ? "paused" : "resumed",
                f->name);
+    /* Answered once the setting is committed, as the admin command is (durable_reply). */
+    if (srv->storage.durable && (hw = storage_alloc(srv, "http reply", sizeof(*hw))) != NULL) {
+        hw->w.done = pause_done;
+        hw->w.op = NULL;
+        hw->hs = srv->http_st;
+        hw->req = req;
+        hw->pause = pause;
+        TAILQ_INSERT_TAIL(&srv->http_st->waits, hw, link);
+        storage_wait(srv, &hw->w);
+        return;
+    }
     reply_json(req, 200, "OK", json_pack("{s:b}", "paused", pause));
 }
 
@@ -1432,6 +1481,7 @@ http_open(struct srv *srv)
     srv->http_st->srv = srv;
     srv->http_st->http = srv->http;
     TAILQ_INIT(&srv->http_st->conns);
+    TAILQ_INIT(&srv->http_st->waits);
     evhttp_set_bevcb(srv->http, http_bevcb, srv);
     evhttp_set_max_headers_size(srv->http, HTTP_MAX_HEADERS);
     evhttp_set_max_body_size(srv->http, HTTP_MAX_BODY);
@@ -1482,6 +1532,15 @@ http_close(struct srv *srv)
             *pp = hs->next;
         pthread_mutex_unlock(&states_lock);
         hs->lev = NULL; /* evhttp_free frees it */
+    }
+    if (hs != NULL) {
+        struct http_wait *hw;
+
+        while ((hw = TAILQ_FIRST(&hs->waits)) != NULL) { /* evhttp_free frees their requests */
+            TAILQ_REMOVE(&hs->waits, hw, link);
+            hw->req = NULL;
+            hw->hs = NULL;
+        }
     }
     if (srv->http != NULL)
         evhttp_free(srv->http); /* closed_cb for every adopted connection */

@@ -96,6 +96,7 @@ struct job_ext {
     int64_t deadline_ms;     /* epoch ms it must start by, else it expires (dead set); 0: none */
     size_t expire_pos;       /* index in queue.expiring while it waits with a deadline */
     bool expiring;           /* in queue.expiring */
+    bool deadline_started;   /* started with a deadline the store's row still has */
     char *batch;             /* owned: the id of the batch it joined (batch.c), or NULL */
 };
 

@@ -777,7 +777,9 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
     f->nrunning++;
     job_set_state(j, JOB_RUNNING);
     expiring_del(q, j);
-    j->ext->deadline_ms = 0; /* a deadline is for starting: a retry of it does not expire */
+    /* A deadline is for starting: a retry of it does not expire, nor does its row (dispatch.c). */
+    j->ext->deadline_started = j->ext->deadline_started || j->ext->deadline_ms != 0;
+    j->ext->deadline_ms = 0;
     j->ext->worker = w;
     TAILQ_INSERT_TAIL(&w->held, j, link);
     w->nheld++;

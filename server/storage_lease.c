@@ -36,11 +36,15 @@
 
 static void shared_leased(struct srv *srv, struct store_op *op, bool ok);
 
+_Static_assert(sizeof(((struct store_flow_cap *)0)->sep) == FLOW_SEP_MAX,
+               "store_flow_cap.sep holds a flow_conf.sep");
+
 /* Whether f's flow settings hold across the servers: a take of it goes through the shared row. */
 static bool
 flow_limited(const struct flow_conf *c)
 {
-    return c->paused || c->concurrency > 0 || c->rate > 0;
+    return c->paused || c->concurrency > 0 || c->rate > 0 || c->sequence != FLOW_SEQ_OFF ||
+           c->key_concurrency > 0 || c->key_rate > 0;
 }
 
 /* Ready jobs of f held here: queued, not yet grabbed. */
@@ -171,6 +175,12 @@ shared_lease_op(struct srv *srv)
                     caps[i].rate = c->rate;
                     caps[i].period_ms = c->period_ms;
                     caps[i].burst = c->burst;
+                    caps[i].sequence = c->sequence;
+                    caps[i].key_concurrency = c->key_concurrency;
+                    caps[i].key_rate = c->key_rate;
+                    caps[i].key_period_ms = c->key_period_ms;
+                    caps[i].key_burst = c->key_burst;
+                    memcpy(caps[i].sep, c->sep, sizeof(caps[i].sep));
                 }
             }
             limits[i++] = want;

@@ -248,6 +248,13 @@ struct store_lease {
 struct store_flow_cap {
     uint32_t concurrency;
     uint32_t rate, period_ms, burst;
+    /*
+     * By key (the unique key's part before sep): a sequence (1 hold, 2
+     * skip, 0 none) and the per-key limits, held across the servers too.
+     */
+    uint32_t sequence, key_concurrency;
+    uint32_t key_rate, key_period_ms, key_burst;
+    char sep[8]; /* FLOW_SEP_MAX */
 };
 
 /* store_lease_free frees what a flush put in ls (jobs, held, mem) and empties its outputs. */

@@ -195,7 +195,8 @@ struct pend_upd {
     int state;
     uint32_t attempts, numerator, denominator;
     int64_t first_fail, last_fail, when;
-    void *result; /* owned copy, or NULL */
+    int64_t deadline_ms; /* the job's, 0: none */
+    void *result;        /* owned copy, or NULL */
     size_t result_len;
     uint32_t retries, backoff_base_ms, backoff_max_ms; /* a function's */
     char *flow; /* owned: a function's flow control settings ("": none), or NULL */
@@ -254,6 +255,7 @@ struct store {
     struct demand demand[PG_DEMAND_MAX]; /* the last takes, by function */
     unsigned *take;                      /* the open lease op's take of each function */
     unsigned *granted;                   /* tokens flow_before took of each function */
+    unsigned *ktake;                     /* key_take's take of each function (main.sql's is 0) */
     size_t take_cap;                     /* entries take holds */
     double flush_ms;                     /* a flush's time, smoothed */
     unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
@@ -1030,7 +1032,9 @@ schema_make(struct store *st, char *err)
     }
     if ((rc = exec_ok(st, pg_sql_flow_table, "creating table dsjob.flow", err)) != DSJOB_OK ||
         (rc = exec_ok(st, pg_sql_flow_bucket_table, "creating table dsjob.flow_bucket", err)) !=
-            DSJOB_OK)
+            DSJOB_OK ||
+        (rc = exec_ok(st, pg_sql_flow_key_bucket_table, "creating table dsjob.flow_key_bucket",
+                      err)) != DSJOB_OK)
         goto rollback;
     return exec_ok(st, "COMMIT", "committing the schema", err);
 rollback:
@@ -1314,6 +1318,7 @@ pg_update(struct store *st, const struct store_job *sj, char *err)
     u->numerator = sj->numerator;
     u->denominator = sj->denominator;
     u->when = sj->when;
+    u->deadline_ms = sj->deadline_ms;
     if (sj->result_len > 0) {
         u->result = memdup0(sj->result, sj->result_len);
         if (u->result == NULL) {
@@ -1453,6 +1458,10 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
         if (g == NULL)
             return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
         st->granted = g;
+        g = realloc(st->ktake, ls->nfuncs * sizeof(*g));
+        if (g == NULL)
+            return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+        st->ktake = g;
         st->take_cap = ls->nfuncs;
     }
     demand_takes(st, ls);
@@ -1667,10 +1676,12 @@ read_due(struct store *st, struct store_lease *ls)
  * jobs of a limited function, none per job; a batch without one costs
  * nothing more.
  */
+static bool cap_keyed(const struct store_flow_cap *c);
+
 static bool
 cap_any(const struct store_flow_cap *c)
 {
-    return c->concurrency > 0 || c->rate > 0;
+    return c->concurrency > 0 || c->rate > 0 || cap_keyed(c);
 }
 
 static bool
@@ -1818,6 +1829,149 @@ flow_after(struct store *st, struct store_lease *ls, char *err)
                   err)) != DSJOB_OK)
         return rc;
     PQclear(r);
+    return DSJOB_OK;
+}
+
+/*
+ * Keys across the servers: a function with a sequence or a per-key
+ * concurrency limit is taken by key_take.sql, after main.sql (whose take
+ * of it key_before sets to none) in the same transaction, under the lock
+ * flow_take.sql took of its row, so that its takes go one server at a
+ * time. Its rows join what main.sql took.
+ */
+static bool
+cap_keyed(const struct store_flow_cap *c)
+{
+    return c->sequence != 0 || c->key_concurrency > 0 || c->key_rate > 0;
+}
+
+/* Move the take of each keyed function from main.sql's to key_take's. */
+static void
+key_before(struct store *st, const struct store_lease *ls)
+{
+    size_t i;
+
+    for (i = 0; i < ls->nfuncs; i++) {
+        st->ktake[i] = 0;
+        if (!cap_keyed(&ls->caps[i]) || !utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
+            continue;
+        st->ktake[i] = st->take[i];
+        st->take[i] = 0;
+    }
+}
+
+/* The bytes of sj's strings, each with its NUL (as take_row lays them out). */
+static size_t
+job_bytes(const struct store_job *sj)
+{
+    return sj->handle_len + sj->func_len + sj->unique_len + sj->reducer_len + sj->data_len + 5;
+}
+
+/* Copy sj's strings to *at, pointing sj at the copies. */
+static void
+job_move(struct store_job *sj, char **at)
+{
+#define MOVE(field)                                                                                \
+    do {                                                                                           \
+        memcpy(*at, sj->field, sj->field##_len + 1);                                               \
+        sj->field = *at;                                                                           \
+        *at += sj->field##_len + 1;                                                                \
+    } while (0)
+    MOVE(handle);
+    MOVE(func);
+    MOVE(unique);
+    MOVE(reducer);
+    MOVE(data);
+#undef MOVE
+}
+
+static int
+key_take(struct store *st, struct store_lease *ls, char *err)
+{
+    struct params p = {0};
+    struct arr names, n, sep, sq, kc, kr, kp, kb;
+    struct store_job *jobs;
+    size_t i, nk = 0, bytes = 0;
+    PGresult *r;
+    char *mem, *at;
+    int k, rows, rc;
+
+    arr_init(&names, OID_TEXT);
+    arr_init(&n, OID_INT4);
+    arr_init(&sep, OID_TEXT);
+    arr_init(&sq, OID_INT4);
+    arr_init(&kc, OID_INT4);
+    arr_init(&kr, OID_INT4);
+    arr_init(&kp, OID_INT4);
+    arr_init(&kb, OID_INT4);
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct store_flow_cap *c = &ls->caps[i];
+
+        if (st->ktake[i] == 0)
+            continue;
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_int(&n, st->ktake[i], 4);
+        arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
+        arr_int(&sq, c->sequence, 4);
+        arr_int(&kc, c->key_concurrency, 4);
+        arr_int(&kr, c->key_rate, 4);
+        arr_int(&kp, c->key_rate > 0 ? c->key_period_ms : 0, 4);
+        arr_int(&kb, c->key_burst, 4);
+        nk++;
+    }
+    par_arr(&p, &names, OID_TEXT_ARRAY);
+    par_arr(&p, &n, OID_INT4_ARRAY);
+    par_arr(&p, &sep, OID_TEXT_ARRAY);
+    par_arr(&p, &sq, OID_INT4_ARRAY);
+    par_arr(&p, &kc, OID_INT4_ARRAY);
+    par_text(&p, st->owner, strlen(st->owner));
+    par_int(&p, st->lease);
+    par_arr(&p, &kr, OID_INT4_ARRAY);
+    par_arr(&p, &kp, OID_INT4_ARRAY);
+    par_arr(&p, &kb, OID_INT4_ARRAY);
+    if (nk == 0) {
+        params_free(&p);
+        return DSJOB_OK;
+    }
+    if ((rc = run(st, pg_sql_key_take, &p, true, PGRES_TUPLES_OK, "taking jobs by key", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    if ((rows = PQntuples(r)) == 0) {
+        PQclear(r);
+        return DSJOB_OK;
+    }
+    /* One array and one block for main.sql's jobs and these. */
+    for (i = 0; i < ls->njobs; i++)
+        bytes += job_bytes(&ls->jobs[i]);
+    for (k = 0; k < rows; k++)
+        for (i = 1; i <= 6; i++)
+            bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
+    jobs = calloc(ls->njobs + (size_t)rows, sizeof(*jobs));
+    mem = malloc(bytes);
+    if (jobs == NULL || mem == NULL) {
+        free(jobs);
+        free(mem);
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    at = mem;
+    for (i = 0; i < ls->njobs; i++) {
+        jobs[i] = ls->jobs[i];
+        job_move(&jobs[i], &at);
+    }
+    for (k = 0; k < rows; k++) {
+        struct store_job *sj = &jobs[ls->njobs++];
+
+        take_row(r, k, sj, &at);
+        if (!PQgetisnull(r, k, 13))
+            sj->deadline_ms = (int64_t)be64(PQgetvalue(r, k, 13));
+    }
+    PQclear(r);
+    free(ls->jobs);
+    free(ls->mem);
+    ls->jobs = jobs;
+    ls->mem = mem;
+    qsort(ls->jobs, ls->njobs, sizeof(*ls->jobs), cmp_claimed);
     return DSJOB_OK;
 }
 
@@ -2241,6 +2395,7 @@ flush_updates(struct store *st, bool after, char *err)
             par_bytea(&p, u->result_len > 0 ? u->result : NULL, u->result_len);
             par_text(&p, u->handle, strlen(u->handle));
             par_text_or_null(&p, after ? NULL : st->owner);
+            par_int(&p, u->deadline_ms);
         }
         if ((rc = run(st, sql, &p, false, PGRES_COMMAND_OK,
                       u->func ? "setting a function" : "rewriting a job", &r, err)) != DSJOB_OK)
@@ -2483,9 +2638,13 @@ flush_once(struct store *st, char *err)
         goto rollback;
     if (capped && (rc = flow_before(st, st->ls, err)) != DSJOB_OK)
         goto rollback;
+    if (capped)
+        key_before(st, st->ls);
     rc = flush_main(st, err);
     if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
         rc = recover_adds(st, err);
+    if (rc == DSJOB_OK && capped)
+        rc = key_take(st, st->ls, err);
     if (rc == DSJOB_OK && capped)
         rc = flow_after(st, st->ls, err);
     if (rc == DSJOB_OK && deadlines)
@@ -3030,6 +3189,7 @@ pg_close(struct store *st)
     free(st->upds);
     free(st->take);
     free(st->granted);
+    free(st->ktake);
     for (i = 0; i < PG_DEMAND_MAX; i++)
         free(st->demand[i].func);
     if (st->db != NULL)

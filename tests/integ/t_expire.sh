@@ -9,7 +9,9 @@
 # a job submitted already past its deadline (OPTION_REQ deadline=1) while
 # a worker waits is not handed to it (the check at grab, before the tick);
 # the deadline is stored (its SQLite row) and an expiry that is due after
-# a kill -9 still happens after the restart, without a worker; a
+# a kill -9 still happens after the restart, without a worker; a job
+# that started before its deadline and was running at a kill -9 past it
+# runs again after the restart, not expired (a deadline is for starting); a
 # function's "maxage" expires a plain Gearman client's job too; past
 # --max-kept the oldest kept result goes first and max_kept counts it,
 # and past --dead-max-age a dead job goes; with "uniquefor", a submit of
@@ -134,6 +136,37 @@ server_start dsjobd --store sqlite --work-dir "$W" --max-dead 100 --verbose INFO
 wait_for 120 has_dead fcrash "$h3"
 ok $? "after kill -9 and a restart it expires with no worker ($(dead_of fcrash))"
 is "$(ds maxage fage)" 1 "maxage is stored with the function"
+
+# --- 6: a job that started before its deadline runs again after a crash ---
+# A deadline is "has not started by": once the job started, its row keeps
+# no deadline, and a kill -9 while it runs, past the deadline, replays it
+# to run again (at least once), not to the dead set as expired.
+t0=$(date +%s%3N)
+h6=$(ds submit -b --expire-in 2 fstart once 2>&1)
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fstart -- sh -c \
+    "cat >>'$T/fstart.log'; echo >>'$T/fstart.log'; i=0; while [ ! -f '$T/fstart.go' ] && [ \$i -lt 1200 ]; do sleep 0.1; i=\$((i + 1)); done" \
+    >/dev/null 2>&1 &
+track $!
+wait_for 120 has_line "$T/fstart.log" once
+ok $? "a worker started $h6 before its deadline"
+row_cleared() { [ "$(sqlite3 "$W/dsjobd.db" "SELECT deadline_ms FROM jobs WHERE handle = '$h6'" 2>/dev/null)" = 0 ]; }
+wait_for 120 row_cleared
+ok $? "its SQLite row keeps no deadline once it started"
+past() { [ "$(date +%s%3N)" -gt $((t0 + 2500)) ]; }
+wait_for 120 past
+server_kill9
+touch "$T/fstart.go"
+reap
+server_start dsjobd --store sqlite --work-dir "$W" --max-dead 100 --verbose INFO || exit 1
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fstart -- sh -c "cat >>'$T/fstart.log'; echo >>'$T/fstart.log'" \
+    >/dev/null 2>&1 &
+track $!
+ran_twice() { [ "$(grep -c '^once$' "$T/fstart.log")" -ge 2 ]; }
+wait_for 120 ran_twice
+ok $? "after kill -9 past its deadline and a restart it ran again"
+! dead_of fstart | grep -q expired
+ok $? "and did not expire ($(dead_of fstart))"
+reap
 server_stop
 
 # --- 7: --max-kept drops the oldest first; --dead-max-age drops old dead jobs ---

@@ -3,7 +3,9 @@
 # at run time are kept in dsjob.flow and come back after kill -9; a job
 # submitted while paused stays queued for a worker, then runs on resume;
 # forgetting the settings deletes the row; with PostgreSQL down a change is
-# not answered OK (it is answered after its commit). Against a PostgreSQL of the
+# not answered OK (it is answered after its commit), by the admin command
+# nor by the dashboard's pause button (POST /api/func/F/pause, resume); a
+# job running past its deadline at a kill -9 runs again, not expired. Against a PostgreSQL of the
 # test's own (tests/lib/pg.sh) and a real `dsjob worker`.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -14,7 +16,7 @@
 
 pg_test_begin
 pg_start_or_bail
-pgd_start_or_bail a --verbose NOTICE
+pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
 
 ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
 settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }
@@ -32,7 +34,7 @@ ds submit -b fp one >/dev/null
 ok $? "a submit is taken while paused"
 
 pgd_kill9 a
-pgd_start_or_bail a --verbose NOTICE
+pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
 is "$(settings fp)" "concurrency 3 rate 10/m paused" "the settings came back after kill -9"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fp -f fq -- sh -c "cat >>'$T/done'; echo >>'$T/done'" &
 track $!
@@ -49,6 +51,48 @@ ds limit fp --off
 ok $? "limits off"
 poll eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
 ok $? "the row is gone"
+# A deadline is "has not started by": a job that started before its
+# deadline and whose server was killed past it runs again once its lease
+# ran out, it is not expired (its row keeps no deadline once it started).
+t0=$(date +%s%3N)
+h=$(ds submit -b --expire-in 2 fst once 2>&1)
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fst -- sh -c \
+    "cat >>'$T/fst.log'; echo >>'$T/fst.log'; i=0; while [ ! -f '$T/fst.go' ] && [ \$i -lt 1200 ]; do sleep 0.1; i=\$((i + 1)); done" \
+    >/dev/null 2>&1 &
+track $!
+started() { grep -q '^once$' "$T/fst.log" 2>/dev/null; }
+poll started
+ok $? "a worker started $h before its deadline"
+poll eval '[ "$(q "SELECT deadline IS NULL FROM dsjob.jobs WHERE handle = '"'$h'"'")" = t ]'
+ok $? "its row keeps no deadline once it started"
+past() { [ "$(date +%s%3N)" -gt $((t0 + 2500)) ]; }
+poll past
+pgd_kill9 a
+touch "$T/fst.go"
+reap
+pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fst -- sh -c "cat >>'$T/fst.log'; echo >>'$T/fst.log'" \
+    >/dev/null 2>&1 &
+track $!
+ran_twice() { [ "$(grep -c '^once$' "$T/fst.log")" -ge 2 ]; }
+poll ran_twice
+ok $? "after kill -9 past its deadline its lease ran out and it ran again"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h' AND result = 'expired'")" 0 \
+    "and did not expire"
+
+# The dashboard's pause button (POST /api/func/F/pause, --http-admin) on
+# a second server: 200 once the row is committed.
+pgd_start_or_bail h --verbose NOTICE --http-port 0 --http-port-file "$T/h.port" --http-admin
+poll test -s "$T/h.port"
+hport=$(cat "$T/h.port")
+tok=$(perl "$top_srcdir/tests/integ/http.pl" "$hport" GET / |
+    sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
+is "${#tok}" 64 "the dashboard's CSRF token"
+timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port h)" submit -b fh x >/dev/null
+post() { HTTP_HEADER="X-CSRF-Token: $tok" perl "$top_srcdir/tests/integ/http.pl" "$hport" POST "$1"; }
+r=$(post /api/func/fh/pause)
+is "$(printf '%s\n' "$r" | head -n 1)" 200 "POST pause: 200"
+is "$(q "SELECT settings FROM dsjob.flow WHERE name = 'fh'")" paused "the row is committed when it comes"
 # A change is answered OK only once it is committed: with PostgreSQL down
 # the commit fails, and so does the answer.
 pg_stop_immediate
@@ -57,6 +101,9 @@ r=$?
 [ $r -ne 0 ]
 ok $? "with PostgreSQL down, limit is not answered OK (exit $r)"
 case $out in *STORE_ERROR*) ok 0 "it says STORE_ERROR" ;; *) ok 1 "it says STORE_ERROR: $out" ;; esac
+r=$(post /api/func/fh/resume)
+is "$(printf '%s\n' "$r" | head -n 1)" 503 "POST resume with PostgreSQL down: not 200"
+case $r in *STORE_ERROR*) ok 0 "it says STORE_ERROR" ;; *) ok 1 "it says STORE_ERROR: $r" ;; esac
 pg_start_again
 ok $? "PostgreSQL started again"
 reap

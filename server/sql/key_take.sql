@@ -1,0 +1,81 @@
+-- The take of functions with keys across servers (store_postgres.c's
+-- key_take): sequences and per-key concurrency limits, in the batch's
+-- transaction after flow_take.sql locked each function's row of
+-- dsjob.flow_bucket, so that the takes of such a function go one server
+-- at a time, each seeing the leases the last one committed. A job's key is
+-- its unique key's part before the function's separator ('' if none), as
+-- flow_key_of makes it. Per key, the jobs under a lease that has not run
+-- out (or under this server's: renewed, not taken) count as running.
+-- With a sequence (sq 1 hold, 2 skip) a key's first job in submission
+-- order (id), live or (hold) dead after a failed attempt, is the only one
+-- that may start, and only while none of its key runs (a job with a lower
+-- id whose insert committed after a later one's take still waits). With a
+-- per-key limit (kc, no sequence) a key starts at most kc less its running.
+-- With a per-key rate (kr per kp ms, at most kcap held) a key starts at most
+-- the whole tokens of its bucket in dsjob.flow_key_bucket (none there: a
+-- full one), filled by PostgreSQL's clock; the buckets of the keys that
+-- started jobs are written back, those full again are deleted. Keys are
+-- served round robin: each key's first job, then each key's second, ...
+-- Every live row of the functions is read (and, with hold, the dead ones),
+-- a cost per take, not per job. $1 the functions, $2 how many jobs of each
+-- to take, $3 their separators, $4 sequence (0 off, 1 hold, 2 skip), $5
+-- the per-key concurrency (0 none), $6 the owner, $7 the lease in seconds,
+-- $8 the per-key rate (0 none), $9 its period in ms, $10 its burst (0: the
+-- rate).
+-- Rows as main.sql's taken rows, kind 3.
+WITH t AS (SELECT clock_timestamp() AS ts),
+f AS (
+ SELECT name, n, convert_to(sep, 'UTF8') AS sep, sq, kc, kr, kp, CASE WHEN kb > 0 THEN kb ELSE kr END AS kcap
+ FROM unnest($1::text[], $2::int4[], $3::text[], $4::int4[], $5::int4[], $8::int4[], $9::int4[],
+  $10::int4[]) AS u(name, n, sep, sq, kc, kr, kp, kb)),
+r AS (
+ SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, f.n, f.sq, f.kc,
+  f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
+   ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
+ FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 0
+ UNION ALL
+ SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, f.n, f.sq, f.kc,
+  f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
+   ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
+ FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 1 AND j.attempts > 0 AND f.sq = 1),
+g AS (
+ SELECT func, k, min(id) AS head, count(*) FILTER (WHERE state = 0 AND owner IS NOT NULL
+  AND (lease_until >= now() OR owner = $6::text)) AS busy
+ FROM r GROUP BY func, k),
+kb AS (
+ SELECT b.func, b.k, least(f.kcap::float8, b.tokens + greatest(extract(epoch FROM t.ts - b.at), 0)
+  * 1000 * f.kr / nullif(f.kp, 0)) AS avail
+ FROM f JOIN dsjob.flow_key_bucket b ON b.func = f.name AND f.kr > 0 CROSS JOIN t),
+c AS (
+ SELECT r.id, r.func, r.k, r.n, r.sq, r.kc, r.kr, g.head, g.busy,
+  CASE WHEN r.kr > 0 THEN coalesce(kb.avail, (SELECT kcap FROM f WHERE f.name = r.func)) END AS avail,
+  row_number() OVER (PARTITION BY r.func, r.k ORDER BY r.prio, r.run_at, r.id) AS rn
+ FROM r JOIN g ON g.func = r.func AND g.k = r.k LEFT JOIN kb ON kb.func = r.func AND kb.k = r.k
+ WHERE r.state = 0 AND r.run_at <= now()
+  AND (r.owner IS NULL OR (r.lease_until < now() AND r.owner <> $6::text))
+  AND (r.deadline IS NULL OR r.deadline > now())),
+d AS (
+ SELECT id, func, k, kr, avail, n, row_number() OVER (PARTITION BY func ORDER BY rn, id) AS fr FROM c
+ WHERE CASE WHEN sq > 0 THEN id = head AND busy = 0 AND (kr = 0 OR avail >= 1)
+  ELSE (kc = 0 OR rn <= kc - busy) AND (kr = 0 OR rn <= floor(avail)) END),
+s AS (
+ SELECT j.id, d.func AS bf, d.k AS bk, d.kr, d.avail FROM dsjob.jobs j JOIN d ON d.id = j.id
+ WHERE d.fr <= d.n AND j.state = 0 AND (j.owner IS NULL OR (j.lease_until < now() AND j.owner <> $6::text))
+ ORDER BY j.id FOR UPDATE OF j SKIP LOCKED),
+up AS (
+ UPDATE dsjob.jobs j SET owner = $6::text, lease_until = now() + $7::int4 * interval '1 second'
+ FROM s WHERE j.id = s.id
+ RETURNING j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,
+  extract(epoch from j.run_at)::bigint AS run_at, j.attempts, j.first_fail, j.last_fail, j.id,
+  (extract(epoch from j.deadline) * 1000)::bigint AS deadline, s.bf, s.bk, s.kr, s.avail),
+put AS (
+ INSERT INTO dsjob.flow_key_bucket AS b (func, k, tokens, at)
+ SELECT bf, bk, max(avail) - count(*), (SELECT ts FROM t) FROM up WHERE kr > 0 GROUP BY bf, bk
+ ON CONFLICT (func, k) DO UPDATE SET tokens = excluded.tokens, at = excluded.at),
+gone AS (
+ DELETE FROM dsjob.flow_key_bucket b USING f, t
+ WHERE b.func = f.name AND f.kr > 0
+  AND b.tokens + greatest(extract(epoch FROM t.ts - b.at), 0) * 1000 * f.kr / nullif(f.kp, 0) >= f.kcap
+  AND NOT EXISTS (SELECT 1 FROM up WHERE up.bf = b.func AND up.bk = b.k))
+SELECT 3::int2, handle, func, uniq, unique_is_data, reducer, data, prio, run_at, attempts,
+ first_fail, last_fail, id, deadline FROM up
