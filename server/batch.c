@@ -18,6 +18,7 @@
 #include "batch.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,24 @@ insert(struct srv *srv, struct jbatch *b)
     TAILQ_INSERT_TAIL(&srv->batches->list, b, link);
     srv->batches->n++;
     return 0;
+}
+
+/* b is dropped: its live members are no member of a batch opened later under its id. */
+static void
+disown(struct srv *srv, const struct jbatch *b)
+{
+    size_t bucket = 0;
+    struct hnode *n;
+
+    for (n = hmap_next(&srv->queue.jobs, NULL, &bucket); n != NULL;
+         n = hmap_next(&srv->queue.jobs, n, &bucket)) {
+        struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
+
+        if (j->ext != NULL && j->ext->batch != NULL && strcmp(j->ext->batch, b->id) == 0) {
+            free(j->ext->batch);
+            j->ext->batch = NULL;
+        }
+    }
 }
 
 static void
@@ -912,6 +931,7 @@ batch_admin(struct conn *c, const char *line, size_t len)
         }
     }
     log_notice(&srv->log, "%s: batch %s dropped", c->peer, b->id);
+    disown(srv, b);
     forget(srv, b);
     durable_reply(srv, c, "OK\n"); /* once the delete is committed */
 }
