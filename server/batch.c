@@ -18,6 +18,7 @@
 #include "batch.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,24 @@ insert(struct srv *srv, struct jbatch *b)
     return 0;
 }
 
+/* b is dropped: its live members are no member of a batch opened later under its id. */
+static void
+disown(struct srv *srv, const struct jbatch *b)
+{
+    size_t bucket = 0;
+    struct hnode *n;
+
+    for (n = hmap_next(&srv->queue.jobs, NULL, &bucket); n != NULL;
+         n = hmap_next(&srv->queue.jobs, n, &bucket)) {
+        struct job *j = (struct job *)((char *)n - offsetof(struct job, by_handle));
+
+        if (j->ext != NULL && j->ext->batch != NULL && strcmp(j->ext->batch, b->id) == 0) {
+            free(j->ext->batch);
+            j->ext->batch = NULL;
+        }
+    }
+}
+
 static void
 forget(struct srv *srv, struct jbatch *b)
 {
@@ -262,7 +281,7 @@ to_store(const struct jbatch *b, struct store_batch *sb)
     sb->created = b->created;
 }
 
-static void store_set(struct srv *srv, struct jbatch *b);
+static bool store_set(struct srv *srv, struct jbatch *b);
 
 /* A SET op's continuation: it is no longer in the open batch; a failed one is written again. */
 static void
@@ -278,22 +297,26 @@ set_done(struct srv *srv, struct store_op *op, bool ok)
         store_set(srv, b); /* its latest state, with the ends tried again */
 }
 
-/* Put b's row, as it is now, in the open batch: the op already there if it fits. */
-static void
+/*
+ * Put b's row, as it is now, in the open batch: the op already there if it
+ * fits. False if out of memory for it (logged).
+ */
+static bool
 store_set(struct srv *srv, struct jbatch *b)
 {
     struct store_batch sb;
 
     if (!durable(srv))
-        return;
+        return true;
     to_store(b, &sb);
     if (b->op != NULL && b->op_gen == storage_open_gen(srv) && storage_batch_redo(b->op, &sb))
-        return;
+        return true;
     b->op = storage_batch(srv, STORE_BATCH_SET, &sb, BATCH_OP_ROOM, set_done);
     b->op_gen = storage_open_gen(srv);
     if (b->op == NULL)
         log_err(&srv->log, "batch %s: out of memory to store it: a restart may lose its counts",
                 b->id);
+    return b->op != NULL;
 }
 
 /* A DELETE's continuation: a failed one goes again, unless the id was opened anew since. */
@@ -818,7 +841,11 @@ admin_open(struct conn *c, const struct word *w, size_t n)
         return;
     }
     b->created = clock_now();
-    store_set(srv, b);
+    if (!store_set(srv, b)) { /* never acknowledged unstored */
+        forget(srv, b);
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory+to+store+it\r\n");
+        return;
+    }
     log_info(&srv->log, "%s: batch %s opened", c->peer, b->id);
     durable_reply(srv, c, "OK\n"); /* once its row is committed */
 }
@@ -893,7 +920,11 @@ batch_admin(struct conn *c, const char *line, size_t len)
     if (word_is(&w[1], "close")) {
         if (!b->c.closed) {
             b->c.closed = true;
-            store_set(srv, b);
+            if (!store_set(srv, b)) { /* never acknowledged unstored */
+                b->c.closed = false;
+                conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory+to+store+it\r\n");
+                return;
+            }
             log_info(&srv->log, "%s: batch %s closed with %" PRIu64 " jobs", c->peer, b->id,
                      b->c.total);
             arm_fire(srv);
@@ -912,6 +943,7 @@ batch_admin(struct conn *c, const char *line, size_t len)
         }
     }
     log_notice(&srv->log, "%s: batch %s dropped", c->peer, b->id);
+    disown(srv, b);
     forget(srv, b);
     durable_reply(srv, c, "OK\n"); /* once the delete is committed */
 }

@@ -549,10 +549,21 @@ tick_job_drop(struct srv *srv, struct job *j)
         queue_remove(&srv->queue, j);
 }
 
+/* The tick's job j leaves: from the queue, or (a shared store's, never queued) from nowhere. */
+static void
+tick_job_gone(struct srv *srv, struct job *j)
+{
+    if (j->state == JOB_NEW)
+        j->stored = false; /* the op holds the last reference */
+    else
+        tick_job_drop(srv, j);
+}
+
 /*
  * A tick's answer (storage_sched_fire): the claim and its job committed
  * together, or another server's claim won, or the store failed (neither
- * committed). The job in op->job waited in the queue, pending, meanwhile.
+ * committed). The job in op->job waited in the queue, pending, meanwhile
+ * (a shared store's, left to any server, waited in no queue: JOB_NEW).
  */
 static void
 fired_done(struct srv *srv, struct store_op *op, bool ok)
@@ -563,7 +574,7 @@ fired_done(struct srv *srv, struct store_op *op, bool ok)
 
     if (s != NULL && srv->schedules->stopped)
         s = NULL; /* the server is stopping: the job still goes where it belongs */
-    if (j->state != JOB_PENDING) {
+    if (j->state != JOB_PENDING && j->state != JOB_NEW) {
         /* Cancelled while its commit was in flight: its end took it (and its row). */
         if (s != NULL && ok && op->ss.last_tick > s->last_tick)
             s->last_tick = op->ss.last_tick;
@@ -572,7 +583,7 @@ fired_done(struct srv *srv, struct store_op *op, bool ok)
         return;
     }
     if (!ok) {
-        tick_job_drop(srv, j);
+        tick_job_gone(srv, j);
         if (s == NULL)
             return;
         s->fired_tick = op->ss.last_tick;
@@ -585,7 +596,7 @@ fired_done(struct srv *srv, struct store_op *op, bool ok)
     if (s != NULL && op->ss.last_tick > s->last_tick)
         s->last_tick = op->ss.last_tick;
     if (!op->claimed) {
-        tick_job_drop(srv, j);
+        tick_job_gone(srv, j);
         if (s != NULL && s->fired_tick <= op->ss.last_tick) {
             s->fired_tick = op->ss.last_tick;
             say(s, "fired by another server");
@@ -595,7 +606,7 @@ fired_done(struct srv *srv, struct store_op *op, bool ok)
     submitted(srv, s, j);
     if (srv->storage.shared) {
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", "schedule", j, "left to any server");
-        tick_job_drop(srv, j);
+        tick_job_gone(srv, j);
     } else if (queue_commit(&srv->queue, j, clock_now()) == 0) {
         LIFECYCLE_LOG(srv, DSJOB_LOG_INFO, "submitted", "schedule", j, NULL);
         lifecycle_wake(j);
@@ -627,6 +638,24 @@ fire(struct srv *srv, struct sched *s, int64_t tick)
         return;
     to_store(s, &ss);
     ss.last_tick = tick;
+    if (srv->storage.shared) {
+        /*
+         * Left to any server, it never runs from this queue: it waits in
+         * none while it commits, so a foreground submit of its key here
+         * makes a job of its own (coalesced onto this one, it would be
+         * told WORK_FAIL as it left).
+         */
+        j->stored = true;
+        if (storage_sched_fire(srv, &ss, j, fired_done) < 0) {
+            job_unref(j);
+            say(s, "not fired: out of memory");
+            return;
+        }
+        job_unref(j); /* the op holds its own */
+        srv->next_job_id++;
+        say(s, "claiming");
+        return;
+    }
     if (queue_add_as(&srv->queue, j->func, j, clock_now(), true) < 0) {
         job_unref(j);
         say(s, "not fired: out of memory");

@@ -17,6 +17,7 @@
 #   restart     after a restart the batches are back and no callback fires
 #               again; a batch left half done completes after it
 #   admin       /api/batches, the dashboard's table, drop needs an admin peer
+#               (a dropped id opened again does not count the old jobs)
 #   stores      without a store batches live in memory; memcached
 #               refuses them, naming the store
 #   gearmand    (when installed) gearmand 1.1.20 answers batch and batch=
@@ -191,6 +192,18 @@ ds batch drop ok1 >/dev/null
 ok $? "drop from an admin peer"
 ds batch status ok1 >/dev/null 2>&1
 ok $((!$?)) "it is gone"
+# A dropped id opened again is a new batch: the old one's members are not counted in it.
+ds batch open --on-complete cb.fn re1 >/dev/null && hold=$(ds batch add re1 work.old o) &&
+    ds batch drop re1 >/dev/null && ds batch open --on-complete cb.fn re1 >/dev/null &&
+    ds batch add re1 work.new n >/dev/null && ds batch close re1 >/dev/null
+ok $? "batch re1 with one job, dropped, opened again with another, closed"
+timeout 600 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f work.old -- cat >/dev/null 2>&1 &
+track $!
+old_gone() { ! ds job "$hold" >/dev/null 2>&1; }
+poll old_gone
+ok $? "the old batch's job ran and ended"
+status_has re1 "total=1 pending=1 done=0 .*fired-complete=no"
+ok $? "the new batch did not count it: $(status re1)"
 server_stop
 server_start dsjobd --store sqlite --work-dir "$W" || exit 1
 ds batch status ok1 >/dev/null 2>&1

@@ -15,7 +15,9 @@
 #
 # The kills come when a random number of jobs have run (the last when all
 # have, as the callbacks fire), each after a random 0 to 0.3 s more; every
-# wait is for an event, bounded by 120 s of nothing moving.
+# wait is for an event, bounded by 120 s of nothing moving. BATCH_CRASH_WORKERS
+# (default 3) is the member worker's concurrency. The last diag line
+# ("soak-row ...") is the row of make soak's batch cell.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -30,6 +32,7 @@ skip_unless_cmd "${GEARMAN:-gearman}" "a member worker"
 unset DSJOB_SERVERS
 N=${BATCH_CRASH_JOBS:-200}
 KILLS=${BATCH_CRASH_KILLS:-3}
+NW=${BATCH_CRASH_WORKERS:-3}
 W=$T/work
 REC=$T/ran
 CB=$T/callbacks
@@ -55,7 +58,7 @@ workers() {
     timeout 900 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f crash.job -- sh "$T/member.sh" \
         "$REC" >/dev/null 2>&1 &
     track $!
-    "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -c 3 -f crash.job -- sh "$T/member.sh" "$REC" \
+    "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -c "$NW" -f crash.job -- sh "$T/member.sh" "$REC" \
         2>>"$T/worker.err" &
     track $!
     "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f cb.done -f cb.ok -- sh "$T/cb.sh" "$CB" \
@@ -118,6 +121,7 @@ while [ $i -le "$N" ]; do
     i=$((i + 1))
 done
 is "$missing" 0 "every acknowledged job ran (at least once; $(ran) runs in all)"
+lost=$missing
 is "$(cb_handles complete)" 1 "on_complete was submitted exactly once"
 is "$(cb_handles success)" 1 "on_success was submitted exactly once"
 st=$(status)
@@ -170,6 +174,7 @@ while [ $i -le "$A" ]; do
     i=$((i + 1))
 done
 is "$missing" 0 "every acknowledged add ran"
+lost=$((lost + missing))
 st=$(status_of_adding)
 echo "$st" | grep -q "total=$total pending=0 done=$total "
 ok $? "its counts are its total's: $st"
@@ -189,6 +194,13 @@ ok $? "a job sent after the restart reached the callbacks' worker"
 is "$(cb_handles complete)$(cb_handles success)" 11 "and no callback fired again"
 is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
     "nor the other batch's"
+once=0
+for n in "$(cb_handles complete)" "$(cb_handles success)" \
+    "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)"; do
+    [ "$n" -eq 1 ] && once=$((once + 1))
+done
+# The soak's row (make soak runs this with 1,000 jobs): kills, acknowledged, lost, callbacks.
+diag "soak-row kills $((k + 1)) acknowledged $((N + A)) lost $lost callbacks-once $once of 3 early 0"
 reap
 server_stop
 done_testing

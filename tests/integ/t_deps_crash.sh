@@ -14,6 +14,7 @@
 # job of the graph and the run child end, the failed branch's two children
 # are in their dead sets naming their parents, and none of those two ran.
 # A wait gives up only after 120 s in which nothing moved (no new log line).
+# The last diag line ("soak-row ...") is the row of make soak's deps cell.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -106,6 +107,9 @@ kg kf
 EOF
 
 r=0
+acked=0
+lost=0
+early=0
 while [ $r -lt "$ROUNDS" ]; do
     r=$((r + 1))
     W=$T/work$r
@@ -139,6 +143,7 @@ EOF
         kr=$(ds submit -b --after "$p" --after-fail run fb kr) &&
         kg=$(ds submit -b --after "$kf" fc kg)
     ok $? "round $r: the graph is submitted ($a1 .. $kg)"
+    [ -n "$kg" ] && acked=$((acked + 17))
     k=0
     while [ $k -lt "$KILLS" ]; do
         k=$((k + 1))
@@ -155,8 +160,16 @@ EOF
     start_workers
     wait_moving done_all
     ok $? "round $r: after $KILLS kills every acknowledged job ended"
-    ordered "$EDGES"
+    for n in a1 a2 a3 a4 a5 a6 b1 b2 b3 b4 c1 c2 c3 kr; do
+        grep -qx "end $n" "$LOG" || lost=$((lost + 1))
+    done
+    grep -qx "fail bad-p" "$LOG" || lost=$((lost + 1))
+    [ -n "$(dead_text fb "$kf")" ] || lost=$((lost + 1))
+    [ -n "$(dead_text fc "$kg")" ] || lost=$((lost + 1))
+    ordered "$EDGES" >"$T/order$r"
     ok $? "round $r: no job started before each of its parents ended"
+    cat "$T/order$r"
+    early=$((early + $(grep -c started "$T/order$r")))
     is "$(dead_text fb "$kf")|$(dead_text fc "$kg")" "parent $p failed|parent $kf failed" \
         "round $r: the failed branch's children are dead, naming their parents"
     ! grep -Eqx "start (kf|kg)" "$LOG"
@@ -164,4 +177,7 @@ EOF
     reap
     server_stop
 done
+# The soak's row (make soak): kills, acknowledged, lost (not ended as they
+# should), and children started before a parent ended.
+diag "soak-row kills $((ROUNDS * KILLS)) acknowledged $acked lost $lost callbacks-once 0 of 0 early $early"
 done_testing

@@ -14,7 +14,13 @@
  * cutvfs) and make each kill a power cut: the writes no fsync covered are
  * dropped or torn, then the store is checked row by row against what was
  * acknowledged. The I/O-error sweep (tests/integ/t_iosweep) gets its row
- * in the same table.
+ * in the same table, and so do the workflow cells (issue 26): kill -9 at
+ * random points of a 1,000-job batch with callbacks
+ * (tests/integ/t_batch_crash.sh) and of a three-level dependency graph
+ * (tests/integ/t_deps_crash.sh), each run by real workers, each printing
+ * a "# soak-row" line with its counts: every callback submitted exactly
+ * once, no child started before its parents succeeded, nothing
+ * acknowledged lost.
  */
 #include "config.h"
 
@@ -128,6 +134,7 @@ struct config {
     const char *sync;  /* dsjobd --store-sync */
     bool cut;          /* each kill is a power cut (dsjobd_cut) */
     bool sweep;        /* the I/O-error sweep: runs $IOSWEEP for its row */
+    const char *flow;  /* a workflow cell: the script under tests/integ that is its row */
 };
 
 /* Totals of one config run. */
@@ -149,6 +156,9 @@ struct totals {
     uint64_t cameback;        /* observed completions found in the store after a cut */
     uint64_t corrupt;         /* stores that failed quick_check or did not open */
     uint64_t sweep_steps;     /* the sweep's steps */
+    uint64_t cb_once;         /* workflow: callbacks submitted exactly once */
+    uint64_t cb_want;         /* workflow: callbacks due */
+    uint64_t early;           /* workflow: children started before a parent succeeded */
 };
 
 static struct {
@@ -156,8 +166,8 @@ static struct {
     uint64_t max_jobs;
     uint64_t seed;
     bool quiet, keep, strict;
-    const char *dsjobd, *gearmand, *tmp, *dsjobd_cut, *iosweep;
-} opt = {1000, 500, 3, 2, 400, 1, 0, 0, false, false, false, NULL, NULL, NULL, NULL, NULL};
+    const char *dsjobd, *gearmand, *tmp, *dsjobd_cut, *iosweep, *srcdir;
+} opt = {1000, 500, 3, 2, 400, 1, 0, 0, false, false, false, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static struct {
     const struct config *cfg;
@@ -1369,7 +1379,8 @@ usage(FILE *fp)
                 "  --kills N        kill -9 per server config (default 1000)\n"
                 "  --cuts N         power cuts per power-cut config (default 500)\n"
                 "  --configs LIST   comma-separated: dsjobd-normal,dsjobd-full,\n"
-                "                   dsjobd-normal-cut,dsjobd-full-cut,gearmand-sqlite,sweep\n"
+                "                   dsjobd-normal-cut,dsjobd-full-cut,gearmand-sqlite,sweep,\n"
+                "                   batch,deps\n"
                 "                   (default all)\n"
                 "  --sweep-stride K the I/O-error sweep tries every Kth N (default 1)\n"
                 "  --workers N      worker connections (default 3)\n"
@@ -1380,6 +1391,8 @@ usage(FILE *fp)
                 "  --dsjobd PATH    default $DSJOBD or server/dsjobd\n"
                 "  --dsjobd-cut PATH  default $DSJOBD_CUT or tests/soak/dsjobd_cut\n"
                 "  --iosweep PATH   default $IOSWEEP or tests/integ/t_iosweep\n"
+                "  --srcdir PATH    the source tree, for the workflow cells' scripts\n"
+                "                   (default $top_srcdir or .)\n"
                 "  --gearmand PATH  default $GEARMAND or /usr/sbin/gearmand\n"
                 "  --quiet          no line per kill\n"
                 "  --keep           keep the stores and logs\n"
@@ -1389,17 +1402,19 @@ usage(FILE *fp)
 }
 
 static const struct config configs[] = {
-    {"dsjobd sync normal", false, "normal", false, false},
-    {"dsjobd sync full", false, "full", false, false},
-    {"dsjobd normal, cuts", false, "normal", true, false},
-    {"dsjobd full, cuts", false, "full", true, false},
-    {"dsjobd i/o sweep", false, "full", false, true},
-    {"gearmand-sqlite", true, NULL, false, false},
+    {"dsjobd sync normal", false, "normal", false, false, NULL},
+    {"dsjobd sync full", false, "full", false, false, NULL},
+    {"dsjobd normal, cuts", false, "normal", true, false, NULL},
+    {"dsjobd full, cuts", false, "full", true, false, NULL},
+    {"dsjobd i/o sweep", false, "full", false, true, NULL},
+    {"dsjobd batch 1,000", false, "normal", false, false, "t_batch_crash.sh"},
+    {"dsjobd deps 3 levels", false, "normal", false, false, "t_deps_crash.sh"},
+    {"gearmand-sqlite", true, NULL, false, false, NULL},
 };
 #define NCONFIGS (sizeof(configs) / sizeof(configs[0]))
 static const char *const config_key[NCONFIGS] = {
-    "dsjobd-normal",   "dsjobd-full", "dsjobd-normal-cut",
-    "dsjobd-full-cut", "sweep",       "gearmand-sqlite"};
+    "dsjobd-normal", "dsjobd-full", "dsjobd-normal-cut", "dsjobd-full-cut", "sweep",
+    "batch",         "deps",        "gearmand-sqlite"};
 
 /* in_list: key is one of the comma-separated names of list. */
 static bool
@@ -1456,6 +1471,75 @@ run_sweep(struct totals *t)
 }
 
 /*
+ * flow_kills: the kills of a workflow cell, from --kills: the batch cell a
+ * fifth of them (3 to 20), the dependency cell rounds of two kills each, a
+ * rounds for every 25 kills (2 to 10).
+ */
+static unsigned
+flow_kills(const struct config *cfg)
+{
+    unsigned k = strcmp(cfg->flow, "t_batch_crash.sh") == 0 ? opt.kills / 5 : opt.kills / 25;
+
+    if (strcmp(cfg->flow, "t_batch_crash.sh") == 0)
+        return k < 3 ? 3 : k > 20 ? 20 : k;
+    return k < 2 ? 2 : k > 10 ? 10 : k;
+}
+
+/*
+ * run_flow runs a workflow cell's script (a TAP test of make check, made
+ * larger here) and takes its row from its "# soak-row" line: kills,
+ * acknowledged, lost, callbacks submitted once of those due, children
+ * started early. A "not ok" line is an error, a failed exit a crash.
+ */
+static void
+run_flow(const struct config *cfg, struct totals *t)
+{
+    char cmd[1200], line[512];
+    unsigned long long kills, acked, lost, once, want, early;
+    unsigned k = flow_kills(cfg);
+    int64_t t0 = now_us();
+    bool got = false;
+    FILE *fp;
+
+    memset(t, 0, sizeof(*t));
+    if (strcmp(cfg->flow, "t_batch_crash.sh") == 0)
+        snprintf(cmd, sizeof(cmd),
+                 "BATCH_CRASH_JOBS=1000 BATCH_CRASH_KILLS=%u BATCH_CRASH_WORKERS=6 "
+                 "top_srcdir='%s' sh '%s/tests/integ/%s' 2>&1",
+                 k, opt.srcdir, opt.srcdir, cfg->flow);
+    else
+        snprintf(cmd, sizeof(cmd),
+                 "DEPS_CRASH_ROUNDS=%u DEPS_CRASH_KILLS=2 top_srcdir='%s' sh '%s/tests/integ/%s' "
+                 "2>&1",
+                 k, opt.srcdir, opt.srcdir, cfg->flow);
+    fp = popen(cmd, "r");
+    if (fp == NULL)
+        die("cannot run %s", cfg->flow);
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (sscanf(line,
+                   "# soak-row kills %llu acknowledged %llu lost %llu callbacks-once %llu of "
+                   "%llu early %llu",
+                   &kills, &acked, &lost, &once, &want, &early) == 6) {
+            t->kills = kills;
+            t->acked = acked;
+            t->lost = lost;
+            t->cb_once = once;
+            t->cb_want = want;
+            t->early = early;
+            got = true;
+        } else if (strncmp(line, "not ok", 6) == 0) {
+            fprintf(stderr, "soak: %s: %s", cfg->label, line);
+            t->errors++;
+        } else if (!opt.quiet) {
+            fputs(line, stdout);
+        }
+    }
+    if (pclose(fp) != 0 || !got)
+        t->crashes++;
+    t->secs = (double)(now_us() - t0) / 1e6;
+}
+
+/*
  * dup_bound: the duplicates one kill may cause. gearmand: the job each
  * worker held. dsjobd: two a worker, since a worker's next job starts
  * while its last end commits (issue 24 item 3): that end and the job.
@@ -1472,6 +1556,8 @@ config_fails(const struct config *cfg, const struct totals *t)
 {
     bool full = cfg->sync != NULL && strcmp(cfg->sync, "full") == 0;
 
+    if (cfg->flow != NULL)
+        return t->crashes || t->errors || t->lost || t->early || t->cb_once != t->cb_want;
     if (t->phantoms || t->crashes || t->timed_out || t->dups_nokill || t->corrupt || t->errors)
         return cfg->sweep || t->phantoms || t->crashes || t->timed_out || t->dups_nokill ||
                t->corrupt || (cfg->cut && t->errors);
@@ -1497,7 +1583,7 @@ int
 main(int argc, char **argv)
 {
     const char *list = "dsjobd-normal,dsjobd-full,dsjobd-normal-cut,dsjobd-full-cut,sweep,"
-                       "gearmand-sqlite";
+                       "batch,deps,gearmand-sqlite";
     struct totals tot[NCONFIGS];
     bool ran[NCONFIGS] = {false};
     unsigned c, bound, events;
@@ -1510,6 +1596,7 @@ main(int argc, char **argv)
     opt.iosweep = env_or("IOSWEEP", "tests/integ/t_iosweep");
     opt.gearmand = env_or("GEARMAND", "/usr/sbin/gearmand");
     opt.tmp = env_or("TMPDIR", "/tmp");
+    opt.srcdir = env_or("top_srcdir", ".");
     opt.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1559,6 +1646,8 @@ main(int argc, char **argv)
             opt.dsjobd_cut = v;
         else if (strcmp(a, "--iosweep") == 0)
             opt.iosweep = v;
+        else if (strcmp(a, "--srcdir") == 0)
+            opt.srcdir = v;
         else if (strcmp(a, "--gearmand") == 0)
             opt.gearmand = v;
         else {
@@ -1596,9 +1685,10 @@ main(int argc, char **argv)
     bound = 0;
     for (c = 0; c < NCONFIGS; c++)
         if (in_list(list, config_key[c]))
-            bound += (configs[c].sweep ? 300
-                      : configs[c].cut ? opt.cuts
-                                       : opt.kills) +
+            bound += (configs[c].sweep  ? 300
+                      : configs[c].flow ? 60 * flow_kills(&configs[c]) + 600
+                      : configs[c].cut  ? opt.cuts
+                                        : opt.kills) +
                      60 + DRAIN_MS / 1000 + 60;
     alarm(bound);
     printf("# soak: %u kills or %u power cuts per config, %u producers, %u workers, seed %" PRIu64
@@ -1624,9 +1714,19 @@ main(int argc, char **argv)
         }
         if (configs[c].sweep)
             run_sweep(&tot[c]);
+        else if (configs[c].flow)
+            run_flow(&configs[c], &tot[c]);
         else
             run_config(&configs[c], &tot[c]);
         ran[c] = true;
+        if (configs[c].flow) {
+            printf("# %s: %.1f s, %" PRIu64 " kills, %" PRIu64 " jobs acknowledged, %" PRIu64
+                   " lost, %" PRIu64 " of %" PRIu64 " callbacks submitted exactly once, %" PRIu64
+                   " children started before a parent succeeded, %" PRIu64 " failed checks\n",
+                   configs[c].label, tot[c].secs, tot[c].kills, tot[c].acked, tot[c].lost,
+                   tot[c].cb_once, tot[c].cb_want, tot[c].early, tot[c].errors);
+            continue;
+        }
         if (configs[c].sweep) {
             printf("# %s: %.1f s\n", configs[c].label, tot[c].secs);
             continue;
@@ -1656,11 +1756,11 @@ main(int argc, char **argv)
                    tot[c].cameback, tot[c].corrupt);
 #endif
     }
-    printf("\n%-20s %6s %10s %11s %12s %6s %8s %10s %s\n", "server", "kills", "power cuts",
-           "sweep steps", "acknowledged", "lost", "phantoms", "duplicates",
+    printf("\n%-20s %6s %10s %11s %12s %6s %8s %10s %9s %6s %s\n", "server", "kills", "power cuts",
+           "sweep steps", "acknowledged", "lost", "phantoms", "duplicates", "callbacks", "early",
            "re-runs of observed completions");
     for (c = 0; c < NCONFIGS; c++) {
-        char steps[24] = "-", reruns[24];
+        char steps[24] = "-", reruns[24], cbs[48] = "-", early[24] = "-";
         bool fails;
 
         if (!ran[c])
@@ -1668,14 +1768,18 @@ main(int argc, char **argv)
         if (configs[c].sweep)
             snprintf(steps, sizeof(steps), "%" PRIu64, tot[c].sweep_steps);
         fails = config_fails(&configs[c], &tot[c]);
-        if (configs[c].sweep)
+        if (configs[c].sweep || configs[c].flow)
             snprintf(reruns, sizeof(reruns), "-");
         else
             snprintf(reruns, sizeof(reruns), "%" PRIu64, tot[c].reruns);
+        if (configs[c].flow && tot[c].cb_want > 0)
+            snprintf(cbs, sizeof(cbs), "%" PRIu64 "/%" PRIu64, tot[c].cb_once, tot[c].cb_want);
+        if (configs[c].flow && tot[c].cb_want == 0)
+            snprintf(early, sizeof(early), "%" PRIu64, tot[c].early);
         printf("%-20s %6" PRIu64 " %10" PRIu64 " %11s %12" PRIu64 " %6" PRIu64 " %8" PRIu64
-               " %10" PRIu64 " %s%s\n",
+               " %10" PRIu64 " %9s %6s %s%s\n",
                configs[c].label, tot[c].kills, tot[c].cuts, steps, tot[c].acked, tot[c].lost,
-               tot[c].phantoms, tot[c].dups, reruns,
+               tot[c].phantoms, tot[c].dups, cbs, early, reruns,
                tot[c].timed_out ? "  (timed out)"
                : tot[c].crashes ? "  (crashed or failed)"
                : fails          ? "  (FAILED)"
@@ -1683,6 +1787,10 @@ main(int argc, char **argv)
         if (fails)
             rc = 1;
     }
+    if (ran[5] || ran[6])
+        printf("# callbacks: batch callbacks submitted exactly once, of those due (the\n"
+               "# 1,000-job batch's on_complete and on_success, the batch killed while\n"
+               "# filled's on_complete); early: children started before a parent succeeded\n");
     if (ran[NCONFIGS - 1])
         printf("# gearmand-sqlite: kills only; cutvfs is registered by dsjobd_cut's main, and\n"
                "# gearmand cannot load it, so power cuts and the sweep are dsjobd's alone\n");

@@ -282,8 +282,20 @@ fake_updated(uint64_t id, struct store_job *out)
     return found;
 }
 
+/* A batch's row (batch.c): taken, nothing kept. */
+static int
+fake_batch(struct store *st, int what, const struct store_batch *sb, char *err)
+{
+    (void)st;
+    (void)what;
+    (void)sb;
+    (void)err;
+    return DSJOB_OK;
+}
+
 static const struct store_ops fake_ops = {
     .name = "fake",
+    .batch = fake_batch,
     .open = fake_open,
     .add = fake_add,
     .remove = fake_remove,
@@ -1339,6 +1351,37 @@ test_store_none(void)
 }
 
 /*
+ * A batch's open and close are answered OK only once their row is in the
+ * store: without memory for it the admin is told, and nothing changed.
+ */
+static void
+test_batch_admin_nomem(void)
+{
+    struct rig r;
+    int c;
+
+    fake_reset();
+    rig_start(&r, 0, 0);
+    c = rig_client(&r);
+    fail_alloc("op", 1);
+    tap_ok(admin_says(&r, c, "batch open b1\n", "ERR MEMORY_ALLOCATION_FAILURE"),
+           "batch: without memory to store an open, the admin is told");
+    tap_ok(admin_says(&r, c, "batch status b1\n", "ERR UNKNOWN_BATCH"),
+           "batch: and the batch is not open");
+    tap_ok(admin_says(&r, c, "batch open b1\n", "OK"), "batch: with memory it opens");
+    fail_alloc("op", 1);
+    tap_ok(admin_says(&r, c, "batch close b1\n", "ERR MEMORY_ALLOCATION_FAILURE"),
+           "batch: without memory to store a close, the admin is told");
+    tap_ok(admin_says(&r, c, "batch status b1\n",
+                      "OK id=b1 total=0 pending=0 done=0 failed=0 "
+                      "dead=0 closed=no"),
+           "batch: and the batch is still open");
+    tap_ok(admin_says(&r, c, "batch close b1\n", "OK"), "batch: with memory it closes");
+    close(c);
+    rig_stop(&r);
+}
+
+/*
  * A retry rewrites the job's row (its attempts). Without memory for that
  * rewrite the log says the store keeps the job as it was, and the job
  * still runs again; a rewrite whose commit fails is made again from the
@@ -1691,6 +1734,7 @@ run_cases(void)
     test_cancel_stored();
     test_coalesce_nomem();
     test_rewrites();
+    test_batch_admin_nomem();
     test_end_nomem();
     test_settle_nomem();
     test_interval();
