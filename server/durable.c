@@ -293,7 +293,7 @@ durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     if (!existing) {
         j->stored = true;
         if (srv->storage.shared)
-            op->sj.leased = storage_lease_runs_here(srv, j);
+            op->sj.leased = !j->held && storage_lease_runs_here(srv, j); /* a child: held there */
         storage_add(srv, op);
         srv->next_job_id++;
     }

@@ -691,6 +691,12 @@ storage_keeps_deps(const struct srv *srv)
     return srv->storage.durable && srv->storage.ops->dep != NULL;
 }
 
+bool
+storage_deps_shared(const struct srv *srv)
+{
+    return storage_keeps_deps(srv) && srv->storage.shared;
+}
+
 int
 storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done)
 {

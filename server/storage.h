@@ -345,6 +345,14 @@ bool storage_keeps_deps(const struct srv *srv);
 int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
 
 /*
+ * storage_deps_shared says whether the store keeps the dependency graph
+ * for the servers that share it (postgres): a child is left to any
+ * server, held in the store, and its parents' ends move it there; the
+ * server keeps no graph and writes only a child's edges (STORE_DEP_ADD).
+ */
+bool storage_deps_shared(const struct srv *srv);
+
+/*
  * storage_keeps_batches says whether the server can have batches: in
  * memory without a durable store, or in a store that keeps them (sqlite,
  * postgres); memcached cannot (batch.c refuses them).

@@ -187,6 +187,13 @@ struct pend_row {
     int outcome;  /* a job's end: its enum store_state, which a batch counts; 0 none */
 };
 
+/* A dependency edge waiting for the flush (deps_add.sql). */
+struct pend_dep {
+    char *child;  /* owned: the child's handle, then the parent's in the same allocation */
+    char *parent; /* in child's allocation */
+    int policy;   /* enum deps_policy */
+};
+
 /* A rewrite of a job, or a function's settings, waiting for the flush. */
 struct pend_upd {
     char *handle; /* owned copy: the job's handle, or the function's name */
@@ -277,6 +284,8 @@ struct store {
     int wake[2];             /* pg_stop's wake-up for the writer's waits */
     _Atomic int64_t stop_ms; /* when pg_stop was called (CLOCK_MONOTONIC ms), or 0 */
     bool sched_made;         /* dsjob.schedules is known to exist */
+    struct pend_dep *deps;   /* the batch's new edges, in order */
+    size_t ndeps, deps_cap;
 };
 
 static void
@@ -1973,6 +1982,50 @@ flush_joins(struct store *st, char *err)
     return DSJOB_OK;
 }
 
+/*
+ * After the INSERT (and the batches' joins), in its transaction: the
+ * edges of the children this batch adds (deps_add.sql). A child refused
+ * there (a parent unknown, or failed and its policy not run) is refused
+ * alone, saying why; one still waiting is held in the table.
+ */
+static int
+flush_deps(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr c, pa, po;
+    PGresult *r;
+    size_t i;
+    int k, rc;
+
+    arr_init(&c, OID_TEXT);
+    arr_init(&pa, OID_TEXT);
+    arr_init(&po, OID_INT2);
+    for (i = 0; i < st->ndeps; i++) {
+        arr_put(&c, st->deps[i].child, strlen(st->deps[i].child));
+        arr_put(&pa, st->deps[i].parent, strlen(st->deps[i].parent));
+        arr_int(&po, st->deps[i].policy, 2);
+    }
+    par_arr(&p, &c, OID_TEXT_ARRAY);
+    par_arr(&p, &pa, OID_TEXT_ARRAY);
+    par_arr(&p, &po, OID_INT2_ARRAY);
+    if ((rc = run(st, pg_sql_deps_add, &p, false, PGRES_TUPLES_OK, "writing dependencies", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r); k++) {
+        struct pend_add *a = find_add(st, PQgetvalue(r, k, 0), (size_t)PQgetlength(r, k, 0));
+
+        if (a == NULL)
+            continue;
+        a->gone = true;
+        if (a->lost != NULL)
+            *a->lost = true;
+        if (a->why != NULL)
+            snprintf(a->why, STORE_ERRLEN, "%s", PQgetvalue(r, k, 1));
+    }
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 /* The handles of rows[0..n) as a text[] value. */
 static void
 handles_param(struct params *p, const struct pend_row *rows, size_t n)
@@ -2460,6 +2513,9 @@ batch_reset(struct store *st, bool ok)
         free(st->upds[i].flow);
     }
     st->nupds = 0;
+    for (i = 0; i < st->ndeps; i++)
+        free(st->deps[i].child);
+    st->ndeps = 0;
     st->ls = NULL;
     st->notify = false;
     st->due_wanted = false;
@@ -2537,9 +2593,9 @@ static int
 flush_once(struct store *st, char *err)
 {
     bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
-    bool joins = adds_batches(st) > 0;
+    bool joins = adds_batches(st) > 0, edges = st->ndeps > 0;
     bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped ||
-               deadlines || joins;
+               deadlines || joins || edges;
     int rc;
 
     st->txn = txn;
@@ -2568,6 +2624,8 @@ flush_once(struct store *st, char *err)
         rc = flush_deadlines(st, err);
     if (rc == DSJOB_OK && joins)
         rc = flush_joins(st, err);
+    if (rc == DSJOB_OK && edges)
+        rc = flush_deps(st, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
@@ -2754,6 +2812,36 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
  * ends (main.sql, the trigger jobs_ended), and members join in the commit
  * of their adds (flush_joins).
  */
+
+/*
+ * Dependencies (deps.c): a child's edges go in the batch of its add, and
+ * are written after it (flush_deps); the parents' ends move them in the
+ * database (dsjob.ended), so no server keeps a graph and only adds are
+ * asked of this op.
+ */
+static int
+pg_dep(struct store *st, int what, const struct store_dep *sd, char *err)
+{
+    struct pend_dep *d;
+    char *at;
+
+    if (what != STORE_DEP_ADD)
+        return DSJOB_OK; /* ends and forgets happen in the database */
+    if (!utf8_ok(sd->child, sd->child_len) || !utf8_ok(sd->parent, sd->parent_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a handle must be UTF-8 text");
+    if (grow((void **)&st->deps, st->ndeps, &st->deps_cap, sizeof(*st->deps)) < 0 ||
+        (at = malloc(sd->child_len + sd->parent_len + 2)) == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    d = &st->deps[st->ndeps++];
+    d->child = at;
+    memcpy(at, sd->child, sd->child_len);
+    at[sd->child_len] = '\0';
+    d->parent = at + sd->child_len + 1;
+    memcpy(d->parent, sd->parent, sd->parent_len);
+    d->parent[sd->parent_len] = '\0';
+    d->policy = sd->policy;
+    return DSJOB_OK;
+}
 
 /* Row k of batch_read.sql or batch_open.sql (text format) as sb, its strings r's. */
 static void
@@ -3196,6 +3284,7 @@ pg_close(struct store *st)
     free(st->rms);
     free(st->adds);
     free(st->upds);
+    free(st->deps);
     free(st->take);
     free(st->granted);
     for (i = 0; i < PG_DEMAND_MAX; i++)
@@ -3237,4 +3326,5 @@ const struct store_ops store_postgres_ops = {
     .sched_list = pg_sched_list,
     .sched_fire = pg_sched_fire,
     .batch_admin = pg_batch_admin,
+    .dep = pg_dep,
 };

@@ -1,10 +1,12 @@
 #!/bin/sh
-# Batches across servers on the postgres store: three dsjobd share one
-# PostgreSQL of the test's own (tests/lib/pg.sh), with real workers
-# (`dsjob worker`, which gives the command DSJOB_HANDLE and DSJOB_UNIQUE).
-# The store is the batches' one copy: a member joins in the commit of its
-# add, its end moves the counters in the commit of the end, and the end
-# that leaves a closed batch with nothing pending inserts its callbacks.
+# Batches and dependencies across servers on the postgres store: three
+# dsjobd share one PostgreSQL of the test's own (tests/lib/pg.sh), with
+# real workers (`dsjob worker`, which gives the command DSJOB_HANDLE and
+# DSJOB_UNIQUE). The store is the one copy of both: a member joins in the
+# commit of its add, its end moves the counters in the commit of the end,
+# and the end that leaves a closed batch with nothing pending inserts its
+# callbacks; a child is held in the table, and the end of its last parent
+# releases, fails or cancels it in the same commit.
 #
 #   admin       a batch opened on one server is known to the others (status,
 #               list); opening it again anywhere is BATCH_EXISTS; a submit
@@ -18,6 +20,18 @@
 #               end of its last member fires on_complete, with the failed
 #               members' handles; on_success never fires; a submit to the
 #               closed batch is refused
+#   graph       a three-level graph (4, 2, 1 jobs) submitted through three
+#               servers before any worker: the children are held in the
+#               table with their 7 edges; a child of an unknown handle is
+#               refused, naming it; one server killed with -9 while its
+#               worker runs the first level: the graph runs to its end, no
+#               job starts before its parents' last ends, no edge or held
+#               job is left, and the last level reads its parents' kept
+#               results (--keep-results)
+#   after-fail  a parent that fails for good: its after-fail=fail child
+#               goes to the dead set ("parent H failed") and so does that
+#               child's child; its after-fail=cancel child is gone; its
+#               after-fail=run child runs
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -166,6 +180,120 @@ for h in $(cat "$T/b2.fail"); do
 done
 case $p2 in *'"total":5,"done":3,'*) ;; *) bad=1 ;; esac
 ok $bad "its payload counts 3 done and lists the 2 failed handles: $p2"
+
+# --- a three-level graph across servers, one killed ------------------------------------
+# a and c again, keeping results (--keep-results), and d in b's place; the
+# graph's jobs are submitted through a, c and d before any worker for them
+# is up. d's worker is slow, and d is killed with -9 while it runs the
+# first level.
+ARGS="--pg-lease 3 --pg-poll-ms 500 --keep-results 600 --max-dead 100 --job-retries 1 --verbose INFO"
+for n in a c; do
+    pgd_stop "$n"
+    # shellcheck disable=SC2086
+    pgd_start_or_bail "$n" $ARGS
+done
+# shellcheck disable=SC2086
+pgd_start_or_bail d $ARGS
+reap # the callback and member workers of servers a and c stopped
+LOG=$T/deps.log
+: >"$LOG"
+cat >"$T/dep.sh" <<'EOF'
+cat >/dev/null
+echo "start $DSJOB_HANDLE" >>"$1"
+sleep "$2"
+echo "end $DSJOB_HANDLE" >>"$1"
+printf 'result-%s' "$DSJOB_HANDLE"
+EOF
+EDGES=$T/edges
+sub() { # sub SERVER [--after ...] FUNC DATA: a background job's handle
+    _s=$1
+    shift
+    ds "$_s" submit -b "$@"
+}
+l1a=$(sub a dep.l1 a) && l1b=$(sub c dep.l1 b) && l1c=$(sub d dep.l1 c) && l1d=$(sub d dep.l1 d)
+ok $? "four first-level jobs submitted through a, c and d"
+l2a=$(sub c --after "$l1a,$l1b,$l1c" dep.l2 a) && l2b=$(sub d --after "$l1c,$l1d" dep.l2 b)
+ok $? "two second-level jobs, waiting for three and two of them, through c and d"
+l3=$(sub a --after "$l2a,$l2b" dep.l3 c)
+ok $? "a third-level job waiting for both, through a"
+printf '%s %s\n' "$l2a" "$l1a" "$l2a" "$l1b" "$l2a" "$l1c" "$l2b" "$l1c" "$l2b" "$l1d" \
+    "$l3" "$l2a" "$l3" "$l2b" >"$EDGES"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '(held)'")" 3 \
+    "the three children are held in the table"
+is "$(q "SELECT count(*) FROM dsjob.deps WHERE state = 0")" 7 "with their seven edges"
+out=$(ds c submit -b --after H:nosuch:1 dep.l2 x 2>&1)
+r=$?
+case $out in *"no job H:nosuch:1"*) [ $r -ne 0 ] ;; *) false ;; esac
+ok $? "a child of an unknown handle is refused, naming it: $out"
+# Workers: every level on a and c, the first level also on d (slow).
+for n in a c; do
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -f dep.l1 -f dep.l2 -f dep.l3 -- \
+        sh "$T/dep.sh" "$LOG" 0 2>>"$T/worker.err" &
+    track $!
+done
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f dep.l1 -- sh "$T/dep.sh" "$LOG" 1 \
+    2>>"$T/worker.err" &
+wd=$!
+track $wd
+pd=${l1c%:*}
+started_d() { grep -q "^start $pd:" "$LOG"; }
+poll_s 60 started_d
+ok $? "d's worker runs a first-level job"
+pgd_kill9 d
+kill "$wd" 2>/dev/null
+diag "d killed; the log so far: $(tr '\n' ' ' <"$LOG")"
+done3() { grep -q "^end $l3\$" "$LOG"; }
+poll_moving 60 "cat '$LOG'" done3
+ok $? "the graph runs to its end, through d's kill"
+ordered() { # no job started before each of its parents' last end (a parent may run twice)
+    perl -e '
+        my %par; open my $e, "<", $ARGV[0] or die;
+        while (<$e>) { my ($c, $p) = split; push @{$par{$c}}, $p; }
+        my (%lastend, @starts); my $i = 0; open my $l, "<", $ARGV[1] or die;
+        while (<$l>) {
+            my ($w, $h) = split; $i++;
+            $lastend{$h} = $i if $w eq "end";
+            push @starts, [$h, $i] if $w eq "start";
+        }
+        my $bad = 0;
+        for my $s (@starts) {
+            my ($h, $at) = @$s;
+            for my $p (@{$par{$h} || []}) {
+                next if $lastend{$p} && $lastend{$p} < $at;
+                print "# $h started before $p ended\n";
+                $bad++;
+            }
+        }
+        exit($bad ? 1 : 0);' "$EDGES" "$LOG"
+}
+ordered
+ok $? "no child started before its parents ended (their last run, for one run twice)"
+is "$(q "SELECT count(*) FROM dsjob.deps") $(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '(held)'")" \
+    "0 0" "no edge and no held job is left"
+res() { ds a result "$1" 2>/dev/null || ds c result "$1" 2>/dev/null; }
+is "$(res "$l2a")+$(res "$l2b")" "result-$l2a+result-$l2b" \
+    "the last level can read its parents' kept results"
+
+# after-fail: a parent that fails for good (--job-retries 1), and its children.
+pbad=$(sub a dep.bad x)
+fchild=$(sub c --after "$pbad" dep.l2 fail-child) &&
+    gchild=$(sub a --after "$fchild" dep.l3 grandchild) &&
+    cchild=$(sub c --after "$pbad" --after-fail cancel dep.l2 cancel-child) &&
+    rchild=$(sub a --after "$pbad" --after-fail run dep.l3 run-child)
+ok $? "children with after-fail fail, cancel and run, and a grandchild"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -f dep.bad -- sh -c 'cat >/dev/null; exit 3' \
+    2>>"$T/worker.err" &
+track $!
+ran_run() { grep -q "^end $rchild\$" "$LOG"; }
+poll_moving 60 "cat '$LOG'" ran_run
+ok $? "the after-fail=run child runs once its parent failed"
+is "$(q "SELECT state || ' ' || convert_from(result, 'UTF8') FROM dsjob.jobs WHERE handle = '$fchild'")" \
+    "1 parent $pbad failed" "the after-fail=fail child is in the dead set: parent $pbad failed"
+is "$(q "SELECT state FROM dsjob.jobs WHERE handle = '$gchild'")" 1 "and so is its child"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$cchild'")" 0 \
+    "the after-fail=cancel child is gone"
+! grep -q -e "start $fchild" -e "start $gchild" -e "start $cchild" "$LOG"
+ok $? "none of those three ran"
 
 # --- exactly once, counted at the end --------------------------------------------------
 is "$(cb_count b1 complete) $(cb_count b1 success) $(cb_count b2 complete) $(cb_count b2 success)" \
