@@ -3,9 +3,9 @@
 -- job row names it (jobs.batch, set by batch_join.sql in the transaction
 -- of its INSERT). dsjob.ended moves the counters in the transaction of the
 -- member's end: main.sql calls it for each live member its DELETE ends,
--- with the outcome the ending server gives, and the trigger jobs_ended for
--- a rewrite that ends a live member (to the dead set, a kept result, an
--- expiry). The call that ends the last member of a closed batch, or the
+-- with the outcome the ending server gives, and the trigger jobs_ended
+-- (before the row changes) for a rewrite that ends a live member (to the
+-- dead set, a kept result, an expiry). The call that ends the last member of a closed batch, or the
 -- close that finds every member ended (batch_admin.sql), inserts the
 -- batch's callback jobs (dsjob.batch_fire) under the batch's row lock, so
 -- each is submitted once whichever server ended what.
@@ -162,10 +162,15 @@ BEGIN
  END IF;
  RETURN 1;
 END $$;
+-- A rewrite that ends a live member or parent: counted, and the row is
+-- no longer either, so that a dead job retried by hand is not counted
+-- again when it ends (as on one server).
 CREATE FUNCTION dsjob.jobs_ended() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
  PERFORM dsjob.ended(OLD.handle, OLD.batch, NEW.state);
- RETURN NULL;
+ NEW.batch := NULL;
+ NEW.kids := false;
+ RETURN NEW;
 END $$;
 -- admin "batch close": closed, and what is due fires. False: no such batch.
 CREATE FUNCTION dsjob.batch_close(bid text) RETURNS boolean LANGUAGE plpgsql AS $$
@@ -188,7 +193,7 @@ BEGIN
  UPDATE dsjob.jobs SET batch = NULL WHERE batch = bid;
  RETURN true;
 END $$;
-CREATE TRIGGER jobs_ended AFTER UPDATE OF state ON dsjob.jobs FOR EACH ROW
+CREATE TRIGGER jobs_ended BEFORE UPDATE OF state ON dsjob.jobs FOR EACH ROW
  WHEN (OLD.state = 0 AND NEW.state <> 0 AND (OLD.batch IS NOT NULL OR OLD.kids))
  EXECUTE PROCEDURE dsjob.jobs_ended();
 -- The edges of children just added (in the transaction of their INSERT):

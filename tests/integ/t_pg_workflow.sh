@@ -19,7 +19,8 @@
 #   failures    a batch closed before any member ran (no worker yet): the
 #               end of its last member fires on_complete, with the failed
 #               members' handles; on_success never fires; a submit to the
-#               closed batch is refused
+#               closed batch is refused; a dead member retried by hand is
+#               not counted again
 #   graph       a three-level graph (4, 2, 1 jobs) submitted through three
 #               servers before any worker: the children are held in the
 #               table with their 7 edges; a child of an unknown handle is
@@ -180,6 +181,13 @@ for h in $(cat "$T/b2.fail"); do
 done
 case $p2 in *'"total":5,"done":3,'*) ;; *) bad=1 ;; esac
 ok $bad "its payload counts 3 done and lists the 2 failed handles: $p2"
+hf=$(head -1 "$T/b2.fail")
+out=$(ds c dead retry "$hf" 2>&1)
+ok $? "a dead member retried by hand on c: $out"
+twice() { [ "$(grep -c "^$hf\$" "$RAN")" -ge 2 ] && [ "$(q "SELECT state FROM dsjob.jobs WHERE handle = '$hf'")" = 1 ]; }
+poll_moving 60 "cat '$RAN'" twice
+ok $? "it ran again and went back to the dead set"
+is "$(counts_of a b2)" "5 0 3 0 2" "and is not counted again"
 
 # --- a three-level graph across servers, one killed ------------------------------------
 # a and c again, keeping results (--keep-results), and d in b's place; the
