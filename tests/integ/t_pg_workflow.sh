@@ -11,7 +11,7 @@
 #   admin       a batch opened on one server is known to the others (status,
 #               list); opening it again anywhere is BATCH_EXISTS; a submit
 #               to a batch no server opened is refused, naming it
-#   kill -9     60 members submitted through the three servers, b killed
+#   kill -9     60 members (3 x WF_MEMBERS) submitted through the three servers, b killed
 #               with -9 while its worker is mid-batch, the batch closed on
 #               a third server: every acknowledged member runs, the counts
 #               reach total 60, done 60, and on_complete and on_success each
@@ -36,6 +36,9 @@
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
+# WF_MEMBERS (20) members go through each server: t_pg_workflow_long.sh
+# (make check-long) runs it with 340, a batch of 1,020.
+N=${WF_MEMBERS:-20}
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -114,8 +117,8 @@ wb=$!
 track $wb
 poll_s 60 pgd_registered b wf.work
 ok $? "b has a worker for wf.work"
-ds b batch add -n 20 --numbered b1 wf.work ok >>"$ACKED" 2>>"$T/add.err"
-ok $? "20 members submitted through b"
+ds b batch add -n "$N" --numbered b1 wf.work ok >>"$ACKED" 2>>"$T/add.err"
+ok $? "$N members submitted through b"
 hb=$(head -1 "$ACKED")
 pb=${hb%:*}
 b_ran() { [ "$(grep -c "^$pb:" "$RAN")" -ge 2 ]; }
@@ -123,17 +126,17 @@ poll_s 60 b_ran
 ok $? "b's worker is running b's members ($(grep -c "^$pb:" "$RAN") ran)"
 pgd_kill9 b
 kill "$wb" 2>/dev/null
-diag "b killed with $(grep -c "^$pb:" "$RAN") of its 20 members run"
+diag "b killed with $(grep -c "^$pb:" "$RAN") of its $N members run"
 for n in a c; do
     "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -c 2 -f wf.work -- sh "$T/work.sh" "$RAN" \
         2>>"$T/worker.err" &
     track $!
 done
 for n in a c; do
-    ds "$n" batch add -n 20 --numbered b1 wf.work ok >>"$ACKED" 2>>"$T/add.err"
-    ok $? "20 members submitted through $n"
+    ds "$n" batch add -n "$N" --numbered b1 wf.work ok >>"$ACKED" 2>>"$T/add.err"
+    ok $? "$N members submitted through $n"
 done
-is "$(wc -l <"$ACKED" | tr -d ' ')" 60 "60 members acknowledged"
+is "$(wc -l <"$ACKED" | tr -d ' ')" $((3 * N)) "$((3 * N)) members acknowledged"
 out=$(ds c batch close b1 2>&1)
 ok $? "b1 closed on c: $out"
 all_ran() {
@@ -144,14 +147,14 @@ ok $? "every acknowledged member ran ($(sort -u "$RAN" | wc -l | tr -d ' ') dist
 fired() { [ "$(cb_count b1 complete)" -ge 1 ] && [ "$(cb_count b1 success)" -ge 1 ]; }
 poll_moving 60 "cat '$CB'; status_of a b1" fired
 ok $? "b1's on_complete and on_success reached a worker"
-is "$(counts_of a b1)" "60 0 60 0 0" "b1's counts (total pending done failed dead): $(status_of a b1)"
+is "$(counts_of a b1)" "$((3 * N)) 0 $((3 * N)) 0 0" "b1's counts (total pending done failed dead): $(status_of a b1)"
 case $(cb_payload b1 complete) in
-'{"batch":"b1","callback":"complete","total":60,"done":60,"failed":0,"dead":0,"failed_handles":[],"failed_handles_omitted":0}')
+"{\"batch\":\"b1\",\"callback\":\"complete\",\"total\":$((3 * N)),\"done\":$((3 * N)),\"failed\":0,\"dead\":0,\"failed_handles\":[],\"failed_handles_omitted\":0}")
     r=0 ;;
 *) r=1 ;;
 esac
 ok $r "on_complete's payload is the summary: $(cb_payload b1 complete)"
-case $(cb_payload b1 success) in *'"callback":"success","total":60,"done":60,'*) r=0 ;; *) r=1 ;; esac
+case $(cb_payload b1 success) in *"\"callback\":\"success\",\"total\":$((3 * N)),\"done\":$((3 * N)),"*) r=0 ;; *) r=1 ;; esac
 ok $r "on_success's payload is the summary: $(cb_payload b1 success)"
 
 # --- failures, and the last end fires ------------------------------------------------------
