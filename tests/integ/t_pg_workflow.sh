@@ -242,7 +242,7 @@ for n in a c; do
         sh "$T/dep.sh" "$LOG" 0 2>>"$T/worker.err" &
     track $!
 done
-"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f dep.l1 -- sh "$T/dep.sh" "$LOG" 1 \
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f dep.l1 -- sh "$T/dep.sh" "$LOG" 4 \
     2>>"$T/worker.err" &
 wd=$!
 track $wd
