@@ -644,6 +644,15 @@ batch_join(struct srv *srv, const char *id, size_t len, struct job *j, const cha
 {
     struct jbatch *b = find(srv, id, len);
 
+    if (storage_batches_shared(srv)) {
+        /* The store counts it, or refuses it alone, in the commit of its add. */
+        if (job_ext(j) == NULL || (j->ext->batch = strndup(id, len)) == NULL) {
+            *code = "MEMORY_ALLOCATION_FAILURE";
+            snprintf(why, whylen, "out of memory");
+            return -1;
+        }
+        return 0;
+    }
     if (b == NULL) {
         *code = "UNKNOWN_BATCH";
         snprintf(why, whylen, "no batch %.*s (batch open ID first)", (int)len, id);
@@ -867,6 +876,122 @@ admin_list(struct conn *c)
     conn_write(c, ".\n", 2);
 }
 
+/* --- a shared store's batches (postgres) ---------------------------------------------- */
+
+#define SHARED_LIST_ROOM (256 * 1024) /* bytes of a "batch list" reply from a shared store */
+#define SHARED_LINE_ROOM 1024         /* ... of the other replies */
+
+/*
+ * On the writer: one row the store found or made for op (a batch admin
+ * op), as the line the admin sends for it, behind the op's text. A row
+ * past the room is left out of a list.
+ */
+static int
+shared_row(const struct store_batch *sb, void *arg)
+{
+    struct store_op *op = arg;
+    struct batch_counts bc = {0};
+    size_t room = op->text_room - op->text_len;
+    char *at = op->text + op->text_len;
+    int id_len = (int)sb->id_len, n;
+    const char *oc = sb->on_complete_len > 0 ? sb->on_complete : "-";
+    const char *os = sb->on_success_len > 0 ? sb->on_success : "-";
+    int oc_len = sb->on_complete_len > 0 ? (int)sb->on_complete_len : 1;
+    int os_len = sb->on_success_len > 0 ? (int)sb->on_success_len : 1;
+
+    bc.total = sb->total;
+    bc.done = sb->done;
+    bc.failed = sb->failed_n;
+    bc.dead = sb->dead;
+    if (op->batch_what == STORE_BATCH_STATUS)
+        n = snprintf(at, room,
+                     "OK id=%.*s total=%" PRIu64 " pending=%" PRIu64 " done=%" PRIu64
+                     " failed=%" PRIu64 " dead=%" PRIu64 " closed=%s on-complete=%.*s"
+                     " on-success=%.*s fired-complete=%s fired-success=%s\n",
+                     id_len, sb->id, bc.total, batch_pending(&bc), bc.done, bc.failed, bc.dead,
+                     yes(sb->closed), oc_len, oc, os_len, os, yes(sb->fired_complete),
+                     yes(sb->fired_success));
+    else if (op->batch_what == STORE_BATCH_LIST)
+        n = snprintf(at, room,
+                     "%.*s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
+                     "\t%s\t%.*s\t%.*s\t%s\t%s\n",
+                     id_len, sb->id, bc.total, batch_pending(&bc), bc.done, bc.failed, bc.dead,
+                     sb->closed ? "closed" : "open", oc_len, oc, os_len, os,
+                     yes(sb->fired_complete), yes(sb->fired_success));
+    else
+        n = snprintf(at, room, "OK\n");
+    if (n > 0 && (size_t)n < room)
+        op->text_len += (size_t)n;
+    return 0;
+}
+
+/* admin "batch ..." on a shared store: the store answers, once this op is through. */
+static void
+shared_admin(struct conn *c, const struct word *w, size_t n)
+{
+    struct store_batch sb = {0};
+    struct store_op *op;
+    char none[BATCH_ID_MAX + 64];
+    int what;
+    size_t i;
+
+    if (n == 2) {
+        what = STORE_BATCH_LIST;
+        sb.id = "";
+    } else {
+        what = word_is(&w[1], "open")    ? STORE_BATCH_OPEN
+               : word_is(&w[1], "close") ? STORE_BATCH_CLOSE
+               : word_is(&w[1], "drop")  ? STORE_BATCH_DROP
+                                         : STORE_BATCH_STATUS;
+        sb.id = w[2].p;
+        sb.id_len = w[2].len;
+    }
+    sb.on_complete = sb.on_success = "";
+    for (i = 3; what == STORE_BATCH_OPEN && i < n; i++) {
+        if (w[i].len > 12 && strncasecmp(w[i].p, "on-complete=", 12) == 0) {
+            sb.on_complete = w[i].p + 12;
+            sb.on_complete_len = w[i].len - 12;
+        } else if (w[i].len > 11 && strncasecmp(w[i].p, "on-success=", 11) == 0) {
+            sb.on_success = w[i].p + 11;
+            sb.on_success_len = w[i].len - 11;
+        } else {
+            conn_printf(c,
+                        "ERR INVALID_ARGUMENTS unknown+word+'%.*s'+(want+on-complete=FUNC+or+"
+                        "on-success=FUNC)\r\n",
+                        (int)(w[i].len > 64 ? 64 : w[i].len), w[i].p);
+            return;
+        }
+    }
+    if (what != STORE_BATCH_OPEN && what != STORE_BATCH_LIST && n != 3) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS batch+%.*s+takes+only+an+ID\r\n", (int)w[1].len,
+                    w[1].p);
+        return;
+    }
+    if (!func_ok(sb.on_complete, sb.on_complete_len) ||
+        !func_ok(sb.on_success, sb.on_success_len)) {
+        conn_printf(c, "ERR INVALID_ARGUMENTS a+callback's+function+name+is+too+long\r\n");
+        return;
+    }
+    op = storage_batch(c->srv, what, &sb,
+                       what == STORE_BATCH_LIST ? SHARED_LIST_ROOM : SHARED_LINE_ROOM, NULL);
+    if (op == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    op->rowfn = shared_row;
+    if (what == STORE_BATCH_OPEN)
+        snprintf(none, sizeof(none), "ERR BATCH_EXISTS batch+%.*s+exists\r\n", (int)sb.id_len,
+                 sb.id);
+    else if (what == STORE_BATCH_LIST)
+        none[0] = '\0';
+    else
+        snprintf(none, sizeof(none), "ERR UNKNOWN_BATCH no+batch+%.*s\r\n", (int)sb.id_len, sb.id);
+    if (what == STORE_BATCH_OPEN || what == STORE_BATCH_CLOSE || what == STORE_BATCH_DROP)
+        log_info(&c->srv->log, "%s: batch %.*s: %.*s", c->peer, (int)sb.id_len, sb.id,
+                 (int)w[1].len, w[1].p);
+    durable_reply_op(c->srv, c, op, none, what == STORE_BATCH_LIST ? ".\n" : "");
+}
+
 void
 batch_admin(struct conn *c, const char *line, size_t len)
 {
@@ -877,6 +1002,10 @@ batch_admin(struct conn *c, const char *line, size_t len)
 
     if (srv->batches == NULL) {
         conn_printf(c, "ERR UNKNOWN_COMMAND batches+are+not+running\r\n");
+        return;
+    }
+    if (n == 2 && word_is(&w[1], "list") && storage_batches_shared(srv)) {
+        shared_admin(c, w, n);
         return;
     }
     if (n == 2 && word_is(&w[1], "list")) {
@@ -894,10 +1023,15 @@ batch_admin(struct conn *c, const char *line, size_t len)
                     BATCH_ID_MAX);
         return;
     }
+    if (storage_batches_shared(srv)) {
+        shared_admin(c, w, n);
+        return;
+    }
     if (word_is(&w[1], "open")) {
         if (!storage_keeps_batches(srv)) {
-            conn_printf(c, "ERR STORE_ERROR store+%s+keeps+no+batches+(use+sqlite+or+none)\r\n",
-                        srv->storage.ops->name);
+            conn_printf(
+                c, "ERR STORE_ERROR store+%s+keeps+no+batches+(use+sqlite,+postgres+or+none)\r\n",
+                srv->storage.ops->name);
             return;
         }
         admin_open(c, w, n);

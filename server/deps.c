@@ -268,7 +268,8 @@ deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why
             snprintf(why, len, "after: more than --max-after (%u) jobs", srv->cfg.max_after);
             goto out;
         }
-        st = parent_state(srv, h, hl);
+        /* On a shared store the parents are looked up in the commit of the child's add. */
+        st = storage_deps_shared(srv) ? 1 : parent_state(srv, h, hl);
         if (st == -2) {
             snprintf(why, len,
                      "after: no job %.*s here (not live, and no outcome kept: see --keep-results)",
@@ -401,6 +402,14 @@ deps_attach(struct srv *srv, struct deps_child *d, struct job *j)
     }
     memcpy(d->handle, job_handle(j), (size_t)j->handle_len + 1);
     d->handle_len = j->handle_len;
+    if (storage_deps_shared(srv)) {
+        /* Its edges, after its add: the store holds it and moves it (dsjob.ended). */
+        for (i = 0; j->stored && i < d->nlinks; i++)
+            store_edge(srv, d, STORE_DEP_ADD, &d->links[i]);
+        j->held = false; /* its add's commit hands it to the store */
+        deps_discard(d);
+        return;
+    }
     if (hmap_insert(&g->children, &d->node, d->handle, d->handle_len) < 0) {
         log_err(&srv->log, "out of memory: job %s waits for nothing", job_handle(j));
         deps_discard(d);

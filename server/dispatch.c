@@ -435,6 +435,13 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
             refuse(c, p, durable, "DEPENDENCY", "%s", why);
             return;
         }
+        if (after != NULL && !s->background && storage_deps_shared(srv)) {
+            deps_discard(after);
+            refuse(c, p, durable, "DEPENDENCY",
+                   "after: on store %s only a background job can wait for others",
+                   srv->storage.ops->name);
+            return;
+        }
     }
     if (queue_full(f, s->prio)) {
         srv->stats.limits[STATS_LIMIT_MAX_QUEUE]++;
@@ -511,6 +518,8 @@ submit_one(struct conn *c, const struct packet *p, const struct submit *s)
          * nothing.
          */
         storage_hold(srv);
+        if (after != NULL && storage_deps_shared(srv))
+            j->held = true; /* not leased here: the store holds it for every server */
         durable_submit(srv, c, j, false);
         if (after != NULL && j->state == JOB_PENDING)
             deps_attach(srv, after, j);

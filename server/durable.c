@@ -241,6 +241,26 @@ durable_reply(struct srv *srv, struct conn *c, const char *text)
 }
 
 void
+durable_reply_op(struct srv *srv, struct conn *c, struct store_op *op, const char *none,
+                 const char *tail)
+{
+    size_t nlen = strlen(none), tlen = strlen(tail);
+    struct ack *a = ack_alloc(srv, "reply", nlen + tlen + 2);
+
+    if (a == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    a->error = (char *)(a + 1);
+    memcpy(a->error, none, nlen + 1);
+    memcpy(a->error + nlen + 1, tail, tlen + 1);
+    a->error_len = nlen;
+    a->text = true;
+    a->from_op = true;
+    ack_link(srv, a, c, NULL, op);
+}
+
+void
 durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
 {
     struct store_op *op = NULL;
@@ -273,7 +293,7 @@ durable_submit(struct srv *srv, struct conn *c, struct job *j, bool existing)
     if (!existing) {
         j->stored = true;
         if (srv->storage.shared)
-            op->sj.leased = storage_lease_runs_here(srv, j);
+            op->sj.leased = !j->held && storage_lease_runs_here(srv, j); /* a child: held there */
         storage_add(srv, op);
         srv->next_job_id++;
     }
@@ -438,6 +458,16 @@ ack_resolve(struct srv *srv, struct ack *a, bool ok, const char *err)
         char why[200];
         size_t i;
 
+        if (ok && a->from_op) {
+            const struct store_op *op = a->w.op;
+
+            if (op->text_len > 0)
+                conn_write(a->client, op->text, op->text_len);
+            else
+                conn_printf(a->client, "%s", a->error);
+            conn_printf(a->client, "%s", a->error + a->error_len + 1);
+            return;
+        }
         if (ok) {
             conn_printf(a->client, "%s", a->error);
             return;

@@ -40,6 +40,8 @@ struct ack {
     bool holds;                 /* an end's: its worker ended another job meanwhile and
                                    waits for this one's commit */
     bool text;                  /* durable_reply's: error is an admin line to send */
+    bool from_op;               /* durable_reply_op's: w.op's text is the reply, error holds
+                                   the one sent if it has none, then a tail sent after it */
     TAILQ_ENTRY(ack) by_client; /* in the client's list */
 };
 TAILQ_HEAD(ack_list, ack);
@@ -81,6 +83,15 @@ void durable_adopt(struct srv *srv, struct conn *c, struct job *j);
  * at once on a store that is not durable or without memory.
  */
 void durable_reply(struct srv *srv, struct conn *c, const char *text);
+
+/*
+ * durable_reply_op sends c, once the open batch commits, the text that op
+ * (a batch op of a shared store, storage_batch) wrote on the writer, or
+ * none if it wrote nothing, and then tail; if op or the batch failed,
+ * "ERR STORE_ERROR why" instead. c's later requests wait behind it.
+ */
+void durable_reply_op(struct srv *srv, struct conn *c, struct store_op *op, const char *none,
+                      const char *tail);
 
 /* durable_refuse queues an ERROR for c behind the answers it is owed. */
 void durable_refuse(struct srv *srv, struct conn *c, const char *code, const char *text);

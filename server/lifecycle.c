@@ -345,7 +345,7 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
     /* A batch's member: its counters go in the open batch before the end itself (one commit). */
     if (j->refused || (j->ext != NULL && j->ext->batch != NULL))
         batch_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
-    if (storage_settle(srv, j, settled)) {
+    if (storage_settle(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome, settled)) {
         if (later) {
             tell_end(srv, j, outcome, told, told_len, true); /* behind the settle, in its batch */
             release_waiters(j);

@@ -405,7 +405,7 @@ storage_kick(struct srv *srv)
 }
 
 bool
-storage_settle(struct srv *srv, struct job *j, storage_op_fn *done)
+storage_settle(struct srv *srv, struct job *j, unsigned outcome, storage_op_fn *done)
 {
     struct storage *sg = &srv->storage;
     bool rewrite = j->ext != NULL && j->ext->settle_to != JOB_SETTLE_GONE;
@@ -424,6 +424,8 @@ storage_settle(struct srv *srv, struct job *j, storage_op_fn *done)
     j->stored = rewrite;
     op->kind = rewrite ? STORE_OP_UPDATE : STORE_OP_REMOVE;
     op->sj.id = j->id;
+    if (!rewrite)
+        op->sj.state = row_state(outcome); /* a batch counts it (postgres) */
     op->job = job_ref(j);
     op->settles = true;
     op->done = done;
@@ -514,7 +516,14 @@ storage_keeps_schedules(const struct srv *srv)
 bool
 storage_keeps_batches(const struct srv *srv)
 {
-    return !srv->storage.durable || srv->storage.ops->batch != NULL;
+    return !srv->storage.durable || srv->storage.ops->batch != NULL ||
+           srv->storage.ops->batch_admin != NULL;
+}
+
+bool
+storage_batches_shared(const struct srv *srv)
+{
+    return srv->storage.durable && srv->storage.ops->batch_admin != NULL;
 }
 
 uint64_t
@@ -567,6 +576,8 @@ storage_batch(struct srv *srv, int what, const struct store_batch *sb, size_t ro
     op->done = done;
     op->buf_size = size;
     batch_copy(&op->sb, sb, op->buf);
+    op->text = op->buf + batch_bytes(sb); /* an admin op's reply, written by rowfn */
+    op->text_room = room;
     batch_append(&sg->open, op);
     schedule_lazy(srv);
     return op;
@@ -678,6 +689,12 @@ bool
 storage_keeps_deps(const struct srv *srv)
 {
     return srv->storage.durable && srv->storage.ops->dep != NULL;
+}
+
+bool
+storage_deps_shared(const struct srv *srv)
+{
+    return storage_keeps_deps(srv) && srv->storage.shared;
 }
 
 int
@@ -796,6 +813,14 @@ writer_main(void *arg)
                                      sg->ops->name);
                 break;
             case STORE_OP_BATCH:
+                if (op->batch_what >= STORE_BATCH_OPEN) {
+                    rc = sg->ops->batch_admin != NULL
+                             ? sg->ops->batch_admin(sg->st, op->batch_what, &op->sb, op->rowfn, op,
+                                                    op->why)
+                             : store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no batches",
+                                         sg->ops->name);
+                    break;
+                }
                 rc = sg->ops->batch != NULL
                          ? sg->ops->batch(sg->st, op->batch_what, &op->sb, op->why)
                          : store_say(op->why, DSJOB_ERR_ARG, "store %s keeps no batches",

@@ -89,6 +89,10 @@ struct store_op {
     struct store_batch sb;          /* for a batch op, its strings in buf */
     int batch_what;                 /* for a batch op: enum store_batch_what */
     size_t buf_size;                /* for a batch op: bytes of buf */
+    store_batch_fn *rowfn;          /* for a shared store's batch admin op: called on the writer
+                                       for each row (arg: the op), writing text */
+    char *text;                     /* ... the reply it wrote (the room behind sb's strings) */
+    size_t text_len, text_room;     /* its bytes, and the room there is for them */
     char buf[];                     /* the job's bytes */
 };
 
@@ -253,14 +257,15 @@ void storage_wait(struct srv *srv, struct storage_wait *w);
 
 /*
  * storage_settle puts the end of finished job j in the open batch: its
- * deletion or, if j->ext->settle_to says it goes to the dead set or is
- * kept, the rewrite of its row with its final state. done runs once that
+ * deletion (which names outcome, an enum job_outcome, for a store that
+ * counts batches, postgres) or, if j->ext->settle_to says it goes to the
+ * dead set or is kept, the rewrite of its row with its final state. done runs once that
  * commits (a failed commit tries again). Returns true if so; false if j
  * is not stored (or there was no memory, which is logged: the job then
  * runs again after a restart), and nothing is owed. The batch goes within
  * STORAGE_REMOVE_DELAY_MS, or with the first waiter's.
  */
-bool storage_settle(struct srv *srv, struct job *j, storage_op_fn *done);
+bool storage_settle(struct srv *srv, struct job *j, unsigned outcome, storage_op_fn *done);
 
 /*
  * storage_update puts the rewrite of stored job j (its attempts, time,
@@ -340,11 +345,26 @@ bool storage_keeps_deps(const struct srv *srv);
 int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
 
 /*
+ * storage_deps_shared says whether the store keeps the dependency graph
+ * for the servers that share it (postgres): a child is left to any
+ * server, held in the store, and its parents' ends move it there; the
+ * server keeps no graph and writes only a child's edges (STORE_DEP_ADD).
+ */
+bool storage_deps_shared(const struct srv *srv);
+
+/*
  * storage_keeps_batches says whether the server can have batches: in
- * memory without a durable store, or in a store that keeps them (sqlite);
- * the others (memcached, postgres) cannot (batch.c refuses them).
+ * memory without a durable store, or in a store that keeps them (sqlite,
+ * postgres); memcached cannot (batch.c refuses them).
  */
 bool storage_keeps_batches(const struct srv *srv);
+
+/*
+ * storage_batches_shared says whether the store is the batches' one copy,
+ * shared with other servers (postgres: store_ops' batch_admin): the server
+ * keeps none of them, and asks the store with storage_batch.
+ */
+bool storage_batches_shared(const struct srv *srv);
 
 /*
  * storage_batch puts what (enum store_batch_what) to sb in the open batch,

@@ -175,6 +175,12 @@ struct store_batch {
 enum store_batch_what {
     STORE_BATCH_SET,    /* insert or replace its row */
     STORE_BATCH_DELETE, /* delete its row and its members' rows */
+    /* A shared store's (batch_admin): each row it finds or makes goes to the op's fn. */
+    STORE_BATCH_OPEN,   /* insert the row of sb (id, callbacks) unless its id is taken */
+    STORE_BATCH_CLOSE,  /* close it (and fire what is due): sb again if it was there */
+    STORE_BATCH_STATUS, /* its row */
+    STORE_BATCH_LIST,   /* every row, oldest first */
+    STORE_BATCH_DROP,   /* delete it; its members run on, in no batch: sb if it was there */
 };
 
 /* Called by batch_replay once per stored batch; non-zero stops it. */
@@ -406,6 +412,20 @@ struct store_ops {
     int (*batch)(struct store *st, int what, const struct store_batch *sb, char *err);
     int (*batch_replay)(struct store *st, store_batch_fn *fn, store_member_fn *mfn, void *arg,
                         char *err);
+    /*
+     * Batches on a store several servers share (postgres; NULL elsewhere):
+     * the store is the batches' one copy, and no server keeps them. A
+     * member joins (the add's sj.batch) in the commit of its add, refused
+     * alone if the batch is not open; its end moves the counters in the
+     * commit of the end (a remove's sj.state is the end's row state, STORE_LIVE
+     * for a remove that ends nothing), and the end that leaves a closed
+     * batch with no member pending submits its callback jobs in that same
+     * commit, under no server's lease. batch_admin runs what (OPEN to DROP
+     * of enum store_batch_what) to sb at once, committed on its own, and
+     * calls fn for each row it found or made.
+     */
+    int (*batch_admin)(struct store *st, int what, const struct store_batch *sb, store_batch_fn *fn,
+                       void *arg, char *err);
 };
 
 /* The backends built into this dsjobd. */

@@ -47,7 +47,7 @@
  * an older version is brought up step by step (schema_1_2.sql); a newer
  * one is refused by name.
  */
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -78,6 +78,7 @@ enum row_kind {
     ROW_TAKEN = 3,    /* a job the lease op took: its columns (take_row) */
     ROW_NOTIFIED = 4, /* the NOTIFY was sent */
     ROW_RELEASED = 5, /* a lease given up: its handle */
+    ROW_COUNTED = 6,  /* a batch member's end, counted by dsjob.ended */
 };
 
 /*
@@ -171,6 +172,7 @@ struct pend_add {
     int64_t when;
     int64_t deadline_ms; /* epoch ms it must start by (deadline_set.sql), or 0 */
     bool leased;
+    char *batch;   /* the batch it joins (batch_join.sql), in the same allocation, or NULL */
     char *alias;   /* the server's, see struct store_job */
     bool *lost;    /* the server's: set when this row alone was refused */
     char *why;     /* the server's (the add's err): why it was refused */
@@ -182,6 +184,14 @@ struct pend_add {
 struct pend_row {
     char *handle; /* owned copy */
     bool *lost;   /* the server's, or NULL (a remove kept from a failed batch) */
+    int outcome;  /* a job's end: its enum store_state, which a batch counts; 0 none */
+};
+
+/* A dependency edge waiting for the flush (deps_add.sql). */
+struct pend_dep {
+    char *child;  /* owned: the child's handle, then the parent's in the same allocation */
+    char *parent; /* in child's allocation */
+    int policy;   /* enum deps_policy */
 };
 
 /* A rewrite of a job, or a function's settings, waiting for the flush. */
@@ -276,6 +286,8 @@ struct store {
     int wake[2];             /* pg_stop's wake-up for the writer's waits */
     _Atomic int64_t stop_ms; /* when pg_stop was called (CLOCK_MONOTONIC ms), or 0 */
     bool sched_made;         /* dsjob.schedules is known to exist */
+    struct pend_dep *deps;   /* the batch's new edges, in order */
+    size_t ndeps, deps_cap;
 };
 
 static void
@@ -1025,6 +1037,10 @@ schema_make(struct store *st, char *err)
             (rc = exec_ok(st, pg_sql_schema_2_3, "upgrading schema dsjob from version 2 to 3",
                           err)) != DSJOB_OK)
             goto rollback;
+        if (version < 4 &&
+            (rc = exec_ok(st, pg_sql_schema_3_4, "upgrading schema dsjob from version 3 to 4",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
@@ -1121,8 +1137,8 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
 {
     struct pend_add *a;
     bool uniq = sj->unique_len > 0 && !sj->unique_is_data;
-    size_t len =
-        sj->handle_len + sj->func_len + sj->unique_len + sj->reducer_len + sj->data_len + 5;
+    size_t len = sj->handle_len + sj->func_len + sj->unique_len + sj->reducer_len + sj->data_len +
+                 sj->batch_len + 6;
     char *at;
 
     if (!utf8_ok(sj->func, sj->func_len) || !utf8_ok(sj->handle, sj->handle_len))
@@ -1157,6 +1173,8 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
     COPY(a->data, sj->data, sj->data_len);
     if (uniq)
         COPY(a->uniq, sj->unique, sj->unique_len);
+    if (sj->batch_len > 0)
+        COPY(a->batch, sj->batch, sj->batch_len);
 #undef COPY
     a->uniq_len = uniq ? sj->unique_len : 0;
     a->unique_is_data = sj->unique_is_data;
@@ -1245,6 +1263,7 @@ push_row(struct pend_row **arr, size_t *n, size_t *cap, const char *handle, size
         return -1;
     (*arr)[*n].handle = h;
     (*arr)[*n].lost = lost;
+    (*arr)[*n].outcome = 0;
     (*n)++;
     return 0;
 }
@@ -1272,6 +1291,7 @@ pg_remove_job(struct store *st, const struct store_job *sj, char *err)
     }
     if (push_row(&st->rms, &st->nrms, &st->rms_cap, sj->handle, sj->handle_len, sj->lost) < 0)
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    st->rms[st->nrms - 1].outcome = sj->state; /* an end's (storage_settle), for its batch */
     return DSJOB_OK;
 }
 
@@ -2058,6 +2078,108 @@ flush_deadlines(struct store *st, char *err)
     return DSJOB_OK;
 }
 
+/* The adds of this batch that join a batch (none joined yet). */
+static size_t
+adds_batches(const struct store *st)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < st->nadds; i++)
+        n += !st->adds[i].gone && st->adds[i].batch != NULL;
+    return n;
+}
+
+/*
+ * After the INSERT, in its transaction: the adds that join a batch
+ * (batch_join.sql) become its members, counted in its total; one whose
+ * batch is not open there (never opened on any server, dropped, or
+ * closed) is deleted and refused alone, saying so.
+ */
+static int
+flush_joins(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr h, b;
+    PGresult *r;
+    size_t i;
+    int k, rc;
+
+    arr_init(&h, OID_TEXT);
+    arr_init(&b, OID_TEXT);
+    for (i = 0; i < st->nadds; i++) {
+        const struct pend_add *a = &st->adds[i];
+
+        if (a->gone || a->batch == NULL)
+            continue;
+        arr_put(&h, a->handle, strlen(a->handle));
+        arr_put(&b, a->batch, strlen(a->batch));
+    }
+    par_arr(&p, &h, OID_TEXT_ARRAY);
+    par_arr(&p, &b, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_batch_join, &p, false, PGRES_TUPLES_OK, "joining batches", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r); k++) {
+        struct pend_add *a = find_add(st, PQgetvalue(r, k, 0), (size_t)PQgetlength(r, k, 0));
+
+        if (a == NULL)
+            continue;
+        a->gone = true;
+        if (a->lost != NULL)
+            *a->lost = true;
+        if (a->why != NULL)
+            snprintf(a->why, STORE_ERRLEN,
+                     "postgres: batch %s is not open (no such batch on any server, or closed)",
+                     PQgetvalue(r, k, 1));
+    }
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/*
+ * After the INSERT (and the batches' joins), in its transaction: the
+ * edges of the children this batch adds (deps_add.sql). A child refused
+ * there (a parent unknown, or failed and its policy not run) is refused
+ * alone, saying why; one still waiting is held in the table.
+ */
+static int
+flush_deps(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr c, pa, po;
+    PGresult *r;
+    size_t i;
+    int k, rc;
+
+    arr_init(&c, OID_TEXT);
+    arr_init(&pa, OID_TEXT);
+    arr_init(&po, OID_INT2);
+    for (i = 0; i < st->ndeps; i++) {
+        arr_put(&c, st->deps[i].child, strlen(st->deps[i].child));
+        arr_put(&pa, st->deps[i].parent, strlen(st->deps[i].parent));
+        arr_int(&po, st->deps[i].policy, 2);
+    }
+    par_arr(&p, &c, OID_TEXT_ARRAY);
+    par_arr(&p, &pa, OID_TEXT_ARRAY);
+    par_arr(&p, &po, OID_INT2_ARRAY);
+    if ((rc = run(st, pg_sql_deps_add, &p, false, PGRES_TUPLES_OK, "writing dependencies", &r,
+                  err)) != DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r); k++) {
+        struct pend_add *a = find_add(st, PQgetvalue(r, k, 0), (size_t)PQgetlength(r, k, 0));
+
+        if (a == NULL)
+            continue;
+        a->gone = true;
+        if (a->lost != NULL)
+            *a->lost = true;
+        if (a->why != NULL)
+            snprintf(a->why, STORE_ERRLEN, "%s", PQgetvalue(r, k, 1));
+    }
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 /* The handles of rows[0..n) as a text[] value. */
 static void
 handles_param(struct params *p, const struct pend_row *rows, size_t n)
@@ -2091,7 +2213,7 @@ static void
 main_params(struct store *st, struct params *p)
 {
     struct store_lease *ls = st->ls;
-    struct arr rel;
+    struct arr rel, out;
     size_t i;
 
     add_params(st, 0, st->each ? 0 : st->nadds, p);
@@ -2102,6 +2224,10 @@ main_params(struct store *st, struct params *p)
         arr_put(&rel, ls->release[i], strlen(ls->release[i]));
     par_arr(p, &rel, OID_TEXT_ARRAY);
     par_bool(p, st->notify);
+    arr_init(&out, OID_INT2);
+    for (i = 0; i < st->nrms; i++)
+        arr_int(&out, st->rms[i].outcome, 2);
+    par_arr(p, &out, OID_INT2_ARRAY);
 }
 
 /* Mark each row of rows[0..n) whose handle got (n_got, sorted) lacks as lost. */
@@ -2318,6 +2444,7 @@ flush_main(struct store *st, char *err)
                 bytes += (size_t)PQgetlength(r, k, (int)i) + 1;
             break;
         case ROW_NOTIFIED: break;
+        case ROW_COUNTED: break;
         }
     }
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
@@ -2531,6 +2658,7 @@ batch_reset(struct store *st, bool ok)
             continue;
         }
         st->rms[keep].handle = st->rms[i].handle; /* owed: the next batch deletes it */
+        st->rms[keep].outcome = st->rms[i].outcome;
         st->rms[keep++].lost = NULL;
     }
     st->nrms = keep;
@@ -2540,6 +2668,9 @@ batch_reset(struct store *st, bool ok)
         free(st->upds[i].flow);
     }
     st->nupds = 0;
+    for (i = 0; i < st->ndeps; i++)
+        free(st->deps[i].child);
+    st->ndeps = 0;
     st->ls = NULL;
     st->notify = false;
     st->due_wanted = false;
@@ -2617,8 +2748,9 @@ static int
 flush_once(struct store *st, char *err)
 {
     bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
-    bool txn =
-        st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped || deadlines;
+    bool joins = adds_batches(st) > 0, edges = st->ndeps > 0;
+    bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped ||
+               deadlines || joins || edges;
     int rc;
 
     st->txn = txn;
@@ -2649,6 +2781,10 @@ flush_once(struct store *st, char *err)
         rc = flow_after(st, st->ls, err);
     if (rc == DSJOB_OK && deadlines)
         rc = flush_deadlines(st, err);
+    if (rc == DSJOB_OK && joins)
+        rc = flush_joins(st, err);
+    if (rc == DSJOB_OK && edges)
+        rc = flush_deps(st, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
@@ -2823,6 +2959,126 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
         sf.flow_len = (size_t)PQgetlength(r, i, 4);
         if (fn(&sf, arg) != 0)
             break;
+    }
+    PQclear(r);
+    return rc;
+}
+
+/*
+ * Batches (batch.c) several servers share: one row per batch in
+ * dsjob.batches (schema_3_4.sql). The admin's ops run at once, each
+ * committed on its own; the counters move in the commits of the members'
+ * ends (main.sql, the trigger jobs_ended), and members join in the commit
+ * of their adds (flush_joins).
+ */
+
+/*
+ * Dependencies (deps.c): a child's edges go in the batch of its add, and
+ * are written after it (flush_deps); the parents' ends move them in the
+ * database (dsjob.ended), so no server keeps a graph and only adds are
+ * asked of this op.
+ */
+static int
+pg_dep(struct store *st, int what, const struct store_dep *sd, char *err)
+{
+    struct pend_dep *d;
+    char *at;
+
+    if (what != STORE_DEP_ADD)
+        return DSJOB_OK; /* ends and forgets happen in the database */
+    if (!utf8_ok(sd->child, sd->child_len) || !utf8_ok(sd->parent, sd->parent_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a handle must be UTF-8 text");
+    if (grow((void **)&st->deps, st->ndeps, &st->deps_cap, sizeof(*st->deps)) < 0 ||
+        (at = malloc(sd->child_len + sd->parent_len + 2)) == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    d = &st->deps[st->ndeps++];
+    d->child = at;
+    memcpy(at, sd->child, sd->child_len);
+    at[sd->child_len] = '\0';
+    d->parent = at + sd->child_len + 1;
+    memcpy(d->parent, sd->parent, sd->parent_len);
+    d->parent[sd->parent_len] = '\0';
+    d->policy = sd->policy;
+    return DSJOB_OK;
+}
+
+/* Row k of batch_read.sql or batch_open.sql (text format) as sb, its strings r's. */
+static void
+pg_batch_row(PGresult *r, int k, struct store_batch *sb)
+{
+    memset(sb, 0, sizeof(*sb));
+    sb->id = PQgetvalue(r, k, 0);
+    sb->id_len = (size_t)PQgetlength(r, k, 0);
+    sb->on_complete = PQgetvalue(r, k, 1);
+    sb->on_complete_len = (size_t)PQgetlength(r, k, 1);
+    sb->on_success = PQgetvalue(r, k, 2);
+    sb->on_success_len = (size_t)PQgetlength(r, k, 2);
+    sb->total = strtoull(PQgetvalue(r, k, 3), NULL, 10);
+    sb->done = strtoull(PQgetvalue(r, k, 4), NULL, 10);
+    sb->failed_n = strtoull(PQgetvalue(r, k, 5), NULL, 10);
+    sb->dead = strtoull(PQgetvalue(r, k, 6), NULL, 10);
+    sb->closed = PQgetvalue(r, k, 7)[0] == 't';
+    sb->fired_complete = PQgetvalue(r, k, 8)[0] == 't';
+    sb->fired_success = PQgetvalue(r, k, 9)[0] == 't';
+    sb->created = strtoll(PQgetvalue(r, k, 10), NULL, 10);
+    sb->failed = PQgetvalue(r, k, 11);
+    sb->failed_len = (size_t)PQgetlength(r, k, 11);
+}
+
+static int
+pg_batch_admin(struct store *st, int what, const struct store_batch *sb, store_batch_fn *fn,
+               void *arg, char *err)
+{
+    struct params p = {0};
+    const char *sql;
+    PGresult *r;
+    int k, rc;
+
+    if (!utf8_ok(sb->id, sb->id_len) || !utf8_ok(sb->on_complete, sb->on_complete_len) ||
+        !utf8_ok(sb->on_success, sb->on_success_len))
+        return store_say(err, DSJOB_ERR_ARG, "postgres: a batch's names must be UTF-8 text");
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    switch (what) {
+    case STORE_BATCH_OPEN:
+        sql = pg_sql_batch_open;
+        par_text(&p, sb->id, sb->id_len);
+        par_text(&p, sb->on_complete, sb->on_complete_len);
+        par_text(&p, sb->on_success, sb->on_success_len);
+        break;
+    case STORE_BATCH_CLOSE:
+        sql = "SELECT dsjob.batch_close($1::text)";
+        par_text(&p, sb->id, sb->id_len);
+        break;
+    case STORE_BATCH_DROP:
+        sql = "SELECT dsjob.batch_drop($1::text)";
+        par_text(&p, sb->id, sb->id_len);
+        break;
+    case STORE_BATCH_STATUS:
+    case STORE_BATCH_LIST:
+        sql = pg_sql_batch_read;
+        if (what == STORE_BATCH_STATUS)
+            par_text(&p, sb->id, sb->id_len);
+        else
+            par_text_or_null(&p, NULL);
+        break;
+    default: return store_say(err, DSJOB_ERR_ARG, "postgres: unknown batch op %d", what);
+    }
+    if ((rc = run(st, sql, &p, false, PGRES_TUPLES_OK, "a batch's admin command", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    for (k = 0; k < PQntuples(r) && rc == DSJOB_OK; k++) {
+        struct store_batch row;
+
+        if (what == STORE_BATCH_CLOSE || what == STORE_BATCH_DROP) {
+            if (PQgetvalue(r, k, 0)[0] != 't')
+                continue; /* no such batch */
+            row = *sb;
+        } else {
+            pg_batch_row(r, k, &row);
+        }
+        if (fn(&row, arg) != 0)
+            rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
     }
     PQclear(r);
     return rc;
@@ -3187,6 +3443,7 @@ pg_close(struct store *st)
     free(st->rms);
     free(st->adds);
     free(st->upds);
+    free(st->deps);
     free(st->take);
     free(st->granted);
     free(st->ktake);
@@ -3228,4 +3485,6 @@ const struct store_ops store_postgres_ops = {
     .sched = pg_sched,
     .sched_list = pg_sched_list,
     .sched_fire = pg_sched_fire,
+    .batch_admin = pg_batch_admin,
+    .dep = pg_dep,
 };

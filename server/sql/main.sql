@@ -3,7 +3,7 @@
 -- under this server's lease that its queue lacks) and its NOTIFY, as
 -- data-modifying CTEs whose RETURNING rows come back tagged by kind (enum
 -- row_kind in store_postgres.c: 1 added, 2 removed, 3 taken, 4 notified,
--- 5 given up). An empty array leaves its part with nothing to do. No two
+-- 5 given up, 6 a batch member's end counted). An empty array leaves its part with nothing to do. No two
 -- parts touch one row: the INSERT's rows are new, the DELETE's are this
 -- server's and in its queue (a remove of a row this batch adds cancelled
 -- that add), those given up are this server's and not in its queue, and
@@ -11,7 +11,11 @@
 -- taken).
 -- $1-$11 the adds' columns, the owner and the lease (add_rows.sql), $12
 -- the handles to remove, $13 and $14 the functions to take jobs of and how
--- many of each, $15 the handles to give up, $16 whether to NOTIFY. The
+-- many of each, $15 the handles to give up, $16 whether to NOTIFY, $17
+-- the outcome of each of $12 (enum store_state; 0: an end of no known
+-- outcome, a failure), which dsjob.ended counts for a live row that is a
+-- batch's member or has children, in batch order (two servers lock
+-- batches in the same order). The
 -- taken rows' columns follow the kind: handle, func, uniq, unique_is_data,
 -- reducer, data, prio, run-at (epoch seconds), attempts, first_fail,
 -- last_fail, id (take_row), deadline (epoch ms, or NULL). A job past its
@@ -22,7 +26,11 @@ WITH ins AS (
  RETURNING handle),
 del AS (
  DELETE FROM dsjob.jobs WHERE owner = $10::text AND handle = ANY($12::text[])
- RETURNING handle),
+ RETURNING handle, batch, kids, state),
+ends AS (
+ SELECT dsjob.ended(e.handle, e.batch, e.o) FROM (SELECT d.handle, d.batch, u.o FROM del d
+  JOIN unnest($12::text[], $17::int2[]) AS u(h, o) ON u.h = d.handle
+  WHERE (d.batch IS NOT NULL OR d.kids) AND d.state = 0 ORDER BY d.batch) e),
 cl AS (
  UPDATE dsjob.jobs j SET owner = $10::text, lease_until = now() + $11::int4 * interval '1 second'
  FROM (SELECT c.id FROM unnest($13::text[], $14::int4[]) AS f(name, n),
@@ -45,5 +53,7 @@ UNION ALL SELECT 2::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 UNION ALL SELECT 3::int2, * FROM cl
 UNION ALL SELECT 5::int2, handle, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
  NULL, NULL, NULL FROM rel
+UNION ALL SELECT 6::int2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+ NULL, NULL, NULL FROM ends
 UNION ALL SELECT 4::int2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
  NULL, NULL FROM pg_notify('dsjob', '') WHERE $16::bool

@@ -1,7 +1,9 @@
--- The schema, version 3 (SCHEMA_VERSION in store_postgres.c, and the meta
--- row at the end). To change it: bump both, change this file to the new
--- shape, and add a step file (schema_1_2.sql is the model) that makes of
--- the previous shape exactly what this file makes. Never reuse a number.
+-- The schema: version 3 here, then the steps after it (schema_3_4.sql, so
+-- that a new schema and an upgraded one are the same), to SCHEMA_VERSION
+-- in store_postgres.c. To change it: bump that, and add a step file
+-- (schema_1_2.sql is the model) that makes the new shape of the previous
+-- one and moves the meta row, included at the end of this file. Never
+-- reuse a number.
 CREATE SCHEMA dsjob;
 CREATE TABLE dsjob.meta (key text PRIMARY KEY, value text NOT NULL);
 -- one number per server start: handles and owner
@@ -77,3 +79,4 @@ BEGIN\
  END LOOP;\
 END $$;
 INSERT INTO dsjob.meta VALUES ('schema_version', '3');
+\ir schema_3_4.sql
