@@ -26,14 +26,6 @@ for n in a b; do
     }
 done
 
-wait_for() { # wait_for SECONDS CMD...
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.1
-    done
-}
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
     shift
