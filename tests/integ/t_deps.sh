@@ -1,5 +1,5 @@
 #!/bin/sh
-# Dependencies (issue 26, item 3) with real workers: the gearman CLI
+# Dependencies with real workers: the gearman CLI
 # (`gearman -w`) and `dsjob worker`, against dsjobd on a SQLite work dir.
 #
 # Asserts: a three-level graph submitted before any worker is up is held

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Dependencies across kill -9 (issue 26, items 3 and 5): a three-level
+# Dependencies across kill -9: a three-level
 # graph (six jobs, four that wait for three of them each, three that wait
 # for those) and a failing branch (a parent that fails, a child with
 # after-fail=fail and its own child, a child with after-fail=run), run by

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Pipelined ends with a real worker (issue 24 item 3): gearman -w (libgearman)
+# Pipelined ends with a real worker: gearman -w (libgearman)
 # runs two background jobs from a dsjobd on the SQLite store whose commits
 # the test can hold (tests/soak/dsjobd_cut, DSJOB_CUTVFS_GATE: while the gate
 # file exists every write to the store waits, and GATE.held says one does).

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Expiring jobs, bounded retention and unique keys held after a job ends
-# (issue 25, items 6 to 8), with real workers (`dsjob worker`, the gearman
+# Expiring jobs, bounded retention and unique keys held after a job ends,
+# with real workers (`dsjob worker`, the gearman
 # CLI as worker and as client) against dsjobd on a SQLite work dir.
 #
 # Asserts: a background job submitted with --expire-in 1 while no worker
