@@ -16,15 +16,7 @@
 pg_test_begin
 pg_start_or_bail
 RAN=$T/ran
-for n in a b; do
-    pgd_launch "$n" --pg-lease 5 --pg-poll-ms 500
-done
-for n in a b; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start"
-        exit 1
-    }
-done
+pgd_start_all_or_bail "a b" --pg-lease 5 --pg-poll-ms 500
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1

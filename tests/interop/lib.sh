@@ -69,6 +69,14 @@ poll() {
     return 1
 }
 
+# skip_unless_gearman: the test needs the gearman CLI (gearman-tools).
+skip_unless_gearman() {
+    if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
+        echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
+        exit 0
+    fi
+}
+
 gm() {
     timeout 20 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" "$@"
 }
