@@ -13,8 +13,15 @@
  *       "show dead" or "show jobs" listing; after the OK line of a
  *       "show result", the result's bytes and the newline after them.
  *
- * Exit status: 0 answered, 2 no connection, 3 the answer was cut short,
- * 124 no answer within 20 s (timeout(1)'s status, as it bounded the perl).
+ *   rawpeer PORT listening
+ *       waits until something accepts on the port: a try every 0.05 s,
+ *       1200 tries (a minute and more); exit 0 once it does, else 1.
+ *   rawpeer free-port
+ *       prints a port that was free a moment ago (bound as port 0).
+ *
+ * Exit status of packet and admin: 0 answered, 2 no connection, 3 the
+ * answer was cut short, 124 no answer within 20 s (timeout(1)'s status,
+ * as it bounded the perl).
  */
 #include "config.h"
 
@@ -26,9 +33,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RAWPEER_BOUND_S 20
+
+static void
+loopback(struct sockaddr_in *a, const char *port)
+{
+    memset(a, 0, sizeof(*a));
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)atoi(port));
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+}
 
 static int
 connect_port(const char *port)
@@ -36,10 +53,7 @@ connect_port(const char *port)
     struct sockaddr_in a;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
 
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)atoi(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    loopback(&a, port);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         exit(2);
     return fd;
@@ -181,14 +195,57 @@ on_alarm(int sig)
     _exit(124);
 }
 
+static int
+do_listening(const char *port)
+{
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    struct sockaddr_in a;
+    int i;
+
+    loopback(&a, port);
+    for (i = 0; i < 1200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            close(fd);
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
+        nanosleep(&pause, NULL);
+    }
+    return 1;
+}
+
+static int
+do_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    loopback(&a, "0");
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 1;
+    printf("%u\n", (unsigned)ntohs(a.sin_port));
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     int fd;
 
+    if (argc == 2 && strcmp(argv[1], "free-port") == 0)
+        return do_free_port();
+    if (argc == 3 && strcmp(argv[2], "listening") == 0)
+        return do_listening(argv[1]);
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
-        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE\n");
+        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                        "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }
     signal(SIGALRM, on_alarm);

@@ -71,27 +71,14 @@ server_stop_all() {
     _server_pids=""
 }
 
-# free_port and wait_port use perl's Socket alone: it starts in half the
-# time IO::Socket::INET takes, and every gearmand start runs both.
+# free_port and wait_port: tests/lib/rawpeer (a tenth of a perl's start;
+# every gearmand start runs both).
 free_port() {
-    perl -MSocket -e '
-        socket(my $s, PF_INET, SOCK_STREAM, 0) or die;
-        setsockopt($s, SOL_SOCKET, SO_REUSEADDR, 1) or die;
-        bind($s, pack_sockaddr_in(0, inet_aton("127.0.0.1"))) or die;
-        listen($s, 1) or die;
-        print((unpack_sockaddr_in(getsockname($s)))[0], "\n");'
+    "${top_builddir:-.}/tests/lib/rawpeer" free-port
 }
 
 wait_port() { # wait_port PORT: until something accepts on 127.0.0.1:PORT, at most 60 s (a loaded machine is slow to start a server)
-    perl -MSocket -e '
-        my $a = pack_sockaddr_in($ARGV[0], inet_aton("127.0.0.1"));
-        for (1..1200) {
-            socket(my $s, PF_INET, SOCK_STREAM, 0) or die;
-            exit 0 if connect($s, $a);
-            close $s;
-            select(undef, undef, undef, 0.05);
-        }
-        exit 1;' "$1"
+    "${top_builddir:-.}/tests/lib/rawpeer" "$1" listening
 }
 
 server_start() {
