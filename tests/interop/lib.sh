@@ -88,9 +88,6 @@ status_of() {
     adm --status | grep "^$1	"
 }
 
-# rawpeer (tests/lib/rawpeer.c) in place of a perl one-liner: a tenth of
-# its start.
-RAWPEER=${top_builddir:-.}/tests/lib/rawpeer
 gpacket() {
     "$RAWPEER" "$SERVER_PORT" packet "$@"
 }

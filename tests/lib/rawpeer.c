@@ -13,6 +13,12 @@
  *       "show dead" or "show jobs" listing; after the OK line of a
  *       "show result", the result's bytes and the newline after them.
  *
+ *   rawpeer PORT http METHOD TARGET [FILLER-BYTES]
+ *       one HTTP/1.1 request (what t_http.sh sent with a perl script, with
+ *       HTTP_HOST, HTTP_HEADER, HTTP_BODY and HTTP_HEAD_FILE); reads the
+ *       answer until the server closes or 20 s have passed, then prints the
+ *       status code, the Content-Type (empty if none) and the body, each
+ *       from a line of its own; exit 1 without a status line.
  *   rawpeer PORT listening
  *       waits until something accepts on the port: a try every 0.05 s,
  *       1200 tries (a minute and more); exit 0 once it does, else 1.
@@ -32,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -195,6 +202,110 @@ on_alarm(int sig)
     _exit(124);
 }
 
+static volatile sig_atomic_t http_late;
+
+static void
+on_http_alarm(int sig)
+{
+    (void)sig;
+    http_late = 1;
+}
+
+static void
+append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        if (*buf == NULL)
+            exit(3);
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static int
+do_http(int fd, const char *method, const char *target, const char *filler)
+{
+    const char *host = getenv("HTTP_HOST"), *hdr = getenv("HTTP_HEADER");
+    const char *body = getenv("HTTP_BODY"), *head_file = getenv("HTTP_HEAD_FILE");
+    char *req = NULL, *resp = NULL, *end, *type = NULL, *l, num[40], in[65536];
+    size_t rlen = 0, rcap = 0, len = 0, cap = 0, i, extra = filler ? strtoul(filler, NULL, 10) : 0;
+    struct sigaction sa;
+    ssize_t n;
+
+    append(&req, &rlen, &rcap, method, strlen(method));
+    append(&req, &rlen, &rcap, " ", 1);
+    append(&req, &rlen, &rcap, target, strlen(target));
+    append(&req, &rlen, &rcap, " HTTP/1.1\r\nHost: ", 17);
+    host = host ? host : "127.0.0.1";
+    append(&req, &rlen, &rcap, host, strlen(host));
+    append(&req, &rlen, &rcap, "\r\nConnection: close\r\n", 21);
+    if (extra > 0) {
+        append(&req, &rlen, &rcap, "X-Filler: ", 10);
+        for (i = 0; i < extra; i++)
+            append(&req, &rlen, &rcap, "a", 1);
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    if (hdr != NULL && *hdr != '\0') {
+        append(&req, &rlen, &rcap, hdr, strlen(hdr));
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    if (body != NULL) {
+        snprintf(num, sizeof(num), "%zu", strlen(body));
+        append(&req, &rlen, &rcap, "Content-Length: ", 16);
+        append(&req, &rlen, &rcap, num, strlen(num));
+        append(&req, &rlen, &rcap, "\r\n\r\n", 4);
+        append(&req, &rlen, &rcap, body, strlen(body));
+    } else {
+        if (strcmp(method, "POST") == 0)
+            append(&req, &rlen, &rcap, "Content-Length: 0\r\n", 19);
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    send_all(fd, req, rlen);
+    free(req);
+
+    /* Read until the close, or what came within 20 s (no SA_RESTART). */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_http_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(RAWPEER_BOUND_S);
+    append(&resp, &len, &cap, "", 0);
+    while (!http_late && (n = read(fd, in, sizeof(in))) > 0)
+        append(&resp, &len, &cap, in, (size_t)n);
+    alarm(0);
+
+    end = strstr(resp, "\r\n\r\n");
+    if (end != NULL)
+        *end = '\0';
+    if (strncmp(resp, "HTTP/1.", 7) != 0 || (resp[7] != '0' && resp[7] != '1') || resp[8] != ' ' ||
+        strspn(resp + 9, "0123456789") < 3)
+        return 1;
+    if (head_file != NULL && *head_file != '\0') {
+        FILE *f = fopen(head_file, "w");
+
+        if (f == NULL)
+            return 3;
+        fprintf(f, "%s\n", resp);
+        fclose(f);
+    }
+    /* The first Content-Type header line, any case. */
+    for (l = resp; type == NULL && l != NULL; l = strchr(l, '\n')) {
+        l += *l == '\n';
+        if (strncasecmp(l, "Content-Type:", 13) == 0)
+            type = l + 13 + strspn(l + 13, " \t");
+    }
+    printf("%.3s\n", resp + 9);
+    if (type != NULL)
+        fwrite(type, 1, strcspn(type, "\r\n"), stdout);
+    putchar('\n');
+    if (end != NULL)
+        fwrite(end + 4, 1, len - (size_t)(end + 4 - resp), stdout);
+    free(resp);
+    return 0;
+}
+
 static int
 do_listening(const char *port)
 {
@@ -242,9 +353,12 @@ main(int argc, char **argv)
         return do_free_port();
     if (argc == 3 && strcmp(argv[2], "listening") == 0)
         return do_listening(argv[1]);
+    if ((argc == 5 || argc == 6) && strcmp(argv[2], "http") == 0)
+        return do_http(connect_port(argv[1]), argv[3], argv[4], argc == 6 ? argv[5] : NULL);
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
         fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                        "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
                         "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }
