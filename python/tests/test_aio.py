@@ -289,7 +289,7 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 @pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""),
                     reason="a sanitizer's memory is not the package's")
 def test_ten_thousand_tasks_in_flight_under_50_mb(dsjobd) -> None:
-    # Issue 23: 10,000 jobs in flight, a task each as asyncio.gather makes
+    # 10,000 jobs in flight, a task each as asyncio.gather makes
     # them (no worker: they stay in flight), in a process under 50 MB of
     # peak RSS. A job is one coroutine and one future, also while the
     # connection is being made (59 MB before, with a coroutine chain and a

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Dependencies (issue 26, item 3) with real workers: the gearman CLI
+# Dependencies with real workers: the gearman CLI
 # (`gearman -w`) and `dsjob worker`, against dsjobd on a SQLite work dir.
 #
 # Asserts: a three-level graph submitted before any worker is up is held
@@ -21,23 +21,8 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-[ -x "$DSJOB" ] || { echo "1..0 # SKIP tools/dsjob is not built"; exit 0; }
-"$DSJOBD" --help 2>&1 | grep -q -- '--store' || { echo "1..0 # SKIP no dsjobd"; exit 0; }
-skip_unless_cmd gearman "the gearman CLI is the plain Gearman worker"
-unset DSJOB_SERVERS DSJOB_PROGRESS
+dsjob_test_begin "the gearman CLI is the plain Gearman worker"
 
-# wait_for SECONDS CMD...: CMD until it succeeds, at most SECONDS.
-wait_for() {
-    _n=$(($1 * 20))
-    shift
-    while [ "$_n" -gt 0 ]; do
-        "$@" && return 0
-        sleep 0.05
-        _n=$((_n - 1))
-    done
-    return 1
-}
-ds() { timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"; }
 state_of() { ds job "$1" 2>/dev/null | awk '$1 == "state" { print $2 }'; }
 has_line() { [ -f "$1" ] && grep -qx "$2" "$1"; }
 

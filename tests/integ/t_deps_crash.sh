@@ -1,5 +1,5 @@
 #!/bin/sh
-# Dependencies across kill -9 (issue 26, items 3 and 5): a three-level
+# Dependencies across kill -9: a three-level
 # graph (six jobs, four that wait for three of them each, three that wait
 # for those) and a failing branch (a parent that fails, a child with
 # after-fail=fail and its own child, a child with after-fail=run), run by
@@ -21,14 +21,10 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-[ -x "$DSJOB" ] || { echo "1..0 # SKIP tools/dsjob is not built"; exit 0; }
-"$DSJOBD" --help 2>&1 | grep -q -- '--store' || { echo "1..0 # SKIP no dsjobd"; exit 0; }
-skip_unless_cmd gearman "the gearman CLI is the plain Gearman worker"
-unset DSJOB_SERVERS DSJOB_PROGRESS
+dsjob_test_begin "the gearman CLI is the plain Gearman worker"
 ROUNDS=${DEPS_CRASH_ROUNDS:-2}
 KILLS=${DEPS_CRASH_KILLS:-2}
 
-ds() { timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"; }
 lines() { wc -l <"$LOG" | tr -d ' '; }
 
 # wait_moving CMD...: CMD until it succeeds; gives up after 120 s without a new log line.

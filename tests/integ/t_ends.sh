@@ -1,5 +1,5 @@
 #!/bin/sh
-# Pipelined ends with a real worker (issue 24 item 3): gearman -w (libgearman)
+# Pipelined ends with a real worker: gearman -w (libgearman)
 # runs two background jobs from a dsjobd on the SQLite store whose commits
 # the test can hold (tests/soak/dsjobd_cut, DSJOB_CUTVFS_GATE: while the gate
 # file exists every write to the store waits, and GATE.held says one does).
@@ -24,16 +24,6 @@ unwrap_libtool DSJOBD
 DSJOB_CUTVFS_LOG=$dir/undo DSJOB_CUTVFS_NOFSYNC=1 DSJOB_CUTVFS_GATE=$dir/gate
 export DSJOB_CUTVFS_LOG DSJOB_CUTVFS_NOFSYNC DSJOB_CUTVFS_GATE
 
-# wait_for COND...: until the shell condition holds; at most 120 s.
-wait_for() {
-    i=0
-    while ! eval "$*" && [ $i -lt 2400 ]; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    eval "$*"
-}
-
 lines() { if [ -f "$1" ]; then wc -l <"$1" | tr -d ' '; else echo 0; fi; }
 
 echo "1..7"
@@ -48,9 +38,9 @@ ok $? "two background jobs acknowledged (committed)"
 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f ends -c 2 -- \
     sh -c 'cat >>"$0"; echo >>"$0"; echo done' "$dir/ran" >/dev/null &
 wpid=$!
-wait_for '[ -e "$dir/gate.held" ]'
+wait_for 120 eval '[ -e "$dir/gate.held" ]'
 ok $? "the first job's end is committing, held at the gate"
-wait_for '[ "$(lines "$dir/ran")" -ge 2 ]'
+wait_for 120 eval '[ "$(lines "$dir/ran")" -ge 2 ]'
 ok $? "the second job ran while the first end's commit was held"
 [ -e "$dir/gate.held" ] && [ -e "$dir/gate" ]
 ok $? "(the gate was still closed and the commit still held)"
@@ -58,12 +48,7 @@ ok $? "(the gate was still closed and the commit still held)"
 rm -f "$dir/gate"
 wait "$wpid"
 ok $? "the gate open, the worker ran its two jobs and left"
-i=0
-while ! "$GEARADMIN" -h 127.0.0.1 -p "$SERVER_PORT" --status 2>/dev/null |
-    grep -q "^ends	0	0	" && [ $i -lt 2400 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
-"$GEARADMIN" -h 127.0.0.1 -p "$SERVER_PORT" --status | grep -q "^ends	0	0	"
+wait_for 120 eval '"$GEARADMIN" -h 127.0.0.1 -p "$SERVER_PORT" --status 2>/dev/null |
+    grep -q "^ends	0	0	"'
 ok $? "both ends committed: nothing of ends is left"
 server_stop

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Expiring jobs, bounded retention and unique keys held after a job ends
-# (issue 25, items 6 to 8), with real workers (`dsjob worker`, the gearman
+# Expiring jobs, bounded retention and unique keys held after a job ends,
+# with real workers (`dsjob worker`, the gearman
 # CLI as worker and as client) against dsjobd on a SQLite work dir.
 #
 # Asserts: a background job submitted with --expire-in 1 while no worker
@@ -25,23 +25,8 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-[ -x "$DSJOB" ] || { echo "1..0 # SKIP tools/dsjob is not built"; exit 0; }
-"$DSJOBD" --help 2>&1 | grep -q -- '--store' || { echo "1..0 # SKIP no dsjobd"; exit 0; }
-skip_unless_cmd gearman "the gearman CLI is the plain Gearman worker and client"
-unset DSJOB_SERVERS DSJOB_PROGRESS
+dsjob_test_begin "the gearman CLI is the plain Gearman worker and client"
 
-# wait_for SECONDS CMD...: CMD until it succeeds, at most SECONDS.
-wait_for() {
-    _n=$(($1 * 20))
-    shift
-    while [ "$_n" -gt 0 ]; do
-        "$@" && return 0
-        sleep 0.05
-        _n=$((_n - 1))
-    done
-    return 1
-}
-ds() { timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"; }
 dead_of() { # dead_of FUNC: "HANDLE ERROR" lines of its dead set
     ds dead list "$1" --format tsv 2>/dev/null | awk -F'\t' '$1 ~ /^H:/ { print $1, $9 }'
 }

@@ -29,25 +29,14 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
-    echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
-    exit 0
-fi
+skip_unless_gearman
 pg_test_begin
 
 LEASE=6
 SERVER_ARGS="--pg-lease $LEASE --pg-poll-ms 200 --max-dead 100 --verbose NOTICE"
 pg_start_or_bail
-for n in a b c; do
-    # shellcheck disable=SC2086 # SERVER_ARGS are words
-    pgd_launch "$n" $SERVER_ARGS
-done
-for n in a b c; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start"
-        exit 1
-    }
-done
+# shellcheck disable=SC2086 # SERVER_ARGS are words
+pgd_start_all_or_bail "a b c" $SERVER_ARGS
 
 ds() { # ds SERVER ARG...
     _s=$1

@@ -1,6 +1,6 @@
 #!/bin/sh
 # dsjobd's HTTP pages (--http-port), against a real dsjobd with real jobs
-# and a real `dsjob worker`, over plain sockets (tests/integ/http.pl):
+# and a real `dsjob worker`, over plain sockets (rawpeer http, tests/lib/rawpeer.c):
 # off by default; usage errors naming the option; /healthz 200, and 503
 # with the reason once --max-jobs is reached; /metrics checked by promtool
 # (Debian's prometheus package; those checks are skipped without it),
@@ -24,7 +24,6 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-HTTP=$top_srcdir/tests/integ/http.pl
 if ! perl -MJSON::PP -e 1 2>/dev/null; then
     echo "1..0 # SKIP perl with JSON::PP not found"
     exit 0
@@ -32,9 +31,9 @@ fi
 PROMTOOL=$(command -v promtool 2>/dev/null)
 unset DSJOB_SERVERS DSJOB_PROGRESS
 
-# req METHOD TARGET [FILLER]: status, content type and body, as http.pl prints them.
+# req METHOD TARGET [FILLER]: status, content type and body, as rawpeer http prints them.
 req() {
-    timeout 30 perl "$HTTP" "$HTTP_PORT" "$@"
+    "$RAWPEER" "$HTTP_PORT" http "$@"
 }
 code() { # code METHOD TARGET [FILLER]: the status code alone
     req "$@" | head -1

@@ -17,7 +17,6 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
 
-HTTP=$top_srcdir/tests/integ/http.pl
 HOLD=$top_srcdir/tests/integ/http_hold.pl
 unset DSJOB_SERVERS
 
@@ -48,7 +47,7 @@ r=$(cat "$T/cap.out")
 is "$(echo "$r" | sed -n 1p)" "held 3; the 4th: no answer while they are open" \
     "at --http-max-connections 3 a 4th connection waits"
 is "$(echo "$r" | sed -n 2p)" "after one closed: 200" "and is answered once one closes"
-is "$(timeout 30 perl "$HTTP" "$HTTP_PORT" GET /healthz | head -1)" 200 "the port serves on"
+is "$("$RAWPEER" "$HTTP_PORT" http GET /healthz | head -1)" 200 "the port serves on"
 server_stop
 
 # Errors evhttp answers by itself are JSON, as the API's own.
@@ -57,7 +56,7 @@ HTTP_PORT=$(cat "$T/e.port")
 jerr() { # jerr CODE DESC METHOD TARGET [FILLER]: that code, as JSON with an "error" string
     _c=$1 _d=$2
     shift 2
-    timeout 30 perl "$HTTP" "$HTTP_PORT" "$@" >"$T/jerr.out"
+    "$RAWPEER" "$HTTP_PORT" http "$@" >"$T/jerr.out"
     perl -MJSON::PP -e '
         my $code = <STDIN>; my $type = <STDIN>; chomp($code, $type);
         my $d = eval { decode_json(join "", <STDIN>) };
@@ -73,7 +72,7 @@ HTTP_BODY=0123456789 jerr 413 "a request with a body: 413 in JSON" POST /api/sta
 jerr 501 "an unknown method: 501 in JSON" BREW /healthz
 jerr 405 "TRACE: 405 in JSON" TRACE /healthz
 jerr 404 "an unknown page: 404 in JSON" GET /nope
-is "$(timeout 30 perl "$HTTP" "$HTTP_PORT" GET /healthz | head -1)" 200 "the port serves on"
+is "$("$RAWPEER" "$HTTP_PORT" http GET /healthz | head -1)" 200 "the port serves on"
 server_stop
 
 # Descriptor exhaustion: 150 HTTP connections held open (a byte every
@@ -123,7 +122,7 @@ kill -TERM $HPID
 wait $HPID 2>/dev/null
 wait $EPID
 is "$(cat "$T/echo.out")" "ECHO_RES hello" "the Gearman ECHO sent meanwhile is answered once descriptors free up"
-r=$(timeout 30 perl "$HTTP" "$XHTTP" GET /healthz | head -1)
+r=$("$RAWPEER" "$XHTTP" http GET /healthz | head -1)
 is "$r" 200 "and HTTP serves again"
 kill -TERM $XPID
 wait $XPID

@@ -43,10 +43,7 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 LOAD=$top_srcdir/tests/integ/pg_load.pl
-if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
-    echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
-    exit 0
-fi
+skip_unless_gearman
 pg_test_begin
 
 LEASE=3 # --pg-lease, seconds
@@ -64,15 +61,9 @@ pg_test_cleanup() {
 
 pg_start_or_bail
 # All three at once, on a database without schema dsjob: they race to make it.
+# shellcheck disable=SC2086 # SERVER_ARGS are words
+pgd_start_all_or_bail "a b c" $SERVER_ARGS
 for n in a b c; do
-    # shellcheck disable=SC2086 # SERVER_ARGS are words
-    pgd_launch "$n" $SERVER_ARGS
-done
-for n in a b c; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start"
-        exit 1
-    }
     diag "dsjobd $n on 127.0.0.1:$(pgd_port "$n"), pid $(pgd_pid "$n")"
 done
 
@@ -517,16 +508,8 @@ ok $r "SIGSTOP: b takes submits again after SIGCONT ($h)"
 # With 10 s a restart of a few seconds must cost no duplicate.
 LEASE_R=10
 for n in a b c; do pgd_stop "$n"; done
-for n in a b c; do
-    # shellcheck disable=SC2086 # SERVER_ARGS are words
-    pgd_launch "$n" $SERVER_ARGS --pg-lease $LEASE_R
-done
-for n in a b c; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start again"
-        exit 1
-    }
-done
+# shellcheck disable=SC2086 # SERVER_ARGS are words
+pgd_start_all_or_bail "a b c" $SERVER_ARGS --pg-lease $LEASE_R
 diag "the three servers again with --pg-lease $LEASE_R on ports $(pgd_port a) $(pgd_port b) $(pgd_port c)"
 for n in a b c; do
     ds_worker "$n" cr "cr-$n-ds" 2

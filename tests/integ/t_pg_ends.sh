@@ -8,8 +8,8 @@
 # runs until psql holds its row FOR UPDATE (a file says so), job "second"
 # commits meanwhile and waits in the server's queue; psql holds the row
 # until "second" has started (bounded), so that it starts before that: by
-# default a worker's next job starts while its last end commits (issue 24;
-# it is held only at a second end before the first commits, which
+# default a worker's next job starts while its last end commits (it is
+# held only at a second end before the first commits, which
 # tests/unit/t_storage.c checks), and with --store-async-ends too. Both
 # jobs' rows are gone at the end and each ran once. Every step waits for
 # the one before it, so a loaded machine only makes it slower.

@@ -16,24 +16,8 @@
 pg_test_begin
 pg_start_or_bail
 RAN=$T/ran
-for n in a b; do
-    pgd_launch "$n" --pg-lease 5 --pg-poll-ms 500
-done
-for n in a b; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start"
-        exit 1
-    }
-done
+pgd_start_all_or_bail "a b" --pg-lease 5 --pg-poll-ms 500
 
-wait_for() { # wait_for SECONDS CMD...
-    _end=$(($(date +%s) + $1))
-    shift
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.1
-    done
-}
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
     shift

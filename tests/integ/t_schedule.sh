@@ -33,19 +33,6 @@ unset DSJOB_SERVERS
 W=$T/work
 RAN=$T/ran
 
-# wait_for SECONDS CMD...: CMD until it succeeds, at most SECONDS; a try
-# every 0.1 s for the first second, then every 0.25 s (the waits are for
-# ticks a second or more apart).
-wait_for() {
-    _end=$(($(date +%s) + $1))
-    shift
-    _wf_i=0
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        _wf_i=$((_wf_i + 1))
-        if [ $_wf_i -le 10 ]; then sleep 0.1; else sleep 0.25; fi
-    done
-}
 count() { # count NAME: jobs of schedule NAME the worker got
     grep -c "^sched:$1:" "$RAN" 2>/dev/null || true
 }

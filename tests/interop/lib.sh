@@ -13,8 +13,7 @@
 #   adm ARG...          gearadmin pointed at the server, bounded
 #   status_of FUNC      FUNC's line of `gearadmin --status`
 #   gpacket TYPE ARG..  send one binary request, print "TYPE ARG|ARG|..." of
-#                       the first answer (NULs shown as |); perl with Socket
-#                       alone, which starts in half the time IO::Socket takes
+#                       the first answer (NULs shown as |), bounded
 #   check DESC CMD...   ok if CMD succeeds
 #   same GOT WANT DESC  ok if the strings are equal
 #   skip_n N REASON     N skip lines
@@ -69,6 +68,14 @@ poll() {
     return 1
 }
 
+# skip_unless_gearman: the test needs the gearman CLI (gearman-tools).
+skip_unless_gearman() {
+    if [ -z "$GEARMAN" ] || [ ! -x "$GEARMAN" ]; then
+        echo "1..0 # SKIP the gearman CLI is not installed (gearman-tools)"
+        exit 0
+    fi
+}
+
 gm() {
     timeout 20 "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" "$@"
 }
@@ -82,20 +89,7 @@ status_of() {
 }
 
 gpacket() {
-    timeout 20 perl -MSocket -e '
-        my ($port, $type, @args) = @ARGV;
-        socket(my $s, PF_INET, SOCK_STREAM, 0) or exit 2;
-        connect($s, pack_sockaddr_in($port, inet_aton("127.0.0.1"))) or exit 2;
-        select((select($s), $| = 1)[0]);
-        my $p = join("\0", @args);
-        print $s "\0REQ" . pack("NN", $type, length $p) . $p;
-        my $h = "";
-        while (length $h < 12) { my $n = sysread($s, $h, 12 - length $h, length $h); exit 3 unless $n; }
-        my ($magic, $t, $len) = unpack("a4NN", $h);
-        my $d = "";
-        while (length $d < $len) { my $n = sysread($s, $d, $len - length $d, length $d); exit 3 unless $n; }
-        $d =~ s/\0/|/g;
-        print "$t $d\n";' "$SERVER_PORT" "$@"
+    "$RAWPEER" "$SERVER_PORT" packet "$@"
 }
 
 check() {

@@ -27,20 +27,7 @@ WORKER="$top_srcdir/tests/interop/lifecycle_worker.pl"
 # admin LINE: one admin command; prints the reply up to its "." line, or its
 # one OK or ERR line (and, for show result, the bytes after it).
 admin() {
-    timeout 20 perl -MSocket -e '
-        my ($port, $line) = @ARGV;
-        socket(my $s, PF_INET, SOCK_STREAM, 0) or exit 2;
-        connect($s, pack_sockaddr_in($port, inet_aton("127.0.0.1"))) or exit 2;
-        select((select($s), $| = 1)[0]);
-        print $s "$line\n";
-        while (defined(my $l = <$s>)) {
-            if ($line =~ /^show result/ && $l =~ /^OK \S+ (\d+) \d+ \d+ \d+\n$/) {
-                my ($n, $b) = ($1, ""); read($s, $b, $n + 1); print $l, $b; last;
-            }
-            $l =~ s/\r\n$/\n/;
-            print $l;
-            last if $l eq ".\n" || ($l =~ /^(OK|ERR)/ && $line !~ /^show (dead|jobs)/);
-        }' "$SERVER_PORT" "$1"
+    "$RAWPEER" "$SERVER_PORT" admin "$1"
 }
 
 # field JOB NAME: one field of show job.

@@ -332,6 +332,23 @@ pgd_start_or_bail() {
     }
 }
 
+# pgd_start_all_or_bail "NAME..." [ARG...]: a dsjobd under each NAME, all
+# launched at once (they race to make the schema, as a cluster's servers
+# do), then waited for; "Bail out!" and exit 1 when one does not start.
+pgd_start_all_or_bail() {
+    _sa_names=$1
+    shift
+    for _sa in $_sa_names; do
+        pgd_launch "$_sa" "$@"
+    done
+    for _sa in $_sa_names; do
+        pgd_wait "$_sa" || {
+            echo "Bail out! dsjobd $_sa did not start"
+            exit 1
+        }
+    done
+}
+
 # _pgd_gone PID: the process is gone or a zombie.
 _pgd_gone() {
     [ ! -e "/proc/$1" ] || [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]

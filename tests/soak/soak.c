@@ -1542,7 +1542,7 @@ run_flow(const struct config *cfg, struct totals *t)
 /*
  * dup_bound: the duplicates one kill may cause. gearmand: the job each
  * worker held. dsjobd: two a worker, since a worker's next job starts
- * while its last end commits (issue 24 item 3): that end and the job.
+ * while its last end commits (pipelined ends): that end and the job.
  */
 static unsigned
 dup_bound(const struct config *cfg)

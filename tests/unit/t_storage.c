@@ -2017,7 +2017,7 @@ status_is(struct rig *r, int fd, const char *handle, char known, char running)
 }
 
 /*
- * Pipelined ends (issue 24 item 3): while a worker's end commits, its next
+ * Pipelined ends: while a worker's end commits, its next
  * job is assigned; a second end before the first has committed holds the
  * worker (its next request waits) until the first has, so it never runs a
  * job with an end not yet durable but its last; and nothing shows an end
@@ -2084,7 +2084,7 @@ test_pipelined_ends(void)
 
 /*
  * A foreground client of a job that a background submit made durable hears
- * WORK_COMPLETE only once the job's end has committed (issue 24 item 3): a
+ * WORK_COMPLETE only once the job's end has committed (pipelined ends): a
  * crash before then runs the job again, so the client must not have been
  * told it was done.
  */

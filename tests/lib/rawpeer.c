@@ -1,0 +1,371 @@
+/*
+ * rawpeer: one request to a job server on 127.0.0.1, for the shell tests'
+ * gpacket (tests/interop/lib.sh) and admin helpers. It is what their
+ * `timeout 20 perl -MSocket -e ...` one-liners did, in a process that
+ * starts in a tenth of the time: the suite runs them hundreds of times.
+ *
+ *   rawpeer PORT packet TYPE [ARG...]
+ *       sends one binary request of TYPE with the ARGs joined by NULs and
+ *       prints the first answer as "TYPE ARG|ARG|..." (NULs shown as |).
+ *   rawpeer PORT admin LINE
+ *       sends the text LINE and prints the reply with "\r\n" ends as "\n":
+ *       up to its "." line, or its one OK or ERR line unless LINE is a
+ *       "show dead" or "show jobs" listing; after the OK line of a
+ *       "show result", the result's bytes and the newline after them.
+ *
+ *   rawpeer PORT http METHOD TARGET [FILLER-BYTES]
+ *       one HTTP/1.1 request (what t_http.sh sent with a perl script, with
+ *       HTTP_HOST, HTTP_HEADER, HTTP_BODY and HTTP_HEAD_FILE); reads the
+ *       answer until the server closes or 20 s have passed, then prints the
+ *       status code, the Content-Type (empty if none) and the body, each
+ *       from a line of its own; exit 1 without a status line.
+ *   rawpeer PORT listening
+ *       waits until something accepts on the port: a try every 0.05 s,
+ *       1200 tries (a minute and more); exit 0 once it does, else 1.
+ *   rawpeer free-port
+ *       prints a port that was free a moment ago (bound as port 0).
+ *
+ * Exit status of packet and admin: 0 answered, 2 no connection, 3 the
+ * answer was cut short, 124 no answer within 20 s (timeout(1)'s status,
+ * as it bounded the perl).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RAWPEER_BOUND_S 20
+
+static void
+loopback(struct sockaddr_in *a, const char *port)
+{
+    memset(a, 0, sizeof(*a));
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)atoi(port));
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+}
+
+static int
+connect_port(const char *port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    loopback(&a, port);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        exit(2);
+    return fd;
+}
+
+static void
+send_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+
+        if (w <= 0)
+            exit(3);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void
+read_all(int fd, char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+
+        if (r <= 0)
+            exit(3);
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+static uint32_t
+get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void
+put32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+static int
+do_packet(int fd, int argc, char **argv)
+{
+    size_t len = 0, off = 12, i;
+    unsigned char h[12];
+    char *req, *d;
+    uint32_t n;
+    int k;
+
+    for (k = 1; k < argc; k++)
+        len += strlen(argv[k]) + (k > 1);
+    req = malloc(12 + len + 1);
+    if (req == NULL)
+        return 3;
+    memcpy(req, "\0REQ", 4);
+    put32(req + 4, (uint32_t)strtoul(argv[0], NULL, 10));
+    put32(req + 8, (uint32_t)len);
+    for (k = 1; k < argc; k++) {
+        if (k > 1)
+            req[off++] = '\0';
+        memcpy(req + off, argv[k], strlen(argv[k]));
+        off += strlen(argv[k]);
+    }
+    send_all(fd, req, off);
+    free(req);
+    read_all(fd, (char *)h, sizeof(h));
+    n = get32(h + 8);
+    d = malloc((size_t)n + 1);
+    if (d == NULL)
+        return 3;
+    read_all(fd, d, n);
+    for (i = 0; i < n; i++)
+        if (d[i] == '\0')
+            d[i] = '|';
+    printf("%lu ", (unsigned long)get32(h + 4));
+    fwrite(d, 1, n, stdout);
+    putchar('\n');
+    free(d);
+    return 0;
+}
+
+static int
+do_admin(int fd, const char *line)
+{
+    int listing = strncmp(line, "show dead", 9) == 0 || strncmp(line, "show jobs", 9) == 0;
+    int result = strncmp(line, "show result", 11) == 0;
+    char *l = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    FILE *in;
+
+    send_all(fd, line, strlen(line));
+    send_all(fd, "\n", 1);
+    in = fdopen(fd, "r");
+    if (in == NULL)
+        return 3;
+    while ((n = getline(&l, &cap, in)) > 0) {
+        unsigned long size, i;
+        char st[64];
+        int used = -1;
+
+        if (result && sscanf(l, "OK %63s %lu %*u %*u %*u%n", st, &size, &used) == 2 && used > 0 &&
+            strcmp(l + used, "\n") == 0) {
+            /* The result's bytes and the newline after them. */
+            fputs(l, stdout);
+            for (i = 0; i < size + 1; i++) {
+                int c = getc(in);
+
+                if (c == EOF)
+                    break;
+                putchar(c);
+            }
+            break;
+        }
+        if (n >= 2 && l[n - 2] == '\r' && l[n - 1] == '\n') {
+            l[n - 2] = '\n';
+            l[n - 1] = '\0';
+        }
+        fputs(l, stdout);
+        if (strcmp(l, ".\n") == 0 ||
+            ((strncmp(l, "OK", 2) == 0 || strncmp(l, "ERR", 3) == 0) && !listing))
+            break;
+    }
+    free(l);
+    fclose(in);
+    return 0;
+}
+
+static void
+on_alarm(int sig)
+{
+    (void)sig;
+    _exit(124);
+}
+
+static volatile sig_atomic_t http_late;
+
+static void
+on_http_alarm(int sig)
+{
+    (void)sig;
+    http_late = 1;
+}
+
+static void
+append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        if (*buf == NULL)
+            exit(3);
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static int
+do_http(int fd, const char *method, const char *target, const char *filler)
+{
+    const char *host = getenv("HTTP_HOST"), *hdr = getenv("HTTP_HEADER");
+    const char *body = getenv("HTTP_BODY"), *head_file = getenv("HTTP_HEAD_FILE");
+    char *req = NULL, *resp = NULL, *end, *type = NULL, *l, num[40], in[65536];
+    size_t rlen = 0, rcap = 0, len = 0, cap = 0, i, extra = filler ? strtoul(filler, NULL, 10) : 0;
+    struct sigaction sa;
+    ssize_t n;
+
+    append(&req, &rlen, &rcap, method, strlen(method));
+    append(&req, &rlen, &rcap, " ", 1);
+    append(&req, &rlen, &rcap, target, strlen(target));
+    append(&req, &rlen, &rcap, " HTTP/1.1\r\nHost: ", 17);
+    host = host ? host : "127.0.0.1";
+    append(&req, &rlen, &rcap, host, strlen(host));
+    append(&req, &rlen, &rcap, "\r\nConnection: close\r\n", 21);
+    if (extra > 0) {
+        append(&req, &rlen, &rcap, "X-Filler: ", 10);
+        for (i = 0; i < extra; i++)
+            append(&req, &rlen, &rcap, "a", 1);
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    if (hdr != NULL && *hdr != '\0') {
+        append(&req, &rlen, &rcap, hdr, strlen(hdr));
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    if (body != NULL) {
+        snprintf(num, sizeof(num), "%zu", strlen(body));
+        append(&req, &rlen, &rcap, "Content-Length: ", 16);
+        append(&req, &rlen, &rcap, num, strlen(num));
+        append(&req, &rlen, &rcap, "\r\n\r\n", 4);
+        append(&req, &rlen, &rcap, body, strlen(body));
+    } else {
+        if (strcmp(method, "POST") == 0)
+            append(&req, &rlen, &rcap, "Content-Length: 0\r\n", 19);
+        append(&req, &rlen, &rcap, "\r\n", 2);
+    }
+    send_all(fd, req, rlen);
+    free(req);
+
+    /* Read until the close, or what came within 20 s (no SA_RESTART). */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_http_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(RAWPEER_BOUND_S);
+    append(&resp, &len, &cap, "", 0);
+    while (!http_late && (n = read(fd, in, sizeof(in))) > 0)
+        append(&resp, &len, &cap, in, (size_t)n);
+    alarm(0);
+
+    end = strstr(resp, "\r\n\r\n");
+    if (end != NULL)
+        *end = '\0';
+    if (strncmp(resp, "HTTP/1.", 7) != 0 || (resp[7] != '0' && resp[7] != '1') || resp[8] != ' ' ||
+        strspn(resp + 9, "0123456789") < 3)
+        return 1;
+    if (head_file != NULL && *head_file != '\0') {
+        FILE *f = fopen(head_file, "w");
+
+        if (f == NULL)
+            return 3;
+        fprintf(f, "%s\n", resp);
+        fclose(f);
+    }
+    /* The first Content-Type header line, any case. */
+    for (l = resp; type == NULL && l != NULL; l = strchr(l, '\n')) {
+        l += *l == '\n';
+        if (strncasecmp(l, "Content-Type:", 13) == 0)
+            type = l + 13 + strspn(l + 13, " \t");
+    }
+    printf("%.3s\n", resp + 9);
+    if (type != NULL)
+        fwrite(type, 1, strcspn(type, "\r\n"), stdout);
+    putchar('\n');
+    if (end != NULL)
+        fwrite(end + 4, 1, len - (size_t)(end + 4 - resp), stdout);
+    free(resp);
+    return 0;
+}
+
+static int
+do_listening(const char *port)
+{
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    struct sockaddr_in a;
+    int i;
+
+    loopback(&a, port);
+    for (i = 0; i < 1200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            close(fd);
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
+        nanosleep(&pause, NULL);
+    }
+    return 1;
+}
+
+static int
+do_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    loopback(&a, "0");
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 1;
+    printf("%u\n", (unsigned)ntohs(a.sin_port));
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    int fd;
+
+    if (argc == 2 && strcmp(argv[1], "free-port") == 0)
+        return do_free_port();
+    if (argc == 3 && strcmp(argv[2], "listening") == 0)
+        return do_listening(argv[1]);
+    if ((argc == 5 || argc == 6) && strcmp(argv[2], "http") == 0)
+        return do_http(connect_port(argv[1]), argv[3], argv[4], argc == 6 ? argv[5] : NULL);
+    if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
+        (strcmp(argv[2], "admin") == 0 && argc != 4)) {
+        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                        "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                        "       rawpeer PORT listening | rawpeer free-port\n");
+        return 64;
+    }
+    signal(SIGALRM, on_alarm);
+    alarm(RAWPEER_BOUND_S);
+    fd = connect_port(argv[1]);
+    if (strcmp(argv[2], "packet") == 0)
+        return do_packet(fd, argc - 3, argv + 3);
+    return do_admin(fd, argv[3]);
+}
