@@ -85,11 +85,11 @@ is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h' AND result = 'expir
 pgd_start_or_bail h --verbose NOTICE --http-port 0 --http-port-file "$T/h.port" --http-admin
 poll test -s "$T/h.port"
 hport=$(cat "$T/h.port")
-tok=$(perl "$top_srcdir/tests/integ/http.pl" "$hport" GET / |
+tok=$("$RAWPEER" "$hport" http GET / |
     sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
 is "${#tok}" 64 "the dashboard's CSRF token"
 timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port h)" submit -b fh x >/dev/null
-post() { HTTP_HEADER="X-CSRF-Token: $tok" perl "$top_srcdir/tests/integ/http.pl" "$hport" POST "$1"; }
+post() { HTTP_HEADER="X-CSRF-Token: $tok" "$RAWPEER" "$hport" http POST "$1"; }
 r=$(post /api/func/fh/pause)
 is "$(printf '%s\n' "$r" | head -n 1)" 200 "POST pause: 200"
 is "$(q "SELECT settings FROM dsjob.flow WHERE name = 'fh'")" paused "the row is committed when it comes"
