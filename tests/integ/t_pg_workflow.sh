@@ -212,6 +212,8 @@ cat >"$T/dep.sh" <<'EOF'
 cat >/dev/null
 echo "start $DSJOB_HANDLE" >>"$1"
 sleep "$2"
+# A run whose worker was killed with its server ($3 made) did not end.
+[ -n "${3:-}" ] && [ -e "$3" ] && exit 1
 echo "end $DSJOB_HANDLE" >>"$1"
 printf 'result-%s' "$DSJOB_HANDLE"
 EOF
@@ -242,7 +244,7 @@ for n in a c; do
         sh "$T/dep.sh" "$LOG" 0 2>>"$T/worker.err" &
     track $!
 done
-"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f dep.l1 -- sh "$T/dep.sh" "$LOG" 4 \
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port d)" -f dep.l1 -- sh "$T/dep.sh" "$LOG" 4 "$T/d.killed" \
     2>>"$T/worker.err" &
 wd=$!
 track $wd
@@ -250,6 +252,9 @@ pd=${l1c%:*}
 started_d() { grep -q "^start $pd:" "$LOG"; }
 poll_s 60 started_d
 ok $? "d's worker runs a first-level job"
+# d's worker goes with d; its job's shell must not log an end after the
+# job has run again elsewhere.
+: >"$T/d.killed"
 pgd_kill9 d
 kill "$wd" 2>/dev/null
 diag "d killed; the log so far: $(tr '\n' ' ' <"$LOG")"
