@@ -13,9 +13,9 @@
 -- the handles to remove, $13 and $14 the functions to take jobs of and how
 -- many of each, $15 the handles to give up, $16 whether to NOTIFY, $17
 -- the outcome of each of $12 (enum store_state; 0: an end of no known
--- outcome, a failure), which dsjob.ended counts for a live row that is a
--- batch's member or has children, in batch order (two servers lock
--- batches in the same order). The
+-- outcome, a failure), which dsjob.ended_many counts, once a batch, for
+-- the live rows that are a batch's members or have children, in batch
+-- order (two servers lock batches in the same order). The
 -- taken rows' columns follow the kind: handle, func, uniq, unique_is_data,
 -- reducer, data, prio, run-at (epoch seconds), attempts, first_fail,
 -- last_fail, id (take_row), deadline (epoch ms, or NULL). A job past its
@@ -28,9 +28,11 @@ del AS (
  DELETE FROM dsjob.jobs WHERE owner = $10::text AND handle = ANY($12::text[])
  RETURNING handle, batch, kids, state),
 ends AS (
- SELECT dsjob.ended(e.handle, e.batch, e.o) FROM (SELECT d.handle, d.batch, u.o FROM del d
+ SELECT dsjob.ended_many(e.batch, e.hs, e.os, e.ks) FROM (SELECT d.batch,
+  array_agg(d.handle ORDER BY d.handle) AS hs, array_agg(u.o ORDER BY d.handle) AS os,
+  array_agg(d.kids ORDER BY d.handle) AS ks FROM del d
   JOIN unnest($12::text[], $17::int2[]) AS u(h, o) ON u.h = d.handle
-  WHERE (d.batch IS NOT NULL OR d.kids) AND d.state = 0 ORDER BY d.batch) e),
+  WHERE (d.batch IS NOT NULL OR d.kids) AND d.state = 0 GROUP BY d.batch ORDER BY d.batch) e),
 cl AS (
  UPDATE dsjob.jobs j SET owner = $10::text, lease_until = now() + $11::int4 * interval '1 second'
  FROM (SELECT c.id FROM unnest($13::text[], $14::int4[]) AS f(name, n),

@@ -1,12 +1,14 @@
 -- Version 3 to 4: batches (batch.c) and dependencies (deps.c) across the
--- servers that share the table. A batch is a row of dsjob.batches with its counters; a member's
--- job row names it (jobs.batch, set by batch_join.sql in the transaction
--- of its INSERT). dsjob.ended moves the counters in the transaction of the
--- member's end: main.sql calls it for each live member its DELETE ends,
--- with the outcome the ending server gives, and the trigger jobs_ended
--- (before the row changes) for a rewrite that ends a live member (to the
--- dead set, a kept result, an expiry). The call that ends the last member of a closed batch, or the
--- close that finds every member ended (batch_admin.sql), inserts the
+-- servers that share the table. A batch is a row of dsjob.batches with
+-- its counters; a member's job row names it (jobs.batch, set by
+-- batch_join.sql in the transaction of its INSERT). dsjob.ended_many
+-- (dsjob.ended for one job) moves the counters in the transaction of the
+-- member's end: main.sql calls it for the live members its DELETE ends,
+-- once a batch, with the outcomes the ending server gives, and the trigger
+-- jobs_ended (before the row changes) for a rewrite that ends a live
+-- member (to the dead set, a kept result, an expiry). The call that ends
+-- the last member of a closed batch, or the
+-- close that finds every member ended (dsjob.batch_close), inserts the
 -- batch's callback jobs (dsjob.batch_fire) under the batch's row lock, so
 -- each is submitted once whichever server ended what.
 -- A child (OPTION_REQ after=) is a row held under the owner '(held)', with
@@ -135,24 +137,37 @@ BEGIN
   END IF;
  END LOOP;
 END $$;
--- A live job h ended with outcome (enum store_state: 1 dead, 2 complete,
--- 3 failed, 4 exception; 0 or else: failed): its children hear of it, the
--- counters of its batch bid move, and what became due fires. A batch
--- dropped meanwhile counts nothing. Returns 1 if it counted, plus the
--- callbacks fired.
-CREATE FUNCTION dsjob.ended(h text, bid text, outcome integer) RETURNS integer
+-- Live jobs hs ended with outcomes os (enum store_state: 1 dead, 2
+-- complete, 3 failed, 4 exception; 0 or else: failed), all members of
+-- batch bid (or of none, NULL); ks says which have children: those hear
+-- of it, the batch's counters move once for them all, and what became due
+-- fires. A batch dropped meanwhile counts nothing. Returns 1 if it counted,
+-- plus the callbacks fired.
+CREATE FUNCTION dsjob.ended_many(bid text, hs text[], os int2[], ks boolean[]) RETURNS integer
  LANGUAGE plpgsql AS $$
 DECLARE
- b dsjob.batches;
+ b dsjob.batches; i integer; nd int8 := 0; nx int8 := 0; nf int8 := 0; fh text[] := '{}';
 BEGIN
- PERFORM dsjob.deps_ended(h, outcome);
+ FOR i IN 1..coalesce(array_length(hs, 1), 0) LOOP
+  IF ks[i] THEN
+   PERFORM dsjob.deps_ended(hs[i], os[i]);
+  END IF;
+  IF os[i] = 2 THEN
+   nd := nd + 1;
+  ELSE
+   IF os[i] = 1 THEN
+    nx := nx + 1;
+   ELSE
+    nf := nf + 1;
+   END IF;
+   fh := fh || hs[i];
+  END IF;
+ END LOOP;
  IF bid IS NULL THEN
   RETURN 0;
  END IF;
- UPDATE dsjob.batches SET done = done + (outcome = 2)::int, dead = dead + (outcome = 1)::int,
-  failed = failed + (outcome NOT IN (1, 2))::int,
-  failed_handles = CASE WHEN outcome <> 2 AND cardinality(failed_handles) < 1000
-   THEN failed_handles || h ELSE failed_handles END
+ UPDATE dsjob.batches SET done = done + nd, dead = dead + nx, failed = failed + nf,
+  failed_handles = failed_handles || fh[1:greatest(0, 1000 - cardinality(failed_handles))]
  WHERE id = bid RETURNING * INTO b;
  IF NOT FOUND THEN
   RETURN 0;
@@ -161,6 +176,12 @@ BEGIN
   RETURN 1 + dsjob.batch_fire(bid);
  END IF;
  RETURN 1;
+END $$;
+-- One live job h ended with outcome, as dsjob.ended_many.
+CREATE FUNCTION dsjob.ended(h text, bid text, outcome integer) RETURNS integer
+ LANGUAGE plpgsql AS $$
+BEGIN
+ RETURN dsjob.ended_many(bid, ARRAY[h], ARRAY[outcome::int2], ARRAY[true]);
 END $$;
 -- A rewrite that ends a live member or parent: counted, and the row is
 -- no longer either, so that a dead job retried by hand is not counted
