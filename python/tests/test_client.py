@@ -384,3 +384,12 @@ def test_after(server, run_worker) -> None:
     wait_for(lambda: len(ran) == 4, "the shards and the merge")
     assert ran[-1] == handles.encode()  # the merge ran last
     assert c.result(child) == b"r0r1r2"
+    # A parent named by (function, unique key), escapes and all; it is kept.
+    keyed = c.submit("shard", "k", unique="a:b,c%", background=True)
+    wait_for(lambda: len(ran) == 5, "the keyed shard")
+    late = c.submit("merge", keyed.handle, background=True, after=[("shard", "a:b,c%")])
+    wait_for(lambda: len(ran) == 6, "the merge after the keyed shard")
+    assert c.result(late) == b"rk"
+    with pytest.raises(dsjob.Refused) as e:
+        c.submit("merge", b"", background=True, after=[("shard", "nosuch")])
+    assert e.value.code == "DEPENDENCY"
