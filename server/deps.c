@@ -483,6 +483,7 @@ deps_attach(struct srv *srv, struct deps_child *d, struct job *j)
     d->committed = !j->stored;
     d->stored = j->stored && storage_keeps_deps(srv);
     j->held = true;
+    queue_hold_deadline(&srv->queue, j); /* it expires held, if it has a deadline */
     link_child(srv, d);
     if (d->stored)
         for (i = 0; i < d->nlinks; i++)

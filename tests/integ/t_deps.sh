@@ -9,7 +9,8 @@
 # kept results; a parent that succeeded before the child's submit counts
 # as done (--keep-results), an unknown handle is refused (DEPENDENCY);
 # parents named by function and unique key (unique:FUNCTION:UNIQUE) are
-# waited for as by handle, live or kept;
+# waited for as by handle, live or kept; a held child past its deadline
+# expires held (the dead set, "expired");
 # a parent that fails for good fails its after-fail=fail child with
 # "parent H failed", and that failure goes down to a grandchild; an
 # after-fail=cancel child is dropped without running; an after-fail=run
@@ -164,7 +165,7 @@ server_stop
 
 # --- parents named by unique key: unique:FUNCTION:UNIQUE, %XX escapes ---
 mkdir -p "$T/work2"
-server_start dsjobd --store sqlite --work-dir "$T/work2" --keep-results 600 || exit 1
+server_start dsjobd --store sqlite --work-dir "$T/work2" --keep-results 600 --max-dead 100 || exit 1
 u1=$(ds submit -b -u "k:1,x%" fu u1) && u2=$(ds submit -b -u plain fu u2)
 ok $? "two parents with unique keys (one with a colon, a comma and a percent sign)"
 v1=$(ds submit -b --after "unique:fu:k:1%2Cx%25,unique:fu:plain" fv v1)
@@ -190,6 +191,16 @@ ordered "$EDGES"
 ok $? "after them"
 w1=$(ds submit -b --after "unique:fu:plain" fv w1) && wait_for 120 has_line "$LOG" "end w1"
 ok $? "a kept parent named by unique key counts as done"
+# A held child's deadline counts from its submit: past it, it expires held.
+hp=$(ds submit -b fnone hp) && hx=$(ds submit -b --expire-in 1 --after "$hp" fv hx)
+ok $? "a child with --expire-in 1 waits for a parent no worker does"
+dead_why() { ds dead list fv --format tsv 2>/dev/null | awk -F'\t' -v h="$1" '$1 == h { print $9 }'; }
+expired_held() { [ "$(dead_why "$hx")" = expired ]; }
+wait_for 120 expired_held
+ok $? "past its deadline it is in the dead set, expired, without its parent's end"
+is "$(state_of "$hp")" queued "its parent still waits"
+! grep -qx "start hx" "$LOG"
+ok $? "and it never ran"
 reap
 server_stop
 
