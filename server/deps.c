@@ -14,6 +14,7 @@
 #include "config.h"
 #include "deps.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,74 @@ parent_state(struct srv *srv, const char *h, size_t len)
     }
 }
 
+static int
+hexval(char ch)
+{
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* Decode n bytes of %XX escapes from in to out (room for n); its length, or -1 if malformed. */
+static ptrdiff_t
+unescape(const char *in, size_t n, char *out)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < n; i++) {
+        if (in[i] != '%') {
+            out[o++] = in[i];
+            continue;
+        }
+        if (i + 2 >= n || hexval(in[i + 1]) < 0 || hexval(in[i + 2]) < 0)
+            return -1;
+        out[o++] = (char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
+        i += 2;
+    }
+    return (ptrdiff_t)o;
+}
+
+/*
+ * An after= entry "unique:FUNCTION:UNIQUE" (%XX escapes in both): the
+ * handle of the job of that function and unique key, live, settling or
+ * kept; NULL (why says so) if there is none.
+ */
+static const char *
+by_unique(struct srv *srv, const char *e, size_t el, size_t *hl, char *why, size_t len)
+{
+    const char *colon = memchr(e + 7, ':', el - 7);
+    char *buf = malloc(el);
+    ptrdiff_t fl, ul;
+    struct func *f;
+    struct job *j = NULL;
+
+    if (buf == NULL) {
+        snprintf(why, len, "after: out of memory");
+        return NULL;
+    }
+    if (colon == NULL || (fl = unescape(e + 7, (size_t)(colon - e - 7), buf)) <= 0 ||
+        (ul = unescape(colon + 1, (size_t)(e + el - colon - 1), buf + fl)) <= 0) {
+        free(buf);
+        snprintf(why, len, "after: '%.*s' is not unique:FUNCTION:UNIQUE",
+                 (int)(el > 100 ? 100 : el), e);
+        return NULL;
+    }
+    f = queue_func(&srv->queue, buf, (size_t)fl, false);
+    if (f != NULL && (j = queue_find_unique(f, buf + fl, (size_t)ul)) == NULL &&
+        (j = queue_find_settling(f, buf + fl, (size_t)ul)) == NULL)
+        j = queue_find_kept(f, buf + fl, (size_t)ul);
+    free(buf);
+    if (j == NULL) {
+        snprintf(why, len,
+                 "after: no job %.*s here (not live, and no outcome kept: see --keep-results)",
+                 (int)(el > 100 ? 100 : el), e);
+        return NULL;
+    }
+    *hl = j->handle_len;
+    return job_handle(j);
+}
+
 int
 deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why, size_t len)
 {
@@ -253,6 +322,7 @@ deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why
     }
     d->policy = policy;
     for (h = list; h != NULL; h = next) {
+        const char *ph = h; /* the parent's handle */
         size_t hl;
         int st;
 
@@ -260,6 +330,9 @@ deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why
         hl = next ? (size_t)(next - h) : strlen(h);
         if (next != NULL)
             next++;
+        if (hl > 7 && memcmp(h, "unique:", 7) == 0 &&
+            (ph = by_unique(srv, h, hl, &hl, why, len)) == NULL)
+            goto out;
         if (hl == 0 || hl > JOB_HANDLE_MAX) {
             snprintf(why, len, "after: an empty or overlong handle in the list");
             goto out;
@@ -269,19 +342,19 @@ deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why
             goto out;
         }
         /* On a shared store the parents are looked up in the commit of the child's add. */
-        st = storage_deps_shared(srv) ? 1 : parent_state(srv, h, hl);
+        st = storage_deps_shared(srv) ? 1 : parent_state(srv, ph, hl);
         if (st == -2) {
             snprintf(why, len,
                      "after: no job %.*s here (not live, and no outcome kept: see --keep-results)",
-                     (int)(hl > 100 ? 100 : hl), h);
+                     (int)(hl > 100 ? 100 : hl), ph);
             goto out;
         }
         if (st == -1 && policy != DEPS_RUN) {
             snprintf(why, len, "after: job %.*s failed (after-fail=%s)", (int)(hl > 100 ? 100 : hl),
-                     h, deps_policy_name(policy));
+                     ph, deps_policy_name(policy));
             goto out;
         }
-        if (st == 1 && add_link(d, h, hl, STORE_DEP_WAITING) == NULL) {
+        if (st == 1 && add_link(d, ph, hl, STORE_DEP_WAITING) == NULL) {
             snprintf(why, len, "after: out of memory");
             goto out;
         }
@@ -419,6 +492,7 @@ deps_attach(struct srv *srv, struct deps_child *d, struct job *j)
     d->committed = !j->stored;
     d->stored = j->stored && storage_keeps_deps(srv);
     j->held = true;
+    queue_hold_deadline(&srv->queue, j); /* it expires held, if it has a deadline */
     link_child(srv, d);
     if (d->stored)
         for (i = 0; i < d->nlinks; i++)

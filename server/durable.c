@@ -85,6 +85,8 @@ durable_replay(const struct store_job *sj, void *arg)
         job_unref(j);
         return -1;
     }
+    if (j->held)
+        queue_hold_deadline(&srv->queue, j); /* a held child expires held, too */
     stats_queued(srv, j); /* before the dead set's trim or the kept results may drop it */
     batch_replay_job(srv, j);
     if (ended && sj->state == STORE_DEAD)

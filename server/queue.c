@@ -902,6 +902,12 @@ queue_requeue(struct queue *q, struct job *j)
     queue_push(q, f, j, true);
 }
 
+void
+queue_hold_deadline(struct queue *q, struct job *j)
+{
+    expiring_add(q, j);
+}
+
 struct job *
 queue_expired(struct queue *q, int64_t now_ms)
 {

@@ -322,6 +322,13 @@ struct job *queue_expired(struct queue *q, int64_t now_ms);
 /* queue_next_due returns the earliest scheduled time, or 0. */
 int64_t queue_next_due(const struct queue *q);
 
+/*
+ * queue_hold_deadline: a held job (JOB_PENDING until the jobs it waits for
+ * end, deps.c) keeps its deadline: it joins the expiring heap, so that
+ * queue_expired gives it once the deadline passes, held or queued.
+ */
+void queue_hold_deadline(struct queue *q, struct job *j);
+
 /* Workers. */
 void queue_worker_init(struct qworker *w);
 

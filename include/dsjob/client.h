@@ -140,8 +140,10 @@ enum dsjob_after_fail {
  * dsjob_client_set_after makes the next blocking submit of c (one call of
  * dsjob_client_submit, _submit_bg or _submit_epoch) wait, on dsjobd, until
  * the n jobs whose handles are in handles (borrowed; copied) have
- * succeeded: it is held until then, and policy says what it does if one
- * of them fails for good. A parent that succeeded before counts as done
+ * succeeded (an entry "unique:FUNCTION:UNIQUE", with %25, %2C and, in
+ * FUNCTION, %3A for '%', ',' and ':', names the job of that unique key):
+ * it is held until then, and policy says what it does if one of them
+ * fails for good. A parent that succeeded before counts as done
  * if the server still knows its outcome (dsjobd --keep-results); an
  * unknown handle refuses the submit (DSJOB_ERR_SERVER, "DEPENDENCY" in
  * errmsg). With several servers the submit goes to the first that knows

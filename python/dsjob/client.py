@@ -70,6 +70,21 @@ Job.__annotations__ = _JobFields.__annotations__
 del _JobFields
 
 
+def _parent(p: "Job | str | tuple[str, str]") -> str:
+    """An after= entry: a Job's handle, a handle, or a (function, unique)
+    pair as "unique:FUNCTION:UNIQUE" with %25, %2C, %3A escapes."""
+    if isinstance(p, Job):
+        return p.handle
+    if isinstance(p, tuple):
+        function, unique = p
+
+        def esc(v: str, colon: bool) -> str:
+            out = v.replace("%", "%25").replace(",", "%2C")
+            return out.replace(":", "%3A") if colon else out
+        return "unique:" + esc(str(function), True) + ":" + esc(str(unique), False)
+    return str(p)
+
+
 @dataclass
 class Status:
     """What GET_STATUS said about a job."""
@@ -141,7 +156,7 @@ class Client:
     def submit(self, function: str, payload: bytes | str = b"", *, unique: str | None = None,
                priority: str | int = "normal", background: bool = False,
                at: float | int | None = None,
-               after: Iterable[Job | str] | None = None, after_fail: str = "fail",
+               after: Iterable[Job | str | tuple[str, str]] | None = None, after_fail: str = "fail",
                on_data: Callable[[bytes], Any] | None = None,
                on_status: Callable[[int, int], Any] | None = None,
                on_warning: Callable[[bytes], Any] | None = None) -> Any:
@@ -154,8 +169,9 @@ class Client:
         ``unique`` is the unique key ("-": coalesce on the payload);
         ``priority`` is "normal", "high" or "low".
 
-        ``after`` (background jobs, dsjobd only): the jobs (:class:`Job` or
-        handles) this one waits for; dsjobd holds it until they have all
+        ``after`` (background jobs, dsjobd only): the jobs (:class:`Job`,
+        handles, or ``(function, unique)`` pairs: the job of that unique key,
+        live or kept) this one waits for; dsjobd holds it until they have all
         succeeded. ``after_fail`` says what it does if one fails for good:
         "fail" (it fails too, "parent H failed"), "cancel" (it is dropped)
         or "run" (it runs anyway). An unknown handle raises Refused
@@ -175,7 +191,7 @@ class Client:
         if after is not None:
             if not background and at is None:
                 raise ValueError("after= is for background jobs (background=True or at=)")
-            parents = [p.handle if isinstance(p, Job) else str(p) for p in after]
+            parents = [_parent(p) for p in after]
         if background or at is not None:
             if at is not None and prio != 0:
                 raise ValueError("a job with a run-at time has the normal priority")

@@ -386,12 +386,22 @@ def test_after(server, run_worker) -> None:
 
     reader = dsjob.Client(server.addr)  # c may still be in the merge's hands
 
-    def merged() -> bytes | None:
-        # The merge has started; its result is kept once its end is in.
-        try:
-            return reader.result(child)
-        except dsjob.Refused as e:
-            if e.code != "NOT_DONE":
-                raise
-            return None
-    assert wait_for(merged, "the merge's kept result") == b"r0r1r2"
+    def kept(job: dsjob.Job):
+        def result() -> bytes | None:
+            # The merge has started; its result is kept once its end is in.
+            try:
+                return reader.result(job)
+            except dsjob.Refused as e:
+                if e.code != "NOT_DONE":
+                    raise
+                return None
+        return result
+    assert wait_for(kept(child), "the merge's kept result") == b"r0r1r2"
+    # A parent named by (function, unique key), escapes and all; it is kept.
+    keyed = c.submit("shard", "k", unique="a:b,c%", background=True)
+    wait_for(lambda: len(ran) == 5, "the keyed shard")
+    late = c.submit("merge", keyed.handle, background=True, after=[("shard", "a:b,c%")])
+    assert wait_for(kept(late), "the merge after the keyed shard") == b"rk"
+    with pytest.raises(dsjob.Refused) as e:
+        c.submit("merge", b"", background=True, after=[("shard", "nosuch")])
+    assert e.value.code == "DEPENDENCY"

@@ -8,6 +8,9 @@
 # and end lines in one file, in order); the last level reads its parents'
 # kept results; a parent that succeeded before the child's submit counts
 # as done (--keep-results), an unknown handle is refused (DEPENDENCY);
+# parents named by function and unique key (unique:FUNCTION:UNIQUE) are
+# waited for as by handle, live or kept; a held child past its deadline
+# expires held (the dead set, "expired");
 # a parent that fails for good fails its after-fail=fail child with
 # "parent H failed", and that failure goes down to a grandchild; an
 # after-fail=cancel child is dropped without running; an after-fail=run
@@ -142,6 +145,47 @@ out=$(ds submit -b --after "$p" fb late 2>&1)
 case $out in *DEPENDENCY*"failed"*) ok 0 "a submit after a parent that failed is refused" ;;
 *) ok 1 "a submit after a parent that failed is refused: $out" ;; esac
 
+reap
+server_stop
+
+# --- parents named by unique key: unique:FUNCTION:UNIQUE, %XX escapes ---
+mkdir -p "$T/work2"
+server_start dsjobd --store sqlite --work-dir "$T/work2" --keep-results 600 --max-dead 100 || exit 1
+u1=$(ds submit -b -u "k:1,x%" fu u1) && u2=$(ds submit -b -u plain fu u2)
+ok $? "two parents with unique keys (one with a colon, a comma and a percent sign)"
+v1=$(ds submit -b --after "unique:fu:k:1%2Cx%25,unique:fu:plain" fv v1)
+ok $? "a child names them by function and unique key"
+is "$(state_of "$v1")" held "it is held"
+ds job "$v1" | grep -q "^after *$u1,$u2\$"
+ok $? "waiting for their handles: $(ds job "$v1" | grep '^after ')"
+out=$(ds submit -b --after "unique:fu:nosuch" fv v2 2>&1)
+case $out in *DEPENDENCY*"no job unique:fu:nosuch here"*) ok 0 "an unknown unique key is refused" ;;
+*) ok 1 "an unknown unique key is refused: $out" ;; esac
+out=$(ds submit -b --after "unique:fu" fv v3 2>&1)
+case $out in *DEPENDENCY*"is not unique:FUNCTION:UNIQUE"*) ok 0 "a malformed one too" ;;
+*) ok 1 "a malformed one too: $out" ;; esac
+: >"$LOG"
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fu -- "$T/rec.sh" >/dev/null 2>&1 &
+track $!
+gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fv -- "$T/rec.sh" >/dev/null 2>&1 &
+track $!
+wait_for 120 has_line "$LOG" "end v1"
+ok $? "the child runs once they succeeded"
+printf 'v1 u1\nv1 u2\n' >"$EDGES"
+ordered "$EDGES"
+ok $? "after them"
+w1=$(ds submit -b --after "unique:fu:plain" fv w1) && wait_for 120 has_line "$LOG" "end w1"
+ok $? "a kept parent named by unique key counts as done"
+# A held child's deadline counts from its submit: past it, it expires held.
+hp=$(ds submit -b fnone hp) && hx=$(ds submit -b --expire-in 1 --after "$hp" fv hx)
+ok $? "a child with --expire-in 1 waits for a parent no worker does"
+dead_why() { ds dead list fv --format tsv 2>/dev/null | awk -F'\t' -v h="$1" '$1 == h { print $9 }'; }
+expired_held() { [ "$(dead_why "$hx")" = expired ]; }
+wait_for 120 expired_held
+ok $? "past its deadline it is in the dead set, expired, without its parent's end"
+is "$(state_of "$hp")" queued "its parent still waits"
+! grep -qx "start hx" "$LOG"
+ok $? "and it never ran"
 reap
 server_stop
 
