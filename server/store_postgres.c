@@ -2137,8 +2137,8 @@ flush_joins(struct store *st, char *err)
 }
 
 /*
- * After the INSERT (and the batches' joins), in its transaction: the
- * edges of the children this batch adds (deps_add.sql). A child refused
+ * After the INSERT (and before the batches' joins), in its transaction:
+ * the edges of the children this batch adds (deps_add.sql). A child refused
  * there (a parent unknown, or failed and its policy not run) is refused
  * alone, saying why; one still waiting is held in the table.
  */
@@ -2781,10 +2781,12 @@ flush_once(struct store *st, char *err)
         rc = flow_after(st, st->ls, err);
     if (rc == DSJOB_OK && deadlines)
         rc = flush_deadlines(st, err);
-    if (rc == DSJOB_OK && joins)
-        rc = flush_joins(st, err);
+    /* Edges before joins: a child refused for its parents leaves no row, so
+     * no batch counts it as a member that will never end. */
     if (rc == DSJOB_OK && edges)
         rc = flush_deps(st, err);
+    if (rc == DSJOB_OK && joins)
+        rc = flush_joins(st, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;

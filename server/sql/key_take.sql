@@ -17,7 +17,9 @@
 -- started jobs are written back, those full again are deleted. Keys are
 -- served round robin: each key's first job, then each key's second, ...
 -- Every live row of the functions is read (and, with hold, the dead ones),
--- a cost per take, not per job. $1 the functions, $2 how many jobs of each
+-- a cost per take, not per job. A child held for its parents (owner
+-- '(held)', deps_add) is not read: it neither runs nor heads its key, so
+-- it cannot hold up its own parent. $1 the functions, $2 how many jobs of each
 -- to take, $3 their separators, $4 sequence (0 off, 1 hold, 2 skip), $5
 -- the per-key concurrency (0 none), $6 the owner, $7 the lease in seconds,
 -- $8 the per-key rate (0 none), $9 its period in ms, $10 its burst (0: the
@@ -33,6 +35,7 @@ r AS (
   f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
    ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
  FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 0
+  AND j.owner IS DISTINCT FROM '(held)'
  UNION ALL
  SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, f.n, f.sq, f.kc,
   f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
