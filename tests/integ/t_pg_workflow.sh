@@ -309,6 +309,20 @@ is "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$cchild'")" 0 \
 ! grep -q -e "start $fchild " -e "start $gchild " -e "start $cchild " "$LOG"
 ok $? "none of those three ran"
 
+# A sequence (dsjobd limit --sequence) on a function whose child waits in
+# its parent's key: the held child neither runs nor heads the key, so the
+# parent runs, then the child.
+ds a limit dep.sq --sequence=hold >/dev/null
+ok $? "dsjob limit dep.sq --sequence=hold on a"
+sp=$(sub a -u k:1 dep.sq parent) && sc=$(sub a -u k:2 --after "$sp" dep.sq child)
+ok $? "a parent and its child in one key of dep.sq"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f dep.sq -- sh "$T/dep.sh" "$LOG" 0 a \
+    2>>"$T/worker.err" &
+track $!
+ran_sq() { grep -q "^end $sc " "$LOG"; }
+poll_moving 60 "cat '$LOG'" ran_sq
+ok $? "the parent ran, then its held child: the child did not hold up its key"
+
 # --- exactly once, counted at the end --------------------------------------------------
 is "$(cb_count b1 complete) $(cb_count b1 success) $(cb_count b2 complete) $(cb_count b2 success)" \
     "1 1 1 0" "each callback ran exactly once, and b2's on_success never"
