@@ -1,7 +1,7 @@
 #!/bin/sh
 # kill -9 of dsjobd at random points of a batch with callbacks (sqlite):
-# BATCH_CRASH_JOBS jobs (default 200; make check-long runs 1,000 with ten
-# kills) are added and the batch closed, then workers (`gearman -w` and
+# BATCH_CRASH_JOBS jobs (default 200; make soak's batch cell runs 1,000 with
+# a fifth of its --kills) are added and the batch closed, then workers (`gearman -w` and
 # `dsjob worker`) run them while the server is killed BATCH_CRASH_KILLS
 # times (default 3) and restarted on the same store. Then:
 #

@@ -6,7 +6,7 @@
 # real workers (gearman -w) against dsjobd on SQLite, which is killed with
 # SIGKILL at a random point (after a random number of worker log lines)
 # DEPS_CRASH_KILLS times per round, DEPS_CRASH_ROUNDS rounds (2 and 2 in
-# make check; t_deps_crash_long.sh runs more), and restarted on the same
+# make check; make soak's deps cell runs more), and restarted on the same
 # work dir each time.
 #
 # Asserts, each round: no job starts before each of its parents has ended
