@@ -62,13 +62,20 @@ wait_for attached
 ok $? "a foreground submit of the tick's key is waiting"
 echo "COMMIT;" >&7
 exec 7>&-
-"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f sched.fg -- cat 2>>"$T/worker.err" &
+: >"$T/ran"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f sched.fg -- \
+    sh -c 'cat; echo "$DSJOB_UNIQUE $DSJOB_HANDLE" >>"$1"' sh "$T/ran" 2>>"$T/worker.err" &
 track $!
 wait "$FG"
 ok $? "the foreground submit succeeded: $(cat "$T/fg.out" "$T/fg.err")"
 is "$(cat "$T/fg.out")" fgdata "with its own job's result"
-ran_tick() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE uniq = convert_to('$key', 'UTF8') AND state = 0")" = 0 ]; }
+# Two jobs of the key reached the worker: the submit's own and the tick's.
+ran_tick() { [ "$(grep -c "^$key " "$T/ran")" -ge 2 ]; }
 wait_for ran_tick
-ok $? "the tick's own job ran too (no live row of its key)"
+ok $? "the tick's own job ran too: $(tr '\n' ' ' <"$T/ran")"
+is "$(grep -c "^$key " "$T/ran") $(awk -v k="$key" '$1 == k { print $2 }' "$T/ran" | sort -u | wc -l)" \
+    "2 2" "as two jobs, each once"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE uniq = convert_to('$key', 'UTF8') AND state = 0")" 0 \
+    "and no live row of the key is left"
 wait "$LOCKER" 2>/dev/null
 done_testing
