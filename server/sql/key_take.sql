@@ -19,8 +19,11 @@
 -- Every live row of the functions is read (and, with hold, the dead ones),
 -- a cost per take, not per job. A child held for its parents (owner
 -- '(held)', deps_add) is not read: it neither runs nor heads its key, so
--- it cannot hold up its own parent. $1 the functions, $2 how many jobs of each
--- to take, $3 their separators, $4 sequence (0 off, 1 hold, 2 skip), $5
+-- it cannot hold up its own parent. A job that has never run and is not
+-- due yet (an epoch job) heads no key either: a job takes its place in its
+-- sequence once it may start (dsjobd(8)), as on one server; one waiting
+-- for its retry (attempts > 0) keeps its place. $1 the functions, $2 how
+-- many jobs of each to take, $3 their separators, $4 sequence (0 off, 1 hold, 2 skip), $5
 -- the per-key concurrency (0 none), $6 the owner, $7 the lease in seconds,
 -- $8 the per-key rate (0 none), $9 its period in ms, $10 its burst (0: the
 -- rate).
@@ -31,18 +34,21 @@ f AS (
  FROM unnest($1::text[], $2::int4[], $3::text[], $4::int4[], $5::int4[], $8::int4[], $9::int4[],
   $10::int4[]) AS u(name, n, sep, sq, kc, kr, kp, kb)),
 r AS (
- SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, f.n, f.sq, f.kc,
+ SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, j.attempts,
+  f.n, f.sq, f.kc,
   f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
    ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
  FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 0
   AND j.owner IS DISTINCT FROM '(held)'
  UNION ALL
- SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, f.n, f.sq, f.kc,
+ SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, j.attempts,
+  f.n, f.sq, f.kc,
   f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
    ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
  FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 1 AND j.attempts > 0 AND f.sq = 1),
 g AS (
- SELECT func, k, min(id) AS head, count(*) FILTER (WHERE state = 0 AND owner IS NOT NULL
+ SELECT func, k, min(id) FILTER (WHERE state = 1 OR attempts > 0 OR run_at <= now()) AS head,
+  count(*) FILTER (WHERE state = 0 AND owner IS NOT NULL
   AND (lease_until >= now() OR owner = $6::text)) AS busy
  FROM r GROUP BY func, k),
 kb AS (

@@ -33,6 +33,9 @@
 #               goes to the dead set ("parent H failed") and so does that
 #               child's child; its after-fail=cancel child is gone; its
 #               after-fail=run child runs
+#   sequence    with dsjob limit --sequence on the function, a child held
+#               in its parent's key and an epoch job not yet due hold no
+#               place: the parent, and the job behind the epoch job, run
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -322,6 +325,14 @@ track $!
 ran_sq() { grep -q "^end $sc " "$LOG"; }
 poll_moving 60 "cat '$LOG'" ran_sq
 ok $? "the parent ran, then its held child: the child did not hold up its key"
+# An epoch job not due yet holds no place in its key's sequence either.
+later=$(sub a -u k2:1 --at $(($(date +%s) + 3600)) dep.sq later) && now=$(sub a -u k2:2 dep.sq now)
+ok $? "an epoch job due in an hour, then a job of the same key"
+ran_now() { grep -q "^end $now " "$LOG"; }
+poll_moving 60 "cat '$LOG'" ran_now
+ok $? "the later-submitted job ran first: the epoch job holds no place until due"
+! grep -q "^start $later " "$LOG"
+ok $? "and the epoch job did not run"
 
 # --- exactly once, counted at the end --------------------------------------------------
 is "$(cb_count b1 complete) $(cb_count b1 success) $(cb_count b2 complete) $(cb_count b2 success)" \
