@@ -143,7 +143,8 @@ h_pre_sleep(struct conn *c, const struct packet *p)
 {
     (void)p;
     /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
-    if (queue_has_work(&c->srv->queue, &c->worker) && !c->srv->draining) {
+    if (queue_has_work(&c->srv->queue, &c->worker) && !c->srv->draining &&
+        storage_lease_fresh(c->srv)) {
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
         return;
     }
@@ -165,8 +166,10 @@ grab(struct conn *c, enum packet_type assign)
     /* A job past its deadline is never handed out, even before the tick ends it. */
     if (srv->queue.expiring.len > 0)
         lifecycle_expire_jobs(srv, clock_now_ms());
-    j = srv->draining ? NULL
-                      : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
+    /* Not from a queue whose leases may have run out (another server may have run its jobs). */
+    j = srv->draining || !storage_lease_fresh(srv)
+            ? NULL
+            : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
     if (srv->storage.shared)
         storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {

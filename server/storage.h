@@ -202,6 +202,8 @@ struct storage {
     bool lease_inflight;     /* a lease op is in the batch in flight */
     bool renew_due;          /* the next lease op renews this server's leases */
     bool flow_due;           /* the next lease op reads the stored flow settings (NOTIFY flow) */
+    int64_t lease_op_ms;     /* when the lease op in flight was made (clock_now_ms) */
+    int64_t lease_fresh_ms;  /* until then the leases of the jobs queued here surely hold */
     unsigned flow_gen;       /* flow settings changed here so far (flow_ctl_apply, stored) */
     char *strays;            /* handles the last renew held that the queue lacks, back to back */
     size_t nstrays;          /* entries in strays: the next lease op gives their leases up */

@@ -204,6 +204,8 @@ shared_lease_op(struct srv *srv)
     sg->strays = NULL;
     sg->nstrays = 0;
     op->ls.renew = sg->renew_due;
+    sg->lease_op_ms =
+        clock_now_ms(); /* the renew's now() is later: its leases outlast this + lease */
     /* The stored flow settings are read at a NOTIFY flow and at each renewal. */
     op->ls.read_flow = sg->flow_due || sg->renew_due;
     op->ls.flow_gen = sg->flow_gen;
@@ -334,6 +336,52 @@ shared_waiting(struct srv *srv, const struct store_lease *ls)
     sg->nwaiting = ls->nwaiting;
 }
 
+/* Two thirds of --pg-lease, in ms: how long after a renewal began the leases surely hold. */
+static int64_t
+fresh_ms(const struct srv *srv)
+{
+    return (int64_t)srv->cfg.pg_lease * 2000 / 3;
+}
+
+/*
+ * A renewal committed (after shared_drop_lost): the jobs still queued are
+ * under this server's lease again; if grabs were refused meanwhile, wake
+ * the workers for them.
+ */
+static void
+shared_refreshed(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+    bool was_stale = clock_now_ms() >= sg->lease_fresh_ms;
+    struct func *f;
+
+    sg->lease_fresh_ms = sg->lease_op_ms + fresh_ms(srv);
+    if (!was_stale)
+        return;
+    TAILQ_FOREACH (f, &srv->queue.func_order, order) {
+        int p;
+
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j;
+
+            TAILQ_FOREACH (j, &f->jobs[p], link)
+                lifecycle_wake(j);
+        }
+    }
+}
+
+bool
+storage_lease_fresh(struct srv *srv)
+{
+    struct storage *sg = &srv->storage;
+
+    if (!sg->shared || !sg->lease_opened || clock_now_ms() < sg->lease_fresh_ms)
+        return true;
+    sg->renew_due = true;
+    storage_want_lease(srv);
+    return false;
+}
+
 /*
  * On the loop, the lease op's continuation: if it committed, queue what it
  * took and check what it renewed; if its batch failed, ask again with the
@@ -351,6 +399,7 @@ shared_leased(struct srv *srv, struct store_op *op, bool ok)
     if (!ok) {
         sg->want_lease = true; /* asked again with the next batch */
         sg->flow_due = sg->flow_due || ls->read_flow;
+        sg->renew_due = sg->renew_due || ls->renew;
         return;
     }
     /* Settings changed here since the op was made are newer than what it read. */
@@ -360,6 +409,8 @@ shared_leased(struct srv *srv, struct store_op *op, bool ok)
         shared_drop_lost(srv, ls);
     if (ls->renewed)
         shared_waiting(srv, ls);
+    if (ls->renewed)
+        shared_refreshed(srv);
     for (i = 0; i < ls->nfuncs; i++)
         asked += ls->limits[i];
     for (i = 0; i < ls->njobs; i++) {
@@ -500,6 +551,8 @@ storage_lease_open(struct srv *srv)
     sg->stop_pipe[0] = sg->stop_pipe[1] = -1;
     sg->prefetch = srv->cfg.pg_prefetch;
     sg->before_flush = shared_lease_op;
+    /* A job taken from now on is leased until now + --pg-lease at least. */
+    sg->lease_fresh_ms = clock_now_ms() + fresh_ms(srv);
     if (pipe2(sg->notify_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
         pipe2(sg->stop_pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
         snprintf(srv->errmsg, sizeof(srv->errmsg), "pipe: %s", strerror(errno));

@@ -38,4 +38,15 @@ void storage_want_lease(struct srv *srv);
  */
 bool storage_lease_runs_here(struct srv *srv, const struct job *j);
 
+/*
+ * storage_lease_fresh says whether the jobs queued here may be handed to
+ * a worker: on a shared store, whether the last renewal that committed
+ * began less than two thirds of --pg-lease ago, so that no lease of this
+ * server's has run out and no other server can have taken (and ended) a
+ * queued job. When not, it asks for a renewal; the renewal drops the
+ * jobs another server took and wakes the workers for the rest. Always
+ * true on other stores.
+ */
+bool storage_lease_fresh(struct srv *srv);
+
 #endif

@@ -1,0 +1,102 @@
+#!/bin/sh
+# A server cut off from PostgreSQL past its --pg-lease must not hand the
+# jobs still in its queue to a worker before a renewal says they are still
+# its own: meanwhile another server may have taken them, run them and
+# deleted their rows (a completion a client may have observed,
+# doc/guarantees.md 3). make soak-pg's pg-restart and conn-exhaust cells
+# saw exactly that: a job done on A ran again on B from B's queue about
+# 0.2 s after PostgreSQL came back.
+#
+# Deterministic: b (--pg-prefetch 4) leases six jobs, its one worker runs
+# the first (1 s each); b is stopped (SIGSTOP, with its backend idle) past
+# its lease; a's worker takes and ends all six; then b continues: its
+# worker ends its job and grabs again. b must give it none of the six (its
+# renewal drops them, dsjob_pg_dropped_total), where before it gave it the
+# next one from its queue.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+pg_test_begin
+
+LEASE=2
+ARGS="--pg-lease $LEASE --pg-prefetch 4 --verbose NOTICE"
+
+pg_test_cleanup() {
+    p=$(pgd_pid b)
+    [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
+}
+
+pg_start_or_bail
+# shellcheck disable=SC2086 # ARGS are words
+pgd_start_all_or_bail "a b" $ARGS
+
+cat >"$T/rec.sh" <<'EOF'
+p=$(cat)
+echo "$p $2" >> "$1"
+[ -z "$3" ] || sleep "$3"
+EOF
+ds_worker() { # ds_worker SERVER FUNCTION LABEL CONCURRENCY [SLEEP]
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$1")" -c "$4" -i "$3" -f "$2" -- \
+        sh "$T/rec.sh" "$T/ran.$3" "$3" "${5:-}" 2>>"$T/worker.err" &
+    track $!
+}
+lines_ge() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ]; }
+live_rows() { q "SELECT count(*) FROM dsjob.jobs WHERE func = 'lf' AND state = 0"; }
+no_live_rows() { [ "$(live_rows)" = 0 ]; }
+
+touch "$T/ran.lf-b" "$T/ran.lf-a"
+ds_worker b lf lf-b 1 1
+poll_s 20 pgd_registered b lf
+i=1
+while [ $i -le 6 ]; do
+    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b lf "lf-$i" >/dev/null
+    i=$((i + 1))
+done
+poll_s 20 lines_ge "$T/ran.lf-b" 1
+b_own=$(q "SELECT DISTINCT owner FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner IS NOT NULL")
+diag "b's owner: '$b_own'; live rows of lf: $(live_rows)"
+# Stopped inside a transaction, b's backend would hold the rows' locks and
+# a would skip them: stop it again until its writer's backend is idle.
+b_pg=$(pgd_writer_pid "$b_own")
+tries=0
+while :; do
+    kill -STOP "$(pgd_pid b)"
+    sleep 0.1
+    st=$(q "SELECT state FROM pg_stat_activity WHERE pid = '${b_pg:-0}'")
+    tries=$((tries + 1))
+    [ "$st" = idle ] || [ -z "$b_pg" ] || [ $tries -ge 50 ] && break
+    kill -CONT "$(pgd_pid b)"
+    sleep 0.05
+done
+held=$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner = '$b_own'")
+diag "b stopped (try $tries, its backend ${st:-gone}) holding $held leases; it ran $(wc -l <"$T/ran.lf-b" | tr -d ' ')"
+[ "$held" -ge 2 ]
+ok $? "b holds leases on jobs queued, not only the one its worker runs"
+ds_worker a lf lf-a 2
+poll_s 30 no_live_rows
+ok $? "a took every job once b's lease ran out, and ended each (no live row)"
+nb=$(wc -l <"$T/ran.lf-b" | tr -d ' ')
+kill -CONT "$(pgd_pid b)"
+# b's worker ended its job long ago and grabs again as b continues, before
+# b's renewal can answer: b either hands it a job (the defect; the job
+# counts as running until its worker ends it, after writing its line) or
+# refuses until the renewal, which drops the six.
+b_running() {
+    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" status --format tsv 2>/dev/null |
+        awk -F '\t' '$1 == "lf" { print $3 }'
+}
+settled() {
+    d=$(pgd_stat b dsjob_pg_dropped_total)
+    [ "${d:-0}" -gt 0 ] && [ "$(b_running)" = 0 ]
+}
+poll_s 30 settled
+ok $? "b's renewal after SIGCONT dropped the jobs a took, and b's worker runs nothing"
+diag "b: dsjob_pg_dropped_total $(pgd_stat b dsjob_pg_dropped_total)"
+is "$(wc -l <"$T/ran.lf-b" | tr -d ' ')" "$nb" "b ran none of the jobs a had ended (its queue was stale)"
+[ "$(wc -l <"$T/ran.lf-b" | tr -d ' ')" = "$nb" ] || sed 's/^/# ran on b: /' "$T/ran.lf-b"
+reap
+done_testing
