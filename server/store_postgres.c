@@ -1820,8 +1820,6 @@ flow_after(struct store *st, struct store_lease *ls, char *err)
     struct params p = {0};
     struct arr names, n;
     size_t i, j, nback = 0;
-    PGresult *r;
-    int rc;
 
     arr_init(&names, OID_TEXT);
     arr_init(&n, OID_INT4);
@@ -1845,11 +1843,7 @@ flow_after(struct store *st, struct store_lease *ls, char *err)
     }
     par_arr(&p, &names, OID_TEXT_ARRAY);
     par_arr(&p, &n, OID_INT4_ARRAY);
-    if ((rc = run(st, pg_sql_flow_give, &p, false, PGRES_COMMAND_OK, "giving flow tokens back", &r,
-                  err)) != DSJOB_OK)
-        return rc;
-    PQclear(r);
-    return DSJOB_OK;
+    return run_ok(st, pg_sql_flow_give, &p, "giving flow tokens back", err);
 }
 
 /*
@@ -2055,9 +2049,7 @@ flush_deadlines(struct store *st, char *err)
 {
     struct params p = {0};
     struct arr h, d;
-    PGresult *r;
     size_t i;
-    int rc;
 
     arr_init(&h, OID_TEXT);
     arr_init(&d, OID_INT8);
@@ -2071,11 +2063,7 @@ flush_deadlines(struct store *st, char *err)
     }
     par_arr(&p, &h, OID_TEXT_ARRAY);
     par_arr(&p, &d, OID_INT8_ARRAY);
-    if ((rc = run(st, pg_sql_deadline_set, &p, false, PGRES_COMMAND_OK, "writing deadlines", &r,
-                  err)) != DSJOB_OK)
-        return rc;
-    PQclear(r);
-    return DSJOB_OK;
+    return run_ok(st, pg_sql_deadline_set, &p, "writing deadlines", err);
 }
 
 /* The adds of this batch that join a batch (none joined yet). */
@@ -2536,10 +2524,9 @@ flush_updates(struct store *st, bool after, char *err)
             par_text(&q, u->handle, strlen(u->handle));
             if (u->flow[0] != '\0')
                 par_text(&q, u->flow, strlen(u->flow));
-            if ((rc = run(st, u->flow[0] != '\0' ? pg_sql_flow_set : pg_sql_flow_delete, &q, false,
-                          PGRES_COMMAND_OK, "setting a function", &r, err)) != DSJOB_OK)
+            if ((rc = run_ok(st, u->flow[0] != '\0' ? pg_sql_flow_set : pg_sql_flow_delete, &q,
+                             "setting a function", err)) != DSJOB_OK)
                 return rc;
-            PQclear(r);
             /* The other servers read the settings again once this commits. */
             q = (struct params){0};
             if ((rc = run(st, pg_sql_flow_notify, &q, false, PGRES_TUPLES_OK,
@@ -2633,10 +2620,8 @@ flush_renew(struct store *st, struct store_lease *ls, char *err)
         ls->expiry_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     /* Jobs past their deadline under no live lease: to the dead set, and taken just below. */
-    if ((rc = run(st, pg_sql_expire, &p, false, PGRES_COMMAND_OK, "expiring jobs", &r, err)) !=
-        DSJOB_OK)
+    if ((rc = run_ok(st, pg_sql_expire, &p, "expiring jobs", err)) != DSJOB_OK)
         return rc;
-    PQclear(r);
     if ((rc = take_ended(st, &ls->ended, &ls->nended, &ls->ended_mem, err)) != DSJOB_OK)
         return rc;
     ls->renewed = true;
