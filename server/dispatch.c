@@ -143,8 +143,7 @@ h_pre_sleep(struct conn *c, const struct packet *p)
 {
     (void)p;
     /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
-    if (queue_has_work(&c->srv->queue, &c->worker) && !c->srv->draining &&
-        storage_lease_fresh(c->srv)) {
+    if (!c->srv->draining && storage_lease_has_work(c->srv, &c->worker)) {
         conn_send(c, PACKET_NOOP, 0, NULL, NULL);
         return;
     }
@@ -166,10 +165,9 @@ grab(struct conn *c, enum packet_type assign)
     /* A job past its deadline is never handed out, even before the tick ends it. */
     if (srv->queue.expiring.len > 0)
         lifecycle_expire_jobs(srv, clock_now_ms());
-    /* Not from a queue whose leases may have run out (another server may have run its jobs). */
-    j = srv->draining || !storage_lease_fresh(srv)
-            ? NULL
-            : queue_grab(&srv->queue, &c->worker, srv->queue.aging ? clock_now() : 0);
+    /* No stored job from a queue whose leases may have run out (another server may have run it). */
+    j = srv->draining ? NULL
+                      : storage_lease_grab(srv, &c->worker, srv->queue.aging ? clock_now() : 0);
     if (srv->storage.shared)
         storage_want_lease(srv); /* refill what it took, or find some */
     if (j == NULL) {

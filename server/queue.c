@@ -856,6 +856,73 @@ queue_grab(struct queue *q, struct qworker *w, int64_t now)
     return NULL;
 }
 
+/*
+ * The first job of f's list p that is not stored and may start now, or
+ * NULL. Under flow control, the head flow_head gives only: a function
+ * whose jobs flow holds in order is not reordered around a stored one.
+ */
+static struct job *
+unstored_head(struct queue *q, struct func *f, int p)
+{
+    struct job *j;
+
+    if (f->flow != NULL) {
+        j = flow_head(f, p, flow_now(q));
+        return j != NULL && !j->stored ? j : NULL;
+    }
+    TAILQ_FOREACH (j, &f->jobs[p], link)
+        if (!j->stored)
+            return j;
+    return NULL;
+}
+
+struct job *
+queue_grab_unstored(struct queue *q, struct qworker *w, int64_t now)
+{
+    struct ability *a, *best_a = NULL;
+    struct job *best = NULL;
+    unsigned best_rank = JOB_NPRIO;
+    int p;
+
+    TAILQ_FOREACH (a, &w->abilities, by_worker) {
+        for (p = 0; p < JOB_NPRIO; p++) {
+            struct job *j = unstored_head(q, a->func, p);
+            unsigned rank;
+
+            if (j == NULL)
+                continue;
+            if (!q->ranked)
+                return grab_take(q, w, a, j);
+            /* As grab_ranked, over the jobs that are not stored. */
+            rank = q->aging > 0 ? (unsigned)queue_rank(q, j, now) : (unsigned)p;
+            if (rank < best_rank ||
+                (rank == best_rank && (!q->turns || a == best_a) && j->seq < best->seq)) {
+                best = j;
+                best_rank = rank;
+                best_a = a;
+            }
+            if (q->aging == 0)
+                break;
+        }
+        if (!q->global && !q->turns && best != NULL)
+            break;
+    }
+    return best != NULL ? grab_take(q, w, best_a, best) : NULL;
+}
+
+bool
+queue_has_unstored_work(struct queue *q, const struct qworker *w)
+{
+    const struct ability *a;
+    int p;
+
+    TAILQ_FOREACH (a, &w->abilities, by_worker)
+        for (p = 0; p < JOB_NPRIO; p++)
+            if (unstored_head(q, a->func, p) != NULL)
+                return true;
+    return false;
+}
+
 int
 queue_set_prio(struct queue *q, struct job *j, enum job_prio prio)
 {

@@ -296,6 +296,17 @@ void queue_remove(struct queue *q, struct job *j);
  */
 struct job *queue_grab(struct queue *q, struct qworker *w, int64_t now);
 
+/*
+ * queue_grab_unstored is queue_grab over the jobs that are not stored
+ * (j->stored false: foreground jobs, and any job a store does not keep),
+ * for a server that may not hand out its stored jobs now (a shared
+ * store's leases that may have run out, storage_lease.c). A stored job
+ * ahead of one in its list is skipped, and stays first in line.
+ * queue_has_unstored_work is queue_has_work over the same jobs.
+ */
+struct job *queue_grab_unstored(struct queue *q, struct qworker *w, int64_t now);
+bool queue_has_unstored_work(struct queue *q, const struct qworker *w);
+
 /* queue_ability_of returns w's ability for f, or NULL. */
 struct ability *queue_ability_of(const struct qworker *w, const struct func *f);
 

@@ -382,6 +382,21 @@ storage_lease_fresh(struct srv *srv)
     return false;
 }
 
+struct job *
+storage_lease_grab(struct srv *srv, struct qworker *w, int64_t now)
+{
+    /* A job that is not stored needs no lease: it runs whatever the store's state. */
+    return storage_lease_fresh(srv) ? queue_grab(&srv->queue, w, now)
+                                    : queue_grab_unstored(&srv->queue, w, now);
+}
+
+bool
+storage_lease_has_work(struct srv *srv, const struct qworker *w)
+{
+    return storage_lease_fresh(srv) ? queue_has_work(&srv->queue, w)
+                                    : queue_has_unstored_work(&srv->queue, w);
+}
+
 /*
  * On the loop, the lease op's continuation: if it committed, queue what it
  * took and check what it renewed; if its batch failed, ask again with the

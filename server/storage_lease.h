@@ -8,8 +8,10 @@
 #define DSJOB_SERVER_STORAGE_LEASE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct job;
+struct qworker;
 struct srv;
 
 /*
@@ -48,5 +50,15 @@ bool storage_lease_runs_here(struct srv *srv, const struct job *j);
  * true on other stores.
  */
 bool storage_lease_fresh(struct srv *srv);
+
+/*
+ * storage_lease_grab is queue_grab for worker w, of the jobs that may be
+ * handed out now: all of them while storage_lease_fresh, else only those
+ * not stored (foreground jobs need no lease: a PostgreSQL outage past
+ * two thirds of --pg-lease holds the stored jobs, not these).
+ * storage_lease_has_work is queue_has_work over the same jobs.
+ */
+struct job *storage_lease_grab(struct srv *srv, struct qworker *w, int64_t now);
+bool storage_lease_has_work(struct srv *srv, const struct qworker *w);
 
 #endif
