@@ -639,8 +639,12 @@ class Run:
                         rec["outcome"] = "rollback"
                     raise
             except PGError:
-                if self.txns and self.txns[-1]["id"] == k and self.txns[-1]["outcome"] == "unknown":
-                    self.txns[-1]["outcome"] = "rollback"
+                # Before this transaction's record (the connect, its BEGIN or
+                # its submit): the last record stays as its COMMIT left it.
+                # A connect refused while PostgreSQL starts again comes here
+                # with k still the last transaction's, whose COMMIT may have
+                # been flushed before its session died: unknown, not rolled
+                # back (a rolled-back one counts as run if it ran).
                 try:
                     pg.query("ROLLBACK")
                 except Exception:
