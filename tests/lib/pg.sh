@@ -370,7 +370,15 @@ pgd_stop() {
         kill -KILL "$_pid" 2>/dev/null
         _rc=1
     fi
+    # Its exit status: a clean stop is 0; a sanitizer's report at exit
+    # (LeakSanitizer under ./configure --enable-asan) is not, and says why.
     wait "$_pid" 2>/dev/null
+    _st=$?
+    if [ $_rc -eq 0 ] && [ $_st -ne 0 ]; then
+        echo "# dsjobd $1 (pid $_pid) exited with status $_st; the end of its stderr:" >&2
+        tail -n 40 "$(pgd_log "$1").stderr" 2>/dev/null | sed 's/^/#   /' >&2
+        _rc=$_st
+    fi
     eval "PGD_PID_$1="
     return $_rc
 }
