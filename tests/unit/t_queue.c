@@ -695,6 +695,56 @@ test_gearmand2_order(void)
            grabs);
 }
 
+/*
+ * queue_grab_unstored: a server whose stored jobs may not run now (a
+ * shared store's lease past two thirds) still hands out the others, in
+ * order, each stored one staying first in line; with global order too.
+ */
+static void
+test_grab_unstored(void)
+{
+    struct queue q;
+    struct qworker w;
+    struct func *a, *b;
+    struct job *s1, *s2, *f1, *sh, *f2, *bf;
+    int pass;
+
+    for (pass = 0; pass < 2; pass++) {
+        queue_init(&q, false);
+        queue_set_order(&q, pass == 1 ? QUEUE_ORDER_GLOBAL : QUEUE_ORDER_FUNCTION, 0, 1000);
+        queue_worker_init(&w);
+        a = queue_func(&q, "a", 1, true);
+        b = queue_func(&q, "b", 1, true);
+        s1 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        s2 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        f1 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        sh = mkjob(&q, a, JOB_PRIO_HIGH, "", 0);
+        f2 = mkjob(&q, a, JOB_PRIO_NORMAL, "", 0);
+        bf = mkjob(&q, b, JOB_PRIO_LOW, "", 0);
+        s1->stored = s2->stored = sh->stored = true;
+        queue_can_do(&q, &w, b, 0);
+        queue_can_do(&q, &w, a, 0);
+        tap_ok(queue_has_unstored_work(&q, &w), "jobs not stored are work");
+        tap_ok(queue_grab_unstored(&q, &w, 0) == f1 && queue_grab_unstored(&q, &w, 0) == f2 &&
+                   queue_grab_unstored(&q, &w, 0) == bf,
+               pass == 0 ? "function order: the jobs not stored, past the stored ones"
+                         : "global order: the jobs not stored, past the stored ones");
+        tap_ok(queue_grab_unstored(&q, &w, 0) == NULL && !queue_has_unstored_work(&q, &w),
+               "then nothing, though stored jobs wait");
+        tap_ok(queue_grab(&q, &w, 0) == sh && queue_grab(&q, &w, 0) == s1 &&
+                   queue_grab(&q, &w, 0) == s2,
+               "the stored ones kept their places");
+        queue_remove(&q, s1);
+        queue_remove(&q, s2);
+        queue_remove(&q, f1);
+        queue_remove(&q, sh);
+        queue_remove(&q, f2);
+        queue_remove(&q, bf);
+        queue_reset_abilities(&q, &w);
+        queue_release(&q);
+    }
+}
+
 int
 main(void)
 {
@@ -710,5 +760,6 @@ main(void)
     test_aging();
     test_set_prio();
     test_ended();
+    test_grab_unstored();
     return tap_done();
 }
