@@ -138,6 +138,8 @@ usage(FILE *fp)
         "1000)\n"
         "      --pg-take-max N        jobs of a function a lease sized to the workers' rate\n"
         "                             takes at most (default 2048)\n"
+        "      --pg-conflict-retries N  send a batch of ends that a deadlock or a serialization\n"
+        "                             failure refused again at once, N times (default 3)\n"
         "  -t, --threads N            accepted for gearmand compatibility; ignored\n"
         "  -w, --worker-wakeup N      accepted for gearmand compatibility; ignored\n"
         "      --config-file FILE     read options from FILE first (NAME=VALUE or gearmand's\n"
@@ -270,6 +272,7 @@ static const struct option long_options[] = {
     {"pg-prefetch", required_argument, NULL, OPT_BOUNDED + OPTION_PG_PREFETCH},
     {"pg-poll-ms", required_argument, NULL, OPT_BOUNDED + OPTION_PG_POLL},
     {"pg-take-max", required_argument, NULL, OPT_BOUNDED + OPTION_PG_TAKE_MAX},
+    {"pg-conflict-retries", required_argument, NULL, OPT_BOUNDED + OPTION_PG_CONFLICT_RETRIES},
     {"job-handle-prefix", required_argument, NULL, OPT_HANDLE_PREFIX},
     {"max-packet-size", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_PACKET},
     {"max-output-buffer", required_argument, NULL, OPT_BOUNDED + OPTION_MAX_OUTPUT},

@@ -205,6 +205,7 @@ storage_open(struct srv *srv, const struct storage_hooks *hooks)
     scfg.owner = srv->handle_prefix;
     scfg.lease_secs = srv->cfg.pg_lease;
     scfg.stop_grace_ms = srv->cfg.pg_stop_grace_ms;
+    scfg.conflict_retries = srv->cfg.pg_conflict_retries;
     scfg.boot = &boot;
     scfg.import_table =
         strcmp(sg->ops->name, "postgres") == 0 ? srv->cfg.libpq_table : srv->cfg.libsqlite3_table;

@@ -285,6 +285,10 @@ struct store_config {
     char *note;               /* out: what open did worth a NOTICE ("" if nothing), at most
                                  STORE_ERRLEN bytes; NULL: not asked */
     unsigned stop_grace_ms;   /* postgres: ms the database has to answer once stop is called */
+
+    /* postgres: times a batch of ends refused by a deadlock or a serialization failure is sent
+       again at once. */
+    unsigned conflict_retries;
 };
 
 /* Called by replay once per stored job, in submission order; non-zero stops it. */

@@ -288,6 +288,10 @@ struct store {
     bool sched_made;         /* dsjob.schedules is known to exist */
     struct pend_dep *deps;   /* the batch's new edges, in order */
     size_t ndeps, deps_cap;
+
+    /* A batch refused by a lock conflict goes again (pg_flush). */
+    unsigned conflict_retries; /* --pg-conflict-retries */
+    char sqlstate[6];          /* the SQLSTATE of the last statement that failed, or "" */
 };
 
 static void
@@ -674,8 +678,10 @@ static int
 res_say(char *err, int code, struct store *st, PGresult *r, const char *what)
 {
     const char *m = r != NULL ? PQresultErrorMessage(r) : "";
+    const char *state = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     size_t n = strcspn(m, "\n");
 
+    snprintf(st->sqlstate, sizeof(st->sqlstate), "%s", state != NULL ? state : "");
     if (n > 0)
         return store_say(err, code, "postgres: %s: %.*s", what, (int)n, m);
     if (st->db == NULL && st->stop_ms > 0)
@@ -1077,6 +1083,7 @@ pg_open(struct store **out, const struct store_config *cfg, char *err)
     st->owner = strdup(cfg->owner != NULL ? cfg->owner : "dsjobd");
     st->lease = cfg->lease_secs ? cfg->lease_secs : 30;
     st->grace = cfg->stop_grace_ms;
+    st->conflict_retries = cfg->conflict_retries;
     if (st->owner == NULL) {
         pg_close(st);
         return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
@@ -2724,6 +2731,45 @@ recover_adds(struct store *st, char *err)
 }
 
 /*
+ * In a transaction that rewrites jobs: lock the batches its rewrites and
+ * removes may end members of, in the order of their ids
+ * (batch_lock.sql), before any of them.
+ */
+static int
+lock_batches(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr a;
+    PGresult *r;
+    size_t i, n = 0;
+    int rc;
+
+    for (i = 0; i < st->nupds; i++)
+        n += !st->upds[i].func && !st->upds[i].after && !st->upds[i].gone;
+    if (n == 0)
+        return DSJOB_OK; /* main.sql's ends lock in that order themselves */
+    arr_init(&a, OID_TEXT);
+    for (i = 0; i < st->nupds; i++)
+        if (!st->upds[i].func && !st->upds[i].after && !st->upds[i].gone)
+            arr_put(&a, st->upds[i].handle, strlen(st->upds[i].handle));
+    for (i = 0; i < st->nrms; i++)
+        arr_put(&a, st->rms[i].handle, strlen(st->rms[i].handle));
+    par_arr(&p, &a, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_batch_lock, &p, false, PGRES_TUPLES_OK, "locking batches", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/* Whether the last statement failed for a deadlock or a serialization failure. */
+static bool
+lock_conflict(const struct store *st)
+{
+    return strcmp(st->sqlstate, "40P01") == 0 || strcmp(st->sqlstate, "40001") == 0;
+}
+
+/*
  * Write the open batch once: one statement when it can be (adds,
  * removes, the lease's take, the NOTIFY: flush_main, in autocommit); a
  * transaction around it when the batch also rewrites jobs, sets functions
@@ -2746,6 +2792,8 @@ flush_once(struct store *st, char *err)
         (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
          (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK))
         return rc;
+    if (txn && (rc = lock_batches(st, err)) != DSJOB_OK)
+        goto rollback;
     /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
     if (txn && (rc = flush_updates(st, false, err)) != DSJOB_OK)
         goto rollback;
@@ -2793,7 +2841,23 @@ pg_flush(struct store *st, char *err)
 
     if (st->nadds == 0 && st->nrms == 0 && st->nupds == 0 && st->ls == NULL && !st->notify)
         return DSJOB_OK;
+    st->sqlstate[0] = '\0';
     rc = flush_once(st, err);
+    /*
+     * A batch without submits (ends, rewrites, a lease op) that a deadlock
+     * or a serialization failure refused rolled back whole: send it again
+     * at once, --pg-conflict-retries times, rather than fail its ends for
+     * a second. (One with submits goes again below, its adds one by one.)
+     */
+    for (i = 0; rc == DSJOB_ERR_STORE && !conn_lost(st) && lock_conflict(st) &&
+                live_adds(st) == 0 && i < st->conflict_retries;
+         i++) {
+        if (st->ls != NULL)
+            store_lease_free(st->ls);
+        st->due_wanted = false;
+        st->sqlstate[0] = '\0';
+        rc = flush_once(st, err);
+    }
     /*
      * PostgreSQL refused the batch and is still there: if it had adds, one
      * of them may be the cause (a row the checks at add did not foresee).

@@ -152,6 +152,10 @@ struct dsjob_server_config {
     unsigned pg_take_max;      /* postgres: the most jobs of one function a lease sized to the
                                    workers' rate takes at once; default 2048 (1 to 1000000) */
 
+    /* postgres: a batch of ends refused by a deadlock or a serialization failure is sent
+       again at once this many times; default 3 (0 to 100). */
+    unsigned pg_conflict_retries;
+
     /* Flow control (opt-in): "FUNCTION SETTINGS" lines, as the admin "limit" takes them. */
     const char *limits[DSJOB_SERVER_MAX_LIMITS]; /* e.g. "resize concurrency 4 rate 10/s" */
     int nlimits;                                 /* entries used in limits[] */
