@@ -25,11 +25,7 @@ unset DSJOB_SERVERS DSJOB_PROGRESS
 
 # admin LINE: one admin command; the answer (every line up to "." for listings).
 admin() {
-    timeout -k 5 20 perl -MIO::Socket::INET -e '
-        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]) or exit 1;
-        print $s "$ARGV[1]\n";
-        my $multi = $ARGV[1] =~ /^(limit(\s+\S+)?\s*$|status|show dead|stats)/;
-        while (my $l = <$s>) { print $l; last if !$multi || $l eq ".\n"; }' "$SERVER_PORT" "$1"
+    "$RAWPEER" "$SERVER_PORT" admin "$1"
 }
 
 # The job: payload "FUNC KEY N". wait.FUNC.KEY.N holds a pattern the job
