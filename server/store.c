@@ -18,6 +18,8 @@
 
 #include <dsjob/common.h>
 
+#include "lazylib.h"
+
 int
 store_say(char *err, int code, const char *fmt, ...)
 {
@@ -129,6 +131,8 @@ store_find(const char *name, char *err)
     }
     if (strcmp(name, "memcached") == 0 || strcmp(name, "libmemcached") == 0) {
 #ifdef HAVE_MEMCACHED
+        if (mc_lazy_load(err, STORE_ERRLEN) != 0)
+            return NULL;
         return &store_memcached_ops;
 #else
         snprintf(err, STORE_ERRLEN,
@@ -140,6 +144,8 @@ store_find(const char *name, char *err)
     if (strcmp(name, "postgres") == 0 || strcmp(name, "postgresql") == 0 ||
         strcmp(name, "Postgres") == 0) {
 #ifdef HAVE_LIBPQ
+        if (pq_lazy_load(err, STORE_ERRLEN) != 0)
+            return NULL;
         return &store_postgres_ops;
 #else
         snprintf(err, STORE_ERRLEN,

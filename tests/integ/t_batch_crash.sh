@@ -45,10 +45,17 @@ ran() {
     echo "${_c:-0}"
 }
 cb_handles() { grep "^batch:crash:$1 " "$CB" 2>/dev/null | cut -d' ' -f2 | sort -u | grep -c .; }
-cb_seen() { [ "$(cb_handles "$1")" -ge 1 ]; }
+cb_seen() { grep -q "^batch:crash:$1 [^ ]" "$CB" 2>/dev/null; } # cb_handles >= 1, in one grep
+# missing PREFIX COUNT: how many of "PREFIX 1" .. "PREFIX COUNT" are not lines of $REC.
+missing() {
+    awk -v p="$1" -v n="$2" '{ seen[$0] = 1 } END {
+        m = 0; for (i = 1; i <= n; i++) if (!((p " " i) in seen)) m++; print m }' "$REC"
+}
 
+# A member's payload is one line without its newline: read, a builtin, takes it.
 cat >"$T/member.sh" <<'EOF'
-printf '%s\n' "$(cat)" >> "$1"
+read -r l || true
+printf '%s\n' "$l" >> "$1"
 EOF
 cat >"$T/cb.sh" <<'EOF'
 cat >/dev/null
@@ -81,8 +88,7 @@ ok $? "closed"
 until_ran() {
     _last=-1
     _still=0
-    while [ "$(ran)" -lt "$1" ] && ! cb_seen complete; do
-        _now=$(ran)
+    while _now=$(ran) && [ "$_now" -lt "$1" ] && ! cb_seen complete; do
         if [ "$_now" != "$_last" ]; then
             _last=$_now
             _still=0
@@ -113,13 +119,7 @@ workers
 both() { cb_seen complete && cb_seen success; }
 poll both
 ok $? "after the kills both callbacks reached a worker"
-missing=0
-i=1
-sort -u "$REC" >"$T/ran.u"
-while [ $i -le "$N" ]; do
-    grep -qx "p $i" "$T/ran.u" || missing=$((missing + 1))
-    i=$((i + 1))
-done
+missing=$(missing p "$N")
 is "$missing" 0 "every acknowledged job ran (at least once; $(ran) runs in all)"
 lost=$missing
 is "$(cb_handles complete)" 1 "on_complete was submitted exactly once"
@@ -166,13 +166,7 @@ adding_done() { status_of_adding | grep -q "pending=0 .*fired-complete=yes"; }
 status_of_adding() { ds batch status adding 2>/dev/null; }
 poll adding_done
 ok $? "it completes and fires: $(status_of_adding)"
-missing=0
-i=1
-sort -u "$REC" >"$T/ran.u"
-while [ $i -le "$A" ]; do
-    grep -qx "q $i" "$T/ran.u" || missing=$((missing + 1))
-    i=$((i + 1))
-done
+missing=$(missing q "$A")
 is "$missing" 0 "every acknowledged add ran"
 lost=$((lost + missing))
 st=$(status_of_adding)

@@ -212,7 +212,9 @@ conf=${sample%.sample}
 cmp -s "$sample" "$conf"; ok $? "and copied to dsjobd.conf, which did not exist"
 if [ -n "$unit" ]; then
     want=forking
-    ldd "$DSJOBD" 2>/dev/null | grep -q libsystemd && want=notify
+    # dsjobd sends sd_notify's datagram itself, when built for systemd: then
+    # the binary holds the variable's name.
+    grep -a -q NOTIFY_SOCKET "$DSJOBD" && want=notify
     is "$(sed -n 's/^Type=//p' "$unit")" "$want" "the unit's Type= fits the dsjobd built ($want)"
     exec=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")
     [ -x "$DEST$exec" ]; ok $? "its ExecStart names the installed dsjobd ($exec)"

@@ -40,9 +40,15 @@ unset DSJOB_PROGRESS DSJOB_SERVERS
 LIFECYCLE_CHECKS=27 # lifecycle_verbs
 CHECKS=$((104 + LIFECYCLE_CHECKS))
 
-# ds ARG...: dsjob pointed at the server under test, bounded.
+# ds ARG...: dsjob pointed at the server under test, bounded: by dsjob
+# itself when it waits only for the server's answers (ds_bounded in
+# tests/lib/server.sh), else by timeout(1).
 ds() {
-    timeout -k 5 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
+    if ds_bounded "$@"; then
+        "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
+    else
+        timeout -k 5 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
+    fi
 }
 
 # dsw ARG...: a `dsjob worker` in the background, tracked; its pid in $W.
