@@ -1211,8 +1211,10 @@ find_add(struct store *st, const char *h, size_t len)
 
 /*
  * The adds' columns for adds[from..to) (those not gone) into p, then the
- * owner and the lease ($1-$11 of add.sql and main.sql): the batch's, or
- * one row's. Returns how many rows they hold.
+ * owner, the lease and the batches they join ($1-$12 of add.sql and
+ * main.sql): the batch's, or one row's. The batches' array is empty when
+ * none joins one (the INSERT's unnest pads it with NULLs), so that plain
+ * submits build no array for it. Returns how many rows they hold.
  */
 static size_t
 add_params(struct store *st, size_t from, size_t to, struct params *p)
@@ -1222,18 +1224,26 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
     static const Oid type[AC_N] = {OID_TEXT_ARRAY, OID_TEXT_ARRAY,  OID_BYTEA_ARRAY,
                                    OID_BOOL_ARRAY, OID_BYTEA_ARRAY, OID_BYTEA_ARRAY,
                                    OID_INT2_ARRAY, OID_INT8_ARRAY,  OID_BOOL_ARRAY};
-    struct arr c[AC_N];
+    struct arr c[AC_N], b;
     size_t i, rows = 0;
+    bool joins = false;
     int k;
 
     for (k = 0; k < AC_N; k++)
         arr_init(&c[k], elem[k]);
+    arr_init(&b, OID_TEXT);
+    for (i = from; i < to && !joins; i++)
+        joins = !st->adds[i].gone && st->adds[i].batch != NULL;
     for (i = from; i < to; i++) {
         const struct pend_add *a = &st->adds[i];
 
         if (a->gone)
             continue;
         rows++;
+        if (joins && a->batch != NULL)
+            arr_put(&b, a->batch, strlen(a->batch));
+        else if (joins)
+            arr_null(&b);
         arr_put(&c[AC_HANDLE], a->handle, strlen(a->handle));
         arr_put(&c[AC_FUNC], a->func, strlen(a->func));
         if (a->uniq != NULL)
@@ -1251,6 +1261,7 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
         par_arr(p, &c[k], type[k]);
     par_text(p, st->owner, strlen(st->owner));
     par_int(p, st->lease);
+    par_arr(p, &b, OID_TEXT_ARRAY);
     return rows;
 }
 
@@ -2077,51 +2088,87 @@ adds_batches(const struct store *st)
     return n;
 }
 
+/* Whether batch id b is among r's rows (the batches batch_join.sql refused). */
+static bool
+batch_refused(PGresult *r, const char *b)
+{
+    int k;
+
+    for (k = 0; k < PQntuples(r); k++)
+        if (strcmp(PQgetvalue(r, k, 0), b) == 0)
+            return true;
+    return false;
+}
+
 /*
- * After the INSERT, in its transaction: the adds that join a batch
- * (batch_join.sql) become its members, counted in its total; one whose
- * batch is not open there (never opened on any server, dropped, or
- * closed) is deleted and refused alone, saying so.
+ * After the INSERT, in its transaction (the INSERT wrote each member's
+ * batch): each batch's total grows by the rows its adds made
+ * (batch_join.sql, one UPDATE a batch). An add whose batch is not open
+ * there (never opened on any server, dropped, or closed) has its row
+ * deleted (batch_refuse.sql) and is refused alone, saying so.
  */
 static int
 flush_joins(struct store *st, char *err)
 {
     struct params p = {0};
-    struct arr h, b;
+    struct arr ids, counts, gone;
+    const char **v;
     PGresult *r;
-    size_t i;
-    int k, rc;
+    size_t i, j, n = 0, ngone = 0;
+    int rc;
 
-    arr_init(&h, OID_TEXT);
-    arr_init(&b, OID_TEXT);
-    for (i = 0; i < st->nadds; i++) {
-        const struct pend_add *a = &st->adds[i];
-
-        if (a->gone || a->batch == NULL)
-            continue;
-        arr_put(&h, a->handle, strlen(a->handle));
-        arr_put(&b, a->batch, strlen(a->batch));
+    if ((v = malloc(st->nadds * sizeof(*v))) == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    for (i = 0; i < st->nadds; i++)
+        if (!st->adds[i].gone && !st->adds[i].conflict && st->adds[i].batch != NULL)
+            v[n++] = st->adds[i].batch;
+    qsort(v, n, sizeof(*v), store_cmp_strs);
+    arr_init(&ids, OID_TEXT);
+    arr_init(&counts, OID_INT8);
+    for (i = 0; i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(v[j], v[i]) == 0; j++)
+            ;
+        arr_put(&ids, v[i], strlen(v[i]));
+        arr_int(&counts, (int64_t)(j - i), 8);
     }
-    par_arr(&p, &h, OID_TEXT_ARRAY);
-    par_arr(&p, &b, OID_TEXT_ARRAY);
+    free(v);
+    if (n == 0) { /* every member coalesced or was refused */
+        free(ids.b.p);
+        free(counts.b.p);
+        return DSJOB_OK;
+    }
+    par_arr(&p, &ids, OID_TEXT_ARRAY);
+    par_arr(&p, &counts, OID_INT8_ARRAY);
     if ((rc = run(st, pg_sql_batch_join, &p, false, PGRES_TUPLES_OK, "joining batches", &r, err)) !=
         DSJOB_OK)
         return rc;
-    for (k = 0; k < PQntuples(r); k++) {
-        struct pend_add *a = find_add(st, PQgetvalue(r, k, 0), (size_t)PQgetlength(r, k, 0));
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return DSJOB_OK;
+    }
+    arr_init(&gone, OID_TEXT);
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
 
-        if (a == NULL)
+        if (a->gone || a->conflict || a->batch == NULL || !batch_refused(r, a->batch))
             continue;
+        arr_put(&gone, a->handle, strlen(a->handle));
+        ngone++;
         a->gone = true;
         if (a->lost != NULL)
             *a->lost = true;
         if (a->why != NULL)
             snprintf(a->why, STORE_ERRLEN,
                      "postgres: batch %s is not open (no such batch on any server, or closed)",
-                     PQgetvalue(r, k, 1));
+                     a->batch);
     }
     PQclear(r);
-    return DSJOB_OK;
+    if (ngone == 0) {
+        free(gone.b.p);
+        return DSJOB_OK;
+    }
+    par_arr(&p, &gone, OID_TEXT_ARRAY);
+    return run_ok(st, pg_sql_batch_refuse, &p, "refusing adds to batches", err);
 }
 
 /*

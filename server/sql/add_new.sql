@@ -10,4 +10,4 @@
 WITH ins AS (
 \ir add_rows.sql
 )
-SELECT NULL::text FROM pg_notify('dsjob', '') WHERE $12::bool
+SELECT NULL::text FROM pg_notify('dsjob', '') WHERE $13::bool
