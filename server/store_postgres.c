@@ -172,7 +172,7 @@ struct pend_add {
     int64_t when;
     int64_t deadline_ms; /* epoch ms it must start by (deadline_set.sql), or 0 */
     bool leased;
-    char *batch;   /* the batch it joins (batch_join.sql), in the same allocation, or NULL */
+    char *batch;   /* the batch it joins (add.sql), in the same allocation, or NULL */
     char *alias;   /* the server's, see struct store_job */
     bool *lost;    /* the server's: set when this row alone was refused */
     char *why;     /* the server's (the add's err): why it was refused */
@@ -271,6 +271,8 @@ struct store {
     unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
     bool txn;                  /* this flush runs in a transaction, which a failed
                                   add_new.sql would abort: it goes behind a savepoint */
+    bool join_in_add;          /* add.sql and add_new.sql join the adds to their batches
+                                  (else flush_joins does, after the INSERT) */
     unsigned conn_gen;         /* connections made so far */
     unsigned prep_gen[PREP_N]; /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
@@ -2101,8 +2103,10 @@ batch_refused(PGresult *r, const char *b)
 }
 
 /*
- * After the INSERT, in its transaction (the INSERT wrote each member's
- * batch): each batch's total grows by the rows its adds made
+ * After the INSERT of main.sql, or of adds that also write dependency
+ * edges (flush_deps, which may refuse a row), in its transaction, when
+ * add.sql did not join them itself (st->join_in_add; the INSERT wrote each
+ * member's batch): each batch's total grows by the rows its adds made
  * (batch_join.sql, one UPDATE a batch). An add whose batch is not open
  * there (never opened on any server, dropped, or closed) has its row
  * deleted (batch_refuse.sql) and is refused alone, saying so.
@@ -2299,6 +2303,39 @@ adds_uniq(const struct store *st)
 }
 
 /*
+ * After add.sql or add_new.sql joined the adds to their batches: r's
+ * column col holds the ids of the batches open (NULL in the other rows).
+ * An add of a batch not among them was not inserted: it is refused alone,
+ * saying so.
+ */
+static void
+mark_refused(struct store *st, PGresult *r, int col)
+{
+    size_t i;
+    int k;
+
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
+
+        if (a->gone || a->batch == NULL)
+            continue;
+        for (k = 0; k < PQntuples(r); k++)
+            if (!PQgetisnull(r, k, col) && strcmp(PQgetvalue(r, k, col), a->batch) == 0)
+                break;
+        if (k < PQntuples(r))
+            continue;
+        a->gone = true;
+        a->conflict = false;
+        if (a->lost != NULL)
+            *a->lost = true;
+        if (a->why != NULL)
+            snprintf(a->why, STORE_ERRLEN,
+                     "postgres: batch %s is not open (no such batch on any server, or closed)",
+                     a->batch);
+    }
+}
+
+/*
  * add_new.sql for a batch of adds alone: true if it inserted them all.
  * False, with *coalesce false, if it failed for another reason (err says
  * why); with *coalesce true if an add's unique key is a live job's (the
@@ -2315,6 +2352,7 @@ adds_new(struct store *st, bool *coalesce, int *rc, char *err)
     *coalesce = false;
     add_params(st, 0, st->nadds, &p);
     par_bool(&p, st->notify);
+    par_bool(&p, st->join_in_add);
     if (p.oom) {
         params_free(&p);
         *rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
@@ -2323,9 +2361,11 @@ adds_new(struct store *st, bool *coalesce, int *rc, char *err)
     r = exec_wait(st, pg_sql_add_new, &p, false);
     params_free(&p);
     if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK) {
-        PQclear(r);
         for (i = 0; i < st->nadds; i++)
             st->adds[i].conflict = false;
+        if (st->join_in_add)
+            mark_refused(st, r, 0);
+        PQclear(r);
         *rc = DSJOB_OK;
         return true;
     }
@@ -2368,6 +2408,7 @@ flush_adds_only(struct store *st, char *err)
     }
     add_params(st, 0, st->nadds, &p);
     par_bool(&p, st->notify);
+    par_bool(&p, st->join_in_add);
     if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) !=
         DSJOB_OK)
         return rc;
@@ -2381,6 +2422,8 @@ flush_adds_only(struct store *st, char *err)
             added[nadded++] = PQgetvalue(r, k, 0);
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     mark_conflicts(st, added, nadded);
+    if (st->join_in_add)
+        mark_refused(st, r, 1);
     if (uniq && nadded < live_adds(st))
         st->arbiter_left = PG_ARBITER_BATCHES; /* one coalesced: keep add.sql */
     else if (uniq && st->arbiter_left > 0)
@@ -2413,9 +2456,29 @@ flush_adds_each(struct store *st, char *err)
             return rc;
         add_params(st, i, i + 1, &p);
         par_bool(&p, false);
+        par_bool(&p, st->join_in_add);
         rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing a job", &r, a->why);
         if (rc == DSJOB_OK) {
-            a->conflict = PQntuples(r) == 0;
+            int k;
+
+            for (k = 0; k < PQntuples(r) && PQgetisnull(r, k, 0); k++)
+                ;
+            a->conflict = k == PQntuples(r);
+            if (st->join_in_add && a->batch != NULL) {
+                for (k = 0; k < PQntuples(r); k++)
+                    if (!PQgetisnull(r, k, 1) && strcmp(PQgetvalue(r, k, 1), a->batch) == 0)
+                        break;
+                if (k == PQntuples(r)) { /* its batch is not open */
+                    a->conflict = false;
+                    a->gone = true;
+                    if (a->lost != NULL)
+                        *a->lost = true;
+                    snprintf(a->why, STORE_ERRLEN,
+                             "postgres: batch %s is not open (no such batch on any server, or "
+                             "closed)",
+                             a->batch);
+                }
+            }
             PQclear(r);
             continue;
         }
@@ -2772,20 +2835,24 @@ recover_adds(struct store *st, char *err)
 
 /*
  * Write the open batch once: one statement when it can be (adds,
- * removes, the lease's take, the NOTIFY: flush_main, in autocommit); a
- * transaction around it when the batch also rewrites jobs, sets functions
- * or renews leases, or writes its adds one by one (st->each).
+ * removes, the lease's take, the NOTIFY: flush_main, in autocommit; adds
+ * alone that join batches, add.sql); a transaction around it when the
+ * batch also rewrites jobs, sets functions or renews leases, writes its
+ * adds one by one (st->each), or has adds that join batches in the main
+ * statement or with dependency edges (flush_joins after).
  */
 static int
 flush_once(struct store *st, char *err)
 {
     bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
-    bool joins = adds_batches(st) > 0, edges = st->ndeps > 0;
+    bool edges = st->ndeps > 0, batches = adds_batches(st) > 0;
+    bool in_add = batches && !edges && (st->each || adds_only(st)), joins = batches && !in_add;
     bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped ||
                deadlines || joins || edges;
     int rc;
 
     st->txn = txn;
+    st->join_in_add = in_add;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
     /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
@@ -2805,7 +2872,8 @@ flush_once(struct store *st, char *err)
     if (capped)
         key_before(st, st->ls);
     rc = flush_main(st, err);
-    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
+    /* One whose adds join batches fails, as one in a transaction does. */
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && !batches && conn_lost(st))
         rc = recover_adds(st, err);
     if (rc == DSJOB_OK && capped)
         rc = key_take(st, st->ls, err);

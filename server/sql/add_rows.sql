@@ -3,17 +3,17 @@
 -- say \ir add_rows.sql. $1-$9 the columns, one array each (enum add_col in
 -- store_postgres.c: handle, func, uniq, unique_is_data, reducer, data,
 -- prio, run-at in epoch seconds or 0 for now, leased), $10 the owner, $11
--- the lease in seconds, $12 the batch each joins (NULL: none), one more
--- array: batch_join.sql counted the members and locked their batches
--- before, so that a member costs no UPDATE of its row after (an UPDATE per
--- member made a batch's submit 3.55x a plain one's). The rows go in as
--- unnest makes them, in the arrays' order, so that id keeps the submission
--- order. No ORDER BY: a sort under ON CONFLICT made the statement twice as
--- slow (20,000 rows: 2.3-5.1 s against 1.0-2.1 s on a loaded machine). The
--- unnests are in the select list (a ProjectSet, which steps through the
--- arrays together), not in FROM (unnest(a, b, ...) is ROWS FROM, which
--- first copies each array's rows into a tuplestore of its own): 20,000 rows
--- took 0.83x of the backend's CPU time (5 rounds alternating, load 22).
+-- the lease in seconds, $12 the batch each joins (NULL: none; an empty
+-- array when none does, which unnest pads with NULLs), so that a member
+-- costs no UPDATE of its row after (add.sql, or batch_join.sql after,
+-- counts it in its batch). The rows go in as unnest makes them, in the
+-- arrays' order, so that id keeps the submission order. No ORDER BY: a sort
+-- under ON CONFLICT made the statement twice as slow (20,000 rows: 2.3-5.1
+-- s against 1.0-2.1 s on a loaded machine). The unnests are in the select
+-- list (a ProjectSet, which steps through the arrays together), not in FROM
+-- (unnest(a, b, ...) is ROWS FROM, which first copies each array's rows
+-- into a tuplestore of its own): 20,000 rows took 0.83x of the backend's
+-- CPU time (5 rounds alternating, load 22).
  INSERT INTO dsjob.jobs (handle, func, uniq, unique_is_data, reducer, data, prio, run_at,
   owner, lease_until, batch)
  SELECT h, f, u, ud, r, d, p, CASE WHEN w > 0 THEN to_timestamp(w) ELSE now() END,

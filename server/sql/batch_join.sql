@@ -1,5 +1,6 @@
--- After the INSERT of a batch's adds, which wrote each member's batch
--- (add_rows.sql), in its transaction: $1 the batches the adds join and $2
+-- After the INSERT of a batch's adds in main.sql, or of adds that also
+-- write dependency edges (add.sql joins the others itself), which wrote
+-- each member's batch (add_rows.sql), in its transaction: $1 the batches the adds join and $2
 -- how many rows each gained (an add that coalesced onto a live job, or was
 -- refused for its parents, has no row and joins nothing). An open batch's
 -- total grows by its count, one UPDATE a batch, not a member; the ids of
