@@ -2311,18 +2311,28 @@ adds_uniq(const struct store *st)
 static void
 mark_refused(struct store *st, PGresult *r, int col)
 {
+    int n = PQntuples(r), *open = malloc(((size_t)n + 1) * sizeof(*open)), nopen = 0, k;
     size_t i;
-    int k;
 
+    /* The rows that name an open batch (add.sql's also hold a row a handle). */
+    for (k = 0; k < n; k++) {
+        if (open == NULL)
+            nopen++;
+        else if (!PQgetisnull(r, k, col))
+            open[nopen++] = k;
+    }
     for (i = 0; i < st->nadds; i++) {
         struct pend_add *a = &st->adds[i];
 
         if (a->gone || a->batch == NULL)
             continue;
-        for (k = 0; k < PQntuples(r); k++)
-            if (!PQgetisnull(r, k, col) && strcmp(PQgetvalue(r, k, col), a->batch) == 0)
+        for (k = 0; k < nopen; k++) {
+            int row = open != NULL ? open[k] : k; /* out of memory: every row, slowly */
+
+            if (!PQgetisnull(r, row, col) && strcmp(PQgetvalue(r, row, col), a->batch) == 0)
                 break;
-        if (k < PQntuples(r))
+        }
+        if (k < nopen)
             continue;
         a->gone = true;
         a->conflict = false;
@@ -2333,6 +2343,7 @@ mark_refused(struct store *st, PGresult *r, int col)
                      "postgres: batch %s is not open (no such batch on any server, or closed)",
                      a->batch);
     }
+    free(open);
 }
 
 /*
