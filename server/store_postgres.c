@@ -172,7 +172,7 @@ struct pend_add {
     int64_t when;
     int64_t deadline_ms; /* epoch ms it must start by (deadline_set.sql), or 0 */
     bool leased;
-    char *batch;   /* the batch it joins (batch_join.sql), in the same allocation, or NULL */
+    char *batch;   /* the batch it joins (add.sql), in the same allocation, or NULL */
     char *alias;   /* the server's, see struct store_job */
     bool *lost;    /* the server's: set when this row alone was refused */
     char *why;     /* the server's (the add's err): why it was refused */
@@ -271,6 +271,8 @@ struct store {
     unsigned arbiter_left;     /* batches of adds with unique keys still sent as add.sql */
     bool txn;                  /* this flush runs in a transaction, which a failed
                                   add_new.sql would abort: it goes behind a savepoint */
+    bool join_in_add;          /* add.sql and add_new.sql join the adds to their batches
+                                  (else flush_joins does, after the INSERT) */
     unsigned conn_gen;         /* connections made so far */
     unsigned prep_gen[PREP_N]; /* conn_gen when each of prep[] was prepared */
     struct pend_add *adds;
@@ -1218,8 +1220,10 @@ find_add(struct store *st, const char *h, size_t len)
 
 /*
  * The adds' columns for adds[from..to) (those not gone) into p, then the
- * owner and the lease ($1-$11 of add.sql and main.sql): the batch's, or
- * one row's. Returns how many rows they hold.
+ * owner, the lease and the batches they join ($1-$12 of add.sql and
+ * main.sql): the batch's, or one row's. The batches' array is empty when
+ * none joins one (the INSERT's unnest pads it with NULLs), so that plain
+ * submits build no array for it. Returns how many rows they hold.
  */
 static size_t
 add_params(struct store *st, size_t from, size_t to, struct params *p)
@@ -1229,18 +1233,26 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
     static const Oid type[AC_N] = {OID_TEXT_ARRAY, OID_TEXT_ARRAY,  OID_BYTEA_ARRAY,
                                    OID_BOOL_ARRAY, OID_BYTEA_ARRAY, OID_BYTEA_ARRAY,
                                    OID_INT2_ARRAY, OID_INT8_ARRAY,  OID_BOOL_ARRAY};
-    struct arr c[AC_N];
+    struct arr c[AC_N], b;
     size_t i, rows = 0;
+    bool joins = false;
     int k;
 
     for (k = 0; k < AC_N; k++)
         arr_init(&c[k], elem[k]);
+    arr_init(&b, OID_TEXT);
+    for (i = from; i < to && !joins; i++)
+        joins = !st->adds[i].gone && st->adds[i].batch != NULL;
     for (i = from; i < to; i++) {
         const struct pend_add *a = &st->adds[i];
 
         if (a->gone)
             continue;
         rows++;
+        if (joins && a->batch != NULL)
+            arr_put(&b, a->batch, strlen(a->batch));
+        else if (joins)
+            arr_null(&b);
         arr_put(&c[AC_HANDLE], a->handle, strlen(a->handle));
         arr_put(&c[AC_FUNC], a->func, strlen(a->func));
         if (a->uniq != NULL)
@@ -1258,6 +1270,7 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
         par_arr(p, &c[k], type[k]);
     par_text(p, st->owner, strlen(st->owner));
     par_int(p, st->lease);
+    par_arr(p, &b, OID_TEXT_ARRAY);
     return rows;
 }
 
@@ -2084,51 +2097,89 @@ adds_batches(const struct store *st)
     return n;
 }
 
+/* Whether batch id b is among r's rows (the batches batch_join.sql refused). */
+static bool
+batch_refused(PGresult *r, const char *b)
+{
+    int k;
+
+    for (k = 0; k < PQntuples(r); k++)
+        if (strcmp(PQgetvalue(r, k, 0), b) == 0)
+            return true;
+    return false;
+}
+
 /*
- * After the INSERT, in its transaction: the adds that join a batch
- * (batch_join.sql) become its members, counted in its total; one whose
- * batch is not open there (never opened on any server, dropped, or
- * closed) is deleted and refused alone, saying so.
+ * After the INSERT of main.sql, or of adds that also write dependency
+ * edges (flush_deps, which may refuse a row), in its transaction, when
+ * add.sql did not join them itself (st->join_in_add; the INSERT wrote each
+ * member's batch): each batch's total grows by the rows its adds made
+ * (batch_join.sql, one UPDATE a batch). An add whose batch is not open
+ * there (never opened on any server, dropped, or closed) has its row
+ * deleted (batch_refuse.sql) and is refused alone, saying so.
  */
 static int
 flush_joins(struct store *st, char *err)
 {
     struct params p = {0};
-    struct arr h, b;
+    struct arr ids, counts, gone;
+    const char **v;
     PGresult *r;
-    size_t i;
-    int k, rc;
+    size_t i, j, n = 0, ngone = 0;
+    int rc;
 
-    arr_init(&h, OID_TEXT);
-    arr_init(&b, OID_TEXT);
-    for (i = 0; i < st->nadds; i++) {
-        const struct pend_add *a = &st->adds[i];
-
-        if (a->gone || a->batch == NULL)
-            continue;
-        arr_put(&h, a->handle, strlen(a->handle));
-        arr_put(&b, a->batch, strlen(a->batch));
+    if ((v = malloc(st->nadds * sizeof(*v))) == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    for (i = 0; i < st->nadds; i++)
+        if (!st->adds[i].gone && !st->adds[i].conflict && st->adds[i].batch != NULL)
+            v[n++] = st->adds[i].batch;
+    qsort(v, n, sizeof(*v), store_cmp_strs);
+    arr_init(&ids, OID_TEXT);
+    arr_init(&counts, OID_INT8);
+    for (i = 0; i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(v[j], v[i]) == 0; j++)
+            ;
+        arr_put(&ids, v[i], strlen(v[i]));
+        arr_int(&counts, (int64_t)(j - i), 8);
     }
-    par_arr(&p, &h, OID_TEXT_ARRAY);
-    par_arr(&p, &b, OID_TEXT_ARRAY);
+    free(v);
+    if (n == 0) { /* every member coalesced or was refused */
+        free(ids.b.p);
+        free(counts.b.p);
+        return DSJOB_OK;
+    }
+    par_arr(&p, &ids, OID_TEXT_ARRAY);
+    par_arr(&p, &counts, OID_INT8_ARRAY);
     if ((rc = run(st, pg_sql_batch_join, &p, false, PGRES_TUPLES_OK, "joining batches", &r, err)) !=
         DSJOB_OK)
         return rc;
-    for (k = 0; k < PQntuples(r); k++) {
-        struct pend_add *a = find_add(st, PQgetvalue(r, k, 0), (size_t)PQgetlength(r, k, 0));
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return DSJOB_OK;
+    }
+    arr_init(&gone, OID_TEXT);
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
 
-        if (a == NULL)
+        if (a->gone || a->conflict || a->batch == NULL || !batch_refused(r, a->batch))
             continue;
+        arr_put(&gone, a->handle, strlen(a->handle));
+        ngone++;
         a->gone = true;
         if (a->lost != NULL)
             *a->lost = true;
         if (a->why != NULL)
             snprintf(a->why, STORE_ERRLEN,
                      "postgres: batch %s is not open (no such batch on any server, or closed)",
-                     PQgetvalue(r, k, 1));
+                     a->batch);
     }
     PQclear(r);
-    return DSJOB_OK;
+    if (ngone == 0) {
+        free(gone.b.p);
+        return DSJOB_OK;
+    }
+    par_arr(&p, &gone, OID_TEXT_ARRAY);
+    return run_ok(st, pg_sql_batch_refuse, &p, "refusing adds to batches", err);
 }
 
 /*
@@ -2259,6 +2310,50 @@ adds_uniq(const struct store *st)
 }
 
 /*
+ * After add.sql or add_new.sql joined the adds to their batches: r's
+ * column col holds the ids of the batches open (NULL in the other rows).
+ * An add of a batch not among them was not inserted: it is refused alone,
+ * saying so.
+ */
+static void
+mark_refused(struct store *st, PGresult *r, int col)
+{
+    int n = PQntuples(r), *open = malloc(((size_t)n + 1) * sizeof(*open)), nopen = 0, k;
+    size_t i;
+
+    /* The rows that name an open batch (add.sql's also hold a row a handle). */
+    for (k = 0; k < n; k++) {
+        if (open == NULL)
+            nopen++;
+        else if (!PQgetisnull(r, k, col))
+            open[nopen++] = k;
+    }
+    for (i = 0; i < st->nadds; i++) {
+        struct pend_add *a = &st->adds[i];
+
+        if (a->gone || a->batch == NULL)
+            continue;
+        for (k = 0; k < nopen; k++) {
+            int row = open != NULL ? open[k] : k; /* out of memory: every row, slowly */
+
+            if (!PQgetisnull(r, row, col) && strcmp(PQgetvalue(r, row, col), a->batch) == 0)
+                break;
+        }
+        if (k < nopen)
+            continue;
+        a->gone = true;
+        a->conflict = false;
+        if (a->lost != NULL)
+            *a->lost = true;
+        if (a->why != NULL)
+            snprintf(a->why, STORE_ERRLEN,
+                     "postgres: batch %s is not open (no such batch on any server, or closed)",
+                     a->batch);
+    }
+    free(open);
+}
+
+/*
  * add_new.sql for a batch of adds alone: true if it inserted them all.
  * False, with *coalesce false, if it failed for another reason (err says
  * why); with *coalesce true if an add's unique key is a live job's (the
@@ -2275,6 +2370,7 @@ adds_new(struct store *st, bool *coalesce, int *rc, char *err)
     *coalesce = false;
     add_params(st, 0, st->nadds, &p);
     par_bool(&p, st->notify);
+    par_bool(&p, st->join_in_add);
     if (p.oom) {
         params_free(&p);
         *rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
@@ -2283,9 +2379,11 @@ adds_new(struct store *st, bool *coalesce, int *rc, char *err)
     r = exec_wait(st, pg_sql_add_new, &p, false);
     params_free(&p);
     if (r != NULL && PQresultStatus(r) == PGRES_TUPLES_OK) {
-        PQclear(r);
         for (i = 0; i < st->nadds; i++)
             st->adds[i].conflict = false;
+        if (st->join_in_add)
+            mark_refused(st, r, 0);
+        PQclear(r);
         *rc = DSJOB_OK;
         return true;
     }
@@ -2328,6 +2426,7 @@ flush_adds_only(struct store *st, char *err)
     }
     add_params(st, 0, st->nadds, &p);
     par_bool(&p, st->notify);
+    par_bool(&p, st->join_in_add);
     if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing the batch", &r, err)) !=
         DSJOB_OK)
         return rc;
@@ -2341,6 +2440,8 @@ flush_adds_only(struct store *st, char *err)
             added[nadded++] = PQgetvalue(r, k, 0);
     qsort(added, nadded, sizeof(*added), store_cmp_strs);
     mark_conflicts(st, added, nadded);
+    if (st->join_in_add)
+        mark_refused(st, r, 1);
     if (uniq && nadded < live_adds(st))
         st->arbiter_left = PG_ARBITER_BATCHES; /* one coalesced: keep add.sql */
     else if (uniq && st->arbiter_left > 0)
@@ -2373,9 +2474,29 @@ flush_adds_each(struct store *st, char *err)
             return rc;
         add_params(st, i, i + 1, &p);
         par_bool(&p, false);
+        par_bool(&p, st->join_in_add);
         rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "writing a job", &r, a->why);
         if (rc == DSJOB_OK) {
-            a->conflict = PQntuples(r) == 0;
+            int k;
+
+            for (k = 0; k < PQntuples(r) && PQgetisnull(r, k, 0); k++)
+                ;
+            a->conflict = k == PQntuples(r);
+            if (st->join_in_add && a->batch != NULL) {
+                for (k = 0; k < PQntuples(r); k++)
+                    if (!PQgetisnull(r, k, 1) && strcmp(PQgetvalue(r, k, 1), a->batch) == 0)
+                        break;
+                if (k == PQntuples(r)) { /* its batch is not open */
+                    a->conflict = false;
+                    a->gone = true;
+                    if (a->lost != NULL)
+                        *a->lost = true;
+                    snprintf(a->why, STORE_ERRLEN,
+                             "postgres: batch %s is not open (no such batch on any server, or "
+                             "closed)",
+                             a->batch);
+                }
+            }
             PQclear(r);
             continue;
         }
@@ -2771,20 +2892,24 @@ lock_conflict(const struct store *st)
 
 /*
  * Write the open batch once: one statement when it can be (adds,
- * removes, the lease's take, the NOTIFY: flush_main, in autocommit); a
- * transaction around it when the batch also rewrites jobs, sets functions
- * or renews leases, or writes its adds one by one (st->each).
+ * removes, the lease's take, the NOTIFY: flush_main, in autocommit; adds
+ * alone that join batches, add.sql); a transaction around it when the
+ * batch also rewrites jobs, sets functions or renews leases, writes its
+ * adds one by one (st->each), or has adds that join batches in the main
+ * statement or with dependency edges (flush_joins after).
  */
 static int
 flush_once(struct store *st, char *err)
 {
     bool capped = flow_capped(st, st->ls), deadlines = adds_deadlines(st) > 0;
-    bool joins = adds_batches(st) > 0, edges = st->ndeps > 0;
+    bool edges = st->ndeps > 0, batches = adds_batches(st) > 0;
+    bool in_add = batches && !edges && (st->each || adds_only(st)), joins = batches && !in_add;
     bool txn = st->nupds > 0 || (st->ls != NULL && st->ls->renew) || st->each || capped ||
                deadlines || joins || edges;
     int rc;
 
     st->txn = txn;
+    st->join_in_add = in_add;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
     /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
@@ -2806,7 +2931,8 @@ flush_once(struct store *st, char *err)
     if (capped)
         key_before(st, st->ls);
     rc = flush_main(st, err);
-    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
+    /* One whose adds join batches fails, as one in a transaction does. */
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && !batches && conn_lost(st))
         rc = recover_adds(st, err);
     if (rc == DSJOB_OK && capped)
         rc = key_take(st, st->ls, err);

@@ -1,25 +1,19 @@
--- After the INSERT of a batch's adds, in its transaction: those that join
--- a batch, $1 their handles and $2 the batches' ids. A row whose batch is
--- there and open becomes its member (jobs.batch) and is counted in its
--- total; one whose batch is not there or closed is deleted, and its handle
--- returned: that add is refused. The batch's row is locked first, so a
--- close or the end of its last member on another server goes before or
--- after, never between. An add that coalesced onto a live job has no row
--- and joins nothing.
-WITH m AS (SELECT h, b FROM unnest($1::text[], $2::text[]) AS t(h, b)),
+-- After the INSERT of a batch's adds in main.sql, or of adds that also
+-- write dependency edges (add.sql joins the others itself), which wrote
+-- each member's batch (add_rows.sql), in its transaction: $1 the batches the adds join and $2
+-- how many rows each gained (an add that coalesced onto a live job, or was
+-- refused for its parents, has no row and joins nothing). An open batch's
+-- total grows by its count, one UPDATE a batch, not a member; the ids of
+-- those not there or closed come back, and the store deletes the rows of
+-- their members (batch_refuse.sql) and refuses those adds. The batches'
+-- rows are locked first, in id order, so that a close or the end of a
+-- batch's last member on another server goes before or after, never
+-- between.
+WITH c AS (SELECT b, n FROM unnest($1::text[], $2::int8[]) AS t(b, n)),
 open AS (
- SELECT id FROM dsjob.batches WHERE id IN (SELECT b FROM m) AND NOT closed ORDER BY id
+ SELECT id FROM dsjob.batches WHERE id IN (SELECT b FROM c) AND NOT closed ORDER BY id
  FOR UPDATE),
-mem AS (
- UPDATE dsjob.jobs j SET batch = m.b FROM m
- WHERE j.handle = m.h AND m.b IN (SELECT id FROM open)
- RETURNING j.batch),
 cnt AS (
- UPDATE dsjob.batches s SET total = s.total + c.n
- FROM (SELECT batch, count(*) AS n FROM mem GROUP BY batch) c WHERE s.id = c.batch
- RETURNING s.id),
-gone AS (
- DELETE FROM dsjob.jobs j USING m
- WHERE j.handle = m.h AND m.b NOT IN (SELECT id FROM open)
- RETURNING j.handle, m.b)
-SELECT handle, b FROM gone
+ UPDATE dsjob.batches s SET total = s.total + c.n FROM c
+ WHERE s.id = c.b AND s.id IN (SELECT id FROM open))
+SELECT b FROM c WHERE b NOT IN (SELECT id FROM open)

@@ -1,7 +1,8 @@
 -- Version 3 to 4: batches (batch.c) and dependencies (deps.c) across the
 -- servers that share the table. A batch is a row of dsjob.batches with
--- its counters; a member's job row names it (jobs.batch, set by
--- batch_join.sql in the transaction of its INSERT). dsjob.ended_many
+-- its counters; a member's job row names it (jobs.batch, written by its
+-- INSERT, add_rows.sql, and counted in add.sql or batch_join.sql in the
+-- same transaction). dsjob.ended_many
 -- (dsjob.ended for one job) moves the counters in the transaction of the
 -- member's end: main.sql calls it for the live members its DELETE ends,
 -- once a batch, with the outcomes the ending server gives, and the trigger
