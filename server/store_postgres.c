@@ -47,7 +47,7 @@
  * an older version is brought up step by step (schema_1_2.sql); a newer
  * one is refused by name.
  */
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -1041,6 +1041,10 @@ schema_make(struct store *st, char *err)
             (rc = exec_ok(st, pg_sql_schema_3_4, "upgrading schema dsjob from version 3 to 4",
                           err)) != DSJOB_OK)
             goto rollback;
+        if (version < 5 &&
+            (rc = exec_ok(st, pg_sql_schema_4_5, "upgrading schema dsjob from version 4 to 5",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
@@ -1899,6 +1903,40 @@ job_move(struct store_job *sj, char **at)
 #undef MOVE
 }
 
+/*
+ * Before key_take.sql: the keys of the functions it takes, in the jobs'
+ * column k, written by dsjob.key_fill (key_fill.sql) for a function new to
+ * the table or whose separator changed; a statement that writes nothing
+ * otherwise.
+ */
+static int
+key_fill(struct store *st, const struct store_lease *ls, char *err)
+{
+    struct params p = {0};
+    struct arr names, sep;
+    PGresult *r;
+    size_t i;
+    int rc;
+
+    arr_init(&names, OID_TEXT);
+    arr_init(&sep, OID_TEXT);
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct store_flow_cap *c = &ls->caps[i];
+
+        if (st->ktake[i] == 0)
+            continue;
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
+    }
+    par_arr(&p, &names, OID_TEXT_ARRAY);
+    par_arr(&p, &sep, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_key_fill, &p, false, PGRES_TUPLES_OK, "keying jobs", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 static int
 key_take(struct store *st, struct store_lease *ls, char *err)
 {
@@ -1946,6 +1984,10 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     if (nk == 0) {
         params_free(&p);
         return DSJOB_OK;
+    }
+    if ((rc = key_fill(st, ls, err)) != DSJOB_OK) {
+        params_free(&p);
+        return rc;
     }
     if ((rc = run(st, pg_sql_key_take, &p, true, PGRES_TUPLES_OK, "taking jobs by key", &r, err)) !=
         DSJOB_OK)
