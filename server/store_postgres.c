@@ -2031,6 +2031,35 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     return DSJOB_OK;
 }
 
+/*
+ * After flow_read: a function whose stored settings differ from those the
+ * op was made with (ls->lines) is taken by none of this op's statements:
+ * another server changed them, and this server takes it again once it
+ * follows them (flow_ctl_sync, when the op is done), not the old way.
+ */
+static void
+flow_stale(struct store *st, const struct store_lease *ls)
+{
+    size_t i, k;
+
+    if (ls->lines == NULL)
+        return;
+    for (i = 0; i < ls->nfuncs; i++) {
+        const char *at = ls->flows;
+
+        for (k = 0; k < ls->nflows; k++) {
+            const char *name = at, *line = at + strlen(at) + 1;
+
+            at = line + strlen(line) + 1;
+            if (strcmp(name, ls->funcs[i]) != 0)
+                continue;
+            if (strcmp(line, ls->lines[i]) != 0)
+                st->take[i] = 0;
+            break;
+        }
+    }
+}
+
 /* Every function's stored flow settings, into ls->flows. */
 static int
 flow_read(struct store *st, struct store_lease *ls, char *err)
@@ -2067,6 +2096,7 @@ flow_read(struct store *st, struct store_lease *ls, char *err)
     ls->nflows = (size_t)PQntuples(r);
     ls->flows_read = true;
     PQclear(r);
+    flow_stale(st, ls);
     return DSJOB_OK;
 }
 
