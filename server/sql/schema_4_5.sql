@@ -8,12 +8,14 @@
 -- rows it made, and by key_fill.sql for the rows already there when a
 -- function joins the table or its separator changes. Every other row
 -- keeps k NULL and is in neither index, so a function without keys pays
--- one trigger call and a shared advisory lock a statement, and nothing in
--- the indexes. The trigger takes that lock per function it inserted
--- (before it reads dsjob.key_sep), key_fill.sql the exclusive one
--- before it writes the function's row of dsjob.key_sep: a row inserted
--- while the separator changes is either seen by the refill or keyed by its
--- trigger with the new one. schema.sql ends with this file, so that a new
+-- one trigger call and one shared advisory lock a statement, and nothing
+-- in the indexes. The trigger takes that lock (one for all functions, so
+-- that a batch of many functions holds one lock, not one each) before it
+-- reads dsjob.key_sep; key_fill.sql takes it exclusive before it writes a
+-- row of dsjob.key_sep (a function's first take by key, or a separator
+-- changed: rare), so it waits for the inserts in flight to commit, and a
+-- row inserted meanwhile is either seen by the refill or keyed by its
+-- trigger with the new separator. schema.sql ends with this file, so that a new
 -- schema and an upgraded one are the same. (Self-contained: another step
 -- of version 5 may be added beside it.)
 ALTER TABLE dsjob.jobs ADD COLUMN k bytea; -- its partition key, NULL: not keyed
@@ -30,8 +32,10 @@ BEGIN
   RETURN NULL;
  END IF;
  -- Before dsjob.key_sep is read: a refill waits for this insert to commit.
- PERFORM pg_advisory_xact_lock_shared(hashtextextended('dsjob.key:' || d.func, 0))
-  FROM (SELECT DISTINCT func FROM new_rows) d;
+ PERFORM pg_advisory_xact_lock_shared(hashtextextended('dsjob.key', 0));
+ IF NOT EXISTS (SELECT 1 FROM dsjob.key_sep) THEN
+  RETURN NULL; -- no function is taken by key
+ END IF;
  UPDATE dsjob.jobs j SET k = dsjob.key_of(n.uniq, s.sep)
   FROM new_rows n JOIN dsjob.key_sep s ON s.func = n.func
   WHERE j.id = n.id AND j.k IS NULL;
@@ -49,7 +53,7 @@ BEGIN
  FOR f, s IN SELECT u.f, convert_to(u.s, 'UTF8') FROM unnest(fs, seps) AS u(f, s)
   LEFT JOIN dsjob.key_sep ks ON ks.func = u.f
   WHERE ks.sep IS DISTINCT FROM convert_to(u.s, 'UTF8') ORDER BY u.f LOOP
-  PERFORM pg_advisory_xact_lock(hashtextextended('dsjob.key:' || f, 0));
+  PERFORM pg_advisory_xact_lock(hashtextextended('dsjob.key', 0));
   INSERT INTO dsjob.key_sep VALUES (f, s) ON CONFLICT (func) DO UPDATE SET sep = excluded.sep;
   UPDATE dsjob.jobs SET k = dsjob.key_of(uniq, s) WHERE func = f AND state <= 1;
   GET DIAGNOSTICS m = ROW_COUNT;
