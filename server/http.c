@@ -6,14 +6,15 @@
  * jansson from the same structures the admin commands print, and the
  * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
- * callback that read it (no request waits on a worker; only a pause or
- * resume on a durable store waits for its commit, struct http_wait), and
- * evhttp writes the answer without blocking. Requests are bounded before
+ * callback that read it (no request waits on a worker; only a pause,
+ * resume or limit on a durable store waits for its commit, struct
+ * http_wait), and evhttp writes the answer without blocking. Requests are bounded before
  * any work is done (URI length, header size, no body), and a bad one gets
  * a 4xx with a one-line JSON reason. GET and HEAD never change anything;
- * with --http-admin, three POSTs do (cancel a job, retry or drop dead
- * ones), each only from a peer --admin-allow admits and with the CSRF
- * token the page carries, checked before anything is touched.
+ * with --http-admin, POSTs do (cancel a job, retry or drop dead ones,
+ * pause, resume or limit a function), each only from a peer --admin-allow
+ * admits and with the CSRF token the page carries, checked before anything
+ * is touched.
  */
 #include "config.h"
 #include "http.h"
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -111,7 +113,7 @@ struct http_wait {
     struct storage_wait w; /* first: storage's part */
     struct http_state *hs;
     struct evhttp_request *req;
-    bool pause;
+    json_t *answer;              /* the 200's body, sent once committed (owned) */
     TAILQ_ENTRY(http_wait) link; /* in hs->waits */
 };
 TAILQ_HEAD(http_wait_list, http_wait);
@@ -123,7 +125,7 @@ struct http_state {
     bool lev_on;                 /* lev is enabled */
     bool replying;               /* http_cb runs: a response written now is ours */
     struct hconn_list conns;     /* open connections */
-    struct http_wait_list waits; /* pauses and resumes waiting for their commit */
+    struct http_wait_list waits; /* pauses, resumes, limits waiting for their commit */
     unsigned nconns;             /* entries in conns */
     struct event *adopt_ev;      /* runs adopt_cb after the accept */
     struct http_state *next;     /* in states */
@@ -1230,7 +1232,7 @@ post_dead(struct srv *srv, struct evhttp_request *req, const char *name, size_t 
                json_pack("{s:i,s:i}", retry ? "retried" : "dropped", (int)done, "held", (int)held));
 }
 
-/* The commit of a pause or resume is done: its answer (storage_wait_fn). */
+/* The commit of a pause, resume or limit is done: its answer (storage_wait_fn). */
 static void
 pause_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
 {
@@ -1240,15 +1242,41 @@ pause_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
     if (hw->req != NULL && why != NULL) {
         TAILQ_REMOVE(&hw->hs->waits, hw, link);
         hw->hs->replying = true;
-        if (ok)
-            reply_json(hw->req, 200, "OK", json_pack("{s:b}", "paused", hw->pause));
-        else
+        if (ok) {
+            reply_json(hw->req, 200, "OK", hw->answer);
+            hw->answer = NULL;
+        } else {
             reply_error(hw->req, 503, "Service Unavailable", "STORE_ERROR %s", why);
+        }
         hw->hs->replying = false;
     } else if (hw->req != NULL) {
         TAILQ_REMOVE(&hw->hs->waits, hw, link); /* the store closed: nobody is told */
     }
+    json_decref(hw->answer);
     free(hw);
+}
+
+/*
+ * Answers a change of f's settings once it is committed on a durable
+ * store, as the admin command is (durable_reply), else at once; answer is
+ * the 200's body (taken).
+ */
+static void
+reply_committed(struct srv *srv, struct evhttp_request *req, json_t *answer)
+{
+    struct http_wait *hw;
+
+    if (srv->storage.durable && (hw = storage_alloc(srv, "http reply", sizeof(*hw))) != NULL) {
+        hw->w.done = pause_done;
+        hw->w.op = NULL;
+        hw->hs = srv->http_st;
+        hw->req = req;
+        hw->answer = answer;
+        TAILQ_INSERT_TAIL(&srv->http_st->waits, hw, link);
+        storage_wait(srv, &hw->w);
+        return;
+    }
+    reply_json(req, 200, "OK", answer);
 }
 
 /* POST /api/func/NAME/pause or /resume: as admin "pause" and "resume" of NAME. */
@@ -1256,7 +1284,6 @@ static void
 post_pause(struct srv *srv, struct evhttp_request *req, const char *name, size_t len, bool pause)
 {
     struct func *f = queue_func(&srv->queue, name, len, false);
-    struct http_wait *hw;
     char err[200];
 
     if (f == NULL || queue_name_bad_byte(name, len) >= 0) {
@@ -1270,18 +1297,65 @@ post_pause(struct srv *srv, struct evhttp_request *req, const char *name, size_t
     }
     log_notice(&srv->log, "http %s: %s '%s'", peer_name(req), pause ? "paused" : "resumed",
                f->name);
-    /* Answered once the setting is committed, as the admin command is (durable_reply). */
-    if (srv->storage.durable && (hw = storage_alloc(srv, "http reply", sizeof(*hw))) != NULL) {
-        hw->w.done = pause_done;
-        hw->w.op = NULL;
-        hw->hs = srv->http_st;
-        hw->req = req;
-        hw->pause = pause;
-        TAILQ_INSERT_TAIL(&srv->http_st->waits, hw, link);
-        storage_wait(srv, &hw->w);
+    reply_committed(srv, req, json_pack("{s:b}", "paused", pause));
+}
+
+/*
+ * POST /api/func/NAME/limit?concurrency=N&rate=N/PERIOD&burst=N: as admin
+ * "limit NAME concurrency N rate R burst B" with the parameters given
+ * (at least one; "off" or 0 clears that limit, the others stay).
+ */
+static void
+post_limit(struct srv *srv, struct evhttp_request *req, const char *name, size_t len,
+           const char *query)
+{
+    static const char *const known[] = {"concurrency", "rate", "burst"};
+    struct func *f = queue_func(&srv->queue, name, len, false);
+    const char *vals[3];
+    char words[FLOW_SPEC_MAX], err[200], line[FLOW_SPEC_MAX];
+    size_t i, n = 0;
+
+    if (f == NULL || queue_name_bad_byte(name, len) >= 0) {
+        reply_error(req, 404, "Not Found", "no function '%.*s'", (int)(len > 100 ? 100 : len),
+                    name);
         return;
     }
-    reply_json(req, 200, "OK", json_pack("{s:b}", "paused", pause));
+    if (!parse_query(req, query, known, vals, 3))
+        return;
+    words[0] = '\0';
+    for (i = 0; i < 3; i++) {
+        const char *v = vals[i], *c;
+
+        if (v == NULL)
+            continue;
+        /* One word each: a space would smuggle in another setting. */
+        for (c = v; *c != '\0' && (isalnum((unsigned char)*c) || *c == '/'); c++)
+            ;
+        if (*c != '\0' || c == v || c - v > 32) {
+            reply_error(req, 400, "Bad Request", "bad value '%.40s' for '%s'", v, known[i]);
+            goto out;
+        }
+        n += (size_t)snprintf(words + n, sizeof(words) - n, "%s%s %s", n ? " " : "", known[i], v);
+    }
+    if (n == 0) {
+        reply_error(req, 400, "Bad Request",
+                    "POST /api/func/NAME/limit takes concurrency=, rate= or burst=");
+        goto out;
+    }
+    if (flow_ctl_apply(srv, f, words, true, err, sizeof(err)) < 0) {
+        if (strcmp(err, "out of memory") == 0)
+            reply_error(req, 500, "Internal Server Error", "%s", err);
+        else
+            reply_error(req, 400, "Bad Request", "%s", err);
+        goto out;
+    }
+    log_notice(&srv->log, "http %s: limit '%s' %s", peer_name(req), f->name, words);
+    line[0] = '\0';
+    if (f->flow != NULL)
+        flow_format(&f->flow->conf, line, sizeof(line));
+    reply_committed(srv, req, json_pack("{s:s}", "settings", line));
+out:
+    free_vals(vals, 3);
 }
 
 /* Is path PREFIX NAME SUFFIX with a NAME of one byte or more? Sets *name, *name_len. */
@@ -1299,8 +1373,8 @@ split_path(const char *path, size_t len, const char *prefix, const char *suffix,
 }
 
 /*
- * The three writes, with --http-admin only. Checked in this order, before
- * anything changes: a write route (404), no query (400), a peer
+ * The writes, with --http-admin only. Checked in this order, before
+ * anything changes: a write route (404), no query but a limit's (400), a peer
  * --admin-allow admits (403), a Host that is not a rebound name (403),
  * the X-CSRF-Token header (403).
  */
@@ -1308,7 +1382,7 @@ static void
 route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
            const char *query)
 {
-    enum { CANCEL, RETRY, DROP, PAUSE, RESUME } what;
+    enum { CANCEL, RETRY, DROP, PAUSE, RESUME, LIMIT } what;
     const char *name, *given;
     size_t name_len;
 
@@ -1322,14 +1396,18 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
         what = PAUSE;
     else if (split_path(path, len, "/api/func/", "/resume", &name, &name_len))
         what = RESUME;
+    else if (split_path(path, len, "/api/func/", "/limit", &name, &name_len))
+        what = LIMIT;
     else {
         reply_error(req, 404, "Not Found",
                     "POST takes /api/job/HANDLE/cancel, /api/dead/NAME/retry, "
-                    "/api/dead/NAME/drop, /api/func/NAME/pause or /api/func/NAME/resume, not %.*s",
+                    "/api/dead/NAME/drop, /api/func/NAME/pause, /api/func/NAME/resume or "
+                    "/api/func/NAME/limit, not %.*s",
                     (int)(len > 100 ? 100 : len), path);
         return;
     }
-    if (query != NULL) {
+    /* Only a limit's settings come in the query: they are the target's words. */
+    if (query != NULL && what != LIMIT) {
         reply_error(req, 400, "Bad Request", "POST takes no query");
         return;
     }
@@ -1364,6 +1442,8 @@ route_post(struct srv *srv, struct evhttp_request *req, const char *path, size_t
         post_cancel(srv, req, name, name_len);
     else if (what == PAUSE || what == RESUME)
         post_pause(srv, req, name, name_len, what == PAUSE);
+    else if (what == LIMIT)
+        post_limit(srv, req, name, name_len, query);
     else
         post_dead(srv, req, name, name_len, what == RETRY);
 }

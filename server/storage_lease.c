@@ -47,6 +47,16 @@ flow_limited(const struct flow_conf *c)
            c->key_concurrency > 0 || c->key_rate > 0;
 }
 
+/* f's flow settings as a stored row holds them ("" for none) into buf; their length. */
+static size_t
+func_line(const struct func *f, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (f->flow != NULL)
+        flow_format(&f->flow->conf, buf, len);
+    return strlen(buf);
+}
+
 /* Ready jobs of f held here: queued, not yet grabbed. */
 static unsigned
 func_ready(const struct func *f)
@@ -120,7 +130,8 @@ shared_lease_op(struct srv *srv)
     struct store_op *op;
     struct func *f;
     size_t nf = 0, bytes = 0, stray_bytes, i, ncaps = 0;
-    char *at;
+    bool rf = sg->flow_due || sg->renew_due; /* the op reads the stored settings */
+    char *at, line[FLOW_SPEC_MAX];
 
     if (!sg->want_lease || sg->lease_inflight)
         return;
@@ -130,6 +141,8 @@ shared_lease_op(struct srv *srv)
             nf++;
             bytes += f->name_len + 1;
             ncaps += f->flow != NULL && flow_limited(&f->flow->conf);
+            if (rf)
+                bytes += func_line(f, line, sizeof(line)) + 1;
         }
     }
     for (i = 0, at = sg->strays; i < sg->nstrays; i++, at += strlen(at) + 1)
@@ -137,10 +150,10 @@ shared_lease_op(struct srv *srv)
     stray_bytes = sg->nstrays > 0 ? (size_t)(at - sg->strays) : 0;
     if (nf == 0 && !sg->renew_due && sg->nstrays == 0 && !sg->flow_due)
         return;
-    op = storage_alloc(srv, "op",
-                       sizeof(*op) + (nf + sg->nstrays) * sizeof(char *) + nf * sizeof(unsigned) +
-                           (ncaps > 0 ? nf * sizeof(struct store_flow_cap) : 0) + bytes +
-                           stray_bytes + 16);
+    op = storage_alloc(
+        srv, "op",
+        sizeof(*op) + (nf + sg->nstrays + (rf ? nf : 0)) * sizeof(char *) + nf * sizeof(unsigned) +
+            (ncaps > 0 ? nf * sizeof(struct store_flow_cap) : 0) + bytes + stray_bytes + 16);
     if (op == NULL) {
         log_err(&srv->log, "store: out of memory for a lease; trying with the next batch");
         sg->want_lease = true;
@@ -153,7 +166,8 @@ shared_lease_op(struct srv *srv)
         char *base = op->buf + (8 - ((uintptr_t)op->buf & 7)) % 8;
         const char **names = (const char **)(void *)base;
         const char **strays = names + nf;
-        unsigned *limits = (unsigned *)(void *)(strays + sg->nstrays);
+        const char **lines = strays + sg->nstrays; /* nf of them with rf, else none */
+        unsigned *limits = (unsigned *)(void *)(lines + (rf ? nf : 0));
         struct store_flow_cap *caps = (struct store_flow_cap *)(void *)(limits + nf);
         const char *h = sg->strays;
 
@@ -183,10 +197,18 @@ shared_lease_op(struct srv *srv)
                     memcpy(caps[i].sep, c->sep, sizeof(caps[i].sep));
                 }
             }
-            limits[i++] = want;
             at += f->name_len + 1;
+            if (rf) {
+                size_t len = func_line(f, line, sizeof(line));
+
+                memcpy(at, line, len + 1);
+                lines[i] = at;
+                at += len + 1;
+            }
+            limits[i++] = want;
         }
         op->ls.caps = ncaps > 0 ? caps : NULL;
+        op->ls.lines = rf ? lines : NULL;
         op->ls.funcs = names;
         op->ls.limits = limits;
         op->ls.nfuncs = nf;
@@ -207,7 +229,7 @@ shared_lease_op(struct srv *srv)
     sg->lease_op_ms =
         clock_now_ms(); /* the renew's now() is later: its leases outlast this + lease */
     /* The stored flow settings are read at a NOTIFY flow and at each renewal. */
-    op->ls.read_flow = sg->flow_due || sg->renew_due;
+    op->ls.read_flow = rf;
     op->ls.flow_gen = sg->flow_gen;
     sg->flow_due = false;
     sg->renew_due = false;
@@ -418,8 +440,12 @@ shared_leased(struct srv *srv, struct store_op *op, bool ok)
         return;
     }
     /* Settings changed here since the op was made are newer than what it read. */
-    if (ls->flows_read && ls->flow_gen == sg->flow_gen)
+    if (ls->flows_read && ls->flow_gen == sg->flow_gen) {
         flow_ctl_sync(srv, ls->flows, ls->nflows);
+        /* A function this op skipped (its stored settings were newer) is taken now. */
+        if (ls->lines != NULL)
+            storage_want_lease(srv);
+    }
     if (ls->renewed)
         shared_drop_lost(srv, ls);
     if (ls->renewed)

@@ -235,6 +235,9 @@ struct store_lease {
     const struct store_flow_cap *caps; /* in: each of funcs' limits (nfuncs entries), or NULL
                                           if none has one */
     bool read_flow;                    /* in: read every function's stored flow settings */
+    const char *const *lines;          /* in, with read_flow: each of funcs' settings as this
+                                          server holds them (flow_format; "" none): a function
+                                          whose stored line differs is not taken by this op */
     char *flows;                       /* out, with read_flow: each function with a stored
                                           settings line, name then line, both NUL-terminated,
                                           back to back (owned: the server frees it) */

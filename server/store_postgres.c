@@ -47,7 +47,7 @@
  * an older version is brought up step by step (schema_1_2.sql); a newer
  * one is refused by name.
  */
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define SCHEMA_LOCK 0x64736a6f62 /* "dsjob": the advisory lock around creating the schema */
 /*
  * A running server holds the session advisory lock (LIVE_LOCK, its start's
@@ -1049,6 +1049,10 @@ schema_make(struct store *st, char *err)
             (rc = exec_ok(st, pg_sql_schema_3_4, "upgrading schema dsjob from version 3 to 4",
                           err)) != DSJOB_OK)
             goto rollback;
+        if (version < 5 &&
+            (rc = exec_ok(st, pg_sql_schema_4_5, "upgrading schema dsjob from version 4 to 5",
+                          err)) != DSJOB_OK)
+            goto rollback;
     } else {
         PQclear(r);
         if ((rc = exec_ok(st, pg_sql_schema, "creating schema dsjob", err)) != DSJOB_OK)
@@ -1919,6 +1923,40 @@ job_move(struct store_job *sj, char **at)
 #undef MOVE
 }
 
+/*
+ * Before key_take.sql: the keys of the functions it takes, in the jobs'
+ * column k, written by dsjob.key_fill (key_fill.sql) for a function new to
+ * the table or whose separator changed; a statement that writes nothing
+ * otherwise.
+ */
+static int
+key_fill(struct store *st, const struct store_lease *ls, char *err)
+{
+    struct params p = {0};
+    struct arr names, sep;
+    PGresult *r;
+    size_t i;
+    int rc;
+
+    arr_init(&names, OID_TEXT);
+    arr_init(&sep, OID_TEXT);
+    for (i = 0; i < ls->nfuncs; i++) {
+        const struct store_flow_cap *c = &ls->caps[i];
+
+        if (st->ktake[i] == 0)
+            continue;
+        arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
+        arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
+    }
+    par_arr(&p, &names, OID_TEXT_ARRAY);
+    par_arr(&p, &sep, OID_TEXT_ARRAY);
+    if ((rc = run(st, pg_sql_key_fill, &p, false, PGRES_TUPLES_OK, "keying jobs", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 static int
 key_take(struct store *st, struct store_lease *ls, char *err)
 {
@@ -1967,6 +2005,10 @@ key_take(struct store *st, struct store_lease *ls, char *err)
         params_free(&p);
         return DSJOB_OK;
     }
+    if ((rc = key_fill(st, ls, err)) != DSJOB_OK) {
+        params_free(&p);
+        return rc;
+    }
     if ((rc = run(st, pg_sql_key_take, &p, true, PGRES_TUPLES_OK, "taking jobs by key", &r, err)) !=
         DSJOB_OK)
         return rc;
@@ -2009,6 +2051,35 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     return DSJOB_OK;
 }
 
+/*
+ * After flow_read: a function whose stored settings differ from those the
+ * op was made with (ls->lines) is taken by none of this op's statements:
+ * another server changed them, and this server takes it again once it
+ * follows them (flow_ctl_sync, when the op is done), not the old way.
+ */
+static void
+flow_stale(struct store *st, const struct store_lease *ls)
+{
+    size_t i, k;
+
+    if (ls->lines == NULL)
+        return;
+    for (i = 0; i < ls->nfuncs; i++) {
+        const char *at = ls->flows;
+
+        for (k = 0; k < ls->nflows; k++) {
+            const char *name = at, *line = at + strlen(at) + 1;
+
+            at = line + strlen(line) + 1;
+            if (strcmp(name, ls->funcs[i]) != 0)
+                continue;
+            if (strcmp(line, ls->lines[i]) != 0)
+                st->take[i] = 0;
+            break;
+        }
+    }
+}
+
 /* Every function's stored flow settings, into ls->flows. */
 static int
 flow_read(struct store *st, struct store_lease *ls, char *err)
@@ -2045,6 +2116,7 @@ flow_read(struct store *st, struct store_lease *ls, char *err)
     ls->nflows = (size_t)PQntuples(r);
     ls->flows_read = true;
     PQclear(r);
+    flow_stale(st, ls);
     return DSJOB_OK;
 }
 
@@ -2596,8 +2668,106 @@ out:
 }
 
 /*
+ * Whether u, a rewrite of a stored job, goes with the batch's other live
+ * rewrites in one statement (flush_live): it leaves the job live, and no
+ * other rewrite of the batch touches that job (their order then matters).
+ */
+static bool
+upd_live(const struct store *st, const struct pend_upd *u)
+{
+    size_t i;
+
+    if (u->func || u->after || u->gone || u->state != STORE_LIVE || u->result_len > 0)
+        return false;
+    for (i = 0; i < st->nupds; i++)
+        if (&st->upds[i] != u && !st->upds[i].func && strcmp(st->upds[i].handle, u->handle) == 0)
+            return false;
+    return true;
+}
+
+/*
+ * The live rewrites of stored jobs (upd_live) in one statement
+ * (update_live.sql): a job with a deadline that starts costs a share of
+ * one UPDATE a batch, not one of its own.
+ */
+static int
+flush_live(struct store *st, char *err)
+{
+    struct params p = {0};
+    struct arr h, pr, at, ff, lf, nu, de, ra, dl;
+    const char **done = NULL;
+    size_t i, n = 0;
+    PGresult *r;
+    int rc, k;
+
+    for (i = 0; i < st->nupds; i++)
+        n += upd_live(st, &st->upds[i]);
+    if (n == 0)
+        return DSJOB_OK;
+    arr_init(&h, OID_TEXT);
+    arr_init(&pr, OID_INT2);
+    arr_init(&at, OID_INT8);
+    arr_init(&ff, OID_INT8);
+    arr_init(&lf, OID_INT8);
+    arr_init(&nu, OID_INT8);
+    arr_init(&de, OID_INT8);
+    arr_init(&ra, OID_INT8);
+    arr_init(&dl, OID_INT8);
+    for (i = 0; i < st->nupds; i++) {
+        const struct pend_upd *u = &st->upds[i];
+
+        if (!upd_live(st, u))
+            continue;
+        arr_put(&h, u->handle, strlen(u->handle));
+        arr_int(&pr, u->prio, 2);
+        arr_int(&at, u->attempts, 8);
+        arr_int(&ff, u->first_fail, 8);
+        arr_int(&lf, u->last_fail, 8);
+        arr_int(&nu, u->numerator, 8);
+        arr_int(&de, u->denominator, 8);
+        arr_int(&ra, u->when > 0 ? u->when : 0, 8);
+        arr_int(&dl, u->deadline_ms, 8);
+    }
+    par_arr(&p, &h, OID_TEXT_ARRAY);
+    par_arr(&p, &pr, OID_INT2_ARRAY);
+    par_arr(&p, &at, OID_INT8_ARRAY);
+    par_arr(&p, &ff, OID_INT8_ARRAY);
+    par_arr(&p, &lf, OID_INT8_ARRAY);
+    par_arr(&p, &nu, OID_INT8_ARRAY);
+    par_arr(&p, &de, OID_INT8_ARRAY);
+    par_arr(&p, &ra, OID_INT8_ARRAY);
+    par_arr(&p, &dl, OID_INT8_ARRAY);
+    par_text(&p, st->owner, strlen(st->owner));
+    if ((rc = run(st, pg_sql_update_live, &p, false, PGRES_TUPLES_OK, "rewriting jobs", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    /* A rewrite whose row is missing: the row was no longer this server's. */
+    if (PQntuples(r) < (int)n &&
+        (done = malloc(((size_t)PQntuples(r) + 1) * sizeof(*done))) == NULL) {
+        PQclear(r);
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    for (k = 0; done != NULL && k < PQntuples(r); k++)
+        done[k] = PQgetvalue(r, k, 0);
+    if (done != NULL)
+        qsort(done, (size_t)PQntuples(r), sizeof(*done), store_cmp_strs);
+    for (i = 0; i < st->nupds; i++) {
+        struct pend_upd *u = &st->upds[i];
+        const char *key = u->handle;
+
+        if (u->lost != NULL && upd_live(st, u))
+            *u->lost = done != NULL && bsearch(&key, done, (size_t)PQntuples(r), sizeof(*done),
+                                               store_cmp_strs) == NULL;
+    }
+    free(done);
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/*
  * The batch's rewrites and function settings, one statement each (they
- * are few): with after false those of jobs already stored (before the
+ * are few), but the live rewrites of stored jobs, which go in one
+ * (flush_live): with after false those of jobs already stored (before the
  * main statement, which may delete them), with after true those of jobs
  * this batch adds (after it). A job's rewrite applies only to a row this
  * server holds; one of a row this batch made is its own.
@@ -2608,13 +2778,15 @@ flush_updates(struct store *st, bool after, char *err)
     size_t i;
     int rc;
 
+    if (!after && (rc = flush_live(st, err)) != DSJOB_OK)
+        return rc;
     for (i = 0; i < st->nupds; i++) {
         struct pend_upd *u = &st->upds[i];
         struct params p = {0};
         const char *sql;
         PGresult *r;
 
-        if (u->after != after || u->gone)
+        if (u->after != after || u->gone || upd_live(st, u))
             continue;
         if (u->func && u->retries == 0 && u->backoff_base_ms == 0 && u->backoff_max_ms == 0) {
             sql = pg_sql_func_delete;

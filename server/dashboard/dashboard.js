@@ -5,7 +5,8 @@
  * innerHTML assignment, only when its text changed, so that a thousand
  * functions cost one DOM build a second. No library, nothing loaded from
  * elsewhere; the chart is a plain <canvas>. With --http-admin, and a CSRF
- * token in the page, it shows the buttons that POST cancel, retry and drop.
+ * token in the page, it shows the buttons that POST cancel, retry and drop,
+ * and a function's pause, resume and limit.
  */
 "use strict";
 
@@ -222,6 +223,7 @@
             oldest: f.oldest_queued_seconds,
             flow: f.flow ? f.flow.settings + (f.flow.held !== "no" ? " (held: " + f.flow.held + ")" : "") : "",
             paused: !!(f.flow && f.flow.paused),
+            settings: f.flow ? f.flow.settings : "",
         };
     }
 
@@ -250,7 +252,8 @@
                 ? '<button data-act="retry">retry</button> <button data-act="drop" class="danger">drop</button>'
                 : "") + "</td>" +
             '<td class="admin-only">' + (admin && f.key !== null
-                ? (f.paused ? '<button data-act="resume">resume</button>' : '<button data-act="pause" class="danger">pause</button>')
+                ? '<button data-act="limit">limit</button> ' +
+                  (f.paused ? '<button data-act="resume">resume</button>' : '<button data-act="pause" class="danger">pause</button>')
                 : "") + "</td>";
     }
 
@@ -475,6 +478,37 @@
         refresh();
     }
 
+    /*
+     * The limit button: asks for "concurrency N", "rate N/s" (/m, /h) and
+     * "burst N", each "off" to clear it, or "off" alone to clear all three,
+     * and POSTs them as /api/func/KEY/limit's query. Other settings stay.
+     */
+    async function limit(key, fn) {
+        const f = funcs.find((x) => x.key === key);
+        const now = ((f && f.settings) || "").match(/(^| )(concurrency|rate|burst) \S+/g) || [];
+        const text = window.prompt("Limit " + fn + ': "concurrency N", "rate N/s" (or /m, /h), ' +
+            '"burst N"; "rate off" clears one, "off" all', now.map((w) => w.trim()).join(" "));
+        if (text === null) return;
+        const words = text.trim().split(/\s+/).filter((w) => w !== "");
+        const q = new URLSearchParams();
+        if (words.length === 1 && words[0] === "off") {
+            for (const k of ["concurrency", "rate", "burst"]) q.set(k, "off");
+        } else {
+            for (let i = 0; i < words.length; i += 2) {
+                if (!["concurrency", "rate", "burst"].includes(words[i]) || words[i + 1] === undefined) {
+                    toast("limit: not understood: " + text);
+                    return;
+                }
+                q.set(words[i], words[i + 1]);
+            }
+        }
+        if ([...q.keys()].length === 0) return;
+        /* The slash of a rate stays readable: the server decodes either. */
+        const r = await post("/api/func/" + key.replace(/../g, "%$&") + "/limit?" + q.toString().replace(/%2F/g, "/"));
+        toast(r.status === 200 ? "limit " + fn + ": " + (r.body.settings || "none") : "limit refused: " + (r.body.error || r.status));
+        refresh();
+    }
+
     /* ---- events ---- */
 
     document.querySelector("#funcs thead").addEventListener("click", (e) => {
@@ -499,6 +533,10 @@
         const fn = tr.dataset.fn, key = tr.dataset.key;
         const a = b.dataset.act;
         if (!key) return;
+        if (a === "limit") {
+            limit(key, fn);
+            return;
+        }
         if (a === "pause" || a === "resume") {
             act("/api/func/" + key.replace(/../g, "%$&") + "/" + a, a + " " + fn);
             return;

@@ -3,9 +3,10 @@
 -- transaction after flow_take.sql locked each function's row of
 -- dsjob.flow_bucket, so that the takes of such a function go one server
 -- at a time, each seeing the leases the last one committed. A job's key is
--- its unique key's part before the function's separator ('' if none), as
--- flow_key_of makes it. Per key, the jobs under a lease that has not run
--- out (or under this server's: renewed, not taken) count as running.
+-- its column k (schema_4_5.sql), its unique key's part before the
+-- function's separator ('' if none), as flow_key_of makes it, written by
+-- key_fill.sql just before. Per key, the jobs under a lease that has not
+-- run out (or under this server's: renewed, not taken) count as running.
 -- With a sequence (sq 1 hold, 2 skip) a key's first job in submission
 -- order (id), live or (hold) dead after a failed attempt, is the only one
 -- that may start, and only while none of its key runs (a job with a lower
@@ -16,56 +17,77 @@
 -- full one), filled by PostgreSQL's clock; the buckets of the keys that
 -- started jobs are written back, those full again are deleted. Keys are
 -- served round robin: each key's first job, then each key's second, ...
--- Every live row of the functions is read (and, with hold, the dead ones),
--- a cost per take, not per job. A child held for its parents (owner
--- '(held)', deps_add) is not read: it neither runs nor heads its key, so
--- it cannot hold up its own parent. A job that has never run and is not
--- due yet (an epoch job) heads no key either: a job takes its place in its
--- sequence once it may start (dsjobd(8)), as on one server; one waiting
--- for its retry (attempts > 0) keeps its place. $1 the functions, $2 how
--- many jobs of each to take, $3 their separators, $4 sequence (0 off, 1 hold, 2 skip), $5
--- the per-key concurrency (0 none), $6 the owner, $7 the lease in seconds,
--- $8 the per-key rate (0 none), $9 its period in ms, $10 its burst (0: the
--- rate).
+-- What is read, through the indexes jobs_key and jobs_key_ready: each key
+-- of the function once (ks, a skip scan: one index probe a key, however
+-- many jobs it holds), with a sequence its head (hd: the first row by id
+-- that may head it), without one its first n ready jobs (c0), and the
+-- function's leased rows (bz, through jobs_owner): a cost per key and per
+-- job taken, not per live row. A child held for its parents (owner
+-- '(held)', deps_add) neither runs nor heads its key, so it cannot hold up
+-- its own parent. A job that has never run and is not due yet (an epoch
+-- job) heads no key either: a job takes its place in its sequence once it
+-- may start (dsjobd(8)), as on one server; one waiting for its retry
+-- (attempts > 0) keeps its place. $1 the functions, $2 how many jobs of
+-- each to take, $3 their separators (key_fill.sql's), $4 sequence (0 off,
+-- 1 hold, 2 skip), $5 the per-key concurrency (0 none), $6 the owner, $7
+-- the lease in seconds, $8 the per-key rate (0 none), $9 its period in ms,
+-- $10 its burst (0: the rate).
 -- Rows as main.sql's taken rows, kind 3.
-WITH t AS (SELECT clock_timestamp() AS ts),
+WITH RECURSIVE t AS (SELECT clock_timestamp() AS ts),
 f AS (
- SELECT name, n, convert_to(sep, 'UTF8') AS sep, sq, kc, kr, kp, CASE WHEN kb > 0 THEN kb ELSE kr END AS kcap
+ SELECT name, n, sq, kc, kr, kp, CASE WHEN kb > 0 THEN kb ELSE kr END AS kcap
  FROM unnest($1::text[], $2::int4[], $3::text[], $4::int4[], $5::int4[], $8::int4[], $9::int4[],
   $10::int4[]) AS u(name, n, sep, sq, kc, kr, kp, kb)),
-r AS (
- SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, j.attempts,
-  f.n, f.sq, f.kc,
-  f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
-   ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
- FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 0
-  AND j.owner IS DISTINCT FROM '(held)'
+ks(func, k) AS (
+ SELECT f.name, (SELECT j.k FROM dsjob.jobs j WHERE j.func = f.name AND j.state <= 1
+  AND j.k IS NOT NULL ORDER BY j.k LIMIT 1) FROM f
  UNION ALL
- SELECT j.id, j.func, j.state, j.owner, j.lease_until, j.run_at, j.deadline, j.prio, j.attempts,
-  f.n, f.sq, f.kc,
-  f.kr, CASE WHEN j.uniq IS NULL OR position(f.sep IN j.uniq) = 0 THEN ''::bytea
-   ELSE substring(j.uniq FROM 1 FOR position(f.sep IN j.uniq) - 1) END AS k
- FROM f JOIN dsjob.jobs j ON j.func = f.name AND j.state = 1 AND j.attempts > 0 AND f.sq = 1),
-g AS (
- SELECT func, k, min(id) FILTER (WHERE state = 1 OR attempts > 0 OR run_at <= now()) AS head,
-  count(*) FILTER (WHERE state = 0 AND owner IS NOT NULL
-  AND (lease_until >= now() OR owner = $6::text)) AS busy
- FROM r GROUP BY func, k),
+ SELECT ks.func, (SELECT j.k FROM dsjob.jobs j WHERE j.func = ks.func AND j.state <= 1
+  AND j.k IS NOT NULL AND j.k > ks.k ORDER BY j.k LIMIT 1) FROM ks WHERE ks.k IS NOT NULL),
+kk AS (
+ SELECT ks.func, ks.k, f.n, f.sq, f.kc, f.kr, f.kcap FROM ks JOIN f ON f.name = ks.func
+ WHERE ks.k IS NOT NULL),
+bz AS (
+ SELECT j.func, j.k, count(*) AS busy FROM dsjob.jobs j
+ WHERE j.state = 0 AND j.owner IS NOT NULL AND j.owner <> '(held)'
+  AND (j.lease_until >= now() OR j.owner = $6::text) AND j.func = ANY($1::text[])
+ GROUP BY j.func, j.k),
 kb AS (
  SELECT b.func, b.k, least(f.kcap::float8, b.tokens + greatest(extract(epoch FROM t.ts - b.at), 0)
   * 1000 * f.kr / nullif(f.kp, 0)) AS avail
  FROM f JOIN dsjob.flow_key_bucket b ON b.func = f.name AND f.kr > 0 CROSS JOIN t),
+hd AS (
+ SELECT kk.func, kk.k, (SELECT j.id FROM dsjob.jobs j WHERE j.func = kk.func AND j.k = kk.k
+  AND j.state <= 1 AND j.k IS NOT NULL
+  AND ((j.state = 0 AND j.owner IS DISTINCT FROM '(held)' AND (j.attempts > 0 OR j.run_at <= now()))
+   OR (j.state = 1 AND j.attempts > 0 AND kk.sq = 1))
+  ORDER BY j.id LIMIT 1) AS head
+ FROM kk WHERE kk.sq > 0),
 c AS (
- SELECT r.id, r.func, r.k, r.n, r.sq, r.kc, r.kr, g.head, g.busy,
-  CASE WHEN r.kr > 0 THEN coalesce(kb.avail, (SELECT kcap FROM f WHERE f.name = r.func)) END AS avail,
-  row_number() OVER (PARTITION BY r.func, r.k ORDER BY r.prio, r.run_at, r.id) AS rn
- FROM r JOIN g ON g.func = r.func AND g.k = r.k LEFT JOIN kb ON kb.func = r.func AND kb.k = r.k
- WHERE r.state = 0 AND r.run_at <= now()
-  AND (r.owner IS NULL OR (r.lease_until < now() AND r.owner <> $6::text))
-  AND (r.deadline IS NULL OR r.deadline > now())),
+ SELECT x.id, kk.func, kk.k, kk.n, kk.sq, kk.kc, kk.kr, coalesce(bz.busy, 0) AS busy,
+  CASE WHEN kk.kr > 0 THEN coalesce(kb.avail, kk.kcap) END AS avail,
+  row_number() OVER (PARTITION BY kk.func, kk.k ORDER BY x.prio, x.run_at, x.id) AS rn
+ FROM kk LEFT JOIN bz ON bz.func = kk.func AND bz.k = kk.k
+  LEFT JOIN kb ON kb.func = kk.func AND kb.k = kk.k
+  CROSS JOIN LATERAL (
+   SELECT j.id, j.prio, j.run_at FROM dsjob.jobs j
+   WHERE kk.sq = 0 AND j.func = kk.func AND j.k = kk.k AND j.state = 0 AND j.k IS NOT NULL
+    AND j.run_at <= now() AND (j.owner IS NULL OR (j.lease_until < now() AND j.owner <> $6::text))
+    AND (j.deadline IS NULL OR j.deadline > now())
+   ORDER BY j.prio, j.run_at, j.id LIMIT kk.n) x
+ UNION ALL
+ SELECT j.id, kk.func, kk.k, kk.n, kk.sq, kk.kc, kk.kr, coalesce(bz.busy, 0),
+  CASE WHEN kk.kr > 0 THEN coalesce(kb.avail, kk.kcap) END, 1
+ FROM kk JOIN hd ON hd.func = kk.func AND hd.k = kk.k
+  JOIN dsjob.jobs j ON j.id = hd.head
+  LEFT JOIN bz ON bz.func = kk.func AND bz.k = kk.k
+  LEFT JOIN kb ON kb.func = kk.func AND kb.k = kk.k
+ WHERE j.state = 0 AND j.run_at <= now()
+  AND (j.owner IS NULL OR (j.lease_until < now() AND j.owner <> $6::text))
+  AND (j.deadline IS NULL OR j.deadline > now())),
 d AS (
  SELECT id, func, k, kr, avail, n, row_number() OVER (PARTITION BY func ORDER BY rn, id) AS fr FROM c
- WHERE CASE WHEN sq > 0 THEN id = head AND busy = 0 AND (kr = 0 OR avail >= 1)
+ WHERE CASE WHEN sq > 0 THEN busy = 0 AND (kr = 0 OR avail >= 1)
   ELSE (kc = 0 OR rn <= kc - busy) AND (kr = 0 OR rn <= floor(avail)) END),
 s AS (
  SELECT j.id, d.func AS bf, d.k AS bk, d.kr, d.avail FROM dsjob.jobs j JOIN d ON d.id = j.id
@@ -73,7 +95,7 @@ s AS (
  ORDER BY j.id FOR UPDATE OF j SKIP LOCKED),
 up AS (
  UPDATE dsjob.jobs j SET owner = $6::text, lease_until = now() + $7::int4 * interval '1 second'
- FROM s WHERE j.id = s.id
+ FROM s WHERE j.id = s.id AND j.id = ANY (ARRAY(SELECT id FROM s)) -- by jobs_pkey, not a scan
  RETURNING j.handle, j.func, j.uniq, j.unique_is_data, j.reducer, j.data, j.prio,
   extract(epoch from j.run_at)::bigint AS run_at, j.attempts, j.first_fail, j.last_fail, j.id,
   (extract(epoch from j.deadline) * 1000)::bigint AS deadline, s.bf, s.bk, s.kr, s.avail),

@@ -1,5 +1,5 @@
--- The schema: version 3 here, then the steps after it (schema_3_4.sql, so
--- that a new schema and an upgraded one are the same), to SCHEMA_VERSION
+-- The schema: version 3 here, then the steps after it (schema_3_4.sql,
+-- schema_4_5.sql, so that a new schema and an upgraded one are the same), to SCHEMA_VERSION
 -- in store_postgres.c. To change it: bump that, and add a step file
 -- (schema_1_2.sql is the model) that makes the new shape of the previous
 -- one and moves the meta row, included at the end of this file. Never
@@ -80,3 +80,4 @@ BEGIN\
 END $$;
 INSERT INTO dsjob.meta VALUES ('schema_version', '3');
 \ir schema_3_4.sql
+\ir schema_4_5.sql

@@ -13,7 +13,8 @@
 // and dd\\xff, made dead by a worker here) show apart, and the drop button
 // of the raw-byte one drops its dead job and not the other's. A function's
 // --limit shows in its row, its pause and resume buttons pause and resume
-// it on the server, and the --schedule run.sh gave is listed and fires.
+// it on the server, its limit button sets and clears a concurrency and a
+// rate limit, and the --schedule run.sh gave is listed and fires.
 // Saves a full-page screenshot. Then 1,000 more functions (admin "create
 // function" on GEARMAN-PORT): the table shows them all, the filter still
 // works, and the time one refresh and one table build take is printed.
@@ -195,6 +196,41 @@ try {
     await page.click('#funcs tr[data-fn="backlog"] button[data-act="resume"]');
     await flowPaused(false);
     check(true, "its resume button resumed it");
+
+    // Its limit button sets a concurrency and a rate limit (the prompt's
+    // answer), the row shows them, and "off" clears them again.
+    const flowSettings = (want) => page.waitForFunction(async (w) => {
+        const st = await (await fetch("/api/status")).json();
+        const f = st.functions.find((x) => x.name === "backlog");
+        return f !== undefined && (f.flow ? f.flow.settings : "") === w;
+    }, want, { timeout: 15000 });
+    // One handler for the three prompts, answering the step's text (a
+    // prompt shown twice gets the same answer, which changes nothing).
+    let answer = "", offered = "";
+    const onPrompt = (d) => {
+        if (d.type() !== "prompt") return d.accept().catch(() => {});
+        offered = d.defaultValue();
+        return d.accept(answer).catch(() => {});
+    };
+    page.on("dialog", onPrompt);
+    answer = "concurrency 3 rate 10/s";
+    await page.click('#funcs tr[data-fn="backlog"] button[data-act="limit"]');
+    await flowSettings("concurrency 3 rate 10/s");
+    check(true, "backlog's limit button set concurrency 3 rate 10/s (/api/status says so)");
+    await page.waitForFunction(() =>
+        /concurrency 3 rate 10\/s/.test(document.querySelector('#funcs tr[data-fn="backlog"]').textContent),
+        null, { timeout: 15000 });
+    check(true, "and its row shows them");
+    answer = "rate off";
+    await page.click('#funcs tr[data-fn="backlog"] button[data-act="limit"]');
+    await flowSettings("concurrency 3");
+    check(offered === "concurrency 3 rate 10/s",
+        `"rate off" cleared the rate and kept the concurrency (the prompt offered '${offered}')`);
+    answer = "off";
+    await page.click('#funcs tr[data-fn="backlog"] button[data-act="limit"]');
+    await flowSettings("");
+    check(true, '"off" cleared its limits');
+    page.off("dialog", onPrompt);
 
     // Schedules: --schedule's e2e-tick is listed with its next run, and fires.
     await page.waitForFunction(() => {

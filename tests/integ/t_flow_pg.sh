@@ -5,7 +5,9 @@
 # forgetting the settings deletes the row; with PostgreSQL down a change is
 # not answered OK (it is answered after its commit), by the admin command
 # nor by the dashboard's pause button (POST /api/func/F/pause, resume); a
-# job running past its deadline at a kill -9 runs again, not expired. Against a PostgreSQL of the
+# job running past its deadline at a kill -9 runs again, not expired; the
+# starts of jobs with a deadline clear it in one statement a batch, not
+# one each. Against a PostgreSQL of the
 # test's own (tests/lib/pg.sh) and a real `dsjob worker`.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -80,6 +82,34 @@ ok $? "after kill -9 past its deadline its lease ran out and it ran again"
 row_gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h'")" = 0 ]; }
 poll row_gone
 ok $? "it ended: its row is gone, not dead as expired ($(q "SELECT state FROM dsjob.jobs WHERE handle = '$h'"))"
+
+# The starts of jobs with a deadline clear it in one statement a batch
+# (update_live.sql), not in an UPDATE of each job's own: 40 jobs with a
+# deadline, run by a worker of 20 threads; PostgreSQL's own log
+# (log_statement mod) counts the statements that rewrote started rows.
+q "ALTER SYSTEM SET log_statement = 'mod'" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+i=0
+while [ $i -lt 40 ]; do
+    i=$((i + 1))
+    ds submit -b --expire-in 600 fdl "j$i" >/dev/null
+done
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl' AND deadline IS NOT NULL")" 40 \
+    "40 rows with a deadline"
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -c 20 -f fdl -- \
+    sh -c "cat >>'$T/fdl.log'; echo >>'$T/fdl.log'" >/dev/null 2>&1 &
+track $!
+fdl_done() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl'")" = 0 ]; }
+poll fdl_done
+ok $? "the worker ran all 40 (their rows are gone)"
+is "$(grep -o 'j[0-9]*' "$T/fdl.log" | sort -u | wc -l)" 40 "each of them"
+one=$(grep -c 'UPDATE dsjob.jobs SET prio = \$1::int8, state = \$2::int8' "$PG_LOG")
+many=$(grep -c 'UPDATE dsjob.jobs j SET prio = u.p, state = 0' "$PG_LOG")
+is "$one" 0 "no start rewrote its row alone (update_job.sql)"
+[ "$many" -ge 1 ] && [ "$many" -lt 40 ]
+ok $? "the 40 starts cleared their deadlines in $many statements (update_live.sql), fewer than 40"
+q "ALTER SYSTEM RESET log_statement" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
 
 # The dashboard's pause button (POST /api/func/F/pause, --http-admin) on
 # a second server: 200 once the row is committed.

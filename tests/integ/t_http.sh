@@ -9,7 +9,8 @@
 # method, parameter, handle, a NUL, a huge target or headers) answered
 # with a 4xx that leaves the server serving. The dashboard at / (its CSP,
 # its files, its CSRF token only with --http-admin and only to an admitted
-# peer); the admin writes (POST cancel, dead retry and drop): refused
+# peer); the admin writes (POST cancel, dead retry and drop, a function's
+# limit): refused
 # without --http-admin, without or with a wrong X-CSRF-Token, from a peer
 # outside --admin-allow, with a Host that is a name (DNS rebinding), done
 # with all three on real jobs (submitted with
@@ -201,6 +202,8 @@ is "$(printf "%s\n" "$r" | head -1)" 405 "POST without --http-admin: 405"
 printf "%s\n" "$r" | grep -q -- '--http-admin'
 ok $? "naming --http-admin: $(printf "%s\n" "$r" | tail -n +3)"
 is "$(code GET "/api/job/$h/cancel")" 404 "GET of a write's path changes nothing: 404"
+is "$(code POST '/api/func/anything/limit?concurrency=1')" 405 \
+    "POST limit without --http-admin: 405"
 json "/api/job/$h" '$d->{state} eq "queued"'
 ok $? "and the job is still queued"
 json '/api/job?unique=key-1' '$d->{handle} eq "'"$h"'"'
@@ -319,6 +322,32 @@ json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}};
 ok $? "and gone"
 is "$(adm --show-jobs | grep -c '	dfail	')" 0 "gearadmin --show-jobs lists none of them"
 
+# The dashboard's limit (POST /api/func/NAME/limit): set, change one, clear.
+lpost() { HTTP_HEADER="X-CSRF-Token: $tok" body_post "$1"; }
+lcode() { HTTP_HEADER="X-CSRF-Token: $tok" code POST "$1"; }
+is "$(code POST '/api/func/dfail/limit?concurrency=2')" 403 "POST limit without the token: 403"
+is "$(lcode '/api/func/nope/limit?concurrency=2')" 404 "limit of an unknown function: 404"
+is "$(lpost '/api/func/dfail/limit?concurrency=2&rate=5/s')" '{"settings":"concurrency 2 rate 5/s"}' \
+    "POST /api/func/F/limit?concurrency=2&rate=5/s: both set"
+json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}};
+    $f->{flow}{concurrency} == 2 && $f->{flow}{settings} eq "concurrency 2 rate 5/s"'
+ok $? "/api/status shows them"
+is "$(lpost '/api/func/dfail/limit?rate=off')" '{"settings":"concurrency 2"}' \
+    "rate=off clears the rate, the concurrency stays"
+is "$(lpost '/api/func/dfail/limit?concurrency=0')" '{"settings":""}' "concurrency=0 clears it"
+json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}}; !defined $f->{flow}'
+ok $? "and the function has no flow settings left"
+is "$(lcode '/api/func/dfail/limit?concurrency=2%20paused')" 400 \
+    "a value with a space (another setting smuggled in): 400"
+is "$(lcode '/api/func/dfail/limit?rate=5/fortnight')" 400 "a bad rate: 400"
+is "$(lcode '/api/func/dfail/limit?sequence=hold')" 400 "a setting it does not take: 400"
+is "$(lcode '/api/func/dfail/limit')" 400 "no setting: 400"
+is "$(lcode '/api/func/dfail/pause?x=1')" 400 "pause still takes no query: 400"
+json /api/status 'my ($f) = grep { $_->{name} eq "dfail" } @{$d->{functions}}; !defined $f->{flow}'
+ok $? "the refused ones changed nothing"
+grep -q "http 127.0.0.1: limit 'dfail' concurrency 2 rate 5/s" "$SERVER_LOG"
+ok $? "the log says who set the limit"
+
 # /api/status with 1,000 functions: size and time, as a diagnostic.
 is "$(perl -e 'print "create function g$_\n" for 1..1000' | adm_lines)" 1000 "1,000 functions made"
 t0=$(date +%s%N)
@@ -342,6 +371,10 @@ printf "%s\n" "$r" | grep -q -- '--admin-allow'
 ok $? "naming --admin-allow: $(printf "%s\n" "$r" | tail -n +3)"
 json "/api/job/$hk" '$d->{state} eq "queued"'
 ok $? "and the job is still queued"
+is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST '/api/func/keep_me/limit?concurrency=1')" 403 \
+    "POST limit from outside --admin-allow: 403"
+json /api/status 'my ($f) = grep { $_->{name} eq "keep_me" } @{$d->{functions}}; !defined $f->{flow}'
+ok $? "and keep_me has no limit"
 server_stop
 
 # Unique keys: --max-unique-size (default 1024) refuses a longer one at

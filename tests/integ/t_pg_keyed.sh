@@ -14,6 +14,9 @@
 #   key-rate  1/m burst 1, one key of 6 jobs, a worker on each server:
 #             one job starts (a bucket per server, as before, lets three)
 #             while the workers run two rounds of markers
+#   fairness  10,000 queued jobs of one key, then one of another, key-
+#             concurrency 1, a worker on each server: the other key's job
+#             starts in the first round of the cluster's assignments
 #   kill -9   the server running a key's job is killed: no server starts the
 #             key's next job; after the lease runs out another server runs
 #             the killed one's job again, then the rest, in order
@@ -65,6 +68,12 @@ read -r f k n || true
 # the writes, without the flock and sh that were two processes a line.
 ev() { echo "\$1" >>"$T/ev"; }
 ev "S \$f \$k \$n"
+# fairness: a flood job runs until the other key's job has started.
+i=0
+while [ "\$f \$k" = "fair flood" ] && ! grep -q '^S fair other 1\$' "$T/ev" && [ \$i -lt 1200 ]; do
+    sleep 0.1
+    i=\$((i + 1))
+done
 if [ -f "$T/slow.\$f" ]; then sleep 1; else sleep 0.1; fi
 if [ -f "$T/fail.\$f.\$k.\$n" ]; then
     ev "F \$f \$k \$n"
@@ -231,6 +240,36 @@ allowed=$((1 + ($(date +%s) - t_kr) / 60))
 diag "kr: $kr_started jobs of key u started, bound $allowed (burst 1 + 1 a minute)"
 [ "$kr_started" -le "$allowed" ]
 ok $? "a key's starts across the servers within its one bucket (saw $kr_started)"
+reap
+
+# fairness -----------------------------------------------------------------
+# 10,000 queued jobs of key flood (one INSERT, so their ids come first),
+# then one of key other, with key-concurrency 1 and a worker on each
+# server: other's job starts in the first round of assignments (among the
+# first three starts of the cluster), not behind the flood. A flood job
+# runs until other's job has started, so no flood job ends meanwhile.
+ds b limit fair --key-concurrency 1 >/dev/null
+ok $? "limit fair --key-concurrency 1 on B"
+poll settings_is a fair "key-concurrency 1" && poll settings_is c fair "key-concurrency 1"
+ok $? "A and C follow it"
+q "INSERT INTO dsjob.jobs (handle, func, uniq, data) SELECT 'H:fair:' || i, 'fair',
+   convert_to('flood:' || i, 'UTF8'), convert_to('fair flood ' || i, 'UTF8')
+   FROM generate_series(1, 10000) i" >/dev/null
+sub c fair other 1
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fair' AND state = 0")" 10001 \
+    "10,000 jobs of key flood and one of key other queued"
+for n in a b c; do worker "$n" fair; done
+poll_moving 120 lines has "S fair other 1"
+ok $? "other's job started"
+rank=$(grep '^S fair ' "$T/ev" | grep -n ' other 1$' | cut -d: -f1)
+diag "fairness: other's job was start $rank of key fair's: $(grep '^S fair ' "$T/ev" | head -n 4 | tr '\n' ',')"
+[ -n "$rank" ] && [ "$rank" -le 3 ]
+ok $? "within the first round of three servers' workers (start $rank), not behind the flood"
+[ "$(grep '^S fair ' "$T/ev" | head -n "$rank" | grep -c ' flood ')" -le 1 ]
+ok $? "with at most one flood job before it (key-concurrency 1)"
+ds a pause fair >/dev/null
+poll settings_is b fair "key-concurrency 1 paused" && poll settings_is c fair "key-concurrency 1 paused"
+ok $? "fair paused on every server"
 reap
 
 # kill -9 ------------------------------------------------------------------

@@ -8,9 +8,9 @@
 # Asserts: a database with version 1 (tests/integ/pg_schema_v1.sql, as
 # dsjobd 0.1.0 made it) holding a live job and a dead job of a server
 # start that is over, a retry setting and a job from dsjob.submit is
-# upgraded by dsjobd's start to version 4 (dsjob.servers, jobs_owner on
+# upgraded by dsjobd's start to version 5 (dsjob.servers, jobs_owner on
 # live rows, jobs_ended_owner; the deadline column; dsjob.batches, the batch
-# column and its functions); pg_dump --schema-only of it equals that
+# column and its functions; the key column k and its indexes); pg_dump --schema-only of it equals that
 # of a database dsjobd made fresh; the old live job (its lease run out)
 # runs on a worker, the old dead job is in the dead set with its text,
 # the retry setting holds; a database whose version is newer than
@@ -53,11 +53,13 @@ is "$(q "SELECT count(*) FROM dsjob.jobs")" 3 "it holds a live job and a dead on
 # --- dsjobd upgrades it ---
 pgd_start a --max-dead 10 --verbose NOTICE
 ok $? "dsjobd starts on it"
-is "$(q "SELECT value FROM dsjob.meta WHERE key = 'schema_version'")" 4 "and upgrades it to version 4"
+is "$(q "SELECT value FROM dsjob.meta WHERE key = 'schema_version'")" 5 "and upgrades it to version 5"
 is "$(q "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'dsjob' AND table_name = 'jobs' AND column_name = 'deadline'")" 1 \
     "dsjob.jobs has the deadline column (version 3)"
 is "$(q "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'dsjob' AND table_name = 'jobs' AND column_name = 'batch'")" 1 \
     "dsjob.jobs has the batch column, and dsjob.batches is there (version 4): $(q "SELECT to_regclass('dsjob.batches')")"
+is "$(q "SELECT count(*) FROM pg_indexes WHERE schemaname = 'dsjob' AND indexname IN ('jobs_key', 'jobs_key_ready')")" 2 \
+    "dsjob.jobs has the key column's two indexes (version 5)"
 is "$(q "SELECT count(*) FROM dsjob.servers")" 1 "dsjob.servers lists the running start (H:old.7 was over and left it)"
 case $(q "SELECT indexdef FROM pg_indexes WHERE schemaname = 'dsjob' AND indexname = 'jobs_owner'") in
 *"state = 0"*) r=0 ;;
@@ -106,14 +108,14 @@ pgd_stop a
 ok $? "dsjobd stops on SIGTERM"
 
 # --- a newer schema is refused by name ---
-q "UPDATE dsjob.meta SET value = '5' WHERE key = 'schema_version'" >/dev/null
+q "UPDATE dsjob.meta SET value = '6' WHERE key = 'schema_version'" >/dev/null
 out=$(timeout -k 2 20 "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$T/newer.port" -l "$T/newer.log" \
     --store postgres --pg-dsn "$PG_DSN" 2>&1)
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ ! -s "$T/newer.port" ]
 ok $? "dsjobd does not start on a schema newer than its own (exit $rc)"
 all=$(printf '%s\n' "$out"; cat "$T/newer.log" 2>/dev/null)
-case $all in *"version 5"*"newer"*"4"*) r=0 ;; *) r=1 ;; esac
-ok $r "and says which versions ($(printf '%s\n' "$all" | grep -m1 'version 5' | cut -c1-150))"
-is "$(q "SELECT value FROM dsjob.meta WHERE key = 'schema_version'")" 5 "the database is left as it was"
+case $all in *"version 6"*"newer"*"5"*) r=0 ;; *) r=1 ;; esac
+ok $r "and says which versions ($(printf '%s\n' "$all" | grep -m1 'version 6' | cut -c1-150))"
+is "$(q "SELECT value FROM dsjob.meta WHERE key = 'schema_version'")" 6 "the database is left as it was"
 done_testing
