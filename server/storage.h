@@ -72,6 +72,8 @@ struct store_op {
     bool settles;           /* the remove or rewrite that ends job's SETTLING */
     storage_op_fn *done;    /* the caller's continuation, or NULL */
     bool failed;            /* set by the writer: the backend refused it */
+    bool untried;           /* set by the writer: never given to the backend (a flush before it
+                               in its batch failed) */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */

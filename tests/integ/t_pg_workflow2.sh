@@ -1,0 +1,46 @@
+#!/bin/sh
+# Batches and dependencies on the postgres store, what t_pg_workflow.sh
+# leaves out: two dsjobd (a and b) share one PostgreSQL of the test's own
+# (tests/lib/pg.sh).
+#
+#   pipelined close   a client sends 20 members of a batch in one write and,
+#                     right after, "batch close" on a second connection;
+#                     with --store-commit-interval both land in one commit
+#                     of a's: every member is created (the writer flushes
+#                     the gathered adds before the close), none refused,
+#                     and the batch counts 20
+#
+# Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
+# of nothing moving); every process is started here and stopped by its pid.
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+pg_test_begin
+pg_start_or_bail
+RAWPEER=$top_builddir/tests/lib/rawpeer
+pgd_start_or_bail a --store-commit-interval 1000 --verbose INFO
+pgd_start_or_bail b --verbose INFO
+
+ds() { # ds NAME ARGS...: dsjob against that server
+    _s=$1
+    shift
+    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 20000 "$@"
+}
+counts_of() { # counts_of NAME ID: "total pending done failed dead closed"
+    ds "$1" batch status "$2" 2>/dev/null | tail -1 |
+        sed -n 's/.* total=\([0-9]*\) pending=\([0-9]*\) done=\([0-9]*\) failed=\([0-9]*\) dead=\([0-9]*\) closed=\([a-z]*\) .*/\1 \2 \3 \4 \5 \6/p'
+}
+
+# --- a close pipelined behind the adds ----------------------------------------------------
+out=$(ds a batch open pipe1 2>&1)
+ok $? "batch pipe1 opened on a: $out"
+out=$("$RAWPEER" "$(pgd_port a)" batchpipe pipe1 20 wf2.pipe 2>&1)
+echo "$out" | sed 's/^/# /'
+is "$(echo "$out" | head -1)" "created 20 refused 0" "20 members sent with the close behind them: all created"
+is "$(echo "$out" | sed -n 2p)" "OK" "the close is answered OK"
+is "$(counts_of b pipe1)" "20 20 0 0 0 yes" "pipe1 counts 20 members, closed (read on b)"
+
+pgd_stop_all
+done_testing
