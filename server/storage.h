@@ -158,7 +158,8 @@ struct storage_hooks {
  * instead of the one --store names (a durable one, even if it is
  * store_null_ops). alloc_fails, when set, is asked before each allocation
  * this module makes, with what names it ("op", "ack", "error", "batch",
- * "remove"), and makes that allocation fail by returning true.
+ * "remove"; through storage_alloc also batch.c's "callback"), and makes
+ * that allocation fail by returning true.
  */
 struct storage_seam {
     const struct store_ops *ops;                      /* the backend to use */
