@@ -9,6 +9,12 @@
 #                     of a's: every member is created (the writer flushes
 #                     the gathered adds before the close), none refused,
 #                     and the batch counts 20
+#   dashboard         b (no batch opened there) lists pipe1 from the
+#                     database in /api/batches and /api/batch/pipe1 (an
+#                     unknown id is 404); the dashboard in headless
+#                     chromium (playwright-core, tests/e2e/pg_batches.mjs)
+#                     shows its row: skipped without node, chromium or
+#                     tests/e2e/node_modules (make e2e installs it)
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -21,7 +27,7 @@ pg_test_begin
 pg_start_or_bail
 RAWPEER=$top_builddir/tests/lib/rawpeer
 pgd_start_or_bail a --store-commit-interval 1000 --verbose INFO
-pgd_start_or_bail b --verbose INFO
+pgd_start_or_bail b --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/b.http"
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
@@ -41,6 +47,29 @@ echo "$out" | sed 's/^/# /'
 is "$(echo "$out" | head -1)" "created 20 refused 0" "20 members sent with the close behind them: all created"
 is "$(echo "$out" | sed -n 2p)" "OK" "the close is answered OK"
 is "$(counts_of b pipe1)" "20 20 0 0 0 yes" "pipe1 counts 20 members, closed (read on b)"
+
+# --- the dashboard and the API list the database's batches ----------------------------
+HTTP=$(cat "$TEST_TMPDIR/b.http")
+api=$("$RAWPEER" "$HTTP" http GET /api/batches)
+body=$(echo "$api" | sed -n 3p)
+echo "# /api/batches: $body"
+case $body in *'"id":"pipe1","total":20,"pending":20,'*'"closed":true'*) r=0 ;; *) r=1 ;; esac
+ok $r "b's /api/batches lists pipe1 from the database, total 20, closed"
+api=$("$RAWPEER" "$HTTP" http GET /api/batch/pipe1)
+case $(echo "$api" | head -1)+$(echo "$api" | sed -n 3p) in 200+'{"id":"pipe1","total":20,'*) r=0 ;; *) r=1 ;; esac
+ok $r "b's /api/batch/pipe1 is its status: $(echo "$api" | sed -n 3p)"
+is "$("$RAWPEER" "$HTTP" http GET /api/batch/nosuch | head -1)" 404 "/api/batch/nosuch is 404"
+E2E=$top_srcdir/tests/e2e
+if command -v node >/dev/null 2>&1 && [ -x "${CHROMIUM:-/usr/bin/chromium}" ] &&
+    [ -d "$E2E/node_modules/playwright-core" ]; then
+    out=$(timeout 200 node "$E2E/pg_batches.mjs" "http://127.0.0.1:$HTTP/" pipe1 20 2>&1)
+    r=$?
+    echo "$out" | sed 's/^/# /'
+    ok $r "the dashboard of b lists pipe1 (headless chromium)"
+else
+    echo "ok $((_tap_n + 1)) - the dashboard of b lists pipe1 # SKIP no node, chromium or tests/e2e/node_modules/playwright-core"
+    _tap_n=$((_tap_n + 1))
+fi
 
 pgd_stop_all
 done_testing
