@@ -720,6 +720,33 @@ storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn
     return 0;
 }
 
+struct store_op *
+storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + len + 2 + room);
+    char *at;
+
+    if (op == NULL)
+        return NULL;
+    op->kind = STORE_OP_DEP;
+    op->dep_what = STORE_DEP_SHOW;
+    at = op->buf;
+    op->sd.child = at;
+    op->sd.child_len = len;
+    put_bytes(&at, handle, len);
+    op->sd.parent = at;
+    put_bytes(&at, "", 0);
+    op->text = at;
+    op->text_room = room;
+    op->sd.out = op->text;
+    op->sd.out_room = room;
+    op->sd.out_len = &op->text_len;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return op;
+}
+
 /* On the writer: one row read by sched_list, copied onto the op's list (in order). */
 static int
 sched_row(const struct store_sched *ss, void *arg)
@@ -899,8 +926,9 @@ op_again(struct srv *srv, struct store_op *op)
     struct job *j = op->job;
     struct store_op *again;
 
-    if (op->kind == STORE_OP_FUNC || op->kind == STORE_OP_DEP || op->settles)
-        return op;
+    if (op->kind == STORE_OP_FUNC || op->settles ||
+        (op->kind == STORE_OP_DEP && op->dep_what != STORE_DEP_SHOW))
+        return op; /* a show is a read: its reader was told it failed */
     if (op->untried && op->kind == STORE_OP_REMOVE)
         return op; /* the backend never had it to keep */
     if (op->done != NULL) {

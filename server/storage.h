@@ -350,6 +350,14 @@ bool storage_keeps_deps(const struct srv *srv);
 int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
 
 /*
+ * storage_dep_show puts a STORE_DEP_SHOW of the job handle (len bytes) in
+ * the open batch, with room bytes for what the store writes (op->text,
+ * op->text_len). Not tried again if its batch fails. The op, or NULL
+ * (memory); the caller waits for it (durable_reply_op).
+ */
+struct store_op *storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room);
+
+/*
  * storage_deps_shared says whether the store keeps the dependency graph
  * for the servers that share it (postgres): a child is left to any
  * server, held in the store, and its parents' ends move it there; the

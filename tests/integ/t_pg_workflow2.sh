@@ -15,6 +15,15 @@
 #                     chromium (playwright-core, tests/e2e/pg_batches.mjs)
 #                     shows its row: skipped without node, chromium or
 #                     tests/e2e/node_modules (make e2e installs it)
+#   by unique key     a child submitted through a, after=unique:FUNC:KEY of
+#                     a parent submitted through b only: a finds the parent
+#                     in the table, the child is held with the parent's
+#                     handle as its edge; a key no job holds is refused,
+#                     naming it
+#   show job          "show job" of the held child, on a and on b (neither
+#                     holds it): state held, its parent, after_fail; an
+#                     unknown handle is still ERR UNKNOWN_JOB; then the
+#                     parent runs on b and the child after it
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -70,6 +79,45 @@ else
     echo "ok $((_tap_n + 1)) - the dashboard of b lists pipe1 # SKIP no node, chromium or tests/e2e/node_modules/playwright-core"
     _tap_n=$((_tap_n + 1))
 fi
+
+# --- a parent by unique key, submitted through another server ---------------------------
+hp=$(ds b submit -b -u k1 wf2.parent p 2>&1)
+ok $? "a parent with unique key k1 submitted through b: $hp"
+hc=$(ds a submit -b --after unique:wf2.parent:k1 wf2.child c 2>&1)
+r=$?
+case $hc in H:*) ;; *) r=1 ;; esac
+ok $r "a child after unique:wf2.parent:k1 submitted through a: $hc"
+is "$(q "SELECT parent FROM dsjob.deps WHERE child = '$hc'") $(q "SELECT owner FROM dsjob.jobs WHERE handle = '$hc'")" \
+    "$hp (held)" "its edge names the parent's handle, and it is held in the table"
+out=$(ds a submit -b --after unique:wf2.parent:nokey wf2.child c 2>&1)
+r=$?
+case $out in *"no job unique:wf2.parent:nokey"*) [ $r -ne 0 ] ;; *) false ;; esac
+ok $? "a child of a key no job holds is refused, naming it: $out"
+
+# --- show job of a held child -------------------------------------------------------------
+for n in a b; do
+    out=$("$RAWPEER" "$(pgd_port "$n")" admin "show job $hc")
+    echo "$out" | sed "s/^/# $n: /"
+    is "$(echo "$out" | grep -E '^(handle|function|state|after|after_fail) ' | tr '\n' ' ')" \
+        "handle $hc function wf2.child state held after $hp after_fail fail " \
+        "show job of the held child on $n: held, waiting for its parent"
+    is "$(echo "$out" | tail -1)" "." "... and its listing ends with ."
+done
+is "$("$RAWPEER" "$(pgd_port a)" admin "show job H:nosuch:1")" "ERR UNKNOWN_JOB" \
+    "show job of an unknown handle: ERR UNKNOWN_JOB"
+RAN=$TEST_TMPDIR/ran
+: >"$RAN"
+for n in a b; do
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -f wf2.parent -f wf2.child -- \
+        sh -c 'cat >/dev/null; echo "$DSJOB_HANDLE" >>"$1"' sh "$RAN" 2>>"$TEST_TMPDIR/worker.err" &
+    eval "W_$n=\$!"
+done
+child_ran() { grep -qx "$hc" "$RAN"; }
+poll_moving 60 "cat '$RAN'" child_ran
+ok $? "the child ran"
+is "$(grep -x -e "$hp" -e "$hc" "$RAN" | tr '\n' ' ')" "$hp $hc " "after its parent"
+kill "$W_a" "$W_b" 2>/dev/null
+wait "$W_a" "$W_b" 2>/dev/null
 
 pgd_stop_all
 done_testing
