@@ -24,6 +24,11 @@
 #                     holds it): state held, its parent, after_fail; an
 #                     unknown handle is still ERR UNKNOWN_JOB; then the
 #                     parent runs on b and the child after it
+#   refused member    a member of batch bd (callbacks on both servers' workers)
+#                     after an unknown handle is refused by the store (its add
+#                     alone) and is no member; one after the live parent is
+#                     held, one is plain: the batch counts 2, its callbacks
+#                     each fire once with total 2 once both ran
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -83,6 +88,26 @@ fi
 # --- a parent by unique key, submitted through another server ---------------------------
 hp=$(ds b submit -b -u k1 wf2.parent p 2>&1)
 ok $? "a parent with unique key k1 submitted through b: $hp"
+# Batch bd's members in the same commits: one refused for its parent, two taken.
+ds a batch open --on-complete wf2.cb --on-success wf2.cb bd >/dev/null
+ok $? "batch bd opened on a"
+member() { # member NAME AFTER DATA: a member of bd after AFTER through NAME; its answer
+    "$RAWPEER" "$(pgd_port "$1")" packets 26 batch=bd -- 26 "after=$2" -- 18 wf2.child "" "$3" |
+        tail -1
+}
+out=$(member a H:nosuch:1 x)
+case $out in *STORE_ERROR*"no job H:nosuch:1"*) r=0 ;; *) r=1 ;; esac
+ok $r "a member after an unknown handle is refused: $out"
+out=$(member b "$hp" y)
+case $out in "8 H:"*) r=0 ;; *) r=1 ;; esac
+ok $r "a member after the parent is created through b: $out"
+hbk=${out#8 }
+out=$("$RAWPEER" "$(pgd_port a)" packets 26 batch=bd -- 18 wf2.child "" z | tail -1)
+case $out in "8 H:"*) r=0 ;; *) r=1 ;; esac
+ok $r "a plain member is created: $out"
+ds b batch close bd >/dev/null
+ok $? "bd closed on b"
+is "$(counts_of a bd)" "2 2 0 0 0 yes" "bd counts the 2 members it took"
 hc=$(ds a submit -b --after unique:wf2.parent:k1 wf2.child c 2>&1)
 r=$?
 case $hc in H:*) ;; *) r=1 ;; esac
@@ -111,13 +136,30 @@ for n in a b; do
     "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -f wf2.parent -f wf2.child -- \
         sh -c 'cat >/dev/null; echo "$DSJOB_HANDLE" >>"$1"' sh "$RAN" 2>>"$TEST_TMPDIR/worker.err" &
     eval "W_$n=\$!"
+    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -f wf2.cb -- \
+        sh -c 'echo "$DSJOB_UNIQUE $(cat)" >>"$1"' sh "$TEST_TMPDIR/cb" 2>>"$TEST_TMPDIR/worker.err" &
+    eval "C_$n=\$!"
 done
 child_ran() { grep -qx "$hc" "$RAN"; }
 poll_moving 60 "cat '$RAN'" child_ran
 ok $? "the child ran"
 is "$(grep -x -e "$hp" -e "$hc" "$RAN" | tr '\n' ' ')" "$hp $hc " "after its parent"
-kill "$W_a" "$W_b" 2>/dev/null
-wait "$W_a" "$W_b" 2>/dev/null
+cbs() { grep -c "^batch:bd:$1 " "$TEST_TMPDIR/cb" 2>/dev/null; }
+fired() { [ "$(cbs complete)" -ge 1 ] && [ "$(cbs success)" -ge 1 ]; }
+poll_moving 60 "cat '$RAN' '$TEST_TMPDIR/cb'" fired
+ok $? "bd's on_complete and on_success reached a worker"
+is "$(counts_of b bd)" "2 0 2 0 0 yes" "bd: 2 members, both done"
+grep "^batch:bd:complete " "$TEST_TMPDIR/cb" | grep -q '"total":2,"done":2,"failed":0,"dead":0'
+ok $? "the summary counts 2: $(grep "^batch:bd:complete " "$TEST_TMPDIR/cb")"
+grep -q -x "$hbk" "$RAN"
+ok $? "the held member ran"
+# Exactly once: one more job through a callbacks' worker, then count.
+ds a submit -b -u last wf2.cb end >/dev/null
+last_seen() { grep -q "^last end" "$TEST_TMPDIR/cb"; }
+poll_s 60 last_seen
+is "$(cbs complete) $(cbs success)" "1 1" "each of bd's callbacks ran once"
+kill "$W_a" "$W_b" "$C_a" "$C_b" 2>/dev/null
+wait "$W_a" "$W_b" "$C_a" "$C_b" 2>/dev/null
 
 pgd_stop_all
 done_testing

@@ -24,6 +24,9 @@
  *       1200 tries (a minute and more); exit 0 once it does, else 1.
  *   rawpeer free-port
  *       prints a port that was free a moment ago (bound as port 0).
+ *   rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]...
+ *       as packet, for each request in turn on one connection (each
+ *       answered before the next goes), a line per answer.
  *   rawpeer PORT batchpipe ID N FUNCTION
  *       on one connection, in one write: OPTION_REQ batch=ID and N
  *       SUBMIT_JOB_BG of FUNCTION (payloads 1..N); at once after it, on a
@@ -110,6 +113,24 @@ put32(char *p, uint32_t v)
     p[1] = (char)(v >> 16);
     p[2] = (char)(v >> 8);
     p[3] = (char)v;
+}
+
+static int do_packet(int fd, int argc, char **argv);
+
+/* Each "--"-separated request of argv, on fd, one after the other. */
+static int
+do_packets(int fd, int argc, char **argv)
+{
+    int i, from = 0, rc;
+
+    for (i = 0; i <= argc; i++) {
+        if (i < argc && strcmp(argv[i], "--") != 0)
+            continue;
+        if (i > from && (rc = do_packet(fd, i - from, argv + from)) != 0)
+            return rc;
+        from = i + 1;
+    }
+    return 0;
 }
 
 static int
@@ -428,10 +449,16 @@ main(int argc, char **argv)
     }
     if ((argc == 5 || argc == 6) && strcmp(argv[2], "http") == 0)
         return do_http(connect_port(argv[1]), argv[3], argv[4], argc == 6 ? argv[5] : NULL);
+    if (argc >= 4 && strcmp(argv[2], "packets") == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(RAWPEER_BOUND_S);
+        return do_packets(connect_port(argv[1]), argc - 3, argv + 3);
+    }
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
         fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
                         "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                        "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
                         "       rawpeer PORT batchpipe ID N FUNCTION |\n"
                         "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
