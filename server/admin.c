@@ -223,9 +223,16 @@ admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
 static void
 admin_show_one(struct conn *c, const struct textcmd *cmd)
 {
-    struct job *j = admin_find(c, cmd, "show+job");
+    struct job *j;
     struct qworker *w;
 
+    /* On postgres a child held for its parents is a row no server holds: the store shows it. */
+    if (textcmd_argc(cmd) == 1 && storage_deps_shared(c->srv) &&
+        queue_find_job(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0)) == NULL) {
+        deps_show_stored(c, WORD(cmd, 0), WORD_LEN(cmd, 0));
+        return;
+    }
+    j = admin_find(c, cmd, "show+job");
     if (j == NULL)
         return;
     conn_printf(c, "handle %s\nfunction %s\nstate %s\n", job_handle(j), j->func->name,

@@ -115,8 +115,29 @@ void batch_admin(struct conn *c, const char *line, size_t len);
 /* batch_admin_changes says whether admin line is a "batch" that needs an admin peer (drop). */
 bool batch_admin_changes(const char *line, size_t len);
 
+/* batch_id_ok says whether id (len bytes) is a batch's id: 1 to BATCH_ID_MAX of [A-Za-z0-9_.:-]. */
+bool batch_id_ok(const char *id, size_t len);
+
 /* batch_json is the batches as a JSON array (GET /api/batches), or NULL (memory). */
 json_t *batch_json(struct srv *srv);
+
+/*
+ * batch_json_one is batch id (len bytes) as one object of batch_json's
+ * array; NULL if the server holds no such batch (or out of memory).
+ */
+json_t *batch_json_one(struct srv *srv, const char *id, size_t len);
+
+/*
+ * batch_shared_read puts in the open batch the read of a shared store's
+ * batches (storage_batches_shared): every one (id NULL), or batch id (len
+ * bytes). The op, whose text batch_shared_json reads once its batch is
+ * done; NULL if out of memory. The caller waits for it (storage_wait with
+ * w.op the op).
+ */
+struct store_op *batch_shared_read(struct srv *srv, const char *id, size_t len);
+
+/* batch_shared_json is what such an op read, as batch_json's array; NULL (memory). */
+json_t *batch_shared_json(const struct store_op *op);
 
 /* batch_count is the number of batches the server holds. */
 unsigned batch_count(const struct srv *srv);

@@ -21,6 +21,7 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "durable.h"
 #include "hmap.h"
 #include "lifecycle.h"
 #include "queue.h"
@@ -259,7 +260,9 @@ unescape(const char *in, size_t n, char *out)
 /*
  * An after= entry "unique:FUNCTION:UNIQUE" (%XX escapes in both): the
  * handle of the job of that function and unique key, live, settling or
- * kept; NULL (why says so) if there is none.
+ * kept; NULL (why says so) if there is none. On a shared store a job this
+ * server does not hold is looked up in the store, in the commit of the
+ * child's add: the entry itself is given back, for the store to resolve.
  */
 static const char *
 by_unique(struct srv *srv, const char *e, size_t el, size_t *hl, char *why, size_t len)
@@ -286,6 +289,8 @@ by_unique(struct srv *srv, const char *e, size_t el, size_t *hl, char *why, size
         (j = queue_find_settling(f, buf + fl, (size_t)ul)) == NULL)
         j = queue_find_kept(f, buf + fl, (size_t)ul);
     free(buf);
+    if (j == NULL && storage_deps_shared(srv))
+        return e; /* *hl is el: the store finds it (pg's flush_deps) */
     if (j == NULL) {
         snprintf(why, len,
                  "after: no job %.*s here (not live, and no outcome kept: see --keep-results)",
@@ -324,16 +329,18 @@ deps_prepare(struct srv *srv, struct conn *c, struct deps_child **out, char *why
     for (h = list; h != NULL; h = next) {
         const char *ph = h; /* the parent's handle */
         size_t hl;
+        bool by_key;
         int st;
 
         next = strchr(h, ',');
         hl = next ? (size_t)(next - h) : strlen(h);
         if (next != NULL)
             next++;
-        if (hl > 7 && memcmp(h, "unique:", 7) == 0 &&
-            (ph = by_unique(srv, h, hl, &hl, why, len)) == NULL)
+        by_key = hl > 7 && memcmp(h, "unique:", 7) == 0;
+        if (by_key && (ph = by_unique(srv, h, hl, &hl, why, len)) == NULL)
             goto out;
-        if (hl == 0 || hl > JOB_HANDLE_MAX) {
+        /* An entry by_unique gave back (ph == h) is a key for the store, not a handle. */
+        if (hl == 0 || (hl > JOB_HANDLE_MAX && !(by_key && ph == h))) {
             snprintf(why, len, "after: an empty or overlong handle in the list");
             goto out;
         }
@@ -374,8 +381,15 @@ out:
 static void
 store_edge(struct srv *srv, struct deps_child *d, int what, const struct deps_link *l)
 {
-    struct store_dep sd = {d->handle,      d->handle_len, l ? l->handle : "",
-                           l ? l->len : 0, d->policy,     STORE_DEP_WAITING};
+    struct store_dep sd = {d->handle,
+                           d->handle_len,
+                           l ? l->handle : "",
+                           l ? l->len : 0,
+                           d->policy,
+                           STORE_DEP_WAITING,
+                           NULL,
+                           0,
+                           NULL};
 
     if (storage_dep(srv, what, &sd, NULL) < 0)
         log_err(&srv->log, "store: out of memory to write a dependency of job %s", d->handle);
@@ -676,6 +690,20 @@ deps_show(struct conn *c, const struct job *j)
         first = false;
     }
     conn_printf(c, "\nafter_fail %s\n", deps_policy_name(d->policy));
+}
+
+#define DEPS_SHOW_ROOM 8192 /* bytes of a held child's "show job" lines from a shared store */
+
+void
+deps_show_stored(struct conn *c, const char *handle, size_t len)
+{
+    struct store_op *op = storage_dep_show(c->srv, handle, len, DEPS_SHOW_ROOM);
+
+    if (op == NULL) {
+        conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");
+        return;
+    }
+    durable_reply_op(c->srv, c, op, "ERR UNKNOWN_JOB\r\n", "");
 }
 
 int

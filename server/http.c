@@ -2,13 +2,14 @@
  * HTTP, off unless --http-port is given: GET /healthz, GET /metrics (the
  * samples of stats.c with their # HELP and # TYPE lines), a read-only JSON
  * API (/api/status, /api/workers, /api/jobs, /api/job/HANDLE,
- * /api/schedules, /api/batches) built with
+ * /api/schedules, /api/batches, /api/batch/ID) built with
  * jansson from the same structures the admin commands print, and the
  * dashboard at / (server/dashboard/, compiled in as static data). evhttp
  * runs on the server's event_base: each request is answered whole in the
  * callback that read it (no request waits on a worker; only a pause,
- * resume or limit on a durable store waits for its commit, struct
- * http_wait), and evhttp writes the answer without blocking. Requests are bounded before
+ * resume or limit on a durable store waits for its commit, and a read of
+ * a shared store's batches for its answer, struct http_wait), and evhttp
+ * writes the answer without blocking. Requests are bounded before
  * any work is done (URI length, header size, no body), and a bad one gets
  * a 4xx with a one-line JSON reason. GET and HEAD never change anything;
  * with --http-admin, POSTs do (cancel a job, retry or drop dead ones,
@@ -113,6 +114,7 @@ struct http_wait {
     struct storage_wait w; /* first: storage's part */
     struct http_state *hs;
     struct evhttp_request *req;
+    bool one;                    /* a shared store's read (w.op): GET /api/batch/ID, not the list */
     json_t *answer;              /* the 200's body, sent once committed (owned) */
     TAILQ_ENTRY(http_wait) link; /* in hs->waits */
 };
@@ -863,16 +865,99 @@ get_schedules(struct srv *srv, struct evhttp_request *req)
         reply_json(req, 200, "OK", json_pack("{s:o}", "schedules", list));
 }
 
+/* A shared store's batches are read (storage_wait_fn): the answer. */
+static void
+batches_read(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
+{
+    struct http_wait *hw = (struct http_wait *)w;
+    json_t *list;
+
+    (void)srv;
+    if (hw->req == NULL) {
+        free(hw);
+        return;
+    }
+    TAILQ_REMOVE(&hw->hs->waits, hw, link);
+    if (why == NULL) { /* the store closed: nobody is told */
+        free(hw);
+        return;
+    }
+    hw->hs->replying = true;
+    list = ok ? batch_shared_json(w->op) : NULL;
+    if (!ok)
+        reply_error(hw->req, 503, "Service Unavailable", "STORE_ERROR %s", why);
+    else if (list == NULL)
+        reply_error(hw->req, 500, "Internal Server Error", "out of memory");
+    else if (!hw->one)
+        reply_json(hw->req, 200, "OK", json_pack("{s:o}", "batches", list));
+    else if (json_array_size(list) == 0)
+        reply_error(hw->req, 404, "Not Found", "no batch %.*s", (int)w->op->sb.id_len,
+                    w->op->sb.id);
+    else
+        reply_json(hw->req, 200, "OK", json_incref(json_array_get(list, 0)));
+    json_decref(list);
+    hw->hs->replying = false;
+    free(hw);
+}
+
+/*
+ * On a shared store (postgres) the batches are the database's: read them
+ * with the open batch, and answer once it is done.
+ */
+static void
+get_shared_batches(struct srv *srv, struct evhttp_request *req, const char *id, size_t len)
+{
+    struct http_wait *hw = storage_alloc(srv, "http reply", sizeof(*hw));
+
+    if (hw == NULL || (hw->w.op = batch_shared_read(srv, id, len)) == NULL) {
+        free(hw);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    hw->w.done = batches_read;
+    hw->hs = srv->http_st;
+    hw->req = req;
+    hw->one = id != NULL;
+    TAILQ_INSERT_TAIL(&srv->http_st->waits, hw, link);
+    storage_wait(srv, &hw->w);
+}
+
 /* The batches, as admin "batch list" prints them. */
 static void
 get_batches(struct srv *srv, struct evhttp_request *req)
 {
-    json_t *list = batch_json(srv);
+    json_t *list;
 
+    if (storage_batches_shared(srv)) {
+        get_shared_batches(srv, req, NULL, 0);
+        return;
+    }
+    list = batch_json(srv);
     if (list == NULL)
         reply_error(req, 500, "Internal Server Error", "out of memory");
     else
         reply_json(req, 200, "OK", json_pack("{s:o}", "batches", list));
+}
+
+/* GET /api/batch/ID: one batch, as admin "batch status ID" finds it. */
+static void
+get_batch(struct srv *srv, struct evhttp_request *req, const char *id, size_t len)
+{
+    json_t *o;
+
+    if (!batch_id_ok(id, len)) {
+        reply_error(req, 404, "Not Found", "no batch %.*s", (int)(len > 100 ? 100 : len), id);
+        return;
+    }
+    if (storage_batches_shared(srv)) {
+        get_shared_batches(srv, req, id, len);
+        return;
+    }
+    o = batch_json_one(srv, id, len);
+    if (o == NULL)
+        reply_error(req, 404, "Not Found", "no batch %.*s", (int)len, id);
+    else
+        reply_json(req, 200, "OK", o);
 }
 
 /* One job, with the fields of admin "show job". */
@@ -1140,6 +1225,7 @@ static void
 route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len, const char *query)
 {
     static const char job_prefix[] = "/api/job/";
+    static const char batch_prefix[] = "/api/batch/";
     bool no_query = query == NULL;
 
 #define IS(s) (len == sizeof(s) - 1 && memcmp(path, s, len) == 0)
@@ -1161,6 +1247,9 @@ route(struct srv *srv, struct evhttp_request *req, const char *path, size_t len,
         get_schedules(srv, req);
     else if (IS("/api/batches") && no_query)
         get_batches(srv, req);
+    else if (len > sizeof(batch_prefix) - 1 &&
+             memcmp(path, batch_prefix, sizeof(batch_prefix) - 1) == 0 && no_query)
+        get_batch(srv, req, path + sizeof(batch_prefix) - 1, len - (sizeof(batch_prefix) - 1));
     else if (IS("/api/jobs"))
         get_jobs(srv, req, query);
     else if (IS("/api/job"))

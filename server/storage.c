@@ -721,6 +721,33 @@ storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn
     return 0;
 }
 
+struct store_op *
+storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
+{
+    struct storage *sg = &srv->storage;
+    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + len + 2 + room);
+    char *at;
+
+    if (op == NULL)
+        return NULL;
+    op->kind = STORE_OP_DEP;
+    op->dep_what = STORE_DEP_SHOW;
+    at = op->buf;
+    op->sd.child = at;
+    op->sd.child_len = len;
+    put_bytes(&at, handle, len);
+    op->sd.parent = at;
+    put_bytes(&at, "", 0);
+    op->text = at;
+    op->text_room = room;
+    op->sd.out = op->text;
+    op->sd.out_room = room;
+    op->sd.out_len = &op->text_len;
+    batch_append(&sg->open, op);
+    schedule_lazy(srv);
+    return op;
+}
+
 /* On the writer: one row read by sched_list, copied onto the op's list (in order). */
 static int
 sched_row(const struct store_sched *ss, void *arg)
@@ -759,6 +786,29 @@ writer_sched(struct storage *sg, struct store_op *op)
 }
 
 /*
+ * On the writer: before a shared store's batch admin op, which commits at
+ * once, the ops gathered ahead of it in b are flushed, so that a close
+ * sent after a client's adds never overtakes them. False if that flush
+ * failed: b fails (b->ok false, its why), op and the ops after it are not
+ * tried. *gathered: the backend holds ops of b not yet flushed.
+ */
+static bool
+writer_before_admin(struct storage *sg, struct batch *b, struct store_op *op, bool *gathered)
+{
+    if (op->kind != STORE_OP_BATCH || op->batch_what < STORE_BATCH_OPEN ||
+        sg->ops->batch_admin == NULL || !*gathered)
+        return true;
+    *gathered = false;
+    if (sg->ops->flush(sg->st, b->why) == DSJOB_OK)
+        return true;
+    b->ok = false;
+    op->untried = true;
+    op->failed = true;
+    snprintf(op->why, sizeof(op->why), "%s", b->why);
+    return false;
+}
+
+/*
  * The writer thread: wait for a batch, apply its adds and removes to the
  * backend, commit, and tell the loop through the pipe. It reads the batch
  * and writes only its result fields; the loop does not touch the batch
@@ -783,6 +833,7 @@ writer_main(void *arg)
         struct batch *b;
         struct store_op *op;
         char byte = 1;
+        bool gathered = false; /* the backend holds ops of b not yet flushed */
 
         while (sg->handed == NULL && !sg->quit)
             pthread_cond_wait(&sg->wake, &sg->lock);
@@ -791,10 +842,20 @@ writer_main(void *arg)
         b = sg->handed;
         sg->handed = NULL;
         pthread_mutex_unlock(&sg->lock);
+        b->ok = true;
         for (op = b->ops; op != NULL; op = op->next) {
             int rc = DSJOB_OK;
 
             op->why[0] = '\0'; /* an update may say something even when it works */
+            if (!b->ok) {
+                op->untried = true; /* an earlier flush of this batch failed */
+                op->failed = true;
+                snprintf(op->why, sizeof(op->why), "%s", b->why);
+                continue;
+            }
+            if (!writer_before_admin(sg, b, op, &gathered))
+                continue;
+            gathered = true;
             switch (op->kind) {
             case STORE_OP_ADD: rc = sg->ops->add(sg->st, &op->sj, op->why); break;
             case STORE_OP_UPDATE: rc = sg->ops->update(sg->st, &op->sj, op->why); break;
@@ -830,7 +891,8 @@ writer_main(void *arg)
             }
             op->failed = rc != DSJOB_OK;
         }
-        b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
+        if (b->ok)
+            b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
         /* An add the backend refused alone: only its submitter is refused. */
         for (op = b->ops; b->ok && op != NULL; op = op->next)
             if (op->kind == STORE_OP_ADD && op->lost)
@@ -854,9 +916,10 @@ writer_main(void *arg)
  * since, unless the job is no longer stored or is settling: then the op
  * that settles it, already in the open batch, carries its final state, and
  * the old update appended after it would undo that. Adds and removes of
- * nothing settling are the backend's to keep (a remove) or were refused
- * (an add). An op with a continuation that is not tried again (a lease)
- * hears that it failed. Returns the op to append, or NULL (op is freed).
+ * nothing settling are the backend's to keep (a remove, unless it was
+ * never given to the backend) or were refused (an add). An op with a
+ * continuation that is not tried again (a lease) hears that it failed.
+ * Returns the op to append, or NULL (op is freed).
  */
 static struct store_op *
 op_again(struct srv *srv, struct store_op *op)
@@ -864,8 +927,11 @@ op_again(struct srv *srv, struct store_op *op)
     struct job *j = op->job;
     struct store_op *again;
 
-    if (op->kind == STORE_OP_FUNC || op->kind == STORE_OP_DEP || op->settles)
-        return op;
+    if (op->kind == STORE_OP_FUNC || op->settles ||
+        (op->kind == STORE_OP_DEP && op->dep_what != STORE_DEP_SHOW))
+        return op; /* a show is a read: its reader was told it failed */
+    if (op->untried && op->kind == STORE_OP_REMOVE)
+        return op; /* the backend never had it to keep */
     if (op->done != NULL) {
         op->done(srv, op, false); /* a lease, a schedule's tick: its caller decides */
         job_unref(op->job);
@@ -956,6 +1022,7 @@ batch_finish(struct srv *srv)
             if (op != NULL) {
                 op->next = NULL;
                 op->failed = false;
+                op->untried = false;
                 batch_append(&sg->open, op);
             }
             continue;

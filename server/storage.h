@@ -72,6 +72,8 @@ struct store_op {
     bool settles;           /* the remove or rewrite that ends job's SETTLING */
     storage_op_fn *done;    /* the caller's continuation, or NULL */
     bool failed;            /* set by the writer: the backend refused it */
+    bool untried;           /* set by the writer: never given to the backend (a flush before it
+                               in its batch failed) */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */
@@ -156,7 +158,8 @@ struct storage_hooks {
  * instead of the one --store names (a durable one, even if it is
  * store_null_ops). alloc_fails, when set, is asked before each allocation
  * this module makes, with what names it ("op", "ack", "error", "batch",
- * "remove"), and makes that allocation fail by returning true.
+ * "remove"; through storage_alloc also batch.c's "callback"), and makes
+ * that allocation fail by returning true.
  */
 struct storage_seam {
     const struct store_ops *ops;                      /* the backend to use */
@@ -345,6 +348,14 @@ bool storage_keeps_deps(const struct srv *srv);
  * only ok. 0, or -1 (memory).
  */
 int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn *done);
+
+/*
+ * storage_dep_show puts a STORE_DEP_SHOW of the job handle (len bytes) in
+ * the open batch, with room bytes for what the store writes (op->text,
+ * op->text_len). Not tried again if its batch fails. The op, or NULL
+ * (memory); the caller waits for it (durable_reply_op).
+ */
+struct store_op *storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room);
 
 /*
  * storage_deps_shared says whether the store keeps the dependency graph

@@ -129,8 +129,12 @@ struct store_dep {
     size_t child_len;
     const char *parent; /* the handle of the job it waits for ("" for a child op) */
     size_t parent_len;
-    int policy; /* enum deps_policy: what the child does if the parent fails for good */
-    int state;  /* enum store_dep_state */
+    int policy;      /* enum deps_policy: what the child does if the parent fails for good */
+    int state;       /* enum store_dep_state */
+    char *out;       /* STORE_DEP_SHOW: where the store writes the child's lines (not borrowed: the
+                   op's), or NULL */
+    size_t out_room; /* bytes there */
+    size_t *out_len; /* bytes it wrote */
 };
 
 /* Where an edge stands: the parent has not ended, or ended well, or for good badly. */
@@ -141,6 +145,12 @@ enum store_dep_what {
     STORE_DEP_ADD,    /* insert or replace the edge sd (child, parent, policy, state) */
     STORE_DEP_ENDED,  /* every waiting edge of sd->parent takes sd->state */
     STORE_DEP_FORGET, /* delete every edge of sd->child (it ran, or ended) */
+    /*
+     * A shared store's (postgres): if sd->child is a job held for its
+     * parents, write admin "show job"'s lines for it, with its parents
+     * still waited for, and "." to sd->out; else nothing.
+     */
+    STORE_DEP_SHOW,
 };
 
 /* Called by dep_list once per stored edge, by child; non-zero stops it. */

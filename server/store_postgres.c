@@ -2261,6 +2261,82 @@ flush_joins(struct store *st, char *err)
  * alone, saying why; one still waiting is held in the table.
  */
 static int
+key_hex(char ch)
+{
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* Decode n bytes of %XX escapes (deps.c's) from in to out (room for n); its length, or -1. */
+static ssize_t
+key_unescape(const char *in, size_t n, char *out)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < n; i++) {
+        if (in[i] != '%') {
+            out[o++] = in[i];
+            continue;
+        }
+        if (i + 2 >= n || key_hex(in[i + 1]) < 0 || key_hex(in[i + 2]) < 0)
+            return -1;
+        out[o++] = (char)(key_hex(in[i + 1]) * 16 + key_hex(in[i + 2]));
+        i += 2;
+    }
+    return (ssize_t)o;
+}
+
+/*
+ * A parent named "unique:FUNCTION:UNIQUE" that its child's server does not
+ * hold (deps.c's by_unique): the handle of the table's job of that
+ * function and key, live first, else the newest ended one (kept or dead),
+ * any server's, this batch's adds included. One not found stays as it is:
+ * deps_add refuses its child, naming it.
+ */
+static int
+deps_by_key(struct store *st, struct pend_dep *d, char *err)
+{
+    const char *e = d->parent, *colon = strchr(e + 7, ':');
+    size_t el = strlen(e), cl = strlen(d->child);
+    char *buf = malloc(el + 1), *at;
+    ssize_t fl, ul;
+    struct params p = {0};
+    PGresult *r;
+    int rc;
+
+    if (buf == NULL)
+        return store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    if (colon == NULL || (fl = key_unescape(e + 7, (size_t)(colon - e - 7), buf)) <= 0 ||
+        (ul = key_unescape(colon + 1, (size_t)(e + el - colon - 1), buf + fl)) <= 0 ||
+        !utf8_ok(buf, (size_t)fl)) {
+        free(buf);
+        return DSJOB_OK;
+    }
+    par_text(&p, buf, (size_t)fl);
+    par_bytea(&p, buf + fl, (size_t)ul);
+    rc = run(st,
+             "SELECT handle FROM dsjob.jobs WHERE func = $1::text AND uniq = $2::bytea"
+             " ORDER BY state = 0 DESC, id DESC LIMIT 1",
+             &p, false, PGRES_TUPLES_OK, "finding a parent by its unique key", &r, err);
+    free(buf);
+    if (rc != DSJOB_OK)
+        return rc;
+    if (PQntuples(r) == 1 && (at = malloc(cl + 2 + (size_t)PQgetlength(r, 0, 0))) != NULL) {
+        memcpy(at, d->child, cl + 1);
+        memcpy(at + cl + 1, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0) + 1);
+        free(d->child);
+        d->child = at;
+        d->parent = at + cl + 1;
+    } else if (PQntuples(r) == 1) {
+        rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: out of memory");
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int
 flush_deps(struct store *st, char *err)
 {
     struct params p = {0};
@@ -2269,6 +2345,10 @@ flush_deps(struct store *st, char *err)
     size_t i;
     int k, rc;
 
+    for (i = 0; i < st->ndeps; i++)
+        if (strncmp(st->deps[i].parent, "unique:", 7) == 0 &&
+            (rc = deps_by_key(st, &st->deps[i], err)) != DSJOB_OK)
+            return rc;
     arr_init(&c, OID_TEXT);
     arr_init(&pa, OID_TEXT);
     arr_init(&po, OID_INT2);
@@ -3324,15 +3404,86 @@ pg_replay_funcs(struct store *st, store_func_fn *fn, void *arg, char *err)
 /*
  * Dependencies (deps.c): a child's edges go in the batch of its add, and
  * are written after it (flush_deps); the parents' ends move them in the
- * database (dsjob.ended), so no server keeps a graph and only adds are
- * asked of this op.
+ * database (dsjob.ended), so no server keeps a graph and only adds (and
+ * a show of a held child) are asked of this op.
  */
+/* Append printf's text to sd->out, if it fits (a show's lines). */
+static void __attribute__((format(printf, 2, 3)))
+show_put(const struct store_dep *sd, const char *fmt, ...)
+{
+    size_t room = sd->out_room - *sd->out_len;
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(sd->out + *sd->out_len, room, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < room)
+        *sd->out_len += (size_t)n;
+}
+
+/*
+ * STORE_DEP_SHOW: a child held in the table (owner '(held)') as admin
+ * "show job" prints a job a server holds (admin.c's admin_show_one), its
+ * unique key escaped as there, with the parents it still waits for.
+ */
+static int
+dep_show(struct store *st, const struct store_dep *sd, char *err)
+{
+    static const char sql[] =
+        "SELECT j.func, CASE j.prio WHEN 0 THEN 'high' WHEN 2 THEN 'low' ELSE 'normal' END,"
+        " j.attempts, encode(coalesce(j.uniq, ''), 'hex'),"
+        " extract(epoch FROM j.run_at)::bigint, length(j.data),"
+        " coalesce((SELECT string_agg(d.parent, ',' ORDER BY d.parent) FROM dsjob.deps d"
+        "  WHERE d.child = j.handle AND d.state = 0), ''),"
+        " coalesce((SELECT (ARRAY['fail', 'cancel', 'run'])[min(d.policy) + 1] FROM dsjob.deps d"
+        "  WHERE d.child = j.handle), 'fail')"
+        " FROM dsjob.jobs j WHERE j.handle = $1::text AND j.state = 0 AND j.owner = '(held)'";
+    struct params p = {0};
+    const char *hex;
+    PGresult *r;
+    size_t i, n;
+    int rc;
+
+    if (sd->out == NULL || !utf8_ok(sd->child, sd->child_len))
+        return DSJOB_OK;
+    if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    par_text(&p, sd->child, sd->child_len);
+    if ((rc = run(st, sql, &p, false, PGRES_TUPLES_OK, "reading a held job", &r, err)) != DSJOB_OK)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return DSJOB_OK; /* not held in the table: unknown */
+    }
+    show_put(sd, "handle %.*s\nfunction %s\nstate held\npriority %s\nbackground 1\n",
+             (int)sd->child_len, sd->child, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    show_put(sd, "attempts %s\nunique ", PQgetvalue(r, 0, 2));
+    hex = PQgetvalue(r, 0, 3);
+    n = strlen(hex) / 2;
+    for (i = 0; i < n; i++) {
+        unsigned b = (unsigned)(key_hex(hex[2 * i]) * 16 + key_hex(hex[2 * i + 1]));
+
+        if (b > 0x20 && b < 0x7f && b != '\\')
+            show_put(sd, "%c", (char)b);
+        else
+            show_put(sd, "\\x%02x", b);
+    }
+    show_put(sd, "%s\nrun_at %s\npayload_size %s\nworker -\nstatus 0/0\nwaiters 0\n",
+             n == 0 ? "-" : "", PQgetvalue(r, 0, 4), PQgetvalue(r, 0, 5));
+    show_put(sd, "after %s\nafter_fail %s\n.\n", PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7));
+    PQclear(r);
+    return DSJOB_OK;
+}
+
 static int
 pg_dep(struct store *st, int what, const struct store_dep *sd, char *err)
 {
     struct pend_dep *d;
     char *at;
 
+    if (what == STORE_DEP_SHOW)
+        return dep_show(st, sd, err);
     if (what != STORE_DEP_ADD)
         return DSJOB_OK; /* ends and forgets happen in the database */
     if (!utf8_ok(sd->child, sd->child_len) || !utf8_ok(sd->parent, sd->parent_len))

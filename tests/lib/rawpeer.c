@@ -24,6 +24,14 @@
  *       1200 tries (a minute and more); exit 0 once it does, else 1.
  *   rawpeer free-port
  *       prints a port that was free a moment ago (bound as port 0).
+ *   rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]...
+ *       as packet, for each request in turn on one connection (each
+ *       answered before the next goes), a line per answer.
+ *   rawpeer PORT batchpipe ID N FUNCTION
+ *       on one connection, in one write: OPTION_REQ batch=ID and N
+ *       SUBMIT_JOB_BG of FUNCTION (payloads 1..N); at once after it, on a
+ *       second connection, "batch close ID". Then reads every answer and
+ *       prints "created C refused R" and the close's reply line.
  *
  * Exit status of packet and admin: 0 answered, 2 no connection, 3 the
  * answer was cut short, 124 no answer within 20 s (timeout(1)'s status,
@@ -105,6 +113,24 @@ put32(char *p, uint32_t v)
     p[1] = (char)(v >> 16);
     p[2] = (char)(v >> 8);
     p[3] = (char)v;
+}
+
+static int do_packet(int fd, int argc, char **argv);
+
+/* Each "--"-separated request of argv, on fd, one after the other. */
+static int
+do_packets(int fd, int argc, char **argv)
+{
+    int i, from = 0, rc;
+
+    for (i = 0; i <= argc; i++) {
+        if (i < argc && strcmp(argv[i], "--") != 0)
+            continue;
+        if (i > from && (rc = do_packet(fd, i - from, argv + from)) != 0)
+            return rc;
+        from = i + 1;
+    }
+    return 0;
 }
 
 static int
@@ -344,6 +370,69 @@ do_free_port(void)
     return 0;
 }
 
+/* One packet of type with its len bytes of arguments, appended to buf at *off. */
+static void
+put_packet(char *buf, size_t *off, uint32_t type, const char *args, size_t len)
+{
+    memcpy(buf + *off, "\0REQ", 4);
+    put32(buf + *off + 4, type);
+    put32(buf + *off + 8, (uint32_t)len);
+    memcpy(buf + *off + 12, args, len);
+    *off += 12 + len;
+}
+
+static int
+do_batchpipe(const char *port, const char *id, unsigned n, const char *func)
+{
+    size_t cap = 64 + strlen(id) + (size_t)n * (40 + strlen(func)), off = 0;
+    char *buf = malloc(cap), opt[200], args[300], *l = NULL;
+    int a = connect_port(port), b = connect_port(port);
+    unsigned i, created = 0, refused = 0;
+    size_t lcap = 0;
+    FILE *in;
+
+    if (buf == NULL)
+        return 3;
+    snprintf(opt, sizeof(opt), "batch=%s", id);
+    put_packet(buf, &off, 26, opt, strlen(opt)); /* OPTION_REQ */
+    for (i = 1; i <= n; i++) {
+        /* function, an empty unique key, the payload */
+        int len = snprintf(args, sizeof(args), "%s%c%c%u", func, '\0', '\0', i);
+
+        put_packet(buf, &off, 18, args, (size_t)len); /* SUBMIT_JOB_BG */
+    }
+    send_all(a, buf, off);
+    snprintf(args, sizeof(args), "batch close %s\n", id);
+    send_all(b, args, strlen(args));
+    for (i = 0; i <= n; i++) {
+        unsigned char h[12];
+        uint32_t len;
+        char *d;
+
+        read_all(a, (char *)h, sizeof(h));
+        len = get32(h + 8);
+        d = malloc((size_t)len + 1);
+        if (d == NULL)
+            return 3;
+        read_all(a, d, len);
+        free(d);
+        if (i == 0)
+            continue;          /* OPTION_RES */
+        if (get32(h + 4) == 8) /* JOB_CREATED */
+            created++;
+        else
+            refused++;
+    }
+    printf("created %u refused %u\n", created, refused);
+    in = fdopen(b, "r");
+    if (in == NULL || getline(&l, &lcap, in) <= 0)
+        return 3;
+    fputs(l, stdout);
+    free(l);
+    free(buf);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -353,12 +442,24 @@ main(int argc, char **argv)
         return do_free_port();
     if (argc == 3 && strcmp(argv[2], "listening") == 0)
         return do_listening(argv[1]);
+    if (argc == 6 && strcmp(argv[2], "batchpipe") == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(RAWPEER_BOUND_S);
+        return do_batchpipe(argv[1], argv[3], (unsigned)strtoul(argv[4], NULL, 10), argv[5]);
+    }
     if ((argc == 5 || argc == 6) && strcmp(argv[2], "http") == 0)
         return do_http(connect_port(argv[1]), argv[3], argv[4], argc == 6 ? argv[5] : NULL);
+    if (argc >= 4 && strcmp(argv[2], "packets") == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(RAWPEER_BOUND_S);
+        return do_packets(connect_port(argv[1]), argc - 3, argv + 3);
+    }
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
         fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
                         "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                        "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
+                        "       rawpeer PORT batchpipe ID N FUNCTION |\n"
                         "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }

@@ -477,6 +477,7 @@ struct rig {
     char dir[64];
     char sock[128];
     char log[128]; /* the server's log, at debug level */
+    char db[128];  /* the sqlite store's file, with rig_extra.store "sqlite" */
 };
 
 /* Make and attach a server; its attach's result (the rig is to be stopped either way). */
@@ -507,6 +508,11 @@ rig_try_start(struct rig *r, unsigned max_jobs, unsigned batch)
     cfg.job_retries = rig_extra.job_retries;
     cfg.keep_results = rig_extra.keep_results;
     cfg.store = rig_extra.store;
+    r->db[0] = '\0';
+    if (rig_extra.store != NULL && strcmp(rig_extra.store, "sqlite") == 0) {
+        snprintf(r->db, sizeof(r->db), "%s/db", r->dir);
+        cfg.store_db = r->db;
+    }
     r->base = event_base_new();
     r->ds = dsjob_server_new(&cfg, err, sizeof(err));
     if (r->base == NULL || r->ds == NULL)
@@ -532,6 +538,15 @@ rig_stop(struct rig *r)
     event_base_free(r->base);
     unlink(r->sock);
     unlink(r->log);
+    if (r->db[0] != '\0') {
+        char wal[160];
+
+        unlink(r->db);
+        snprintf(wal, sizeof(wal), "%s-wal", r->db);
+        unlink(wal);
+        snprintf(wal, sizeof(wal), "%s-shm", r->db);
+        unlink(wal);
+    }
     rmdir(r->dir);
     fail_alloc(NULL, 0);
 }
@@ -1382,6 +1397,44 @@ test_batch_admin_nomem(void)
 }
 
 /*
+ * A batch callback whose job finds no memory when it is due (here at the
+ * close of an empty batch: no end comes after it) is tried again on a
+ * timer, and submitted once; with the sqlite store.
+ */
+static void
+test_batch_callback_nomem(void)
+{
+    struct rig r;
+    struct func *f;
+    int c;
+
+    fake_reset();
+    rig_extra.store = "sqlite";
+    rig_start(&r, 0, 0);
+    rig_extra.store = NULL;
+    c = rig_client(&r);
+    tap_ok(admin_says(&r, c, "batch open b1 on-complete=cb\n", "OK"), "callback: batch b1 opened");
+    fail_alloc("callback", 1);
+    tap_ok(admin_says(&r, c, "batch close b1\n", "OK"), "callback: b1 closed empty");
+    PUMP_UNTIL(&r, failed == 1);
+    tap_is_int(failed, 1, "callback: its job found no memory");
+    f = queue_func(&r.srv->queue, "cb", 2, false);
+    PUMP_UNTIL(&r, (f = queue_func(&r.srv->queue, "cb", 2, false)) != NULL &&
+                       queue_find_unique(f, "batch:b1:complete", 17) != NULL);
+    tap_ok(f != NULL && queue_find_unique(f, "batch:b1:complete", 17) != NULL,
+           "callback: tried again, its job is queued");
+    tap_ok(logged(&r, "out of memory for its on_complete job"), "callback: the log says why");
+    tap_ok(quiet(&r, c) && f != NULL && f->stats.submitted == 1, "callback: submitted once");
+    tap_ok(admin_says(&r, c, "batch status b1\n",
+                      "OK id=b1 total=0 pending=0 done=0 failed=0 "
+                      "dead=0 closed=yes on-complete=cb on-success=- "
+                      "fired-complete=yes"),
+           "callback: b1 says it fired");
+    close(c);
+    rig_stop(&r);
+}
+
+/*
  * A retry rewrites the job's row (its attempts). Without memory for that
  * rewrite the log says the store keeps the job as it was, and the job
  * still runs again; a rewrite whose commit fails is made again from the
@@ -1735,6 +1788,7 @@ run_cases(void)
     test_coalesce_nomem();
     test_rewrites();
     test_batch_admin_nomem();
+    test_batch_callback_nomem();
     test_end_nomem();
     test_settle_nomem();
     test_interval();

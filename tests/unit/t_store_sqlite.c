@@ -964,11 +964,11 @@ test_deps(void)
     char *dir = case_dir("deps");
     char err[STORE_ERRLEN], rows[1024];
     struct store *st = open_dir(dir, err);
-    struct store_dep ab = {"C1", 2, "P1", 2, 0, STORE_DEP_WAITING};
-    struct store_dep ac = {"C1", 2, "P2", 2, 0, STORE_DEP_WAITING};
-    struct store_dep bc = {"C2", 2, "P1", 2, 2, STORE_DEP_WAITING};
-    struct store_dep end = {"", 0, "P1", 2, 0, STORE_DEP_OK};
-    struct store_dep forget = {"C1", 2, "", 0, 0, 0};
+    struct store_dep ab = {"C1", 2, "P1", 2, 0, STORE_DEP_WAITING, NULL, 0, NULL};
+    struct store_dep ac = {"C1", 2, "P2", 2, 0, STORE_DEP_WAITING, NULL, 0, NULL};
+    struct store_dep bc = {"C2", 2, "P1", 2, 2, STORE_DEP_WAITING, NULL, 0, NULL};
+    struct store_dep end = {"", 0, "P1", 2, 0, STORE_DEP_OK, NULL, 0, NULL};
+    struct store_dep forget = {"C1", 2, "", 0, 0, 0, NULL, 0, NULL};
 
     if (st == NULL)
         tap_bail("deps: open");
