@@ -835,11 +835,18 @@ writer_main(void *arg)
             if (op->kind == STORE_OP_ADD && op->lost)
                 op->failed = true;
         pthread_mutex_lock(&sg->lock);
-        b->finished = true;
+        b->finished = true; /* b is the loop's from here: not touched again */
+        pthread_mutex_unlock(&sg->lock);
+        /*
+         * Woken after the unlock, the loop (done_cb, storage_drain) finds
+         * the lock free instead of sleeping on it and waking this thread
+         * again to hand it over: two futex calls and a switch less a commit.
+         */
         pthread_cond_broadcast(&sg->wake);
         if (write(sg->done_pipe[1], &byte, 1) < 0) {
             /* A full pipe already holds a wake-up for the loop. */
         }
+        pthread_mutex_lock(&sg->lock);
     }
     pthread_mutex_unlock(&sg->lock);
     return NULL;
@@ -978,7 +985,8 @@ done_cb(evutil_socket_t fd, short what, void *arg)
     char buf[64];
 
     (void)what;
-    while (read(fd, buf, sizeof(buf)) > 0)
+    /* One byte a commit and one commit in flight: a read that does not fill buf got them all. */
+    while (read(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
         ;
     pthread_mutex_lock(&srv->storage.lock);
     if (srv->storage.inflight == NULL || !srv->storage.inflight->finished) {
@@ -1043,8 +1051,8 @@ storage_flush(struct srv *srv)
     }
     pthread_mutex_lock(&sg->lock);
     sg->handed = b;
-    pthread_cond_broadcast(&sg->wake);
     pthread_mutex_unlock(&sg->lock);
+    pthread_cond_broadcast(&sg->wake); /* after the unlock: the writer wakes to a free lock */
 }
 
 void
