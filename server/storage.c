@@ -349,7 +349,8 @@ schedule_lazy(struct srv *srv)
     struct storage *sg = &srv->storage;
 
     if (!sg->scheduled) {
-        struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+        unsigned ms = sg->seam.lazy_ms > 0 ? sg->seam.lazy_ms : STORAGE_REMOVE_DELAY_MS;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
         sg->scheduled = true;
         sg->lazy = true;
@@ -375,6 +376,24 @@ storage_wait(struct srv *srv, struct storage_wait *w)
     TAILQ_INSERT_TAIL(&srv->storage.open.acks, w, link);
     srv->storage.open.nacks++;
     schedule(srv);
+}
+
+/*
+ * A waiter that nobody waits for yet (a worker's first end not committed):
+ * it rides with the next waiter's commit, or the deletions' timer's; with
+ * --store-commit-interval, with the interval's, as any waiter.
+ */
+void
+storage_wait_lazy(struct srv *srv, struct storage_wait *w)
+{
+    struct storage *sg = &srv->storage;
+
+    TAILQ_INSERT_TAIL(&sg->open.acks, w, link);
+    sg->open.nacks++;
+    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0)
+        schedule(srv);
+    else
+        schedule_lazy(srv);
 }
 
 void
@@ -917,10 +936,16 @@ batch_finish(struct srv *srv)
 
         sg->failures++;
         log_err(&srv->log, "store: commit of %u jobs failed: %s", b->nacks, b->why);
-        /* Deletions of that batch are still owed: try again even if nothing new comes. */
+        /*
+         * Deletions of that batch are still owed: try again even if nothing
+         * new comes. Not lazy: a waiter (an end put back) must not take
+         * this timer for the deletions' and go at once, into the same error.
+         */
         sg->retry = true;
-        if (!sg->scheduled) {
+        if (!sg->scheduled || sg->lazy) {
+            event_del(sg->flush_ev);
             sg->scheduled = true;
+            sg->lazy = false;
             evtimer_add(sg->flush_ev, &retry);
         }
     }

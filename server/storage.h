@@ -162,6 +162,7 @@ struct storage_seam {
     const struct store_ops *ops;                      /* the backend to use */
     bool (*alloc_fails)(const char *what, void *arg); /* fails an allocation */
     void *arg;                                        /* alloc_fails' argument */
+    unsigned lazy_ms; /* what deletions and lazy ends wait to share a commit; 0: 10 ms */
 };
 
 struct storage {
@@ -256,6 +257,15 @@ void storage_add(struct srv *srv, struct store_op *op);
  * once past --store-batch waiters).
  */
 void storage_wait(struct srv *srv, struct storage_wait *w);
+
+/*
+ * storage_wait_lazy is storage_wait for a waiter that nobody waits for yet
+ * (a worker's end while the worker goes on): its batch is not hurried, it
+ * goes with the next storage_wait's or after the deletions' 10 ms, so that
+ * ends that nobody waits for share commits as deletions do (with
+ * --store-commit-interval it is storage_wait: the interval's timer).
+ */
+void storage_wait_lazy(struct srv *srv, struct storage_wait *w);
 
 /*
  * storage_settle puts the end of finished job j in the open batch: its
