@@ -380,8 +380,11 @@ storage_wait(struct srv *srv, struct storage_wait *w)
 
 /*
  * A waiter that nobody waits for yet (a worker's first end not committed):
- * it rides with the next waiter's commit, or the deletions' timer's; with
- * --store-commit-interval, with the interval's, as any waiter.
+ * while the writer is idle it rides with the next waiter's commit, or the
+ * deletions' timer's. While a commit is in flight it is any waiter: the
+ * next batch goes when that commit ends, so that a slow store's writer
+ * (fsync, PostgreSQL) never idles while ends wait. With
+ * --store-commit-interval it waits for the interval, as any waiter.
  */
 void
 storage_wait_lazy(struct srv *srv, struct storage_wait *w)
@@ -390,7 +393,7 @@ storage_wait_lazy(struct srv *srv, struct storage_wait *w)
 
     TAILQ_INSERT_TAIL(&sg->open.acks, w, link);
     sg->open.nacks++;
-    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0)
+    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0 || sg->inflight != NULL)
         schedule(srv);
     else
         schedule_lazy(srv);

@@ -260,10 +260,11 @@ void storage_wait(struct srv *srv, struct storage_wait *w);
 
 /*
  * storage_wait_lazy is storage_wait for a waiter that nobody waits for yet
- * (a worker's end while the worker goes on): its batch is not hurried, it
- * goes with the next storage_wait's or after the deletions' 10 ms, so that
- * ends that nobody waits for share commits as deletions do (with
- * --store-commit-interval it is storage_wait: the interval's timer).
+ * (a worker's end while the worker goes on): while no commit is in flight
+ * its batch is not hurried, it goes with the next storage_wait's or after
+ * the deletions' 10 ms, so that ends that nobody waits for share commits
+ * as deletions do. With a commit in flight, or --store-commit-interval,
+ * it is storage_wait.
  */
 void storage_wait_lazy(struct srv *srv, struct storage_wait *w);
 
