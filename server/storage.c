@@ -42,6 +42,7 @@
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
+#define STORAGE_LAZY_COMMIT_MS 2   /* commits this slow are not waited on to share (lazy ends) */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -380,11 +381,13 @@ storage_wait(struct srv *srv, struct storage_wait *w)
 
 /*
  * A waiter that nobody waits for yet (a worker's first end not committed):
- * while the writer is idle it rides with the next waiter's commit, or the
- * deletions' timer's. While a commit is in flight it is any waiter: the
- * next batch goes when that commit ends, so that a slow store's writer
- * (fsync, PostgreSQL) never idles while ends wait. With
- * --store-commit-interval it waits for the interval, as any waiter.
+ * while the writer is idle and commits are quick (the last took under
+ * STORAGE_LAZY_COMMIT_MS) it rides with the next waiter's commit, or the
+ * deletions' timer's. Otherwise it is any waiter: a slow store's commit
+ * (an fsync, PostgreSQL's round trips) is better overlapped with the
+ * worker's next job than shared, and its writer must not idle while ends
+ * wait. With --store-commit-interval, or on a shared store (PostgreSQL,
+ * whose drain measured slower with lazy ends), it is any waiter.
  */
 void
 storage_wait_lazy(struct srv *srv, struct storage_wait *w)
@@ -393,7 +396,8 @@ storage_wait_lazy(struct srv *srv, struct storage_wait *w)
 
     TAILQ_INSERT_TAIL(&sg->open.acks, w, link);
     sg->open.nacks++;
-    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0 || sg->inflight != NULL)
+    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0 || sg->inflight != NULL ||
+        sg->last_commit_ms >= STORAGE_LAZY_COMMIT_MS || sg->shared)
         schedule(srv);
     else
         schedule_lazy(srv);
@@ -926,6 +930,7 @@ batch_finish(struct srv *srv)
     struct storage_wait *w;
 
     sg->inflight = NULL;
+    sg->last_commit_ms = sc.ms;
     event_del(sg->stuck_ev);
     if (sg->stuck) {
         sg->stuck = false;
