@@ -336,9 +336,10 @@ durable_hold(struct srv *srv, struct conn *worker)
 }
 
 void
-durable_end(struct srv *srv, struct conn *worker)
+durable_end(struct srv *srv, struct conn *worker, bool lazy)
 {
     struct ack *a, *last;
+    bool held = false;
 
     if (worker->state != CONN_ACTIVE)
         return;
@@ -352,6 +353,7 @@ durable_end(struct srv *srv, struct conn *worker)
         if (last->end && !last->holds) {
             last->holds = true;
             worker->nacks++;
+            held = true;
             break;
         }
     a->w.done = ack_done;
@@ -359,7 +361,11 @@ durable_end(struct srv *srv, struct conn *worker)
     a->client = worker;
     TAILQ_INSERT_TAIL(&worker->acks, a, by_client);
     worker->nends++;
-    storage_wait(srv, &a->w);
+    /* Held, the worker waits for the last end's batch: hurry it (this one goes with it or next). */
+    if (lazy && !held)
+        storage_wait_lazy(srv, &a->w);
+    else
+        storage_wait(srv, &a->w);
 }
 
 void

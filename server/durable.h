@@ -115,9 +115,12 @@ void durable_hold(struct srv *srv, struct conn *worker);
  * running until its commit, its clients hear of it after: durable_tell).
  * A failed commit keeps the note for the next one, as the change is tried
  * again. Without memory it holds the worker until this end is durable
- * (durable_hold). Skipped if worker is closing.
+ * (durable_hold). Skipped if worker is closing. With lazy, an end that
+ * holds nobody does not hurry its batch (storage_wait_lazy): it commits
+ * with the next waiter's batch, at the worker's next end at the latest
+ * (which holds it), or after 10 ms; so ends share commits, not one each.
  */
-void durable_end(struct srv *srv, struct conn *worker);
+void durable_end(struct srv *srv, struct conn *worker, bool lazy);
 
 /*
  * durable_tell sends c a packet that tells of a stored job's end

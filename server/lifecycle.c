@@ -308,6 +308,11 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
                  job_has_waiters(j);
     const void *told = outcome == JOB_OUTCOME_FAIL ? NULL : data;
     size_t told_len = outcome == JOB_OUTCOME_FAIL ? 0 : len;
+    /*
+     * Its end need not hurry its commit (durable_end) unless others wait on
+     * it: a schedule's tick, a batch's counters, children (any graph here).
+     */
+    bool lazy_end = srv->deps == NULL && (j->ext == NULL || j->ext->batch == NULL);
 
     if (to != JOB_SETTLE_GONE && job_ext(j) == NULL) {
         log_err(&srv->log, "out of memory to keep the outcome of job %s", job_handle(j));
@@ -338,8 +343,10 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
         tell_end(srv, j, outcome, told, told_len, false);
     if (!later)
         release_waiters(j);
-    if (j->unique_len > 6 && memcmp(job_unique(j), "sched:", 6) == 0)
+    if (j->unique_len > 6 && memcmp(job_unique(j), "sched:", 6) == 0) {
+        lazy_end = false;
         schedule_ended(srv, j, to == JOB_SETTLE_DEAD ? JOB_OUTCOME_DEAD : outcome);
+    }
     /* Its children hear of it in the batch of its end (before the settle: the same batch). */
     deps_ended(srv, j, outcome);
     /* A batch's member: its counters go in the open batch before the end itself (one commit). */
@@ -356,7 +363,7 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
          * commits, but is held if its last end has not committed yet.
          */
         if (w != NULL && !srv->cfg.store_async_ends)
-            durable_end(srv, conn_of_worker(w));
+            durable_end(srv, conn_of_worker(w), lazy_end);
     } else {
         if (later) {
             tell_end(srv, j, outcome, told, told_len, false);

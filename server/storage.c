@@ -42,6 +42,7 @@
 #define STORAGE_RETRY_SECS 1       /* a failed commit is tried again this soon */
 #define STORAGE_REMOVE_DELAY_MS 10 /* deletions alone wait this long to share a commit */
 #define STORAGE_WRITER_NICE 10     /* the writer thread's nice value (Linux): below the loop */
+#define STORAGE_LAZY_COMMIT_MS 2   /* commits this slow are not waited on to share (lazy ends) */
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
 static void done_cb(evutil_socket_t fd, short what, void *arg);
@@ -350,7 +351,8 @@ schedule_lazy(struct srv *srv)
     struct storage *sg = &srv->storage;
 
     if (!sg->scheduled) {
-        struct timeval tv = {0, STORAGE_REMOVE_DELAY_MS * 1000};
+        unsigned ms = sg->seam.lazy_ms > 0 ? sg->seam.lazy_ms : STORAGE_REMOVE_DELAY_MS;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
         sg->scheduled = true;
         sg->lazy = true;
@@ -376,6 +378,30 @@ storage_wait(struct srv *srv, struct storage_wait *w)
     TAILQ_INSERT_TAIL(&srv->storage.open.acks, w, link);
     srv->storage.open.nacks++;
     schedule(srv);
+}
+
+/*
+ * A waiter that nobody waits for yet (a worker's first end not committed):
+ * while the writer is idle and commits are quick (the last took under
+ * STORAGE_LAZY_COMMIT_MS) it rides with the next waiter's commit, or the
+ * deletions' timer's. Otherwise it is any waiter: a slow store's commit
+ * (an fsync, PostgreSQL's round trips) is better overlapped with the
+ * worker's next job than shared, and its writer must not idle while ends
+ * wait. With --store-commit-interval, or on a shared store (PostgreSQL,
+ * whose drain measured slower with lazy ends), it is any waiter.
+ */
+void
+storage_wait_lazy(struct srv *srv, struct storage_wait *w)
+{
+    struct storage *sg = &srv->storage;
+
+    TAILQ_INSERT_TAIL(&sg->open.acks, w, link);
+    sg->open.nacks++;
+    if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0 || sg->inflight != NULL ||
+        sg->last_commit_ms >= STORAGE_LAZY_COMMIT_MS || sg->shared)
+        schedule(srv);
+    else
+        schedule_lazy(srv);
 }
 
 void
@@ -898,11 +924,18 @@ writer_main(void *arg)
             if (op->kind == STORE_OP_ADD && op->lost)
                 op->failed = true;
         pthread_mutex_lock(&sg->lock);
-        b->finished = true;
+        b->finished = true; /* b is the loop's from here: not touched again */
+        pthread_mutex_unlock(&sg->lock);
+        /*
+         * Woken after the unlock, the loop (done_cb, storage_drain) finds
+         * the lock free instead of sleeping on it and waking this thread
+         * again to hand it over: two futex calls and a switch less a commit.
+         */
         pthread_cond_broadcast(&sg->wake);
         if (write(sg->done_pipe[1], &byte, 1) < 0) {
             /* A full pipe already holds a wake-up for the loop. */
         }
+        pthread_mutex_lock(&sg->lock);
     }
     pthread_mutex_unlock(&sg->lock);
     return NULL;
@@ -964,6 +997,7 @@ batch_finish(struct srv *srv)
     struct storage_wait *w;
 
     sg->inflight = NULL;
+    sg->last_commit_ms = sc.ms;
     event_del(sg->stuck_ev);
     if (sg->stuck) {
         sg->stuck = false;
@@ -977,10 +1011,16 @@ batch_finish(struct srv *srv)
 
         sg->failures++;
         log_err(&srv->log, "store: commit of %u jobs failed: %s", b->nacks, b->why);
-        /* Deletions of that batch are still owed: try again even if nothing new comes. */
+        /*
+         * Deletions of that batch are still owed: try again even if nothing
+         * new comes. Not lazy: a waiter (an end put back) must not take
+         * this timer for the deletions' and go at once, into the same error.
+         */
         sg->retry = true;
-        if (!sg->scheduled) {
+        if (!sg->scheduled || sg->lazy) {
+            event_del(sg->flush_ev);
             sg->scheduled = true;
+            sg->lazy = false;
             evtimer_add(sg->flush_ev, &retry);
         }
     }
@@ -1046,7 +1086,8 @@ done_cb(evutil_socket_t fd, short what, void *arg)
     char buf[64];
 
     (void)what;
-    while (read(fd, buf, sizeof(buf)) > 0)
+    /* One byte a commit and one commit in flight: a read that does not fill buf got them all. */
+    while (read(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
         ;
     pthread_mutex_lock(&srv->storage.lock);
     if (srv->storage.inflight == NULL || !srv->storage.inflight->finished) {
@@ -1111,8 +1152,8 @@ storage_flush(struct srv *srv)
     }
     pthread_mutex_lock(&sg->lock);
     sg->handed = b;
-    pthread_cond_broadcast(&sg->wake);
     pthread_mutex_unlock(&sg->lock);
+    pthread_cond_broadcast(&sg->wake); /* after the unlock: the writer wakes to a free lock */
 }
 
 void

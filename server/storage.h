@@ -165,6 +165,7 @@ struct storage_seam {
     const struct store_ops *ops;                      /* the backend to use */
     bool (*alloc_fails)(const char *what, void *arg); /* fails an allocation */
     void *arg;                                        /* alloc_fails' argument */
+    unsigned lazy_ms; /* what deletions and lazy ends wait to share a commit; 0: 10 ms */
 };
 
 struct storage {
@@ -177,28 +178,29 @@ struct storage {
     struct batch *inflight;                /* handed to the writer, or NULL */
     struct batch *handed;                  /* under lock: the batch the writer is to take */
     unsigned batch_max;                    /* --store-batch: hand over at once past this many */
-    unsigned interval_ms;   /* --store-commit-interval; 0: at the end of the loop turn */
-    struct event *flush_ev; /* hands the open batch over */
-    struct event *done_ev;  /* reads done_pipe */
-    int done_pipe[2];       /* the writer's "batch done" to the loop */
-    pthread_t writer;       /* the writer thread */
-    pthread_mutex_t lock;   /* guards handed, finished, quit */
-    pthread_cond_t wake;    /* signals the writer, and the loop in storage_drain */
-    bool writer_running;    /* writer started (durable stores only) */
-    bool quit;              /* under lock: the writer should end */
-    bool scheduled;         /* flush_ev is pending */
-    bool lazy;              /* ...on the deletions' timer, which a submit cuts short */
-    bool want_flush;        /* flush asked for while a batch was in flight */
-    bool finishing;         /* batch_finish runs continuations: a full batch waits for it */
-    unsigned held;          /* storage_hold's depth: a full batch waits for storage_release */
-    bool retry;             /* the last commit failed: flush even if empty */
-    bool durable;           /* a backend other than none */
-    bool shared;            /* the backend has lease, remove_job and wait_notify */
-    uint64_t commits;       /* batches committed */
-    uint64_t handovers;     /* open batches handed to the writer (storage_open_gen) */
-    uint64_t failures;      /* batches that failed */
-    struct event *stuck_ev; /* the batch in flight has not come back for a while */
-    bool stuck;             /* ...and it was logged: /healthz says so until it comes back */
+    unsigned interval_ms;    /* --store-commit-interval; 0: at the end of the loop turn */
+    struct event *flush_ev;  /* hands the open batch over */
+    struct event *done_ev;   /* reads done_pipe */
+    int done_pipe[2];        /* the writer's "batch done" to the loop */
+    pthread_t writer;        /* the writer thread */
+    pthread_mutex_t lock;    /* guards handed, finished, quit */
+    pthread_cond_t wake;     /* signals the writer, and the loop in storage_drain */
+    bool writer_running;     /* writer started (durable stores only) */
+    bool quit;               /* under lock: the writer should end */
+    bool scheduled;          /* flush_ev is pending */
+    bool lazy;               /* ...on the deletions' timer, which a submit cuts short */
+    bool want_flush;         /* flush asked for while a batch was in flight */
+    bool finishing;          /* batch_finish runs continuations: a full batch waits for it */
+    unsigned held;           /* storage_hold's depth: a full batch waits for storage_release */
+    bool retry;              /* the last commit failed: flush even if empty */
+    bool durable;            /* a backend other than none */
+    bool shared;             /* the backend has lease, remove_job and wait_notify */
+    uint64_t commits;        /* batches committed */
+    uint64_t handovers;      /* open batches handed to the writer (storage_open_gen) */
+    uint32_t last_commit_ms; /* how long the last commit took (storage_wait_lazy) */
+    uint64_t failures;       /* batches that failed */
+    struct event *stuck_ev;  /* the batch in flight has not come back for a while */
+    bool stuck;              /* ...and it was logged: /healthz says so until it comes back */
     /* A shared store (postgres): storage_lease.c's, which runs jobs here only under a lease. */
     bool lease_opened;       /* storage_lease_open ran: storage_lease_close has to undo it */
     bool want_lease;         /* a lease op goes in the next batch */
@@ -259,6 +261,16 @@ void storage_add(struct srv *srv, struct store_op *op);
  * once past --store-batch waiters).
  */
 void storage_wait(struct srv *srv, struct storage_wait *w);
+
+/*
+ * storage_wait_lazy is storage_wait for a waiter that nobody waits for yet
+ * (a worker's end while the worker goes on): while no commit is in flight
+ * its batch is not hurried, it goes with the next storage_wait's or after
+ * the deletions' 10 ms, so that ends that nobody waits for share commits
+ * as deletions do. With a commit in flight or the last one slow (2 ms),
+ * --store-commit-interval, or a shared store, it is storage_wait.
+ */
+void storage_wait_lazy(struct srv *srv, struct storage_wait *w);
 
 /*
  * storage_settle puts the end of finished job j in the open batch: its

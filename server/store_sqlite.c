@@ -149,6 +149,8 @@ struct store {
     sqlite3_stmt *fsel;         /* every function's settings */
     sqlite3_stmt *wset;         /* INSERT OR REPLACE of one function's flow settings */
     sqlite3_stmt *wdel;         /* DELETE of one function's flow settings */
+    sqlite3_stmt *begin;        /* BEGIN IMMEDIATE and COMMIT of a batch: prepared once, */
+    sqlite3_stmt *commit;       /* not parsed again by sqlite3_exec at every commit */
     bool failed;                /* a write of the open batch failed */
     char failure[STORE_ERRLEN]; /* why, for flush to report */
     uint64_t *removes;          /* ids removed since the last good commit */
@@ -591,6 +593,10 @@ prepare_all(struct store *st, char *err)
         rc = sqlite3_prepare_v2(st->db, wset, -1, &st->wset, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(st->db, wdel, -1, &st->wdel, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, "BEGIN IMMEDIATE", -1, &st->begin, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(st->db, "COMMIT", -1, &st->commit, NULL);
     if (rc != SQLITE_OK)
         return store_say(err, DSJOB_ERR_STORE, "cannot open store '%s': %s", st->path,
                          db_error(st->db, rc));
@@ -636,8 +642,10 @@ finalize_all(struct store *st)
     sqlite3_finalize(st->fsel);
     sqlite3_finalize(st->wset);
     sqlite3_finalize(st->wdel);
+    sqlite3_finalize(st->begin);
+    sqlite3_finalize(st->commit);
     st->ins = st->del = st->sel = st->upd = st->fset = st->fdel = st->fsel = NULL;
-    st->wset = st->wdel = NULL;
+    st->wset = st->wdel = st->begin = st->commit = NULL;
 }
 
 /*
@@ -725,6 +733,16 @@ batch_abandon(struct store *st, char *err)
     return store_say(err, DSJOB_ERR_STORE, "%s", st->failure);
 }
 
+/* Step a prepared statement with no rows (BEGIN, COMMIT) and reset it: SQLITE_OK or the error. */
+static int
+db_step(sqlite3_stmt *stmt)
+{
+    int rc = sqlite3_step(stmt);
+
+    sqlite3_reset(stmt);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
 static int
 delete_id(struct store *st, uint64_t id)
 {
@@ -753,7 +771,7 @@ batch_open(struct store *st)
         return false;
     if (!sqlite3_get_autocommit(st->db))
         return true;
-    rc = db_exec(st->db, "BEGIN IMMEDIATE");
+    rc = db_step(st->begin);
     if (rc != SQLITE_OK) {
         batch_fail(st, "begin a batch in", rc);
         return false;
@@ -1246,7 +1264,7 @@ sqlite_flush(struct store *st, char *err)
         batch_open(st);
     }
     if (!st->failed) {
-        rc = db_exec(st->db, "COMMIT");
+        rc = db_step(st->commit);
         if (rc != SQLITE_OK)
             batch_fail(st, "commit to", rc);
     }

@@ -460,6 +460,7 @@ static struct {
     const struct store_ops *ops; /* instead of fake_ops; NULL: fake_ops */
     const char *store;           /* --store, with no backend seam; NULL: the fake */
     unsigned interval_ms;        /* --store-commit-interval */
+    unsigned lazy_ms;            /* the storage seam's lazy_ms (0: 10 ms) */
 } rig_extra;
 
 /*
@@ -521,6 +522,7 @@ rig_try_start(struct rig *r, unsigned max_jobs, unsigned batch)
     if (rig_extra.store == NULL)
         r->srv->storage.seam.ops = rig_extra.ops != NULL ? rig_extra.ops : &fake_ops;
     r->srv->storage.seam.alloc_fails = alloc_fails;
+    r->srv->storage.seam.lazy_ms = rig_extra.lazy_ms;
     return dsjob_server_attach(r->ds, r->base);
 }
 
@@ -2137,6 +2139,52 @@ test_pipelined_ends(void)
 }
 
 /*
+ * An end that holds no worker does not hurry its commit: a worker's two
+ * ends share one (the second holds the worker and sends the batch at
+ * once). Deletions and lazy ends wait a minute here, so that the first
+ * end cannot commit alone however slow the machine; before ends were
+ * lazy it went alone at the end of its turn (two commits).
+ */
+static void
+test_lazy_ends(void)
+{
+    struct rig r;
+    struct conn *wc;
+    unsigned handed;
+    int c, w, i;
+
+    fake_reset();
+    rig_extra.lazy_ms = 60000;
+    rig_start(&r, 0, 0);
+    rig_extra.lazy_ms = 0;
+    c = rig_client(&r);
+    for (i = 1; i <= 3; i++) {
+        submit_bg(c, "", "x");
+        expect(&r, c, PACKET_JOB_CREATED, hdl((unsigned)i), "lazy ends: submitted %d", i);
+    }
+    w = rig_client(&r);
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "lazy ends: the first job is assigned");
+    handed = r.srv->storage.handovers;
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "one");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(2), "lazy ends: the worker goes on after its end");
+    tap_ok(r.srv->storage.handovers == handed && r.srv->storage.inflight == NULL,
+           "lazy ends: the first end alone is not handed over");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(2), "two");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(3), "lazy ends: the second end commits both, then job 3");
+    PUMP_UNTIL(&r, (wc = ending(&r)) == NULL || wc->nends == 0);
+    tap_ok(ending(&r) == NULL && find(&r, hdl(1)) == NULL && find(&r, hdl(2)) == NULL,
+           "lazy ends: both ends committed");
+    tap_is_int((int)(r.srv->storage.handovers - handed), 1, "lazy ends: in one commit");
+    close(w);
+    close(c);
+    rig_stop(&r);
+}
+
+/*
  * A foreground client of a job that a background submit made durable hears
  * WORK_COMPLETE only once the job's end has committed (pipelined ends): a
  * crash before then runs the job again, so the client must not have been
@@ -2193,6 +2241,7 @@ main(void)
     test_stale_update();
     test_settling_error();
     test_pipelined_ends();
+    test_lazy_ends();
     test_foreground_told_after_commit();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
