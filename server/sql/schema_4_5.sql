@@ -7,17 +7,21 @@
 -- used): by the statement trigger jobs_keyed after each INSERT, for the
 -- rows it made, and by key_fill.sql for the rows already there when a
 -- function joins the table or its separator changes. Every other row
--- keeps k NULL and is in neither index, so a function without keys pays
--- one trigger call and one shared advisory lock a statement, and nothing
--- in the indexes. The trigger takes that lock (one for all functions, so
--- that a batch of many functions holds one lock, not one each) before it
--- reads dsjob.key_sep; key_fill.sql takes it exclusive before it writes a
--- row of dsjob.key_sep (a function's first take by key, or a separator
--- changed: rare), so it waits for the inserts in flight to commit, and a
--- row inserted meanwhile is either seen by the refill or keyed by its
--- trigger with the new separator. schema.sql ends with this file, so that a new
--- schema and an upgraded one are the same. (Self-contained: another step
--- of version 5 may be added beside it.)
+-- keeps k NULL and is in neither index. The trigger is made by the first
+-- key fill, not here: a statement trigger with a transition table keeps
+-- a copy of every row an INSERT makes, which cost a database whose
+-- functions have no keys 1.3x the time of a 20,000-row INSERT (6 rounds
+-- alternating, load 6-7); once made, a function without keys pays one
+-- trigger call and one shared advisory lock a statement. The trigger
+-- takes that lock (one for all functions, so that a batch of many
+-- functions holds one lock, not one each) before it reads dsjob.key_sep;
+-- key_fill.sql takes it exclusive before it writes a row of
+-- dsjob.key_sep or makes the trigger (a function's first take by key, or
+-- a separator changed: rare), so it waits for the inserts in flight to
+-- commit, and a row inserted meanwhile is either seen by the refill or
+-- keyed by its trigger with the new separator. schema.sql ends with this
+-- file, so that a new schema and an upgraded one are the same.
+-- (Self-contained: another step of version 5 may be added beside it.)
 ALTER TABLE dsjob.jobs ADD COLUMN k bytea; -- its partition key, NULL: not keyed
 CREATE INDEX jobs_key ON dsjob.jobs (func, k, id) WHERE state <= 1 AND k IS NOT NULL;
 CREATE INDEX jobs_key_ready ON dsjob.jobs (func, k, prio, run_at, id)
@@ -41,8 +45,6 @@ BEGIN
   WHERE j.id = n.id AND j.k IS NULL;
  RETURN NULL;
 END $$;
-CREATE TRIGGER jobs_keyed AFTER INSERT ON dsjob.jobs REFERENCING NEW TABLE AS new_rows
- FOR EACH STATEMENT EXECUTE PROCEDURE dsjob.jobs_keyed();
 -- key_fill.sql, before each key take: each function of fs whose row of
 -- dsjob.key_sep is missing or has another separator than seps says gets
 -- it, and its rows their keys, under the exclusive lock. Returns the rows
@@ -54,6 +56,11 @@ BEGIN
   LEFT JOIN dsjob.key_sep ks ON ks.func = u.f
   WHERE ks.sep IS DISTINCT FROM convert_to(u.s, 'UTF8') ORDER BY u.f LOOP
   PERFORM pg_advisory_xact_lock(hashtextextended('dsjob.key', 0));
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                 WHERE tgrelid = 'dsjob.jobs'::regclass AND tgname = 'jobs_keyed') THEN
+   CREATE TRIGGER jobs_keyed AFTER INSERT ON dsjob.jobs REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE PROCEDURE dsjob.jobs_keyed();
+  END IF;
   INSERT INTO dsjob.key_sep VALUES (f, s) ON CONFLICT (func) DO UPDATE SET sep = excluded.sep;
   UPDATE dsjob.jobs SET k = dsjob.key_of(uniq, s) WHERE func = f AND state <= 1;
   GET DIAGNOSTICS m = ROW_COUNT;
