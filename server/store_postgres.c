@@ -1530,6 +1530,7 @@ find_alias(struct store *st, size_t i, char *err)
         struct params p = {0};
         PGresult *r;
         bool got = false;
+        int k;
 
         par_text(&p, a->func, strlen(a->func));
         par_bytea(&p, a->uniq, a->uniq_len);
@@ -1546,11 +1547,13 @@ find_alias(struct store *st, size_t i, char *err)
             return DSJOB_OK;
         /* Gone since the INSERT: insert this one again. */
         add_params(st, i, i + 1, &p);
-        par_bool(&p, false);
+        par_bool(&p, false); /* $13: no NOTIFY */
+        par_bool(&p, true);  /* $14: joins its batch, if open, and is counted there */
         if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "inserting a job again", &r,
                       err)) != DSJOB_OK)
             return rc;
-        got = PQntuples(r) == 1;
+        for (k = 0; k < PQntuples(r); k++) /* the handle's row; the others: its open batch */
+            got = got || !PQgetisnull(r, k, 0);
         PQclear(r);
         if (got)
             return DSJOB_OK;
@@ -2316,9 +2319,10 @@ deps_by_key(struct store *st, struct pend_dep *d, char *err)
     }
     par_text(&p, buf, (size_t)fl);
     par_bytea(&p, buf + fl, (size_t)ul);
+    par_text(&p, d->child, cl); /* not the child itself, inserted with that key just before */
     rc = run(st,
              "SELECT handle FROM dsjob.jobs WHERE func = $1::text AND uniq = $2::bytea"
-             " ORDER BY state = 0 DESC, id DESC LIMIT 1",
+             " AND handle <> $3::text ORDER BY state = 0 DESC, id DESC LIMIT 1",
              &p, false, PGRES_TUPLES_OK, "finding a parent by its unique key", &r, err);
     free(buf);
     if (rc != DSJOB_OK)

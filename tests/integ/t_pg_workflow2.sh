@@ -29,6 +29,8 @@
 #                     alone) and is no member; one after the live parent is
 #                     held, one is plain: the batch counts 2, its callbacks
 #                     each fire once with total 2 once both ran
+#   own key           a submit after unique:F:K of its own F and K, when no
+#                     other job holds it: refused, not held after itself
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
@@ -160,6 +162,15 @@ poll_s 60 last_seen
 is "$(cbs complete) $(cbs success)" "1 1" "each of bd's callbacks ran once"
 kill "$W_a" "$W_b" "$C_a" "$C_b" 2>/dev/null
 wait "$W_a" "$W_b" "$C_a" "$C_b" 2>/dev/null
+
+# --- after its own unique key -------------------------------------------------------------
+# No job holds wf2.self/s1 but the submit itself: its own row, inserted
+# just before the lookup, is not its parent (it would wait for itself for
+# ever); the key names no other job, so the submit is refused.
+out=$(ds a submit -b -u s1 --after unique:wf2.self:s1 wf2.self x 2>&1)
+r=$?
+case $out in *"no job unique:wf2.self:s1"*) [ $r -ne 0 ] ;; *) false ;; esac
+ok $? "a job after its own unique key is refused, not held after itself: $out"
 
 pgd_stop_all
 done_testing
