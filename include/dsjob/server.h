@@ -152,10 +152,6 @@ struct dsjob_server_config {
     unsigned pg_take_max;      /* postgres: the most jobs of one function a lease sized to the
                                    workers' rate takes at once; default 2048 (1 to 1000000) */
 
-    /* postgres: a batch of ends refused by a deadlock or a serialization failure is sent
-       again at once this many times; default 3 (0 to 100). */
-    unsigned pg_conflict_retries;
-
     /* Flow control (opt-in): "FUNCTION SETTINGS" lines, as the admin "limit" takes them. */
     const char *limits[DSJOB_SERVER_MAX_LIMITS]; /* e.g. "resize concurrency 4 rate 10/s" */
     int nlimits;                                 /* entries used in limits[] */
@@ -178,6 +174,11 @@ struct dsjob_server_config {
     int nschedule;                                    /* entries used; default 0: none */
     unsigned schedule_refresh; /* seconds between reads of a shared store's schedules;
                                   default 5 (1 to 3600) */
+
+    /* postgres: a batch of ends refused by a deadlock or a serialization failure is sent
+       again at once this many times; default 3 (0 to 100). (Last: fields are only added at
+       the end, so that a program built with an older header still fits its size.) */
+    unsigned pg_conflict_retries;
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */
