@@ -23,6 +23,7 @@
 #include "conn.h"
 #include "deps.h"
 #include "durable.h"
+#include "flow.h"
 #include "flow_ctl.h"
 #include "job.h"
 #include "queue.h"
@@ -310,9 +311,12 @@ end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *da
     size_t told_len = outcome == JOB_OUTCOME_FAIL ? 0 : len;
     /*
      * Its end need not hurry its commit (durable_end) unless others wait on
-     * it: a schedule's tick, a batch's counters, children (any graph here).
+     * it: a schedule's tick, a batch's counters, children (any graph here),
+     * or the next job of its sequence, which starts once this one settles
+     * (a crash before the commit would run this one again after it).
      */
-    bool lazy_end = srv->deps == NULL && (j->ext == NULL || j->ext->batch == NULL);
+    bool lazy_end = srv->deps == NULL && (j->ext == NULL || j->ext->batch == NULL) &&
+                    (j->func->flow == NULL || j->func->flow->conf.sequence == FLOW_SEQ_OFF);
 
     if (to != JOB_SETTLE_GONE && job_ext(j) == NULL) {
         log_err(&srv->log, "out of memory to keep the outcome of job %s", job_handle(j));
