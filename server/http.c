@@ -889,7 +889,8 @@ batches_read(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
     else if (list == NULL)
         reply_error(hw->req, 500, "Internal Server Error", "out of memory");
     else if (!hw->one)
-        reply_json(hw->req, 200, "OK", json_pack("{s:o}", "batches", list));
+        reply_json(hw->req, 200, "OK",
+                   json_pack("{s:O}", "batches", list)); /* O: list is freed below */
     else if (json_array_size(list) == 0)
         reply_error(hw->req, 404, "Not Found", "no batch %.*s", (int)w->op->sb.id_len,
                     w->op->sb.id);

@@ -306,13 +306,17 @@ do_http(int fd, const char *method, const char *target, const char *filler)
     if (end != NULL)
         *end = '\0';
     if (strncmp(resp, "HTTP/1.", 7) != 0 || (resp[7] != '0' && resp[7] != '1') || resp[8] != ' ' ||
-        strspn(resp + 9, "0123456789") < 3)
+        strspn(resp + 9, "0123456789") < 3) {
+        free(resp);
         return 1;
+    }
     if (head_file != NULL && *head_file != '\0') {
         FILE *f = fopen(head_file, "w");
 
-        if (f == NULL)
+        if (f == NULL) {
+            free(resp);
             return 3;
+        }
         fprintf(f, "%s\n", resp);
         fclose(f);
     }
