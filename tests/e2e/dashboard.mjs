@@ -268,6 +268,10 @@ try {
     });
     check(chart.samples >= 5, `the chart holds ${chart.samples} samples`);
     check(chart.blue > 50, `the throughput line is drawn (${chart.blue} pixels of it, ${chart.ink} inked)`);
+    // The rate is over the last refresh: one that came right after another
+    // (a button's) may have seen no job end. Wait for one that did.
+    await page.waitForFunction(() => Number(document.querySelector("#s-rate").textContent) > 0,
+        null, { timeout: 15000 }).catch(() => {});
     const rate = Number(await page.textContent("#s-rate"));
     check(rate > 0, `the summary shows jobs ended per second: ${rate}`);
 
