@@ -791,6 +791,35 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
 }
 
 /*
+ * The first job of f's list p that is not stored and may start now, or
+ * NULL. Under flow control, the head flow_head gives only: a function
+ * whose jobs flow holds in order is not reordered around a stored one.
+ */
+static struct job *
+unstored_head(struct queue *q, struct func *f, int p)
+{
+    struct job *j;
+
+    if (f->flow != NULL) {
+        j = flow_head(f, p, flow_now(q));
+        return j != NULL && !j->stored ? j : NULL;
+    }
+    TAILQ_FOREACH (j, &f->jobs[p], link)
+        if (!j->stored)
+            return j;
+    return NULL;
+}
+
+/* The job of f's list p that may start now, or NULL; with unstored, among those not stored. */
+static struct job *
+list_head(struct queue *q, struct func *f, int p, bool unstored)
+{
+    if (unstored)
+        return unstored_head(q, f, p);
+    return f->flow == NULL ? TAILQ_FIRST(&f->jobs[p]) : flow_head(f, p, flow_now(q));
+}
+
+/*
  * Global order or aging: compare the heads of the lists (three per
  * function) by rank, then seq. Lists are FIFO, so a head is the oldest of
  * its list and the only job of it that can win: O(abilities), whatever
@@ -801,7 +830,7 @@ grab_take(struct queue *q, struct qworker *w, struct ability *a, struct job *j)
  * the ability first in w's list wins, and grab_take moves it to the back.
  */
 static struct job *
-grab_ranked(struct queue *q, struct qworker *w, int64_t now)
+grab_ranked(struct queue *q, struct qworker *w, int64_t now, bool unstored)
 {
     struct ability *a, *best_a = NULL;
     struct job *best = NULL;
@@ -809,11 +838,8 @@ grab_ranked(struct queue *q, struct qworker *w, int64_t now)
     int p;
 
     TAILQ_FOREACH (a, &w->abilities, by_worker) {
-        struct func *f = a->func;
-
         for (p = 0; p < JOB_NPRIO; p++) {
-            struct job *j =
-                f->flow == NULL ? TAILQ_FIRST(&f->jobs[p]) : flow_head(f, p, flow_now(q));
+            struct job *j = list_head(q, a->func, p, unstored);
             unsigned rank;
 
             if (j == NULL)
@@ -834,20 +860,18 @@ grab_ranked(struct queue *q, struct qworker *w, int64_t now)
     return best != NULL ? grab_take(q, w, best_a, best) : NULL;
 }
 
-struct job *
-queue_grab(struct queue *q, struct qworker *w, int64_t now)
+/* queue_grab, or with unstored queue_grab_unstored. */
+static struct job *
+grab(struct queue *q, struct qworker *w, int64_t now, bool unstored)
 {
     struct ability *a;
     int p;
 
     if (q->ranked)
-        return grab_ranked(q, w, now);
+        return grab_ranked(q, w, now, unstored);
     TAILQ_FOREACH (a, &w->abilities, by_worker) {
-        struct func *f = a->func;
-
         for (p = 0; p < JOB_NPRIO; p++) {
-            struct job *j =
-                f->flow == NULL ? TAILQ_FIRST(&f->jobs[p]) : flow_head(f, p, flow_now(q));
+            struct job *j = list_head(q, a->func, p, unstored);
 
             if (j != NULL)
                 return grab_take(q, w, a, j);
@@ -856,58 +880,16 @@ queue_grab(struct queue *q, struct qworker *w, int64_t now)
     return NULL;
 }
 
-/*
- * The first job of f's list p that is not stored and may start now, or
- * NULL. Under flow control, the head flow_head gives only: a function
- * whose jobs flow holds in order is not reordered around a stored one.
- */
-static struct job *
-unstored_head(struct queue *q, struct func *f, int p)
+struct job *
+queue_grab(struct queue *q, struct qworker *w, int64_t now)
 {
-    struct job *j;
-
-    if (f->flow != NULL) {
-        j = flow_head(f, p, flow_now(q));
-        return j != NULL && !j->stored ? j : NULL;
-    }
-    TAILQ_FOREACH (j, &f->jobs[p], link)
-        if (!j->stored)
-            return j;
-    return NULL;
+    return grab(q, w, now, false);
 }
 
 struct job *
 queue_grab_unstored(struct queue *q, struct qworker *w, int64_t now)
 {
-    struct ability *a, *best_a = NULL;
-    struct job *best = NULL;
-    unsigned best_rank = JOB_NPRIO;
-    int p;
-
-    TAILQ_FOREACH (a, &w->abilities, by_worker) {
-        for (p = 0; p < JOB_NPRIO; p++) {
-            struct job *j = unstored_head(q, a->func, p);
-            unsigned rank;
-
-            if (j == NULL)
-                continue;
-            if (!q->ranked)
-                return grab_take(q, w, a, j);
-            /* As grab_ranked, over the jobs that are not stored. */
-            rank = q->aging > 0 ? (unsigned)queue_rank(q, j, now) : (unsigned)p;
-            if (rank < best_rank ||
-                (rank == best_rank && (!q->turns || a == best_a) && j->seq < best->seq)) {
-                best = j;
-                best_rank = rank;
-                best_a = a;
-            }
-            if (q->aging == 0)
-                break;
-        }
-        if (!q->global && !q->turns && best != NULL)
-            break;
-    }
-    return best != NULL ? grab_take(q, w, best_a, best) : NULL;
+    return grab(q, w, now, true);
 }
 
 bool
