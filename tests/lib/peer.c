@@ -36,6 +36,22 @@ sleep_ms(int ms)
 }
 
 /*
+ * poll_pause sleeps between two looks at something a child does (a port
+ * file written, an exit): 1 ms, then twice as long each time up to 50 ms,
+ * so that a quick event is seen within a millisecond or two and a slow one
+ * costs no more looks than a fixed 50 ms poll. Returns the ms slept.
+ */
+static int
+poll_pause(int *pause_ms)
+{
+    int ms = *pause_ms > 0 ? *pause_ms : 1;
+
+    sleep_ms(ms);
+    *pause_ms = ms * 2 < 50 ? ms * 2 : 50;
+    return ms;
+}
+
+/*
  * If bin is a libtool wrapper script (server/dsjobd in the build tree while
  * libdsjobserver is not installed), the program it runs, .libs/NAME beside
  * it, goes to real, and the wrapper's library directories are put in front
@@ -95,7 +111,7 @@ daemon_start(struct daemon *d, const char *const *extra)
     const char *outside = getenv("DSJOBD_TEST_ADDR");
     char portfile[300], logfile[300], real[4096];
     const char *argv[64];
-    int argc = 0, i;
+    int argc = 0, i, waited, pause = 0;
     FILE *fp;
 
     memset(d, 0, sizeof(*d));
@@ -141,7 +157,7 @@ daemon_start(struct daemon *d, const char *const *extra)
         _exit(127);
     }
     /* Up to 120 s while it lives: a loaded machine (or a sanitizer) is slow to start. */
-    for (i = 0; i < 2400; i++) {
+    for (waited = 0; waited < 120000; waited += poll_pause(&pause)) {
         fp = fopen(portfile, "r");
         if (fp != NULL) {
             if (fscanf(fp, "%d", &d->port) == 1 && d->port > 0) {
@@ -152,7 +168,6 @@ daemon_start(struct daemon *d, const char *const *extra)
         }
         if (!daemon_alive(d))
             tap_bail("dsjobd (%s) exited at start", bin);
-        sleep_ms(50);
     }
     tap_bail("dsjobd did not write its port file within 120 s");
 }
@@ -160,35 +175,40 @@ daemon_start(struct daemon *d, const char *const *extra)
 bool
 daemon_alive(struct daemon *d)
 {
-    int status;
-
     if (d->pid == 0)
         return true;
-    return waitpid(d->pid, &status, WNOHANG) == 0;
+    if (d->exited)
+        return false;
+    if (waitpid(d->pid, &d->status, WNOHANG) != d->pid)
+        return true;
+    d->exited = true; /* reaped here: daemon_stop must not wait for it again */
+    return false;
 }
 
 int
 daemon_stop(struct daemon *d)
 {
-    int status = 0, i;
+    int status = 0, waited = 0, pause = 0;
     char cmd[300];
 
     if (d->pid == 0)
         return 0;
-    kill(d->pid, SIGTERM);
-    for (i = 0; i < 100; i++) {
-        pid_t r = waitpid(d->pid, &status, WNOHANG);
-
-        if (r == d->pid)
-            break;
-        sleep_ms(50);
-    }
-    if (i == 100) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, &status, 0);
-        status = -1;
+    if (!daemon_alive(d)) {
+        status = d->status; /* it exited by itself; daemon_alive reaped it */
+    } else {
+        kill(d->pid, SIGTERM);
+        while (daemon_alive(d) && waited < 5000)
+            waited += poll_pause(&pause);
+        if (d->exited) {
+            status = d->status;
+        } else {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            status = -1;
+        }
     }
     d->pid = 0;
+    d->exited = false;
     if (getenv("DSJOB_KEEP_TMP") == NULL) {
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
         if (system(cmd) != 0)

@@ -31,6 +31,8 @@ struct daemon {
     pid_t pid;     /* the child, or 0 when DSJOBD_TEST_ADDR names an outside daemon */
     int port;      /* its TCP port */
     char dir[256]; /* its temporary directory (log, port file) */
+    bool exited;   /* daemon_alive saw it exit and reaped it */
+    int status;    /* then: its wait status */
 };
 
 /*
@@ -40,10 +42,13 @@ struct daemon {
  */
 void daemon_start(struct daemon *d, const char *const *extra);
 
-/* daemon_stop sends SIGTERM and waits; returns the exit status (or -1). */
+/*
+ * daemon_stop sends SIGTERM and waits (5 s at most, then SIGKILL and -1);
+ * returns the exit status, also of a daemon that had exited by itself.
+ */
 int daemon_stop(struct daemon *d);
 
-/* daemon_alive tells whether the child is still running. */
+/* daemon_alive tells whether the child is still running; one that exited is reaped. */
 bool daemon_alive(struct daemon *d);
 
 /* peer_connect connects to 127.0.0.1:port; bails out on failure. */
