@@ -431,11 +431,13 @@ fire_one(struct srv *srv, struct jbatch *b, int which)
     struct job *j = callback_job(srv, b, which, &coalesced);
 
     if (j == NULL && !coalesced) {
-        struct timeval retry = {BATCH_RETRY_SECS, 0};
+        unsigned ms =
+            srv->storage.seam.retry_ms > 0 ? srv->storage.seam.retry_ms : BATCH_RETRY_SECS * 1000;
+        struct timeval retry = {ms / 1000, (ms % 1000) * 1000};
 
         /* Its flag is not set: this timer, an end or a restart fires it, once. */
-        log_err(&srv->log, "batch %s: out of memory for its %s job: tried again in %d s", b->id,
-                which == 0 ? "on_complete" : "on_success", BATCH_RETRY_SECS);
+        log_err(&srv->log, "batch %s: out of memory for its %s job: tried again in %u ms", b->id,
+                which == 0 ? "on_complete" : "on_success", ms);
         event_add(srv->batches->fire_ev, &retry);
         return;
     }

@@ -1007,7 +1007,8 @@ batch_finish(struct srv *srv)
     if (b->ok) {
         sg->commits++;
     } else {
-        struct timeval retry = {STORAGE_RETRY_SECS, 0};
+        unsigned ms = sg->seam.retry_ms > 0 ? sg->seam.retry_ms : STORAGE_RETRY_SECS * 1000;
+        struct timeval retry = {ms / 1000, (ms % 1000) * 1000};
 
         sg->failures++;
         log_err(&srv->log, "store: commit of %u jobs failed: %s", b->nacks, b->why);

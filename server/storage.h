@@ -165,7 +165,9 @@ struct storage_seam {
     const struct store_ops *ops;                      /* the backend to use */
     bool (*alloc_fails)(const char *what, void *arg); /* fails an allocation */
     void *arg;                                        /* alloc_fails' argument */
-    unsigned lazy_ms; /* what deletions and lazy ends wait to share a commit; 0: 10 ms */
+    unsigned lazy_ms;  /* what deletions and lazy ends wait to share a commit; 0: 10 ms */
+    unsigned retry_ms; /* a failed commit (batch.c: a callback without memory) is tried again
+                          this soon; 0: 1 s */
 };
 
 struct storage {

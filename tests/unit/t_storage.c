@@ -62,6 +62,13 @@ hdl(unsigned n)
 
 #define FAKE_MAX 64
 #define WAIT_MS 5000
+/*
+ * The storage seam's retry_ms in the cases that wait for a failed commit's
+ * retry (the server's 1 s): they pump until it came, and assert nothing
+ * that its coming early could change. Cases that count flushes across a
+ * stop keep the server's second.
+ */
+#define RETRY_MS 20
 
 /* --- the fake backend ---------------------------------------------------- */
 
@@ -461,6 +468,7 @@ static struct {
     const char *store;           /* --store, with no backend seam; NULL: the fake */
     unsigned interval_ms;        /* --store-commit-interval */
     unsigned lazy_ms;            /* the storage seam's lazy_ms (0: 10 ms) */
+    unsigned retry_ms;           /* the storage seam's retry_ms (0: 1 s) */
 } rig_extra;
 
 /*
@@ -523,6 +531,7 @@ rig_try_start(struct rig *r, unsigned max_jobs, unsigned batch)
         r->srv->storage.seam.ops = rig_extra.ops != NULL ? rig_extra.ops : &fake_ops;
     r->srv->storage.seam.alloc_fails = alloc_fails;
     r->srv->storage.seam.lazy_ms = rig_extra.lazy_ms;
+    r->srv->storage.seam.retry_ms = rig_extra.retry_ms;
     return dsjob_server_attach(r->ds, r->base);
 }
 
@@ -792,7 +801,9 @@ test_commit_fails(void)
 
     fake_reset();
     fake.fail_flushes = 1;
+    rig_extra.retry_ms = RETRY_MS;
     rig_start(&r, 0, 0);
+    rig_extra.retry_ms = 0;
     c = rig_client(&r);
     submit_bg(c, "", "x");
     submit_bg(c, "", "y");
@@ -1079,8 +1090,9 @@ test_dead_rewrite(void)
     rig_extra.max_dead = 5;
     rig_extra.retry_on = DSJOB_RETRY_FAIL;
     rig_extra.job_retries = 1;
+    rig_extra.retry_ms = RETRY_MS;
     rig_start(&r, 0, 0);
-    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = 0;
+    rig_extra.max_dead = rig_extra.retry_on = rig_extra.job_retries = rig_extra.retry_ms = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
     expect(&r, c, PACKET_JOB_CREATED, hdl(1), "dead rewrite: submitted");
@@ -1412,8 +1424,10 @@ test_batch_callback_nomem(void)
 
     fake_reset();
     rig_extra.store = "sqlite";
+    rig_extra.retry_ms = RETRY_MS;
     rig_start(&r, 0, 0);
     rig_extra.store = NULL;
+    rig_extra.retry_ms = 0;
     c = rig_client(&r);
     tap_ok(admin_says(&r, c, "batch open b1 on-complete=cb\n", "OK"), "callback: batch b1 opened");
     fail_alloc("callback", 1);
@@ -1454,8 +1468,9 @@ test_rewrites(void)
     fake_reset();
     rig_extra.retry_on = DSJOB_RETRY_FAIL;
     rig_extra.job_retries = 5;
+    rig_extra.retry_ms = RETRY_MS;
     rig_start(&r, 0, 0);
-    rig_extra.retry_on = rig_extra.job_retries = 0;
+    rig_extra.retry_on = rig_extra.job_retries = rig_extra.retry_ms = 0;
     c = rig_client(&r);
     submit_bg(c, "u", "x");
     expect(&r, c, PACKET_JOB_CREATED, hdl(1), "rewrites: submitted");
