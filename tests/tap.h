@@ -30,4 +30,19 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 int tap_done(void); /* prints the plan if none was given; returns the exit status */
 
+/*
+ * Parts of a test that wait side by side. tap_part runs fn(arg) in a child
+ * process and returns at once; tap_parts_end waits for every part started
+ * and prints their lines in the order the parts were started, numbered as
+ * if they had run here one after the other. A part's "Bail out!", a crash
+ * or a non-zero exit becomes a failed test; a part's lines come out as soon
+ * as the parts before it have ended, so a hang still shows how far they
+ * got. For independent parts (each with servers of its own) that mostly
+ * wait for timers to fire: their waits overlap. At most TAP_MAX_PARTS at
+ * once; a part dies with the test (Linux).
+ */
+#define TAP_MAX_PARTS 32
+void tap_part(void (*fn)(void *), void *arg);
+void tap_parts_end(void);
+
 #endif
