@@ -212,15 +212,54 @@ test_pre_sleep(bool more)
     tap_is_int(daemon_stop(&d), 0, "%s: dsjobd stops cleanly", how);
 }
 
+static void
+part_silent(void *arg)
+{
+    (void)arg;
+    test_silent();
+}
+
+static void
+part_talking(void *arg)
+{
+    (void)arg;
+    test_talking();
+}
+
+static void
+part_kept_off(void *arg)
+{
+    (void)arg;
+    test_kept("0", NULL, "off");
+}
+
+static void
+part_kept_can_do(void *arg)
+{
+    (void)arg;
+    test_kept("1", "60000", "CAN_DO_TIMEOUT wins");
+}
+
+static void
+part_pre_sleep(void *arg)
+{
+    test_pre_sleep(arg != NULL);
+}
+
+/*
+ * Each case has a server of its own and spends its time waiting for a
+ * timeout to pass (or not to fire): they run side by side, as tap parts.
+ */
 int
 main(void)
 {
     alarm(120);
-    test_silent();
-    test_talking();
-    test_kept("0", NULL, "off");
-    test_kept("1", "60000", "CAN_DO_TIMEOUT wins");
-    test_pre_sleep(false);
-    test_pre_sleep(true);
+    tap_part(part_silent, NULL);
+    tap_part(part_talking, NULL);
+    tap_part(part_kept_off, NULL);
+    tap_part(part_kept_can_do, NULL);
+    tap_part(part_pre_sleep, NULL);
+    tap_part(part_pre_sleep, "more");
+    tap_parts_end();
     return tap_done();
 }
