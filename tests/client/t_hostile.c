@@ -365,28 +365,58 @@ long_handles(void)
     fake_stop(pid);
 }
 
+/* One part: a fake server misbehaving one way and one kind of caller against it. */
+struct part {
+    enum act act;
+    void (*call)(enum act a, const char *addr);
+    const char *what; /* "client", "task set", "worker" */
+};
+
+static void
+run_part(void *arg)
+{
+    const struct part *p = arg;
+    char addr[32];
+    int port;
+    pid_t pid = fake_start(p->act, &port);
+
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    max_alloc = 0;
+    p->call(p->act, addr);
+    tap_ok(max_alloc <= MAX_ALLOC, "%s: %s: the largest allocation was %zu bytes", act_name[p->act],
+           p->what, max_alloc);
+    fake_stop(pid);
+}
+
+static void
+run_long_handles(void *arg)
+{
+    (void)arg;
+    long_handles();
+}
+
+/*
+ * Every call waits for its I/O timeout against a fake that says nothing
+ * more: each act and kind of caller is a tap part of its own, with its own
+ * fake, so that those timeouts run out side by side.
+ */
 int
 main(void)
 {
-    int a;
+    static struct part parts[NACTS * 3];
+    int a, n = 0;
 
     alarm(300);
     signal(SIGPIPE, SIG_IGN);
     dsjob_set_alloc_funcs(big_watch_malloc, free);
     for (a = 0; a < NACTS; a++) {
-        char addr[32];
-        int port;
-        pid_t pid = fake_start((enum act)a, &port);
-
-        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-        max_alloc = 0;
-        try_client((enum act)a, addr);
-        try_taskset((enum act)a, addr);
-        try_worker((enum act)a, addr);
-        tap_ok(max_alloc <= MAX_ALLOC, "%s: the largest allocation was %zu bytes", act_name[a],
-               max_alloc);
-        fake_stop(pid);
+        parts[n++] = (struct part){(enum act)a, try_client, "client"};
+        parts[n++] = (struct part){(enum act)a, try_taskset, "task set"};
+        parts[n++] = (struct part){(enum act)a, try_worker, "worker"};
     }
-    long_handles();
+    for (a = 0; a < n; a++)
+        tap_part(run_part, &parts[a]);
+    tap_part(run_long_handles, NULL);
+    tap_parts_end();
     return tap_done();
 }
