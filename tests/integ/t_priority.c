@@ -365,7 +365,6 @@ static void
 test_aging(void)
 {
     static const char *const aged[] = {"--priority", "global", "--priority-aging", "1", NULL};
-    static const char *const plain[] = {"--priority", "global", NULL};
     struct daemon d;
     int before;
     bool ran;
@@ -376,6 +375,16 @@ test_aging(void)
     tap_ok(ran, "--priority-aging 1: a low job runs under a flood of high ones");
     tap_diag("after %d high jobs", before);
     daemon_stop(&d);
+}
+
+static void
+test_no_aging(void)
+{
+    static const char *const plain[] = {"--priority", "global", NULL};
+    struct daemon d;
+    int before;
+    bool ran;
+
     daemon_start(&d, plain);
     port = d.port;
     ran = flood(16, 250, &before);
@@ -445,12 +454,12 @@ test_admin_priority_denied(void)
     daemon_stop(&d);
 }
 
-int
-main(void)
+/* The cases that share one default server. */
+static void
+test_default_server(void)
 {
     struct daemon d;
 
-    alarm(150);
     daemon_start(&d, NULL);
     port = d.port;
     test_reject_option();
@@ -459,12 +468,38 @@ main(void)
     port = d.port;
     tap_ok(daemon_alive(&d), "the default server is still running");
     daemon_stop(&d);
-    test_reject_server_wide();
+}
+
+struct part {
+    void (*fn)(void);
+};
+
+static void
+run_part(void *arg)
+{
+    ((const struct part *)arg)->fn();
+}
+
+/*
+ * Each part has servers of its own; the two floods (with and without
+ * aging) take seconds of the low job growing old: they run side by side.
+ */
+int
+main(void)
+{
+    static const struct part parts[] = {
+        {test_default_server}, {test_reject_server_wide},
 #ifdef HAVE_SQLITE
-    test_reject_durable();
+        {test_reject_durable},
 #endif
-    test_aging();
-    test_gearmand2();
-    test_admin_priority_denied();
+        {test_aging},          {test_no_aging},
+        {test_gearmand2},      {test_admin_priority_denied},
+    };
+    size_t i;
+
+    alarm(150);
+    for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        tap_part(run_part, (void *)&parts[i]);
+    tap_parts_end();
     return tap_done();
 }
