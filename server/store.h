@@ -287,6 +287,7 @@ struct store_config {
     const char *work_dir; /* sqlite: directory of dsjobd.db */
     const char *db_path;  /* sqlite: the database file itself, if given */
     int sync;             /* sqlite: 0 off, 1 normal, 2 full */
+    unsigned busy_ms;     /* sqlite: how long a write waits for another's lock; 0: 5 s (tests) */
     const char *servers;  /* memcached: host:port,... */
     const char *prefix;   /* memcached: key prefix */
     const char *dsn;      /* postgres: libpq connection string */

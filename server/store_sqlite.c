@@ -615,7 +615,7 @@ db_connect(struct store *st, const struct store_config *cfg, char *err)
         return store_say(err, rc == SQLITE_NOMEM ? DSJOB_ERR_NOMEM : DSJOB_ERR_STORE,
                          "cannot open store '%s': %s", st->path,
                          st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
-    sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    sqlite3_busy_timeout(st->db, cfg->busy_ms > 0 ? (int)cfg->busy_ms : BUSY_TIMEOUT_MS);
     st->import = cfg->import_table != NULL && cfg->import_table[0] != '\0' ? cfg->import_table
                                                                            : GEARMAND_TABLE;
     rc = check_version(st, &version, err);
