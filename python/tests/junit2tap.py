@@ -1,10 +1,11 @@
-"""Prints pytest's JUnit XML report as TAP: one line per test case, a
-skipped one as "# SKIP reason", a failed one as "not ok" with its message."""
+"""Prints pytest's JUnit XML reports (one or more, in order) as TAP: one
+line per test case, a skipped one as "# SKIP reason", a failed one as
+"not ok" with its message."""
 
 import sys
 import xml.etree.ElementTree as ET
 
-cases = list(ET.parse(sys.argv[1]).getroot().iter("testcase"))
+cases = [c for f in sys.argv[1:] for c in ET.parse(f).getroot().iter("testcase")]
 print(f"1..{len(cases)}")
 for n, case in enumerate(cases, 1):
     name = f"{case.get('classname')}.{case.get('name')}".replace("#", "")

@@ -5,9 +5,10 @@
 # scratch directory, and the three libraries from their .libs. Each pytest
 # test becomes one TAP line (python/tests/junit2tap.py), pytest's own
 # output a TAP comment. Extra arguments go to pytest. DSJOB_PYTEST_FILES
-# names the test files to run (in python/tests); without it, every file but
-# test_install.py, which pip-installs the package and so compiles the
-# extension again: make check-long runs it (python/tests/install.sh).
+# names the test files to run (in python/tests), in one pytest run; without
+# it, every file but test_install.py, which pip-installs the package and so
+# compiles the extension again: make check-long runs it
+# (python/tests/install.sh). Those run as two pytest runs side by side.
 set -u
 : "${top_srcdir:=.}" "${top_builddir:=.}" "${PYTHON:=python3}"
 if [ "${HAVE_PYTEST:-no}" != yes ]; then
@@ -39,17 +40,36 @@ case "${SAN_CFLAGS:-}" in
 esac
 cd "$stage" || exit 1
 tests=$(cd "$top_srcdir/python/tests" && pwd)
+# pytest NAME ARGS...: one pytest run, its report in NAME.xml, its output
+# in NAME.out, its own temporary directory.
+pytest() {
+    name=$1
+    shift
+    "$PYTHON" -m pytest -p no:cacheprovider -q -rfE --junitxml="$stage/$name.xml" \
+        --basetemp="$stage/$name.tmp" "$@" > "$stage/$name.out" 2>&1
+}
 if [ -n "${DSJOB_PYTEST_FILES:-}" ]; then
     for f in $DSJOB_PYTEST_FILES; do set -- "$tests/$f" "$@"; done
+    pytest all "$@"
+    runs=all
 else
-    set -- "$tests" --ignore="$tests/test_install.py" "$@"
+    # Two runs side by side: test_examples.py, whose example programs do
+    # most of the suite's work, and the other files. Each waits on its
+    # servers and programs much of the time; together they take about as
+    # long as the longer one.
+    pytest examples "$tests/test_examples.py" "$@" &
+    pytest rest "$tests" --ignore="$tests/test_install.py" --ignore="$tests/test_examples.py" "$@" &
+    wait
+    runs="examples rest"
 fi
-"$PYTHON" -m pytest -p no:cacheprovider -q -rfE --junitxml="$stage/junit.xml" "$@" \
-    > "$stage/out" 2>&1
-rc=$?
-sed 's/^/# /' "$stage/out"
-if [ ! -s "$stage/junit.xml" ]; then
-    echo "Bail out! pytest exited $rc without a report"
-    exit 1
-fi
-"$PYTHON" "$top_srcdir/python/tests/junit2tap.py" "$stage/junit.xml"
+reports=
+for r in $runs; do
+    sed 's/^/# /' "$stage/$r.out"
+    if [ ! -s "$stage/$r.xml" ]; then
+        echo "Bail out! pytest ($r) exited without a report"
+        exit 1
+    fi
+    reports="$reports $stage/$r.xml"
+done
+# shellcheck disable=SC2086 # the reports' paths have no blanks: mktemp's
+"$PYTHON" "$top_srcdir/python/tests/junit2tap.py" $reports
