@@ -33,7 +33,12 @@ long long sqlite_rows(const char *dir, int64_t id);
 #ifdef HAVE_MEMCACHED
 extern const struct store_backend store_backend_memcached;
 
-#define RETRY_WAIT_MS 2200 /* past the store's 1 s retry timeout, whole seconds rounded */
+/*
+ * mc_flush_again flushes st until a flush works, 20 ms apart, for 30 s at
+ * most, and returns the last result: after a failure the store skips the
+ * server for its retry timeout (1 s, in whole seconds), failing at once.
+ */
+int mc_flush_again(const struct store_ops *ops, struct store *st, char *err);
 
 extern pid_t mc_pid;        /* the memcached this test runs, or -1 */
 extern int mc_port;         /* its port */

@@ -37,6 +37,11 @@ struct store_backend {
     int (*outside)(uint64_t id);
     /* fail_flushes: make every flush of st fail (on), or work again (off). */
     void (*fail_flushes)(struct store *st, bool on);
+    /*
+     * flush_again: the first flush after fail_flushes(st, false), tried
+     * until the backend is back (bounded); NULL: ops->flush.
+     */
+    int (*flush_again)(const struct store_ops *ops, struct store *st, char *err);
 };
 
 /* store_contract_run runs the contract's cases over b (setup and teardown included). */
