@@ -12,7 +12,9 @@
  * BIO of our own that sends with MSG_NOSIGNAL: a library must not let a
  * closed server raise SIGPIPE in its caller. A read takes everything
  * OpenSSL can decrypt, so no byte waits in OpenSSL where poll() cannot see
- * it. Built without OpenSSL, asking for TLS is an error.
+ * it. Built without OpenSSL, asking for TLS is an error. libssl is opened
+ * by the first link_tls_new (ssl_lazy.c), not linked: a plain client loads
+ * none of it, and a missing libssl is that call's error, naming it.
  */
 #include "config.h"
 #include "link/link.h"
@@ -41,6 +43,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+
+#include "link/ssl_lazy.h"
 #endif
 
 int64_t
@@ -580,6 +584,9 @@ link_tls_new(const char *ca_file, const char *cert_file, const char *key_file, u
     char why[256];
     SSL_CTX *ctx;
 
+    /* libssl is opened here, by the first program's call that asks for TLS. */
+    if (ssl_lazy_load(err, errlen) != 0)
+        return NULL;
     ERR_clear_error();
     ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == NULL) {

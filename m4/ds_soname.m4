@@ -1,7 +1,7 @@
 # DS_SONAME(MACRO, LIBRARY, LIBS, FUNCTION): defines MACRO to the soname of
 # LIBRARY ("libpq" -> "libpq.so.5"), the NEEDED entry objdump finds in a
 # program that calls FUNCTION and links LIBS; LIBRARY.so when there is
-# none to read. server/lazylib.c opens a store's library by it on first use.
+# none to read. lazy/lazylib.c opens the library by it on first use.
 AC_DEFUN([DS_SONAME], [
 AC_CACHE_CHECK([the soname of $2], [ds_cv_soname_$1], [
   ds_cv_soname_$1=

@@ -1,7 +1,7 @@
 /*
  * mc_lazy: the libmemcached functions the memcached store calls, each a
  * call through the address lazylib loaded from MEMCACHED_SONAME on first
- * use, so that dsjobd links no libmemcached (lazylib.h says why). The
+ * use, so that dsjobd links no libmemcached (lazy/lazylib.h says why). The
  * library's headers declare them all, so the compiler checks each
  * definition against the real one.
  */
@@ -9,7 +9,8 @@
 
 #include <libmemcached/memcached.h>
 
-#include "lazylib.h"
+#include "lazy/lazylib.h"
+#include "store.h"
 
 /*
  * F(ret, name, params, args) for a function returning ret, V(name, params,

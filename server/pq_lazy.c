@@ -1,14 +1,15 @@
 /*
  * pq_lazy: the libpq functions the postgres store calls, each a call
  * through the address lazylib loaded from LIBPQ_SONAME on first use, so
- * that dsjobd links no libpq (lazylib.h says why). libpq-fe.h declares
+ * that dsjobd links no libpq (lazy/lazylib.h says why). libpq-fe.h declares
  * them all, so the compiler checks each definition against the real one.
  */
 #include "config.h"
 
 #include <libpq-fe.h>
 
-#include "lazylib.h"
+#include "lazy/lazylib.h"
+#include "store.h"
 
 /*
  * F(ret, name, params, args) for a function returning ret, V(name, params,

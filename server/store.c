@@ -18,8 +18,6 @@
 
 #include <dsjob/common.h>
 
-#include "lazylib.h"
-
 int
 store_say(char *err, int code, const char *fmt, ...)
 {

@@ -494,4 +494,13 @@ int store_make_dir(const char *dir, char *err);
  */
 const struct store_ops *store_find(const char *name, char *err);
 
+/*
+ * pq_lazy_load and mc_lazy_load open libpq and libmemcached (lazy/lazylib.h
+ * says why on first use): 0, or -1 with why ("cannot load libpq.so.5: ...")
+ * in err (errlen bytes). pq_lazy.c and mc_lazy.c define them and the
+ * library functions the stores call.
+ */
+int pq_lazy_load(char *err, size_t errlen);
+int mc_lazy_load(char *err, size_t errlen);
+
 #endif

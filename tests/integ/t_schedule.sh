@@ -33,13 +33,20 @@ unset DSJOB_SERVERS
 W=$T/work
 RAN=$T/ran
 
-count() { # count NAME: jobs of schedule NAME the worker got
-    grep -c "^sched:$1:" "$RAN" 2>/dev/null || true
+count() { # count NAME: jobs of schedule NAME the worker got (0 before the first)
+    _c=$(grep -c "^sched:$1:" "$RAN" 2>/dev/null)
+    echo "${_c:-0}"
 }
 at_least() { [ "$(count "$1")" -ge "$2" ]; }
 ds() { "$DSJOB" -s "127.0.0.1:$SERVER_PORT" -t 20000 "$@"; }
 listed() { ds schedule list --format tsv 2>/dev/null | grep -q "$1"; }
-epoch() { date -u -d "$(echo "$1" | sed 's/T/ /; s/Z$//')" +%s; }
+# ticks_after NAME TIME: how many of NAME's ticks the worker got are later
+# than TIME (ISO 8601 in UTC, as the keys are: string order is time order).
+ticks_after() {
+    grep "^sched:$1:" "$RAN" 2>/dev/null | cut -d' ' -f1 | cut -d: -f3- |
+        awk -v t="$2" '$0 > t { n++ } END { print n + 0 }'
+}
+iso_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 cat >"$T/rec.sh" <<'EOF'
 echo "$DSJOB_UNIQUE $(cat)" >> "$1"
@@ -99,15 +106,11 @@ ok $? "a wrong expression is refused, the field named: $out"
 
 ds schedule pause every >/dev/null 2>&1
 ok $? "pause every"
-paused_at=$(date -u +%s)
+paused_at=$(iso_now)
 n2=$(count two)
 wait_for 120 at_least two $((n2 + 3))
 ok $? "three more ticks of the other schedule passed"
-late=0
-for k in $(grep '^sched:every:' "$RAN" | cut -d' ' -f1 | sed 's/^sched:every://'); do
-    [ "$(epoch "$k")" -gt "$paused_at" ] && late=$((late + 1))
-done
-is "$late" 0 "no tick of the paused schedule after the pause"
+is "$(ticks_after every "$paused_at")" 0 "no tick of the paused schedule after the pause"
 listed "^every	.*	paused	-	"
 ok $? "schedule list says it is paused, with no next run"
 ne=$(count every)
@@ -149,35 +152,60 @@ wait_for 120 listed "^every	\*/1 \* \* \* \* \*	UTC	sched.fn	normal	skip	active"
 ok $? "after a restart without --schedule the store's schedule is back"
 listed "^two	"
 ok $((!$?)) "and the removed one stays removed"
-since=$(date -u +%s)
+since=$(iso_now)
 worker
-newer() {
-    for k in $(grep '^sched:every:' "$RAN" | cut -d' ' -f1 | sed 's/^sched:every://'); do
-        [ "$(epoch "$k")" -gt "$since" ] && return 0
-    done
-    return 1
-}
+newer() { [ "$(ticks_after every "$since")" -gt 0 ]; }
 wait_for 120 newer
 ok $? "it fires after the restart"
 ds schedule pause every >/dev/null 2>&1
 
 # --- downtime ----------------------------------------------------------------------------
-# Two ticks in one minute, 5 and 12 s ahead: the first while up, the second while down.
-while [ "$(date -u +%S | sed 's/^0//')" -ge 40 ]; do sleep 0.2; done
-now=$(date -u +%s)
-t1=$((now + 5)) t2=$((now + 12))
-s1=$(date -u -d "@$t1" +%-S) s2=$(date -u -d "@$t2" +%-S)
-mh=$(date -u -d "@$t1" '+%-M %-H')
-k1=$(date -u -d "@$t1" +%Y-%m-%dT%H:%M:%SZ) k2=$(date -u -d "@$t2" +%Y-%m-%dT%H:%M:%SZ)
-ds schedule add --missed once once2 "$s1,$s2 $mh * * *" sched.ds >/dev/null 2>&1 &&
-    ds schedule add --missed skip skip2 "$s1,$s2 $mh * * *" sched.ds >/dev/null 2>&1
-ok $? "two schedules with ticks $k1 and $k2, missed=once and missed=skip"
+# Two ticks in one minute, G and 2G seconds ahead: the first fires while the
+# server is up, the second while it is down. A round whose adds end after
+# its first tick, or whose stop ends after its second (a loaded machine),
+# is not a test of downtime: its schedules go and a round with G doubled
+# follows (3, 6, 12, 24 s); past that, the part is skipped as before.
 has() { grep -q "^sched:$1:$2 " "$RAN"; }
-both_t1() { has once2 "$k1" && has skip2 "$k1"; }
-wait_for 120 both_t1
-ok $? "both fire the first tick while the server is up"
-stop_worker
-server_stop
+both_t1() { has "once$r" "$k1" && has "skip$r" "$k1"; }
+restart() {
+    server_start dsjobd --store sqlite --work-dir "$W" || exit 1
+    worker
+}
+G=3 r=0
+while :; do
+    r=$((r + 1))
+    while [ "$(date -u +%S | sed 's/^0//')" -ge $((58 - 2 * G)) ]; do sleep 0.2; done
+    now=$(date -u +%s)
+    t1=$((now + G)) t2=$((now + 2 * G))
+    s1=$(date -u -d "@$t1" +%-S) s2=$(date -u -d "@$t2" +%-S)
+    mh=$(date -u -d "@$t1" '+%-M %-H')
+    k1=$(date -u -d "@$t1" +%Y-%m-%dT%H:%M:%SZ) k2=$(date -u -d "@$t2" +%Y-%m-%dT%H:%M:%SZ)
+    ds schedule add --missed once "once$r" "$s1,$s2 $mh * * *" sched.ds >/dev/null 2>&1 &&
+        ds schedule add --missed skip "skip$r" "$s1,$s2 $mh * * *" sched.ds >/dev/null 2>&1
+    added=$?
+    if [ $added -eq 0 ] && [ "$(date -u +%s)" -ge "$t1" ] && [ $G -lt 24 ]; then
+        diag "round $r: the adds ended after the first tick; again with ticks $((G * 2)) s apart"
+        ds schedule rm "once$r" >/dev/null 2>&1
+        ds schedule rm "skip$r" >/dev/null 2>&1
+        G=$((G * 2))
+        continue
+    fi
+    wait_for 120 both_t1
+    up=$?
+    stop_worker
+    server_stop
+    if [ $added -eq 0 ] && [ $up -eq 0 ] && [ "$(date -u +%s)" -ge "$t2" ] && [ $G -lt 24 ]; then
+        diag "round $r: the stop ended after the second tick; again with ticks $((G * 2)) s apart"
+        restart
+        ds schedule rm "once$r" >/dev/null 2>&1
+        ds schedule rm "skip$r" >/dev/null 2>&1
+        G=$((G * 2))
+        continue
+    fi
+    break
+done
+ok $added "two schedules with ticks $k1 and $k2, missed=once and missed=skip"
+ok $up "both fire the first tick while the server is up"
 if [ "$(date -u +%s)" -ge "$t2" ]; then
     diag "the server took until after the second tick to stop (a loaded machine): no downtime to test"
     ok 0 "# SKIP downtime: the stop ended after the tick"
@@ -185,15 +213,14 @@ if [ "$(date -u +%s)" -ge "$t2" ]; then
     ok 0 "# SKIP downtime"
 else
     while [ "$(date -u +%s)" -le "$t2" ]; do sleep 0.2; done
-    server_start dsjobd --store sqlite --work-dir "$W" || exit 1
-    worker
-    wait_for 120 has once2 "$k2"
+    restart
+    wait_for 120 has "once$r" "$k2"
     ok $? "after the downtime, missed=once runs the missed tick $k2"
-    wait_for 120 listed "^once2	.*	$k2	[a-z]*	1\$"
+    wait_for 120 listed "^once$r	.*	$k2	[a-z]*	1\$"
     ok $? "once, as the list says"
-    listed "^skip2	.*	$k1	-	0\$"
+    listed "^skip$r	.*	$k1	-	0\$"
     ok $? "missed=skip does not: its last run is still $k1 and it fired nothing since the start"
-    ! has skip2 "$k2" || ok 1 "the skip schedule's missed tick reached the worker"
+    ! has "skip$r" "$k2" || ok 1 "the skip schedule's missed tick reached the worker"
 fi
 stop_worker
 server_stop

@@ -47,6 +47,31 @@ wait_log() { # wait_log PATTERN: until the server's log has it, at most 10 s
     grep -q -- "$1" "$SERVER_LOG"
 }
 
+# sclient OUT ARGS...: openssl s_client -quiet ARGS, sending the ECHO_REQ
+# of $dir/echo.req, its answer in OUT. Its input stays open until OUT has
+# the 20 bytes of an ECHO_RES or s_client is gone (the server refused it),
+# at most 120 s; then the end of input ends it (-no_ign_eof: -quiet alone
+# ignores it, and s_client ran until its timeout).
+sclient() {
+    _out=$1
+    shift
+    rm -f "$dir/sclient.in"
+    mkfifo "$dir/sclient.in"
+    : >"$_out"
+    timeout 180 "$OPENSSL_BIN" s_client -quiet -no_ign_eof "$@" <"$dir/sclient.in" >"$_out" \
+        2>>"$dir/sclient.err" &
+    _sc=$!
+    exec 8>"$dir/sclient.in"
+    cat "$dir/echo.req" >&8
+    _i=0
+    while [ "$(wc -c <"$_out")" -lt 20 ] && kill -0 "$_sc" 2>/dev/null && [ $_i -lt 2400 ]; do
+        sleep 0.05
+        _i=$((_i + 1))
+    done
+    exec 8>&-
+    wait "$_sc"
+}
+
 # Startup errors: each names the option, and the file when it is a file.
 out=$(timeout 10 "$DSJOBD" -p 0 --ssl 2>&1); rc=$?
 is "$rc" 2 "--ssl without a certificate exits 2"
@@ -94,9 +119,8 @@ is "$out" "PLAIN" "the unix socket stays plain"
 # openssl s_client speaking a real Gearman packet: ECHO_REQ "tls-echo".
 printf '\000REQ\000\000\000\020\000\000\000\010tls-echo' >"$dir/echo.req"
 printf '\000RES\000\000\000\021\000\000\000\010tls-echo' >"$dir/echo.want"
-(cat "$dir/echo.req"; sleep 2) |
-    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
-        -verify_return_error -verify_hostname localhost >"$dir/echo.got" 2>"$dir/sclient.err"
+sclient "$dir/echo.got" -connect "$S" -CAfile "$P/ca.pem" -verify_return_error \
+    -verify_hostname localhost
 cmp -s "$dir/echo.got" "$dir/echo.want"; ok $? "openssl s_client gets ECHO_RES back, byte for byte"
 out=$(timeout 10 "$OPENSSL_BIN" s_client -connect "$S" -CAfile "$P/ca.pem" -tls1_1 </dev/null 2>&1)
 echo "$out" | grep -q "BEGIN CERTIFICATE"; is $? 1 "TLS 1.1 is refused (1.2 at least)"
@@ -269,13 +293,11 @@ out=$(echo x | "$DSJOB" -s "$S" --ssl-ca-file "$P/ca.pem" -t 10000 submit tls.up
 is "$rc" 3 "no certificate is refused (exit 3)"
 diag "$out"
 wait_log "peer did not return a certificate"; ok $? "the server logs that too"
-(cat "$dir/echo.req"; sleep 2) |
-    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
-        -cert "$P/client.pem" -key "$P/client.key" >"$dir/echo2.got" 2>/dev/null
+sclient "$dir/echo2.got" -connect "$S" -CAfile "$P/ca.pem" -cert "$P/client.pem" \
+    -key "$P/client.key"
 cmp -s "$dir/echo2.got" "$dir/echo.want"; ok $? "openssl s_client with the client certificate gets ECHO_RES"
-(cat "$dir/echo.req"; sleep 2) |
-    timeout 10 "$OPENSSL_BIN" s_client -quiet -connect "$S" -CAfile "$P/ca.pem" \
-        -cert "$P/rogue.pem" -key "$P/rogue.key" >"$dir/echo3.got" 2>/dev/null
+sclient "$dir/echo3.got" -connect "$S" -CAfile "$P/ca.pem" -cert "$P/rogue.pem" \
+    -key "$P/rogue.key"
 [ ! -s "$dir/echo3.got" ]; ok $? "and with the rogue certificate gets nothing"
 # shellcheck disable=SC2086
 out=$("$DSJOB" -s "$S" $MINE -t 10000 workers --format tsv 2>&1); rc=$?

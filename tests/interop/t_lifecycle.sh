@@ -88,7 +88,7 @@ same "$(admin "show job $h")" "ERR UNKNOWN_JOB" "show job: the failed job is unk
 server_stop
 
 # --- --retry-on fail with a backoff, and --keep-results.
-server_start dsjobd --retry-on fail --retry-backoff 3 -j 5 --keep-results 60 ||
+server_start dsjobd --retry-on fail --retry-backoff 2 -j 5 --keep-results 60 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 h=$(submit_bg lc_retry u-retry x)
 worker lc_retry 2 3 "$T/retry.log"
@@ -96,8 +96,9 @@ check "retry: the job completes on its third attempt" poll has_calls "$T/retry.l
 check "retry: and is then done" poll state_is "$h" done
 same "$(field "$h" attempts)" 2 "retry: show job counts two failed attempts"
 same "$(field "$h" outcome)" complete "retry: its outcome is complete"
-# The waits: each at least half of 3 s doubled per attempt, rounded to whole
-# seconds and fired at the start of the due second: never under a second.
+# The waits: a random point in the upper half of 2 s doubled per attempt
+# already failed (1-2 s, then 2-4 s), rounded up to whole seconds and fired
+# at the start of the due second: never under a second.
 gaps=$(awk 'NR > 1 { printf "%s ", ($1 - prev >= 1.0) ? "ok" : "short" } { prev = $1 }' \
     "$T/retry.log")
 same "$gaps" "ok ok " "retry: each retry came after its backoff, not at once"

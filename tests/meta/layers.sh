@@ -21,7 +21,7 @@ fi
 above='lifecycle|conn|queue|dispatch|admin|http|stats|srv|durable|listener|tls|storage_lease|storage_want_lease'
 # Below storage.c, storage itself is above: a backend does not call it either.
 lower="storage job log clock store store_null store_sqlite store_memcached store_postgres \
-store_pg_import mcindex idset lazylib pq_lazy mc_lazy"
+store_pg_import mcindex idset pq_lazy mc_lazy"
 
 n=0
 for m in $lower; do
@@ -40,7 +40,7 @@ for m in $lower; do
     fi
     deny=$above
     case $m in
-    store* | mcindex | idset | lazylib | pq_lazy | mc_lazy) deny="$above|storage" ;;
+    store* | mcindex | idset | pq_lazy | mc_lazy) deny="$above|storage" ;;
     esac
     calls=$("$NM" -u "$obj" | awk '{ print $NF }' | grep -E "^($deny)_" | tr '\n' ' ')
     if [ -z "$calls" ]; then

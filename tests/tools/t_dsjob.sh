@@ -306,7 +306,12 @@ checks() {
     head -c 3000000 /dev/urandom >"$d/big"
     rc=$( (ds submit t_cat <"$d/big" 2>/dev/null; echo $? >"$d/pipe.rc") | head -c 1 >/dev/null; cat "$d/pipe.rc")
     same "$rc" "1" "submit: a reader that closes the pipe early: exit 1, not death by SIGPIPE"
-    timeout --foreground 3 "$DSJOB" -s "127.0.0.1:$(closed_port)" worker -f x -- cat 2>"$d/wdown.err"
+    # Until it says it retries (120 s at most), then stopped: it would retry for ever.
+    timeout -k 5 180 "$DSJOB" -s "127.0.0.1:$(closed_port)" worker -f x -- cat 2>"$d/wdown.err" &
+    wdown=$!
+    poll grep -q "retrying" "$d/wdown.err"
+    kill "$wdown" 2>/dev/null
+    wait "$wdown" 2>/dev/null
     grep -q "retrying" "$d/wdown.err"
     ok $? "$K: worker: a server that cannot be reached is named on stderr, and retried"
     ds -t 300 submit t_nobody x >/dev/null 2>"$d/to.err"

@@ -1,13 +1,17 @@
 /*
- * lazylib: a shared library the server opens on first use (dlopen) rather
- * than at every start. The postgres store's libpq and the memcached store's
- * libmemcached, with what they pull in (Kerberos, LDAP, GnuTLS, libstdc++),
- * were two thirds of the dynamic loader's work at each dsjobd start, and a
- * server that keeps its jobs in SQLite or in memory never calls them.
- * pq_lazy.c and mc_lazy.c define the library's functions the stores call,
- * each a call through the pointer loaded here; store_find loads the library
- * before it hands out the store, so a missing library is an error that
- * names it, not a failed start of every server.
+ * lazylib: a shared library opened on first use (dlopen) rather than at
+ * every start. The server's postgres and memcached stores call libpq and
+ * libmemcached, which with what they pull in (Kerberos, LDAP, GnuTLS,
+ * libstdc++) were two thirds of the dynamic loader's work at each dsjobd
+ * start; the client libraries call OpenSSL, more than half of a dsjob
+ * start, for TLS only. A server that keeps its jobs in SQLite or in memory,
+ * a client that speaks plain text, never calls them. A NAME_lazy.c file
+ * defines the library's functions its module calls, each a call through
+ * the pointer loaded here (server/pq_lazy.c, server/mc_lazy.c,
+ * link/ssl_lazy.c); the module loads the library before its first call
+ * (store_find, link_tls_new), so a missing library is an error that names
+ * it, not a failed start of every program. Built into the server and into
+ * link (libdslink), hidden in both.
  */
 #ifndef DSJOB_LAZYLIB_H
 #define DSJOB_LAZYLIB_H
@@ -43,14 +47,10 @@ int lazylib_load(struct lazylib *lib, char *err, size_t errlen);
 
 /*
  * lazylib_get returns the address of lib's symbol i, loading lib first. A
- * library that cannot be loaded here is a bug (store_find loads it before
- * a store runs; a test that calls a store directly has it installed): it
+ * library that cannot be loaded here is a bug (its module loads it before
+ * the first call; a test that calls a store directly has it installed): it
  * prints why and aborts.
  */
 lazylib_fn lazylib_get(struct lazylib *lib, size_t i);
-
-/* pq_lazy_load and mc_lazy_load: lazylib_load for libpq and libmemcached. */
-int pq_lazy_load(char *err, size_t errlen);
-int mc_lazy_load(char *err, size_t errlen);
 
 #endif

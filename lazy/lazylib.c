@@ -1,5 +1,5 @@
 /*
- * lazylib: dlopen of a store's library on first use (lazylib.h says why).
+ * lazylib: dlopen of a library on first use (lazylib.h says why).
  */
 #include "config.h"
 
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lazylib.h"
+#include "lazy/lazylib.h"
 
 static struct lazylib *loading; /* the library pthread_once is loading */
 static pthread_mutex_t loading_mu = PTHREAD_MUTEX_INITIALIZER;
