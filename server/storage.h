@@ -74,6 +74,8 @@ struct store_op {
     bool failed;            /* set by the writer: the backend refused it */
     bool untried;           /* set by the writer: never given to the backend (a flush before it
                                in its batch failed) */
+    bool committed;         /* set by the writer: an earlier flush of its batch committed it
+                               (writer_before_admin), whatever becomes of the batch's last */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */
