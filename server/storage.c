@@ -748,11 +748,16 @@ storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn
 }
 
 struct store_op *
-storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
+storage_dep_show(struct srv *srv, const char *func, size_t func_len, const char *handle, size_t len,
+                 size_t room)
 {
     struct storage *sg = &srv->storage;
-    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + len + 2 + room);
+    struct store_op *op;
     char *at;
+
+    if (func == NULL)
+        func_len = 0;
+    op = sg_calloc(sg, "op", sizeof(*op) + len + func_len + 2 + room);
 
     if (op == NULL)
         return NULL;
@@ -763,7 +768,8 @@ storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
     op->sd.child_len = len;
     put_bytes(&at, handle, len);
     op->sd.parent = at;
-    put_bytes(&at, "", 0);
+    op->sd.parent_len = func_len;
+    put_bytes(&at, func_len > 0 ? func : "", func_len);
     op->text = at;
     op->text_room = room;
     op->sd.out = op->text;

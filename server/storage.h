@@ -365,11 +365,14 @@ int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_o
 
 /*
  * storage_dep_show puts a STORE_DEP_SHOW of the job handle (len bytes) in
- * the open batch, with room bytes for what the store writes (op->text,
- * op->text_len). Not tried again if its batch fails. The op, or NULL
- * (memory); the caller waits for it (durable_reply_op).
+ * the open batch, or with func (func_len bytes, not NULL) of the job of
+ * that function and unique key (handle, len), with room bytes for what the
+ * store writes (op->text, op->text_len). Not tried again if its batch
+ * fails. The op, or NULL (memory); the caller waits for it
+ * (durable_reply_op).
  */
-struct store_op *storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room);
+struct store_op *storage_dep_show(struct srv *srv, const char *func, size_t func_len,
+                                  const char *handle, size_t len, size_t room);
 
 /*
  * storage_deps_shared says whether the store keeps the dependency graph

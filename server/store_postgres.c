@@ -2320,10 +2320,8 @@ deps_by_key(struct store *st, struct pend_dep *d, char *err)
     par_text(&p, buf, (size_t)fl);
     par_bytea(&p, buf + fl, (size_t)ul);
     par_text(&p, d->child, cl); /* not the child itself, inserted with that key just before */
-    rc = run(st,
-             "SELECT handle FROM dsjob.jobs WHERE func = $1::text AND uniq = $2::bytea"
-             " AND handle <> $3::text ORDER BY state = 0 DESC, id DESC LIMIT 1",
-             &p, false, PGRES_TUPLES_OK, "finding a parent by its unique key", &r, err);
+    rc = run(st, pg_sql_dep_by_key, &p, false, PGRES_TUPLES_OK,
+             "finding a parent by its unique key", &r, err);
     free(buf);
     if (rc != DSJOB_OK)
         return rc;
@@ -3429,41 +3427,45 @@ show_put(const struct store_dep *sd, const char *fmt, ...)
 /*
  * STORE_DEP_SHOW: a child held in the table (owner '(held)') as admin
  * "show job" prints a job a server holds (admin.c's admin_show_one), its
- * unique key escaped as there, with the parents it still waits for.
+ * unique key escaped as there, with the parents it still waits for: by
+ * handle (sd->child), or by function (sd->parent) and unique key
+ * (sd->child) when sd->parent is not "" (dep_show.sql).
  */
 static int
 dep_show(struct store *st, const struct store_dep *sd, char *err)
 {
-    static const char sql[] =
-        "SELECT j.func, CASE j.prio WHEN 0 THEN 'high' WHEN 2 THEN 'low' ELSE 'normal' END,"
-        " j.attempts, encode(coalesce(j.uniq, ''), 'hex'),"
-        " extract(epoch FROM j.run_at)::bigint, length(j.data),"
-        " coalesce((SELECT string_agg(d.parent, ',' ORDER BY d.parent) FROM dsjob.deps d"
-        "  WHERE d.child = j.handle AND d.state = 0), ''),"
-        " coalesce((SELECT (ARRAY['fail', 'cancel', 'run'])[min(d.policy) + 1] FROM dsjob.deps d"
-        "  WHERE d.child = j.handle), 'fail')"
-        " FROM dsjob.jobs j WHERE j.handle = $1::text AND j.state = 0 AND j.owner = '(held)'";
+    bool by_key = sd->parent_len > 0;
     struct params p = {0};
     const char *hex;
     PGresult *r;
     size_t i, n;
     int rc;
 
-    if (sd->out == NULL || !utf8_ok(sd->child, sd->child_len))
+    if (sd->out == NULL ||
+        !utf8_ok(by_key ? sd->parent : sd->child, by_key ? sd->parent_len : sd->child_len))
         return DSJOB_OK;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
-    par_text(&p, sd->child, sd->child_len);
-    if ((rc = run(st, sql, &p, false, PGRES_TUPLES_OK, "reading a held job", &r, err)) != DSJOB_OK)
+    if (by_key) {
+        par_text_or_null(&p, NULL);
+        par_text(&p, sd->parent, sd->parent_len);
+        par_bytea(&p, sd->child, sd->child_len);
+    } else {
+        par_text(&p, sd->child, sd->child_len);
+        par_text_or_null(&p, NULL);
+        par_bytea(&p, "", 0);
+    }
+    if ((rc = run(st, pg_sql_dep_show, &p, false, PGRES_TUPLES_OK, "reading a held job", &r,
+                  err)) != DSJOB_OK)
         return rc;
     if (PQntuples(r) != 1) {
         PQclear(r);
         return DSJOB_OK; /* not held in the table: unknown */
     }
-    show_put(sd, "handle %.*s\nfunction %s\nstate held\npriority %s\nbackground 1\n",
-             (int)sd->child_len, sd->child, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
-    show_put(sd, "attempts %s\nunique ", PQgetvalue(r, 0, 2));
-    hex = PQgetvalue(r, 0, 3);
+    show_put(sd, "handle %s\nfunction %s\nstate held\npriority %s\nbackground 1\n",
+             PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2));
+    show_put(sd, "attempts %s\nunique ", PQgetvalue(r, 0, 3));
+    hex = PQgetvalue(r, 0, 4);
     n = strlen(hex) / 2;
     for (i = 0; i < n; i++) {
         unsigned b = (unsigned)(key_hex(hex[2 * i]) * 16 + key_hex(hex[2 * i + 1]));
@@ -3474,8 +3476,8 @@ dep_show(struct store *st, const struct store_dep *sd, char *err)
             show_put(sd, "\\x%02x", b);
     }
     show_put(sd, "%s\nrun_at %s\npayload_size %s\nworker -\nstatus 0/0\nwaiters 0\n",
-             n == 0 ? "-" : "", PQgetvalue(r, 0, 4), PQgetvalue(r, 0, 5));
-    show_put(sd, "after %s\nafter_fail %s\n.\n", PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7));
+             n == 0 ? "-" : "", PQgetvalue(r, 0, 5), PQgetvalue(r, 0, 6));
+    show_put(sd, "after %s\nafter_fail %s\n.\n", PQgetvalue(r, 0, 7), PQgetvalue(r, 0, 8));
     PQclear(r);
     return DSJOB_OK;
 }
