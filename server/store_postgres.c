@@ -3188,10 +3188,6 @@ flush_once(struct store *st, char *err)
     /* One whose adds join batches fails, as one in a transaction does. */
     if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && !batches && conn_lost(st))
         rc = recover_adds(st, err);
-    if (rc == DSJOB_OK && capped)
-        rc = key_take(st, st->ls, err);
-    if (rc == DSJOB_OK && capped)
-        rc = flow_after(st, st->ls, err);
     if (rc == DSJOB_OK && deadlines)
         rc = flush_deadlines(st, err);
     /* Edges before joins: a child refused for its parents leaves no row, so
@@ -3200,6 +3196,15 @@ flush_once(struct store *st, char *err)
         rc = flush_deps(st, err);
     if (rc == DSJOB_OK && joins)
         rc = flush_joins(st, err);
+    /*
+     * The take by key after the edges and joins: it sees this batch's adds
+     * (main.sql's take, one statement, does not), so a child must be held
+     * and a refused member gone first, or it would take them.
+     */
+    if (rc == DSJOB_OK && capped)
+        rc = key_take(st, st->ls, err);
+    if (rc == DSJOB_OK && capped)
+        rc = flow_after(st, st->ls, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
