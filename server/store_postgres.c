@@ -3106,23 +3106,26 @@ recover_adds(struct store *st, char *err)
 }
 
 /*
- * In a transaction that rewrites jobs: lock the batches its rewrites and
- * removes may end members of, in the order of their ids
+ * In a transaction that rewrites jobs, or whose adds join batches (batches)
+ * and that also ends jobs or writes its adds one by one (add.sql joining
+ * each in the adds' order): lock the batches its rewrites and removes may
+ * end members of, and those its adds join, in the order of their ids
  * (batch_lock.sql), before any of them.
  */
 static int
-lock_batches(struct store *st, char *err)
+lock_batches(struct store *st, bool batches, char *err)
 {
     struct params p = {0};
-    struct arr a;
+    struct arr a, b;
     PGresult *r;
     size_t i, n = 0;
     int rc;
 
     for (i = 0; i < st->nupds; i++)
         n += !st->upds[i].func && !st->upds[i].after && !st->upds[i].gone;
-    if (n == 0)
-        return DSJOB_OK; /* main.sql's ends lock in that order themselves */
+    batches = batches && (st->nrms > 0 || st->each);
+    if (n == 0 && !batches)
+        return DSJOB_OK; /* main.sql's ends, or batch_join.sql, lock in that order themselves */
     arr_init(&a, OID_TEXT);
     for (i = 0; i < st->nupds; i++)
         if (!st->upds[i].func && !st->upds[i].after && !st->upds[i].gone)
@@ -3130,6 +3133,11 @@ lock_batches(struct store *st, char *err)
     for (i = 0; i < st->nrms; i++)
         arr_put(&a, st->rms[i].handle, strlen(st->rms[i].handle));
     par_arr(&p, &a, OID_TEXT_ARRAY);
+    arr_init(&b, OID_TEXT);
+    for (i = 0; batches && i < st->nadds; i++)
+        if (!st->adds[i].gone && st->adds[i].batch != NULL)
+            arr_put(&b, st->adds[i].batch, strlen(st->adds[i].batch));
+    par_arr(&p, &b, OID_TEXT_ARRAY);
     if ((rc = run(st, pg_sql_batch_lock, &p, false, PGRES_TUPLES_OK, "locking batches", &r, err)) !=
         DSJOB_OK)
         return rc;
@@ -3171,7 +3179,7 @@ flush_once(struct store *st, char *err)
         (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
          (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK))
         return rc;
-    if (txn && (rc = lock_batches(st, err)) != DSJOB_OK)
+    if (txn && (rc = lock_batches(st, batches, err)) != DSJOB_OK)
         goto rollback;
     /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
     if (txn && (rc = flush_updates(st, false, err)) != DSJOB_OK)
