@@ -1927,10 +1927,18 @@ job_move(struct store_job *sj, char **at)
 }
 
 /*
- * Before key_take.sql: the keys of the functions it takes, in the jobs'
- * column k, written by dsjob.key_fill (key_fill.sql) for a function new to
- * the table or whose separator changed; a statement that writes nothing
- * otherwise.
+ * Before the transaction of a lease op that takes keyed functions
+ * (key_take.sql), in one of its own: the keys of the functions it asks
+ * for, in the jobs' column k, written by dsjob.key_fill (key_fill.sql) for
+ * a function new to the table or whose separator changed; a statement that
+ * writes nothing otherwise. Not in the batch's transaction: the first
+ * fill makes the trigger jobs_keyed (CREATE TRIGGER locks dsjob.jobs in
+ * SHARE ROW EXCLUSIVE mode) and a fill takes the keys' advisory lock
+ * exclusive, each held until its transaction ends, and every other
+ * server's INSERT waits for both; here that is one statement's time, not
+ * the rest of a transaction that also holds row locks those inserts'
+ * transactions may wait for. A row inserted after it commits is keyed by
+ * the trigger.
  */
 static int
 key_fill(struct store *st, const struct store_lease *ls, char *err)
@@ -1938,18 +1946,26 @@ key_fill(struct store *st, const struct store_lease *ls, char *err)
     struct params p = {0};
     struct arr names, sep;
     PGresult *r;
-    size_t i;
+    size_t i, n = 0;
     int rc;
 
+    if (ls == NULL || ls->caps == NULL)
+        return DSJOB_OK;
     arr_init(&names, OID_TEXT);
     arr_init(&sep, OID_TEXT);
     for (i = 0; i < ls->nfuncs; i++) {
         const struct store_flow_cap *c = &ls->caps[i];
 
-        if (st->ktake[i] == 0)
+        if (!cap_keyed(c) || ls->limits[i] == 0 || !utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
             continue;
         arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
         arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
+        n++;
+    }
+    if (n == 0) {
+        free(names.b.p);
+        free(sep.b.p);
+        return DSJOB_OK;
     }
     par_arr(&p, &names, OID_TEXT_ARRAY);
     par_arr(&p, &sep, OID_TEXT_ARRAY);
@@ -2007,10 +2023,6 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     if (nk == 0) {
         params_free(&p);
         return DSJOB_OK;
-    }
-    if ((rc = key_fill(st, ls, err)) != DSJOB_OK) {
-        params_free(&p);
-        return rc;
     }
     if ((rc = run(st, pg_sql_key_take, &p, true, PGRES_TUPLES_OK, "taking jobs by key", &r, err)) !=
         DSJOB_OK)
@@ -3173,6 +3185,11 @@ flush_once(struct store *st, char *err)
     st->txn = txn;
     st->join_in_add = in_add;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
+        return rc;
+    /* Its own transaction, first: a connection that died while idle is made again, once. */
+    if (capped && (rc = key_fill(st, st->ls, err)) != DSJOB_OK &&
+        (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
+         (rc = key_fill(st, st->ls, err)) != DSJOB_OK))
         return rc;
     /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
     if (txn && (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK &&

@@ -11,6 +11,13 @@
 #                that the add and the lease op gather in one batch.
 #   show unique  "show job unique F U" of a held child finds it, as
 #                "show job H" does.
+#   key trigger  the first take by key makes the trigger jobs_keyed (CREATE
+#                TRIGGER locks dsjob.jobs SHARE ROW EXCLUSIVE until its
+#                transaction ends): not in the lease op's transaction,
+#                where every other server's INSERT waited for the rest of
+#                it. Checked while that transaction waits at a trigger of
+#                the test's (it runs first, on a database no take by key
+#                has touched).
 # Every wait is for an event, bounded by 120 s of nothing moving.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -38,6 +45,45 @@ queued() {
         awk -F '\t' -v f="$2" -v n="$3" -v w="$4" '$1 == f && $2 == n && $NF >= w { x = 1 } END { exit !x }'
 }
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+
+# --- key trigger: made in a transaction of its own ---------------------------
+is "$(q "SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_keyed'")" 0 \
+    "no take by key yet: no trigger jobs_keyed"
+ds a limit kt --key-concurrency 1 >/dev/null
+ok $? "kt limited to one job a key"
+# The gate: a take of a kt job (its lease set) waits for advisory lock
+# 4243, which a psql session of the test holds until told.
+q "CREATE FUNCTION public.review_take_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN PERFORM pg_advisory_xact_lock(4243); RETURN NEW; END\$\$;
+   CREATE TRIGGER review_take_gate BEFORE UPDATE ON dsjob.jobs FOR EACH ROW
+   WHEN (NEW.func = 'kt' AND OLD.owner IS NULL AND NEW.owner IS NOT NULL)
+   EXECUTE FUNCTION public.review_take_gate()" >/dev/null
+ok $? "the take gate installed"
+mkfifo "$T/take.in"
+pg_psql -f - <"$T/take.in" >"$T/take.out" 2>&1 &
+track $!
+exec 4>"$T/take.in"
+echo "SELECT pg_advisory_lock(4243);" >&4
+held4243() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND granted")" = 1 ]; }
+poll_s 120 held4243
+ok $? "the test's session holds the take gate's lock"
+ds a submit -b -u t1 kt one >/dev/null
+ok $? "a job of kt submitted (no worker yet)"
+"$GEARMAN" -h 127.0.0.1 -p "$(pgd_port a)" -w -f kt -- sh -c "cat >>'$T/kt.ran'; echo >>'$T/kt.ran'" \
+    >/dev/null 2>&1 &
+track $!
+wait4243() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND NOT granted")" = 1 ]; }
+poll_s 120 wait4243
+ok $? "the lease op's take of kt waits at the take gate"
+is "$(q "SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_keyed'")" 1 "the trigger jobs_keyed is made"
+locks=$(q "SELECT count(*) FROM pg_locks WHERE relation = 'dsjob.jobs'::regclass
+           AND mode = 'ShareRowExclusiveLock' AND granted")
+is "$locks" 0 "the waiting take's transaction holds no SHARE ROW EXCLUSIVE lock on dsjob.jobs"
+echo "SELECT pg_advisory_unlock(4243);" >&4
+exec 4>&-
+kt_ran() { [ "$(lines "$T/kt.ran")" -ge 1 ]; }
+poll_moving 120 "lines '$T/kt.ran'" kt_ran
+ok $? "the gate opened: kt's job ran"
 
 # --- held child: taken by key before deps_add held it ------------------------
 ds a limit kf --key-concurrency 1 >/dev/null
