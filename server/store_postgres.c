@@ -3076,8 +3076,46 @@ adds_only(const struct store *st)
  * job, as RETURNING would have said); if none is, it is sent again, which
  * is what it would have done had it committed with every add coalesced
  * (ON CONFLICT DO NOTHING). One case runs a job twice: a row another
- * server took, ran and deleted before this check (at least once).
+ * server took, ran and deleted before this check (at least once). Adds
+ * that join batches (add.sql joined them) too: a member whose row is
+ * missing from a batch that committed was refused, its batch not open,
+ * unless it has a unique key that a live job holds (it coalesced onto
+ * that one).
  */
+/*
+ * A batch member missing from a batch of adds that committed: coalesced
+ * onto the live job of its unique key (a->conflict stays: pg_flush finds
+ * it), or refused, its batch not open.
+ */
+static int
+recover_member(struct store *st, struct pend_add *a, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    int rc;
+
+    if (a->uniq != NULL) {
+        par_text(&p, a->func, strlen(a->func));
+        par_bytea(&p, a->uniq, a->uniq_len);
+        if ((rc = run(st, pg_sql_find_alias, &p, false, PGRES_TUPLES_OK,
+                      "finding a unique key's job", &r, err)) != DSJOB_OK)
+            return rc;
+        rc = PQntuples(r);
+        PQclear(r);
+        if (rc > 0)
+            return DSJOB_OK;
+    }
+    a->conflict = false;
+    a->gone = true;
+    if (a->lost != NULL)
+        *a->lost = true;
+    if (a->why != NULL)
+        snprintf(a->why, STORE_ERRLEN,
+                 "postgres: batch %s is not open (no such batch on any server, or closed)",
+                 a->batch);
+    return DSJOB_OK;
+}
+
 static int
 recover_adds(struct store *st, char *err)
 {
@@ -3114,7 +3152,10 @@ recover_adds(struct store *st, char *err)
     mark_conflicts(st, there, (size_t)n);
     free(there);
     PQclear(r);
-    return DSJOB_OK;
+    for (i = 0; i < st->nadds && rc == DSJOB_OK; i++)
+        if (st->adds[i].conflict && st->adds[i].batch != NULL)
+            rc = recover_member(st, &st->adds[i], err);
+    return rc;
 }
 
 /*
@@ -3210,8 +3251,7 @@ flush_once(struct store *st, char *err)
     if (capped)
         key_before(st, st->ls);
     rc = flush_main(st, err);
-    /* One whose adds join batches fails, as one in a transaction does. */
-    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && !batches && conn_lost(st))
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
         rc = recover_adds(st, err);
     if (rc == DSJOB_OK && deadlines)
         rc = flush_deadlines(st, err);

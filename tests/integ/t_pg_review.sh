@@ -18,6 +18,12 @@
 #                it. Checked while that transaction waits at a trigger of
 #                the test's (it runs first, on a database no take by key
 #                has touched).
+#   lost member  the writer's connection dies while a batch member's add
+#                (add.sql, which joins it to its batch) waits at a trigger
+#                of the test's: the store connects again, finds the add
+#                did not commit and sends it again (recover_adds), as it
+#                does for adds that join no batch, so the submitter hears
+#                JOB_CREATED, not STORE_ERROR.
 # Every wait is for an event, bounded by 120 s of nothing moving.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -142,6 +148,43 @@ poll_moving 120 "lines '$T/ran'" two
 ok $? "both jobs ran"
 is "$(head -2 "$T/ran" | tr '\n' ' ')" "parent child " "the parent ran first, then its child"
 is "$(lines "$T/ran")" 2 "each ran once"
+
+# --- lost member: a batch member's add recovered after its connection died ---
+ds a batch open bm1 >/dev/null
+ok $? "batch bm1 opened"
+q "CREATE FUNCTION public.review_bm_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'bm' THEN PERFORM pg_advisory_xact_lock(4244); END IF;
+   RETURN NEW; END\$\$;
+   CREATE TRIGGER review_bm_gate BEFORE INSERT ON dsjob.jobs
+   FOR EACH ROW EXECUTE FUNCTION public.review_bm_gate()" >/dev/null
+ok $? "the member gate installed"
+mkfifo "$T/bm.in"
+pg_psql -f - <"$T/bm.in" >"$T/bm.lock.out" 2>&1 &
+track $!
+exec 5>"$T/bm.in"
+echo "SELECT pg_advisory_lock(4244);" >&5
+held4244() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4244 AND granted")" = 1 ]; }
+poll_s 120 held4244
+ok $? "the test's session holds the member gate's lock"
+"$RAWPEER" "$(pgd_port a)" packets 26 batch=bm1 -- 18 bm "" m1 >"$T/bm.out" 2>&1 &
+bm_pid=$!
+track $bm_pid
+wait4244() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4244 AND NOT granted")" = 1 ]; }
+poll_s 120 wait4244
+ok $? "the member's add waits at the gate"
+is "$(q "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks
+          WHERE locktype = 'advisory' AND objid = 4244 AND NOT granted) x")" 1 \
+    "the writer's backend terminated while the add waits"
+echo "SELECT pg_advisory_unlock(4244);" >&5
+exec 5>&-
+wait "$bm_pid"
+out=$(tail -1 "$T/bm.out")
+case $out in "8 H:"*) r=0 ;; *) r=1 ;; esac
+ok $r "the member is created once the store connects again: $out"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'bm'")" 1 "its row is there, once"
+st=$(ds a batch status bm1 2>/dev/null | tail -1)
+case $st in *" total=1 "*) r=0 ;; *) r=1 ;; esac
+ok $r "bm1 counts it once: $st"
 
 reap
 done_testing
