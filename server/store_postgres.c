@@ -3160,8 +3160,8 @@ recover_adds(struct store *st, char *err)
 
 /*
  * In a transaction that rewrites jobs, or whose adds join batches (batches)
- * and that also ends jobs or writes its adds one by one (add.sql joining
- * each in the adds' order): lock the batches its rewrites and removes may
+ * and that also rewrites or removes jobs or writes its adds one by one
+ * (add.sql joining each in the adds' order): lock the batches its rewrites and removes may
  * end members of, and those its adds join, in the order of their ids
  * (batch_lock.sql), before any of them.
  */
@@ -3176,7 +3176,7 @@ lock_batches(struct store *st, bool batches, char *err)
 
     for (i = 0; i < st->nupds; i++)
         n += !st->upds[i].func && !st->upds[i].after && !st->upds[i].gone;
-    batches = batches && (st->nrms > 0 || st->each);
+    batches = batches && (n > 0 || st->nrms > 0 || st->each);
     if (n == 0 && !batches)
         return DSJOB_OK; /* main.sql's ends, or batch_join.sql, lock in that order themselves */
     arr_init(&a, OID_TEXT);
