@@ -219,6 +219,29 @@ admin_find(struct conn *c, const struct textcmd *cmd, const char *what)
     return j;
 }
 
+/*
+ * "show job unique F U" on postgres of a job no server holds: a child held
+ * for its parents, which the store shows (as by handle). True if asked of
+ * the store (it answers).
+ */
+static bool
+admin_held_unique(struct conn *c, const struct textcmd *cmd)
+{
+    struct queue *q = &c->srv->queue;
+    struct func *f;
+
+    if (textcmd_argc(cmd) != 3 || WORD_LEN(cmd, 0) != 6 ||
+        strncasecmp(WORD(cmd, 0), "unique", 6) != 0 || !storage_deps_shared(c->srv))
+        return false;
+    f = queue_func(q, WORD(cmd, 1), WORD_LEN(cmd, 1), false);
+    if (f != NULL && (queue_find_unique(f, WORD(cmd, 2), WORD_LEN(cmd, 2)) != NULL ||
+                      queue_find_settling(f, WORD(cmd, 2), WORD_LEN(cmd, 2)) != NULL ||
+                      queue_find_kept(f, WORD(cmd, 2), WORD_LEN(cmd, 2)) != NULL))
+        return false;
+    deps_show_stored(c, WORD(cmd, 1), WORD_LEN(cmd, 1), WORD(cmd, 2), WORD_LEN(cmd, 2));
+    return true;
+}
+
 /* One job, field by field: "name value" lines, then ".". */
 static void
 admin_show_one(struct conn *c, const struct textcmd *cmd)
@@ -229,9 +252,11 @@ admin_show_one(struct conn *c, const struct textcmd *cmd)
     /* On postgres a child held for its parents is a row no server holds: the store shows it. */
     if (textcmd_argc(cmd) == 1 && storage_deps_shared(c->srv) &&
         queue_find_job(&c->srv->queue, WORD(cmd, 0), WORD_LEN(cmd, 0)) == NULL) {
-        deps_show_stored(c, WORD(cmd, 0), WORD_LEN(cmd, 0));
+        deps_show_stored(c, NULL, 0, WORD(cmd, 0), WORD_LEN(cmd, 0));
         return;
     }
+    if (admin_held_unique(c, cmd))
+        return;
     j = admin_find(c, cmd, "show+job");
     if (j == NULL)
         return;

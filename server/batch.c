@@ -43,7 +43,14 @@
 #define BATCH_FUNC_MAX 512 /* bytes of a callback's function name */
 #define BATCH_OP_ROOM 2048 /* spare bytes in a batch's store op, for handles added in place */
 #define BATCH_KEY_MAX (6 + BATCH_ID_MAX + 9) /* "batch:ID:complete" */
-#define BATCH_RETRY_SECS 1 /* a callback that found no memory is tried again this soon */
+/*
+ * A callback that found no memory is tried again this soon. Not an option:
+ * it bounds nothing a user sizes (no queue, no wait a client sees; an end
+ * or a restart fires the callback sooner), only how often a server out of
+ * memory tries again, like storage.c's STORAGE_RETRY_SECS for a failed
+ * commit; any second-scale value does.
+ */
+#define BATCH_RETRY_SECS 1
 
 struct jbatch {
     struct hnode node;                      /* in struct batches' map, by id */

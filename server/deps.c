@@ -695,9 +695,9 @@ deps_show(struct conn *c, const struct job *j)
 #define DEPS_SHOW_ROOM 8192 /* bytes of a held child's "show job" lines from a shared store */
 
 void
-deps_show_stored(struct conn *c, const char *handle, size_t len)
+deps_show_stored(struct conn *c, const char *func, size_t func_len, const char *handle, size_t len)
 {
-    struct store_op *op = storage_dep_show(c->srv, handle, len, DEPS_SHOW_ROOM);
+    struct store_op *op = storage_dep_show(c->srv, func, func_len, handle, len, DEPS_SHOW_ROOM);
 
     if (op == NULL) {
         conn_printf(c, "ERR MEMORY_ALLOCATION_FAILURE out+of+memory\r\n");

@@ -78,13 +78,15 @@ void deps_ended(struct srv *srv, struct job *j, enum job_outcome outcome);
 void deps_show(struct conn *c, const struct job *j);
 
 /*
- * deps_show_stored answers admin "show job HANDLE" (len bytes) for c
- * about a job this server does not hold, on a shared store
- * (storage_deps_shared): a child held in the store is shown, with its
- * parents; another is ERR UNKNOWN_JOB. The answer goes once the store has
- * read it.
+ * deps_show_stored answers admin "show job HANDLE" (len bytes), or with
+ * func (func_len bytes, not NULL) "show job unique FUNC UNIQUE" (handle
+ * then the unique key), for c about a job this server does not hold, on a
+ * shared store (storage_deps_shared): a child held in the store is shown,
+ * with its parents; another is ERR UNKNOWN_JOB. The answer goes once the
+ * store has read it.
  */
-void deps_show_stored(struct conn *c, const char *handle, size_t len);
+void deps_show_stored(struct conn *c, const char *func, size_t func_len, const char *handle,
+                      size_t len);
 
 /* deps_replay_edge is the store's replay of an edge, before the jobs (arg: the srv). */
 int deps_replay_edge(const struct store_dep *sd, void *arg);

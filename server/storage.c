@@ -748,11 +748,16 @@ storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_op_fn
 }
 
 struct store_op *
-storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
+storage_dep_show(struct srv *srv, const char *func, size_t func_len, const char *handle, size_t len,
+                 size_t room)
 {
     struct storage *sg = &srv->storage;
-    struct store_op *op = sg_calloc(sg, "op", sizeof(*op) + len + 2 + room);
+    struct store_op *op;
     char *at;
+
+    if (func == NULL)
+        func_len = 0;
+    op = sg_calloc(sg, "op", sizeof(*op) + len + func_len + 2 + room);
 
     if (op == NULL)
         return NULL;
@@ -763,7 +768,8 @@ storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room)
     op->sd.child_len = len;
     put_bytes(&at, handle, len);
     op->sd.parent = at;
-    put_bytes(&at, "", 0);
+    op->sd.parent_len = func_len;
+    put_bytes(&at, func_len > 0 ? func : "", func_len);
     op->text = at;
     op->text_room = room;
     op->sd.out = op->text;
@@ -814,19 +820,33 @@ writer_sched(struct storage *sg, struct store_op *op)
 /*
  * On the writer: before a shared store's batch admin op, which commits at
  * once, the ops gathered ahead of it in b are flushed, so that a close
- * sent after a client's adds never overtakes them. False if that flush
- * failed: b fails (b->ok false, its why), op and the ops after it are not
- * tried. *gathered: the backend holds ops of b not yet flushed.
+ * sent after a client's adds never overtakes them. Those ops are then
+ * committed whatever becomes of b's last flush: each is marked so
+ * (batch_finish answers it ok even if b fails; an add refused alone fails
+ * alone). False if that flush failed: b fails (b->ok false, its why), op
+ * and the ops after it are not tried. *gathered: the backend holds ops of
+ * b not yet flushed.
  */
 static bool
 writer_before_admin(struct storage *sg, struct batch *b, struct store_op *op, bool *gathered)
 {
+    struct store_op *o;
+
     if (op->kind != STORE_OP_BATCH || op->batch_what < STORE_BATCH_OPEN ||
         sg->ops->batch_admin == NULL || !*gathered)
         return true;
     *gathered = false;
-    if (sg->ops->flush(sg->st, b->why) == DSJOB_OK)
+    if (sg->ops->flush(sg->st, b->why) == DSJOB_OK) {
+        for (o = b->ops; o != op; o = o->next) {
+            if (o->failed || o->committed)
+                continue;
+            if (o->kind == STORE_OP_ADD && o->lost)
+                o->failed = true; /* refused alone, as after the last flush */
+            else
+                o->committed = true;
+        }
         return true;
+    }
     b->ok = false;
     op->untried = true;
     op->failed = true;
@@ -916,6 +936,9 @@ writer_main(void *arg)
                 break;
             }
             op->failed = rc != DSJOB_OK;
+            /* An admin op commits on its own, at once. */
+            op->committed = !op->failed && op->kind == STORE_OP_BATCH &&
+                            op->batch_what >= STORE_BATCH_OPEN && sg->ops->batch_admin != NULL;
         }
         if (b->ok)
             b->ok = sg->ops->flush(sg->st, b->why) == DSJOB_OK;
@@ -1033,7 +1056,7 @@ batch_finish(struct srv *srv)
         else if (b->ok && !op->failed && op->kind == STORE_OP_UPDATE && op->why[0] != '\0')
             log_warn(&srv->log, "store: job %.*s: %s", (int)op->sj.handle_len, op->sj.handle,
                      op->why);
-        if (b->ok && !op->failed && op->lost) {
+        if ((b->ok || op->committed) && !op->failed && op->lost) {
             sc.nlost++;
             log_notice(&srv->log,
                        "store: job %.*s had been taken by another server (this one's lease ran "
@@ -1050,6 +1073,8 @@ batch_finish(struct srv *srv)
         const char *why = b->why;
 
         TAILQ_REMOVE(&b->acks, w, link);
+        if (w->op != NULL && w->op->committed && !w->op->failed)
+            ok = true; /* an earlier flush of the batch committed it (writer_before_admin) */
         if (w->op != NULL && w->op->failed) {
             ok = false;
             why = w->op->why;
@@ -1058,7 +1083,7 @@ batch_finish(struct srv *srv)
     }
     for (op = b->ops; op != NULL; op = next) {
         next = op->next;
-        if (!b->ok || op->failed) {
+        if ((!b->ok && !op->committed) || op->failed) {
             op = op_again(srv, op);
             if (op != NULL) {
                 op->next = NULL;

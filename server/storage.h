@@ -74,6 +74,8 @@ struct store_op {
     bool failed;            /* set by the writer: the backend refused it */
     bool untried;           /* set by the writer: never given to the backend (a flush before it
                                in its batch failed) */
+    bool committed;         /* set by the writer: an earlier flush of its batch committed it
+                               (writer_before_admin), whatever becomes of the batch's last */
     char why[STORE_ERRLEN]; /* set by the writer: why */
     struct store_job sj;    /* for an add or update, pointers into buf */
     struct store_func sf;   /* for a func, its name in buf */
@@ -365,11 +367,14 @@ int storage_dep(struct srv *srv, int what, const struct store_dep *sd, storage_o
 
 /*
  * storage_dep_show puts a STORE_DEP_SHOW of the job handle (len bytes) in
- * the open batch, with room bytes for what the store writes (op->text,
- * op->text_len). Not tried again if its batch fails. The op, or NULL
- * (memory); the caller waits for it (durable_reply_op).
+ * the open batch, or with func (func_len bytes, not NULL) of the job of
+ * that function and unique key (handle, len), with room bytes for what the
+ * store writes (op->text, op->text_len). Not tried again if its batch
+ * fails. The op, or NULL (memory); the caller waits for it
+ * (durable_reply_op).
  */
-struct store_op *storage_dep_show(struct srv *srv, const char *handle, size_t len, size_t room);
+struct store_op *storage_dep_show(struct srv *srv, const char *func, size_t func_len,
+                                  const char *handle, size_t len, size_t room);
 
 /*
  * storage_deps_shared says whether the store keeps the dependency graph

@@ -129,8 +129,12 @@ struct store_dep {
     size_t child_len;
     const char *parent; /* the handle of the job it waits for ("" for a child op) */
     size_t parent_len;
-    int policy;      /* enum deps_policy: what the child does if the parent fails for good */
-    int state;       /* enum store_dep_state */
+    int policy; /* enum deps_policy: what the child does if the parent fails for good */
+    int state;  /* enum store_dep_state */
+    /*
+     * STORE_DEP_SHOW: child is the job's handle, parent ""; or parent is a
+     * function and child the unique key of its job to show.
+     */
     char *out;       /* STORE_DEP_SHOW: where the store writes the child's lines (not borrowed: the
                    op's), or NULL */
     size_t out_room; /* bytes there */

@@ -1927,10 +1927,18 @@ job_move(struct store_job *sj, char **at)
 }
 
 /*
- * Before key_take.sql: the keys of the functions it takes, in the jobs'
- * column k, written by dsjob.key_fill (key_fill.sql) for a function new to
- * the table or whose separator changed; a statement that writes nothing
- * otherwise.
+ * Before the transaction of a lease op that takes keyed functions
+ * (key_take.sql), in one of its own: the keys of the functions it asks
+ * for, in the jobs' column k, written by dsjob.key_fill (key_fill.sql) for
+ * a function new to the table or whose separator changed; a statement that
+ * writes nothing otherwise. Not in the batch's transaction: the first
+ * fill makes the trigger jobs_keyed (CREATE TRIGGER locks dsjob.jobs in
+ * SHARE ROW EXCLUSIVE mode) and a fill takes the keys' advisory lock
+ * exclusive, each held until its transaction ends, and every other
+ * server's INSERT waits for both; here that is one statement's time, not
+ * the rest of a transaction that also holds row locks those inserts'
+ * transactions may wait for. A row inserted after it commits is keyed by
+ * the trigger.
  */
 static int
 key_fill(struct store *st, const struct store_lease *ls, char *err)
@@ -1938,18 +1946,26 @@ key_fill(struct store *st, const struct store_lease *ls, char *err)
     struct params p = {0};
     struct arr names, sep;
     PGresult *r;
-    size_t i;
+    size_t i, n = 0;
     int rc;
 
+    if (ls == NULL || ls->caps == NULL)
+        return DSJOB_OK;
     arr_init(&names, OID_TEXT);
     arr_init(&sep, OID_TEXT);
     for (i = 0; i < ls->nfuncs; i++) {
         const struct store_flow_cap *c = &ls->caps[i];
 
-        if (st->ktake[i] == 0)
+        if (!cap_keyed(c) || ls->limits[i] == 0 || !utf8_ok(ls->funcs[i], strlen(ls->funcs[i])))
             continue;
         arr_put(&names, ls->funcs[i], strlen(ls->funcs[i]));
         arr_put(&sep, c->sep, strnlen(c->sep, sizeof(c->sep)));
+        n++;
+    }
+    if (n == 0) {
+        free(names.b.p);
+        free(sep.b.p);
+        return DSJOB_OK;
     }
     par_arr(&p, &names, OID_TEXT_ARRAY);
     par_arr(&p, &sep, OID_TEXT_ARRAY);
@@ -2007,10 +2023,6 @@ key_take(struct store *st, struct store_lease *ls, char *err)
     if (nk == 0) {
         params_free(&p);
         return DSJOB_OK;
-    }
-    if ((rc = key_fill(st, ls, err)) != DSJOB_OK) {
-        params_free(&p);
-        return rc;
     }
     if ((rc = run(st, pg_sql_key_take, &p, true, PGRES_TUPLES_OK, "taking jobs by key", &r, err)) !=
         DSJOB_OK)
@@ -2320,10 +2332,8 @@ deps_by_key(struct store *st, struct pend_dep *d, char *err)
     par_text(&p, buf, (size_t)fl);
     par_bytea(&p, buf + fl, (size_t)ul);
     par_text(&p, d->child, cl); /* not the child itself, inserted with that key just before */
-    rc = run(st,
-             "SELECT handle FROM dsjob.jobs WHERE func = $1::text AND uniq = $2::bytea"
-             " AND handle <> $3::text ORDER BY state = 0 DESC, id DESC LIMIT 1",
-             &p, false, PGRES_TUPLES_OK, "finding a parent by its unique key", &r, err);
+    rc = run(st, pg_sql_dep_by_key, &p, false, PGRES_TUPLES_OK,
+             "finding a parent by its unique key", &r, err);
     free(buf);
     if (rc != DSJOB_OK)
         return rc;
@@ -3066,8 +3076,46 @@ adds_only(const struct store *st)
  * job, as RETURNING would have said); if none is, it is sent again, which
  * is what it would have done had it committed with every add coalesced
  * (ON CONFLICT DO NOTHING). One case runs a job twice: a row another
- * server took, ran and deleted before this check (at least once).
+ * server took, ran and deleted before this check (at least once). Adds
+ * that join batches (add.sql joined them) too: a member whose row is
+ * missing from a batch that committed was refused, its batch not open,
+ * unless it has a unique key that a live job holds (it coalesced onto
+ * that one).
  */
+/*
+ * A batch member missing from a batch of adds that committed: coalesced
+ * onto the live job of its unique key (a->conflict stays: pg_flush finds
+ * it), or refused, its batch not open.
+ */
+static int
+recover_member(struct store *st, struct pend_add *a, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    int rc;
+
+    if (a->uniq != NULL) {
+        par_text(&p, a->func, strlen(a->func));
+        par_bytea(&p, a->uniq, a->uniq_len);
+        if ((rc = run(st, pg_sql_find_alias, &p, false, PGRES_TUPLES_OK,
+                      "finding a unique key's job", &r, err)) != DSJOB_OK)
+            return rc;
+        rc = PQntuples(r);
+        PQclear(r);
+        if (rc > 0)
+            return DSJOB_OK;
+    }
+    a->conflict = false;
+    a->gone = true;
+    if (a->lost != NULL)
+        *a->lost = true;
+    if (a->why != NULL)
+        snprintf(a->why, STORE_ERRLEN,
+                 "postgres: batch %s is not open (no such batch on any server, or closed)",
+                 a->batch);
+    return DSJOB_OK;
+}
+
 static int
 recover_adds(struct store *st, char *err)
 {
@@ -3104,27 +3152,33 @@ recover_adds(struct store *st, char *err)
     mark_conflicts(st, there, (size_t)n);
     free(there);
     PQclear(r);
-    return DSJOB_OK;
+    for (i = 0; i < st->nadds && rc == DSJOB_OK; i++)
+        if (st->adds[i].conflict && st->adds[i].batch != NULL)
+            rc = recover_member(st, &st->adds[i], err);
+    return rc;
 }
 
 /*
- * In a transaction that rewrites jobs: lock the batches its rewrites and
- * removes may end members of, in the order of their ids
+ * In a transaction that rewrites jobs, or whose adds join batches (batches)
+ * and that also rewrites or removes jobs or writes its adds one by one
+ * (add.sql joining each in the adds' order): lock the batches its rewrites and removes may
+ * end members of, and those its adds join, in the order of their ids
  * (batch_lock.sql), before any of them.
  */
 static int
-lock_batches(struct store *st, char *err)
+lock_batches(struct store *st, bool batches, char *err)
 {
     struct params p = {0};
-    struct arr a;
+    struct arr a, b;
     PGresult *r;
     size_t i, n = 0;
     int rc;
 
     for (i = 0; i < st->nupds; i++)
         n += !st->upds[i].func && !st->upds[i].after && !st->upds[i].gone;
-    if (n == 0)
-        return DSJOB_OK; /* main.sql's ends lock in that order themselves */
+    batches = batches && (n > 0 || st->nrms > 0 || st->each);
+    if (n == 0 && !batches)
+        return DSJOB_OK; /* main.sql's ends, or batch_join.sql, lock in that order themselves */
     arr_init(&a, OID_TEXT);
     for (i = 0; i < st->nupds; i++)
         if (!st->upds[i].func && !st->upds[i].after && !st->upds[i].gone)
@@ -3132,6 +3186,11 @@ lock_batches(struct store *st, char *err)
     for (i = 0; i < st->nrms; i++)
         arr_put(&a, st->rms[i].handle, strlen(st->rms[i].handle));
     par_arr(&p, &a, OID_TEXT_ARRAY);
+    arr_init(&b, OID_TEXT);
+    for (i = 0; batches && i < st->nadds; i++)
+        if (!st->adds[i].gone && st->adds[i].batch != NULL)
+            arr_put(&b, st->adds[i].batch, strlen(st->adds[i].batch));
+    par_arr(&p, &b, OID_TEXT_ARRAY);
     if ((rc = run(st, pg_sql_batch_lock, &p, false, PGRES_TUPLES_OK, "locking batches", &r, err)) !=
         DSJOB_OK)
         return rc;
@@ -3168,12 +3227,17 @@ flush_once(struct store *st, char *err)
     st->join_in_add = in_add;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
+    /* Its own transaction, first: a connection that died while idle is made again, once. */
+    if (capped && (rc = key_fill(st, st->ls, err)) != DSJOB_OK &&
+        (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
+         (rc = key_fill(st, st->ls, err)) != DSJOB_OK))
+        return rc;
     /* Nothing ran before BEGIN: a connection that died while idle is made again, once. */
     if (txn && (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK &&
         (!conn_lost(st) || (rc = ensure_conn(st, err)) != DSJOB_OK ||
          (rc = exec_ok(st, "BEGIN", "begin", err)) != DSJOB_OK))
         return rc;
-    if (txn && (rc = lock_batches(st, err)) != DSJOB_OK)
+    if (txn && (rc = lock_batches(st, batches, err)) != DSJOB_OK)
         goto rollback;
     /* The renew comes last, so that the leases it lists include this batch's adds and takes. */
     if (txn && (rc = flush_updates(st, false, err)) != DSJOB_OK)
@@ -3187,13 +3251,8 @@ flush_once(struct store *st, char *err)
     if (capped)
         key_before(st, st->ls);
     rc = flush_main(st, err);
-    /* One whose adds join batches fails, as one in a transaction does. */
-    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && !batches && conn_lost(st))
+    if (rc == DSJOB_ERR_STORE && !txn && adds_only(st) && conn_lost(st))
         rc = recover_adds(st, err);
-    if (rc == DSJOB_OK && capped)
-        rc = key_take(st, st->ls, err);
-    if (rc == DSJOB_OK && capped)
-        rc = flow_after(st, st->ls, err);
     if (rc == DSJOB_OK && deadlines)
         rc = flush_deadlines(st, err);
     /* Edges before joins: a child refused for its parents leaves no row, so
@@ -3202,6 +3261,15 @@ flush_once(struct store *st, char *err)
         rc = flush_deps(st, err);
     if (rc == DSJOB_OK && joins)
         rc = flush_joins(st, err);
+    /*
+     * The take by key after the edges and joins: it sees this batch's adds
+     * (main.sql's take, one statement, does not), so a child must be held
+     * and a refused member gone first, or it would take them.
+     */
+    if (rc == DSJOB_OK && capped)
+        rc = key_take(st, st->ls, err);
+    if (rc == DSJOB_OK && capped)
+        rc = flow_after(st, st->ls, err);
     if (rc != DSJOB_OK || (txn && (rc = flush_updates(st, true, err)) != DSJOB_OK) ||
         (txn && st->ls != NULL && (rc = flush_renew(st, st->ls, err)) != DSJOB_OK))
         goto rollback;
@@ -3429,41 +3497,45 @@ show_put(const struct store_dep *sd, const char *fmt, ...)
 /*
  * STORE_DEP_SHOW: a child held in the table (owner '(held)') as admin
  * "show job" prints a job a server holds (admin.c's admin_show_one), its
- * unique key escaped as there, with the parents it still waits for.
+ * unique key escaped as there, with the parents it still waits for: by
+ * handle (sd->child), or by function (sd->parent) and unique key
+ * (sd->child) when sd->parent is not "" (dep_show.sql).
  */
 static int
 dep_show(struct store *st, const struct store_dep *sd, char *err)
 {
-    static const char sql[] =
-        "SELECT j.func, CASE j.prio WHEN 0 THEN 'high' WHEN 2 THEN 'low' ELSE 'normal' END,"
-        " j.attempts, encode(coalesce(j.uniq, ''), 'hex'),"
-        " extract(epoch FROM j.run_at)::bigint, length(j.data),"
-        " coalesce((SELECT string_agg(d.parent, ',' ORDER BY d.parent) FROM dsjob.deps d"
-        "  WHERE d.child = j.handle AND d.state = 0), ''),"
-        " coalesce((SELECT (ARRAY['fail', 'cancel', 'run'])[min(d.policy) + 1] FROM dsjob.deps d"
-        "  WHERE d.child = j.handle), 'fail')"
-        " FROM dsjob.jobs j WHERE j.handle = $1::text AND j.state = 0 AND j.owner = '(held)'";
+    bool by_key = sd->parent_len > 0;
     struct params p = {0};
     const char *hex;
     PGresult *r;
     size_t i, n;
     int rc;
 
-    if (sd->out == NULL || !utf8_ok(sd->child, sd->child_len))
+    if (sd->out == NULL ||
+        !utf8_ok(by_key ? sd->parent : sd->child, by_key ? sd->parent_len : sd->child_len))
         return DSJOB_OK;
     if ((rc = ensure_conn(st, err)) != DSJOB_OK)
         return rc;
-    par_text(&p, sd->child, sd->child_len);
-    if ((rc = run(st, sql, &p, false, PGRES_TUPLES_OK, "reading a held job", &r, err)) != DSJOB_OK)
+    if (by_key) {
+        par_text_or_null(&p, NULL);
+        par_text(&p, sd->parent, sd->parent_len);
+        par_bytea(&p, sd->child, sd->child_len);
+    } else {
+        par_text(&p, sd->child, sd->child_len);
+        par_text_or_null(&p, NULL);
+        par_bytea(&p, "", 0);
+    }
+    if ((rc = run(st, pg_sql_dep_show, &p, false, PGRES_TUPLES_OK, "reading a held job", &r,
+                  err)) != DSJOB_OK)
         return rc;
     if (PQntuples(r) != 1) {
         PQclear(r);
         return DSJOB_OK; /* not held in the table: unknown */
     }
-    show_put(sd, "handle %.*s\nfunction %s\nstate held\npriority %s\nbackground 1\n",
-             (int)sd->child_len, sd->child, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
-    show_put(sd, "attempts %s\nunique ", PQgetvalue(r, 0, 2));
-    hex = PQgetvalue(r, 0, 3);
+    show_put(sd, "handle %s\nfunction %s\nstate held\npriority %s\nbackground 1\n",
+             PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2));
+    show_put(sd, "attempts %s\nunique ", PQgetvalue(r, 0, 3));
+    hex = PQgetvalue(r, 0, 4);
     n = strlen(hex) / 2;
     for (i = 0; i < n; i++) {
         unsigned b = (unsigned)(key_hex(hex[2 * i]) * 16 + key_hex(hex[2 * i + 1]));
@@ -3474,8 +3546,8 @@ dep_show(struct store *st, const struct store_dep *sd, char *err)
             show_put(sd, "\\x%02x", b);
     }
     show_put(sd, "%s\nrun_at %s\npayload_size %s\nworker -\nstatus 0/0\nwaiters 0\n",
-             n == 0 ? "-" : "", PQgetvalue(r, 0, 4), PQgetvalue(r, 0, 5));
-    show_put(sd, "after %s\nafter_fail %s\n.\n", PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7));
+             n == 0 ? "-" : "", PQgetvalue(r, 0, 5), PQgetvalue(r, 0, 6));
+    show_put(sd, "after %s\nafter_fail %s\n.\n", PQgetvalue(r, 0, 7), PQgetvalue(r, 0, 8));
     PQclear(r);
     return DSJOB_OK;
 }

@@ -384,6 +384,41 @@ static const struct store_ops fake_shared_ops = {
     .wait_notify = fake_wait_notify,
 };
 
+/*
+ * A shared store's batch admin op (postgres'), which commits on its own:
+ * it finds its row, and when fail_after_admin is set the flush after it
+ * fails (a statement the database refuses after the early flush committed).
+ */
+static bool fail_after_admin;
+
+static int
+fake_batch_admin(struct store *st, int what, const struct store_batch *sb, store_batch_fn *fn,
+                 void *arg, char *err)
+{
+    (void)what;
+    (void)err;
+    pthread_mutex_lock(&st->lock);
+    if (fail_after_admin)
+        st->fail_flushes = 1;
+    pthread_mutex_unlock(&st->lock);
+    return fn(sb, arg) == 0 ? DSJOB_OK : DSJOB_ERR_NOMEM;
+}
+
+static const struct store_ops fake_admin_ops = {
+    .name = "fake-admin",
+    .batch = fake_batch,
+    .batch_admin = fake_batch_admin,
+    .open = fake_open,
+    .add = fake_add,
+    .remove = fake_remove,
+    .flush = fake_flush,
+    .replay = fake_replay,
+    .close = fake_close,
+    .update = fake_update,
+    .set_func = fake_set_func,
+    .replay_funcs = fake_replay_funcs,
+};
+
 static void
 fake_set_hold(bool hold)
 {
@@ -2247,6 +2282,66 @@ test_foreground_told_after_commit(void)
     rig_stop(&r);
 }
 
+/* The ops in the open batch. */
+static unsigned
+open_ops(struct rig *r)
+{
+    const struct store_op *op;
+    unsigned n = 0;
+
+    for (op = r->srv->storage.open.ops; op != NULL; op = op->next)
+        n++;
+    return n;
+}
+
+/*
+ * A batch admin op flushes the adds gathered ahead of it in its batch
+ * (writer_before_admin), which commits them; when the batch's last flush
+ * then fails, those adds are still committed: their submitters hear
+ * JOB_CREATED, not a refusal (a resubmit would run the job twice). So
+ * is the admin op, which committed on its own.
+ */
+static void
+test_admin_early_commit(void)
+{
+    struct rig r;
+    struct job *j;
+    uint64_t id;
+    int c, c2, a;
+
+    fake_reset();
+    rig_extra.ops = &fake_admin_ops;
+    rig_start(&r, 0, 0);
+    rig_extra.ops = NULL;
+    c = rig_client(&r);
+    c2 = rig_client(&r);
+    a = rig_client(&r);
+    fake_set_hold(true);
+    submit_bg(c, "", "z");
+    PUMP_UNTIL(&r, fake_holding());
+    tap_ok(fake_holding(), "early commit: a first batch is held in flight");
+    submit_bg(c2, "", "a");
+    if (write(a, "batch open k\n", 13) != 13)
+        tap_bail("cannot send an admin line");
+    PUMP_UNTIL(&r, open_ops(&r) == 2);
+    tap_is_int((int)open_ops(&r), 2, "early commit: an add, then a batch open, gather behind it");
+    fail_after_admin = true;
+    fake_set_hold(false);
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "early commit: the first batch commits");
+    expect(&r, c2, PACKET_JOB_CREATED, hdl(2),
+           "early commit: the add the early flush committed is answered JOB_CREATED");
+    fail_after_admin = false;
+    tap_ok(admin_says(&r, a, "", "OK"), "early commit: the batch open, committed, says OK");
+    j = find(&r, hdl(2));
+    id = j != NULL ? j->id : 0;
+    tap_ok(j != NULL && fake_stored(id), "early commit: the add is stored and queued");
+    tap_is_int(fake_get(&fake.flushes), 3, "early commit: three flushes, the last failed");
+    close(a);
+    close(c2);
+    close(c);
+    rig_stop(&r);
+}
+
 int
 main(void)
 {
@@ -2263,6 +2358,7 @@ main(void)
     test_pipelined_ends();
     test_lazy_ends();
     test_foreground_told_after_commit();
+    test_admin_early_commit();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();
