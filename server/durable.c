@@ -331,8 +331,11 @@ durable_hold(struct srv *srv, struct conn *worker)
     if (worker->state != CONN_ACTIVE)
         return;
     a = ack_alloc(srv, "ack", 0);
-    if (a != NULL)
-        ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
+    if (a == NULL)
+        return;
+    a->holds = true;
+    worker->nholds++;
+    ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
 }
 
 void
@@ -353,6 +356,7 @@ durable_end(struct srv *srv, struct conn *worker, bool lazy)
         if (last->end && !last->holds) {
             last->holds = true;
             worker->nacks++;
+            worker->nholds++;
             held = true;
             break;
         }
@@ -534,9 +538,19 @@ ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
             c->nends--;
         if (held)
             c->nacks--;
+        if (a->holds)
+            c->nholds--;
     }
     job_unref(a->job);
     free(a); /* a->error is part of it */
+    /*
+     * Its hold is over: a worker that went to sleep meanwhile sleeps now, or
+     * hears of work, before the answers to what it sent after PRE_SLEEP.
+     */
+    if (why != NULL && c != NULL && c->nholds == 0 && c->hold_slept && c->state == CONN_ACTIVE) {
+        c->hold_slept = false;
+        lifecycle_pre_sleep(c);
+    }
     /* Its last answer is out: what it sent meanwhile can be read now. */
     if (why != NULL && c != NULL && c->nacks == 0 && held)
         conn_resume(c);
@@ -553,6 +567,14 @@ durable_forget_client(struct conn *c)
     }
     c->nacks = 0;
     c->nends = 0;
+    c->nholds = 0;
+    c->hold_slept = false;
+}
+
+bool
+durable_held(const struct conn *c)
+{
+    return c->nholds > 0;
 }
 
 bool
@@ -561,6 +583,12 @@ durable_must_wait(const struct conn *c, uint32_t type)
     if (c->nacks == 0)
         return false;
     switch (type) {
+    case PACKET_GRAB_JOB:
+    case PACKET_GRAB_JOB_UNIQ:
+    case PACKET_GRAB_JOB_ALL:
+    case PACKET_PRE_SLEEP:
+        /* A hold owes no answer: the grab is answered now (NO_JOB while held, as dispatch.c does). */
+        return c->nacks > c->nholds;
     case PACKET_SUBMIT_JOB_BG:
     case PACKET_SUBMIT_JOB_HIGH_BG:
     case PACKET_SUBMIT_JOB_LOW_BG:
