@@ -587,7 +587,7 @@ durable_must_wait(const struct conn *c, uint32_t type)
     case PACKET_GRAB_JOB_UNIQ:
     case PACKET_GRAB_JOB_ALL:
     case PACKET_PRE_SLEEP:
-        /* A hold owes no answer: the grab is answered now (NO_JOB while held, as dispatch.c does). */
+        /* A hold owes no answer: the grab is answered now (NO_JOB while held: dispatch.c). */
         return c->nacks > c->nholds;
     case PACKET_SUBMIT_JOB_BG:
     case PACKET_SUBMIT_JOB_HIGH_BG:
