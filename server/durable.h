@@ -141,9 +141,10 @@ void durable_forget_client(struct conn *c);
 
 /*
  * durable_held tells whether worker c is held (durable_end, durable_hold):
- * it may have no job until its last end has committed. Its GRAB_JOB is
- * answered all the same, at once, as gearmand answers it: NO_JOB. A
- * libgearman worker with a timeout gives up on a GRAB_JOB that waits past
+ * it may have no job until its last end has committed. Its GRAB_JOB waits
+ * for that commit --store-grab-wait at most (mostly a commit comes first:
+ * JOB_ASSIGN then), then is answered, as gearmand answers at once: NO_JOB.
+ * A libgearman worker with a timeout gives up on a GRAB_JOB that waits past
  * it and sends another, then reads each answer as that of the next one and
  * spins GRAB_JOB, NO_JOB, PRE_SLEEP once the queue is empty. A PRE_SLEEP
  * while held (hold_slept) is taken when the hold ends (lifecycle_pre_sleep):
@@ -155,9 +156,9 @@ bool durable_held(const struct conn *c);
  * durable_must_wait tells whether c's next request, of packet type type
  * (0 for an admin line), must wait for c's pending answers first. A
  * GRAB_JOB or PRE_SLEEP of a worker that is only held (durable_held), no
- * answer owed, does not.
+ * answer owed, waits only --store-grab-wait (a timer that resumes c).
  */
-bool durable_must_wait(const struct conn *c, uint32_t type);
+bool durable_must_wait(struct conn *c, uint32_t type);
 
 /*
  * durable_replay puts one stored job (arg: the srv) back where it was: its

@@ -4,7 +4,8 @@
 # against gearmand 1.1.20 (the reference) and dsjobd on a durable store
 # whose commits (--store-commit-interval 1500) take longer than the worker's
 # 500 ms timeout, so that a worker held for its last end's commit would give
-# up on its GRAB_JOB if dsjobd held that GRAB_JOB.
+# up on its GRAB_JOB if dsjobd held that GRAB_JOB: with --store-grab-wait's
+# default (10 ms), and 0 (NO_JOB at once).
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -25,11 +26,14 @@ else
     args="gearmand:-"
 fi
 if [ -x "$DSJOBD" ]; then
-    server_start dsjobd --work-dir "$T" --store-commit-interval 1500 ||
+    server_start dsjobd --work-dir "$T/a" --store-commit-interval 1500 ||
         { echo "Bail out! dsjobd did not start"; exit 1; }
     args="$args dsjobd:$SERVER_PORT"
+    server_start dsjobd --work-dir "$T/b" --store-commit-interval 1500 --store-grab-wait 0 ||
+        { echo "Bail out! dsjobd did not start"; exit 1; }
+    args="$args dsjobd-grab-wait-0:$SERVER_PORT"
 else
-    args="$args dsjobd:-"
+    args="$args dsjobd:- dsjobd-grab-wait-0:-"
 fi
 
 # shellcheck disable=SC2086
