@@ -197,7 +197,7 @@ static const struct option_bound option_bounds[OPTION_NBOUNDS] = {
     [OPTION_MAX_AFTER] = {"max-after", OPTION_UINT, OPTION_FIELD(max_after), 1, 100000, 1000,
                           "jobs", 0},
     [OPTION_STORE_GRAB_WAIT] = {"store-grab-wait", OPTION_UINT, OPTION_FIELD(store_grab_wait_ms), 0,
-                                10000, 10, "milliseconds", 0},
+                                1000, 10, "milliseconds", 0},
 };
 
 /* option_seconds writes ms as SECONDS[.FRACTION] ("1.5", "86400") into buf; returns buf. */
