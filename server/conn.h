@@ -71,6 +71,11 @@ struct conn {
     struct ack_list acks;         /* answers owed once the store commits */
     unsigned nacks;               /* entries in acks but ends: answers owed */
     unsigned nends;               /* entries in acks that note its ends not yet durable */
+    unsigned nholds;              /* entries in nacks that answer nothing: they hold a
+                                     worker until its last end is durable (durable_held) */
+    bool hold_slept;              /* sent PRE_SLEEP while held: it sleeps once the hold ends */
+    bool grab_due;                /* held past --store-grab-wait: its grabs get NO_JOB */
+    struct event *grab_ev;        /* --store-grab-wait's timer (owned), or NULL */
     bool ack_blocked;             /* input waits until acks are answered */
     int64_t partial_since;        /* monotonic s since which the input ends in the same
                                      incomplete message; 0: it does not */

@@ -142,16 +142,12 @@ static void
 h_pre_sleep(struct conn *c, const struct packet *p)
 {
     (void)p;
-    /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
-    if (!c->srv->draining && storage_lease_has_work(c->srv, &c->worker)) {
-        conn_send(c, PACKET_NOOP, 0, NULL, NULL);
+    /* Held (durable_held): out of reach of wake-ups until its last end commits, then asleep. */
+    if (durable_held(c)) {
+        c->hold_slept = true;
         return;
     }
-    lifecycle_sleeping(&c->worker);
-    queue_sleep(&c->worker);
-    if (!TAILQ_EMPTY(&c->srv->queue.flows))
-        flow_ctl_arm(c->srv); /* a token may wake it */
-    storage_want_lease(c->srv);
+    lifecycle_pre_sleep(c);
 }
 
 static void
@@ -162,6 +158,16 @@ grab(struct conn *c, enum packet_type assign)
     struct job *j;
 
     queue_awake(&c->worker);
+    c->hold_slept = false;
+    /*
+     * Its last end is not durable yet: no job until it is, but an answer
+     * now, as gearmand answers at once (durable_held); a NOOP follows at the
+     * commit if it sleeps then and there is work.
+     */
+    if (durable_held(c)) {
+        conn_send(c, PACKET_NO_JOB, 0, NULL, NULL);
+        return;
+    }
     /* A job past its deadline is never handed out, even before the tick ends it. */
     if (srv->queue.expiring.len > 0)
         lifecycle_expire_jobs(srv, clock_now_ms());

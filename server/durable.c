@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "batch.h"
 #include "clock.h"
 #include "conn.h"
@@ -331,8 +333,11 @@ durable_hold(struct srv *srv, struct conn *worker)
     if (worker->state != CONN_ACTIVE)
         return;
     a = ack_alloc(srv, "ack", 0);
-    if (a != NULL)
-        ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
+    if (a == NULL)
+        return;
+    a->holds = true;
+    worker->nholds++;
+    ack_link(srv, a, worker, NULL, NULL); /* an answer of nothing */
 }
 
 void
@@ -353,6 +358,7 @@ durable_end(struct srv *srv, struct conn *worker, bool lazy)
         if (last->end && !last->holds) {
             last->holds = true;
             worker->nacks++;
+            worker->nholds++;
             held = true;
             break;
         }
@@ -534,9 +540,23 @@ ack_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
             c->nends--;
         if (held)
             c->nacks--;
+        if (a->holds)
+            c->nholds--;
     }
     job_unref(a->job);
     free(a); /* a->error is part of it */
+    if (c != NULL && c->nholds == 0)
+        c->grab_due = false; /* its next hold waits again */
+    if (c != NULL && c->nholds == 0 && c->grab_ev != NULL)
+        evtimer_del(c->grab_ev);
+    /*
+     * Its hold is over: a worker that went to sleep meanwhile sleeps now, or
+     * hears of work, before the answers to what it sent after PRE_SLEEP.
+     */
+    if (why != NULL && c != NULL && c->nholds == 0 && c->hold_slept && c->state == CONN_ACTIVE) {
+        c->hold_slept = false;
+        lifecycle_pre_sleep(c);
+    }
     /* Its last answer is out: what it sent meanwhile can be read now. */
     if (why != NULL && c != NULL && c->nacks == 0 && held)
         conn_resume(c);
@@ -553,14 +573,63 @@ durable_forget_client(struct conn *c)
     }
     c->nacks = 0;
     c->nends = 0;
+    c->nholds = 0;
+    c->hold_slept = false;
+    c->grab_due = false;
+    if (c->grab_ev != NULL) {
+        event_free(c->grab_ev);
+        c->grab_ev = NULL;
+    }
 }
 
 bool
-durable_must_wait(const struct conn *c, uint32_t type)
+durable_held(const struct conn *c)
+{
+    return c->nholds > 0;
+}
+
+/* --store-grab-wait ran out for a held worker's GRAB_JOB: it gets NO_JOB now. */
+static void
+grab_wait_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    (void)fd;
+    (void)what;
+    c->grab_due = true;
+    conn_resume(c);
+}
+
+/* Whether a held worker's GRAB_JOB or PRE_SLEEP waits: until the commit or --store-grab-wait. */
+static bool
+grab_waits(struct conn *c)
+{
+    unsigned ms = c->srv->cfg.store_grab_wait_ms;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    if (c->grab_due || ms == 0)
+        return false;
+    if (c->grab_ev == NULL)
+        c->grab_ev = evtimer_new(c->srv->base, grab_wait_cb, c);
+    if (c->grab_ev == NULL)
+        return false; /* without memory for the timer, at once */
+    if (!evtimer_pending(c->grab_ev, NULL))
+        evtimer_add(c->grab_ev, &tv);
+    return true;
+}
+
+bool
+durable_must_wait(struct conn *c, uint32_t type)
 {
     if (c->nacks == 0)
         return false;
     switch (type) {
+    case PACKET_GRAB_JOB:
+    case PACKET_GRAB_JOB_UNIQ:
+    case PACKET_GRAB_JOB_ALL:
+    case PACKET_PRE_SLEEP:
+        /* A hold owes no answer: the grab is answered NO_JOB (dispatch.c) past the wait. */
+        return c->nacks > c->nholds || grab_waits(c);
     case PACKET_SUBMIT_JOB_BG:
     case PACKET_SUBMIT_JOB_HIGH_BG:
     case PACKET_SUBMIT_JOB_LOW_BG:

@@ -38,7 +38,8 @@ struct ack {
     size_t split;               /* the first one's length */
     bool end;                   /* durable_end's: counted in nends, in nacks only if holds */
     bool holds;                 /* an end's: its worker ended another job meanwhile and
-                                   waits for this one's commit */
+                                   waits for this one's commit; durable_hold's: always.
+                                   Counted in the client's nholds */
     bool text;                  /* durable_reply's: error is an admin line to send */
     bool from_op;               /* durable_reply_op's: w.op's text is the reply, error holds
                                    the one sent if it has none, then a tail sent after it */
@@ -108,8 +109,9 @@ void durable_hold(struct srv *srv, struct conn *worker);
  * durable_end notes that worker's job ended in the open batch, which holds
  * that end's store change. The worker goes on at once: its next job may
  * start while the end commits. If it ends another job before then, it is
- * held (its requests wait, as behind an answer owed) until the first end
- * has committed. So a worker has at most two ends not yet durable, and
+ * held (its requests wait, as behind an answer owed, but a GRAB_JOB, which
+ * gets NO_JOB, and PRE_SLEEP: durable_held) until the first end has
+ * committed. So a worker has at most two ends not yet durable, and
  * with two it runs nothing: a crash runs again at most two jobs of each
  * worker, and no end that an answer has shown (a settling job shows as
  * running until its commit, its clients hear of it after: durable_tell).
@@ -138,10 +140,25 @@ void durable_tell(struct srv *srv, struct conn *c, uint32_t type, unsigned nargs
 void durable_forget_client(struct conn *c);
 
 /*
- * durable_must_wait tells whether c's next request, of packet type type
- * (0 for an admin line), must wait for c's pending answers first.
+ * durable_held tells whether worker c is held (durable_end, durable_hold):
+ * it may have no job until its last end has committed. Its GRAB_JOB waits
+ * for that commit --store-grab-wait at most (mostly a commit comes first:
+ * JOB_ASSIGN then), then is answered, as gearmand answers at once: NO_JOB.
+ * A libgearman worker with a timeout gives up on a GRAB_JOB that waits past
+ * it and sends another, then reads each answer as that of the next one and
+ * spins GRAB_JOB, NO_JOB, PRE_SLEEP once the queue is empty. A PRE_SLEEP
+ * while held (hold_slept) is taken when the hold ends (lifecycle_pre_sleep):
+ * a NOOP then if there is work, so no wake-up is spent on it meanwhile.
  */
-bool durable_must_wait(const struct conn *c, uint32_t type);
+bool durable_held(const struct conn *c);
+
+/*
+ * durable_must_wait tells whether c's next request, of packet type type
+ * (0 for an admin line), must wait for c's pending answers first. A
+ * GRAB_JOB or PRE_SLEEP of a worker that is only held (durable_held), no
+ * answer owed, waits only --store-grab-wait (a timer that resumes c).
+ */
+bool durable_must_wait(struct conn *c, uint32_t type);
 
 /*
  * durable_replay puts one stored job (arg: the srv) back where it was: its

@@ -30,6 +30,7 @@
 #include "schedule.h"
 #include "srv.h"
 #include "storage.h"
+#include "storage_lease.h"
 
 #define LIFECYCLE_BACKOFF_MAX_MS 3600000u /* --retry-backoff's longest wait unless given */
 
@@ -165,6 +166,23 @@ lifecycle_sleeping(struct qworker *w)
         if (j->ext != NULL && !j->ext->silence)
             stop_timer(j);
     }
+}
+
+void
+lifecycle_pre_sleep(struct conn *c)
+{
+    struct srv *srv = c->srv;
+
+    /* Work that arrived between NO_JOB and PRE_SLEEP must not wait for the next job. */
+    if (!srv->draining && storage_lease_has_work(srv, &c->worker)) {
+        conn_send(c, PACKET_NOOP, 0, NULL, NULL);
+        return;
+    }
+    lifecycle_sleeping(&c->worker);
+    queue_sleep(&c->worker);
+    if (!TAILQ_EMPTY(&srv->queue.flows))
+        flow_ctl_arm(srv); /* a token may wake it */
+    storage_want_lease(srv);
 }
 
 static void end_job(struct srv *srv, struct job *j, enum job_outcome outcome, const void *data,

@@ -84,6 +84,14 @@ void lifecycle_heard(struct srv *srv, struct job *j);
 void lifecycle_sleeping(struct qworker *w);
 
 /*
+ * lifecycle_pre_sleep puts worker c to sleep (PRE_SLEEP): a NOOP at once
+ * if work it can do waits (it came between NO_JOB and PRE_SLEEP), else
+ * asleep until a job wakes it. durable.c calls it when the hold of a
+ * worker that sent PRE_SLEEP while held ends (durable_held).
+ */
+void lifecycle_pre_sleep(struct conn *c);
+
+/*
  * lifecycle_finish ends j: its timeout stops, its waiters are forgotten
  * (the caller has told them whatever they must hear), it is deleted from
  * the store if stored, and the queue drops it. A graceful stop that was

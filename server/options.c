@@ -123,6 +123,8 @@ usage(FILE *fp)
         "      --store-batch N        background submits per commit at most (default 10000)\n"
         "      --store-commit-interval MS  wait MS to group a commit (default 0: one loop turn)\n"
         "      --store-async-ends     give a worker more work before its last job's end commits\n"
+        "      --store-grab-wait MS   a GRAB_JOB waits MS for its worker's last end to commit,\n"
+        "                             then gets NO_JOB (default 10; 0: at once)\n"
         "      --store-stuck-after SECONDS  a commit in flight this long is logged and fails\n"
         "                             /healthz (default 10)\n"
         "      --memcached-servers H:P,...  memcached store's servers (also "
@@ -263,6 +265,7 @@ static const struct option long_options[] = {
     {"store-sync", required_argument, NULL, OPT_STORE_SYNC},
     {"store-batch", required_argument, NULL, OPT_BOUNDED + OPTION_STORE_BATCH},
     {"store-commit-interval", required_argument, NULL, OPT_BOUNDED + OPTION_STORE_INTERVAL},
+    {"store-grab-wait", required_argument, NULL, OPT_BOUNDED + OPTION_STORE_GRAB_WAIT},
     {"memcached-servers", required_argument, NULL, OPT_MC_SERVERS},
     {"libmemcached-servers", required_argument, NULL, OPT_MC_SERVERS},
     {"memcached-prefix", required_argument, NULL, OPT_MC_PREFIX},

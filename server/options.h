@@ -80,6 +80,7 @@ enum option_id {
     OPTION_MAX_KEPT,
     OPTION_DEAD_MAX_AGE,
     OPTION_MAX_AFTER,
+    OPTION_STORE_GRAB_WAIT,
     OPTION_NBOUNDS
 };
 
@@ -195,6 +196,8 @@ static const struct option_bound option_bounds[OPTION_NBOUNDS] = {
     /* Dependencies (deps.c): the parents one submit may name. */
     [OPTION_MAX_AFTER] = {"max-after", OPTION_UINT, OPTION_FIELD(max_after), 1, 100000, 1000,
                           "jobs", 0},
+    [OPTION_STORE_GRAB_WAIT] = {"store-grab-wait", OPTION_UINT, OPTION_FIELD(store_grab_wait_ms), 0,
+                                1000, 10, "milliseconds", 0},
 };
 
 /* option_seconds writes ms as SECONDS[.FRACTION] ("1.5", "86400") into buf; returns buf. */

@@ -179,6 +179,11 @@ struct dsjob_server_config {
        again at once this many times; default 3 (0 to 100). (Last: fields are only added at
        the end, so that a program built with an older header still fits its size.) */
     unsigned pg_conflict_retries;
+
+    /* A worker held until its last end commits (durable store): its GRAB_JOB waits at
+       most this many milliseconds for that commit, then gets NO_JOB; default 10 (0 to
+       10000; 0: NO_JOB at once, as gearmand answers every GRAB_JOB at once). */
+    unsigned store_grab_wait_ms;
 };
 
 /* Outcomes of an attempt that --retry-on can count as failed (retry_on bits). */

@@ -46,7 +46,7 @@ seen_add(struct seen *s, const unsigned char *h, size_t len)
     snprintf(s->handle[s->n++], 32, "%.*s", (int)len, (const char *)h);
 }
 
-/* Drain function f on port with one worker until NO_JOB; record handles. */
+/* Drain function f on port with one worker until nothing is left; record handles. */
 static void
 drain(int port, const char *f, struct seen *out)
 {
@@ -57,8 +57,7 @@ drain(int port, const char *f, struct seen *out)
     for (;;) {
         int t;
 
-        peer_send(w, PACKET_GRAB_JOB_UNIQ, 0);
-        t = peer_recv(w, &p, PEER_TIMEOUT_MS);
+        t = peer_grab(w, PACKET_GRAB_JOB_UNIQ, &p, PEER_TIMEOUT_MS);
         if (t != PACKET_JOB_ASSIGN_UNIQ) {
             peer_pkt_release(&p);
             break;

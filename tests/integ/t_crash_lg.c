@@ -94,8 +94,7 @@ main(void)
     for (;;) {
         struct peer_pkt p;
 
-        peer_send(w, PACKET_GRAB_JOB, 0);
-        if (peer_recv(w, &p, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
+        if (peer_grab(w, PACKET_GRAB_JOB, &p, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
             peer_pkt_release(&p);
             break;
         }

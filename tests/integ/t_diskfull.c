@@ -126,8 +126,7 @@ main(void)
     for (;;) {
         struct peer_pkt p;
 
-        peer_send(c, PACKET_GRAB_JOB, 0);
-        if (peer_recv(c, &p, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
+        if (peer_grab(c, PACKET_GRAB_JOB, &p, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
             peer_pkt_release(&p);
             break;
         }

@@ -215,9 +215,14 @@ acks_to_full_client(void)
     for (i = 0; i < N; i++) {
         char h[128];
 
-        peer_send(w, PACKET_GRAB_JOB, 0);
-        if (recv_until(w, PACKET_JOB_ASSIGN, h, sizeof(h)) != PACKET_JOB_ASSIGN)
+        struct peer_pkt pk;
+
+        if (peer_grab(w, PACKET_GRAB_JOB, &pk, PEER_TIMEOUT_MS) != PACKET_JOB_ASSIGN) {
+            peer_pkt_release(&pk);
             break;
+        }
+        snprintf(h, sizeof(h), "%.*s", (int)pk.arg_len[0], (const char *)pk.arg[0]);
+        peer_pkt_release(&pk);
         peer_send(w, PACKET_WORK_COMPLETE, 2, h, "");
         ran++;
     }

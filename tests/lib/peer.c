@@ -365,6 +365,32 @@ peer_pkt_release(struct peer_pkt *p)
     memset(p, 0, sizeof(*p));
 }
 
+int
+peer_grab(int fd, uint32_t grab, struct peer_pkt *p, int timeout_ms)
+{
+    for (;;) {
+        bool woken = false;
+        int t;
+
+        peer_send(fd, grab, 0);
+        t = peer_recv(fd, p, timeout_ms);
+        if (t != PACKET_NO_JOB)
+            return t;
+        peer_pkt_release(p);
+        peer_send(fd, PACKET_PRE_SLEEP, 0);
+        peer_send(fd, PACKET_ECHO_REQ, 1, "peer_grab");
+        while ((t = peer_recv(fd, p, timeout_ms)) == PACKET_NOOP) {
+            woken = true;
+            peer_pkt_release(p);
+        }
+        if (t != PACKET_ECHO_RES)
+            return t;
+        peer_pkt_release(p);
+        if (!woken)
+            return PACKET_NO_JOB;
+    }
+}
+
 bool
 peer_arg_is(const struct peer_pkt *p, unsigned i, const char *s)
 {

@@ -76,6 +76,17 @@ void peer_pkt_release(struct peer_pkt *p);
 bool peer_arg_is(const struct peer_pkt *p, unsigned i, const char *s);
 
 /*
+ * peer_grab asks worker fd for its next job with grab (GRAB_JOB,
+ * GRAB_JOB_UNIQ, GRAB_JOB_ALL) as a sleeping worker would: on NO_JOB it
+ * sends PRE_SLEEP and ECHO_REQ, and grabs again if a NOOP comes before the
+ * ECHO_RES (dsjobd answers NO_JOB to a worker held until its last end
+ * commits, then a NOOP once it has, before what it sent after PRE_SLEEP).
+ * Returns the type of the answer in p (JOB_ASSIGN*), NO_JOB when nothing is
+ * left for it (p empty), or what peer_recv returns on an error.
+ */
+int peer_grab(int fd, uint32_t grab, struct peer_pkt *p, int timeout_ms);
+
+/*
  * peer_recv_type reads one packet within timeout_ms and tells whether it is
  * of type; its first argument goes to out (cap bytes, NUL-terminated) when
  * out is not NULL.

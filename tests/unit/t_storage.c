@@ -2125,10 +2125,15 @@ status_is(struct rig *r, int fd, const char *handle, char known, char running)
 /*
  * Pipelined ends: while a worker's end commits, its next
  * job is assigned; a second end before the first has committed holds the
- * worker (its next request waits) until the first has, so it never runs a
- * job with an end not yet durable but its last; and nothing shows an end
- * before its commit: GET_STATUS says running, "show result" of the kept
- * result says not done. After the commits the next job is assigned.
+ * worker until the first has, so it never runs a job with an end not yet
+ * durable but its last; and nothing shows an end before its commit:
+ * GET_STATUS says running, "show result" of the kept result says not done.
+ * A held worker's GRAB_JOB waits --store-grab-wait for the commit, here
+ * held longer, then gets NO_JOB, as gearmand answers every GRAB_JOB at once
+ * (a libgearman worker with a timeout sends another when one waits past
+ * it, and then spins); later ones at once; asleep, it is not woken while
+ * held, though job 3 waits; after the commit a NOOP wakes it and job 3 is
+ * assigned.
  */
 static void
 test_pipelined_ends(void)
@@ -2166,16 +2171,21 @@ test_pipelined_ends(void)
            "pipelined: its kept result is not shown before the commit");
     peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(2), "two");
     peer_send(w, PACKET_GRAB_JOB, 0);
-    PUMP_UNTIL(&r, (wc = ending(&r)) != NULL && wc->ack_blocked);
+    expect(&r, w, PACKET_NO_JOB, NULL, "pipelined: held past --store-grab-wait, NO_JOB");
     wc = ending(&r);
-    tap_ok(wc != NULL && wc->ack_blocked && wc->nends == 2 && wc->nacks == 1 &&
+    tap_ok(wc != NULL && durable_held(wc) && wc->nends == 2 && wc->nacks == 1 &&
                find(&r, hdl(2)) != NULL && find(&r, hdl(2))->state == JOB_SETTLING,
            "pipelined: a second end before the first commits holds the worker until it has");
     tap_ok(status_is(&r, s, hdl(2), '1', '1'), "pipelined: the second job is still running");
-    tap_ok(quiet(&r, w), "pipelined: the worker gets nothing meanwhile");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_NO_JOB, NULL, "pipelined: each GRAB_JOB while held gets NO_JOB");
+    peer_send(w, PACKET_PRE_SLEEP, 0);
+    tap_ok(quiet(&r, w), "pipelined: asleep while held, no NOOP though job 3 waits");
+    tap_ok(wc->hold_slept && !wc->worker.asleep, "pipelined: no wake-up is spent on it");
     fake_set_hold(false);
-    expect(&r, w, PACKET_JOB_ASSIGN, hdl(3),
-           "pipelined: after the first commit, the third job is assigned");
+    expect(&r, w, PACKET_NOOP, NULL, "pipelined: after the first commit, a NOOP wakes it");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(3), "pipelined: and the third job is assigned");
     PUMP_UNTIL(&r, find(&r, hdl(1)) != NULL && find(&r, hdl(1))->state == JOB_DONE);
     tap_ok(status_is(&r, s, hdl(1), '1', '0'), "pipelined: the first job is kept, not running");
     tap_ok(admin_says(&r, s, buf, "OK complete 3"), "pipelined: its kept result is shown");
@@ -2207,6 +2217,7 @@ test_lazy_ends(void)
     rig_extra.lazy_ms = 60000;
     rig_start(&r, 0, 0);
     rig_extra.lazy_ms = 0;
+    r.srv->cfg.store_grab_wait_ms = 60000; /* its GRAB_JOB waits for the commit, however slow */
     c = rig_client(&r);
     for (i = 1; i <= 3; i++) {
         submit_bg(c, "", "x");
