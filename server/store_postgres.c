@@ -330,24 +330,32 @@ buf_add(struct buf *b, const void *s, size_t n)
 }
 
 /*
- * Room for n more bytes, allocated to the byte: a value whose size is
- * known before it is built (add_params) is then one allocation, not a
- * series of reallocs that each copy what came before.
+ * Room for n more bytes: a value whose size is known before it is built
+ * (add_params) grows once, not by a series of reallocs that each copy
+ * what came before. A quarter more than asked, so that a kept buffer
+ * (struct store's add_bufs) stops growing after a few batches of about
+ * the same size; a new block, not realloc, which would copy all of the
+ * old one when only its first len bytes are in use.
  */
 static void
 buf_reserve(struct buf *b, size_t n)
 {
+    size_t cap = b->len + n;
     char *p;
 
-    if (b->oom || b->len + n <= b->cap)
+    if (b->oom || cap <= b->cap)
         return;
-    p = realloc(b->p, b->len + n);
+    cap += cap / 4;
+    p = malloc(cap);
     if (p == NULL) {
         b->oom = true;
         return;
     }
+    if (b->len > 0)
+        memcpy(p, b->p, b->len);
+    free(b->p);
     b->p = p;
-    b->cap = b->len + n;
+    b->cap = cap;
 }
 
 static void
