@@ -160,7 +160,9 @@ enum add_col {
 /* An add waiting for the flush: its row, and where to say what became of it. */
 struct pend_add {
     char *handle; /* owned copy; the other fields point into the same allocation */
+    size_t handle_len;
     char *func;
+    size_t func_len;
     void *uniq; /* NULL: no unique key in the row */
     size_t uniq_len;
     bool unique_is_data;
@@ -294,6 +296,13 @@ struct store {
     /* A batch refused by a lock conflict goes again (pg_flush). */
     unsigned conflict_retries; /* --pg-conflict-retries */
     char sqlstate[6];          /* the SQLSTATE of the last statement that failed, or "" */
+    /*
+     * add_params' arrays (the columns, then the batches), kept from one
+     * statement to the next: a burst's batches, hundreds of rows each,
+     * then allocate nothing. A statement's values point into them until
+     * it has run (one statement is built at a time).
+     */
+    struct buf add_bufs[AC_N + 1];
 };
 
 static void
@@ -318,6 +327,35 @@ buf_add(struct buf *b, const void *s, size_t n)
     if (n > 0)
         memcpy(b->p + b->len, s, n);
     b->len += n;
+}
+
+/*
+ * Room for n more bytes: a value whose size is known before it is built
+ * (add_params) grows once, not by a series of reallocs that each copy
+ * what came before. A quarter more than asked, so that a kept buffer
+ * (struct store's add_bufs) stops growing after a few batches of about
+ * the same size; a new block, not realloc, which would copy all of the
+ * old one when only its first len bytes are in use.
+ */
+static void
+buf_reserve(struct buf *b, size_t n)
+{
+    size_t cap = b->len + n;
+    char *p;
+
+    if (b->oom || cap <= b->cap)
+        return;
+    cap += cap / 4;
+    p = malloc(cap);
+    if (p == NULL) {
+        b->oom = true;
+        return;
+    }
+    if (b->len > 0)
+        memcpy(p, b->p, b->len);
+    free(b->p);
+    b->p = p;
+    b->cap = cap;
 }
 
 static void
@@ -372,6 +410,21 @@ arr_bool(struct arr *a, bool v)
     unsigned char x = v ? 1 : 0;
 
     arr_put(a, &x, 1);
+}
+
+/* arr_init, in keep's buffer (emptied) instead of a new one: par_arr_keep gives it back. */
+static void
+arr_init_in(struct arr *a, Oid elem, struct buf *keep)
+{
+    static const char header[20];
+
+    memset(a, 0, sizeof(*a));
+    a->elem = elem;
+    a->b.p = keep->p;
+    a->b.cap = keep->cap;
+    keep->p = NULL;
+    keep->cap = 0;
+    buf_add(&a->b, header, sizeof(header));
 }
 
 /* Fill in the header: ndim, flags, element type, then the one dimension (n, from 1). */
@@ -461,6 +514,31 @@ par_arr(struct params *p, struct arr *a, Oid type)
     }
     par(p, type, a->b.p, a->b.len, 1, a->b.p);
     a->b.p = NULL;
+}
+
+/*
+ * par_arr for an array made by arr_init_in: p points into it and keep has
+ * it back, unless it grew past PG_ARR_KEEP bytes (a batch of large
+ * payloads): then p owns it, as par_arr's, and frees it after the
+ * statement.
+ */
+#define PG_ARR_KEEP (1024 * 1024)
+static void
+par_arr_keep(struct params *p, struct arr *a, Oid type, struct buf *keep)
+{
+    if (a->b.cap > PG_ARR_KEEP) {
+        par_arr(p, a, type);
+        return;
+    }
+    arr_end(a);
+    keep->p = a->b.p;
+    keep->cap = a->b.cap;
+    keep->len = 0;
+    if (a->b.oom) {
+        p->oom = true;
+        return;
+    }
+    par(p, type, a->b.p, a->b.len, 1, NULL);
 }
 
 static void
@@ -1189,6 +1267,8 @@ pg_add(struct store *st, const struct store_job *sj, char *err)
     if (sj->batch_len > 0)
         COPY(a->batch, sj->batch, sj->batch_len);
 #undef COPY
+    a->handle_len = sj->handle_len;
+    a->func_len = sj->func_len;
     a->uniq_len = uniq ? sj->unique_len : 0;
     a->unique_is_data = sj->unique_is_data;
     a->reducer_len = sj->reducer_len;
@@ -1238,15 +1318,35 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
                                    OID_BOOL_ARRAY, OID_BYTEA_ARRAY, OID_BYTEA_ARRAY,
                                    OID_INT2_ARRAY, OID_INT8_ARRAY,  OID_BOOL_ARRAY};
     struct arr c[AC_N], b;
-    size_t i, rows = 0;
+    size_t i, rows = 0, bytes[AC_N] = {0}, bbytes = 0;
     bool joins = false;
     int k;
 
     for (k = 0; k < AC_N; k++)
-        arr_init(&c[k], elem[k]);
-    arr_init(&b, OID_TEXT);
-    for (i = from; i < to && !joins; i++)
-        joins = !st->adds[i].gone && st->adds[i].batch != NULL;
+        arr_init_in(&c[k], elem[k], &st->add_bufs[k]);
+    arr_init_in(&b, OID_TEXT, &st->add_bufs[AC_N]);
+    /* Each array's size first: an array grows at most once a statement. */
+    for (i = from; i < to; i++) {
+        const struct pend_add *a = &st->adds[i];
+
+        if (a->gone)
+            continue;
+        joins = joins || a->batch != NULL;
+        bbytes += 4 + (a->batch != NULL ? strlen(a->batch) : 0);
+        bytes[AC_HANDLE] += 4 + a->handle_len;
+        bytes[AC_FUNC] += 4 + a->func_len;
+        bytes[AC_UNIQ] += 4 + a->uniq_len;
+        bytes[AC_UDATA] += 5;
+        bytes[AC_REDUCER] += 4 + a->reducer_len;
+        bytes[AC_DATA] += 4 + a->data_len;
+        bytes[AC_PRIO] += 6;
+        bytes[AC_WHEN] += 12;
+        bytes[AC_LEASED] += 5;
+    }
+    for (k = 0; k < AC_N; k++)
+        buf_reserve(&c[k].b, bytes[k]);
+    if (joins)
+        buf_reserve(&b.b, bbytes);
     for (i = from; i < to; i++) {
         const struct pend_add *a = &st->adds[i];
 
@@ -1257,8 +1357,8 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
             arr_put(&b, a->batch, strlen(a->batch));
         else if (joins)
             arr_null(&b);
-        arr_put(&c[AC_HANDLE], a->handle, strlen(a->handle));
-        arr_put(&c[AC_FUNC], a->func, strlen(a->func));
+        arr_put(&c[AC_HANDLE], a->handle, a->handle_len);
+        arr_put(&c[AC_FUNC], a->func, a->func_len);
         if (a->uniq != NULL)
             arr_put(&c[AC_UNIQ], a->uniq, a->uniq_len);
         else
@@ -1271,10 +1371,10 @@ add_params(struct store *st, size_t from, size_t to, struct params *p)
         arr_bool(&c[AC_LEASED], a->leased);
     }
     for (k = 0; k < AC_N; k++)
-        par_arr(p, &c[k], type[k]);
+        par_arr_keep(p, &c[k], type[k], &st->add_bufs[k]);
     par_text(p, st->owner, strlen(st->owner));
     par_int(p, st->lease);
-    par_arr(p, &b, OID_TEXT_ARRAY);
+    par_arr_keep(p, &b, OID_TEXT_ARRAY, &st->add_bufs[AC_N]);
     return rows;
 }
 
@@ -4018,6 +4118,8 @@ pg_close(struct store *st)
         free(st->rms[i].handle);
     free(st->rms);
     free(st->adds);
+    for (i = 0; i <= AC_N; i++)
+        free(st->add_bufs[i].p);
     free(st->upds);
     free(st->deps);
     free(st->take);
