@@ -408,6 +408,19 @@ check_server(const char *kind, in_port_t port)
     proxy_stop(&px);
 }
 
+/* A part (tap_part): one server's checks, side by side with the others'. */
+static void
+server_part(void *arg)
+{
+    char *kind = arg, *colon = strchr(kind, ':');
+
+    *colon = '\0';
+    if (strcmp(colon + 1, "-") == 0)
+        tap_skip(4, "%s is not installed or not built", kind);
+    else
+        check_server(kind, (in_port_t)atoi(colon + 1));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -415,16 +428,10 @@ main(int argc, char **argv)
     alarm(10 * STALL_S);
     tap_plan(4 * (argc - 1));
     for (int i = 1; i < argc; i++) {
-        char *colon = strchr(argv[i], ':');
-
-        if (colon == NULL)
+        if (strchr(argv[i], ':') == NULL)
             tap_bail("usage: lg_grabspin KIND:PORT ...");
-        *colon = '\0';
-        if (strcmp(colon + 1, "-") == 0) {
-            tap_skip(4, "%s is not installed or not built", argv[i]);
-            continue;
-        }
-        check_server(argv[i], (in_port_t)atoi(colon + 1));
+        tap_part(server_part, argv[i]);
     }
+    tap_parts_end();
     return tap_done();
 }
