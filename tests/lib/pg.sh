@@ -10,14 +10,15 @@
 #                     no runuser.
 #   pg_skip_unless_found
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
-#   pg_start          initdb (or a copy of the first test's initdb, kept in
-#                     $top_builddir/tests/pg-template-VERSION) in a fresh temp dir (owned by the `postgres` user
-#                     when we are root, since initdb refuses root; initdb,
-#                     pg_ctl and postgres then run through `runuser -u
-#                     postgres --`), start it on 127.0.0.1 only, on a port
-#                     that was free (tried again on another port if the
-#                     start fails), its unix socket in the temp dir, then
-#                     CREATE DATABASE dsjob. Durability settings are the
+#   pg_start          a copy of the first test's cluster (initdb, then
+#                     CREATE DATABASE dsjob, kept stopped in
+#                     $top_builddir/tests/pg-template-VERSION-db) in a fresh
+#                     temp dir (owned by the `postgres` user when we are
+#                     root, since initdb refuses root; initdb, pg_ctl and
+#                     postgres then run through `runuser -u postgres --`),
+#                     started on 127.0.0.1 only, on a port that was free
+#                     (tried again on another port if the start fails), its
+#                     unix socket in the temp dir. Durability settings are the
 #                     defaults (fsync, synchronous_commit and
 #                     full_page_writes on); only shared_buffers is small.
 #                     Sets PG_DIR, PG_DATA, PG_LOG, PG_PORT, PG_PID (from
@@ -161,24 +162,19 @@ pg_start() {
     if [ "$(id -u)" = 0 ]; then
         chown postgres "$PG_DIR" || return 1
     fi
-    # --no-sync: initdb does not fsync the files it writes; the server's own
-    # settings (fsync on) are untouched. initdb costs about 2 s of CPU and
-    # gives the same cluster each time: the first test runs it and keeps a
-    # copy of the untouched data directory in the build tree (_pg_template,
-    # removed by make clean); the others copy that (cp -a keeps the owner
-    # and modes). Two tests that both find none both run initdb; the first
-    # rename wins and the other drops its copy.
-    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION
+    # Every test's cluster starts the same: initdb, then database dsjob. The
+    # first test makes that (_pg_template_make, about 2 s of CPU and a
+    # CREATE DATABASE that writes and syncs a copy of template1) and keeps
+    # a copy of the stopped data directory in the build tree (removed by
+    # make clean); the others copy that (cp -a keeps the owner and modes)
+    # and only start it. Two tests that both find none both make one; the
+    # first rename wins and the other drops its copy.
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db
     if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
         :
     else
         rm -rf "$PG_DATA"
-        if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
-            >"$PG_DIR/initdb.log" 2>&1; then
-            echo "pg_start: initdb failed:" >&2
-            cat "$PG_DIR/initdb.log" >&2
-            return 1
-        fi
+        _pg_template_make || return 1
         if cp -a "$PG_DATA" "$_pg_tpl.$$" 2>/dev/null; then
             mv -T "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -rf "$_pg_tpl.$$"
         else
@@ -209,13 +205,38 @@ pg_start() {
     done
     _pg_read_pid
     PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=dsjob user=postgres connect_timeout=5"
-    if ! "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
-        -c 'CREATE DATABASE dsjob' >"$PG_DIR/createdb.log" 2>&1; then
-        echo "pg_start: CREATE DATABASE dsjob failed:" >&2
-        cat "$PG_DIR/createdb.log" >&2
+    export PG_PORT PG_DSN PG_PID
+    return 0
+}
+
+# _pg_template_make: a stopped cluster in PG_DATA with database dsjob.
+# initdb --no-sync does not fsync the files it writes; the server's own
+# settings (fsync on) are untouched. The cluster is started once to make
+# the database, on a unix socket in PG_DIR only (no TCP port to find),
+# and stopped cleanly (a checkpoint), so that a copy needs no recovery.
+_pg_template_make() {
+    if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
+        >"$PG_DIR/initdb.log" 2>&1; then
+        echo "pg_start: initdb failed:" >&2
+        cat "$PG_DIR/initdb.log" >&2
         return 1
     fi
-    export PG_PORT PG_DSN PG_PID
+    if ! _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/template.log" -w -t 60 \
+        -o "-c listen_addresses= -k $PG_DIR -p 5432" start >"$PG_DIR/pg_ctl.log" 2>&1; then
+        echo "pg_start: PostgreSQL did not start to make database dsjob:" >&2
+        cat "$PG_DIR/pg_ctl.log" "$PG_DIR/template.log" >&2
+        return 1
+    fi
+    _pg_bad=0
+    "$PG_BIN/psql" -X -q -h "$PG_DIR" -p 5432 -U postgres -d postgres \
+        -c 'CREATE DATABASE dsjob' >"$PG_DIR/createdb.log" 2>&1 || _pg_bad=1
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 60 stop >>"$PG_DIR/pg_ctl.log" 2>&1 || _pg_bad=1
+    if [ $_pg_bad -ne 0 ]; then
+        echo "pg_start: CREATE DATABASE dsjob, or the stop after it, failed:" >&2
+        cat "$PG_DIR/createdb.log" "$PG_DIR/pg_ctl.log" "$PG_DIR/template.log" >&2
+        return 1
+    fi
+    rm -f "$PG_DATA/postmaster.opts"
     return 0
 }
 
