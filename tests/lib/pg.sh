@@ -37,7 +37,7 @@
 #                     while PostgreSQL is down
 #   pg_stop           SIGINT (fast shutdown) to PG_PID, waits for it to go
 #                     (SIGQUIT after 20 s); the postmaster is pg_ctl's child,
-#                     not ours, so this polls kill -0
+#                     not ours, so this polls /proc (a zombie is gone)
 #   pg_cleanup        pg_stop if it runs, then removes PG_DIR; safe to call
 #                     more than once and from an EXIT trap (pg_start installs
 #                     one that also runs the test's own cleanup)
@@ -266,10 +266,18 @@ pg_start_again() {
 }
 
 pg_stop() {
+    _pg_signal INT
+}
+
+# _pg_signal SIG: SIG to PG_PID and wait for it to go, SIGQUIT after 20 s
+# (for INT), SIGKILL after 30 s. Gone is a zombie too: the postmaster is
+# not our child, and whoever reaps it (a container's init) may take a
+# second or more, long after it closed its files and ports.
+_pg_signal() {
     [ -n "$PG_PID" ] || return 0
-    kill -INT "$PG_PID" 2>/dev/null
+    kill -"$1" "$PG_PID" 2>/dev/null
     _i=0
-    while kill -0 "$PG_PID" 2>/dev/null; do
+    while ! _pgd_gone "$PG_PID"; do
         _i=$((_i + 1))
         if [ $_i -eq 400 ]; then
             kill -QUIT "$PG_PID" 2>/dev/null
