@@ -38,9 +38,10 @@
 #   pg_stop           SIGINT (fast shutdown) to PG_PID, waits for it to go
 #                     (SIGQUIT after 20 s); the postmaster is pg_ctl's child,
 #                     not ours, so this polls /proc (a zombie is gone)
-#   pg_cleanup        pg_stop if it runs, then removes PG_DIR; safe to call
-#                     more than once and from an EXIT trap (pg_start installs
-#                     one that also runs the test's own cleanup)
+#   pg_cleanup        an immediate shutdown (SIGQUIT, no checkpoint: the
+#                     data goes next) if it runs, then removes PG_DIR; safe
+#                     to call more than once and from an EXIT trap (pg_start
+#                     installs one that also runs the test's own cleanup)
 #
 # The superuser is `postgres` whoever runs the test (initdb -U postgres),
 # authentication is trust, and nothing listens beyond 127.0.0.1.
@@ -290,8 +291,10 @@ _pg_signal() {
     PG_PID=""
 }
 
+# The cluster is removed next: an immediate shutdown (SIGQUIT), without the
+# shutdown checkpoint's writes and fsyncs a fast one makes.
 pg_cleanup() {
-    pg_stop
+    _pg_signal QUIT
     if [ -n "$PG_DIR" ]; then
         rm -rf "$PG_DIR"
         PG_DIR=""
