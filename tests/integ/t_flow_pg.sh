@@ -16,9 +16,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
-pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
+pg_test_start a --verbose NOTICE --pg-lease 3 --max-dead 10
 
 ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
 settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }

@@ -21,13 +21,7 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 command -v flock >/dev/null 2>&1 || { echo "1..0 # SKIP no flock"; exit 0; }
-pg_test_begin
-pg_start_or_bail
-ARGS="--pg-lease 120 --pg-poll-ms 600000 --verbose NOTICE"
-# shellcheck disable=SC2086 # ARGS are words
-pgd_start_or_bail a $ARGS
-# shellcheck disable=SC2086
-pgd_start_or_bail b $ARGS
+pg_test_start "a b" --pg-lease 120 --pg-poll-ms 600000 --verbose NOTICE
 
 ds() { # ds SERVER ARG...
     _s=$1

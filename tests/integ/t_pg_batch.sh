@@ -33,14 +33,14 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's Gearman peer"
-pg_start_or_bail
+pg_test_start
 G="$top_srcdir/tests/integ/pg_gear.py"
 # a takes unique keys past --max-unique-size's default, to reach the store's own check.
-pgd_start_or_bail a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
+pgd_launch a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
     --http-port 0 --http-port-file "$TEST_TMPDIR/a.http"
-pgd_start_or_bail b --store-commit-interval 3000 --verbose INFO
+pgd_launch b --store-commit-interval 3000 --verbose INFO
+pgd_wait_all_or_bail
 
 for kind in long-unique epoch; do
     out=$("$PYTHON" "$G" badrow "$(pgd_port a)" $kind 2>&1)

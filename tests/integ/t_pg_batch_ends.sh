@@ -18,13 +18,10 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
 N=150       # members of each batch submitted through each server
 BATCHES="k1 k2 k3 k4"
 
-pg_start_or_bail
-pgd_start_all_or_bail "a b c" --keep-results 600 --pg-prefetch 32 --verbose NOTICE
+pg_test_start "a b c" --keep-results 600 --pg-prefetch 32 --verbose NOTICE
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1

@@ -23,14 +23,10 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
 LEASE=3
 ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
-
-pg_start_or_bail
 # shellcheck disable=SC2086 # ARGS are words
-pgd_start_or_bail a $ARGS
+pg_test_start a $ARGS
 
 dsn() {
     _n=$1

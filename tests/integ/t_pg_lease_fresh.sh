@@ -20,19 +20,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
-LEASE=2
-ARGS="--pg-lease $LEASE --pg-prefetch 4 --verbose NOTICE"
-
-pg_test_cleanup() {
-    p=$(pgd_pid b)
-    [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
-}
-
-pg_start_or_bail
-# shellcheck disable=SC2086 # ARGS are words
-pgd_start_all_or_bail "a b" $ARGS
+pg_test_start "a b" --pg-lease 2 --pg-prefetch 4 --verbose NOTICE
 
 cat >"$T/rec.sh" <<'EOF'
 p=$(cat)
@@ -60,20 +48,10 @@ poll_s 20 lines_ge "$T/ran.lf-b" 1
 b_own=$(q "SELECT DISTINCT owner FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner IS NOT NULL")
 diag "b's owner: '$b_own'; live rows of lf: $(live_rows)"
 # Stopped inside a transaction, b's backend would hold the rows' locks and
-# a would skip them: stop it again until its writer's backend is idle.
-b_pg=$(pgd_writer_pid "$b_own")
-tries=0
-while :; do
-    kill -STOP "$(pgd_pid b)"
-    sleep 0.1
-    st=$(q "SELECT state FROM pg_stat_activity WHERE pid = '${b_pg:-0}'")
-    tries=$((tries + 1))
-    [ "$st" = idle ] || [ -z "$b_pg" ] || [ $tries -ge 50 ] && break
-    kill -CONT "$(pgd_pid b)"
-    sleep 0.05
-done
+# a would skip them.
+pgd_stop_idle b "$b_own"
 held=$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner = '$b_own'")
-diag "b stopped (try $tries, its backend ${st:-gone}) holding $held leases; it ran $(wc -l <"$T/ran.lf-b" | tr -d ' ')"
+diag "b stopped (try $PGD_IDLE_TRIES, its backend ${PGD_IDLE_STATE:-gone}) holding $held leases; it ran $(wc -l <"$T/ran.lf-b" | tr -d ' ')"
 [ "$held" -ge 2 ]
 ok $? "b holds leases on jobs queued, not only the one its worker runs"
 ds_worker a lf lf-a 2

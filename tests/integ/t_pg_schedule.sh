@@ -13,10 +13,8 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
+pg_test_start "a b" --pg-lease 5 --pg-poll-ms 500
 RAN=$T/ran
-pgd_start_all_or_bail "a b" --pg-lease 5 --pg-poll-ms 500
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
@@ -77,11 +75,7 @@ q "CREATE FUNCTION dsjob_test_refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
    RETURN NEW; END \$\$;
    CREATE TRIGGER refuse BEFORE INSERT ON dsjob.jobs FOR EACH ROW
    EXECUTE FUNCTION dsjob_test_refuse()" >/dev/null
-pgd_launch c --pg-lease 5 --pg-poll-ms 500
-pgd_wait c || {
-    echo "Bail out! dsjobd c did not start"
-    exit 1
-}
+pgd_start_or_bail c --pg-lease 5 --pg-poll-ms 500
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -c 2 -f sched.refused -- sh "$T/rec.sh" "$RAN" c \
     2>>"$T/worker.err" &
 track $!

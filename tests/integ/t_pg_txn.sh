@@ -32,8 +32,6 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
 # The libpq program: make check builds it when configure found libpq;
 # otherwise (a tree configured before, say) it is built here with pkg-config.
 TXN=$top_builddir/tests/integ/pg_txn_submit
@@ -48,11 +46,7 @@ if [ ! -x "$TXN" ]; then
     fi
 fi
 
-pg_start_or_bail
-pgd_start a --pg-poll-ms 3600000 --pg-lease 3 --verbose NOTICE || {
-    echo "Bail out! dsjobd --store postgres did not start"
-    exit 1
-}
+pg_test_start a --pg-poll-ms 3600000 --pg-lease 3 --verbose NOTICE
 PORT=$(pgd_port a)
 diag "dsjobd --store postgres on 127.0.0.1:$PORT, pid $(pgd_pid a)"
 

@@ -39,11 +39,11 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
+pg_test_start
 RAWPEER=$top_builddir/tests/lib/rawpeer
-pgd_start_or_bail a --store-commit-interval 1000 --verbose INFO
-pgd_start_or_bail b --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/b.http"
+pgd_launch a --store-commit-interval 1000 --verbose INFO
+pgd_launch b --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/b.http"
+pgd_wait_all_or_bail
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1

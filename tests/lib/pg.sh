@@ -65,6 +65,18 @@
 #                     pgd_start, or `Bail out!` and exit 1
 #   pgd_launch NAME [ARG...], pgd_wait NAME
 #                     the two halves of pgd_start, to start several at once
+#   pgd_start_all_or_bail "NAME..." [ARG...]
+#                     a dsjobd under each NAME with the same ARGs, launched
+#                     at once, then waited for; `Bail out!` if one fails
+#   pgd_wait_all_or_bail
+#                     pgd_wait for each one launched and not waited for yet
+#                     (several with ARGs of their own), or `Bail out!`
+#   pg_test_start [NAMES [ARG...]]
+#                     pg_test_begin, pg_start_or_bail and, given NAMES,
+#                     pgd_start_all_or_bail: a test's usual preamble
+#   pgd_stop_idle NAME OWNER
+#                     SIGSTOP to NAME at a moment its writer's backend is
+#                     idle (no row locks held while it is stopped)
 #   pgd_port NAME, pgd_pid NAME, pgd_log NAME
 #                     print those
 #   pgd_stop NAME     SIGTERM (SIGCONT first, in case it is stopped), waits
@@ -318,6 +330,7 @@ pg_skip_unless_store() {
 }
 
 _pgd_names=""
+_pgd_unwaited=""
 
 pgd_port() { eval "echo \"\$PGD_PORT_$1\""; }
 pgd_pid() { eval "echo \"\$PGD_PID_$1\""; }
@@ -331,10 +344,12 @@ pgd_launch() {
         --store postgres --pg-dsn "$PG_DSN" "$@" 2>>"$_log.stderr" &
     eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
     _pgd_names="$_pgd_names $_n"
+    _pgd_unwaited="$_pgd_unwaited $_n"
 }
 
 pgd_wait() {
     _n=$1
+    _pgd_unwaited=$(echo "$_pgd_unwaited" | sed "s/ $_n\b//g")
     _pid=$(pgd_pid "$_n")
     _log=$(pgd_log "$_n")
     _pf=$_log.port
@@ -373,11 +388,47 @@ pgd_start_all_or_bail() {
     for _sa in $_sa_names; do
         pgd_launch "$_sa" "$@"
     done
-    for _sa in $_sa_names; do
+    pgd_wait_all_or_bail
+}
+
+# pgd_wait_all_or_bail: pgd_wait for every dsjobd launched (pgd_launch) and
+# not waited for yet, e.g. several with arguments of their own launched one
+# after the other; "Bail out!" and exit 1 when one does not start.
+pgd_wait_all_or_bail() {
+    for _sa in $_pgd_unwaited; do
         pgd_wait "$_sa" || {
             echo "Bail out! dsjobd $_sa did not start"
             exit 1
         }
+    done
+}
+
+# pg_test_start [NAMES [ARG...]]: a test's usual first steps: pg_test_begin,
+# pg_start_or_bail and, given NAMES, pgd_start_all_or_bail NAMES ARG...
+pg_test_start() {
+    pg_test_begin
+    pg_start_or_bail
+    [ $# -eq 0 ] || pgd_start_all_or_bail "$@"
+}
+
+# pgd_stop_idle NAME OWNER: SIGSTOP to dsjobd NAME at a moment when its
+# writer's backend (pgd_writer_pid OWNER) is idle: stopped inside a
+# transaction, the backend would keep the rows it locked from the other
+# servers. Stopped, looked at and continued until it is (50 tries at most).
+# Sets PGD_IDLE_TRIES and PGD_IDLE_STATE (the backend's state at the stop,
+# empty without one). pgd_stop sends SIGCONT first.
+pgd_stop_idle() {
+    _si_pid=$(pgd_pid "$1")
+    _si_pg=$(pgd_writer_pid "$2")
+    PGD_IDLE_TRIES=0
+    while :; do
+        kill -STOP "$_si_pid"
+        sleep 0.1
+        PGD_IDLE_STATE=$(pg_psql -c "SELECT state FROM pg_stat_activity WHERE pid = '${_si_pg:-0}'")
+        PGD_IDLE_TRIES=$((PGD_IDLE_TRIES + 1))
+        [ "$PGD_IDLE_STATE" = idle ] || [ -z "$_si_pg" ] || [ $PGD_IDLE_TRIES -ge 50 ] && break
+        kill -CONT "$_si_pid"
+        sleep 0.05
     done
 }
 
