@@ -21,7 +21,7 @@
 # transactions (psql, then libpq) and once over the Gearman protocol gets
 # the first job's handle while it is live, runs once, and is free again
 # once done; priorities in one transaction run high, normal, low (in
-# submission order within one); a job with run_at 5 s ahead does not run
+# submission order within one); a job with run_at 2 s ahead does not run
 # before it and does run after it; on a server that polls once an hour, a
 # Gearman epoch job and a dsjob.submit() job with a run_at 2-3 s ahead run
 # when due, not before. Each pick-up time is printed.
@@ -259,8 +259,8 @@ touch "$T/ran.txr"
 worker txr "$T/ran.txr"
 out=$(pg_psql -F ' ' <<'EOF'
 BEGIN;
-SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '5 seconds'),
-       floor(extract(epoch FROM now() + interval '5 seconds') * 1000)::bigint;
+SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '2 seconds'),
+       floor(extract(epoch FROM now() + interval '2 seconds') * 1000)::bigint;
 COMMIT;
 EOF
 )
