@@ -23,7 +23,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-LEASE=2
+LEASE=3
 ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
 # shellcheck disable=SC2086 # ARGS are words
 pg_test_start a $ARGS
