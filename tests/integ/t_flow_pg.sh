@@ -16,9 +16,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
-pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
+pg_test_start a --verbose NOTICE --pg-lease 3 --max-dead 10
 
 ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
 settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }
@@ -89,11 +87,15 @@ ok $? "it ended: its row is gone, not dead as expired ($(q "SELECT state FROM ds
 # (log_statement mod) counts the statements that rewrote started rows.
 q "ALTER SYSTEM SET log_statement = 'mod'" >/dev/null
 q "SELECT pg_reload_conf()" >/dev/null
+# The 40 submits at once (each waits for its commit).
 i=0
+subs=""
 while [ $i -lt 40 ]; do
     i=$((i + 1))
-    ds submit -b --expire-in 600 fdl "j$i" >/dev/null
+    ds submit -b --expire-in 600 fdl "j$i" >/dev/null &
+    subs="$subs $!"
 done
+for p in $subs; do wait "$p"; done
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl' AND deadline IS NOT NULL")" 40 \
     "40 rows with a deadline"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -c 20 -f fdl -- \

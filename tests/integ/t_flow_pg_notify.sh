@@ -21,13 +21,7 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 command -v flock >/dev/null 2>&1 || { echo "1..0 # SKIP no flock"; exit 0; }
-pg_test_begin
-pg_start_or_bail
-ARGS="--pg-lease 120 --pg-poll-ms 600000 --verbose NOTICE"
-# shellcheck disable=SC2086 # ARGS are words
-pgd_start_or_bail a $ARGS
-# shellcheck disable=SC2086
-pgd_start_or_bail b $ARGS
+pg_test_start "a b" --pg-lease 120 --pg-poll-ms 600000 --verbose NOTICE
 
 ds() { # ds SERVER ARG...
     _s=$1
@@ -37,14 +31,15 @@ ds() { # ds SERVER ARG...
 settings_is() { [ "$(ds "$1" limit "$2" --format tsv 2>/dev/null | cut -f2)" = "$3" ]; }
 
 # The job: its payload "N"; at its start, the jobs of fn under a lease in
-# the table, then a half-second run.
+# the table, then a run of a fifth of a second (long enough for four idle
+# workers to overlap it, were the jobs handed out the old way).
 cat >"$T/job.sh" <<EOF
 #!/bin/sh
 read -r n || true
 leased=\$(PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_PORT" -U postgres \\
     -d dsjob -c "SELECT count(*) FROM dsjob.jobs WHERE func = 'fn' AND state = 0 AND owner IS NOT NULL")
 flock "$T/lock" sh -c "echo 'S \$n \$leased' >>'$T/ev'"
-sleep 0.5
+sleep 0.2
 flock "$T/lock" sh -c "echo 'E \$n' >>'$T/ev'"
 EOF
 chmod +x "$T/job.sh"

@@ -33,14 +33,17 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's Gearman peer"
-pg_start_or_bail
+pg_test_start
 G="$top_srcdir/tests/integ/pg_gear.py"
 # a takes unique keys past --max-unique-size's default, to reach the store's own check.
-pgd_start_or_bail a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
+pgd_launch a --store-commit-interval 300 --pg-lease 3 --max-unique-size 8192 --verbose INFO \
     --http-port 0 --http-port-file "$TEST_TMPDIR/a.http"
-pgd_start_or_bail b --store-commit-interval 3000 --verbose INFO
+# b and c gather each commit for 3 s; d commits at once.
+pgd_launch b --store-commit-interval 3000 --verbose INFO
+pgd_launch c --store-commit-interval 3000 --verbose INFO
+pgd_launch d --verbose INFO
+pgd_wait_all_or_bail
 
 for kind in long-unique epoch; do
     out=$("$PYTHON" "$G" badrow "$(pgd_port a)" $kind 2>&1)
@@ -87,19 +90,29 @@ for round in 1 2; do
         "coalesce $round: u-live has one row"
     is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'coal'")" $((1 + 25 * round)) \
         "coalesce $round: the other 25 have a row each"
-    bad=0
-    for h in $(echo "$out" | sed -n 's/^handle //p' | tr ' ' ':'); do
-        key=${h%%:*} handle=${h#*:}
-        [ "$(q "SELECT uniq = convert_to('$key', 'UTF8') FROM dsjob.jobs WHERE handle = '$handle'")" = t ] ||
-            { echo "# $key: no row $handle"; bad=1; }
-    done
-    ok $bad "coalesce $round: each keyed submit's handle is its own row with its key"
+    # One query for the 20: (key, handle) pairs with no row of that handle
+    # holding that key.
+    pairs=$(echo "$out" | sed -n "s/^handle \([^ ]*\) \(.*\)/('\1', '\2')/p" | paste -sd, -)
+    missing=$(q "SELECT v.key || ': no row ' || v.h FROM (VALUES ${pairs:-('none', 'none')}) v (key, h)
+                 WHERE NOT EXISTS (SELECT 1 FROM dsjob.jobs j
+                                   WHERE j.handle = v.h AND j.uniq = convert_to(v.key, 'UTF8'))" 2>&1) ||
+        missing="the query failed: $missing"
+    [ -n "$missing" ] && echo "$missing" | sed 's/^/# /'
+    [ "$(echo "$out" | grep -c '^handle ')" = 20 ] && [ -z "$missing" ]
+    ok $? "coalesce $round: each keyed submit's handle is its own row with its key"
 done
 grep -q 'violates unique constraint "jobs_live_unique"' "$PG_LOG"
 ok $? "the first batch was sent without ON CONFLICT and refused by jobs_live_unique"
 
-# A job still in b's open batch (b gathers for 3 s).
-out=$("$PYTHON" "$G" pending "$(pgd_port b)" cancel 2>&1)
+# A job still in b's open batch (cancel) and in c's (priority): each
+# gathers for 3 s, and the two go at once.
+"$PYTHON" "$G" pending "$(pgd_port b)" cancel >"$TEST_TMPDIR/pend.cancel" 2>&1 &
+p_cancel=$!
+"$PYTHON" "$G" pending "$(pgd_port c)" priority >"$TEST_TMPDIR/pend.priority" 2>&1 &
+p_prio=$!
+wait $p_cancel
+wait $p_prio
+out=$(cat "$TEST_TMPDIR/pend.cancel")
 echo "$out" | sed 's/^/# /'
 h2=$(echo "$out" | sed -n 's/^h2 //p')
 is "$(echo "$out" | sed -n 's/^admin //p')" OK "cancel job $h2 (not committed yet) -> OK"
@@ -120,7 +133,7 @@ ok $? "the cancelled job does not run"
 ! grep -q "$h2 had been taken by another server" "$(pgd_log b)"
 ok $? "the log blames no other server for $h2"
 
-out=$("$PYTHON" "$G" pending "$(pgd_port b)" priority 2>&1)
+out=$(cat "$TEST_TMPDIR/pend.priority")
 echo "$out" | sed 's/^/# /'
 h2=$(echo "$out" | sed -n 's/^h2 //p')
 is "$(echo "$out" | sed -n 's/^admin //p')" OK "priority $h2 high (not committed yet) -> OK"
@@ -128,11 +141,10 @@ prio() { [ "$(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")" = 0 ]; }
 poll_s 20 prio
 ok $? "its row has priority high (0): $(q "SELECT prio FROM dsjob.jobs WHERE handle = '$h2'")"
 
-# Work nobody serves: 3 jobs submitted to b, no worker anywhere (at once:
-# each waits for b's commit, 3 s).
+# Work nobody serves: 3 jobs submitted to d, no worker anywhere.
 subs=""
 for i in 1 2 3; do
-    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 20000 submit -b nobody_serves "job $i" >/dev/null &
+    "$DSJOB" -s "127.0.0.1:$(pgd_port d)" -t 20000 submit -b nobody_serves "job $i" >/dev/null &
     subs="$subs $!"
 done
 for p in $subs; do wait "$p"; done
@@ -161,7 +173,7 @@ ok $? "and once they ran, server a's admin status counts none: $(total)"
 kill $wpid 2>/dev/null
 wait $wpid 2>/dev/null
 
-for n in a b; do
+for n in a b c d; do
     pgd_stop $n
     ok $? "dsjobd $n stops on SIGTERM"
 done

@@ -21,9 +21,7 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
-pgd_start_or_bail a
+pg_test_start a
 ds() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 20000 "$@"; }
 total() {
     ds batch status "$1" 2>/dev/null | tail -1 | sed -n 's/.* total=\([0-9]*\) .*/\1/p'

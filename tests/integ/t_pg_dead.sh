@@ -23,14 +23,10 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
 LEASE=3
 ARGS="--pg-lease $LEASE --max-dead 100 --keep-results 3600 --verbose NOTICE"
-
-pg_start_or_bail
 # shellcheck disable=SC2086 # ARGS are words
-pgd_start_or_bail a $ARGS
+pg_test_start a $ARGS
 
 dsn() {
     _n=$1
@@ -138,9 +134,11 @@ ok $? "b stops on SIGTERM"
 # under c's lease. c is killed, its lease runs out, and then a worker for
 # the function comes to d, which polls once an hour and renews every 100
 # s: the lease op for that worker finds the job not due yet, reads when
-# it is, and d takes it then.
-pgd_start c --pg-lease 3 --retry-on fail -j 3 --retry-backoff 16 --verbose NOTICE
-ok $? "c starts (--retry-on fail, --retry-backoff 16)"
+# it is, and d takes it then. The backoff (10 s) outlasts c's kill, its
+# lease (2 s), d's start and its worker's (a second or two on a quiet
+# machine; the diagnostic below says by how much).
+pgd_start c --pg-lease 2 --retry-on fail -j 3 --retry-backoff 10 --verbose NOTICE
+ok $? "c starts (--retry-on fail, --retry-backoff 10)"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -f pgretry -- sh -c 'cat >/dev/null; exit 3' \
     2>/dev/null &
 w_fail=$!

@@ -19,11 +19,8 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
-pg_start_or_bail
 # Tries enough for the test to cancel P after the first deadlock, loaded or not.
-pgd_start_all_or_bail "a" --keep-results 600 --pg-conflict-retries 100 --verbose NOTICE
+pg_test_start a --keep-results 600 --pg-conflict-retries 100 --verbose NOTICE
 
 ds() { timeout -k 2 120 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 60000 "$@"; }
 cat >"$T/work.sh" <<'EOF'

@@ -20,11 +20,10 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
-pg_start_or_bail
-pgd_start_or_bail a --verbose NOTICE
-pgd_start_or_bail b --verbose NOTICE --store-async-ends
+pg_test_start
+pgd_launch a --verbose NOTICE
+pgd_launch b --verbose NOTICE --store-async-ends
+pgd_wait_all_or_bail
 # The worker's command: "NS-TIME PAYLOAD" as it starts; "first" lasts
 # until the file $2 exists (psql holds its row), at most 120 s.
 cat >"$T/rec.sh" <<'EOF'

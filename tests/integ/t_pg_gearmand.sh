@@ -18,12 +18,11 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
 if [ ! -x "$GEARMAND" ] || ! "$GEARMAND" --help 2>&1 | grep -q -- --libpq-conninfo; then
     echo "1..0 # SKIP no gearmand with a Postgres queue at $GEARMAND"
     exit 0
 fi
-pg_start_or_bail
+pg_test_start
 dir=$T
 GDSN="host=127.0.0.1 port=$PG_PORT user=postgres dbname=dsjob"
 

@@ -22,14 +22,13 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's proxy"
 skip_unless_cmd curl
 PROXY_PID=""
 pg_test_cleanup() {
     [ -z "$PROXY_PID" ] || kill "$PROXY_PID" 2>/dev/null
 }
-pg_start_or_bail
+pg_test_start
 CTL=$TEST_TMPDIR/ctl
 mkdir "$CTL"
 "$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$TEST_TMPDIR/proxy.port" "$PG_PORT" "$CTL" &
@@ -42,11 +41,8 @@ PROXY_PORT=$(cat "$TEST_TMPDIR/proxy.port")
 diag "proxy on 127.0.0.1:$PROXY_PORT (pid $PROXY_PID) to PostgreSQL's $PG_PORT"
 DIRECT_DSN=$PG_DSN
 PG_DSN="host=127.0.0.1 port=$PROXY_PORT dbname=dsjob user=postgres"
-pgd_start a --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/http.port" \
-    --store-stuck-after 3 --pg-stop-grace-ms 1000 || {
-    echo "Bail out! dsjobd did not start"
-    exit 1
-}
+pgd_start_or_bail a --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/http.port" \
+    --store-stuck-after 3 --pg-stop-grace-ms 1000
 PG_DSN=$DIRECT_DSN
 HTTP=127.0.0.1:$(cat "$TEST_TMPDIR/http.port")
 A=127.0.0.1:$(pgd_port a)

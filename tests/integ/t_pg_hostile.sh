@@ -23,9 +23,8 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's Gearman peer"
-pg_start_or_bail
+pg_test_start
 pg_psql -c "ALTER DATABASE dsjob SET standard_conforming_strings = off" >/dev/null
 diag "database dsjob: standard_conforming_strings = off by default" \
     "($(pg_psql -c 'SHOW standard_conforming_strings') in a new session)"

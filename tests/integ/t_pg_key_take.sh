@@ -19,9 +19,7 @@ if ! perl -MJSON::PP -e 1 2>/dev/null; then
     echo "1..0 # SKIP perl with JSON::PP not found"
     exit 0
 fi
-pg_test_begin
-pg_start_or_bail
-pgd_start_or_bail a --verbose NOTICE
+pg_test_start a --verbose NOTICE
 pgd_stop a
 
 q "INSERT INTO dsjob.jobs (handle, func, uniq, data)

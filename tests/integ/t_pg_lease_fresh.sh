@@ -8,7 +8,8 @@
 # 0.2 s after PostgreSQL came back.
 #
 # Deterministic: b (--pg-prefetch 4) leases six jobs, its one worker runs
-# the first (1 s each); b is stopped (SIGSTOP, with its backend idle) past
+# the first until b is stopped (it ran 1 s each, and under load ran through
+# the six before the stop); b is stopped (SIGSTOP, with its backend idle) past
 # its lease; a's worker takes and ends all six; then b continues: its
 # worker ends its job and grabs again. b must give it none of the six (its
 # renewal drops them, dsjob_pg_dropped_total), where before it gave it the
@@ -20,26 +21,20 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
+pg_test_start "a b" --pg-lease 2 --pg-prefetch 4 --verbose NOTICE
 
-LEASE=2
-ARGS="--pg-lease $LEASE --pg-prefetch 4 --verbose NOTICE"
-
-pg_test_cleanup() {
-    p=$(pgd_pid b)
-    [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
-}
-
-pg_start_or_bail
-# shellcheck disable=SC2086 # ARGS are words
-pgd_start_all_or_bail "a b" $ARGS
-
+# The job: its line at its start, then (given a GATE file) it lasts until
+# the file exists, at most 120 s.
 cat >"$T/rec.sh" <<'EOF'
 p=$(cat)
 echo "$p $2" >> "$1"
-[ -z "$3" ] || sleep "$3"
+i=0
+while [ -n "$3" ] && [ ! -e "$3" ] && [ $i -lt 2400 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
 EOF
-ds_worker() { # ds_worker SERVER FUNCTION LABEL CONCURRENCY [SLEEP]
+ds_worker() { # ds_worker SERVER FUNCTION LABEL CONCURRENCY [GATE]
     "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$1")" -c "$4" -i "$3" -f "$2" -- \
         sh "$T/rec.sh" "$T/ran.$3" "$3" "${5:-}" 2>>"$T/worker.err" &
     track $!
@@ -49,7 +44,7 @@ live_rows() { q "SELECT count(*) FROM dsjob.jobs WHERE func = 'lf' AND state = 0
 no_live_rows() { [ "$(live_rows)" = 0 ]; }
 
 touch "$T/ran.lf-b" "$T/ran.lf-a"
-ds_worker b lf lf-b 1 1
+ds_worker b lf lf-b 1 "$T/gate"
 poll_s 20 pgd_registered b lf
 i=1
 while [ $i -le 6 ]; do
@@ -60,20 +55,13 @@ poll_s 20 lines_ge "$T/ran.lf-b" 1
 b_own=$(q "SELECT DISTINCT owner FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner IS NOT NULL")
 diag "b's owner: '$b_own'; live rows of lf: $(live_rows)"
 # Stopped inside a transaction, b's backend would hold the rows' locks and
-# a would skip them: stop it again until its writer's backend is idle.
-b_pg=$(pgd_writer_pid "$b_own")
-tries=0
-while :; do
-    kill -STOP "$(pgd_pid b)"
-    sleep 0.1
-    st=$(q "SELECT state FROM pg_stat_activity WHERE pid = '${b_pg:-0}'")
-    tries=$((tries + 1))
-    [ "$st" = idle ] || [ -z "$b_pg" ] || [ $tries -ge 50 ] && break
-    kill -CONT "$(pgd_pid b)"
-    sleep 0.05
-done
+# a would skip them.
+pgd_stop_idle b "$b_own"
+# b's worker ends its first job while b is stopped (the end waits in the
+# socket) and grabs again as b continues.
+touch "$T/gate"
 held=$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'lf' AND state = 0 AND owner = '$b_own'")
-diag "b stopped (try $tries, its backend ${st:-gone}) holding $held leases; it ran $(wc -l <"$T/ran.lf-b" | tr -d ' ')"
+diag "b stopped (try $PGD_IDLE_TRIES, its backend ${PGD_IDLE_STATE:-gone}) holding $held leases; it ran $(wc -l <"$T/ran.lf-b" | tr -d ' ')"
 [ "$held" -ge 2 ]
 ok $? "b holds leases on jobs queued, not only the one its worker runs"
 ds_worker a lf lf-a 2

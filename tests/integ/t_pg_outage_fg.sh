@@ -19,18 +19,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
-ARGS="--pg-lease 2 --pg-prefetch 4 --verbose NOTICE"
-
-pg_test_cleanup() {
-    p=$(pgd_pid b)
-    [ -n "$p" ] && kill -CONT "$p" 2>/dev/null
-}
-
-pg_start_or_bail
-# shellcheck disable=SC2086 # ARGS are words
-pgd_start_all_or_bail "b" $ARGS
+pg_test_start b --pg-lease 2 --pg-prefetch 4 --verbose NOTICE
 
 # The worker's job: its payload on a line of ran, then a background job
 # waits for the gate.
@@ -55,19 +44,8 @@ held=$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'of' AND state = 0 AND ow
 [ "$held" -ge 2 ]
 ok $? "b holds leases on stored jobs queued behind the one its worker runs ($held)"
 
-# Stopped inside a transaction, b's backend would keep the rows locked:
-# stop it again until its writer's backend is idle.
-b_pg=$(pgd_writer_pid "$own")
-tries=0
-while :; do
-    kill -STOP "$(pgd_pid b)"
-    sleep 0.1
-    st=$(q "SELECT state FROM pg_stat_activity WHERE pid = '${b_pg:-0}'")
-    tries=$((tries + 1))
-    [ "$st" = idle ] || [ -z "$b_pg" ] || [ $tries -ge 50 ] && break
-    kill -CONT "$(pgd_pid b)"
-    sleep 0.05
-done
+# Stopped inside a transaction, b's backend would keep the rows locked.
+pgd_stop_idle b "$own"
 leases_out() {
     [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '$own' AND lease_until > now()")" = 0 ]
 }

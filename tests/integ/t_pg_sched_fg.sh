@@ -16,9 +16,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
-pgd_start_or_bail a --pg-lease 5 --pg-poll-ms 500
+pg_test_start a --pg-lease 5 --pg-poll-ms 500
 
 ds() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 60000 "$@"; }
 wait_for() { # wait_for CMD...: until it succeeds, at most 120 s

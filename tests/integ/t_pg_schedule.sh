@@ -2,7 +2,8 @@
 # Periodic schedules on the postgres store: two dsjobd share one
 # PostgreSQL (tests/lib/pg.sh), each with a real worker (`dsjob worker`,
 # which gives the command the job's unique key). A schedule every second is
-# added on one server only; the other learns it from dsjob.schedules. Every
+# added on one server only; the other learns it from dsjob.schedules (read
+# every second, --schedule-refresh 1, not every 5). Every
 # tick is claimed in the table before its job is submitted, so each tick's
 # job (its unique key sched:NAME:TICK) runs once, though both servers fire
 # it; and the ticks keep coming when one server is stopped.
@@ -13,10 +14,8 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
+pg_test_start "a b" --pg-lease 5 --pg-poll-ms 500 --schedule-refresh 1
 RAN=$T/ran
-pgd_start_all_or_bail "a b" --pg-lease 5 --pg-poll-ms 500
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
@@ -77,11 +76,7 @@ q "CREATE FUNCTION dsjob_test_refuse() RETURNS trigger LANGUAGE plpgsql AS \$\$
    RETURN NEW; END \$\$;
    CREATE TRIGGER refuse BEFORE INSERT ON dsjob.jobs FOR EACH ROW
    EXECUTE FUNCTION dsjob_test_refuse()" >/dev/null
-pgd_launch c --pg-lease 5 --pg-poll-ms 500
-pgd_wait c || {
-    echo "Bail out! dsjobd c did not start"
-    exit 1
-}
+pgd_start_or_bail c --pg-lease 5 --pg-poll-ms 500 --schedule-refresh 1
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port c)" -c 2 -f sched.refused -- sh "$T/rec.sh" "$RAN" c \
     2>>"$T/worker.err" &
 track $!

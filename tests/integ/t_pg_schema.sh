@@ -23,9 +23,7 @@
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-
-pg_start_or_bail
+pg_test_start
 qdb() { # qdb DATABASE SQL
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
         -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "$1" -c "$2"

@@ -49,23 +49,13 @@ N=${WF_MEMBERS:-20}
 . "$top_srcdir/tests/interop/lib.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
+pg_test_start "a b c" --pg-lease 3 --pg-poll-ms 500 --max-dead 100 --job-retries 1 --verbose INFO
 RAN=$T/ran
 CB=$T/callbacks
 ACKED=$T/acked
 : >"$RAN"
 : >"$CB"
 : >"$ACKED"
-for n in a b c; do
-    pgd_launch "$n" --pg-lease 3 --pg-poll-ms 500 --max-dead 100 --job-retries 1 --verbose INFO
-done
-for n in a b c; do
-    pgd_wait "$n" || {
-        echo "Bail out! dsjobd $n did not start"
-        exit 1
-    }
-done
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
@@ -201,13 +191,10 @@ is "$(counts_of a b2)" "5 0 3 0 2" "and is not counted again"
 # is up. d's worker is slow, and d is killed with -9 while it runs the
 # first level.
 ARGS="--pg-lease 3 --pg-poll-ms 500 --keep-results 600 --max-dead 100 --job-retries 1 --verbose INFO"
-for n in a c; do
-    pgd_stop "$n"
-    # shellcheck disable=SC2086
-    pgd_start_or_bail "$n" $ARGS
-done
+pgd_stop a
+pgd_stop c
 # shellcheck disable=SC2086
-pgd_start_or_bail d $ARGS
+pgd_start_all_or_bail "a c d" $ARGS
 reap # the callback and member workers of servers a and c stopped
 LOG=$T/deps.log
 : >"$LOG"

@@ -1,14 +1,15 @@
 #!/bin/sh
 # Batches and dependencies on the postgres store, what t_pg_workflow.sh
-# leaves out: two dsjobd (a and b) share one PostgreSQL of the test's own
-# (tests/lib/pg.sh).
+# leaves out: three dsjobd (a, b and p) share one PostgreSQL of the test's
+# own (tests/lib/pg.sh).
 #
 #   pipelined close   a client sends 20 members of a batch in one write and,
 #                     right after, "batch close" on a second connection;
 #                     with --store-commit-interval both land in one commit
-#                     of a's: every member is created (the writer flushes
-#                     the gathered adds before the close), none refused,
-#                     and the batch counts 20
+#                     of p's (a server of its own: on a and b a commit
+#                     does not wait a second): every member is created
+#                     (the writer flushes the gathered adds before the
+#                     close), none refused, and the batch counts 20
 #   dashboard         b (no batch opened there) lists pipe1 from the
 #                     database in /api/batches and /api/batch/pipe1 (an
 #                     unknown id is 404); the dashboard in headless
@@ -39,11 +40,12 @@
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/lib/pg.sh"
 
-pg_test_begin
-pg_start_or_bail
+pg_test_start
 RAWPEER=$top_builddir/tests/lib/rawpeer
-pgd_start_or_bail a --store-commit-interval 1000 --verbose INFO
-pgd_start_or_bail b --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/b.http"
+pgd_launch p --store-commit-interval 1000 --verbose INFO
+pgd_launch a --verbose INFO
+pgd_launch b --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/b.http"
+pgd_wait_all_or_bail
 
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
@@ -56,9 +58,9 @@ counts_of() { # counts_of NAME ID: "total pending done failed dead closed"
 }
 
 # --- a close pipelined behind the adds ----------------------------------------------------
-out=$(ds a batch open pipe1 2>&1)
-ok $? "batch pipe1 opened on a: $out"
-out=$("$RAWPEER" "$(pgd_port a)" batchpipe pipe1 20 wf2.pipe 2>&1)
+out=$(ds p batch open pipe1 2>&1)
+ok $? "batch pipe1 opened on p: $out"
+out=$("$RAWPEER" "$(pgd_port p)" batchpipe pipe1 20 wf2.pipe 2>&1)
 echo "$out" | sed 's/^/# /'
 is "$(echo "$out" | head -1)" "created 20 refused 0" "20 members sent with the close behind them: all created"
 is "$(echo "$out" | sed -n 2p)" "OK" "the close is answered OK"

@@ -10,14 +10,15 @@
 #                     no runuser.
 #   pg_skip_unless_found
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
-#   pg_start          initdb (or a copy of the first test's initdb, kept in
-#                     $top_builddir/tests/pg-template-VERSION) in a fresh temp dir (owned by the `postgres` user
-#                     when we are root, since initdb refuses root; initdb,
-#                     pg_ctl and postgres then run through `runuser -u
-#                     postgres --`), start it on 127.0.0.1 only, on a port
-#                     that was free (tried again on another port if the
-#                     start fails), its unix socket in the temp dir, then
-#                     CREATE DATABASE dsjob. Durability settings are the
+#   pg_start          a copy of the first test's cluster (initdb, then
+#                     CREATE DATABASE dsjob, kept stopped in
+#                     $top_builddir/tests/pg-template-VERSION-db) in a fresh
+#                     temp dir (owned by the `postgres` user when we are
+#                     root, since initdb refuses root; initdb, pg_ctl and
+#                     postgres then run through `runuser -u postgres --`),
+#                     started on 127.0.0.1 only, on a port that was free
+#                     (tried again on another port if the start fails), its
+#                     unix socket in the temp dir. Durability settings are the
 #                     defaults (fsync, synchronous_commit and
 #                     full_page_writes on); only shared_buffers is small.
 #                     Sets PG_DIR, PG_DATA, PG_LOG, PG_PORT, PG_PID (from
@@ -36,10 +37,11 @@
 #                     while PostgreSQL is down
 #   pg_stop           SIGINT (fast shutdown) to PG_PID, waits for it to go
 #                     (SIGQUIT after 20 s); the postmaster is pg_ctl's child,
-#                     not ours, so this polls kill -0
-#   pg_cleanup        pg_stop if it runs, then removes PG_DIR; safe to call
-#                     more than once and from an EXIT trap (pg_start installs
-#                     one that also runs the test's own cleanup)
+#                     not ours, so this polls /proc (a zombie is gone)
+#   pg_cleanup        an immediate shutdown (SIGQUIT, no checkpoint: the
+#                     data goes next) if it runs, then removes PG_DIR; safe
+#                     to call more than once and from an EXIT trap (pg_start
+#                     installs one that also runs the test's own cleanup)
 #
 # The superuser is `postgres` whoever runs the test (initdb -U postgres),
 # authentication is trust, and nothing listens beyond 127.0.0.1.
@@ -63,6 +65,18 @@
 #                     pgd_start, or `Bail out!` and exit 1
 #   pgd_launch NAME [ARG...], pgd_wait NAME
 #                     the two halves of pgd_start, to start several at once
+#   pgd_start_all_or_bail "NAME..." [ARG...]
+#                     a dsjobd under each NAME with the same ARGs, launched
+#                     at once, then waited for; `Bail out!` if one fails
+#   pgd_wait_all_or_bail
+#                     pgd_wait for each one launched and not waited for yet
+#                     (several with ARGs of their own), or `Bail out!`
+#   pg_test_start [NAMES [ARG...]]
+#                     pg_test_begin, pg_start_or_bail and, given NAMES,
+#                     pgd_start_all_or_bail: a test's usual preamble
+#   pgd_stop_idle NAME OWNER
+#                     SIGSTOP to NAME at a moment its writer's backend is
+#                     idle (no row locks held while it is stopped)
 #   pgd_port NAME, pgd_pid NAME, pgd_log NAME
 #                     print those
 #   pgd_stop NAME     SIGTERM (SIGCONT first, in case it is stopped), waits
@@ -161,42 +175,39 @@ pg_start() {
     if [ "$(id -u)" = 0 ]; then
         chown postgres "$PG_DIR" || return 1
     fi
-    # --no-sync: initdb does not fsync the files it writes; the server's own
-    # settings (fsync on) are untouched. initdb costs about 2 s of CPU and
-    # gives the same cluster each time: the first test runs it and keeps a
-    # copy of the untouched data directory in the build tree (_pg_template,
-    # removed by make clean); the others copy that (cp -a keeps the owner
-    # and modes). Two tests that both find none both run initdb; the first
-    # rename wins and the other drops its copy.
-    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION
+    # Every test's cluster starts the same: initdb, then database dsjob. The
+    # first test makes that (_pg_template_make, about 2 s of CPU and a
+    # CREATE DATABASE that writes and syncs a copy of template1) and keeps
+    # a copy of the stopped data directory in the build tree (removed by
+    # make clean); the others copy that (cp -a keeps the owner and modes)
+    # and only start it. Two tests that both find none both make one; the
+    # first rename wins and the other drops its copy.
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db
     if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
         :
     else
         rm -rf "$PG_DATA"
-        if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
-            >"$PG_DIR/initdb.log" 2>&1; then
-            echo "pg_start: initdb failed:" >&2
-            cat "$PG_DIR/initdb.log" >&2
-            return 1
-        fi
+        _pg_template_make || return 1
         if cp -a "$PG_DATA" "$_pg_tpl.$$" 2>/dev/null; then
             mv -T "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -rf "$_pg_tpl.$$"
         else
             rm -rf "$_pg_tpl.$$"
         fi
     fi
+    # Appended by us, root or not: an append keeps the file's owner (and a
+    # runuser costs a tenth of a second on a loaded machine).
     {
         echo "listen_addresses = '127.0.0.1'"
         echo "unix_socket_directories = '$PG_DIR'"
         echo "shared_buffers = 16MB"
         echo "max_connections = 60"
         echo "log_min_messages = warning"
-    } | _pg_as sh -c "cat >> '$PG_DATA/postgresql.conf'"
+    } >>"$PG_DATA/postgresql.conf"
     _try=0
     while :; do
         _try=$((_try + 1))
         PG_PORT=$(free_port)
-        echo "port = $PG_PORT" | _pg_as sh -c "cat >> '$PG_DATA/postgresql.conf'"
+        echo "port = $PG_PORT" >>"$PG_DATA/postgresql.conf"
         if _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >"$PG_DIR/pg_ctl.log" 2>&1; then
             break
         fi
@@ -209,13 +220,38 @@ pg_start() {
     done
     _pg_read_pid
     PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=dsjob user=postgres connect_timeout=5"
-    if ! "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
-        -c 'CREATE DATABASE dsjob' >"$PG_DIR/createdb.log" 2>&1; then
-        echo "pg_start: CREATE DATABASE dsjob failed:" >&2
-        cat "$PG_DIR/createdb.log" >&2
+    export PG_PORT PG_DSN PG_PID
+    return 0
+}
+
+# _pg_template_make: a stopped cluster in PG_DATA with database dsjob.
+# initdb --no-sync does not fsync the files it writes; the server's own
+# settings (fsync on) are untouched. The cluster is started once to make
+# the database, on a unix socket in PG_DIR only (no TCP port to find),
+# and stopped cleanly (a checkpoint), so that a copy needs no recovery.
+_pg_template_make() {
+    if ! _pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --no-sync \
+        >"$PG_DIR/initdb.log" 2>&1; then
+        echo "pg_start: initdb failed:" >&2
+        cat "$PG_DIR/initdb.log" >&2
         return 1
     fi
-    export PG_PORT PG_DSN PG_PID
+    if ! _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/template.log" -w -t 60 \
+        -o "-c listen_addresses= -k $PG_DIR -p 5432" start >"$PG_DIR/pg_ctl.log" 2>&1; then
+        echo "pg_start: PostgreSQL did not start to make database dsjob:" >&2
+        cat "$PG_DIR/pg_ctl.log" "$PG_DIR/template.log" >&2
+        return 1
+    fi
+    _pg_bad=0
+    "$PG_BIN/psql" -X -q -h "$PG_DIR" -p 5432 -U postgres -d postgres \
+        -c 'CREATE DATABASE dsjob' >"$PG_DIR/createdb.log" 2>&1 || _pg_bad=1
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 60 stop >>"$PG_DIR/pg_ctl.log" 2>&1 || _pg_bad=1
+    if [ $_pg_bad -ne 0 ]; then
+        echo "pg_start: CREATE DATABASE dsjob, or the stop after it, failed:" >&2
+        cat "$PG_DIR/createdb.log" "$PG_DIR/pg_ctl.log" "$PG_DIR/template.log" >&2
+        return 1
+    fi
+    rm -f "$PG_DATA/postmaster.opts"
     return 0
 }
 
@@ -245,10 +281,18 @@ pg_start_again() {
 }
 
 pg_stop() {
+    _pg_signal INT
+}
+
+# _pg_signal SIG: SIG to PG_PID and wait for it to go, SIGQUIT after 20 s
+# (for INT), SIGKILL after 30 s. Gone is a zombie too: the postmaster is
+# not our child, and whoever reaps it (a container's init) may take a
+# second or more, long after it closed its files and ports.
+_pg_signal() {
     [ -n "$PG_PID" ] || return 0
-    kill -INT "$PG_PID" 2>/dev/null
+    kill -"$1" "$PG_PID" 2>/dev/null
     _i=0
-    while kill -0 "$PG_PID" 2>/dev/null; do
+    while ! _pgd_gone "$PG_PID"; do
         _i=$((_i + 1))
         if [ $_i -eq 400 ]; then
             kill -QUIT "$PG_PID" 2>/dev/null
@@ -261,8 +305,10 @@ pg_stop() {
     PG_PID=""
 }
 
+# The cluster is removed next: an immediate shutdown (SIGQUIT), without the
+# shutdown checkpoint's writes and fsyncs a fast one makes.
 pg_cleanup() {
-    pg_stop
+    _pg_signal QUIT
     if [ -n "$PG_DIR" ]; then
         rm -rf "$PG_DIR"
         PG_DIR=""
@@ -286,6 +332,7 @@ pg_skip_unless_store() {
 }
 
 _pgd_names=""
+_pgd_unwaited=""
 
 pgd_port() { eval "echo \"\$PGD_PORT_$1\""; }
 pgd_pid() { eval "echo \"\$PGD_PID_$1\""; }
@@ -299,10 +346,12 @@ pgd_launch() {
         --store postgres --pg-dsn "$PG_DSN" "$@" 2>>"$_log.stderr" &
     eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
     _pgd_names="$_pgd_names $_n"
+    _pgd_unwaited="$_pgd_unwaited $_n"
 }
 
 pgd_wait() {
     _n=$1
+    _pgd_unwaited=$(echo "$_pgd_unwaited" | sed "s/ $_n\b//g")
     _pid=$(pgd_pid "$_n")
     _log=$(pgd_log "$_n")
     _pf=$_log.port
@@ -341,11 +390,47 @@ pgd_start_all_or_bail() {
     for _sa in $_sa_names; do
         pgd_launch "$_sa" "$@"
     done
-    for _sa in $_sa_names; do
+    pgd_wait_all_or_bail
+}
+
+# pgd_wait_all_or_bail: pgd_wait for every dsjobd launched (pgd_launch) and
+# not waited for yet, e.g. several with arguments of their own launched one
+# after the other; "Bail out!" and exit 1 when one does not start.
+pgd_wait_all_or_bail() {
+    for _sa in $_pgd_unwaited; do
         pgd_wait "$_sa" || {
             echo "Bail out! dsjobd $_sa did not start"
             exit 1
         }
+    done
+}
+
+# pg_test_start [NAMES [ARG...]]: a test's usual first steps: pg_test_begin,
+# pg_start_or_bail and, given NAMES, pgd_start_all_or_bail NAMES ARG...
+pg_test_start() {
+    pg_test_begin
+    pg_start_or_bail
+    [ $# -eq 0 ] || pgd_start_all_or_bail "$@"
+}
+
+# pgd_stop_idle NAME OWNER: SIGSTOP to dsjobd NAME at a moment when its
+# writer's backend (pgd_writer_pid OWNER) is idle: stopped inside a
+# transaction, the backend would keep the rows it locked from the other
+# servers. Stopped, looked at and continued until it is (50 tries at most).
+# Sets PGD_IDLE_TRIES and PGD_IDLE_STATE (the backend's state at the stop,
+# empty without one). pgd_stop sends SIGCONT first.
+pgd_stop_idle() {
+    _si_pid=$(pgd_pid "$1")
+    _si_pg=$(pgd_writer_pid "$2")
+    PGD_IDLE_TRIES=0
+    while :; do
+        kill -STOP "$_si_pid"
+        sleep 0.1
+        PGD_IDLE_STATE=$(pg_psql -c "SELECT state FROM pg_stat_activity WHERE pid = '${_si_pg:-0}'")
+        PGD_IDLE_TRIES=$((PGD_IDLE_TRIES + 1))
+        [ "$PGD_IDLE_STATE" = idle ] || [ -z "$_si_pg" ] || [ $PGD_IDLE_TRIES -ge 50 ] && break
+        kill -CONT "$_si_pid"
+        sleep 0.05
     done
 }
 
