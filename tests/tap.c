@@ -340,3 +340,19 @@ tap_parts_end(void)
     }
     tap_nparts = 0;
 }
+
+static void
+part_fn(void *arg)
+{
+    (*(void (*const *)(void))arg)();
+}
+
+void
+tap_parts_run(void (*const fns[])(void), size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        tap_part(part_fn, (void *)&fns[i]);
+    tap_parts_end();
+}

@@ -44,5 +44,7 @@ int tap_done(void); /* prints the plan if none was given; returns the exit statu
 #define TAP_MAX_PARTS 32
 void tap_part(void (*fn)(void *), void *arg);
 void tap_parts_end(void);
+/* Each of fns[0..n) as a part, then tap_parts_end: for cases that take no argument. */
+void tap_parts_run(void (*const fns[])(void), size_t n);
 
 #endif

@@ -470,16 +470,6 @@ test_default_server(void)
     daemon_stop(&d);
 }
 
-struct part {
-    void (*fn)(void);
-};
-
-static void
-run_part(void *arg)
-{
-    ((const struct part *)arg)->fn();
-}
-
 /*
  * Each part has servers of its own; the two floods (with and without
  * aging) take seconds of the low job growing old: they run side by side.
@@ -487,19 +477,14 @@ run_part(void *arg)
 int
 main(void)
 {
-    static const struct part parts[] = {
-        {test_default_server}, {test_reject_server_wide},
+    static void (*const parts[])(void) = {
+        test_default_server, test_reject_server_wide,
 #ifdef HAVE_SQLITE
-        {test_reject_durable},
+        test_reject_durable,
 #endif
-        {test_aging},          {test_no_aging},
-        {test_gearmand2},      {test_admin_priority_denied},
+        test_aging,          test_no_aging,           test_gearmand2, test_admin_priority_denied,
     };
-    size_t i;
-
     alarm(150);
-    for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-        tap_part(run_part, (void *)&parts[i]);
-    tap_parts_end();
+    tap_parts_run(parts, sizeof(parts) / sizeof(parts[0]));
     return tap_done();
 }

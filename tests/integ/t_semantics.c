@@ -1290,16 +1290,6 @@ test_default_server(void)
     daemon_stop(&d);
 }
 
-struct part {
-    void (*fn)(void);
-};
-
-static void
-run_part(void *arg)
-{
-    ((const struct part *)arg)->fn();
-}
-
 /*
  * Each case below starts servers of its own, and most wait for a timer
  * (an epoch job, a retry backoff, a commit interval, a kept result's
@@ -1308,23 +1298,16 @@ run_part(void *arg)
 int
 main(void)
 {
-    static const struct part parts[] = {
-        {test_default_server},      {test_admin_denied},
-        {test_max_connections},     {test_max_jobs},
-        {test_max_jobs_ended},      {test_backoff_not_early},
-        {test_warning_not_failure}, {test_retries},
-        {test_slow_waiter},         {test_shutdown},
+    static void (*const parts[])(void) = {
+        test_default_server, test_admin_denied,      test_max_connections,     test_max_jobs,
+        test_max_jobs_ended, test_backoff_not_early, test_warning_not_failure, test_retries,
+        test_slow_waiter,    test_shutdown,
 #ifdef HAVE_SQLITE
-        {test_drop_pending},        {test_done_stays_done},
-        {test_refusal_order},       {test_ended_jobs},
-        {test_dead_trimmed},        {test_ended_order},
+        test_drop_pending,   test_done_stays_done,   test_refusal_order,       test_ended_jobs,
+        test_dead_trimmed,   test_ended_order,
 #endif
     };
-    size_t i;
-
     alarm(600); /* a bound for a hang, not a speed: a loaded machine is slow */
-    for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-        tap_part(run_part, (void *)&parts[i]);
-    tap_parts_end();
+    tap_parts_run(parts, sizeof(parts) / sizeof(parts[0]));
     return tap_done();
 }
