@@ -2297,6 +2297,23 @@ batch_refused(PGresult *r, const char *b)
 }
 
 /*
+ * A batch member's add refused alone: its batch is not open (or it was not
+ * inserted for that reason), so it has no row and its submitter hears why.
+ */
+static void
+member_refused(struct pend_add *a)
+{
+    a->gone = true;
+    a->conflict = false;
+    if (a->lost != NULL)
+        *a->lost = true;
+    if (a->why != NULL)
+        snprintf(a->why, STORE_ERRLEN,
+                 "postgres: batch %s is not open (no such batch on any server, or closed)",
+                 a->batch);
+}
+
+/*
  * After the INSERT of main.sql, or of adds that also write dependency
  * edges (flush_deps, which may refuse a row), in its transaction, when
  * add.sql did not join them itself (st->join_in_add; the INSERT wrote each
@@ -2352,13 +2369,7 @@ flush_joins(struct store *st, char *err)
             continue;
         arr_put(&gone, a->handle, strlen(a->handle));
         ngone++;
-        a->gone = true;
-        if (a->lost != NULL)
-            *a->lost = true;
-        if (a->why != NULL)
-            snprintf(a->why, STORE_ERRLEN,
-                     "postgres: batch %s is not open (no such batch on any server, or closed)",
-                     a->batch);
+        member_refused(a);
     }
     PQclear(r);
     if (ngone == 0) {
@@ -2607,14 +2618,7 @@ mark_refused(struct store *st, PGresult *r, int col)
         }
         if (k < nopen)
             continue;
-        a->gone = true;
-        a->conflict = false;
-        if (a->lost != NULL)
-            *a->lost = true;
-        if (a->why != NULL)
-            snprintf(a->why, STORE_ERRLEN,
-                     "postgres: batch %s is not open (no such batch on any server, or closed)",
-                     a->batch);
+        member_refused(a);
     }
     free(open);
 }
@@ -3205,14 +3209,7 @@ recover_member(struct store *st, struct pend_add *a, char *err)
         if (rc > 0)
             return DSJOB_OK;
     }
-    a->conflict = false;
-    a->gone = true;
-    if (a->lost != NULL)
-        *a->lost = true;
-    if (a->why != NULL)
-        snprintf(a->why, STORE_ERRLEN,
-                 "postgres: batch %s is not open (no such batch on any server, or closed)",
-                 a->batch);
+    member_refused(a);
     return DSJOB_OK;
 }
 
