@@ -404,20 +404,8 @@ fake_batch_admin(struct store *st, int what, const struct store_batch *sb, store
     return fn(sb, arg) == 0 ? DSJOB_OK : DSJOB_ERR_NOMEM;
 }
 
-static const struct store_ops fake_admin_ops = {
-    .name = "fake-admin",
-    .batch = fake_batch,
-    .batch_admin = fake_batch_admin,
-    .open = fake_open,
-    .add = fake_add,
-    .remove = fake_remove,
-    .flush = fake_flush,
-    .replay = fake_replay,
-    .close = fake_close,
-    .update = fake_update,
-    .set_func = fake_set_func,
-    .replay_funcs = fake_replay_funcs,
-};
+/* fake_ops with a batch admin op of its own (test_admin_early_commit sets it up). */
+static struct store_ops fake_admin_ops;
 
 static void
 fake_set_hold(bool hold)
@@ -2321,6 +2309,9 @@ test_admin_early_commit(void)
     int c, c2, a;
 
     fake_reset();
+    fake_admin_ops = fake_ops;
+    fake_admin_ops.name = "fake-admin";
+    fake_admin_ops.batch_admin = fake_batch_admin;
     rig_extra.ops = &fake_admin_ops;
     rig_start(&r, 0, 0);
     rig_extra.ops = NULL;
