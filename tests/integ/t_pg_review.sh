@@ -51,6 +51,26 @@ queued() {
         awk -F '\t' -v f="$2" -v n="$3" -v w="$4" '$1 == f && $2 == n && $NF >= w { x = 1 } END { exit !x }'
 }
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+# The gates: a trigger of the test's waits for advisory lock N, which a psql
+# session of the test holds, fed through file descriptor FD, until gate_open.
+# gate_is N t|f: lock N is held (t) or waited for (f).
+gate_is() {
+    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
+}
+# gate_hold N FD: the session takes lock N; true once it holds it.
+gate_hold() {
+    mkfifo "$T/gate$1.in"
+    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
+    track $!
+    eval "exec $2>\"\$T/gate$1.in\""
+    echo "SELECT pg_advisory_lock($1);" >&"$2"
+    poll_s 120 gate_is "$1" t
+}
+# gate_open N FD: the session lets lock N go; what waited at it goes on.
+gate_open() {
+    echo "SELECT pg_advisory_unlock($1);" >&"$2"
+    eval "exec $2>&-"
+}
 
 # --- key trigger: made in a transaction of its own ---------------------------
 is "$(q "SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_keyed'")" 0 \
@@ -65,28 +85,20 @@ q "CREATE FUNCTION public.review_take_gate() RETURNS trigger LANGUAGE plpgsql AS
    WHEN (NEW.func = 'kt' AND OLD.owner IS NULL AND NEW.owner IS NOT NULL)
    EXECUTE FUNCTION public.review_take_gate()" >/dev/null
 ok $? "the take gate installed"
-mkfifo "$T/take.in"
-pg_psql -f - <"$T/take.in" >"$T/take.out" 2>&1 &
-track $!
-exec 4>"$T/take.in"
-echo "SELECT pg_advisory_lock(4243);" >&4
-held4243() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND granted")" = 1 ]; }
-poll_s 120 held4243
+gate_hold 4243 4
 ok $? "the test's session holds the take gate's lock"
 ds a submit -b -u t1 kt one >/dev/null
 ok $? "a job of kt submitted (no worker yet)"
 "$GEARMAN" -h 127.0.0.1 -p "$(pgd_port a)" -w -f kt -- sh -c "cat >>'$T/kt.ran'; echo >>'$T/kt.ran'" \
     >/dev/null 2>&1 &
 track $!
-wait4243() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND NOT granted")" = 1 ]; }
-poll_s 120 wait4243
+poll_s 120 gate_is 4243 f
 ok $? "the lease op's take of kt waits at the take gate"
 is "$(q "SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_keyed'")" 1 "the trigger jobs_keyed is made"
 locks=$(q "SELECT count(*) FROM pg_locks WHERE relation = 'dsjob.jobs'::regclass
            AND mode = 'ShareRowExclusiveLock' AND granted")
 is "$locks" 0 "the waiting take's transaction holds no SHARE ROW EXCLUSIVE lock on dsjob.jobs"
-echo "SELECT pg_advisory_unlock(4243);" >&4
-exec 4>&-
+gate_open 4243 4
 kt_ran() { [ "$(lines "$T/kt.ran")" -ge 1 ]; }
 poll_moving 120 "lines '$T/kt.ran'" kt_ran
 ok $? "the gate opened: kt's job ran"
@@ -104,18 +116,11 @@ q "CREATE FUNCTION public.review_gate() RETURNS trigger LANGUAGE plpgsql AS
    CREATE TRIGGER review_gate BEFORE INSERT ON dsjob.jobs
    FOR EACH ROW EXECUTE FUNCTION public.review_gate()" >/dev/null
 ok $? "the gate trigger installed"
-mkfifo "$T/lock.in"
-pg_psql -f - <"$T/lock.in" >"$T/lock.out" 2>&1 &
-track $!
-exec 3>"$T/lock.in"
-echo "SELECT pg_advisory_lock(4242);" >&3
-held() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted")" = 1 ]; }
-poll_s 120 held
+gate_hold 4242 3
 ok $? "the test's session holds the gate's lock"
 ds a submit -b gate g >"$T/gate.out" 2>&1 &
 track $!
-waiting() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted")" = 1 ]; }
-poll_s 120 waiting
+poll_s 120 gate_is 4242 f
 ok $? "the writer's commit waits at the gate"
 # While it waits: two workers for kf ask for jobs (a lease op for the next
 # batch; one would count the child queued here as its job and ask for
@@ -129,8 +134,7 @@ done
 track $!
 poll_s 120 queued a kf 1 2
 ok $? "the child and kf's two workers are on a, behind the gate"
-echo "SELECT pg_advisory_unlock(4242);" >&3
-exec 3>&-
+gate_open 4242 3
 child_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'kf'")" = 1 ]; }
 poll_s 120 child_row
 ok $? "the gate opened: the child's batch committed"
@@ -161,25 +165,17 @@ q "CREATE FUNCTION public.review_bm_gate() RETURNS trigger LANGUAGE plpgsql AS
    CREATE TRIGGER review_bm_gate BEFORE INSERT ON dsjob.jobs
    FOR EACH ROW EXECUTE FUNCTION public.review_bm_gate()" >/dev/null
 ok $? "the member gate installed"
-mkfifo "$T/bm.in"
-pg_psql -f - <"$T/bm.in" >"$T/bm.lock.out" 2>&1 &
-track $!
-exec 5>"$T/bm.in"
-echo "SELECT pg_advisory_lock(4244);" >&5
-held4244() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4244 AND granted")" = 1 ]; }
-poll_s 120 held4244
+gate_hold 4244 5
 ok $? "the test's session holds the member gate's lock"
 "$RAWPEER" "$(pgd_port b)" packets 26 batch=bm1 -- 18 bm "" m1 >"$T/bm.out" 2>&1 &
 bm_pid=$!
 track $bm_pid
-wait4244() { [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4244 AND NOT granted")" = 1 ]; }
-poll_s 120 wait4244
+poll_s 120 gate_is 4244 f
 ok $? "the member's add waits at the gate"
 is "$(q "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks
           WHERE locktype = 'advisory' AND objid = 4244 AND NOT granted) x")" 1 \
     "the writer's backend terminated while the add waits"
-echo "SELECT pg_advisory_unlock(4244);" >&5
-exec 5>&-
+gate_open 4244 5
 wait "$bm_pid"
 out=$(tail -1 "$T/bm.out")
 case $out in "8 H:"*) r=0 ;; *) r=1 ;; esac
