@@ -3522,8 +3522,20 @@ pg_replay(struct store *st, store_replay_fn *fn, void *arg, char *err)
     struct store_job *jobs;
     void *mem;
     size_t n, i;
-    int rc = take_ended(st, &jobs, &n, &mem, err);
+    unsigned tries = 0;
+    int rc;
 
+    /*
+     * The take runs beside other servers' starts and renewals, which take
+     * the same rows: one that PostgreSQL refused for a deadlock or a
+     * serialization failure rolled back whole and goes again at once,
+     * --pg-conflict-retries times, as a batch of ends does, rather than
+     * end the start.
+     */
+    st->sqlstate[0] = '\0';
+    while ((rc = take_ended(st, &jobs, &n, &mem, err)) == DSJOB_ERR_STORE && !conn_lost(st) &&
+           lock_conflict(st) && tries++ < st->conflict_retries)
+        st->sqlstate[0] = '\0';
     for (i = 0; i < n && rc == DSJOB_OK; i++)
         if (fn(&jobs[i], arg) != 0)
             rc = store_say(err, DSJOB_ERR_NOMEM, "postgres: replay stopped at job %s",

@@ -57,10 +57,11 @@
 #                     answer and exits 0. Any other answer goes on to the test.
 #   pgd_start NAME [ARG...]
 #                     starts dsjobd -L 127.0.0.1 -p 0 --store postgres
-#                     --pg-dsn "$PG_DSN" with ARGs, waits (10 s at most) for
-#                     its port file; sets PGD_PORT_<NAME>, PGD_PID_<NAME>,
-#                     PGD_LOG_<NAME> (its stderr goes to PGD_LOG_<NAME>.stderr). Returns 1 with its log on stderr if it
-#                     did not start.
+#                     --pg-dsn "$PG_DSN" with ARGs, waits (120 s at most,
+#                     while it runs) for its port file; sets PGD_PORT_<NAME>,
+#                     PGD_PID_<NAME>, PGD_LOG_<NAME> (its stderr goes to
+#                     PGD_LOG_<NAME>.stderr). Returns 1, with the end of its
+#                     log and stderr as TAP comments, if it did not start.
 #   pgd_start_or_bail NAME [ARG...]
 #                     pgd_start, or `Bail out!` and exit 1
 #   pgd_launch NAME [ARG...], pgd_wait NAME
@@ -361,8 +362,10 @@ pgd_wait() {
         _i=$((_i + 1))
     done
     if [ ! -s "$_pf" ]; then
-        echo "pgd_start $_n: dsjobd did not write its port file; its log and stderr:" >&2
-        cat "$_log" "$_log.stderr" >&2
+        # On stdout, as TAP comments: the test's log (and CI's tail of it)
+        # then says why, next to the check that failed.
+        echo "# pgd_start $_n: dsjobd did not write its port file; the end of its log and stderr:"
+        tail -n 20 "$_log" "$_log.stderr" 2>&1 | sed 's/^/#   /'
         return 1
     fi
     eval "PGD_PORT_$_n=$(cat "$_pf")"
