@@ -12,6 +12,12 @@
 #             the dead job of a (killed with -9) and shows it
 #   bounded   more conflicts than --pg-conflict-retries 1: dsjobd c does
 #             not start, and says why
+#   recheck   the take waits for an ownerless dead job's row that a
+#             session of the test takes first, then checks the row again:
+#             it read the starts it deleted through a subquery, which
+#             PostgreSQL refused there ("ModifyTable should not be called
+#             during EvalPlanQual"), and dsjobd d did not start. Seen when
+#             three servers started together (t_pg_workflow, in CI).
 # Every wait is for an event, bounded by 120 s of nothing moving.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -98,4 +104,33 @@ grep -q "replaying the store: postgres: taking the dead set and kept results: ER
     "$(pgd_log c).stderr"
 ok $? "and says why on stderr: $(head -1 "$(pgd_log c).stderr")"
 eval "PGD_PID_c="
+
+# --- recheck --------------------------------------------------------------------------
+# The dead job has no owner, as a server stopped with SIGTERM leaves its
+# dead set (give_back.sql). A session of the test takes it, as another
+# start's take does, and holds its transaction: d's take waits for the row,
+# then checks it again once the session commits (PostgreSQL's
+# EvalPlanQual), and must leave it to the session.
+arm 0
+q "UPDATE dsjob.jobs SET owner = NULL WHERE handle = '$h'" >/dev/null
+mkfifo "$T/s.in"
+pg_psql -f - <"$T/s.in" >"$T/s.out" 2>&1 &
+track $!
+exec 4>"$T/s.in"
+echo "BEGIN; UPDATE dsjob.jobs SET owner = 'another start' WHERE handle = '$h' RETURNING handle;" >&4
+held() { grep -q "^$h\$" "$T/s.out"; }
+poll_s 120 held
+ok $? "the test's session takes the dead job and holds its transaction"
+pgd_launch d --job-retries 0 --max-dead 10
+waits() {
+    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted")" = 1 ]
+}
+poll_s 120 waits
+ok $? "d's take waits for that row"
+echo "COMMIT;" >&4
+exec 4>&-
+pgd_wait d
+ok $? "once the session commits, d checks the row again and starts"
+is "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h'")" "another start" \
+    "the job stays with the session that took it first"
 done_testing
