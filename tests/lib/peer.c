@@ -52,15 +52,10 @@ poll_pause(int *pause_ms)
 }
 
 /*
- * If bin is a libtool wrapper script (server/dsjobd in the build tree while
- * libdsjobserver is not installed), the program it runs, .libs/NAME beside
- * it, goes to real, and the wrapper's library directories are put in front
- * of LD_LIBRARY_PATH, as the wrapper does on every run (a bash, a cd and a
- * sed: half a second a start on a loaded machine). Returns false, leaving
- * everything alone, for anything else.
+ * peer_unwrap_libtool (peer.h): the program behind a libtool wrapper.
  */
-static bool
-unwrap_libtool(const char *bin, char *real, size_t cap)
+bool
+peer_unwrap_libtool(const char *bin, char *real, size_t cap)
 {
     char buf[16384], libs[4096];
     const char *slash = strrchr(bin, '/'), *p, *q, *key = "LD_LIBRARY_PATH=\"";
@@ -123,7 +118,7 @@ daemon_start(struct daemon *d, const char *const *extra)
     }
     if (bin == NULL)
         bin = "server/dsjobd";
-    if (unwrap_libtool(bin, real, sizeof(real)))
+    if (peer_unwrap_libtool(bin, real, sizeof(real)))
         bin = real;
     snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
