@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -180,11 +181,21 @@ daemon_alive(struct daemon *d)
     return false;
 }
 
+/* nftw's callback for daemon_stop: removes each entry, the directories last. */
+static int
+remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* The daemon's directory goes with nftw, not a shell and an rm per stop. */
 int
 daemon_stop(struct daemon *d)
 {
     int status = 0, waited = 0, pause = 0;
-    char cmd[300];
 
     if (d->pid == 0)
         return 0;
@@ -204,11 +215,8 @@ daemon_stop(struct daemon *d)
     }
     d->pid = 0;
     d->exited = false;
-    if (getenv("DSJOB_KEEP_TMP") == NULL) {
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
-        if (system(cmd) != 0)
-            tap_diag("could not remove %s", d->dir);
-    }
+    if (getenv("DSJOB_KEEP_TMP") == NULL && nftw(d->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        tap_diag("could not remove %s: %s", d->dir, strerror(errno));
     return status == -1 ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
