@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 import socket
-import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import Error, JobFailed, NoServer, Refused, Timeout
+
+if TYPE_CHECKING:
+    import ssl
 
 _HEX = re.compile(rb"\\x([0-9a-fA-F]{2})")
 

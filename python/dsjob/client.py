@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import itertools
 import queue
-import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import _dsjob, admin
 from ._errors import Error, JobFailed, NoServer, Refused
 from ._util import priority as _priority
 from ._util import server_list, timeout_ms, to_bytes
+
+if TYPE_CHECKING:
+    import ssl
 
 
 @dataclass
@@ -37,6 +39,9 @@ class TLS:
         return f
 
     def context(self) -> ssl.SSLContext:
+        """An ssl.SSLContext of these settings, for the admin connections."""
+        import ssl  # here: most programs never open an admin connection over TLS
+
         ctx = ssl.create_default_context(cafile=self.ca_file)
         if self.cert_file:
             ctx.load_cert_chain(self.cert_file, self.key_file)

@@ -4,7 +4,13 @@ the C producer (and a failed shard is resubmitted), the C consumer, PHP's
 consume.php and Perl's consume.pl read the Python producer, the Python
 consumer reads produce.sh under `dsjob worker --stream`, and the Python
 client gets results from a libgearman worker (the gearman tool). Every row
-is compared with what `dataset-producer --print` makes locally."""
+is compared with what `dataset-producer --print` makes locally.
+
+The tests that read the Python producer (and the libgearman worker's) share
+one server of each kind with two producers registered (python_dataset,
+started once for the module): only the consumers change from test to test. The tests whose own producers must
+be the only ones (the C producer that fails a shard, produce.sh) start a
+server of their own."""
 
 from __future__ import annotations
 
@@ -15,11 +21,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 import dsjob
-from conftest import PATIENCE, TOP_BUILDDIR, TOP_SRCDIR, program, registered, start_dsjobd, wait_for
+from conftest import (PATIENCE, TOP_BUILDDIR, TOP_SRCDIR, Proc, program, registered, start_dsjobd,
+                      start_gearmand, wait_for)
 
 EX = TOP_SRCDIR / "examples" / "python"
 PRODUCER_C = program(TOP_BUILDDIR / "examples" / "dataset-producer")
@@ -119,6 +127,24 @@ def py_producers(procs: Procs, addr: str, n: int) -> None:
     wait_for(lambda: registered(addr, "dataset.shard", 2 * n), f"{n} Python producers")
 
 
+@pytest.fixture(scope="module", params=["dsjobd", "gearmand"])
+def python_dataset(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A dsjobd (no kept results: PHP's and Perl's consumers submit the same
+    unique keys) or a gearmand 1.1.20 with two Python producers registered,
+    shared by the tests that only consume: each consumer runs foreground
+    jobs to the end, so nothing of one test is left for the next."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    s = start_dsjobd(tmp) if request.param == "dsjobd" else start_gearmand(tmp)
+    ps = Procs()
+    try:
+        py_producers(ps, s.addr, 2)
+        yield s
+    finally:
+        ps.stop_all()
+        s.stop()
+
+
 def consumer_py(addr: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(EX / "dataset_consumer.py"), "-s", addr,
                            "-n", str(SHARDS), "-r", str(ROWS), "--seed", str(SEED), *extra],
@@ -139,9 +165,8 @@ def test_dispatch_server_example_work_dir(tmp_path) -> None:
     assert (tmp_path / "dsjobd.db").exists()
 
 
-def test_python_consumer_python_producer(server, procs) -> None:
-    py_producers(procs, server.addr, 2)
-    r = consumer_py(server.addr)
+def test_python_consumer_python_producer(python_dataset) -> None:
+    r = consumer_py(python_dataset.addr)
     assert r.returncode == 0, r.stderr.decode()
     assert_dataset(r.stdout)
 
@@ -160,25 +185,23 @@ def test_python_consumer_reads_c_producer_and_resubmits(server, procs, tmp_path)
     assert len(drops) == 1, marks
 
 
-def test_c_consumer_reads_python_producer(server, procs) -> None:
+def test_c_consumer_reads_python_producer(python_dataset) -> None:
     expected()
-    py_producers(procs, server.addr, 2)
-    r = subprocess.run([str(CONSUMER_C), "-s", server.addr, "-n", str(SHARDS), "-r", str(ROWS),
-                        "--seed", str(SEED)], capture_output=True, timeout=120)
+    r = subprocess.run([str(CONSUMER_C), "-s", python_dataset.addr, "-n", str(SHARDS), "-r",
+                        str(ROWS), "--seed", str(SEED)], capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     assert_dataset(r.stdout)
 
 
-def test_python_producer_exception_text(dsjobd, procs) -> None:
-    py_producers(procs, dsjobd.addr, 1)
+def test_python_producer_exception_text(python_dataset) -> None:
     with pytest.raises(dsjob.JobFailed) as e:
-        dsjob.Client(dsjobd.addr).submit("dataset.shard", b'{"dataset":"demo","shard":9,'
-                                         b'"shards":8,"seed":1}')
+        dsjob.Client(python_dataset.addr).submit("dataset.shard", b'{"dataset":"demo","shard":9,'
+                                                 b'"shards":8,"seed":1}')
     assert e.value.text == "ValueError: 'shard' must be a number below 'shards'"
 
 
 @pytest.mark.parametrize("lang", ["php", "perl"])
-def test_php_and_perl_clients_read_python_producer(server, procs, lang) -> None:
+def test_php_and_perl_clients_read_python_producer(python_dataset, lang) -> None:
     expected()
     if lang == "php":
         if subprocess.run(["php", "-r", 'exit(class_exists("GearmanClient") ? 0 : 1);'],
@@ -190,8 +213,7 @@ def test_php_and_perl_clients_read_python_producer(server, procs, lang) -> None:
                           capture_output=True).returncode != 0:
             pytest.skip("Perl Gearman::Client is not installed")
         cmd = ["perl", str(TOP_SRCDIR / "examples" / "perl" / "consume.pl")]
-    py_producers(procs, server.addr, 2)
-    r = subprocess.run([*cmd, server.addr, "demo", str(SHARDS), str(ROWS), str(SEED)],
+    r = subprocess.run([*cmd, python_dataset.addr, "demo", str(SHARDS), str(ROWS), str(SEED)],
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     assert_dataset(r.stdout)
@@ -209,7 +231,8 @@ def test_python_consumer_reads_produce_sh_under_dsjob_worker(server, procs) -> N
     assert_dataset(r.stdout)
 
 
-def test_python_client_to_libgearman_worker(server, procs) -> None:
+def test_python_client_to_libgearman_worker(python_dataset, procs) -> None:
+    server = python_dataset
     gearman = os.environ.get("GEARMAN") or shutil.which("gearman")
     if not gearman:
         pytest.skip("the gearman tool (libgearman) is not installed")

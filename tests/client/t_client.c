@@ -409,9 +409,11 @@ static bool
 daemon_start_on(struct daemon *d, const char *listen_addr, const char *port)
 {
     const char *bin = getenv("DSJOBD") ? getenv("DSJOBD") : "server/dsjobd";
-    char portfile[300], logfile[300];
+    char portfile[300], logfile[300], real[4096];
     int i;
 
+    if (peer_unwrap_libtool(bin, real, sizeof(real)))
+        bin = real; /* the program, not libtool's wrapper (as daemon_start) */
     memset(d, 0, sizeof(*d));
     snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");

@@ -4,6 +4,11 @@
  * and records every handle it is given; dsjobd with the SQLite store is
  * killed with SIGKILL while the client is still submitting; after a
  * restart every recorded job must run, and none twice.
+ *
+ * make check kills dsjobd after KILL_AFTER acknowledgements (500); make
+ * check-long's t_crash_lg_long, the same source, after 3,000, enough
+ * single-job commits for SQLite's automatic WAL checkpoints (every 1,000
+ * pages) to have run before the kill.
  */
 #include "config.h"
 
@@ -21,12 +26,28 @@
 #include "tap.h"
 
 #define MAX_JOBS 200000
-#define KILL_AFTER 3000
+#ifndef KILL_AFTER
+#define KILL_AFTER 500
+#endif
 
 static char (*acked)[GEARMAN_JOB_HANDLE_SIZE];
 static atomic_int nacked;
 static atomic_bool stop;
 static int port;
+/* The submitter tells main when KILL_AFTER jobs are acknowledged, or it stopped. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reached = PTHREAD_COND_INITIALIZER;
+static bool submitter_done;
+
+static void
+tell_main(bool done)
+{
+    pthread_mutex_lock(&lock);
+    if (done)
+        submitter_done = true;
+    pthread_cond_signal(&reached);
+    pthread_mutex_unlock(&lock);
+}
 
 static void *
 submitter(void *arg)
@@ -46,9 +67,11 @@ submitter(void *arg)
             GEARMAN_SUCCESS)
             break; /* the server is gone */
         memcpy(acked[atomic_load(&nacked)], handle, sizeof(handle));
-        atomic_fetch_add(&nacked, 1);
+        if (atomic_fetch_add(&nacked, 1) + 1 == KILL_AFTER)
+            tell_main(false);
     }
     gearman_client_free(cl);
+    tell_main(true);
     return NULL;
 }
 
@@ -77,8 +100,10 @@ main(void)
     daemon_start(&d, args);
     port = d.port;
     pthread_create(&t, NULL, submitter, NULL);
-    while (atomic_load(&nacked) < KILL_AFTER)
-        usleep(1000);
+    pthread_mutex_lock(&lock);
+    while (atomic_load(&nacked) < KILL_AFTER && !submitter_done)
+        pthread_cond_wait(&reached, &lock);
+    pthread_mutex_unlock(&lock);
     kill(d.pid, SIGKILL);
     waitpid(d.pid, NULL, 0);
     d.pid = 0;

@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -52,15 +53,10 @@ poll_pause(int *pause_ms)
 }
 
 /*
- * If bin is a libtool wrapper script (server/dsjobd in the build tree while
- * libdsjobserver is not installed), the program it runs, .libs/NAME beside
- * it, goes to real, and the wrapper's library directories are put in front
- * of LD_LIBRARY_PATH, as the wrapper does on every run (a bash, a cd and a
- * sed: half a second a start on a loaded machine). Returns false, leaving
- * everything alone, for anything else.
+ * peer_unwrap_libtool (peer.h): the program behind a libtool wrapper.
  */
-static bool
-unwrap_libtool(const char *bin, char *real, size_t cap)
+bool
+peer_unwrap_libtool(const char *bin, char *real, size_t cap)
 {
     char buf[16384], libs[4096];
     const char *slash = strrchr(bin, '/'), *p, *q, *key = "LD_LIBRARY_PATH=\"";
@@ -123,7 +119,7 @@ daemon_start(struct daemon *d, const char *const *extra)
     }
     if (bin == NULL)
         bin = "server/dsjobd";
-    if (unwrap_libtool(bin, real, sizeof(real)))
+    if (peer_unwrap_libtool(bin, real, sizeof(real)))
         bin = real;
     snprintf(d->dir, sizeof(d->dir), "%s/dsjob-t.XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -185,11 +181,21 @@ daemon_alive(struct daemon *d)
     return false;
 }
 
+/* nftw's callback for daemon_stop: removes each entry, the directories last. */
+static int
+remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* The daemon's directory goes with nftw, not a shell and an rm per stop. */
 int
 daemon_stop(struct daemon *d)
 {
     int status = 0, waited = 0, pause = 0;
-    char cmd[300];
 
     if (d->pid == 0)
         return 0;
@@ -209,11 +215,8 @@ daemon_stop(struct daemon *d)
     }
     d->pid = 0;
     d->exited = false;
-    if (getenv("DSJOB_KEEP_TMP") == NULL) {
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
-        if (system(cmd) != 0)
-            tap_diag("could not remove %s", d->dir);
-    }
+    if (getenv("DSJOB_KEEP_TMP") == NULL && nftw(d->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        tap_diag("could not remove %s: %s", d->dir, strerror(errno));
     return status == -1 ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 

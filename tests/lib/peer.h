@@ -51,6 +51,16 @@ int daemon_stop(struct daemon *d);
 /* daemon_alive tells whether the child is still running; one that exited is reaped. */
 bool daemon_alive(struct daemon *d);
 
+/*
+ * peer_unwrap_libtool: if bin is a libtool wrapper script (server/dsjobd in
+ * the build tree while libdsjobserver is not installed), the program it
+ * runs, .libs/NAME beside it, goes to real, and the wrapper's library
+ * directories are put in front of LD_LIBRARY_PATH, as the wrapper does on
+ * every run (a bash, an ls and three seds: half a second a start on a loaded
+ * machine). Returns false, leaving everything alone, for anything else.
+ */
+bool peer_unwrap_libtool(const char *bin, char *real, size_t cap);
+
 /* peer_connect connects to 127.0.0.1:port; bails out on failure. */
 int peer_connect(int port);
 
