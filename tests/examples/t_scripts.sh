@@ -45,7 +45,10 @@ consume() { # consume NAME: consume.sh's output in $d/NAME.out, its status in $r
     rc=$?
 }
 
-saved_all() { # the 8 shards' files are in $d/saved (save.sh moves each there when it is whole)
+saved_all() { # waits until the 8 shards' files are in $d/saved (save.sh moves each there when it is whole)
+    for _s in 0 1 2 3 4 5 6 7; do
+        await_file "$d/saved/demo-$_s-of-8.tsv" || return 1
+    done
     set -- "$d"/saved/*.tsv
     [ $# -eq 8 ] && [ -f "$1" ]
 }
@@ -100,7 +103,7 @@ printf '%s' "\$spec" | exec "$SCRIPTS/save.sh" "\$@"
 EOF
     chmod +x "$d/save-logged.sh"
     bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dataset.save -- "$d/save-logged.sh" "$d/saved"
-    check "a save.sh worker saves the 8 shards" poll saved_all
+    check "a save.sh worker saves the 8 shards" saved_all
     same "$(head -n 1 "$d/order")" 0 "-p high: shard 0 is saved first, before the -p low ones"
     for f in "$d"/saved/demo-*-of-8.tsv; do
         s=${f##*/demo-}

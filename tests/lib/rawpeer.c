@@ -27,6 +27,21 @@
  *   rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]...
  *       as packet, for each request in turn on one connection (each
  *       answered before the next goes), a line per answer.
+ *   rawpeer PORT until-admin LINE WANT
+ *   rawpeer PORT until-packet WANT TYPE [ARG...]
+ *       a shell poll in one process: asks as admin or packet does, again
+ *       and again (every 20 ms for a second, then every 100 ms), until a
+ *       line of the answer is WANT (where a '*' stands for any
+ *       characters: "FUNC\t*" or "* : FUNC"), at most 120 s (or
+ *       $RAWPEER_UNTIL_S); exit 0 once it is, else 1 (and the last answer
+ *       on stderr). A try that cannot connect or is cut short is tried
+ *       again.
+ *   rawpeer until-file FILE [TEXT [PID]]
+ *       the same for a file: until FILE holds TEXT (an empty TEXT: until
+ *       it is not empty; no TEXT: until it exists); exit 1 also as soon
+ *       as process PID is gone (or a zombie), after a last look at FILE.
+ *   rawpeer until-lines FILE N
+ *       the same, until FILE has N lines or more.
  *   rawpeer PORT batchpipe ID N FUNCTION
  *       on one connection, in one write: OPTION_REQ batch=ID and N
  *       SUBMIT_JOB_BG of FUNCTION (payloads 1..N); at once after it, on a
@@ -48,6 +63,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,7 +131,7 @@ put32(char *p, uint32_t v)
     p[3] = (char)v;
 }
 
-static int do_packet(int fd, int argc, char **argv);
+static int do_packet(int fd, int argc, char **argv, FILE *out);
 
 /* Each "--"-separated request of argv, on fd, one after the other. */
 static int
@@ -126,7 +142,7 @@ do_packets(int fd, int argc, char **argv)
     for (i = 0; i <= argc; i++) {
         if (i < argc && strcmp(argv[i], "--") != 0)
             continue;
-        if (i > from && (rc = do_packet(fd, i - from, argv + from)) != 0)
+        if (i > from && (rc = do_packet(fd, i - from, argv + from, stdout)) != 0)
             return rc;
         from = i + 1;
     }
@@ -134,7 +150,7 @@ do_packets(int fd, int argc, char **argv)
 }
 
 static int
-do_packet(int fd, int argc, char **argv)
+do_packet(int fd, int argc, char **argv, FILE *out)
 {
     size_t len = 0, off = 12, i;
     unsigned char h[12];
@@ -167,15 +183,15 @@ do_packet(int fd, int argc, char **argv)
     for (i = 0; i < n; i++)
         if (d[i] == '\0')
             d[i] = '|';
-    printf("%lu ", (unsigned long)get32(h + 4));
-    fwrite(d, 1, n, stdout);
-    putchar('\n');
+    fprintf(out, "%lu ", (unsigned long)get32(h + 4));
+    fwrite(d, 1, n, out);
+    putc('\n', out);
     free(d);
     return 0;
 }
 
 static int
-do_admin(int fd, const char *line)
+do_admin(int fd, const char *line, FILE *out)
 {
     int listing = strncmp(line, "show dead", 9) == 0 || strncmp(line, "show jobs", 9) == 0;
     int result = strncmp(line, "show result", 11) == 0;
@@ -197,13 +213,13 @@ do_admin(int fd, const char *line)
         if (result && sscanf(l, "OK %63s %lu %*u %*u %*u%n", st, &size, &used) == 2 && used > 0 &&
             strcmp(l + used, "\n") == 0) {
             /* The result's bytes and the newline after them. */
-            fputs(l, stdout);
+            fputs(l, out);
             for (i = 0; i < size + 1; i++) {
                 int c = getc(in);
 
                 if (c == EOF)
                     break;
-                putchar(c);
+                putc(c, out);
             }
             break;
         }
@@ -211,7 +227,7 @@ do_admin(int fd, const char *line)
             l[n - 2] = '\n';
             l[n - 1] = '\0';
         }
-        fputs(l, stdout);
+        fputs(l, out);
         if (strcmp(l, ".\n") == 0 ||
             ((strncmp(l, "OK", 2) == 0 || strncmp(l, "ERR", 3) == 0) && !listing))
             break;
@@ -437,6 +453,162 @@ do_batchpipe(const char *port, const char *id, unsigned n, const char *func)
     return 0;
 }
 
+/* until-admin, until-packet, until-file: a shell poll loop in one process. */
+#define UNTIL_BOUND_S 120
+
+/* Whether a line of buf (len bytes) is want, where a '*' (the first) stands
+ * for any characters. */
+static int
+has_line(const char *buf, size_t len, const char *want)
+{
+    const char *star = strchr(want, '*'), *p = buf, *end = buf + len;
+    size_t head = star ? (size_t)(star - want) : strlen(want), tail = star ? strlen(star + 1) : 0;
+
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+        if (star ? n >= head + tail && memcmp(p, want, head) == 0 &&
+                       memcmp(p + n - tail, star + 1, tail) == 0
+                 : n == head && memcmp(p, want, head) == 0)
+            return 1;
+        p += n + 1;
+    }
+    return 0;
+}
+
+/* One try of until-admin or until-packet, in a child (a connection that fails exits it):
+ * 0 when want is a line of the answer, else 1; the answer in last. */
+static int
+until_try(const char *port, int admin, char **argv, int argc, const char *want, char *last,
+          size_t lastcap)
+{
+    int p[2], st;
+    pid_t pid;
+    size_t got = 0;
+    ssize_t r;
+
+    if (pipe(p) != 0 || (pid = fork()) < 0)
+        exit(3);
+    if (pid == 0) {
+        FILE *out = fdopen(p[1], "w");
+
+        close(p[0]);
+        alarm(RAWPEER_BOUND_S);
+        if (out == NULL)
+            _exit(3);
+        if (admin)
+            do_admin(connect_port(port), argv[0], out);
+        else
+            do_packet(connect_port(port), argc, argv, out);
+        fclose(out);
+        _exit(0);
+    }
+    close(p[1]);
+    while (got + 1 < lastcap && (r = read(p[0], last + got, lastcap - 1 - got)) > 0)
+        got += (size_t)r;
+    last[got] = '\0';
+    close(p[0]);
+    while (waitpid(pid, &st, 0) < 0)
+        ;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && has_line(last, got, want) ? 0 : 1;
+}
+
+/* Whether the file holds text (text empty: is not empty; NULL: exists). */
+static int
+file_has(const char *path, const char *text)
+{
+    static char buf[1 << 20];
+    size_t n;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (text == NULL)
+        return 1;
+    return *text == '\0' ? n > 0 : memmem(buf, n, text, strlen(text)) != NULL;
+}
+
+/* Whether the file has n lines or more. */
+static int
+file_lines(const char *path, long n)
+{
+    char buf[65536];
+    size_t r;
+    long lines = 0;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL)
+        return n <= 0;
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
+        for (size_t i = 0; i < r; i++)
+            lines += buf[i] == '\n';
+    fclose(f);
+    return lines >= n;
+}
+
+/* Whether process pid is gone or a zombie. */
+static int
+gone(long pid)
+{
+    char path[64], st[512], *rp;
+    FILE *f;
+    size_t n;
+
+    if (kill((pid_t)pid, 0) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    n = fread(st, 1, sizeof(st) - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    rp = strrchr(st, ')');
+    return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static int
+do_until(int argc, char **argv)
+{
+    struct timespec t0, now, fast = {0, 20 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
+    static char last[65536];
+    const char *env = getenv("RAWPEER_UNTIL_S");
+    long bound = env != NULL && atol(env) > 0 ? atol(env) : UNTIL_BOUND_S;
+    int tries;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (tries = 0;; tries++) {
+        int met;
+
+        if (strcmp(argv[1], "until-lines") == 0) {
+            met = file_lines(argv[2], strtol(argv[3], NULL, 10));
+        } else if (strcmp(argv[1], "until-file") == 0) {
+            long pid = argc > 4 ? strtol(argv[4], NULL, 10) : 0;
+            int dead = pid > 0 && gone(pid);
+
+            met = file_has(argv[2], argc > 3 ? argv[3] : NULL);
+            if (met || dead)
+                return met ? 0 : 1;
+        } else if (strcmp(argv[2], "until-admin") == 0) {
+            met = until_try(argv[1], 1, argv + 3, 1, argv[4], last, sizeof(last)) == 0;
+        } else {
+            met = until_try(argv[1], 0, argv + 4, argc - 4, argv[3], last, sizeof(last)) == 0;
+        }
+        if (met)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec >= bound) {
+            if (last[0] != '\0')
+                fprintf(stderr, "rawpeer: after %ld s the last answer was:\n%s", bound, last);
+            return 1;
+        }
+        nanosleep(tries < 50 ? &fast : &slow, NULL);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -446,6 +618,11 @@ main(int argc, char **argv)
         return do_free_port();
     if (argc == 3 && strcmp(argv[2], "listening") == 0)
         return do_listening(argv[1]);
+    if ((argc >= 3 && argc <= 5 && strcmp(argv[1], "until-file") == 0) ||
+        (argc == 4 && strcmp(argv[1], "until-lines") == 0) ||
+        (argc == 5 && strcmp(argv[2], "until-admin") == 0) ||
+        (argc >= 5 && strcmp(argv[2], "until-packet") == 0))
+        return do_until(argc, argv);
     if (argc == 6 && strcmp(argv[2], "batchpipe") == 0) {
         signal(SIGALRM, on_alarm);
         alarm(RAWPEER_BOUND_S);
@@ -460,17 +637,21 @@ main(int argc, char **argv)
     }
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
-        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
-                        "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
-                        "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
-                        "       rawpeer PORT batchpipe ID N FUNCTION |\n"
-                        "       rawpeer PORT listening | rawpeer free-port\n");
+        fprintf(stderr,
+                "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
+                "       rawpeer PORT until-admin LINE WANT |\n"
+                "       rawpeer PORT until-packet WANT TYPE [ARG...] |\n"
+                "       rawpeer until-file FILE [TEXT [PID]] | rawpeer until-lines FILE N |\n"
+                "       rawpeer PORT batchpipe ID N FUNCTION |\n"
+                "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }
     signal(SIGALRM, on_alarm);
     alarm(RAWPEER_BOUND_S);
     fd = connect_port(argv[1]);
     if (strcmp(argv[2], "packet") == 0)
-        return do_packet(fd, argc - 3, argv + 3);
-    return do_admin(fd, argv[3]);
+        return do_packet(fd, argc - 3, argv + 3, stdout);
+    return do_admin(fd, argv[3], stdout);
 }

@@ -71,7 +71,12 @@ packets() {
         _e=-e
         shift
     fi
-    timeout -k 5 30 perl "$RAW_CLIENT" $_e "$SERVER_PORT" "$@" | paste -sd '|' -
+    # (raw_client.pl bounds itself: alarm 30)
+    perl "$RAW_CLIENT" $_e "$SERVER_PORT" "$@" | {
+        _p=
+        while IFS= read -r _l; do _p=${_p:+$_p|}$_l; done
+        printf '%s\n' "$_p"
+    }
 }
 
 # tsv_is FUNC LINE: FUNC's row of `dsjob status --format tsv` is LINE.
@@ -84,15 +89,15 @@ has() {
     grep -q -e "$1" "$2" 2>/dev/null
 }
 
-# Waits (bounded) for a tracked process to end; its exit status.
+# Waits for a tracked process to end (each is bounded by its timeout(1));
+# its exit status.
 wait_bounded() {
-    _i=0
-    while kill -0 "$1" 2>/dev/null && [ $_i -lt 200 ]; do
-        sleep 0.05
-        _i=$((_i + 1))
-    done
     wait "$1"
 }
+
+# go_wait FILE: in a worker's command, waits (10 s at most) until the test
+# makes FILE, in one process (tests/lib/rawpeer.c) rather than a sleep a try.
+GO_WAIT="RAWPEER_UNTIL_S=10 '$RAWPEER' until-file"
 
 # json EXPR [ARG]... < JSON: true if the perl EXPR holds for the decoded
 # array $j (ARGs in @a).
@@ -137,7 +142,7 @@ checks() {
     c=$!
     track $c
     check "submit: a WORK_DATA chunk reaches stdout before the job ends" \
-        poll has chunk1 "$d/stream.out"
+        await_file "$d/stream.out" chunk1
     touch "$d/go"
     wait_bounded $c
     rc=$?
@@ -157,25 +162,24 @@ checks() {
     rc=$?
     same "$rc" "1" "worker: a command exiting 3 is a failed job for the client"
     check "worker: the command's stderr passes through; the exit status is reported" \
-        poll sh -c "grep -q 'from the command' '$d/exitw.err' && grep -q 'exited with status 3' '$d/exitw.err'"
+        eval 'await_file "$d/exitw.err" "from the command" && await_file "$d/exitw.err" "exited with status 3"'
     dsw -f t_sig -- sh -c 'kill -9 $$' 2>"$d/sig.err"
     ds submit t_sig x >/dev/null 2>&1
     rc=$?
     same "$rc" "1" "worker: a command killed by a signal is a failed job"
     check "worker: the death by signal is reported on the worker's stderr" \
-        poll has "killed by signal 9" "$d/sig.err"
+        await_file "$d/sig.err" "killed by signal 9"
 
     # --- worker --stream, --chunk, --warnings, the failure text ------
     # A line goes out as it is written: the command writes its second line
     # only once the client has the first (or "late" after 10 s).
-    dsw --stream -f t_stream -- sh -c "cat >/dev/null; echo one; i=0
-        while [ ! -e '$d/sw.go' ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+    dsw --stream -f t_stream -- sh -c "cat >/dev/null; echo one; $GO_WAIT '$d/sw.go'
         [ -e '$d/sw.go' ] && echo two || echo late; printf tail"
     ds submit t_stream x >"$d/sw.out" 2>"$d/sw.err" &
     c=$!
     track $c
     check "worker --stream: the first line reaches submit's stdout while the command runs" \
-        poll has one "$d/sw.out"
+        await_file "$d/sw.out" one
     touch "$d/sw.go"
     wait_bounded $c
     rc=$?
@@ -192,7 +196,7 @@ checks() {
     same "$(packets t_warn x)" 'WARNING w1\n|WARNING w2 no newline|COMPLETE result' \
         "worker --warnings: each stderr line a WORK_WARNING; without --stream the result as before"
     check "worker --warnings: stderr is still copied to the worker's own stderr" \
-        poll sh -c "grep -qx w1 '$d/warnw.err' && grep -q 'w2 no newline' '$d/warnw.err'"
+        eval 'await_file "$d/warnw.err" "w2 no newline" && grep -qx w1 "$d/warnw.err"'
     dsw --warnings -f t_wfail -- sh -c "cat >/dev/null; echo e1 >&2; exit 2" 2>/dev/null
     same "$(packets t_wfail x)" "WARNING e1\\n|WARNING 'sh' exited with status 2\\n|FAIL " \
         "worker --warnings: a failure's own WORK_WARNING has the status line only"
@@ -271,7 +275,7 @@ checks() {
             ReuseAddr => 1) or die; open(my $f, ">", $ARGV[0]) or die; print $f $l->sockport;
         close $f; my $c = $l->accept; sleep 8' "$d/mute.port" &
     track $!
-    check "a mute listener is up" poll test -s "$d/mute.port"
+    check "a mute listener is up" await_file "$d/mute.port" ""
     timeout 20 "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
     rc=$?
     [ $rc -eq 1 ] && grep -q "no complete reply" "$d/mute.err"
@@ -309,7 +313,7 @@ checks() {
     # Until it says it retries (120 s at most), then stopped: it would retry for ever.
     timeout -k 5 180 "$DSJOB" -s "127.0.0.1:$(closed_port)" worker -f x -- cat 2>"$d/wdown.err" &
     wdown=$!
-    poll grep -q "retrying" "$d/wdown.err"
+    await_file "$d/wdown.err" retrying
     kill "$wdown" 2>/dev/null
     wait "$wdown" 2>/dev/null
     grep -q "retrying" "$d/wdown.err"
@@ -327,7 +331,7 @@ checks() {
     ds jobs --format tsv | grep -q "^$h	"
     ok $? "$K: jobs lists the background job's handle"
     dsw -f t_bg -- sh -c "cat >>'$d/bg'"
-    check "a worker runs the background job" poll has bg-one "$d/bg"
+    check "a worker runs the background job" await_file "$d/bg" bg-one
 
     ds submit -b -p low t_pri low1 >/dev/null && ds submit -b t_pri norm1 >/dev/null &&
         ds submit -b -p high t_pri high1 >/dev/null && ds submit -b -p low t_pri low2 >/dev/null &&
@@ -335,7 +339,7 @@ checks() {
     ok $? "$K: six background jobs at three priorities"
     dsw -f t_pri -- sh -c "cat >>'$d/pri'; echo >>'$d/pri'"
     w_pri=$W
-    check "the worker ran all six" poll tsv_is t_pri "t_pri	0	0	1"
+    check "the worker ran all six" await_admin status "t_pri	0	0	1"
     same "$(tr '\n' ' ' <"$d/pri")" "high1 high2 norm1 norm2 low1 low2 " \
         "priorities: high, then normal, then low, FIFO within each"
     kill -TERM $w_pri
@@ -349,7 +353,7 @@ checks() {
     c2=$!
     track $c2
     check "unique: two foreground submits with one -u make one job" \
-        poll answer_is "42 KEY1|1|0|0|0|2" 41 KEY1
+        await_packet "42 KEY1|1|0|0|0|2" 41 KEY1
     dsw -f t_uniq -- sh -c "cat >>'$d/uw'; echo >>'$d/uw'; printf RESULT"
     wait_bounded $c1
     r1=$?
@@ -404,11 +408,11 @@ checks() {
         skip_n 1 "$K: script(1) not installed"
     fi
     check "worker: a bad fd 3 line is reported on the worker's stderr" \
-        poll has "not N/D: 'not a status'" "$d/envw.err"
+        await_file "$d/envw.err" "not N/D: 'not a status'"
 
     # -c 2: each job waits (at most 10 s) for the other to start.
     dsw -c 2 -f t_pair -- sh -c "me=\$(cat); touch '$d/pair.'\$me; other=a; [ \$me = a ] && other=b
-        i=0; while [ ! -e '$d/pair.'\$other ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+        $GO_WAIT '$d/pair.'\$other
         [ -e '$d/pair.'\$other ] && printf together || printf alone"
     ds submit t_pair a >"$d/pa" &
     ca=$!
@@ -423,13 +427,13 @@ checks() {
     same "$(ds status --format tsv | grep '^t_pair	' | cut -f4)" "2" "worker -c 2 registers as two workers"
 
     # SIGTERM while a job runs: it finishes, its result is sent, then exit 0.
-    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; i=0; while [ ! -e '$d/slow.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf finished"
+    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/slow.go'; printf finished"
     w_slow=$W
     ds submit t_slow x >"$d/slow.out" &
     c=$!
     track $c
     # (its command has started: a job only assigned would be given back)
-    check "the slow job is running" poll test -e "$d/slow.started"
+    check "the slow job is running" await_file "$d/slow.started"
     kill -TERM $w_slow
     sleep 0.2
     touch "$d/slow.go"
@@ -442,7 +446,7 @@ checks() {
     dsw -f t_deaf -- sh -c "exec >&- 3>&-; touch '$d/deaf.started'; sleep 30" 2>"$d/deaf.err"
     w_deaf=$W
     ds submit -b t_deaf x >/dev/null
-    check "the job that closed its stdout is running" poll test -e "$d/deaf.started"
+    check "the job that closed its stdout is running" await_file "$d/deaf.started"
     kill -TERM $w_deaf
     sleep 0.2
     kill -TERM $w_deaf
@@ -450,7 +454,7 @@ checks() {
     rc=$?
     [ $rc -eq 0 ] && grep -q "killed by signal 15" "$d/deaf.err"
     ok $? "$K: worker: a second SIGTERM terminates a command with its outputs closed (rc $rc)"
-    check "worker: after SIGTERM the worker is gone from status" poll tsv_is t_slow "t_slow	0	0	0"
+    check "worker: after SIGTERM the worker is gone from status" await_admin status "t_slow	0	0	0"
 
     # --- interop with the gearman CLI -----------------------------------
     if [ -n "$HAVE_GEARMAN" ]; then
@@ -468,7 +472,7 @@ checks() {
 
     # --- admin verbs ------------------------------------------------------
     dsw -i dsjob-test-id -f t_adm_w -- cat
-    check "the t_adm_w worker is registered" poll tsv_is t_adm_w "t_adm_w	0	0	1"
+    check "the t_adm_w worker is registered" await_admin status "t_adm_w	0	0	1"
     hq=$(ds submit -b t_adm_q queued-job)
     ds status >"$d/st.table"
     head -1 "$d/st.table" | grep -Eq '^FUNCTION +TOTAL +RUNNING +WORKERS$' &&
@@ -548,7 +552,7 @@ checks() {
     same "$?" "2" "cancel with a handle holding a space is a usage error"
     ds submit -b t_adm_q after >/dev/null
     dsw -f t_adm_q -- sh -c "cat >>'$d/cancelled'; echo >>'$d/cancelled'"
-    check "after cancel, a worker runs only the later job" poll has after "$d/cancelled"
+    check "after cancel, a worker runs only the later job" await_file "$d/cancelled" after
     same "$(cat "$d/cancelled")" "after" "the cancelled job never ran"
 
     lifecycle_verbs
@@ -566,15 +570,16 @@ checks() {
         2>"$d/vanish.err" &
     wv=$!
     track $wv
-    check "the t_vanish worker is registered" poll tsv_is t_vanish "t_vanish	0	0	1"
+    check "the t_vanish worker is registered" await_admin status "t_vanish	0	0	1"
     mv "$d/vanish.sh" "$d/vanish.away"
     for v in v1 v2 v3; do ds submit -b t_vanish "$v" >/dev/null; done
-    check "a job whose command is gone is given back" poll has "giving the job back" "$d/vanish.err"
+    check "a job whose command is gone is given back" await_file "$d/vanish.err" "giving the job back"
     same "$(ds status --format tsv | grep '^t_vanish	' | cut -f2)" "3" \
         "and all three jobs are still held"
     mv "$d/vanish.away" "$d/vanish.sh"
     check "once the command is back, the three jobs run" \
-        poll sh -c "[ \"\$(sort '$d/vanish.out' 2>/dev/null | tr '\n' ' ')\" = 'v1 v2 v3 ' ]"
+        eval 'await_file "$d/vanish.out" v1 && await_file "$d/vanish.out" v2 &&
+            await_file "$d/vanish.out" v3 && [ "$(sort "$d/vanish.out" | tr "\n" " ")" = "v1 v2 v3 " ]'
     kill "$wv" 2>/dev/null
     wait_bounded "$wv"
 
@@ -589,11 +594,11 @@ checks() {
         rc=$?
         wait_bounded "$s2"
         same "$rc $?" "0 0" "shutdown: exit 0, and the server exits"
-        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; i=0; while [ ! -e '$d/grace.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf graceful"
+        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/grace.go'; printf graceful"
         ds submit t_grace x >"$d/grace.out" &
         c=$!
         track $c
-        poll test -e "$d/grace.started"
+        await_file "$d/grace.started"
         ds shutdown --graceful
         rc=$?
         touch "$d/grace.go"
@@ -659,7 +664,8 @@ lifecycle_verbs() {
     h1=$(ds submit -b -u 'key one' t_dead p1)
     h2=$(ds submit -b -u k2 t_dead p2)
     h3=$(ds submit -b t_dead p3)
-    check "dead: the three failed jobs are in the dead set" poll ndead t_dead 3
+    check "dead: the three failed jobs are in the dead set" eval 'await_admin "show dead t_dead" "$h1	*" &&
+        await_admin "show dead t_dead" "$h2	*" && await_admin "show dead t_dead" "$h3	*" && ndead t_dead 3'
     kill $w_dead
     wait_bounded $w_dead
     ds dead list >"$d/dead.table"
@@ -724,8 +730,8 @@ lifecycle_verbs() {
     [ $rc -eq 0 ] && head -1 "$d/retry.table" | grep -Eq '^RETRIED +LEFT$' &&
         tail -n 1 "$d/retry.table" | grep -Eq '^ +2 +0$'
     ok $? "$K: dead retry FUNCTION: both put back, a table, exit 0 (rc $rc)"
-    check "the retried jobs complete" poll job_is "$h1" done
-    check "both of them" poll job_is "$h2" done
+    check "the retried jobs complete" await_admin "show job $h1" "state done"
+    check "both of them" await_admin "show job $h2" "state done"
     same "$(ds dead list --format tsv | grep -c "	t_dead	")" "0" "the dead set is empty"
     ds result "$h1" >"$d/res.out"
     rc=$?
@@ -749,8 +755,8 @@ lifecycle_verbs() {
     hx=$(ds submit -b t_kx x)
     hf=$(ds submit -b t_kf x)
     hl=$(ds submit -b t_kl x)
-    check "the three jobs end" poll sh -c "$DSJOB -s 127.0.0.1:$SERVER_PORT jobs --format tsv |
-        grep -c '	done	' | grep -qx 3"
+    check "the three jobs end" eval 'await_admin "show job $hx" "state done" &&
+        await_admin "show job $hf" "state done" && await_admin "show job $hl" "state done"'
     ds result "$hx" >"$d/rx.out" 2>"$d/rx.err"
     rc=$?
     [ $rc -eq 1 ] && [ ! -s "$d/rx.out" ] &&
@@ -797,7 +803,7 @@ address_checks() {
     "$DSJOBD" -L "$ip" -p 4730 --port-file "$pf" -l "$T/addr.log" &
     apid=$!
     _server_pids="$_server_pids $apid"
-    poll test -s "$pf"
+    await_file "$pf" "" "$apid"
     if [ -s "$pf" ]; then
         timeout 20 "$DSJOB" -s "$ip" status >/dev/null
         same "$?" "0" "dsjob -s $ip status (no port) reaches dsjobd on $ip:4730"
