@@ -30,18 +30,28 @@
  *   rawpeer PORT until-admin LINE WANT
  *   rawpeer PORT until-packet WANT TYPE [ARG...]
  *       a shell poll in one process: asks as admin or packet does, again
- *       and again (every 20 ms for a second, then every 100 ms), until a
+ *       and again (every 25 ms for a second, then every 100 ms), until a
  *       line of the answer is WANT (where a '*' stands for any
  *       characters: "FUNC\t*" or "* : FUNC"), at most 120 s (or
  *       $RAWPEER_UNTIL_S); exit 0 once it is, else 1 (and the last answer
- *       on stderr). A try that cannot connect or is cut short is tried
- *       again.
+ *       on stderr). A try that cannot connect is tried again; a server
+ *       that closes in the middle of an answer ends it (exit 3).
  *   rawpeer until-file FILE [TEXT [PID]]
  *       the same for a file: until FILE holds TEXT (an empty TEXT: until
  *       it is not empty; no TEXT: until it exists); exit 1 also as soon
  *       as process PID is gone (or a zombie), after a last look at FILE.
  *   rawpeer until-lines FILE N
  *       the same, until FILE has N lines or more.
+ *   rawpeer PORT job [-e] FUNCTION DATA
+ *       the packets one foreground job gets, for t_dsjob.sh (the
+ *       libraries and the gearman CLI merge or hide them): SUBMIT_JOB of FUNCTION with DATA
+ *       (after OPTION_REQ "exceptions" with -e), then a line a packet
+ *       until the job ends: DATA BYTES | WARNING BYTES | STATUS N/D |
+ *       COMPLETE BYTES | FAIL BYTES | EXCEPTION BYTES | ERROR CODE TEXT,
+ *       where BYTES is what follows the handle (FAIL's is empty unless
+ *       the server added something), a newline shown as \n, a NUL as \0,
+ *       a backslash as \\. JOB_CREATED and OPTION_RES are not shown.
+ *       Exit 1 after ERROR.
  *   rawpeer PORT batchpipe ID N FUNCTION
  *       on one connection, in one write: OPTION_REQ batch=ID and N
  *       SUBMIT_JOB_BG of FUNCTION (payloads 1..N); at once after it, on a
@@ -63,7 +73,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -187,6 +196,119 @@ do_packet(int fd, int argc, char **argv, FILE *out)
     fwrite(d, 1, n, out);
     putc('\n', out);
     free(d);
+    return 0;
+}
+
+/* One request of type with its args joined by NULs. */
+static void
+send_packet(int fd, uint32_t type, int nargs, char **args)
+{
+    size_t len = 0, off = 12;
+    char *req;
+    int k;
+
+    for (k = 0; k < nargs; k++)
+        len += strlen(args[k]) + (k > 0);
+    if ((req = malloc(12 + len)) == NULL)
+        exit(3);
+    memcpy(req, "\0REQ", 4);
+    put32(req + 4, type);
+    put32(req + 8, (uint32_t)len);
+    for (k = 0; k < nargs; k++) {
+        if (k > 0)
+            req[off++] = '\0';
+        memcpy(req + off, args[k], strlen(args[k]));
+        off += strlen(args[k]);
+    }
+    send_all(fd, req, off);
+    free(req);
+}
+
+/* A packet's bytes as the job line shows them: \n, \0 and \\ escaped. */
+static void
+show(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\')
+            fputs("\\\\", stdout);
+        else if (p[i] == '\n')
+            fputs("\\n", stdout);
+        else if (p[i] == '\0')
+            fputs("\\0", stdout);
+        else
+            putchar(p[i]);
+    }
+}
+
+static int
+do_job(int fd, int exceptions, const char *func, const char *data)
+{
+    char *submit[] = {(char *)func, "", (char *)data}, *exc[] = {"exceptions"};
+    char *handle = NULL;
+    size_t hl = 0;
+
+    if (exceptions)
+        send_packet(fd, 26, 1, exc); /* OPTION_REQ */
+    send_packet(fd, 7, 3, submit);   /* SUBMIT_JOB */
+    for (;;) {
+        unsigned char h[12];
+        uint32_t type, n;
+        char *d, *rest;
+        size_t rl;
+        const char *name = NULL;
+
+        read_all(fd, (char *)h, sizeof(h));
+        type = get32(h + 4);
+        n = get32(h + 8);
+        d = malloc((size_t)n + 1);
+        if (d == NULL)
+            return 3;
+        read_all(fd, d, n);
+        d[n] = '\0';
+        if (type == 8 && handle == NULL) { /* JOB_CREATED */
+            handle = d;
+            hl = n;
+            continue;
+        }
+        if (type == 19) { /* ERROR */
+            fputs("ERROR ", stdout);
+            show(d, n);
+            putchar('\n');
+            return 1;
+        }
+        switch (type) {
+        case 12: name = "STATUS"; break;
+        case 13: name = "COMPLETE"; break;
+        case 14: name = "FAIL"; break;
+        case 25: name = "EXCEPTION"; break;
+        case 28: name = "DATA"; break;
+        case 29: name = "WARNING"; break;
+        }
+        if (name == NULL || handle == NULL || n < hl || memcmp(d, handle, hl) != 0) {
+            free(d);
+            continue;
+        }
+        rest = d + hl;
+        rl = n - hl;
+        if (type != 14 && rl > 0 && rest[0] == '\0') { /* the separator; FAIL has none */
+            rest++;
+            rl--;
+        }
+        printf("%s ", name);
+        if (type == 12) { /* N\0D as N/D */
+            char *z = memchr(rest, '\0', rl);
+
+            if (z != NULL)
+                *z = '/';
+            fwrite(rest, 1, rl, stdout);
+        } else
+            show(rest, rl);
+        putchar('\n');
+        free(d);
+        if (type == 13 || type == 14 || type == 25)
+            break;
+    }
+    free(handle);
     return 0;
 }
 
@@ -477,41 +599,37 @@ has_line(const char *buf, size_t len, const char *want)
     return 0;
 }
 
-/* One try of until-admin or until-packet, in a child (a connection that fails exits it):
- * 0 when want is a line of the answer, else 1; the answer in last. */
+/* One try of until-admin or until-packet, in this process (a fork a try
+ * cost more than the try): 0 when want is a line of the answer, else 1
+ * (also when the server cannot be reached); the answer in last. */
 static int
 until_try(const char *port, int admin, char **argv, int argc, const char *want, char *last,
           size_t lastcap)
 {
-    int p[2], st;
-    pid_t pid;
-    size_t got = 0;
-    ssize_t r;
+    struct sockaddr_in a;
+    FILE *out;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), met;
 
-    if (pipe(p) != 0 || (pid = fork()) < 0)
-        exit(3);
-    if (pid == 0) {
-        FILE *out = fdopen(p[1], "w");
-
-        close(p[0]);
-        alarm(RAWPEER_BOUND_S);
-        if (out == NULL)
-            _exit(3);
-        if (admin)
-            do_admin(connect_port(port), argv[0], out);
-        else
-            do_packet(connect_port(port), argc, argv, out);
-        fclose(out);
-        _exit(0);
+    loopback(&a, port);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 1;
     }
-    close(p[1]);
-    while (got + 1 < lastcap && (r = read(p[0], last + got, lastcap - 1 - got)) > 0)
-        got += (size_t)r;
-    last[got] = '\0';
-    close(p[0]);
-    while (waitpid(pid, &st, 0) < 0)
-        ;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && has_line(last, got, want) ? 0 : 1;
+    memset(last, 0, lastcap);
+    out = fmemopen(last, lastcap - 1, "w");
+    if (out == NULL)
+        exit(3);
+    if (admin)
+        do_admin(fd, argv[0], out); /* closes fd */
+    else {
+        do_packet(fd, argc, argv, out);
+        close(fd);
+    }
+    fflush(out);
+    met = has_line(last, strlen(last), want);
+    fclose(out);
+    return met ? 0 : 1;
 }
 
 /* Whether the file holds text (text empty: is not empty; NULL: exists). */
@@ -573,13 +691,14 @@ gone(long pid)
 static int
 do_until(int argc, char **argv)
 {
-    struct timespec t0, now, fast = {0, 20 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
+    struct timespec t0, now, fast = {0, 25 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
     static char last[65536];
     const char *env = getenv("RAWPEER_UNTIL_S");
     long bound = env != NULL && atol(env) > 0 ? atol(env) : UNTIL_BOUND_S;
     int tries;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    alarm((unsigned)bound + RAWPEER_BOUND_S); /* a try the server never answers */
     for (tries = 0;; tries++) {
         int met;
 
@@ -605,7 +724,7 @@ do_until(int argc, char **argv)
                 fprintf(stderr, "rawpeer: after %ld s the last answer was:\n%s", bound, last);
             return 1;
         }
-        nanosleep(tries < 50 ? &fast : &slow, NULL);
+        nanosleep(tries < 40 ? &fast : &slow, NULL);
     }
 }
 
@@ -623,6 +742,11 @@ main(int argc, char **argv)
         (argc == 5 && strcmp(argv[2], "until-admin") == 0) ||
         (argc >= 5 && strcmp(argv[2], "until-packet") == 0))
         return do_until(argc, argv);
+    if ((argc == 5 || (argc == 6 && strcmp(argv[3], "-e") == 0)) && strcmp(argv[2], "job") == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(30);
+        return do_job(connect_port(argv[1]), argc == 6, argv[argc - 2], argv[argc - 1]);
+    }
     if (argc == 6 && strcmp(argv[2], "batchpipe") == 0) {
         signal(SIGALRM, on_alarm);
         alarm(RAWPEER_BOUND_S);

@@ -5,7 +5,7 @@
 # timeout, no server, usage errors, background, priorities, unique
 # coalescing, --at), worker (fd 3 status, environment, -c 2 overlap proven
 # by two jobs that wait for each other, graceful SIGTERM; --stream, --chunk
-# and --warnings packet by packet through raw_client.pl, a line streamed
+# and --warnings packet by packet through rawpeer's job, a line streamed
 # before the command goes on, the failure text as WORK_WARNING + WORK_FAIL
 # and as WORK_EXCEPTION, to clients with and without exceptions), interop both
 # ways with the gearman CLI, the admin verbs in table, tsv and json (the
@@ -21,7 +21,6 @@
 
 export DSJOB
 FAKE_WORKER=$top_srcdir/tests/tools/fake_worker.pl
-RAW_CLIENT=$top_srcdir/tests/tools/raw_client.pl
 if [ ! -x "$DSJOB" ]; then
     echo "1..0 # SKIP dsjob not built ($DSJOB)"
     exit 0
@@ -64,15 +63,11 @@ dsw() {
 }
 
 # packets [-e] FUNCTION DATA: the packets of one foreground job as
-# raw_client.pl shows them, joined by '|' (-e: after OPTION_REQ exceptions).
+# `rawpeer PORT job` shows them (tests/lib/rawpeer.c), joined by '|' (-e:
+# after OPTION_REQ exceptions).
 packets() {
-    _e=
-    if [ "$1" = -e ]; then
-        _e=-e
-        shift
-    fi
-    # (raw_client.pl bounds itself: alarm 30)
-    perl "$RAW_CLIENT" $_e "$SERVER_PORT" "$@" | {
+    # (rawpeer bounds itself: 30 s)
+    "$RAWPEER" "$SERVER_PORT" job "$@" | {
         _p=
         while IFS= read -r _l; do _p=${_p:+$_p|}$_l; done
         printf '%s\n' "$_p"
@@ -267,7 +262,7 @@ checks() {
     rc=$?
     [ $rc -eq 3 ] && grep -q "no server reachable" "$d/down.err"
     ok $? "$K: submit: no server reachable exits 3 (rc $rc)"
-    timeout 20 "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
+    "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
     same "$?" "3" "status: no server reachable exits 3"
     # A peer that accepts and never answers was reached: a failure (1), not unreachable (3).
     timeout 10 perl -MIO::Socket::INET -e '
@@ -276,7 +271,7 @@ checks() {
         close $f; my $c = $l->accept; sleep 8' "$d/mute.port" &
     track $!
     check "a mute listener is up" await_file "$d/mute.port" ""
-    timeout 20 "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
+    "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
     rc=$?
     [ $rc -eq 1 ] && grep -q "no complete reply" "$d/mute.err"
     ok $? "$K: status: a server that accepts and never answers exits 1, saying so (rc $rc)"
@@ -523,7 +518,7 @@ checks() {
     want=$(ds version --format tsv)
     case $K:$want in
     gearmand:1.1.20*) rc=0 ;;
-    dsjobd:"$(timeout 5 "$DSJOB" --version | sed 's/^dsjob \([^ ]*\).*/\1/')") rc=0 ;;
+    dsjobd:"$("$DSJOB" --version | sed 's/^dsjob \([^ ]*\).*/\1/')") rc=0 ;;
     *) rc=1 ;;
     esac
     ok $rc "$K: version --format tsv: the server's version ($want)"
@@ -590,7 +585,7 @@ checks() {
         server_start dsjobd || return 1
         s2=$SERVER_PID p2=$SERVER_PORT
         SERVER_PID=$_pid SERVER_PORT=$_port
-        timeout 20 "$DSJOB" -s "127.0.0.1:$p2" shutdown
+        "$DSJOB" -s "127.0.0.1:$p2" shutdown
         rc=$?
         wait_bounded "$s2"
         same "$rc $?" "0 0" "shutdown: exit 0, and the server exits"
@@ -777,22 +772,23 @@ lifecycle_verbs() {
 }
 
 # Once, before the servers: the address forms of -s and what dsjob prints
-# with no server up. A host without a port means 4730 (as with the gearman
+# with no server up. (These verbs wait only for the server's answers, which
+# dsjob bounds itself: no timeout(1), as ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as with the gearman
 # tools) for the admin verbs and for the libraries alike; 4730 on
 # 127.0.0.1 may be another server's, so this dsjobd listens on a loopback
 # address of its own, picked from our pid.
 address_checks() {
     K=addr
     p=$(closed_port)
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" jobs --format json 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" jobs --format json 2>/dev/null)
     rc=$?
     same "$rc $out" "3 []" "jobs --format json with no server up prints [] and exits 3"
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status --format json 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" status --format json 2>/dev/null)
     same "$? $out" "3 []" "status --format json with no server up prints [] too"
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" status 2>/dev/null)
     same "$? $out" "3 " "status as a table with no server up prints nothing, exits 3"
     for bad in "host:" ":4730" "127.0.0.1:0" "[::1" "[::1]x" "1:2:3"; do
-        timeout 20 "$DSJOB" -s "$bad" status >/dev/null 2>"$T/bad.err"
+        "$DSJOB" -s "$bad" status >/dev/null 2>"$T/bad.err"
         rc=$?
         [ $rc -eq 2 ] && grep -q "bad server address" "$T/bad.err"
         ok $? "addr: -s '$bad' is a usage error (rc $rc)"
@@ -805,15 +801,15 @@ address_checks() {
     _server_pids="$_server_pids $apid"
     await_file "$pf" "" "$apid"
     if [ -s "$pf" ]; then
-        timeout 20 "$DSJOB" -s "$ip" status >/dev/null
+        "$DSJOB" -s "$ip" status >/dev/null
         same "$?" "0" "dsjob -s $ip status (no port) reaches dsjobd on $ip:4730"
-        h=$(timeout 20 "$DSJOB" -s "$ip" submit -b t_addr x)
+        h=$("$DSJOB" -s "$ip" submit -b t_addr x)
         rc=$?
         [ $rc -eq 0 ] && [ -n "$h" ]
         ok $? "addr: dsjob -s $ip submit -b (the library, no port) queues a job ($h)"
-        row=$(timeout 20 "$DSJOB" -s "$ip:4730" status --format tsv | grep "^t_addr	")
+        row=$("$DSJOB" -s "$ip:4730" status --format tsv | grep "^t_addr	")
         same "$row" "t_addr	1	0	0" "the job is queued on $ip:4730"
-        timeout 20 "$DSJOB" -s "$ip:4730" jobs --format json |
+        "$DSJOB" -s "$ip:4730" jobs --format json |
             json 'grep { $_->{handle} eq $a[0] } @$j' "$h"
         ok $? "addr: jobs --format json lists it"
     else
@@ -823,8 +819,8 @@ address_checks() {
     wait "$apid" 2>/dev/null
 
     server_start dsjobd -L ::1 || return 1
-    want=$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" version --format tsv)
-    got=$(timeout 20 "$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
+    want=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" version --format tsv)
+    got=$("$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
     same "$? $got" "0 $want" "dsjob -s '[::1]:$SERVER_PORT' version: the same server over IPv6"
     server_stop
 }
