@@ -27,12 +27,6 @@ status_is() { # status_is FUNC LINE
     [ "$(status_of "$1")" = "$2" ]
 }
 
-answer_is() { # answer_is WANT TYPE ARG...
-    _want=$1
-    shift
-    [ "$(gpacket "$@")" = "$_want" ]
-}
-
 checks() {
     d="$T/$K"
     mkdir -p "$d"

@@ -192,6 +192,19 @@ await_packet() {
     "$RAWPEER" "$SERVER_PORT" until-packet "$@"
 }
 
+# holds FILE TEXT: FILE contains TEXT, as a string (no pattern); the shell
+# reads it, so a check of a small file starts no grep.
+holds() {
+    [ -r "$1" ] || return 1
+    _ho=
+    while IFS= read -r _hl || [ -n "$_hl" ]; do
+        _ho="$_ho$_hl
+"
+    done <"$1"
+    case $_ho in *"$2"*) return 0 ;; esac
+    return 1
+}
+
 # dsjob_test_begin [WHY]: the first steps of a test of one dsjobd (started
 # with server_start) driven by the dsjob tool: a skip (1..0) when tools/dsjob
 # or dsjobd is not built, with WHY when the gearman CLI is not there (WHY says

@@ -74,23 +74,14 @@ packets() {
     }
 }
 
-# tsv_is FUNC LINE: FUNC's row of `dsjob status --format tsv` is LINE.
-tsv_is() {
-    [ "$(ds status --format tsv | grep "^$1	")" = "$2" ]
-}
-
-# has PATTERN FILE: grep -q, quiet when FILE does not exist yet.
-has() {
-    grep -q -e "$1" "$2" 2>/dev/null
-}
-
-# Waits for a tracked process to end (each is bounded by its timeout(1));
-# its exit status.
+# Waits for a tracked process to end; its exit status. (The clients and
+# workers are bounded by their timeout(1); a loop of kill -0 and sleep
+# that stood here ended in this wait all the same.)
 wait_bounded() {
     wait "$1"
 }
 
-# go_wait FILE: in a worker's command, waits (10 s at most) until the test
+# $GO_WAIT FILE, in a worker's command: waits (10 s at most) until the test
 # makes FILE, in one process (tests/lib/rawpeer.c) rather than a sleep a try.
 GO_WAIT="RAWPEER_UNTIL_S=10 '$RAWPEER' until-file"
 
@@ -99,13 +90,6 @@ GO_WAIT="RAWPEER_UNTIL_S=10 '$RAWPEER' until-file"
 json() {
     perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>); my ($e, @a) = @ARGV;
         my $r = eval $e; die $@ if $@; exit(!$r);' "$@"
-}
-
-# answer_is WANT TYPE ARG...: the first answer to a binary request is WANT.
-answer_is() {
-    _want=$1
-    shift
-    [ "$(gpacket "$@")" = "$_want" ]
 }
 
 # A port that nothing listens on (it was free a moment ago).
@@ -145,11 +129,11 @@ checks() {
     same "$(cat "$d/stream.err")" "careful" "submit: the warning goes to stderr, as sent"
     ds submit t_fake exception >"$d/exc.out" 2>"$d/exc.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "bad thing happened" "$d/exc.err" && [ ! -s "$d/exc.out" ]
+    [ $rc -eq 1 ] && holds "$d/exc.err" "bad thing happened" && [ ! -s "$d/exc.out" ]
     ok $? "$K: submit: an exception exits 1 with its text on stderr (rc $rc)"
     ds submit t_fake fail >/dev/null 2>"$d/fail.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "failed" "$d/fail.err"
+    [ $rc -eq 1 ] && holds "$d/fail.err" "failed"
     ok $? "$K: submit: WORK_FAIL exits 1 and says so on stderr (rc $rc)"
 
     dsw -f t_exit -- sh -c 'cat >/dev/null; echo "from the command" >&2; exit 3' 2>"$d/exitw.err"
@@ -205,12 +189,12 @@ checks() {
     rc=$?
     [ $rc -eq 1 ] && [ ! -s "$d/tail.out" ] &&
         [ "$(head -5 "$d/tail.err" | tr '\n' ' ')" = "'sh' exited with status 3 err3 err4 err5 err6 " ] &&
-        grep -q "of 't_tail' failed" "$d/tail.err"
+        holds "$d/tail.err" "of 't_tail' failed"
     ok $? "$K: submit: the failure text, then 'failed', on stderr, exit 1 (rc $rc)"
     if [ -n "$HAVE_GEARMAN" ]; then
         gm -f t_tail x >/dev/null 2>"$d/gmtail.err"
         rc=$?
-        [ $rc -ne 0 ] && grep -q "exited with status 3" "$d/gmtail.err" && grep -qx err6 "$d/gmtail.err"
+        [ $rc -ne 0 ] && holds "$d/gmtail.err" "exited with status 3" && grep -qx err6 "$d/gmtail.err"
         ok $? "$K: gearman CLI: a failed dsjob worker job fails, the text on its stderr (rc $rc)"
         same "$(gm -f t_lines x)" "$(printf 'one\ntwo\n\nthree and more')" \
             "gearman CLI: prints the WORK_DATA lines of a --stream worker"
@@ -253,14 +237,14 @@ checks() {
         "worker --exceptions: of a 3000-byte stderr line, '...' and the last 1 KiB"
     ds worker --chunk 0 -f x -- cat >/dev/null 2>"$d/chunk0.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'--chunk'" "$d/chunk0.err"
+    [ $rc -eq 2 ] && holds "$d/chunk0.err" "'--chunk'"
     ok $? "$K: usage: worker --chunk 0 exits 2 naming the option (rc $rc)"
 
     # --- errors of the command line ------------------------------------
     p=$(closed_port)
     timeout 20 "$DSJOB" -s "127.0.0.1:$p" submit t_cat x >/dev/null 2>"$d/down.err"
     rc=$?
-    [ $rc -eq 3 ] && grep -q "no server reachable" "$d/down.err"
+    [ $rc -eq 3 ] && holds "$d/down.err" "no server reachable"
     ok $? "$K: submit: no server reachable exits 3 (rc $rc)"
     "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
     same "$?" "3" "status: no server reachable exits 3"
@@ -273,15 +257,15 @@ checks() {
     check "a mute listener is up" await_file "$d/mute.port" ""
     "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "no complete reply" "$d/mute.err"
+    [ $rc -eq 1 ] && holds "$d/mute.err" "no complete reply"
     ok $? "$K: status: a server that accepts and never answers exits 1, saying so (rc $rc)"
     ds submit -p urgent t_cat x >/dev/null 2>"$d/usage.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'-p'" "$d/usage.err"
+    [ $rc -eq 2 ] && holds "$d/usage.err" "'-p'"
     ok $? "$K: usage: a bad -p exits 2 naming the option (rc $rc)"
     ds status --bogus >/dev/null 2>"$d/usage2.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'--bogus'" "$d/usage2.err"
+    [ $rc -eq 2 ] && holds "$d/usage2.err" "'--bogus'"
     ok $? "$K: usage: an unknown option exits 2 naming it (rc $rc)"
     rc=0
     ds worker -f x >/dev/null 2>&1 || rc=$?
@@ -292,7 +276,7 @@ checks() {
     rc=0
     ds -s 127.0.0.1:99999 status >/dev/null 2>&1 || rc=$?
     ds submit -u "$(printf '%065d' 0)" t_cat x >/dev/null 2>"$d/u65.err" || rc="$rc $?"
-    grep -q "'-u'" "$d/u65.err" || rc="$rc no-u"
+    holds "$d/u65.err" "'-u'" || rc="$rc no-u"
     ds submit --format json t_cat x >/dev/null 2>&1 || rc="$rc $?"
     same "$rc" "2 2 2" "usage: a port over 65535, a -u over 64 bytes (naming -u), submit --format: exit 2"
     same "$(ds submit t_cat -- -5)" "-5" "submit: DATA that starts with '-' after --"
@@ -300,7 +284,7 @@ checks() {
     # would take fd 1; and a reader that goes away is exit 1, not SIGPIPE.
     (ds submit t_cat x >&-) 2>"$d/closed.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "standard output" "$d/closed.err"
+    [ $rc -eq 1 ] && holds "$d/closed.err" "standard output"
     ok $? "$K: submit with stdout closed exits 1 and says why (rc $rc)"
     head -c 3000000 /dev/urandom >"$d/big"
     rc=$( (ds submit t_cat <"$d/big" 2>/dev/null; echo $? >"$d/pipe.rc") | head -c 1 >/dev/null; cat "$d/pipe.rc")
@@ -311,11 +295,11 @@ checks() {
     await_file "$d/wdown.err" retrying
     kill "$wdown" 2>/dev/null
     wait "$wdown" 2>/dev/null
-    grep -q "retrying" "$d/wdown.err"
+    holds "$d/wdown.err" "retrying"
     ok $? "$K: worker: a server that cannot be reached is named on stderr, and retried"
     ds -t 300 submit t_nobody x >/dev/null 2>"$d/to.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "did not end within 300 ms" "$d/to.err"
+    [ $rc -eq 1 ] && holds "$d/to.err" "did not end within 300 ms"
     ok $? "$K: submit -t: a job that does not end in time exits 1 (rc $rc)"
 
     # --- background, priorities, unique, --at --------------------------
@@ -447,7 +431,7 @@ checks() {
     kill -TERM $w_deaf
     wait_bounded $w_deaf
     rc=$?
-    [ $rc -eq 0 ] && grep -q "killed by signal 15" "$d/deaf.err"
+    [ $rc -eq 0 ] && holds "$d/deaf.err" "killed by signal 15"
     ok $? "$K: worker: a second SIGTERM terminates a command with its outputs closed (rc $rc)"
     check "worker: after SIGTERM the worker is gone from status" await_admin status "t_slow	0	0	0"
 
@@ -533,7 +517,7 @@ checks() {
     ds -s "127.0.0.1:$p" status --format tsv >"$d/half.tsv" 2>"$d/half.err"
     rc=$?
     [ $rc -eq 1 ] && grep -q "^127\.0\.0\.1:$SERVER_PORT	t_adm_q	1	0	0\$" "$d/half.tsv" &&
-        grep -q "127.0.0.1:$p" "$d/half.err"
+        holds "$d/half.err" "127.0.0.1:$p"
     ok $? "$K: status with one server down: the other's rows, the error, exit 1 (rc $rc)"
 
     # cancel: the job is not run; an unknown handle is an error.
@@ -555,7 +539,7 @@ checks() {
     # A command that is not there is refused at start, naming it (exit 2).
     "$DSJOB" worker -s "$addr" -f t_typo -- "$d/nonexistent-typo" 2>"$d/typo.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "cannot run '$d/nonexistent-typo'" "$d/typo.err"
+    [ $rc -eq 2 ] && holds "$d/typo.err" "cannot run '$d/nonexistent-typo'"
     ok $? "$K: worker: a command that does not exist: exit 2 naming it (rc $rc)"
     # One that goes away while the worker runs gives its jobs back: none fails, and they run
     # once it is back.
@@ -619,11 +603,6 @@ ndead() {
     [ "$(ds dead list "$1" --format tsv | wc -l)" -eq "$2" ]
 }
 
-# job_is HANDLE STATE: dsjob job shows that state.
-job_is() {
-    ds job "$1" --format tsv | grep -q "^state	$2\$"
-}
-
 # The verbs of dsjobd's lifecycle (dsjob(1): job, result, dead), against
 # dsjobd with --max-dead and --keep-results (server_args); gearmand has
 # none of them, and each must say so.
@@ -644,7 +623,7 @@ lifecycle_verbs() {
             # shellcheck disable=SC2086
             ds $v >"$d/gm.out" 2>"$d/gm.err"
             rc=$?
-            [ $rc -eq 1 ] && [ ! -s "$d/gm.out" ] && grep -q "a dsjobd admin command" "$d/gm.err"
+            [ $rc -eq 1 ] && [ ! -s "$d/gm.out" ] && holds "$d/gm.err" "a dsjobd admin command"
             ok $? "$K: $v: exit 1, nothing on stdout, stderr says it is dsjobd's (rc $rc)"
         done
         out=$(ds dead list --format json 2>/dev/null)
@@ -697,7 +676,7 @@ lifecycle_verbs() {
     ok $? "$K: job of an unknown handle: UNKNOWN_JOB on stderr, exit 1 (rc $rc)"
     ds result "$h1" >"$d/deadres.out" 2>"$d/deadres.err"
     rc=$?
-    [ $rc -eq 1 ] && [ ! -s "$d/deadres.out" ] && grep -q "NOT_DONE job is dead" "$d/deadres.err"
+    [ $rc -eq 1 ] && [ ! -s "$d/deadres.out" ] && holds "$d/deadres.err" "NOT_DONE job is dead"
     ok $? "$K: result of a dead job: NOT_DONE, exit 1 (rc $rc)"
 
     same "$(ds dead drop "$h3" --format tsv)" "1" "dead drop HANDLE: one dropped"
@@ -714,7 +693,7 @@ lifecycle_verbs() {
     ds dead retry "$h2" --format tsv >"$d/left.out" 2>"$d/left.err"
     rc=$?
     [ $rc -eq 1 ] && [ "$(cat "$d/left.out")" = "0	1" ] &&
-        grep -q "not: a live job holds the unique key" "$d/left.err"
+        holds "$d/left.err" "not: a live job holds the unique key"
     ok $? "$K: dead retry while a live job holds the unique key: left dead, why, exit 1 (rc $rc)"
     ds cancel "$hlive"
 
@@ -755,16 +734,16 @@ lifecycle_verbs() {
     ds result "$hx" >"$d/rx.out" 2>"$d/rx.err"
     rc=$?
     [ $rc -eq 1 ] && [ ! -s "$d/rx.out" ] &&
-        grep -q "job $hx raised an exception: 'sh' exited with status 5" "$d/rx.err"
+        holds "$d/rx.err" "job $hx raised an exception: 'sh' exited with status 5"
     ok $? "$K: result of an exception: its text on stderr, exit 1 (rc $rc)"
     ds result "$hf" >"$d/rf.out" 2>"$d/rf.err"
     rc=$?
-    [ $rc -eq 1 ] && [ ! -s "$d/rf.out" ] && grep -q "job $hf failed" "$d/rf.err"
+    [ $rc -eq 1 ] && [ ! -s "$d/rf.out" ] && holds "$d/rf.err" "job $hf failed"
     ok $? "$K: result of a failed job: exit 1, saying so (rc $rc)"
     ds result "$hl" >"$d/rl.out" 2>"$d/rl.err"
     rc=$?
     [ $rc -eq 1 ] && [ "$(cat "$d/rl.out")" = 0123456789abcdef0123456789abcdef ] &&
-        grep -q "kept only 32 of its 35 result bytes" "$d/rl.err"
+        holds "$d/rl.err" "kept only 32 of its 35 result bytes"
     ok $? "$K: result cut by --max-result-size: the 32 bytes kept, exit 1, saying so (rc $rc)"
     server_stop
     SERVER_PID=$_pid SERVER_PORT=$_port
