@@ -46,7 +46,7 @@ client() {
     track $!
     timeout -k 5 120 "$PRODUCER" -s "127.0.0.1:$SERVER_PORT" --fail "30:$d/$_n.claim" &
     track $!
-    poll producers 2 || diag "$K: the server does not count both producers"
+    await_admin status "dataset.shard	*	2" || diag "$K: the server does not count both producers"
     timeout -k 5 120 "$@" "127.0.0.1:$SERVER_PORT" demo 8 2000 42 >"$d/$_n.out" 2>"$d/$_n.err"
     rc=$?
     reap

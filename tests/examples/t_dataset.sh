@@ -52,7 +52,7 @@ consume() {
 
 # wait_claim FILE: until a producer has claimed FILE (bounded); its pid in $HELD.
 wait_claim() {
-    poll test -s "$1" && HELD=$(cat "$1")
+    await_file "$1" "" && read -r HELD <"$1"
 }
 
 # killed_mid_shard NAME: kills the producer that holds a shard, by its PID,

@@ -27,18 +27,12 @@ bg() { # bg COMMAND...: in the background, tracked
     track $!
 }
 
-# The merged summary the eight local ones make.
-want=$(
-    total=0 parts=
-    s=0
-    while [ $s -lt 8 ]; do
-        sum=$("$PRODUCER" --print "$(spec_of demo $s 8 2000 42)" | tail -n 1)
-        total=$((total + $(printf '%s' "$sum" | sed -n 's/.*"count":\([0-9]*\).*/\1/p')))
-        parts=${parts:+$parts,}\"$(printf '%s' "$sum" | sed -n 's/.*"adler32":"\([0-9a-f]*\)".*/\1/p')\"
-        s=$((s + 1))
-    done
-    printf '{"dataset":"demo","shards":8,"count":%d,"adler32":[%s]}' "$total" "$parts"
-)
+# The merged summary the eight local ones make (tests/examples/lib.sh's
+# expect.ok, the summaries by shard).
+expect_dataset "$T" demo 8 2000 42 || { echo "Bail out! dataset-producer --print failed"; exit 1; }
+want=$(awk '{ total += $5; parts = parts (NR > 1 ? "," : "") "\"" $6 "\"" }
+    END { printf "{\"dataset\":\"demo\",\"shards\":8,\"count\":%d,\"adler32\":[%s]}", total, parts }' \
+    "$EXPECT_DIR/expect.ok")
 
 for store in none sqlite; do
     mkdir -p "$T/$store"
@@ -61,7 +55,7 @@ for store in none sqlite; do
     h0=$(timeout 30 "$DSJOB" -s "$addr" submit -b dataset.shard '{"dataset":"demo","shard":9,"shards":8}')
     m=$(timeout 30 "$DSJOB" -s "$addr" submit -b --after "$h0" dataset.merge "demo $h0")
     bg "$PRODUCER" -s "$addr"
-    poll sh -c "timeout 30 '$DSJOB' -s '$addr' dead list dataset.merge --format tsv | grep -q '^$m'"
+    await_admin "show dead dataset.merge" "$m	*"
     ok $? "$store: a merge after a shard that failed is in the dead set"
     timeout 30 "$DSJOB" -s "$addr" dead list dataset.merge --format tsv | grep -q "parent $h0 failed"
     ok $? "$store: naming the shard"

@@ -2,7 +2,7 @@
 # Example 4, the pipeline with the command line only (examples/scripts/),
 # against gearmand 1.1.20 and dsjobd. produce.sh, the producer in sh and
 # awk, must make byte for byte what `dataset-producer --print` makes for
-# every shard. consume.sh, the consumer in sh, reads the 8 shards from
+# every shard. consume.sh, the consumer in sh, reads the shards from
 # dataset-producer processes and, under `dsjob worker --stream`, from
 # produce.sh, with one worker and with four; so does dataset-consumer, the
 # C consumer, which counts each WORK_DATA as a row. Kept rows are compared
@@ -29,6 +29,12 @@ STREAM=yes
 "$DSJOB" worker --help 2>&1 | grep -q -- --stream || STREAM=
 
 CHECKS=18
+# The dataset: 5 shards of 100 rows in make check (more shards than the
+# four workers, so that some wait for one); make check-long runs the same
+# checks at 8 shards of 250 (t_scripts_long.sh). A shard costs a dozen
+# processes a run, the rows next to nothing.
+SHARDS=${SCRIPTS_SHARDS:-5}
+ROWS=${SCRIPTS_ROWS:-500}
 
 ds() {
     timeout -k 5 30 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
@@ -40,14 +46,19 @@ bg() { # bg COMMAND...: in the background, tracked
 }
 
 consume() { # consume NAME: consume.sh's output in $d/NAME.out, its status in $rc
-    timeout -k 5 120 "$SCRIPTS/consume.sh" -s "127.0.0.1:$SERVER_PORT" demo 8 2000 42 \
+    timeout -k 5 120 "$SCRIPTS/consume.sh" -s "127.0.0.1:$SERVER_PORT" demo $SHARDS $ROWS 42 \
         >"$d/$1.out" 2>"$d/$1.err"
     rc=$?
 }
 
-saved_all() { # the 8 shards' files are in $d/saved (save.sh moves each there when it is whole)
+saved_all() { # waits until the shards' files are in $d/saved (save.sh moves each there when it is whole)
+    _s=0
+    while [ $_s -lt $SHARDS ]; do
+        await_file "$d/saved/demo-$_s-of-$SHARDS.tsv" || return 1
+        _s=$((_s + 1))
+    done
     set -- "$d"/saved/*.tsv
-    [ $# -eq 8 ] && [ -f "$1" ]
+    [ $# -eq $SHARDS ] && [ -f "$1" ]
 }
 
 checks() {
@@ -75,7 +86,7 @@ checks() {
         done
         bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" --stream -c 4 -f dataset.shard -- \
             "$SCRIPTS/produce.sh"
-        timeout -k 5 120 "$CONSUMER" -s "127.0.0.1:$SERVER_PORT" -n 8 -r 2000 \
+        timeout -k 5 120 "$CONSUMER" -s "127.0.0.1:$SERVER_PORT" -n $SHARDS -r $ROWS \
             >"$d/cstream.out" 2>"$d/cstream.err"
         same "$?" 0 "dataset-consumer from produce.sh under --stream: exit 0"
         rows_are "$d/cstream.out" \
@@ -87,10 +98,10 @@ checks() {
     fi
 
     mkdir -p "$d/saved"
-    "$SCRIPTS/nightly.sh" -s "127.0.0.1:$SERVER_PORT" demo 8 2000 42 >"$d/nightly.out"
+    "$SCRIPTS/nightly.sh" -s "127.0.0.1:$SERVER_PORT" demo $SHARDS $ROWS 42 >"$d/nightly.out"
     same "$?" 0 "nightly.sh: exit 0"
-    same "$(grep -c '^[0-9]* H:[^ ]*$' "$d/nightly.out")" 8 \
-        "nightly.sh: 8 background saves, each a handle"
+    same "$(grep -c '^[0-9]* H:[^ ]*$' "$d/nightly.out")" $SHARDS \
+        "nightly.sh: $SHARDS background saves, each a handle"
     # save.sh is wrapped to log the order in which the worker ran the jobs.
     cat >"$d/save-logged.sh" <<EOF
 #!/bin/sh
@@ -100,28 +111,28 @@ printf '%s' "\$spec" | exec "$SCRIPTS/save.sh" "\$@"
 EOF
     chmod +x "$d/save-logged.sh"
     bg "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -f dataset.save -- "$d/save-logged.sh" "$d/saved"
-    check "a save.sh worker saves the 8 shards" poll saved_all
+    check "a save.sh worker saves the $SHARDS shards" saved_all
     same "$(head -n 1 "$d/order")" 0 "-p high: shard 0 is saved first, before the -p low ones"
-    for f in "$d"/saved/demo-*-of-8.tsv; do
+    for f in "$d"/saved/demo-*-of-$SHARDS.tsv; do
         s=${f##*/demo-}
-        s=${s%%-of-8.tsv}
+        s=${s%%-of-$SHARDS.tsv}
         sed "s/^/$s	/" "$f"
     done | sort >"$d/saved.rows"
     cmp -s "$d/saved.rows" "$EXPECT_DIR/expect.rows"
     ok $? "$K: the saved files hold every row of the dataset exactly once"
     "$SCRIPTS/nightly.sh" -s "127.0.0.1:$SERVER_PORT" --at $(($(date +%s) + 86400)) \
-        demo 8 2000 42 >"$d/at.out"
+        demo $SHARDS $ROWS 42 >"$d/at.out"
     at=$(sed -n 's/^all //p' "$d/at.out")
     ds jobs --format tsv | grep -q "^$at	"
     ok $? "$K: --at: the save scheduled for tomorrow is still queued"
     reap
 }
 
-expect_dataset "$T" demo 8 2000 42 || { echo "Bail out! dataset-producer --print failed"; exit 1; }
+expect_dataset "$T" demo $SHARDS $ROWS 42 || { echo "Bail out! dataset-producer --print failed"; exit 1; }
 same_local=0
 s=0
-while [ $s -lt 8 ]; do
-    spec=$(spec_of demo $s 8 2000 42)
+while [ $s -lt $SHARDS ]; do
+    spec=$(spec_of demo $s $SHARDS $ROWS 42)
     "$PRODUCER" --print "$spec" >"$T/c$s"
     printf '%s' "$spec" | "$SCRIPTS/produce.sh" >"$T/p$s" || same_local=1
     cmp -s "$T/c$s" "$T/p$s" || same_local=1

@@ -27,12 +27,6 @@ status_is() { # status_is FUNC LINE
     [ "$(status_of "$1")" = "$2" ]
 }
 
-answer_is() { # answer_is WANT TYPE ARG...
-    _want=$1
-    shift
-    [ "$(gpacket "$@")" = "$_want" ]
-}
-
 checks() {
     d="$T/$K"
     mkdir -p "$d"
@@ -80,7 +74,7 @@ checks() {
     same "$(cat "$d/bg" 2>/dev/null)" "bg1
 bg2" "a later worker runs the background jobs, first in first out"
     check "status drops to 0 once the background jobs ran" \
-        poll status_is cli_bg "cli_bg	0	0	0"
+        eval 'await_admin status "cli_bg	0	0	0" && status_is cli_bg "cli_bg	0	0	0"'
 
     # Priorities: -I (high) before normal before -L (low), FIFO in each.
     gm -b -L -f cli_pri low1 && gm -b -L -f cli_pri low2 &&
@@ -103,7 +97,7 @@ bg2" "a later worker runs the background jobs, first in first out"
     same "$rc $(tr '\n' ' ' <"$d/cnt" 2>/dev/null)" "0 j1 j2 j3 " "gearman -w -c 3 runs 3 jobs and exits 0"
     # (polled: the server may not have seen the worker's disconnect yet)
     check "the 4th job is still queued after the -c 3 worker left" \
-        poll status_is cli_cnt "cli_cnt	1	0	0"
+        eval 'await_admin status "cli_cnt	1	0	0" && status_is cli_cnt "cli_cnt	1	0	0"'
 
     # Unique keys: two foreground clients with the same -u share one job.
     gm -f cli_uniq -u KEY1 "payload" >"$d/u1" &
@@ -113,7 +107,7 @@ bg2" "a later worker runs the background jobs, first in first out"
     c2=$!
     track $c2
     check "two foreground clients with one -u: one job, 2 waiting clients (GET_STATUS_UNIQUE)" \
-        poll answer_is "42 KEY1|1|0|0|0|2" 41 KEY1
+        await_packet "42 KEY1|1|0|0|0|2" 41 KEY1
     same "$(status_of cli_uniq)" "cli_uniq	1	0	0" "status shows one job for the two unique clients"
     gm -w -f cli_uniq -c 1 -- sh -c "cat >>'$d/uw'; echo >>'$d/uw'; echo RESULT" &
     track $!

@@ -87,7 +87,8 @@ checks() {
     gm -w -f ga_w1 -f ga_w2 -c 1 >/dev/null &
     track $!
     check "--workers shows 'FD 127.0.0.1 - : ga_w1 ga_w2' for a worker of two functions" \
-        poll workers_has '^[0-9]+ 127\.0\.0\.1 - : ga_w1 ga_w2$'
+        eval 'await_admin workers "* : ga_w1 ga_w2" &&
+            workers_has "^[0-9]+ 127\.0\.0\.1 - : ga_w1 ga_w2\$"'
     adm --workers | grep -Eq '^[0-9]+ 127\.0\.0\.1 - :$'
     ok $? "$K: --workers shows a connection without functions as 'FD 127.0.0.1 - :'"
     same "$(adm --workers | tail -n 1)" "." "--workers ends with a '.' line"
@@ -102,13 +103,13 @@ checks() {
     track $w
     gm -b -f ga_r "x"
     check "--status shows ga_r 1 total, 1 running, 1 worker while the job runs" \
-        poll status_is ga_r "ga_r	1	1	1"
+        eval 'await_admin status "ga_r	1	1	1" && status_is ga_r "ga_r	1	1	1"'
     same "$(adm --priority-status | grep '^ga_r	')" "ga_r	0	0	0	1" \
         "--priority-status counts only queued jobs, not the running one"
     touch "$d/go"
     wait $w
     check "--status drops to ga_r 0 0 0 once the job is done and the worker gone" \
-        poll status_is ga_r "ga_r	0	0	0"
+        eval 'await_admin status "ga_r	0	0	0" && status_is ga_r "ga_r	0	0	0"'
 
     # Functions created and dropped by hand.
     same "$(adm --create-function ga_new)" "OK" "--create-function prints OK"

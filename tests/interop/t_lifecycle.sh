@@ -30,14 +30,21 @@ admin() {
     "$RAWPEER" "$SERVER_PORT" admin "$1"
 }
 
-# field JOB NAME: one field of show job.
+# field JOB NAME: one field of show job (its lines taken apart by the
+# shell: this runs a hundred times).
 field() {
-    admin "show job $1" | sed -n "s/^$2 //p"
+    _fr=$(admin "show job $1")
+    while IFS= read -r _fl; do
+        case $_fl in "$2 "*) printf '%s\n' "${_fl#"$2 "}" ;; esac
+    done <<EOT
+$_fr
+EOT
 }
 
 # submit_bg FUNCTION UNIQUE PAYLOAD: SUBMIT_JOB_BG; prints the handle.
 submit_bg() {
-    gpacket 18 "$1" "$2" "$3" | sed -n 's/^8 //p'
+    _sb=$(gpacket 18 "$1" "$2" "$3")
+    case $_sb in "8 "*) printf '%s\n' "${_sb#8 }" ;; esac
 }
 
 # worker FUNCTION FAILS CALLS LOG: start a Perl worker in the background.
@@ -46,20 +53,24 @@ worker() {
     track $!
 }
 
-calls() {
-    [ -f "$1" ] && wc -l < "$1" | tr -d ' ' || echo 0
+calls() { # calls LOG: its lines, counted by the shell
+    _n=0
+    if [ -f "$1" ]; then
+        while IFS= read -r _l; do _n=$((_n + 1)); done <"$1"
+    fi
+    echo $_n
 }
 
-has_calls() { # has_calls LOG N
-    [ "$(calls "$1")" -ge "$2" ]
+has_calls() { # has_calls LOG N: waits (bounded) until LOG has N lines
+    await_lines "$1" "$2"
 }
 
-state_is() { # state_is HANDLE STATE
-    [ "$(field "$1" state)" = "$2" ]
+state_is() { # state_is HANDLE STATE: waits (bounded) until show job says so
+    await_admin "show job $1" "state $2"
 }
 
-no_jobs_of() { # no_jobs_of FUNCTION: status shows no job of it
-    status_of "$1" | grep -q "^$1	0	0	"
+no_jobs_of() { # no_jobs_of FUNCTION: waits (bounded) until status shows no job of it
+    await_admin status "$1	0	0	*"
 }
 
 # --- 1.1.20's behaviour, on both servers: a failed background job is gone.
@@ -67,8 +78,8 @@ defaults() {
     h=$(submit_bg lc_fail "" payload)
     check "a background submit is answered" [ -n "$h" ]
     worker lc_fail 99 1 "$T/$K.defaults.log"
-    check "the worker is called" poll has_calls "$T/$K.defaults.log" 1
-    check "after WORK_FAIL the job is gone from status" poll no_jobs_of lc_fail
+    check "the worker is called" has_calls "$T/$K.defaults.log" 1
+    check "after WORK_FAIL the job is gone from status" no_jobs_of lc_fail
     same "$(gpacket 15 "$h")" "20 $h|0|0|0|0" "GET_STATUS: unknown once failed"
     reap
     same "$(calls "$T/$K.defaults.log")" 1 "it ran once: WORK_FAIL is not retried"
@@ -92,8 +103,8 @@ server_start dsjobd --retry-on fail --retry-backoff 2 -j 5 --keep-results 60 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 h=$(submit_bg lc_retry u-retry x)
 worker lc_retry 2 3 "$T/retry.log"
-check "retry: the job completes on its third attempt" poll has_calls "$T/retry.log" 3
-check "retry: and is then done" poll state_is "$h" done
+check "retry: the job completes on its third attempt" has_calls "$T/retry.log" 3
+check "retry: and is then done" state_is "$h" done
 same "$(field "$h" attempts)" 2 "retry: show job counts two failed attempts"
 same "$(field "$h" outcome)" complete "retry: its outcome is complete"
 # The waits: a random point in the upper half of 2 s doubled per attempt
@@ -127,7 +138,7 @@ args="--work-dir $T/wd --retry-on fail --retry-backoff 60 -j 5"
 server_start dsjobd $args || { echo "Bail out! dsjobd did not start"; exit 1; }
 h=$(submit_bg lc_sched "" y)
 worker lc_sched 1 1 "$T/sched.log"
-check "backoff: the job is retrying after its first failure" poll state_is "$h" retrying
+check "backoff: the job is retrying after its first failure" state_is "$h" retrying
 at=$(field "$h" run_at)
 check "backoff: its run-at time is ahead" [ "$at" -gt "$(date +%s)" ]
 same "$(field "$h" error)" WORK_FAIL "backoff: show job gives its failure's text"
@@ -165,14 +176,14 @@ server_start dsjobd $args || { echo "Bail out! dsjobd did not start"; exit 1; }
 h=$(submit_bg lc_dead u-dead pay)
 hd=$(submit_bg lc_dead "" drop-me)
 worker lc_dead 99 4 "$T/dead.log"
-check "dead: after its two attempts the job is dead" poll state_is "$h" dead
-check "dead: so is the second one" poll state_is "$hd" dead
+check "dead: after its two attempts the job is dead" state_is "$h" dead
+check "dead: so is the second one" state_is "$hd" dead
 same "$(admin "drop dead $hd")" "OK 1" "drop dead HANDLE drops it"
 failed=$(admin "show dead lc_dead" | grep "^$h	" | cut -f5,6)
 same "$(admin "retry lc_set 4 1.5 30")" "OK" "durable: retry FUNCTION N BASE MAX is set"
 hk=$(submit_bg lc_keep u-keep k)
 worker lc_keep 0 1 "$T/keep.log"
-check "durable: a kept job is done" poll state_is "$hk" done
+check "durable: a kept job is done" state_is "$hk" done
 check "durable: a later acknowledged submit (the commit barrier)" [ -n "$(submit_bg lc_sync "" s)" ]
 reap
 server_kill9
@@ -197,9 +208,9 @@ same "$(gpacket 41 u-keep)" "42 u-keep|1|0|0|0|0" "durable: GET_STATUS_UNIQUE to
 same "$(gpacket 15 "$h")" "20 $h|1|0|0|0" "dead: GET_STATUS knows it, not running"
 same "$(admin "retry dead lc_dead")" "OK 1" "dead: retry dead puts it back"
 worker lc_dead 0 1 "$T/dead2.log"
-check "dead: a worker gets it again" poll has_calls "$T/dead2.log" 1
+check "dead: a worker gets it again" has_calls "$T/dead2.log" 1
 same "$(tail -n 1 "$T/dead2.log" | cut -d' ' -f2)" pay "dead: with its payload"
-check "dead: and it is gone once done" poll no_jobs_of lc_dead
+check "dead: and it is gone once done" no_jobs_of lc_dead
 same "$(admin "show dead")" "." "dead: the dead set is empty"
 reap
 server_stop
@@ -210,8 +221,8 @@ server_start dsjobd --retry-on fail,exception -j 1 --max-dead 1 ||
 h1=$(submit_bg lc_trim "" one)
 h2=$(submit_bg lc_trim "" two)
 worker lc_trim 99 2 "$T/trim.log"
-check "max-dead: both jobs ran" poll has_calls "$T/trim.log" 2
-check "max-dead: the newer one is dead" poll state_is "$h2" dead
+check "max-dead: both jobs ran" has_calls "$T/trim.log" 2
+check "max-dead: the newer one is dead" state_is "$h2" dead
 same "$(admin "show dead" | cut -f1)" "$h2
 ." "max-dead: only the newer one is kept"
 same "$(admin "show job $h1")" "ERR UNKNOWN_JOB" "max-dead: the older one is dropped"
@@ -229,7 +240,7 @@ hw=$(submit_bg lc_sh "" w)
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f lc_sh -- sh -c 'echo oops-stderr >&2; exit 4' \
     2> /dev/null &
 track $!
-check "dsjob worker: its failed job is dead" poll state_is "$hw" dead
+check "dsjob worker: its failed job is dead" state_is "$hw" dead
 check "dsjob worker: the dead set keeps the command's stderr and status" \
     sh -c "printf '%s' \"\$1\" | grep -q 'oops-stderr' && printf '%s' \"\$1\" | grep -q 'status\\\\x204'" \
     _ "$(admin "show dead lc_sh" | cut -f9)"
@@ -237,7 +248,7 @@ he=$(submit_bg lc_ex "" e)
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker --exceptions -f lc_ex -- sh -c 'echo ex-text >&2; false' \
     2> /dev/null &
 track $!
-check "dsjob worker --exceptions: its failed job is dead" poll state_is "$he" dead
+check "dsjob worker --exceptions: its failed job is dead" state_is "$he" dead
 check "dsjob worker --exceptions: the dead set keeps the exception's text" \
     sh -c "printf '%s' \"\$1\" | grep -q 'ex-text'" _ "$(admin "show dead lc_ex" | cut -f9)"
 reap
@@ -250,7 +261,7 @@ server_start dsjobd --keep-results 600 --max-result-size 4 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 hc=$(submit_bg lc_cut "" abcdef)
 worker lc_cut 0 1 "$T/cut.log"
-check "max-result-size: the job is done" poll state_is "$hc" done
+check "max-result-size: the job is done" state_is "$hc" done
 same "$(admin "show result $hc")" "OK complete 4 0 0 11
 done" "max-result-size: show result has its first 4 bytes of 11"
 same "$(field "$hc" result_size)" 11 "max-result-size: show job has the size the worker sent"
@@ -262,9 +273,8 @@ server_stop
 server_start dsjobd --keep-results 1 || { echo "Bail out! dsjobd did not start"; exit 1; }
 hx=$(submit_bg lc_exp u-exp e)
 worker lc_exp 0 1 "$T/exp.log"
-check "keep-results: the job ran" poll has_calls "$T/exp.log" 1
-gone() { [ "$(admin "show result $hx")" = "ERR UNKNOWN_JOB" ]; }
-check "keep-results 1: the kept result expires" poll gone
+check "keep-results: the job ran" has_calls "$T/exp.log" 1
+check "keep-results 1: the kept result expires" await_admin "show result $hx" "ERR UNKNOWN_JOB"
 same "$(gpacket 15 "$hx")" "20 $hx|0|0|0|0" "keep-results 1: GET_STATUS no longer knows it"
 same "$(gpacket 41 u-exp)" "42 u-exp|0|0|0|0|0" "keep-results 1: nor GET_STATUS_UNIQUE"
 reap
@@ -277,13 +287,13 @@ server_start dsjobd --retry-on timeout -j 5 --max-dead 10 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 ht=$(submit_bg lc_to "" t)
 worker lc_to 0 1 "$T/to.log" timeout:1
-queued_again() { [ "$(field "$ht" attempts)" = 1 ] && state_is "$ht" queued; }
+queued_again() { await_admin "show job $ht" "attempts 1" && state_is "$ht" queued; }
 check "retry-on timeout: after its CAN_DO_TIMEOUT the job is queued again, one attempt" \
-    poll queued_again
+    queued_again
 same "$(calls "$T/to.log")" 1 "retry-on timeout: the worker had it once (it still sleeps on it)"
 hcr=$(submit_bg lc_crash "" c)
 worker lc_crash 0 1 "$T/crash.log" crash
-check "retry-on timeout: a crashed worker's job is dead at once" poll state_is "$hcr" dead
+check "retry-on timeout: a crashed worker's job is dead at once" state_is "$hcr" dead
 same "$(calls "$T/crash.log")" 1 "retry-on timeout: the crashed job ran once"
 reap
 server_stop
@@ -291,7 +301,7 @@ server_start dsjobd --retry-on crash -j 5 --max-dead 10 ||
     { echo "Bail out! dsjobd did not start"; exit 1; }
 ht=$(submit_bg lc_to "" t)
 worker lc_to 0 1 "$T/to2.log" timeout:1
-check "retry-on crash: a timed-out job is dead at once" poll state_is "$ht" dead
+check "retry-on crash: a timed-out job is dead at once" state_is "$ht" dead
 field "$ht" error | grep -q CAN_DO_TIMEOUT
 ok $? "retry-on crash: its error says the CAN_DO_TIMEOUT expired"
 reap

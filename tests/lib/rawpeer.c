@@ -27,6 +27,31 @@
  *   rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]...
  *       as packet, for each request in turn on one connection (each
  *       answered before the next goes), a line per answer.
+ *   rawpeer PORT until-admin LINE WANT
+ *   rawpeer PORT until-packet WANT TYPE [ARG...]
+ *       a shell poll in one process: asks as admin or packet does, again
+ *       and again (every 25 ms for a second, then every 100 ms), until a
+ *       line of the answer is WANT (where a '*' stands for any
+ *       characters: "FUNC\t*" or "* : FUNC"), at most 120 s (or
+ *       $RAWPEER_UNTIL_S); exit 0 once it is, else 1 (and the last answer
+ *       on stderr). A try that cannot connect is tried again; a server
+ *       that closes in the middle of an answer ends it (exit 3).
+ *   rawpeer until-file FILE [TEXT [PID]]
+ *       the same for a file: until FILE holds TEXT (an empty TEXT: until
+ *       it is not empty; no TEXT: until it exists); exit 1 also as soon
+ *       as process PID is gone (or a zombie), after a last look at FILE.
+ *   rawpeer until-lines FILE N
+ *       the same, until FILE has N lines or more.
+ *   rawpeer PORT job [-e] FUNCTION DATA
+ *       the packets one foreground job gets, for t_dsjob.sh (the
+ *       libraries and the gearman CLI merge or hide them): SUBMIT_JOB of FUNCTION with DATA
+ *       (after OPTION_REQ "exceptions" with -e), then a line a packet
+ *       until the job ends: DATA BYTES | WARNING BYTES | STATUS N/D |
+ *       COMPLETE BYTES | FAIL BYTES | EXCEPTION BYTES | ERROR CODE TEXT,
+ *       where BYTES is what follows the handle (FAIL's is empty unless
+ *       the server added something), a newline shown as \n, a NUL as \0,
+ *       a backslash as \\. JOB_CREATED and OPTION_RES are not shown.
+ *       Exit 1 after ERROR.
  *   rawpeer PORT batchpipe ID N FUNCTION
  *       on one connection, in one write: OPTION_REQ batch=ID and N
  *       SUBMIT_JOB_BG of FUNCTION (payloads 1..N); at once after it, on a
@@ -115,7 +140,7 @@ put32(char *p, uint32_t v)
     p[3] = (char)v;
 }
 
-static int do_packet(int fd, int argc, char **argv);
+static int do_packet(int fd, int argc, char **argv, FILE *out);
 
 /* Each "--"-separated request of argv, on fd, one after the other. */
 static int
@@ -126,7 +151,7 @@ do_packets(int fd, int argc, char **argv)
     for (i = 0; i <= argc; i++) {
         if (i < argc && strcmp(argv[i], "--") != 0)
             continue;
-        if (i > from && (rc = do_packet(fd, i - from, argv + from)) != 0)
+        if (i > from && (rc = do_packet(fd, i - from, argv + from, stdout)) != 0)
             return rc;
         from = i + 1;
     }
@@ -134,7 +159,7 @@ do_packets(int fd, int argc, char **argv)
 }
 
 static int
-do_packet(int fd, int argc, char **argv)
+do_packet(int fd, int argc, char **argv, FILE *out)
 {
     size_t len = 0, off = 12, i;
     unsigned char h[12];
@@ -167,15 +192,128 @@ do_packet(int fd, int argc, char **argv)
     for (i = 0; i < n; i++)
         if (d[i] == '\0')
             d[i] = '|';
-    printf("%lu ", (unsigned long)get32(h + 4));
-    fwrite(d, 1, n, stdout);
-    putchar('\n');
+    fprintf(out, "%lu ", (unsigned long)get32(h + 4));
+    fwrite(d, 1, n, out);
+    putc('\n', out);
     free(d);
     return 0;
 }
 
+/* One request of type with its args joined by NULs. */
+static void
+send_packet(int fd, uint32_t type, int nargs, char **args)
+{
+    size_t len = 0, off = 12;
+    char *req;
+    int k;
+
+    for (k = 0; k < nargs; k++)
+        len += strlen(args[k]) + (k > 0);
+    if ((req = malloc(12 + len)) == NULL)
+        exit(3);
+    memcpy(req, "\0REQ", 4);
+    put32(req + 4, type);
+    put32(req + 8, (uint32_t)len);
+    for (k = 0; k < nargs; k++) {
+        if (k > 0)
+            req[off++] = '\0';
+        memcpy(req + off, args[k], strlen(args[k]));
+        off += strlen(args[k]);
+    }
+    send_all(fd, req, off);
+    free(req);
+}
+
+/* A packet's bytes as the job line shows them: \n, \0 and \\ escaped. */
+static void
+show(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\')
+            fputs("\\\\", stdout);
+        else if (p[i] == '\n')
+            fputs("\\n", stdout);
+        else if (p[i] == '\0')
+            fputs("\\0", stdout);
+        else
+            putchar(p[i]);
+    }
+}
+
 static int
-do_admin(int fd, const char *line)
+do_job(int fd, int exceptions, const char *func, const char *data)
+{
+    char *submit[] = {(char *)func, "", (char *)data}, *exc[] = {"exceptions"};
+    char *handle = NULL;
+    size_t hl = 0;
+
+    if (exceptions)
+        send_packet(fd, 26, 1, exc); /* OPTION_REQ */
+    send_packet(fd, 7, 3, submit);   /* SUBMIT_JOB */
+    for (;;) {
+        unsigned char h[12];
+        uint32_t type, n;
+        char *d, *rest;
+        size_t rl;
+        const char *name = NULL;
+
+        read_all(fd, (char *)h, sizeof(h));
+        type = get32(h + 4);
+        n = get32(h + 8);
+        d = malloc((size_t)n + 1);
+        if (d == NULL)
+            return 3;
+        read_all(fd, d, n);
+        d[n] = '\0';
+        if (type == 8 && handle == NULL) { /* JOB_CREATED */
+            handle = d;
+            hl = n;
+            continue;
+        }
+        if (type == 19) { /* ERROR */
+            fputs("ERROR ", stdout);
+            show(d, n);
+            putchar('\n');
+            return 1;
+        }
+        switch (type) {
+        case 12: name = "STATUS"; break;
+        case 13: name = "COMPLETE"; break;
+        case 14: name = "FAIL"; break;
+        case 25: name = "EXCEPTION"; break;
+        case 28: name = "DATA"; break;
+        case 29: name = "WARNING"; break;
+        }
+        if (name == NULL || handle == NULL || n < hl || memcmp(d, handle, hl) != 0) {
+            free(d);
+            continue;
+        }
+        rest = d + hl;
+        rl = n - hl;
+        if (type != 14 && rl > 0 && rest[0] == '\0') { /* the separator; FAIL has none */
+            rest++;
+            rl--;
+        }
+        printf("%s ", name);
+        if (type == 12) { /* N\0D as N/D */
+            char *z = memchr(rest, '\0', rl);
+
+            if (z != NULL)
+                *z = '/';
+            fwrite(rest, 1, rl, stdout);
+        } else
+            show(rest, rl);
+        putchar('\n');
+        free(d);
+        if (type == 13 || type == 14 || type == 25)
+            break;
+    }
+    free(handle);
+    return 0;
+}
+
+static int
+do_admin(int fd, const char *line, FILE *out)
 {
     int listing = strncmp(line, "show dead", 9) == 0 || strncmp(line, "show jobs", 9) == 0;
     int result = strncmp(line, "show result", 11) == 0;
@@ -197,13 +335,13 @@ do_admin(int fd, const char *line)
         if (result && sscanf(l, "OK %63s %lu %*u %*u %*u%n", st, &size, &used) == 2 && used > 0 &&
             strcmp(l + used, "\n") == 0) {
             /* The result's bytes and the newline after them. */
-            fputs(l, stdout);
+            fputs(l, out);
             for (i = 0; i < size + 1; i++) {
                 int c = getc(in);
 
                 if (c == EOF)
                     break;
-                putchar(c);
+                putc(c, out);
             }
             break;
         }
@@ -211,7 +349,7 @@ do_admin(int fd, const char *line)
             l[n - 2] = '\n';
             l[n - 1] = '\0';
         }
-        fputs(l, stdout);
+        fputs(l, out);
         if (strcmp(l, ".\n") == 0 ||
             ((strncmp(l, "OK", 2) == 0 || strncmp(l, "ERR", 3) == 0) && !listing))
             break;
@@ -437,6 +575,159 @@ do_batchpipe(const char *port, const char *id, unsigned n, const char *func)
     return 0;
 }
 
+/* until-admin, until-packet, until-file: a shell poll loop in one process. */
+#define UNTIL_BOUND_S 120
+
+/* Whether a line of buf (len bytes) is want, where a '*' (the first) stands
+ * for any characters. */
+static int
+has_line(const char *buf, size_t len, const char *want)
+{
+    const char *star = strchr(want, '*'), *p = buf, *end = buf + len;
+    size_t head = star ? (size_t)(star - want) : strlen(want), tail = star ? strlen(star + 1) : 0;
+
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+
+        if (star ? n >= head + tail && memcmp(p, want, head) == 0 &&
+                       memcmp(p + n - tail, star + 1, tail) == 0
+                 : n == head && memcmp(p, want, head) == 0)
+            return 1;
+        p += n + 1;
+    }
+    return 0;
+}
+
+/* One try of until-admin or until-packet, in this process (a fork a try
+ * cost more than the try): 0 when want is a line of the answer, else 1
+ * (also when the server cannot be reached); the answer in last. */
+static int
+until_try(const char *port, int admin, char **argv, int argc, const char *want, char *last,
+          size_t lastcap)
+{
+    struct sockaddr_in a;
+    FILE *out;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), met;
+
+    loopback(&a, port);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    memset(last, 0, lastcap);
+    out = fmemopen(last, lastcap - 1, "w");
+    if (out == NULL)
+        exit(3);
+    if (admin)
+        do_admin(fd, argv[0], out); /* closes fd */
+    else {
+        do_packet(fd, argc, argv, out);
+        close(fd);
+    }
+    fflush(out);
+    met = has_line(last, strlen(last), want);
+    fclose(out);
+    return met ? 0 : 1;
+}
+
+/* Whether the file holds text (text empty: is not empty; NULL: exists). */
+static int
+file_has(const char *path, const char *text)
+{
+    static char buf[1 << 20];
+    size_t n;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (text == NULL)
+        return 1;
+    return *text == '\0' ? n > 0 : memmem(buf, n, text, strlen(text)) != NULL;
+}
+
+/* Whether the file has n lines or more. */
+static int
+file_lines(const char *path, long n)
+{
+    char buf[65536];
+    size_t r;
+    long lines = 0;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL)
+        return n <= 0;
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
+        for (size_t i = 0; i < r; i++)
+            lines += buf[i] == '\n';
+    fclose(f);
+    return lines >= n;
+}
+
+/* Whether process pid is gone or a zombie. */
+static int
+gone(long pid)
+{
+    char path[64], st[512], *rp;
+    FILE *f;
+    size_t n;
+
+    if (kill((pid_t)pid, 0) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    n = fread(st, 1, sizeof(st) - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    rp = strrchr(st, ')');
+    return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static int
+do_until(int argc, char **argv)
+{
+    struct timespec t0, now, fast = {0, 25 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
+    static char last[65536];
+    const char *env = getenv("RAWPEER_UNTIL_S");
+    long bound = env != NULL && atol(env) > 0 ? atol(env) : UNTIL_BOUND_S;
+    int tries;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    alarm((unsigned)bound + RAWPEER_BOUND_S); /* a try the server never answers */
+    for (tries = 0;; tries++) {
+        int met;
+
+        if (strcmp(argv[1], "until-lines") == 0) {
+            met = file_lines(argv[2], strtol(argv[3], NULL, 10));
+        } else if (strcmp(argv[1], "until-file") == 0) {
+            long pid = argc > 4 ? strtol(argv[4], NULL, 10) : 0;
+            int dead = pid > 0 && gone(pid);
+
+            met = file_has(argv[2], argc > 3 ? argv[3] : NULL);
+            if (met || dead)
+                return met ? 0 : 1;
+        } else if (strcmp(argv[2], "until-admin") == 0) {
+            met = until_try(argv[1], 1, argv + 3, 1, argv[4], last, sizeof(last)) == 0;
+        } else {
+            met = until_try(argv[1], 0, argv + 4, argc - 4, argv[3], last, sizeof(last)) == 0;
+        }
+        if (met)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec >= bound) {
+            if (last[0] != '\0')
+                fprintf(stderr, "rawpeer: after %ld s the last answer was:\n%s", bound, last);
+            return 1;
+        }
+        nanosleep(tries < 40 ? &fast : &slow, NULL);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -446,6 +737,16 @@ main(int argc, char **argv)
         return do_free_port();
     if (argc == 3 && strcmp(argv[2], "listening") == 0)
         return do_listening(argv[1]);
+    if ((argc >= 3 && argc <= 5 && strcmp(argv[1], "until-file") == 0) ||
+        (argc == 4 && strcmp(argv[1], "until-lines") == 0) ||
+        (argc == 5 && strcmp(argv[2], "until-admin") == 0) ||
+        (argc >= 5 && strcmp(argv[2], "until-packet") == 0))
+        return do_until(argc, argv);
+    if ((argc == 5 || (argc == 6 && strcmp(argv[3], "-e") == 0)) && strcmp(argv[2], "job") == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(30);
+        return do_job(connect_port(argv[1]), argc == 6, argv[argc - 2], argv[argc - 1]);
+    }
     if (argc == 6 && strcmp(argv[2], "batchpipe") == 0) {
         signal(SIGALRM, on_alarm);
         alarm(RAWPEER_BOUND_S);
@@ -460,17 +761,21 @@ main(int argc, char **argv)
     }
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
-        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
-                        "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
-                        "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
-                        "       rawpeer PORT batchpipe ID N FUNCTION |\n"
-                        "       rawpeer PORT listening | rawpeer free-port\n");
+        fprintf(stderr,
+                "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
+                "       rawpeer PORT until-admin LINE WANT |\n"
+                "       rawpeer PORT until-packet WANT TYPE [ARG...] |\n"
+                "       rawpeer until-file FILE [TEXT [PID]] | rawpeer until-lines FILE N |\n"
+                "       rawpeer PORT batchpipe ID N FUNCTION |\n"
+                "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }
     signal(SIGALRM, on_alarm);
     alarm(RAWPEER_BOUND_S);
     fd = connect_port(argv[1]);
     if (strcmp(argv[2], "packet") == 0)
-        return do_packet(fd, argc - 3, argv + 3);
-    return do_admin(fd, argv[3]);
+        return do_packet(fd, argc - 3, argv + 3, stdout);
+    return do_admin(fd, argv[3], stdout);
 }

@@ -5,7 +5,7 @@
 # timeout, no server, usage errors, background, priorities, unique
 # coalescing, --at), worker (fd 3 status, environment, -c 2 overlap proven
 # by two jobs that wait for each other, graceful SIGTERM; --stream, --chunk
-# and --warnings packet by packet through raw_client.pl, a line streamed
+# and --warnings packet by packet through rawpeer's job, a line streamed
 # before the command goes on, the failure text as WORK_WARNING + WORK_FAIL
 # and as WORK_EXCEPTION, to clients with and without exceptions), interop both
 # ways with the gearman CLI, the admin verbs in table, tsv and json (the
@@ -21,7 +21,6 @@
 
 export DSJOB
 FAKE_WORKER=$top_srcdir/tests/tools/fake_worker.pl
-RAW_CLIENT=$top_srcdir/tests/tools/raw_client.pl
 if [ ! -x "$DSJOB" ]; then
     echo "1..0 # SKIP dsjob not built ($DSJOB)"
     exit 0
@@ -64,48 +63,33 @@ dsw() {
 }
 
 # packets [-e] FUNCTION DATA: the packets of one foreground job as
-# raw_client.pl shows them, joined by '|' (-e: after OPTION_REQ exceptions).
+# `rawpeer PORT job` shows them (tests/lib/rawpeer.c), joined by '|' (-e:
+# after OPTION_REQ exceptions).
 packets() {
-    _e=
-    if [ "$1" = -e ]; then
-        _e=-e
-        shift
-    fi
-    timeout -k 5 30 perl "$RAW_CLIENT" $_e "$SERVER_PORT" "$@" | paste -sd '|' -
+    # (rawpeer bounds itself: 30 s)
+    "$RAWPEER" "$SERVER_PORT" job "$@" | {
+        _p=
+        while IFS= read -r _l; do _p=${_p:+$_p|}$_l; done
+        printf '%s\n' "$_p"
+    }
 }
 
-# tsv_is FUNC LINE: FUNC's row of `dsjob status --format tsv` is LINE.
-tsv_is() {
-    [ "$(ds status --format tsv | grep "^$1	")" = "$2" ]
-}
-
-# has PATTERN FILE: grep -q, quiet when FILE does not exist yet.
-has() {
-    grep -q -e "$1" "$2" 2>/dev/null
-}
-
-# Waits (bounded) for a tracked process to end; its exit status.
+# Waits for a tracked process to end; its exit status. (The clients and
+# workers are bounded by their timeout(1); a loop of kill -0 and sleep
+# that stood here ended in this wait all the same.)
 wait_bounded() {
-    _i=0
-    while kill -0 "$1" 2>/dev/null && [ $_i -lt 200 ]; do
-        sleep 0.05
-        _i=$((_i + 1))
-    done
     wait "$1"
 }
+
+# $GO_WAIT FILE, in a worker's command: waits (10 s at most) until the test
+# makes FILE, in one process (tests/lib/rawpeer.c) rather than a sleep a try.
+GO_WAIT="RAWPEER_UNTIL_S=10 '$RAWPEER' until-file"
 
 # json EXPR [ARG]... < JSON: true if the perl EXPR holds for the decoded
 # array $j (ARGs in @a).
 json() {
     perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>); my ($e, @a) = @ARGV;
         my $r = eval $e; die $@ if $@; exit(!$r);' "$@"
-}
-
-# answer_is WANT TYPE ARG...: the first answer to a binary request is WANT.
-answer_is() {
-    _want=$1
-    shift
-    [ "$(gpacket "$@")" = "$_want" ]
 }
 
 # A port that nothing listens on (it was free a moment ago).
@@ -137,7 +121,7 @@ checks() {
     c=$!
     track $c
     check "submit: a WORK_DATA chunk reaches stdout before the job ends" \
-        poll has chunk1 "$d/stream.out"
+        await_file "$d/stream.out" chunk1
     touch "$d/go"
     wait_bounded $c
     rc=$?
@@ -145,11 +129,11 @@ checks() {
     same "$(cat "$d/stream.err")" "careful" "submit: the warning goes to stderr, as sent"
     ds submit t_fake exception >"$d/exc.out" 2>"$d/exc.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "bad thing happened" "$d/exc.err" && [ ! -s "$d/exc.out" ]
+    [ $rc -eq 1 ] && holds "$d/exc.err" "bad thing happened" && [ ! -s "$d/exc.out" ]
     ok $? "$K: submit: an exception exits 1 with its text on stderr (rc $rc)"
     ds submit t_fake fail >/dev/null 2>"$d/fail.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "failed" "$d/fail.err"
+    [ $rc -eq 1 ] && holds "$d/fail.err" "failed"
     ok $? "$K: submit: WORK_FAIL exits 1 and says so on stderr (rc $rc)"
 
     dsw -f t_exit -- sh -c 'cat >/dev/null; echo "from the command" >&2; exit 3' 2>"$d/exitw.err"
@@ -157,25 +141,24 @@ checks() {
     rc=$?
     same "$rc" "1" "worker: a command exiting 3 is a failed job for the client"
     check "worker: the command's stderr passes through; the exit status is reported" \
-        poll sh -c "grep -q 'from the command' '$d/exitw.err' && grep -q 'exited with status 3' '$d/exitw.err'"
+        eval 'await_file "$d/exitw.err" "from the command" && await_file "$d/exitw.err" "exited with status 3"'
     dsw -f t_sig -- sh -c 'kill -9 $$' 2>"$d/sig.err"
     ds submit t_sig x >/dev/null 2>&1
     rc=$?
     same "$rc" "1" "worker: a command killed by a signal is a failed job"
     check "worker: the death by signal is reported on the worker's stderr" \
-        poll has "killed by signal 9" "$d/sig.err"
+        await_file "$d/sig.err" "killed by signal 9"
 
     # --- worker --stream, --chunk, --warnings, the failure text ------
     # A line goes out as it is written: the command writes its second line
     # only once the client has the first (or "late" after 10 s).
-    dsw --stream -f t_stream -- sh -c "cat >/dev/null; echo one; i=0
-        while [ ! -e '$d/sw.go' ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+    dsw --stream -f t_stream -- sh -c "cat >/dev/null; echo one; $GO_WAIT '$d/sw.go'
         [ -e '$d/sw.go' ] && echo two || echo late; printf tail"
     ds submit t_stream x >"$d/sw.out" 2>"$d/sw.err" &
     c=$!
     track $c
     check "worker --stream: the first line reaches submit's stdout while the command runs" \
-        poll has one "$d/sw.out"
+        await_file "$d/sw.out" one
     touch "$d/sw.go"
     wait_bounded $c
     rc=$?
@@ -192,7 +175,7 @@ checks() {
     same "$(packets t_warn x)" 'WARNING w1\n|WARNING w2 no newline|COMPLETE result' \
         "worker --warnings: each stderr line a WORK_WARNING; without --stream the result as before"
     check "worker --warnings: stderr is still copied to the worker's own stderr" \
-        poll sh -c "grep -qx w1 '$d/warnw.err' && grep -q 'w2 no newline' '$d/warnw.err'"
+        eval 'await_file "$d/warnw.err" "w2 no newline" && grep -qx w1 "$d/warnw.err"'
     dsw --warnings -f t_wfail -- sh -c "cat >/dev/null; echo e1 >&2; exit 2" 2>/dev/null
     same "$(packets t_wfail x)" "WARNING e1\\n|WARNING 'sh' exited with status 2\\n|FAIL " \
         "worker --warnings: a failure's own WORK_WARNING has the status line only"
@@ -206,12 +189,12 @@ checks() {
     rc=$?
     [ $rc -eq 1 ] && [ ! -s "$d/tail.out" ] &&
         [ "$(head -5 "$d/tail.err" | tr '\n' ' ')" = "'sh' exited with status 3 err3 err4 err5 err6 " ] &&
-        grep -q "of 't_tail' failed" "$d/tail.err"
+        holds "$d/tail.err" "of 't_tail' failed"
     ok $? "$K: submit: the failure text, then 'failed', on stderr, exit 1 (rc $rc)"
     if [ -n "$HAVE_GEARMAN" ]; then
         gm -f t_tail x >/dev/null 2>"$d/gmtail.err"
         rc=$?
-        [ $rc -ne 0 ] && grep -q "exited with status 3" "$d/gmtail.err" && grep -qx err6 "$d/gmtail.err"
+        [ $rc -ne 0 ] && holds "$d/gmtail.err" "exited with status 3" && grep -qx err6 "$d/gmtail.err"
         ok $? "$K: gearman CLI: a failed dsjob worker job fails, the text on its stderr (rc $rc)"
         same "$(gm -f t_lines x)" "$(printf 'one\ntwo\n\nthree and more')" \
             "gearman CLI: prints the WORK_DATA lines of a --stream worker"
@@ -254,16 +237,16 @@ checks() {
         "worker --exceptions: of a 3000-byte stderr line, '...' and the last 1 KiB"
     ds worker --chunk 0 -f x -- cat >/dev/null 2>"$d/chunk0.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'--chunk'" "$d/chunk0.err"
+    [ $rc -eq 2 ] && holds "$d/chunk0.err" "'--chunk'"
     ok $? "$K: usage: worker --chunk 0 exits 2 naming the option (rc $rc)"
 
     # --- errors of the command line ------------------------------------
     p=$(closed_port)
     timeout 20 "$DSJOB" -s "127.0.0.1:$p" submit t_cat x >/dev/null 2>"$d/down.err"
     rc=$?
-    [ $rc -eq 3 ] && grep -q "no server reachable" "$d/down.err"
+    [ $rc -eq 3 ] && holds "$d/down.err" "no server reachable"
     ok $? "$K: submit: no server reachable exits 3 (rc $rc)"
-    timeout 20 "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
+    "$DSJOB" -s "127.0.0.1:$p" status >/dev/null 2>&1
     same "$?" "3" "status: no server reachable exits 3"
     # A peer that accepts and never answers was reached: a failure (1), not unreachable (3).
     timeout 10 perl -MIO::Socket::INET -e '
@@ -271,18 +254,18 @@ checks() {
             ReuseAddr => 1) or die; open(my $f, ">", $ARGV[0]) or die; print $f $l->sockport;
         close $f; my $c = $l->accept; sleep 8' "$d/mute.port" &
     track $!
-    check "a mute listener is up" poll test -s "$d/mute.port"
-    timeout 20 "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
+    check "a mute listener is up" await_file "$d/mute.port" ""
+    "$DSJOB" -s "127.0.0.1:$(cat "$d/mute.port")" -t 300 status >/dev/null 2>"$d/mute.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "no complete reply" "$d/mute.err"
+    [ $rc -eq 1 ] && holds "$d/mute.err" "no complete reply"
     ok $? "$K: status: a server that accepts and never answers exits 1, saying so (rc $rc)"
     ds submit -p urgent t_cat x >/dev/null 2>"$d/usage.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'-p'" "$d/usage.err"
+    [ $rc -eq 2 ] && holds "$d/usage.err" "'-p'"
     ok $? "$K: usage: a bad -p exits 2 naming the option (rc $rc)"
     ds status --bogus >/dev/null 2>"$d/usage2.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "'--bogus'" "$d/usage2.err"
+    [ $rc -eq 2 ] && holds "$d/usage2.err" "'--bogus'"
     ok $? "$K: usage: an unknown option exits 2 naming it (rc $rc)"
     rc=0
     ds worker -f x >/dev/null 2>&1 || rc=$?
@@ -293,7 +276,7 @@ checks() {
     rc=0
     ds -s 127.0.0.1:99999 status >/dev/null 2>&1 || rc=$?
     ds submit -u "$(printf '%065d' 0)" t_cat x >/dev/null 2>"$d/u65.err" || rc="$rc $?"
-    grep -q "'-u'" "$d/u65.err" || rc="$rc no-u"
+    holds "$d/u65.err" "'-u'" || rc="$rc no-u"
     ds submit --format json t_cat x >/dev/null 2>&1 || rc="$rc $?"
     same "$rc" "2 2 2" "usage: a port over 65535, a -u over 64 bytes (naming -u), submit --format: exit 2"
     same "$(ds submit t_cat -- -5)" "-5" "submit: DATA that starts with '-' after --"
@@ -301,7 +284,7 @@ checks() {
     # would take fd 1; and a reader that goes away is exit 1, not SIGPIPE.
     (ds submit t_cat x >&-) 2>"$d/closed.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "standard output" "$d/closed.err"
+    [ $rc -eq 1 ] && holds "$d/closed.err" "standard output"
     ok $? "$K: submit with stdout closed exits 1 and says why (rc $rc)"
     head -c 3000000 /dev/urandom >"$d/big"
     rc=$( (ds submit t_cat <"$d/big" 2>/dev/null; echo $? >"$d/pipe.rc") | head -c 1 >/dev/null; cat "$d/pipe.rc")
@@ -309,14 +292,14 @@ checks() {
     # Until it says it retries (120 s at most), then stopped: it would retry for ever.
     timeout -k 5 180 "$DSJOB" -s "127.0.0.1:$(closed_port)" worker -f x -- cat 2>"$d/wdown.err" &
     wdown=$!
-    poll grep -q "retrying" "$d/wdown.err"
+    await_file "$d/wdown.err" retrying
     kill "$wdown" 2>/dev/null
     wait "$wdown" 2>/dev/null
-    grep -q "retrying" "$d/wdown.err"
+    holds "$d/wdown.err" "retrying"
     ok $? "$K: worker: a server that cannot be reached is named on stderr, and retried"
     ds -t 300 submit t_nobody x >/dev/null 2>"$d/to.err"
     rc=$?
-    [ $rc -eq 1 ] && grep -q "did not end within 300 ms" "$d/to.err"
+    [ $rc -eq 1 ] && holds "$d/to.err" "did not end within 300 ms"
     ok $? "$K: submit -t: a job that does not end in time exits 1 (rc $rc)"
 
     # --- background, priorities, unique, --at --------------------------
@@ -327,7 +310,7 @@ checks() {
     ds jobs --format tsv | grep -q "^$h	"
     ok $? "$K: jobs lists the background job's handle"
     dsw -f t_bg -- sh -c "cat >>'$d/bg'"
-    check "a worker runs the background job" poll has bg-one "$d/bg"
+    check "a worker runs the background job" await_file "$d/bg" bg-one
 
     ds submit -b -p low t_pri low1 >/dev/null && ds submit -b t_pri norm1 >/dev/null &&
         ds submit -b -p high t_pri high1 >/dev/null && ds submit -b -p low t_pri low2 >/dev/null &&
@@ -335,7 +318,7 @@ checks() {
     ok $? "$K: six background jobs at three priorities"
     dsw -f t_pri -- sh -c "cat >>'$d/pri'; echo >>'$d/pri'"
     w_pri=$W
-    check "the worker ran all six" poll tsv_is t_pri "t_pri	0	0	1"
+    check "the worker ran all six" await_admin status "t_pri	0	0	1"
     same "$(tr '\n' ' ' <"$d/pri")" "high1 high2 norm1 norm2 low1 low2 " \
         "priorities: high, then normal, then low, FIFO within each"
     kill -TERM $w_pri
@@ -349,7 +332,7 @@ checks() {
     c2=$!
     track $c2
     check "unique: two foreground submits with one -u make one job" \
-        poll answer_is "42 KEY1|1|0|0|0|2" 41 KEY1
+        await_packet "42 KEY1|1|0|0|0|2" 41 KEY1
     dsw -f t_uniq -- sh -c "cat >>'$d/uw'; echo >>'$d/uw'; printf RESULT"
     wait_bounded $c1
     r1=$?
@@ -404,11 +387,11 @@ checks() {
         skip_n 1 "$K: script(1) not installed"
     fi
     check "worker: a bad fd 3 line is reported on the worker's stderr" \
-        poll has "not N/D: 'not a status'" "$d/envw.err"
+        await_file "$d/envw.err" "not N/D: 'not a status'"
 
     # -c 2: each job waits (at most 10 s) for the other to start.
     dsw -c 2 -f t_pair -- sh -c "me=\$(cat); touch '$d/pair.'\$me; other=a; [ \$me = a ] && other=b
-        i=0; while [ ! -e '$d/pair.'\$other ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+        $GO_WAIT '$d/pair.'\$other
         [ -e '$d/pair.'\$other ] && printf together || printf alone"
     ds submit t_pair a >"$d/pa" &
     ca=$!
@@ -423,13 +406,13 @@ checks() {
     same "$(ds status --format tsv | grep '^t_pair	' | cut -f4)" "2" "worker -c 2 registers as two workers"
 
     # SIGTERM while a job runs: it finishes, its result is sent, then exit 0.
-    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; i=0; while [ ! -e '$d/slow.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf finished"
+    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/slow.go'; printf finished"
     w_slow=$W
     ds submit t_slow x >"$d/slow.out" &
     c=$!
     track $c
     # (its command has started: a job only assigned would be given back)
-    check "the slow job is running" poll test -e "$d/slow.started"
+    check "the slow job is running" await_file "$d/slow.started"
     kill -TERM $w_slow
     sleep 0.2
     touch "$d/slow.go"
@@ -442,15 +425,15 @@ checks() {
     dsw -f t_deaf -- sh -c "exec >&- 3>&-; touch '$d/deaf.started'; sleep 30" 2>"$d/deaf.err"
     w_deaf=$W
     ds submit -b t_deaf x >/dev/null
-    check "the job that closed its stdout is running" poll test -e "$d/deaf.started"
+    check "the job that closed its stdout is running" await_file "$d/deaf.started"
     kill -TERM $w_deaf
     sleep 0.2
     kill -TERM $w_deaf
     wait_bounded $w_deaf
     rc=$?
-    [ $rc -eq 0 ] && grep -q "killed by signal 15" "$d/deaf.err"
+    [ $rc -eq 0 ] && holds "$d/deaf.err" "killed by signal 15"
     ok $? "$K: worker: a second SIGTERM terminates a command with its outputs closed (rc $rc)"
-    check "worker: after SIGTERM the worker is gone from status" poll tsv_is t_slow "t_slow	0	0	0"
+    check "worker: after SIGTERM the worker is gone from status" await_admin status "t_slow	0	0	0"
 
     # --- interop with the gearman CLI -----------------------------------
     if [ -n "$HAVE_GEARMAN" ]; then
@@ -468,7 +451,7 @@ checks() {
 
     # --- admin verbs ------------------------------------------------------
     dsw -i dsjob-test-id -f t_adm_w -- cat
-    check "the t_adm_w worker is registered" poll tsv_is t_adm_w "t_adm_w	0	0	1"
+    check "the t_adm_w worker is registered" await_admin status "t_adm_w	0	0	1"
     hq=$(ds submit -b t_adm_q queued-job)
     ds status >"$d/st.table"
     head -1 "$d/st.table" | grep -Eq '^FUNCTION +TOTAL +RUNNING +WORKERS$' &&
@@ -519,7 +502,7 @@ checks() {
     want=$(ds version --format tsv)
     case $K:$want in
     gearmand:1.1.20*) rc=0 ;;
-    dsjobd:"$(timeout 5 "$DSJOB" --version | sed 's/^dsjob \([^ ]*\).*/\1/')") rc=0 ;;
+    dsjobd:"$("$DSJOB" --version | sed 's/^dsjob \([^ ]*\).*/\1/')") rc=0 ;;
     *) rc=1 ;;
     esac
     ok $rc "$K: version --format tsv: the server's version ($want)"
@@ -534,7 +517,7 @@ checks() {
     ds -s "127.0.0.1:$p" status --format tsv >"$d/half.tsv" 2>"$d/half.err"
     rc=$?
     [ $rc -eq 1 ] && grep -q "^127\.0\.0\.1:$SERVER_PORT	t_adm_q	1	0	0\$" "$d/half.tsv" &&
-        grep -q "127.0.0.1:$p" "$d/half.err"
+        holds "$d/half.err" "127.0.0.1:$p"
     ok $? "$K: status with one server down: the other's rows, the error, exit 1 (rc $rc)"
 
     # cancel: the job is not run; an unknown handle is an error.
@@ -548,7 +531,7 @@ checks() {
     same "$?" "2" "cancel with a handle holding a space is a usage error"
     ds submit -b t_adm_q after >/dev/null
     dsw -f t_adm_q -- sh -c "cat >>'$d/cancelled'; echo >>'$d/cancelled'"
-    check "after cancel, a worker runs only the later job" poll has after "$d/cancelled"
+    check "after cancel, a worker runs only the later job" await_file "$d/cancelled" after
     same "$(cat "$d/cancelled")" "after" "the cancelled job never ran"
 
     lifecycle_verbs
@@ -556,7 +539,7 @@ checks() {
     # A command that is not there is refused at start, naming it (exit 2).
     "$DSJOB" worker -s "$addr" -f t_typo -- "$d/nonexistent-typo" 2>"$d/typo.err"
     rc=$?
-    [ $rc -eq 2 ] && grep -q "cannot run '$d/nonexistent-typo'" "$d/typo.err"
+    [ $rc -eq 2 ] && holds "$d/typo.err" "cannot run '$d/nonexistent-typo'"
     ok $? "$K: worker: a command that does not exist: exit 2 naming it (rc $rc)"
     # One that goes away while the worker runs gives its jobs back: none fails, and they run
     # once it is back.
@@ -566,15 +549,16 @@ checks() {
         2>"$d/vanish.err" &
     wv=$!
     track $wv
-    check "the t_vanish worker is registered" poll tsv_is t_vanish "t_vanish	0	0	1"
+    check "the t_vanish worker is registered" await_admin status "t_vanish	0	0	1"
     mv "$d/vanish.sh" "$d/vanish.away"
     for v in v1 v2 v3; do ds submit -b t_vanish "$v" >/dev/null; done
-    check "a job whose command is gone is given back" poll has "giving the job back" "$d/vanish.err"
+    check "a job whose command is gone is given back" await_file "$d/vanish.err" "giving the job back"
     same "$(ds status --format tsv | grep '^t_vanish	' | cut -f2)" "3" \
         "and all three jobs are still held"
     mv "$d/vanish.away" "$d/vanish.sh"
     check "once the command is back, the three jobs run" \
-        poll sh -c "[ \"\$(sort '$d/vanish.out' 2>/dev/null | tr '\n' ' ')\" = 'v1 v2 v3 ' ]"
+        eval 'await_file "$d/vanish.out" v1 && await_file "$d/vanish.out" v2 &&
+            await_file "$d/vanish.out" v3 && [ "$(sort "$d/vanish.out" | tr "\n" " ")" = "v1 v2 v3 " ]'
     kill "$wv" 2>/dev/null
     wait_bounded "$wv"
 
@@ -585,15 +569,15 @@ checks() {
         server_start dsjobd || return 1
         s2=$SERVER_PID p2=$SERVER_PORT
         SERVER_PID=$_pid SERVER_PORT=$_port
-        timeout 20 "$DSJOB" -s "127.0.0.1:$p2" shutdown
+        "$DSJOB" -s "127.0.0.1:$p2" shutdown
         rc=$?
         wait_bounded "$s2"
         same "$rc $?" "0 0" "shutdown: exit 0, and the server exits"
-        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; i=0; while [ ! -e '$d/grace.go' ] && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done; printf graceful"
+        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/grace.go'; printf graceful"
         ds submit t_grace x >"$d/grace.out" &
         c=$!
         track $c
-        poll test -e "$d/grace.started"
+        await_file "$d/grace.started"
         ds shutdown --graceful
         rc=$?
         touch "$d/grace.go"
@@ -619,11 +603,6 @@ ndead() {
     [ "$(ds dead list "$1" --format tsv | wc -l)" -eq "$2" ]
 }
 
-# job_is HANDLE STATE: dsjob job shows that state.
-job_is() {
-    ds job "$1" --format tsv | grep -q "^state	$2\$"
-}
-
 # The verbs of dsjobd's lifecycle (dsjob(1): job, result, dead), against
 # dsjobd with --max-dead and --keep-results (server_args); gearmand has
 # none of them, and each must say so.
@@ -644,7 +623,7 @@ lifecycle_verbs() {
             # shellcheck disable=SC2086
             ds $v >"$d/gm.out" 2>"$d/gm.err"
             rc=$?
-            [ $rc -eq 1 ] && [ ! -s "$d/gm.out" ] && grep -q "a dsjobd admin command" "$d/gm.err"
+            [ $rc -eq 1 ] && [ ! -s "$d/gm.out" ] && holds "$d/gm.err" "a dsjobd admin command"
             ok $? "$K: $v: exit 1, nothing on stdout, stderr says it is dsjobd's (rc $rc)"
         done
         out=$(ds dead list --format json 2>/dev/null)
@@ -659,7 +638,8 @@ lifecycle_verbs() {
     h1=$(ds submit -b -u 'key one' t_dead p1)
     h2=$(ds submit -b -u k2 t_dead p2)
     h3=$(ds submit -b t_dead p3)
-    check "dead: the three failed jobs are in the dead set" poll ndead t_dead 3
+    check "dead: the three failed jobs are in the dead set" eval 'await_admin "show dead t_dead" "$h1	*" &&
+        await_admin "show dead t_dead" "$h2	*" && await_admin "show dead t_dead" "$h3	*" && ndead t_dead 3'
     kill $w_dead
     wait_bounded $w_dead
     ds dead list >"$d/dead.table"
@@ -696,7 +676,7 @@ lifecycle_verbs() {
     ok $? "$K: job of an unknown handle: UNKNOWN_JOB on stderr, exit 1 (rc $rc)"
     ds result "$h1" >"$d/deadres.out" 2>"$d/deadres.err"
     rc=$?
-    [ $rc -eq 1 ] && [ ! -s "$d/deadres.out" ] && grep -q "NOT_DONE job is dead" "$d/deadres.err"
+    [ $rc -eq 1 ] && [ ! -s "$d/deadres.out" ] && holds "$d/deadres.err" "NOT_DONE job is dead"
     ok $? "$K: result of a dead job: NOT_DONE, exit 1 (rc $rc)"
 
     same "$(ds dead drop "$h3" --format tsv)" "1" "dead drop HANDLE: one dropped"
@@ -713,7 +693,7 @@ lifecycle_verbs() {
     ds dead retry "$h2" --format tsv >"$d/left.out" 2>"$d/left.err"
     rc=$?
     [ $rc -eq 1 ] && [ "$(cat "$d/left.out")" = "0	1" ] &&
-        grep -q "not: a live job holds the unique key" "$d/left.err"
+        holds "$d/left.err" "not: a live job holds the unique key"
     ok $? "$K: dead retry while a live job holds the unique key: left dead, why, exit 1 (rc $rc)"
     ds cancel "$hlive"
 
@@ -724,8 +704,8 @@ lifecycle_verbs() {
     [ $rc -eq 0 ] && head -1 "$d/retry.table" | grep -Eq '^RETRIED +LEFT$' &&
         tail -n 1 "$d/retry.table" | grep -Eq '^ +2 +0$'
     ok $? "$K: dead retry FUNCTION: both put back, a table, exit 0 (rc $rc)"
-    check "the retried jobs complete" poll job_is "$h1" done
-    check "both of them" poll job_is "$h2" done
+    check "the retried jobs complete" await_admin "show job $h1" "state done"
+    check "both of them" await_admin "show job $h2" "state done"
     same "$(ds dead list --format tsv | grep -c "	t_dead	")" "0" "the dead set is empty"
     ds result "$h1" >"$d/res.out"
     rc=$?
@@ -749,21 +729,21 @@ lifecycle_verbs() {
     hx=$(ds submit -b t_kx x)
     hf=$(ds submit -b t_kf x)
     hl=$(ds submit -b t_kl x)
-    check "the three jobs end" poll sh -c "$DSJOB -s 127.0.0.1:$SERVER_PORT jobs --format tsv |
-        grep -c '	done	' | grep -qx 3"
+    check "the three jobs end" eval 'await_admin "show job $hx" "state done" &&
+        await_admin "show job $hf" "state done" && await_admin "show job $hl" "state done"'
     ds result "$hx" >"$d/rx.out" 2>"$d/rx.err"
     rc=$?
     [ $rc -eq 1 ] && [ ! -s "$d/rx.out" ] &&
-        grep -q "job $hx raised an exception: 'sh' exited with status 5" "$d/rx.err"
+        holds "$d/rx.err" "job $hx raised an exception: 'sh' exited with status 5"
     ok $? "$K: result of an exception: its text on stderr, exit 1 (rc $rc)"
     ds result "$hf" >"$d/rf.out" 2>"$d/rf.err"
     rc=$?
-    [ $rc -eq 1 ] && [ ! -s "$d/rf.out" ] && grep -q "job $hf failed" "$d/rf.err"
+    [ $rc -eq 1 ] && [ ! -s "$d/rf.out" ] && holds "$d/rf.err" "job $hf failed"
     ok $? "$K: result of a failed job: exit 1, saying so (rc $rc)"
     ds result "$hl" >"$d/rl.out" 2>"$d/rl.err"
     rc=$?
     [ $rc -eq 1 ] && [ "$(cat "$d/rl.out")" = 0123456789abcdef0123456789abcdef ] &&
-        grep -q "kept only 32 of its 35 result bytes" "$d/rl.err"
+        holds "$d/rl.err" "kept only 32 of its 35 result bytes"
     ok $? "$K: result cut by --max-result-size: the 32 bytes kept, exit 1, saying so (rc $rc)"
     server_stop
     SERVER_PID=$_pid SERVER_PORT=$_port
@@ -771,22 +751,23 @@ lifecycle_verbs() {
 }
 
 # Once, before the servers: the address forms of -s and what dsjob prints
-# with no server up. A host without a port means 4730 (as with the gearman
+# with no server up. (These verbs wait only for the server's answers, which
+# dsjob bounds itself: no timeout(1), as ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as with the gearman
 # tools) for the admin verbs and for the libraries alike; 4730 on
 # 127.0.0.1 may be another server's, so this dsjobd listens on a loopback
 # address of its own, picked from our pid.
 address_checks() {
     K=addr
     p=$(closed_port)
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" jobs --format json 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" jobs --format json 2>/dev/null)
     rc=$?
     same "$rc $out" "3 []" "jobs --format json with no server up prints [] and exits 3"
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status --format json 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" status --format json 2>/dev/null)
     same "$? $out" "3 []" "status --format json with no server up prints [] too"
-    out=$(timeout 20 "$DSJOB" -s "127.0.0.1:$p" status 2>/dev/null)
+    out=$("$DSJOB" -s "127.0.0.1:$p" status 2>/dev/null)
     same "$? $out" "3 " "status as a table with no server up prints nothing, exits 3"
     for bad in "host:" ":4730" "127.0.0.1:0" "[::1" "[::1]x" "1:2:3"; do
-        timeout 20 "$DSJOB" -s "$bad" status >/dev/null 2>"$T/bad.err"
+        "$DSJOB" -s "$bad" status >/dev/null 2>"$T/bad.err"
         rc=$?
         [ $rc -eq 2 ] && grep -q "bad server address" "$T/bad.err"
         ok $? "addr: -s '$bad' is a usage error (rc $rc)"
@@ -797,17 +778,17 @@ address_checks() {
     "$DSJOBD" -L "$ip" -p 4730 --port-file "$pf" -l "$T/addr.log" &
     apid=$!
     _server_pids="$_server_pids $apid"
-    poll test -s "$pf"
+    await_file "$pf" "" "$apid"
     if [ -s "$pf" ]; then
-        timeout 20 "$DSJOB" -s "$ip" status >/dev/null
+        "$DSJOB" -s "$ip" status >/dev/null
         same "$?" "0" "dsjob -s $ip status (no port) reaches dsjobd on $ip:4730"
-        h=$(timeout 20 "$DSJOB" -s "$ip" submit -b t_addr x)
+        h=$("$DSJOB" -s "$ip" submit -b t_addr x)
         rc=$?
         [ $rc -eq 0 ] && [ -n "$h" ]
         ok $? "addr: dsjob -s $ip submit -b (the library, no port) queues a job ($h)"
-        row=$(timeout 20 "$DSJOB" -s "$ip:4730" status --format tsv | grep "^t_addr	")
+        row=$("$DSJOB" -s "$ip:4730" status --format tsv | grep "^t_addr	")
         same "$row" "t_addr	1	0	0" "the job is queued on $ip:4730"
-        timeout 20 "$DSJOB" -s "$ip:4730" jobs --format json |
+        "$DSJOB" -s "$ip:4730" jobs --format json |
             json 'grep { $_->{handle} eq $a[0] } @$j' "$h"
         ok $? "addr: jobs --format json lists it"
     else
@@ -817,8 +798,8 @@ address_checks() {
     wait "$apid" 2>/dev/null
 
     server_start dsjobd -L ::1 || return 1
-    want=$(timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" version --format tsv)
-    got=$(timeout 20 "$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
+    want=$("$DSJOB" -s "127.0.0.1:$SERVER_PORT" version --format tsv)
+    got=$("$DSJOB" -s "[::1]:$SERVER_PORT" version --format tsv)
     same "$? $got" "0 $want" "dsjob -s '[::1]:$SERVER_PORT' version: the same server over IPv6"
     server_stop
 }

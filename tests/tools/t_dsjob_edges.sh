@@ -55,8 +55,9 @@ perl -MIO::Socket::INET -e '
     close $f; my @c; local $SIG{ALRM} = sub { exit 0 }; alarm 120;
     while (my $c = $l->accept) { push @c, $c }' "$dir/mute.port" &
 track $!
-poll test -s "$dir/mute.port"
-M=127.0.0.1:$(cat "$dir/mute.port")
+await_file "$dir/mute.port" ""
+read -r M <"$dir/mute.port"
+M=127.0.0.1:$M
 for mode in "" "-b"; do
     # shellcheck disable=SC2086
     timeout -k 5 60 "$DSJOB" -s "$M" submit $mode --accept-timeout 500 f x >/dev/null 2>"$dir/mute.err"
@@ -113,8 +114,8 @@ ok $? "dead list on a server with --max-dead and no dead job says nothing more (
     sh -c 'cat >/dev/null; echo "first line" >&2; echo "second line" >&2; exit 3' 2>/dev/null &
 track $!
 h=$(ds submit -b bad x)
-dead_now() { ds job "$h" --format tsv | grep -q "^state	dead$"; }
-poll dead_now
+dead_now() { await_admin "show job $h" "state dead" && ds job "$h" --format tsv | grep -q "^state	dead$"; }
+dead_now
 ok $? "the job fails twice (after a backoff) and is dead"
 is "$(ds jobs --format tsv | grep "^$h	" | cut -f4,6)" "dead	0" \
     "jobs: a dead job has no run-at time (0, as job says), not its last retry's"
