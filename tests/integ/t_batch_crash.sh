@@ -23,6 +23,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 [ -x "$DSJOB" ] || {
     echo "1..0 # SKIP tools/dsjob is not built"
@@ -45,7 +46,6 @@ ran() {
     echo "${_c:-0}"
 }
 cb_handles() { grep "^batch:crash:$1 " "$CB" 2>/dev/null | cut -d' ' -f2 | sort -u | grep -c .; }
-cb_seen() { grep -q "^batch:crash:$1 [^ ]" "$CB" 2>/dev/null; } # cb_handles >= 1, in one grep
 # missing PREFIX COUNT: how many of "PREFIX 1" .. "PREFIX COUNT" are not lines of $REC.
 missing() {
     awk -v p="$1" -v n="$2" '{ seen[$0] = 1 } END {
@@ -83,20 +83,11 @@ is "$(grep -c . "$T/handles")" "$N" "each acknowledged with a handle"
 ds batch close crash >/dev/null
 ok $? "closed"
 
-# until_ran TARGET: until TARGET job runs are recorded or on_complete was
-# seen; fails after 120 s in which the count did not move.
+# until_ran TARGET: until TARGET job runs are recorded (a member's line,
+# written before it ends: on_complete comes after N); fails after 120 s in
+# which the count did not move. One process watches the file.
 until_ran() {
-    _last=-1
-    _still=0
-    while _now=$(ran) && [ "$_now" -lt "$1" ] && ! cb_seen complete; do
-        if [ "$_now" != "$_last" ]; then
-            _last=$_now
-            _still=0
-        fi
-        [ $_still -lt 1200 ] || return 1
-        sleep 0.1
-        _still=$((_still + 1))
-    done
+    wait_lines "$REC" "$1"
 }
 # The kill points: KILLS - 1 random counts of job runs, in order, and the
 # last when all N ran (the callbacks' moment).
@@ -116,8 +107,7 @@ done
 ok 0 "$k kills -9 at random points"
 
 workers
-both() { cb_seen complete && cb_seen success; }
-poll both
+wait_lines "$CB" 1 '^batch:crash:complete [^ ]' && wait_lines "$CB" 1 '^batch:crash:success [^ ]'
 ok $? "after the kills both callbacks reached a worker"
 missing=$(missing p "$N")
 is "$missing" 0 "every acknowledged job ran (at least once; $(ran) runs in all)"
@@ -182,8 +172,7 @@ server_stop
 start
 workers
 ds submit -b -u sentinel cb.done x >/dev/null
-sentinel() { grep -q "^sentinel H:" "$CB"; }
-poll sentinel
+wait_lines "$CB" 1 '^sentinel H:'
 ok $? "a job sent after the restart reached the callbacks' worker"
 is "$(cb_handles complete)$(cb_handles success)" 11 "and no callback fired again"
 is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \
