@@ -11,6 +11,12 @@
 #                  grow (nothing moved), or at once when FILE shrank under
 #                  it below what it had counted.
 #   wait_line FILE LINE         until LINE is a whole line of FILE.
+#   req METHOD TARGET [FILLER], code, body TARGET, body_post TARGET
+#                  HTTP to HTTP_PORT (rawpeer http): the status, type and
+#                  body; the status; a GET's body; a POST's body.
+#   promcheck TARGET DESC   promtool check metrics accepts the page (an ok
+#                  or a skip without promtool).
+#   adm_lines      stdin's admin lines to SERVER_PORT; prints how many OK.
 #   submit_bg PORT FUNC UNIQUE DATA [FUNC UNIQUE DATA]...
 #                  SUBMIT_JOB_BG of each, in order, on one connection
 #                  (rawpeer packets: each answered before the next goes);
@@ -84,4 +90,80 @@ wait_every() {
         _we_i=$((_we_i + 1))
         sleep "$_we_step"
     done
+}
+
+# json_begin: one perl with JSON::PP for the whole test (it takes about
+# 40 ms of CPU to start, a test asks hundreds of questions), reading
+# questions on a FIFO. json_eval FILE EXPR: EXPR, with $d the JSON of FILE
+# decoded, evaluated by it; prints the value (on one line) and succeeds
+# when it is true. The perl ends when the test's shell does (its FIFO's
+# writer closes). A test that never calls json_begin can use json_eval:
+# each call then starts its own perl.
+json_begin() {
+    mkfifo "$TEST_TMPDIR/.json.q" "$TEST_TMPDIR/.json.a" || return 1
+    perl -MJSON::PP -e '
+        open(my $q, "<", $ARGV[0]) or die; open(my $a, ">", $ARGV[1]) or die;
+        $a->autoflush(1);
+        while (my $file = <$q>) {
+            chomp $file;
+            my $expr = do { open(my $e, "<", "$file.expr") or die; local $/; <$e> };
+            my $v = eval {
+                my $d = decode_json(do { open(my $f, "<", $file) or die; local $/; <$f> });
+                eval $expr;
+            };
+            $v = "" unless defined $v;
+            $v =~ s/\n/ /g;
+            print $a (($v ? "1 " : "0 ") . "$v\n");
+        }' "$TEST_TMPDIR/.json.q" "$TEST_TMPDIR/.json.a" &
+    exec 8>"$TEST_TMPDIR/.json.q" 9<"$TEST_TMPDIR/.json.a"
+    _json_on=1
+}
+json_eval() {
+    if [ -z "${_json_on:-}" ]; then
+        perl -MJSON::PP -e '
+            my $d = decode_json(do { open(my $f, "<", $ARGV[0]) or die; local $/; <$f> });
+            my $v = eval $ARGV[1]; print defined $v ? "$v\n" : "\n"; exit !$v;' "$1" "$2"
+        return
+    fi
+    printf '%s' "$2" >"$1.expr"
+    echo "$1" >&8
+    read -r _je_ok _je_v <&9 || return 1
+    printf '%s\n' "$_je_v"
+    [ "$_je_ok" = 1 ]
+}
+
+# HTTP and admin helpers of t_http.sh and t_http_size.sh.
+PROMTOOL=$(command -v promtool 2>/dev/null)
+# req METHOD TARGET [FILLER]: status, content type and body, as rawpeer http prints them.
+req() {
+    "$RAWPEER" "$HTTP_PORT" http "$@"
+}
+code() { # code METHOD TARGET [FILLER]: the status code alone
+    req "$@" | head -1
+}
+body() { # body TARGET: the body of a GET
+    req GET "$1" | tail -n +3
+}
+body_post() { # body_post TARGET: the status and body of a POST
+    req POST "$1" | tail -n +3
+}
+# promcheck TARGET DESC: promtool check metrics accepts the page (a skip without promtool).
+promcheck() {
+    if [ -z "$PROMTOOL" ]; then
+        _tap_n=$((_tap_n + 1))
+        echo "ok $_tap_n # SKIP promtool not installed (apt-get install prometheus): $2"
+        return
+    fi
+    body "$1" > "$TEST_TMPDIR/metrics.txt"
+    "$PROMTOOL" check metrics < "$TEST_TMPDIR/metrics.txt" > "$TEST_TMPDIR/promtool.out" 2>&1
+    rc=$?
+    ok $rc "$2"
+    [ $rc -eq 0 ] || sed 's/^/# /' "$TEST_TMPDIR/promtool.out" | head -20
+}
+adm_lines() { # adm_lines: send stdin's admin lines, read the replies (one OK per line)
+    perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]) or die;
+        my @l = <STDIN>; print $s @l; my $ok = 0;
+        while (<$s>) { $ok++ if /^OK/; last if $ok == @l; }
+        print "$ok\n";' "$SERVER_PORT"
 }
