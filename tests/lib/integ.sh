@@ -11,6 +11,9 @@
 #                  grow (nothing moved), or at once when FILE shrank under
 #                  it below what it had counted.
 #   wait_line FILE LINE         until LINE is a whole line of FILE.
+#   wait_file FILE PERL-EXPR    until the Perl expression is true, with @l
+#                  FILE's lines (chomped), evaluated again each time FILE
+#                  grew; the same one process, the same 120 s bound.
 #   req METHOD TARGET [FILLER], code, body TARGET, body_post TARGET
 #                  HTTP to HTTP_PORT (rawpeer http): the status, type and
 #                  body; the status; a GET's body; a POST's body.
@@ -45,6 +48,35 @@ wait_lines() {
                 close $h;
             }
             exit 0 if $c >= $n;
+            exit 1 if time - $last > 120;
+            select(undef, undef, undef, 0.05);
+        }' "$@"
+}
+
+wait_file() {
+    perl -e '
+        my ($f, $expr) = @ARGV;
+        my ($pos, $part, $last, @l) = (0, "", time);
+        my $cond = eval "sub { $expr }" or die "wait_file: $@";
+        my $grew = 1;
+        while (1) {
+            if (open(my $h, "<", $f)) {
+                my $size = -s $h;
+                exit 1 if $size < $pos;
+                if ($size > $pos) {
+                    seek($h, $pos, 0);
+                    $pos += read($h, my $d, $size - $pos);
+                    $last = time;
+                    $part .= $d;
+                    push @l, $1 while $part =~ s/^([^\n]*)\n//;
+                    $grew = 1;
+                }
+                close $h;
+            }
+            if ($grew) {
+                exit 0 if $cond->(@l);
+                $grew = 0;
+            }
             exit 1 if time - $last > 120;
             select(undef, undef, undef, 0.05);
         }' "$@"
