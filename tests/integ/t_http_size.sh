@@ -15,6 +15,7 @@ unset DSJOB_SERVERS DSJOB_PROGRESS
 
 # 10,000 functions: promtool still passes; the render time is a diagnostic.
 server_start dsjobd --http-port 0 --http-port-file "$T/big.port"
+# shellcheck disable=SC2034 # read by req (tests/lib/integ.sh)
 HTTP_PORT=$(cat "$T/big.port")
 is "$(perl -e 'print "create function f$_\n" for 1..10000' | adm_lines)" 10000 \
     "10,000 functions made"

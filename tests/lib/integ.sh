@@ -8,8 +8,8 @@
 #                  REGEX (default: any line), watched by one perl process
 #                  that reads only what was appended (0.05 s between
 #                  looks, no fork); fails after 120 s in which FILE did not
-#                  grow (nothing moved), or at once when FILE shrank under
-#                  it below what it had counted.
+#                  grow (nothing moved), or at once when FILE shrank (was
+#                  truncated under it).
 #   wait_line FILE LINE         until LINE is a whole line of FILE.
 #   wait_file FILE PERL-EXPR    until the Perl expression is true, with @l
 #                  FILE's lines (chomped), evaluated again each time FILE
@@ -25,6 +25,9 @@
 #                  (rawpeer packets: each answered before the next goes);
 #                  prints "8 HANDLE" (JOB_CREATED) a job, fails when the
 #                  connection failed or a job was not answered.
+#   wait_every STEP SECONDS CMD...   wait_for with a try every STEP s.
+#   json_begin, json_eval FILE EXPR  one perl with JSON::PP for a test's
+#                  JSON questions.
 
 wait_lines() {
     perl -e '
