@@ -1,6 +1,7 @@
 #!/bin/sh
 # kill -9 of dsjobd at random points of a batch with callbacks (sqlite):
-# BATCH_CRASH_JOBS jobs (default 200; make soak's batch cell runs 1,000 with
+# BATCH_CRASH_JOBS jobs (default 100; 200 in t_batch_crash_long.sh, make
+# check-long; make soak's batch cell runs 1,000 with
 # a fifth of its --kills) are added and the batch closed, then workers (`gearman -w` and
 # `dsjob worker`) run them while the server is killed BATCH_CRASH_KILLS
 # times (default 3) and restarted on the same store. Then:
@@ -31,7 +32,7 @@
 }
 skip_unless_cmd "${GEARMAN:-gearman}" "a member worker"
 unset DSJOB_SERVERS
-N=${BATCH_CRASH_JOBS:-200}
+N=${BATCH_CRASH_JOBS:-100}
 KILLS=${BATCH_CRASH_KILLS:-3}
 NW=${BATCH_CRASH_WORKERS:-3}
 W=$T/work

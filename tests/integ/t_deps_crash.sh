@@ -5,8 +5,9 @@
 # after-fail=fail and its own child, a child with after-fail=run), run by
 # real workers (gearman -w) against dsjobd on SQLite, which is killed with
 # SIGKILL at a random point (after a random number of worker log lines)
-# DEPS_CRASH_KILLS times per round, DEPS_CRASH_ROUNDS rounds (2 and 2 in
-# make check; make soak's deps cell runs more), and restarted on the same
+# DEPS_CRASH_KILLS times per round, DEPS_CRASH_ROUNDS rounds (2 kills and 1
+# round in make check, 2 rounds in t_deps_crash_long.sh, make check-long;
+# make soak's deps cell runs more), and restarted on the same
 # work dir each time.
 #
 # Asserts, each round: no job starts before each of its parents has ended
@@ -23,7 +24,7 @@
 . "$top_srcdir/tests/lib/integ.sh"
 
 dsjob_test_begin "the gearman CLI is the plain Gearman worker"
-ROUNDS=${DEPS_CRASH_ROUNDS:-2}
+ROUNDS=${DEPS_CRASH_ROUNDS:-1}
 KILLS=${DEPS_CRASH_KILLS:-2}
 
 lines() { wc -l <"$LOG"; }

@@ -93,7 +93,12 @@ submit_row() {
 }
 count() { grep -c "^$1\$" "$T/ev"; }
 
-# 1. Order and parallelism: three keys of 15 jobs each, submitted
+# The rows of jobs of parts 1 (R1) and 3 (R3): 8 and 8 in make check, 15
+# and 12 in t_sequence_long.sh (make check-long).
+R1=${SEQUENCE_ROWS1:-8}
+R3=${SEQUENCE_ROWS3:-8}
+
+# 1. Order and parallelism: three keys of R1 jobs each, submitted
 # interleaved to four gearman -w workers; a:1 waits until b:1 has started.
 server_start dsjobd --limit "s sequence hold"
 admin "limit s" | grep -q "^s	sequence hold	"
@@ -103,9 +108,9 @@ for i in 1 2 3 4; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
-for n in $(seq 1 15); do submit_row "$n"; done
-until_has "E s a 15" && until_has "E s b 15" && until_has "E s c 15"
-ok $? "45 jobs ran"
+for n in $(seq 1 "$R1"); do submit_row "$n"; done
+until_has "E s a $R1" && until_has "E s b $R1" && until_has "E s c $R1"
+ok $? "$((3 * R1)) jobs ran"
 check_ev
 ok $? "no two jobs of a key at once, each key's in submission order"
 has "S s b 1" && [ "$(grep -n . "$T/ev" | grep -m1 ':E s a 1$' | cut -d: -f1)" -gt \
@@ -186,8 +191,8 @@ server_stop
 SKIP=""
 W=$T/work
 server_start dsjobd --work-dir "$W" --limit "s sequence hold"
-for n in $(seq 1 12); do submit_row "$n"; done
-is "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" 36 "36 jobs acknowledged and queued"
+for n in $(seq 1 "$R3"); do submit_row "$n"; done
+is "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" $((3 * R3)) "$((3 * R3)) jobs acknowledged and queued"
 for i in 1 2; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
@@ -207,13 +212,13 @@ for i in 1 2; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
-until_has "E s a 12" && until_has "E s b 12" && until_has "E s c 12"
+until_has "E s a $R3" && until_has "E s b $R3" && until_has "E s c $R3"
 ok $? "the rest ran after the restart"
 check_ev
 ok $? "no overlap, in order, a key's first after the restart not past its next"
 lost=0
 for k in a b c; do
-    for n in $(seq 1 12); do has "E s $k $n" || { echo "# $k:$n never ran"; lost=1; }; done
+    for n in $(seq 1 "$R3"); do has "E s $k $n" || { echo "# $k:$n never ran"; lost=1; }; done
 done
 ok $lost "nothing acknowledged was lost"
 empty() { [ "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" = 0 ]; }
