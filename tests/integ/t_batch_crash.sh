@@ -1,6 +1,7 @@
 #!/bin/sh
 # kill -9 of dsjobd at random points of a batch with callbacks (sqlite):
-# BATCH_CRASH_JOBS jobs (default 200; make soak's batch cell runs 1,000 with
+# BATCH_CRASH_JOBS jobs (default 100; 200 in t_batch_crash_long.sh, make
+# check-long; make soak's batch cell runs 1,000 with
 # a fifth of its --kills) are added and the batch closed, then workers (`gearman -w` and
 # `dsjob worker`) run them while the server is killed BATCH_CRASH_KILLS
 # times (default 3) and restarted on the same store. Then:
@@ -23,6 +24,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 [ -x "$DSJOB" ] || {
     echo "1..0 # SKIP tools/dsjob is not built"
@@ -30,7 +32,7 @@
 }
 skip_unless_cmd "${GEARMAN:-gearman}" "a member worker"
 unset DSJOB_SERVERS
-N=${BATCH_CRASH_JOBS:-200}
+N=${BATCH_CRASH_JOBS:-100}
 KILLS=${BATCH_CRASH_KILLS:-3}
 NW=${BATCH_CRASH_WORKERS:-3}
 W=$T/work
@@ -45,7 +47,6 @@ ran() {
     echo "${_c:-0}"
 }
 cb_handles() { grep "^batch:crash:$1 " "$CB" 2>/dev/null | cut -d' ' -f2 | sort -u | grep -c .; }
-cb_seen() { grep -q "^batch:crash:$1 [^ ]" "$CB" 2>/dev/null; } # cb_handles >= 1, in one grep
 # missing PREFIX COUNT: how many of "PREFIX 1" .. "PREFIX COUNT" are not lines of $REC.
 missing() {
     awk -v p="$1" -v n="$2" '{ seen[$0] = 1 } END {
@@ -83,20 +84,11 @@ is "$(grep -c . "$T/handles")" "$N" "each acknowledged with a handle"
 ds batch close crash >/dev/null
 ok $? "closed"
 
-# until_ran TARGET: until TARGET job runs are recorded or on_complete was
-# seen; fails after 120 s in which the count did not move.
+# until_ran TARGET: until TARGET job runs are recorded (a member's line,
+# written before it ends: on_complete comes after N); fails after 120 s in
+# which the count did not move. One process watches the file.
 until_ran() {
-    _last=-1
-    _still=0
-    while _now=$(ran) && [ "$_now" -lt "$1" ] && ! cb_seen complete; do
-        if [ "$_now" != "$_last" ]; then
-            _last=$_now
-            _still=0
-        fi
-        [ $_still -lt 1200 ] || return 1
-        sleep 0.1
-        _still=$((_still + 1))
-    done
+    wait_lines "$REC" "$1"
 }
 # The kill points: KILLS - 1 random counts of job runs, in order, and the
 # last when all N ran (the callbacks' moment).
@@ -116,8 +108,7 @@ done
 ok 0 "$k kills -9 at random points"
 
 workers
-both() { cb_seen complete && cb_seen success; }
-poll both
+wait_lines "$CB" 1 '^batch:crash:complete [^ ]' && wait_lines "$CB" 1 '^batch:crash:success [^ ]'
 ok $? "after the kills both callbacks reached a worker"
 missing=$(missing p "$N")
 is "$missing" 0 "every acknowledged job ran (at least once; $(ran) runs in all)"
@@ -182,8 +173,7 @@ server_stop
 start
 workers
 ds submit -b -u sentinel cb.done x >/dev/null
-sentinel() { grep -q "^sentinel H:" "$CB"; }
-poll sentinel
+wait_lines "$CB" 1 '^sentinel H:'
 ok $? "a job sent after the restart reached the callbacks' worker"
 is "$(cb_handles complete)$(cb_handles success)" 11 "and no callback fired again"
 is "$(grep "^batch:adding:complete " "$CB" | cut -d' ' -f2 | sort -u | grep -c .)" 1 \

@@ -23,6 +23,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 dsjob_test_begin "the gearman CLI is the plain Gearman worker"
 
@@ -85,12 +86,12 @@ wait_for 120 sh -c "ds() { \"$DSJOB\" -s 127.0.0.1:$SERVER_PORT \"\$@\"; }; ds w
 ok $? "a worker for fc is up"
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fa -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
-wait_for 120 has_line "$LOG" "end a3"
+wait_line "$LOG" "end a3"
 ok $? "the first level runs"
 is "$(state_of "$c1")" held "the last level still waits (no worker for fb yet)"
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f fb -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
-wait_for 120 has_line "$LOG" "end c1"
+wait_line "$LOG" "end c1"
 ok $? "with a dsjob worker for fb, the graph runs to its end"
 ordered "$EDGES"
 ok $? "no job started before each of its parents ended"
@@ -99,7 +100,7 @@ is "$(ds result "$b1")+$(ds result "$b2")" "result-b1+result-b2" \
 
 # --- a parent that succeeded before, an unknown one ---
 d1=$(ds submit -b --after "$a1" fc d1)
-wait_for 120 has_line "$LOG" "end d1"
+wait_line "$LOG" "end d1"
 ok $? "a parent that had succeeded before the submit counts as done ($d1)"
 out=$(ds submit -b --after H:nowhere:1 fc d2 2>&1)
 case $out in *DEPENDENCY*"no job H:nowhere:1"*) ok 0 "an unknown handle is refused" ;;
@@ -117,7 +118,7 @@ is "$(state_of "$kf")/$(state_of "$kc")/$(state_of "$kr")/$(state_of "$g")" \
     "held/held/held/held" "four children of a parent not run yet are held"
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fz -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
-wait_for 120 has_line "$LOG" "end kr"
+wait_line "$LOG" "end kr"
 ok $? "after-fail=run: the child runs once its parent failed"
 dead_text() { ds dead list "$1" --format tsv 2>/dev/null | awk -F'\t' -v h="$2" '$1 == h { print $9 }'; }
 wait_for 120 sh -c "[ \"\$(\"$DSJOB\" -s 127.0.0.1:$SERVER_PORT dead list fc --format tsv | grep -c '$g')\" = 1 ]"
@@ -169,12 +170,12 @@ gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fu -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fv -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
-wait_for 120 has_line "$LOG" "end v1"
+wait_line "$LOG" "end v1"
 ok $? "the child runs once they succeeded"
 printf 'v1 u1\nv1 u2\n' >"$EDGES"
 ordered "$EDGES"
 ok $? "after them"
-w1=$(ds submit -b --after "unique:fu:plain" fv w1) && wait_for 120 has_line "$LOG" "end w1"
+w1=$(ds submit -b --after "unique:fu:plain" fv w1) && wait_line "$LOG" "end w1"
 ok $? "a kept parent named by unique key counts as done"
 # A held child's deadline counts from its submit: past it, it expires held.
 hp=$(ds submit -b fnone hp) && hx=$(ds submit -b --expire-in 1 --after "$hp" fv hx)
@@ -201,7 +202,7 @@ gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fm -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fn -- "$T/rec.sh" >/dev/null 2>&1 &
 track $!
-wait_for 120 has_line "$LOG" "end n1"
+wait_line "$LOG" "end n1"
 ok $? "and runs once its parents succeeded"
 printf 'n1 m1\nn1 m2\n' >"$EDGES"
 ordered "$EDGES"

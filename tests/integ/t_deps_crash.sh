@@ -5,8 +5,9 @@
 # after-fail=fail and its own child, a child with after-fail=run), run by
 # real workers (gearman -w) against dsjobd on SQLite, which is killed with
 # SIGKILL at a random point (after a random number of worker log lines)
-# DEPS_CRASH_KILLS times per round, DEPS_CRASH_ROUNDS rounds (2 and 2 in
-# make check; make soak's deps cell runs more), and restarted on the same
+# DEPS_CRASH_KILLS times per round, DEPS_CRASH_ROUNDS rounds (2 kills and 1
+# round in make check, 2 rounds in t_deps_crash_long.sh, make check-long;
+# make soak's deps cell runs more), and restarted on the same
 # work dir each time.
 #
 # Asserts, each round: no job starts before each of its parents has ended
@@ -20,9 +21,10 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 dsjob_test_begin "the gearman CLI is the plain Gearman worker"
-ROUNDS=${DEPS_CRASH_ROUNDS:-2}
+ROUNDS=${DEPS_CRASH_ROUNDS:-1}
 KILLS=${DEPS_CRASH_KILLS:-2}
 
 lines() { wc -l <"$LOG"; }
@@ -65,7 +67,11 @@ ended_all() { [ "$(not_ended)" -eq 0 ]; }
 dead_text() { ds dead list "$1" --format tsv 2>/dev/null | awk -F'\t' -v h="$2" '$1 == h { print $9 }'; }
 dead_both() { [ -n "$(dead_text fb "$kf")" ] && [ -n "$(dead_text fc "$kg")" ]; }
 done_all() { ended_all && dead_both; }
-reached() { [ "$(lines)" -ge "$at" ] || ended_all; }
+# ENDED: Perl, true once every one of ENDS has its "end N" line in @l.
+ENDED='my %s = map { $_ => 1 } @l; !grep { !$s{"end $_"} } qw('"$ENDS"')'
+# until_reached: until the log has $at lines or everything ended; one
+# process watching the log (wait_file), bounded as wait_moving.
+until_reached() { wait_file "$LOG" "@l >= $at || ($ENDED)"; }
 
 ordered() {
     perl -e '
@@ -152,14 +158,14 @@ EOF
         at=$(awk -v s="$$$r$k" -v now="$(lines)" 'BEGIN { srand(s); print now + int(rand() * 20) }')
         diag "round $r: kill -9 once the log has $at lines"
         start_workers
-        wait_moving reached
+        until_reached
         server_kill9
         reap
         server_start dsjobd --store sqlite --work-dir "$W" --keep-results 600 --max-dead 100 \
             --verbose INFO || exit 1
     done
     start_workers
-    wait_moving done_all
+    wait_file "$LOG" "$ENDED" && wait_moving done_all
     ok $? "round $r: after $KILLS kills every acknowledged job ended"
     lost=$((lost + $(not_ended)))
     grep -qx "fail bad-p" "$LOG" || lost=$((lost + 1))

@@ -3,8 +3,8 @@
 # and a real `dsjob worker`, over plain sockets (rawpeer http, tests/lib/rawpeer.c):
 # off by default; usage errors naming the option; /healthz 200, and 503
 # with the reason once --max-jobs is reached; /metrics checked by promtool
-# (Debian's prometheus package; those checks are skipped without it),
-# also with 10,000 functions; the JSON of /api/status, /api/workers,
+# (Debian's prometheus package; those checks are skipped without it;
+# with 10,000 functions in t_http_size.sh, make check-long); the JSON of /api/status, /api/workers,
 # /api/jobs and /api/job parsed with JSON::PP; bad input (unknown path,
 # method, parameter, handle, a NUL, a huge target or headers) answered
 # with a 4xx that leaves the server serving. The dashboard at / (its CSP,
@@ -15,8 +15,8 @@
 # outside --admin-allow, with a Host that is a name (DNS rebinding), done
 # with all three on real jobs (submitted with
 # the gearman CLI, dead ones from a failing `dsjob worker`). The time
-# /metrics takes with 10,000 functions, and /api/status with 1,000, are
-# printed as diagnostics, never asserted. --max-unique-size refuses a long
+# /api/status takes with 1,000 functions is printed as a diagnostic, never
+# asserted. --max-unique-size refuses a long
 # unique key at submit; listings cut keys to 256 bytes; names that are
 # not plain UTF-8 are escaped so that two never read alike.
 
@@ -24,52 +24,27 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 if ! perl -MJSON::PP -e 1 2>/dev/null; then
     echo "1..0 # SKIP perl with JSON::PP not found"
     exit 0
 fi
-PROMTOOL=$(command -v promtool 2>/dev/null)
 unset DSJOB_SERVERS DSJOB_PROGRESS
 
-# req METHOD TARGET [FILLER]: status, content type and body, as rawpeer http prints them.
-req() {
-    "$RAWPEER" "$HTTP_PORT" http "$@"
-}
-code() { # code METHOD TARGET [FILLER]: the status code alone
-    req "$@" | head -1
-}
-body() { # body TARGET: the body of a GET
-    req GET "$1" | tail -n +3
-}
-body_post() { # body_post TARGET: the status and body of a POST
-    req POST "$1" | tail -n +3
-}
-# json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body, is true.
+# req, code, body, body_post, promcheck, adm_lines: tests/lib/integ.sh.
+# json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body,
+# is true. One perl answers them all (json_begin, tests/lib/integ.sh).
 json() {
-    body "$1" | perl -MJSON::PP -e '
-        my $d = decode_json(join "", <STDIN>); exit !(eval $ARGV[0]);' "$2"
+    body "$1" >"$T/page.json"
+    json_eval "$T/page.json" "$2" >/dev/null
 }
-# promcheck TARGET DESC: promtool check metrics accepts the page (a skip without promtool).
-promcheck() {
-    if [ -z "$PROMTOOL" ]; then
-        _tap_n=$((_tap_n + 1))
-        echo "ok $_tap_n # SKIP promtool not installed (apt-get install prometheus): $2"
-        return
-    fi
-    body "$1" > "$T/metrics.txt"
-    "$PROMTOOL" check metrics < "$T/metrics.txt" > "$T/promtool.out" 2>&1
-    rc=$?
-    ok $rc "$2"
-    [ $rc -eq 0 ] || sed 's/^/# /' "$T/promtool.out" | head -20
+# jval TARGET PERL-EXPR: the expression's value.
+jval() {
+    body "$1" >"$T/page.json"
+    json_eval "$T/page.json" "$2"
 }
-adm_lines() { # adm_lines: send stdin's admin lines, read the replies (one OK per line)
-    perl -MIO::Socket::INET -e '
-        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $ARGV[0]) or die;
-        my @l = <STDIN>; print $s @l; my $ok = 0;
-        while (<$s>) { $ok++ if /^OK/; last if $ok == @l; }
-        print "$ok\n";' "$SERVER_PORT"
-}
+json_begin
 
 # Off by default, and usage errors.
 server_start dsjobd --http-port-file "$T/off.port"
@@ -249,7 +224,7 @@ gm -b -f cancel_me one
 gm -b -f cancel_me two
 poll json '/api/jobs?function=cancel_me' '@{$d->{jobs}} == 2'
 ok $? "two background jobs submitted with gearman -b"
-hc=$(body '/api/jobs?function=cancel_me' | perl -MJSON::PP -e 'print decode_json(join "", <STDIN>)->{jobs}[0]{handle}')
+hc=$(jval '/api/jobs?function=cancel_me' '$d->{jobs}[0]{handle}')
 adm --show-jobs | grep -q "^$hc	"
 ok $? "gearadmin --show-jobs lists $hc"
 r=$(req POST "/api/job/$hc/cancel")
@@ -364,7 +339,7 @@ HTTP_PORT=$(cat "$T/na.port")
 body / | grep -q '<meta name="dsjob-csrf" content="">'
 ok $? "outside --admin-allow the page carries no token"
 gm -b -f keep_me x
-hk=$(body '/api/jobs?function=keep_me' | perl -MJSON::PP -e 'print decode_json(join "", <STDIN>)->{jobs}[0]{handle}')
+hk=$(jval '/api/jobs?function=keep_me' '$d->{jobs}[0]{handle}')
 r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hk/cancel")
 is "$(printf "%s\n" "$r" | head -1)" 403 "POST from 127.0.0.1 outside --admin-allow 10.0.0.0/8: 403"
 printf "%s\n" "$r" | grep -q -- '--admin-allow'
@@ -412,18 +387,4 @@ case $(gpacket 18 ulong "$(perl -e 'print "k" x 1024')" x) in "8 "*) ok 0 "and o
 *) ok 1 "and one of 1024 taken" ;; esac
 server_stop
 
-# 10,000 functions: promtool still passes; the render time is a diagnostic.
-server_start dsjobd --http-port 0 --http-port-file "$T/big.port"
-HTTP_PORT=$(cat "$T/big.port")
-is "$(perl -e 'print "create function f$_\n" for 1..10000' | adm_lines)" 10000 \
-    "10,000 functions made"
-t0=$(date +%s%N)
-req GET /metrics >"$T/big.txt"
-t1=$(date +%s%N)
-diag "GET /metrics with 10,000 functions: $(( (t1 - t0) / 1000000 )) ms, $(wc -c <"$T/big.txt") bytes"
-diag "$(body /metrics | grep '^dsjob_metrics_render_seconds ') (the server's own measure)"
-is "$(grep -c '^dsjob_workers{function="f[0-9]*"} 0$' "$T/big.txt")" 10000 \
-    "/metrics lists the 10,000 functions"
-promcheck /metrics "promtool accepts it"
-server_stop
 done_testing

@@ -24,6 +24,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 [ -x "$DSJOB" ] || {
     echo "1..0 # SKIP tools/dsjob is not built"
@@ -37,7 +38,9 @@ count() { # count NAME: jobs of schedule NAME the worker got (0 before the first
     _c=$(grep -c "^sched:$1:" "$RAN" 2>/dev/null)
     echo "${_c:-0}"
 }
-at_least() { [ "$(count "$1")" -ge "$2" ]; }
+# until_at_least NAME N: until the worker got N jobs of schedule NAME (one
+# process watching its file).
+until_at_least() { wait_lines "$RAN" "$2" "^sched:$1:"; }
 ds() { "$DSJOB" -s "127.0.0.1:$SERVER_PORT" -t 20000 "$@"; }
 listed() { ds schedule list --format tsv 2>/dev/null | grep -q "$1"; }
 # ticks_after NAME TIME: how many of NAME's ticks the worker got are later
@@ -71,7 +74,7 @@ EOF
 server_start dsjobd --config-file "$T/dsjobd.conf" --work-dir "$W" --http-port 0 \
     --http-port-file "$T/http.port" || exit 1
 worker
-wait_for 120 at_least every 3
+until_at_least every 3
 ok $? "a config-file schedule fires every second: $(count every) jobs reached the worker"
 bad=$(grep '^sched:every:' "$RAN" | grep -cv '^sched:every:[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z hello world$')
 is "$bad" 0 "each job's unique key is sched:every:TICK (UTC) and its payload the schedule's"
@@ -93,7 +96,7 @@ out=$(ds schedule add -p high two '*/1 * * * * *' sched.two "p2" 2>&1)
 ok $? "dsjob schedule add two: $out"
 wait_for 120 listed "^two	\*/1 \* \* \* \* \*	UTC	sched.two	high	skip	active"
 ok $? "schedule list shows it with its settings"
-wait_for 120 at_least two 2
+until_at_least two 2
 ok $? "the added schedule fires"
 out=$(ds schedule add --tz Europe/Berlin -p low --missed once nightly '30 2 * * *' sched.two "a b" 2>&1)
 ok $? "dsjob schedule add with every option: $out"
@@ -108,7 +111,7 @@ ds schedule pause every >/dev/null 2>&1
 ok $? "pause every"
 paused_at=$(iso_now)
 n2=$(count two)
-wait_for 120 at_least two $((n2 + 3))
+until_at_least two $((n2 + 3))
 ok $? "three more ticks of the other schedule passed"
 is "$(ticks_after every "$paused_at")" 0 "no tick of the paused schedule after the pause"
 listed "^every	.*	paused	-	"
@@ -116,7 +119,7 @@ ok $? "schedule list says it is paused, with no next run"
 ne=$(count every)
 ds schedule resume every >/dev/null 2>&1
 ok $? "resume every"
-wait_for 120 at_least every $((ne + 2))
+until_at_least every $((ne + 2))
 ok $? "it fires again after resume"
 ds schedule rm two >/dev/null 2>&1
 ok $? "rm two"
@@ -126,7 +129,7 @@ ds schedule rm two >/dev/null 2>&1
 ok $((!$?)) "rm of a schedule that is not there fails"
 n2=$(count two)
 ne=$(count every)
-wait_for 120 at_least every $((ne + 3))
+until_at_least every $((ne + 3))
 [ "$(count two)" -le $((n2 + 1)) ]
 ok $? "the removed schedule fires no more"
 metric=$(ds stats --format tsv | awk -F'\t' '$1 == "dsjob_schedule_fires_total" { print $2 }')
@@ -154,8 +157,7 @@ listed "^two	"
 ok $((!$?)) "and the removed one stays removed"
 since=$(iso_now)
 worker
-newer() { [ "$(ticks_after every "$since")" -gt 0 ]; }
-wait_for 120 newer
+wait_file "$RAN" 'grep { /^sched:every:(\S+) / && $1 gt "'"$since"'" } @l'
 ok $? "it fires after the restart"
 ds schedule pause every >/dev/null 2>&1
 
@@ -166,7 +168,6 @@ ds schedule pause every >/dev/null 2>&1
 # is not a test of downtime: its schedules go and a round with G doubled
 # follows (3, 6, 12, 24 s); past that, the part is skipped as before.
 has() { grep -q "^sched:$1:$2 " "$RAN"; }
-both_t1() { has "once$r" "$k1" && has "skip$r" "$k1"; }
 restart() {
     server_start dsjobd --store sqlite --work-dir "$W" || exit 1
     worker
@@ -174,7 +175,8 @@ restart() {
 G=3 r=0
 while :; do
     r=$((r + 1))
-    while [ "$(date -u +%S | sed 's/^0//')" -ge $((58 - 2 * G)) ]; do sleep 0.2; done
+    # Not too late in the minute: the clock is the event, one sleep to it.
+    while _s=$(date -u +%-S) && [ "$_s" -ge $((58 - 2 * G)) ]; do sleep $((60 - _s)); done
     now=$(date -u +%s)
     t1=$((now + G)) t2=$((now + 2 * G))
     s1=$(date -u -d "@$t1" +%-S) s2=$(date -u -d "@$t2" +%-S)
@@ -190,7 +192,7 @@ while :; do
         G=$((G * 2))
         continue
     fi
-    wait_for 120 both_t1
+    wait_lines "$RAN" 1 "^sched:once$r:$k1 " && wait_lines "$RAN" 1 "^sched:skip$r:$k1 "
     up=$?
     stop_worker
     server_stop
@@ -212,9 +214,9 @@ if [ "$(date -u +%s)" -ge "$t2" ]; then
     ok 0 "# SKIP downtime"
     ok 0 "# SKIP downtime"
 else
-    while [ "$(date -u +%s)" -le "$t2" ]; do sleep 0.2; done
+    while _n=$(date -u +%s) && [ "$_n" -le "$t2" ]; do sleep $((t2 - _n + 1)); done
     restart
-    wait_for 120 has "once$r" "$k2"
+    wait_lines "$RAN" 1 "^sched:once$r:$k2 "
     ok $? "after the downtime, missed=once runs the missed tick $k2"
     wait_for 120 listed "^once$r	.*	$k2	[a-z]*	1\$"
     ok $? "once, as the list says"

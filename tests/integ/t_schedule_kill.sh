@@ -19,6 +19,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 [ -x "$DSJOB" ] || {
     echo "1..0 # SKIP tools/dsjob is not built"
@@ -29,13 +30,10 @@ unset DSJOB_SERVERS
 W=$T/work
 RAN=$T/ran
 
-wait_for() { # wait_for CMD...: until it succeeds, at most 120 s
-    _end=$(($(date +%s) + 120))
-    while ! "$@"; do
-        [ "$(date +%s)" -lt "$_end" ] || return 1
-        sleep 0.1
-    done
-}
+# Waits for the list: a dsjob a try, every 0.25 s (ticks are 2 s apart),
+# at most 120 s. Waits for the worker's file or the locker's output: one
+# process watching it (wait_line, wait_file: tests/lib/integ.sh).
+wait_list() { wait_every 0.25 120 "$@"; }
 ds() { "$DSJOB" -s "127.0.0.1:$SERVER_PORT" -t 20000 "$@"; }
 field() { # field N: column N of schedule k's line in the list
     ds schedule list --format tsv 2>/dev/null | awk -F'\t' -v n="$1" '$1 == "k" { print $n }'
@@ -45,9 +43,8 @@ runs_of() { # runs_of KEY: the runs of that key's job
     _c=$(grep -c "^$1\$" "$RAN" 2>/dev/null)
     echo "${_c:-0}"
 }
-ran() { [ "$(runs_of "$1")" -ge 1 ]; }
-later_ran() { # later_ran TICK: a tick after TICK ran
-    grep '^sched:k:' "$RAN" 2>/dev/null | sed 's/^sched:k://' | awk -v t="$1" '$0 > t' | grep -q .
+later_ran() { # later_ran TICK: until a tick after TICK ran
+    wait_file "$RAN" 'grep { /^sched:k:(.*)/ && $1 gt "'"$1"'" } @l'
 }
 no_twice() { [ -z "$(sort "$RAN" | uniq -d)" ]; }
 cat >"$T/rec.sh" <<'EOF'
@@ -70,15 +67,15 @@ start() { server_start dsjobd --store sqlite --work-dir "$W" || exit 1; }
 start
 ds schedule add --missed once k '*/2 * * * * *' sched.k >/dev/null
 ok $? "schedule k, every 2 s, missed=once"
-wait_for outcome_is queued
+wait_list outcome_is queued
 ok $? "a tick is submitted (its claim and job committed), no worker yet"
 tick=$(field 9)
 server_kill9
 start
 worker
-wait_for ran "sched:k:$tick"
+wait_line "$RAN" "sched:k:$tick"
 ok $? "after kill -9 and a restart the tick $tick runs"
-wait_for later_ran "$tick"
+later_ran "$tick"
 ok $? "and a later tick too"
 is "$(runs_of "sched:k:$tick")" 1 "tick $tick ran once"
 no_twice
@@ -92,10 +89,9 @@ LOCKER=$!
 track $LOCKER
 exec 7>"$T/lock"
 echo "BEGIN EXCLUSIVE; SELECT 'locked';" >&7
-locked() { grep -qx locked "$T/lock.out"; }
-wait_for locked
+wait_line "$T/lock.out" locked
 ok $? "another process holds the database's write lock"
-wait_for outcome_is claiming
+wait_list outcome_is claiming
 ok $? "a tick is claiming: its transaction waits for the lock"
 tick=$(field 9)
 server_kill9
@@ -106,7 +102,7 @@ start
 worker
 # A tick after the one killed in its claim: fired after the restart (the
 # jobs of the ticks before it were queued with no worker, and run too).
-wait_for later_ran "$tick"
+later_ran "$tick"
 ok $? "after kill -9 in the claim's commit and a restart, the ticks go on (killed at $tick)"
 [ "$(runs_of "sched:k:$tick")" -le 1 ]
 ok $? "the tick killed in its commit ran at most once ($(runs_of "sched:k:$tick"))"

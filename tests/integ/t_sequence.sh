@@ -1,7 +1,7 @@
 #!/bin/sh
 # Sequences with real workers: `gearman -w` (libgearman) and `dsjob worker`
 # (libdsjobworker, whose non-zero exit is WORK_FAIL), jobs from the gearman
-# CLI. Each job writes "S FUNC KEY N" when it starts and "E" (done) or "F"
+# CLI and, rows of many, from one connection (rawpeer packets). Each job writes "S FUNC KEY N" when it starts and "E" (done) or "F"
 # (failed) when it ends, and check_ev reads that log at every
 # start: no two jobs of a key at once, and each key's jobs start in
 # submission order (a failed job again until it ends; with skip, the next
@@ -17,6 +17,7 @@
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
 . "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/integ.sh"
 
 [ -n "$GEARMAN" ] || { echo "1..0 # SKIP no gearman CLI"; exit 0; }
 [ -x "$DSJOB" ] || { echo "1..0 # SKIP tools/dsjob is not built"; exit 0; }
@@ -82,9 +83,22 @@ check_ev() {
         END { exit bad }' "$T/ev"
 }
 has() { grep -q "^$1\$" "$T/ev"; }
+# until_has LINE: until LINE is in the log (one process watching it).
+until_has() { wait_line "$T/ev" "$1"; }
+# submit_row N: the jobs "s K N" of keys a, b and c (unique K:N), in that
+# order on one connection.
+submit_row() {
+    submit_bg "$SERVER_PORT" s "a:$1" "s a $1" s "b:$1" "s b $1" s "c:$1" "s c $1" >/dev/null ||
+        echo "# submit of row $1 failed"
+}
 count() { grep -c "^$1\$" "$T/ev"; }
 
-# 1. Order and parallelism: three keys of 15 jobs each, submitted
+# The rows of jobs of parts 1 (R1) and 3 (R3): 8 and 8 in make check, 15
+# and 12 in t_sequence_long.sh (make check-long).
+R1=${SEQUENCE_ROWS1:-8}
+R3=${SEQUENCE_ROWS3:-8}
+
+# 1. Order and parallelism: three keys of R1 jobs each, submitted
 # interleaved to four gearman -w workers; a:1 waits until b:1 has started.
 server_start dsjobd --limit "s sequence hold"
 admin "limit s" | grep -q "^s	sequence hold	"
@@ -94,11 +108,9 @@ for i in 1 2 3 4; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
-for n in $(seq 1 15); do
-    for k in a b c; do gm -b -f s -u "$k:$n" "s $k $n" >/dev/null || echo "# submit $k:$n failed"; done
-done
-poll has "E s a 15" && poll has "E s b 15" && poll has "E s c 15"
-ok $? "45 jobs ran"
+for n in $(seq 1 "$R1"); do submit_row "$n"; done
+until_has "E s a $R1" && until_has "E s b $R1" && until_has "E s c $R1"
+ok $? "$((3 * R1)) jobs ran"
 check_ev
 ok $? "no two jobs of a key at once, each key's in submission order"
 has "S s b 1" && [ "$(grep -n . "$T/ev" | grep -m1 ':E s a 1$' | cut -d: -f1)" -gt \
@@ -132,16 +144,16 @@ track $!
 dead_has() { admin "show dead $1" | grep -q "	$2	"; }
 poll dead_has s a:1
 ok $? "a:1 failed $ATTEMPTS times and is dead"
-poll has "E t c 2"
+until_has "E t c 2"
 ok $? "skip: c:2 ran once c:1 was dead"
 is "$(count "F t c 1")" $ATTEMPTS "c:1 had all its attempts first"
-poll has "E s b 3"
+until_has "E s b 3"
 ok $? "key b ran meanwhile"
 is "$(count "F s a 1")" $ATTEMPTS "a:1 had $ATTEMPTS attempts"
 awk '/^F s a 1$/ { f = 1 } f && /^S s b / { print; exit }' "$T/ev" | grep -q .
 ok $? "b started while a:1 waited for its retry"
 gm -b -f s -u "b:4" "s b 4" >/dev/null
-poll has "E s b 4"
+until_has "E s b 4"
 ok $? "b:4, submitted after a:1 died, ran"
 has "S s a 2"
 ok $([ $? -ne 0 ] && echo 0 || echo 1) "hold: a:2 did not start while a:1 is dead"
@@ -158,14 +170,14 @@ ok $? "after kill -9 and a restart a:1 still holds its key"
 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" worker -f s -f t -- "$T/job.sh" >/dev/null 2>&1 &
 track $!
 gm -b -f s -u "b:5" "s b 5" >/dev/null
-poll has "E s b 5"
+until_has "E s b 5"
 ok $? "b:5, submitted after the restart, ran"
 has "S s a 2"
 ok $([ $? -ne 0 ] && echo 0 || echo 1) "a:2 did not start"
 rm -f "$T/fail.s.a.1"
 admin "retry dead s" | grep -q '^OK'
 ok $? "retry dead s"
-poll has "E s a 3"
+until_has "E s a 3"
 ok $? "a:1 ran again, then a:2 and a:3"
 check_ev
 ok $? "and in order: a:1 first"
@@ -179,16 +191,13 @@ server_stop
 SKIP=""
 W=$T/work
 server_start dsjobd --work-dir "$W" --limit "s sequence hold"
-for n in $(seq 1 12); do
-    for k in a b c; do gm -b -f s -u "$k:$n" "s $k $n" >/dev/null || echo "# submit $k:$n failed"; done
-done
-is "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" 36 "36 jobs acknowledged and queued"
+for n in $(seq 1 "$R3"); do submit_row "$n"; done
+is "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" $((3 * R3)) "$((3 * R3)) jobs acknowledged and queued"
 for i in 1 2; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
-ten_done() { [ "$(grep -c '^E' "$T/ev")" -ge 10 ]; }
-poll ten_done
+wait_lines "$T/ev" 10 '^E'
 ok $? "ten jobs done"
 server_kill9
 reap
@@ -203,13 +212,13 @@ for i in 1 2; do
     "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f s -- "$T/job.sh" >/dev/null 2>&1 &
     track $!
 done
-poll has "E s a 12" && poll has "E s b 12" && poll has "E s c 12"
+until_has "E s a $R3" && until_has "E s b $R3" && until_has "E s c $R3"
 ok $? "the rest ran after the restart"
 check_ev
 ok $? "no overlap, in order, a key's first after the restart not past its next"
 lost=0
 for k in a b c; do
-    for n in $(seq 1 12); do has "E s $k $n" || { echo "# $k:$n never ran"; lost=1; }; done
+    for n in $(seq 1 "$R3"); do has "E s $k $n" || { echo "# $k:$n never ran"; lost=1; }; done
 done
 ok $lost "nothing acknowledged was lost"
 empty() { [ "$(admin status | awk -F '\t' '$1 == "s" { print $2 }')" = 0 ]; }

@@ -19,13 +19,21 @@ if ! perl -MJSON::PP -e 1 2>/dev/null; then
 fi
 unset DSJOB_SERVERS DSJOB_PROGRESS
 
-ds() {
-    timeout -k 5 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
-}
+# ds: server.sh's, a timeout(1) only around the verbs dsjob does not bound.
 
-# stat NAME: the value of one sample (NAME with its labels), from the tsv listing.
+# stat NAME: the value of one sample (NAME with its labels), from the tsv
+# listing; with SNAP set, from the listing saved in it (snap: one listing
+# for several checks of the same moment).
 stat() {
-    ds stats --format tsv | awk -F '\t' -v n="$1" '$1 == n { print $2 }'
+    if [ -n "${SNAP:-}" ]; then
+        awk -F '\t' -v n="$1" '$1 == n { print $2 }' "$SNAP"
+    else
+        ds stats --format tsv | awk -F '\t' -v n="$1" '$1 == n { print $2 }'
+    fi
+}
+snap() {
+    SNAP=$T/stats.tsv
+    ds stats --format tsv >"$SNAP"
 }
 
 # stat_is NAME WANT: for poll.
@@ -48,21 +56,25 @@ is "$(stat 'dsjob_connections{kind="worker"}')" 2 "two worker connections"
 for i in 1 2 3; do
     echo "job $i" | ds submit up >/dev/null
 done
+snap
 is "$(stat 'dsjob_jobs_submitted_total{function="up"}')" 3 "three jobs submitted"
 is "$(stat 'dsjob_jobs_completed_total{function="up"}')" 3 "three completed"
 is "$(stat 'dsjob_job_queue_wait_seconds_count{function="up"}')" 3 "three waits observed"
 is "$(stat 'dsjob_job_run_seconds_count{function="up"}')" 3 "three runs observed"
 is "$(stat 'dsjob_job_run_seconds_bucket{function="up",le="+Inf"}')" 3 \
     "the +Inf bucket holds every run"
+SNAP=""
 
 # A background job whose command fails: retried once (-j 2), then dead.
 ds submit -b bad x >/dev/null
 poll stat_is 'dsjob_jobs_dead{function="bad"}' 1
 ok $? "the failing job ends in the dead set"
+snap
 is "$(stat 'dsjob_jobs_retried_total{function="bad"}')" 1 "after one retry"
 is "$(stat 'dsjob_jobs_failed_total{function="bad"}')" 1 "counted failed once"
 is "$(stat 'dsjob_job_run_seconds_count{function="bad"}')" 2 "two attempts ran"
 is "$(stat 'dsjob_jobs_completed_total{function="bad"}')" 0 "none completed"
+SNAP=""
 
 # Jobs nobody does: queued by priority, one cancelled, a maxqueue refusal.
 h=$(ds submit -b -p high idle a)
@@ -87,7 +99,8 @@ is $? 1 "a second job over maxqueue is refused"
 is "$(stat 'dsjob_limit_hits_total{limit="max_queue"}')" 1 "and counted as a max_queue hit"
 is "$(stat 'dsjob_limit_hits_total{limit="max_jobs"}')" 0 "no other limit was hit"
 
-# Server-wide.
+# Server-wide: one listing.
+snap
 commits=$(stat dsjob_store_commits_total)
 [ "${commits:-0}" -ge 1 ]
 ok $? "background submits made store commits: $commits"
@@ -101,6 +114,7 @@ ok $? "bytes in ($bin) and out ($bout) are counted"
 is "$(stat 'dsjob_connections{kind="admin"}')" 1 "the stats connection is an admin one"
 [ "$(stat dsjob_connections_accepted_total)" -ge 10 ]
 ok $? "every connection was accepted and counted"
+SNAP=""
 
 # The formats.
 ds stats 2>/dev/null | head -1 | grep -Eq '^NAME +VALUE$'
