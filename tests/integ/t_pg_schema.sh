@@ -68,7 +68,7 @@ is "$(q "SELECT count(*) FROM pg_indexes WHERE schemaname = 'dsjob' AND indexnam
     "jobs_ended_owner exists"
 
 # The upgraded schema is what a fresh start makes.
-qdb postgres "CREATE DATABASE fresh" >/dev/null
+qdb dsjob "CREATE DATABASE fresh" >/dev/null
 "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$T/fresh.port" -l "$T/fresh.log" --store postgres \
     --pg-dsn "host=127.0.0.1 port=$PG_PORT dbname=fresh user=postgres connect_timeout=5" &
 fresh=$!
