@@ -128,7 +128,10 @@ PG_PID=""
 pg_find() {
     PG_WHY=""
     PG_BIN=""
-    for _d in /usr/lib/postgresql/15/bin "$(pg_config --bindir 2>/dev/null)"; do
+    # pg_config (a script on Debian) only when PostgreSQL 15's own
+    # directory has none.
+    for _d in /usr/lib/postgresql/15/bin pg_config; do
+        [ "$_d" != pg_config ] || _d=$(pg_config --bindir 2>/dev/null)
         if [ -n "$_d" ] && [ -x "$_d/initdb" ] && [ -x "$_d/pg_ctl" ] && [ -x "$_d/postgres" ]; then
             PG_BIN=$_d
             break
@@ -377,18 +380,33 @@ _pg_signal() {
     _pg_cpu_note
     _pgq_close
     kill -"$1" "$PG_PID" 2>/dev/null
-    _i=0
+    _nap_i=0 _nap_cs=0 _quit=""
     while ! _pgd_gone "$PG_PID"; do
-        _i=$((_i + 1))
-        if [ $_i -eq 400 ]; then
+        if [ $_nap_cs -ge 2000 ] && [ -z "$_quit" ]; then
             kill -QUIT "$PG_PID" 2>/dev/null
-        elif [ $_i -ge 600 ]; then
+            _quit=1
+        elif [ $_nap_cs -ge 3000 ]; then
             kill -KILL "$PG_PID" 2>/dev/null
             break
         fi
-        sleep 0.05
+        _pg_nap
     done
     PG_PID=""
+}
+
+# _pg_nap: a pause of a wait for a process to start or go, counted in
+# _nap_i and, in hundredths of a second, in _nap_cs (the caller zeroes
+# both): 0.05 s for the first second, then 0.2 s (a sleep a try: at 0.05 s
+# a stop of a few seconds on a loaded machine costs a hundred of them).
+_pg_nap() {
+    _nap_i=$((_nap_i + 1))
+    if [ $_nap_i -le 20 ]; then
+        _nap_cs=$((_nap_cs + 5))
+        sleep 0.05
+    else
+        _nap_cs=$((_nap_cs + 20))
+        sleep 0.2
+    fi
 }
 
 # _pg_cpu_note: with PG_CPUTIME_FILE set (a measurement, as tests/cputime.sh
@@ -455,10 +473,9 @@ pgd_wait() {
     _pid=$(pgd_pid "$_n")
     _log=$(pgd_log "$_n")
     _pf=$_log.port
-    _i=0
-    while [ ! -s "$_pf" ] && [ $_i -lt 2400 ] && kill -0 "$_pid" 2>/dev/null; do
-        sleep 0.05
-        _i=$((_i + 1))
+    _nap_i=0 _nap_cs=0
+    while [ ! -s "$_pf" ] && [ $_nap_cs -lt 12000 ] && kill -0 "$_pid" 2>/dev/null; do
+        _pg_nap
     done
     if [ ! -s "$_pf" ]; then
         echo "pgd_start $_n: dsjobd did not write its port file; its log and stderr:" >&2
@@ -536,7 +553,12 @@ pgd_stop_idle() {
 
 # _pgd_gone PID: the process is gone or a zombie.
 _pgd_gone() {
-    [ ! -e "/proc/$1" ] || [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]
+    # The state after the command's name in /proc/PID/stat, read by the
+    # shell itself (a sed a try cost as much as the sleep between tries).
+    [ -e "/proc/$1" ] || return 0
+    read -r _g_st 2>/dev/null <"/proc/$1/stat" || return 0
+    _g_st=${_g_st##*) }
+    [ "${_g_st%% *}" = Z ]
 }
 
 pgd_stop() {
@@ -544,11 +566,10 @@ pgd_stop() {
     [ -n "$_pid" ] || return 0
     kill -CONT "$_pid" 2>/dev/null
     kill -TERM "$_pid" 2>/dev/null
-    _i=0
+    _nap_i=0 _nap_cs=0
     _rc=0
-    while ! _pgd_gone "$_pid" && [ $_i -lt 300 ]; do
-        sleep 0.05
-        _i=$((_i + 1))
+    while ! _pgd_gone "$_pid" && [ $_nap_cs -lt 1500 ]; do
+        _pg_nap
     done
     if ! _pgd_gone "$_pid"; then
         echo "# dsjobd $1 (pid $_pid) did not stop within 15 s of SIGTERM: SIGKILL" >&2
