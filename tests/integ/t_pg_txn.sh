@@ -79,7 +79,7 @@ schema_ready() {
         [ "$(q "SELECT to_regclass('dsjob.jobs') IS NOT NULL")" = t ]
 }
 
-poll schema_ready
+poll_s 120 schema_ready
 ok $? "dsjobd made schema dsjob: table dsjob.jobs and function dsjob.submit"
 schema_ready || {
     echo "Bail out! no schema dsjob to test against"
@@ -88,7 +88,7 @@ schema_ready || {
 touch "$T/ran.txf"
 worker txf "$T/ran.txf"
 # Wait for the worker to register (dsjob status lists its function).
-poll registered txf
+poll_s 120 registered txf
 ok $? "a dsjob worker for txf is registered"
 
 # --- rolled back: a handle, but no job ---
@@ -151,7 +151,7 @@ ok $? "once done its row is gone"
 (timeout 30 "$GEARMAN" -h 127.0.0.1 -p "$PORT" -w -f txg -c 1 >"$T/gw.out" 2>"$T/gw.err"
     echo $? >"$T/gw.rc") &
 track $!
-poll registered txg
+poll_s 120 registered txg
 t_commit=$(ns)
 h_g=$(pg_psql <<'EOF'
 BEGIN;
