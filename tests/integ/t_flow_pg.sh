@@ -18,10 +18,10 @@
 
 pg_test_start a --verbose NOTICE --pg-lease 3 --max-dead 10
 
-ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
+ds() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 20000 "$@"; }
 settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }
 settings_is() { [ "$(settings "$1")" = "$2" ]; }
-done_is() { [ "$(cat "$T/done" 2>/dev/null | wc -l)" -eq "$1" ]; }
+done_is() { [ "$(wc -l 2>/dev/null <"$T/done" || echo 0)" -eq "$1" ]; }
 
 ds pause fp
 ok $? "dsjob pause"
@@ -121,7 +121,7 @@ hport=$(cat "$T/h.port")
 tok=$("$RAWPEER" "$hport" http GET / |
     sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
 is "${#tok}" 64 "the dashboard's CSRF token"
-timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port h)" submit -b fh x >/dev/null
+"$DSJOB" -s "127.0.0.1:$(pgd_port h)" -t 20000 submit -b fh x >/dev/null
 post() { HTTP_HEADER="X-CSRF-Token: $tok" "$RAWPEER" "$hport" http POST "$1"; }
 r=$(post /api/func/fh/pause)
 is "$(printf '%s\n' "$r" | head -n 1)" 200 "POST pause: 200"

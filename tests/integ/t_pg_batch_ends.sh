@@ -28,7 +28,7 @@ pg_test_start "a b c" --keep-results 600 --pg-prefetch 32 --verbose NOTICE
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
     shift
-    timeout -k 2 120 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 60000 "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 60000 "$@"
 }
 for k in $BATCHES; do
     ds a batch open "$k" >/dev/null

@@ -31,7 +31,7 @@ qdb() { # qdb DATABASE SQL
 dsn() {
     _n=$1
     shift
-    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" -t 20000 "$@"
 }
 
 # --- a version 1 database with jobs in it ---

@@ -64,7 +64,7 @@ ds() { # ds NAME ARGS...: dsjob against that server
 }
 # A member: records its handle, fails if its payload says so.
 cat >"$T/work.sh" <<'EOF'
-p=$(cat)
+IFS= read -r p || : # one line ("ok", "fail"): no cat a member
 echo "$DSJOB_HANDLE" >>"$1"
 case $p in fail*) exit 3 ;; esac
 [ -z "$2" ] || sleep "$2"
