@@ -145,7 +145,12 @@ pg_find() {
         PG_WHY="PostgreSQL 15 binaries not found (no initdb/pg_ctl in /usr/lib/postgresql/15/bin nor in pg_config --bindir; apt-get install postgresql-15)"
         return 1
     fi
-    PG_VERSION=$("$PG_BIN/postgres" --version 2>/dev/null | sed -n 's/.* \([0-9][0-9]*\)\.[0-9].*/\1/p')
+    # Debian's layout names the major version (no postgres --version, a
+    # start of a program linked to forty libraries, a test).
+    case $PG_BIN in
+    /usr/lib/postgresql/[1-9][0-9]/bin) PG_VERSION=${PG_BIN#/usr/lib/postgresql/} PG_VERSION=${PG_VERSION%/bin} ;;
+    *) PG_VERSION=$("$PG_BIN/postgres" --version 2>/dev/null | sed -n 's/.* \([0-9][0-9]*\)\.[0-9].*/\1/p') ;;
+    esac
     if [ -z "$PG_VERSION" ] || [ "$PG_VERSION" -lt 15 ]; then
         PG_WHY="PostgreSQL in $PG_BIN is '${PG_VERSION:-unknown}', not 15 or later (apt-get install postgresql-15)"
         return 1
@@ -480,7 +485,8 @@ pgd_log() { eval "echo \"\$PGD_LOG_$1\""; }
 pgd_launch() {
     _n=$1
     shift
-    _log="$TEST_TMPDIR/dsjobd-$_n.$(date +%s%N).log"
+    _pgd_seq=$((${_pgd_seq:-0} + 1))
+    _log="$TEST_TMPDIR/dsjobd-$_n.$_pgd_seq.log"
     "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$_log.port" -l "$_log" \
         --store postgres --pg-dsn "$PG_DSN" "$@" 2>>"$_log.stderr" &
     eval "PGD_PID_$_n=$! PGD_LOG_$_n=\$_log PGD_PORT_$_n="
@@ -490,9 +496,12 @@ pgd_launch() {
 
 pgd_wait() {
     _n=$1
-    _pgd_unwaited=$(echo "$_pgd_unwaited" | sed "s/ $_n\b//g")
-    _pid=$(pgd_pid "$_n")
-    _log=$(pgd_log "$_n")
+    _w_left=""
+    for _w in $_pgd_unwaited; do
+        [ "$_w" = "$_n" ] || _w_left="$_w_left $_w"
+    done
+    _pgd_unwaited=$_w_left
+    eval "_pid=\$PGD_PID_$_n _log=\$PGD_LOG_$_n"
     _pf=$_log.port
     _nap_i=0 _nap_cs=0
     while [ ! -s "$_pf" ] && [ $_nap_cs -lt 12000 ] && kill -0 "$_pid" 2>/dev/null; do
@@ -503,7 +512,8 @@ pgd_wait() {
         cat "$_log" "$_log.stderr" >&2
         return 1
     fi
-    eval "PGD_PORT_$_n=$(cat "$_pf")"
+    read -r _port <"$_pf"
+    eval "PGD_PORT_$_n=\$_port"
     return 0
 }
 
@@ -564,7 +574,7 @@ pgd_stop_idle() {
     while :; do
         kill -STOP "$_si_pid"
         sleep 0.1
-        PGD_IDLE_STATE=$(pg_psql -c "SELECT state FROM pg_stat_activity WHERE pid = '${_si_pg:-0}'")
+        PGD_IDLE_STATE=$(q "SELECT state FROM pg_stat_activity WHERE pid = '${_si_pg:-0}'")
         PGD_IDLE_TRIES=$((PGD_IDLE_TRIES + 1))
         [ "$PGD_IDLE_STATE" = idle ] || [ -z "$_si_pg" ] || [ $PGD_IDLE_TRIES -ge 50 ] && break
         kill -CONT "$_si_pid"
@@ -652,7 +662,7 @@ pg_start_or_bail() {
 # writer connection (the one holding its start's advisory lock, LIVE_LOCK
 # 0x64736a31 and the start's number); empty once it is gone.
 pgd_writer_pid() {
-    pg_psql -c "SELECT l.pid FROM pg_locks l JOIN dsjob.servers s
+    q "SELECT l.pid FROM pg_locks l JOIN dsjob.servers s
         ON l.objid::int8 = s.boot % 2147483647 WHERE l.locktype = 'advisory'
         AND l.classid = 1685285425::oid AND l.objsubid = 2 AND s.owner = '$1'"
 }
