@@ -108,7 +108,9 @@
 #                     names the PostgreSQL, its port and pid
 #   q SQL             SQL's value(s), one a line, as pg_psql -c SQL prints
 #                     them, through one psql session the test keeps open
-#                     (opened at the first q, again after it ended): a
+#                     (opened when PostgreSQL has started: pg_start,
+#                     pg_start_again, pg_restart_immediate; if it ends
+#                     otherwise, q runs a psql a query): a
 #                     psql and its backend cost ~80 ms of CPU to start on
 #                     a loaded machine, a query in the session ~4 ms, and
 #                     polls run q many times. Not ON_ERROR_STOP: a failed
@@ -222,8 +224,8 @@ pg_start() {
     # make clean); the others copy that (cp -a keeps the owner and modes)
     # and only start it. Two tests that both find none both make one; the
     # first rename wins and the other drops its copy. The copy is small
-    # (17 MB, not initdb's 46: WAL segments of 1 MB, and no databases
-    # postgres and template0): cp and rm of it cost a second of CPU a
+    # (18 MB, not initdb's 46: WAL segments of 1 MB, two of them kept,
+    # and no databases postgres and template0): cp and rm of it cost a second of CPU a
     # test on a loaded machine.
     _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db2
     if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
