@@ -18,17 +18,17 @@
 
 pg_test_start a --verbose NOTICE --pg-lease 3 --max-dead 10
 
-ds() { timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
+ds() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 20000 "$@"; }
 settings() { ds limit "$1" --format tsv 2>/dev/null | cut -f2; }
 settings_is() { [ "$(settings "$1")" = "$2" ]; }
-done_is() { [ "$(cat "$T/done" 2>/dev/null | wc -l)" -eq "$1" ]; }
+done_is() { [ "$(wc -l 2>/dev/null <"$T/done" || echo 0)" -eq "$1" ]; }
 
 ds pause fp
 ok $? "dsjob pause"
 ds limit fp --concurrency 3 --rate 10/m
 ok $? "dsjob limit"
 is "$(settings fp)" "concurrency 3 rate 10/m paused" "dsjob limit shows both"
-poll eval '[ "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" = "concurrency 3 rate 10/m paused" ]'
+poll_s 120 eval '[ "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" = "concurrency 3 rate 10/m paused" ]'
 ok $? "the row in dsjob.flow"
 ds submit -b fp one >/dev/null
 ok $? "a submit is taken while paused"
@@ -39,17 +39,17 @@ is "$(settings fp)" "concurrency 3 rate 10/m paused" "the settings came back aft
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fp -f fq -- sh -c "cat >>'$T/done'; echo >>'$T/done'" &
 track $!
 ds submit -b fq two >/dev/null
-poll done_is 1
+poll_s 120 done_is 1
 ok $? "the worker ran another function's job"
 grep -q "^one" "$T/done"
 ok $([ $? -ne 0 ] && echo 0 || echo 1) "not the paused one"
 ds resume fp
 ok $? "dsjob resume"
-poll done_is 2
+poll_s 120 done_is 2
 ok $? "the paused job ran after resume"
 ds limit fp --off
 ok $? "limits off"
-poll eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
+poll_s 120 eval '[ -z "$(q "SELECT settings FROM dsjob.flow WHERE name = '"'fp'"'")" ]'
 ok $? "the row is gone"
 # A deadline is "has not started by": a job that started before its
 # deadline and whose server was killed past it runs again once its lease
@@ -61,12 +61,12 @@ h=$(ds submit -b --expire-in 2 fst once 2>&1)
     >/dev/null 2>&1 &
 track $!
 started() { grep -q '^once$' "$T/fst.log" 2>/dev/null; }
-poll started
+poll_s 120 started
 ok $? "a worker started $h before its deadline"
-poll eval '[ "$(q "SELECT deadline IS NULL FROM dsjob.jobs WHERE handle = '"'$h'"'")" = t ]'
+poll_s 120 eval '[ "$(q "SELECT deadline IS NULL FROM dsjob.jobs WHERE handle = '"'$h'"'")" = t ]'
 ok $? "its row keeps no deadline once it started"
 past() { [ "$(date +%s%3N)" -gt $((t0 + 2500)) ]; }
-poll past
+poll_s 120 past
 pgd_kill9 a
 touch "$T/fst.go"
 reap
@@ -75,10 +75,10 @@ pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
     >/dev/null 2>&1 &
 track $!
 ran_twice() { [ "$(grep -c '^once$' "$T/fst.log")" -ge 2 ]; }
-poll ran_twice
+poll_s 120 ran_twice
 ok $? "after kill -9 past its deadline its lease ran out and it ran again"
 row_gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h'")" = 0 ]; }
-poll row_gone
+poll_s 120 row_gone
 ok $? "it ended: its row is gone, not dead as expired ($(q "SELECT state FROM dsjob.jobs WHERE handle = '$h'"))"
 
 # The starts of jobs with a deadline clear it in one statement a batch
@@ -102,7 +102,7 @@ is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl' AND deadline IS NOT 
     sh -c "cat >>'$T/fdl.log'; echo >>'$T/fdl.log'" >/dev/null 2>&1 &
 track $!
 fdl_done() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl'")" = 0 ]; }
-poll fdl_done
+poll_s 120 fdl_done
 ok $? "the worker ran all 40 (their rows are gone)"
 is "$(grep -o 'j[0-9]*' "$T/fdl.log" | sort -u | wc -l)" 40 "each of them"
 one=$(grep -c 'UPDATE dsjob.jobs SET prio = \$1::int8, state = \$2::int8' "$PG_LOG")
@@ -116,12 +116,12 @@ q "SELECT pg_reload_conf()" >/dev/null
 # The dashboard's pause button (POST /api/func/F/pause, --http-admin) on
 # a second server: 200 once the row is committed.
 pgd_start_or_bail h --verbose NOTICE --http-port 0 --http-port-file "$T/h.port" --http-admin
-poll test -s "$T/h.port"
+poll_s 120 test -s "$T/h.port"
 hport=$(cat "$T/h.port")
 tok=$("$RAWPEER" "$hport" http GET / |
     sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')
 is "${#tok}" 64 "the dashboard's CSRF token"
-timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port h)" submit -b fh x >/dev/null
+"$DSJOB" -s "127.0.0.1:$(pgd_port h)" -t 20000 submit -b fh x >/dev/null
 post() { HTTP_HEADER="X-CSRF-Token: $tok" "$RAWPEER" "$hport" http POST "$1"; }
 r=$(post /api/func/fh/pause)
 is "$(printf '%s\n' "$r" | head -n 1)" 200 "POST pause: 200"

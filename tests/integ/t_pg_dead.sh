@@ -31,7 +31,7 @@ pg_test_start a $ARGS
 dsn() {
     _n=$1
     shift
-    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" -t 20000 "$@"
 }
 dead_handles() { # dead_handles NAME: the handles of pgdead's dead set there, sorted
     dsn "$1" dead list pgdead --format tsv 2>/dev/null | cut -f1 | grep '^H:' | sort | tr '\n' ' '

@@ -22,7 +22,7 @@
 # Tries enough for the test to cancel P after the first deadlock, loaded or not.
 pg_test_start a --keep-results 600 --pg-conflict-retries 100 --verbose NOTICE
 
-ds() { timeout -k 2 120 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 60000 "$@"; }
+ds() { "$DSJOB" -s "127.0.0.1:$(pgd_port a)" -t 60000 "$@"; }
 cat >"$T/work.sh" <<'EOF'
 cat >/dev/null
 while [ ! -e "$1" ]; do sleep 0.05; done

@@ -47,7 +47,7 @@ PG_DSN=$DIRECT_DSN
 HTTP=127.0.0.1:$(cat "$TEST_TMPDIR/http.port")
 A=127.0.0.1:$(pgd_port a)
 writer() {
-    pg_psql -c "SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+    q "SELECT pid FROM pg_locks WHERE locktype = 'advisory'
         AND classid = 1685285425::oid AND objsubid = 2 AND granted"
 }
 
@@ -67,7 +67,7 @@ h2=$("$DSJOB" -s "$A" -t 20000 submit -b hx two 2>&1)
 ms=$((($(date +%s%N) - t0) / 1000000))
 case $h2 in H:*) ok 0 "after the cut, a submit is answered JOB_CREATED in $ms ms: $h2" ;;
 *) ok 1 "after the cut, a submit is answered JOB_CREATED (got '$h2' after $ms ms)" ;; esac
-is "$(pg_psql -c "SELECT count(*) FROM pg_stat_activity WHERE pid = '${old:-0}'")" 0 \
+is "$(q "SELECT count(*) FROM pg_stat_activity WHERE pid = '${old:-0}'")" 0 \
     "the old writer backend ($old), still holding the live lock after the cut, is gone"
 new=$(writer)
 [ -n "$new" ] && [ "$new" != "$old" ]

@@ -48,7 +48,7 @@ ds_worker b lf lf-b 1 "$T/gate"
 poll_s 20 pgd_registered b lf
 i=1
 while [ $i -le 6 ]; do
-    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b lf "lf-$i" >/dev/null
+    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 60000 submit -b lf "lf-$i" >/dev/null
     i=$((i + 1))
 done
 poll_s 20 lines_ge "$T/ran.lf-b" 1
@@ -74,7 +74,7 @@ kill -CONT "$(pgd_pid b)"
 # counts as running until its worker ends it, after writing its line) or
 # refuses until the renewal, which drops the six.
 b_running() {
-    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" status --format tsv 2>/dev/null |
+    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 20000 status --format tsv 2>/dev/null |
         awk -F '\t' '$1 == "lf" { print $3 }'
 }
 settled() {

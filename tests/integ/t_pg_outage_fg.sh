@@ -36,7 +36,7 @@ track $!
 poll_s 20 pgd_registered b of
 lines_ge() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ]; }
 for i in 1 2 3 4; do
-    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port b)" submit -b of "bg-$i" >/dev/null
+    "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 60000 submit -b of "bg-$i" >/dev/null
 done
 poll_s 20 lines_ge "$T/ran" 1
 own=$(q "SELECT DISTINCT owner FROM dsjob.jobs WHERE func = 'of' AND state = 0 AND owner IS NOT NULL")

@@ -43,7 +43,7 @@ pgd_start_or_bail a --pg-poll-ms 200 --verbose NOTICE
 ds() { # ds SERVER ARG...
     _s=$1
     shift
-    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 60000 "$@"
 }
 # queued SERVER FUNC N W: the server's status shows N jobs of FUNC and W workers.
 queued() {

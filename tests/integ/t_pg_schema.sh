@@ -31,7 +31,7 @@ qdb() { # qdb DATABASE SQL
 dsn() {
     _n=$1
     shift
-    timeout -k 2 20 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_n")" -t 20000 "$@"
 }
 
 # --- a version 1 database with jobs in it ---
@@ -68,7 +68,7 @@ is "$(q "SELECT count(*) FROM pg_indexes WHERE schemaname = 'dsjob' AND indexnam
     "jobs_ended_owner exists"
 
 # The upgraded schema is what a fresh start makes.
-qdb postgres "CREATE DATABASE fresh" >/dev/null
+qdb dsjob "CREATE DATABASE fresh" >/dev/null
 "$DSJOBD" -L 127.0.0.1 -p 0 --port-file "$T/fresh.port" -l "$T/fresh.log" --store postgres \
     --pg-dsn "host=127.0.0.1 port=$PG_PORT dbname=fresh user=postgres connect_timeout=5" &
 fresh=$!

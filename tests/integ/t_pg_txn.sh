@@ -51,7 +51,14 @@ PORT=$(pgd_port a)
 diag "dsjobd --store postgres on 127.0.0.1:$PORT, pid $(pgd_pid a)"
 
 ns() { date +%s%N; }
-hex() { printf '%s' "$1" | od -An -tx1 -v | tr -d ' \n'; }
+hex() { # od's bytes joined by the shell, not by a tr
+    # shellcheck disable=SC2046 # od's words
+    set -- $(printf '%s' "$1" | od -An -tx1 -v)
+    _hex_ifs=$IFS
+    IFS=
+    echo "$*"
+    IFS=$_hex_ifs
+}
 # ms_since NS-FROM NS-TO: milliseconds, or "never" without NS-TO
 ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never; fi; }
 
@@ -59,11 +66,18 @@ ms_since() { if [ -n "$2" ]; then echo $((($2 - $1) / 1000000)); else echo never
 # the time taken as it starts.
 cat >"$T/rec.sh" <<'EOF'
 ts=$(date +%s%N)
-hex=$(od -An -tx1 -v | tr -d ' \n')
-echo "$ts $DSJOB_HANDLE $hex" >> "$1"
+set -- "$1" $(od -An -tx1 -v)
+f=$1
+shift
+IFS=
+echo "$ts $DSJOB_HANDLE $*" >> "$f"
 EOF
-# ran FILE PAYLOAD: the line of the job with that payload (none: fails)
-ran() { grep " $(hex "$2")\$" "$1"; }
+# ran FILE PAYLOAD: the line of the job with that payload (none: fails);
+# the last payload's hex is kept for the next try of a wait.
+ran() {
+    [ "$2" = "${_ran_p-}" ] || _ran_p=$2 _ran_h=$(hex "$2")
+    grep " $_ran_h\$" "$1"
+}
 ran_count() { grep -c " $(hex "$2")\$" "$1" 2>/dev/null; }
 worker() { # worker FUNCTION FILE: a dsjob worker for FUNCTION, recording into FILE
     "$DSJOB" worker -s "127.0.0.1:$PORT" -f "$1" -- sh "$T/rec.sh" "$2" 2>>"$T/worker.err" &
@@ -79,7 +93,7 @@ schema_ready() {
         [ "$(q "SELECT to_regclass('dsjob.jobs') IS NOT NULL")" = t ]
 }
 
-poll schema_ready
+poll_s 120 schema_ready
 ok $? "dsjobd made schema dsjob: table dsjob.jobs and function dsjob.submit"
 schema_ready || {
     echo "Bail out! no schema dsjob to test against"
@@ -88,7 +102,7 @@ schema_ready || {
 touch "$T/ran.txf"
 worker txf "$T/ran.txf"
 # Wait for the worker to register (dsjob status lists its function).
-poll registered txf
+poll_s 120 registered txf
 ok $? "a dsjob worker for txf is registered"
 
 # --- rolled back: a handle, but no job ---
@@ -151,7 +165,7 @@ ok $? "once done its row is gone"
 (timeout 30 "$GEARMAN" -h 127.0.0.1 -p "$PORT" -w -f txg -c 1 >"$T/gw.out" 2>"$T/gw.err"
     echo $? >"$T/gw.rc") &
 track $!
-poll registered txg
+poll_s 120 registered txg
 t_commit=$(ns)
 h_g=$(pg_psql <<'EOF'
 BEGIN;

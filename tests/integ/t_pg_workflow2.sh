@@ -50,7 +50,7 @@ pgd_wait_all_or_bail
 ds() { # ds NAME ARGS...: dsjob against that server
     _s=$1
     shift
-    timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 20000 "$@"
+    "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" -t 20000 "$@"
 }
 counts_of() { # counts_of NAME ID: "total pending done failed dead closed"
     ds "$1" batch status "$2" 2>/dev/null | tail -1 |
