@@ -273,8 +273,8 @@ pg_start() {
 }
 
 # _pg_template_make: a stopped cluster in PG_DATA with database dsjob.
-# initdb --no-sync does not fsync the files it writes; the server's own
-# settings (fsync on) are untouched. The cluster is started once to make
+# initdb --no-sync does not fsync the files it writes (pg_start sets the
+# test clusters' fsync off). The cluster is started once to make
 # the database, on a unix socket in PG_DIR only (no TCP port to find),
 # and stopped cleanly (a checkpoint), so that a copy needs no recovery.
 _pg_template_make() {
