@@ -379,24 +379,19 @@ kill -STOP "$ds_a" "$gm_a"
 a_leases() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0")" -gt 3 ]; }
 poll_s 60 a_leases
 ok $? "kill -9: a holds more leases than its stopped workers hold jobs"
-# Its leases are read while a is stopped (SIGSTOP) with its writer's
-# backend idle: no statement of a's (a DELETE of a job it ran, a renewal)
-# can commit after the read, so the rows read are a's at the kill. Read
-# after the kill instead, they may be b's or c's already: a's lease (3 s)
-# runs out while a loaded machine runs the test's next command.
-pgd_stop_idle a "$OWN_A"
-q "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
-   WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
 pgd_kill9 a
 t_kill=$(ms)
-diag "a stopped with its writer's backend ${PGD_IDLE_STATE:-gone} after $PGD_IDLE_TRIES tries"
 # The gearman CLI worker retries a dead server in a busy loop (100,000s of
 # lines a minute) and would starve the two servers left: it goes. The dsjob
 # worker retries with a pause and stays.
 kill "$gm_a" 2>/dev/null
 kill -CONT "$ds_a" "$gm_a" 2>/dev/null
+# A statement a sent before it died may still commit (a DELETE of a job it
+# ran, a renewal): read its leases once its writer's backend has ended.
 a_gone() { [ -z "$(pgd_writer_pid "$OWN_A")" ]; }
 poll_s 10 a_gone
+q "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
+   WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
 diag "kill -9 a at $t_kill ms: it held $(wc -l <"$T/ck.leased" | tr -d ' ') leases"
 diag "live ck rows by owner (owner|rows|lowest id) just after: $(q "SELECT coalesce(owner, 'none'), count(*), min(id)
     FROM dsjob.jobs WHERE func = 'ck' AND state = 0 GROUP BY owner ORDER BY 1" | tr '\n' ' ')"
