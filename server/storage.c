@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,9 +373,26 @@ storage_add(struct srv *srv, struct store_op *op)
     batch_append(&srv->storage.open, op);
 }
 
+/*
+ * What w waits for: the open batch's ops so far, the last of which it
+ * keeps, so that an earlier flush of the batch that committed them
+ * answers it even if the batch's last flush fails. None while a finished
+ * batch's continuations run: a waiter that waits again then waits for ops
+ * of its own that are put back only after them.
+ */
+static void
+wait_after(struct storage *sg, struct storage_wait *w)
+{
+    w->after =
+        sg->open.ops != NULL && !sg->finishing
+            ? (struct store_op *)(void *)((char *)sg->open.tail - offsetof(struct store_op, next))
+            : NULL;
+}
+
 void
 storage_wait(struct srv *srv, struct storage_wait *w)
 {
+    wait_after(&srv->storage, w);
     TAILQ_INSERT_TAIL(&srv->storage.open.acks, w, link);
     srv->storage.open.nacks++;
     schedule(srv);
@@ -395,6 +413,7 @@ storage_wait_lazy(struct srv *srv, struct storage_wait *w)
 {
     struct storage *sg = &srv->storage;
 
+    wait_after(sg, w);
     TAILQ_INSERT_TAIL(&sg->open.acks, w, link);
     sg->open.nacks++;
     if (sg->open.nacks >= sg->batch_max || sg->interval_ms > 0 || sg->inflight != NULL ||
@@ -1075,6 +1094,13 @@ batch_finish(struct srv *srv)
         TAILQ_REMOVE(&b->acks, w, link);
         if (w->op != NULL && w->op->committed && !w->op->failed)
             ok = true; /* an earlier flush of the batch committed it (writer_before_admin) */
+        /*
+         * One with no op of its own (an end) waits for the ops before it:
+         * if an earlier flush committed the last of them, it committed
+         * them all (or refused one alone, as a commit does).
+         */
+        if (w->op == NULL && w->after != NULL && w->after->committed && !w->after->failed)
+            ok = true;
         if (w->op != NULL && w->op->failed) {
             ok = false;
             why = w->op->why;

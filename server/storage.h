@@ -119,6 +119,7 @@ typedef void storage_wait_fn(struct srv *srv, struct storage_wait *w, bool ok, c
 struct storage_wait {
     storage_wait_fn *done;          /* the caller's continuation */
     struct store_op *op;            /* an add whose own refusal fails w too, or NULL */
+    struct store_op *after;         /* set by storage: the batch's last op when w came, or NULL */
     TAILQ_ENTRY(storage_wait) link; /* in its batch's list, in order */
 };
 TAILQ_HEAD(storage_wait_list, storage_wait);

@@ -237,17 +237,88 @@ shared_lease_op(struct srv *srv)
     storage_add(srv, op);
 }
 
-/* Drop queued jobs whose lease this server no longer holds (held: those it does). */
+/* Orders store_job pointers by handle, for qsort and bsearch. */
+static int
+cmp_sj_handles(const void *a, const void *b)
+{
+    const struct store_job *x = *(const struct store_job *const *)a;
+    const struct store_job *y = *(const struct store_job *const *)b;
+    size_t n = x->handle_len < y->handle_len ? x->handle_len : y->handle_len;
+    int c = memcmp(x->handle, y->handle, n);
+
+    return c != 0 ? c : (x->handle_len > y->handle_len) - (x->handle_len < y->handle_len);
+}
+
+/* Whether op is a job's row change: an add, a rewrite or (with removes) a remove. */
+static bool
+row_change(const struct store_op *op, bool removes)
+{
+    return op->sj.handle != NULL && op->sj.handle_len > 0 &&
+           (op->kind == STORE_OP_ADD || op->kind == STORE_OP_UPDATE ||
+            (removes && op->kind == STORE_OP_REMOVE));
+}
+
+/*
+ * The rows the open batch adds or rewrites (or removes), sorted by handle,
+ * into *out (NULL and 0 when none; -1 when out of memory). Run in a lease
+ * op's continuation, when the open batch holds exactly the changes made
+ * after the renew's batch was handed over (and those of its batch that
+ * failed, put back): the renew saw none of them. A job of this server's
+ * that came back to its queue meanwhile (a dead job retried by hand, a
+ * submit adopted) has its row made live and this server's there.
+ */
+static int
+open_rewrites(struct srv *srv, bool removes, const struct store_job ***out, size_t *n)
+{
+    const struct store_op *op;
+    const struct store_job **sjs;
+    size_t k = 0;
+
+    *out = NULL;
+    *n = 0;
+    for (op = srv->storage.open.ops; op != NULL; op = op->next)
+        k += row_change(op, removes);
+    if (k == 0)
+        return 0;
+    if ((sjs = malloc(k * sizeof(*sjs))) == NULL)
+        return -1;
+    for (op = srv->storage.open.ops; op != NULL; op = op->next)
+        if (row_change(op, removes))
+            sjs[(*n)++] = &op->sj;
+    qsort(sjs, *n, sizeof(*sjs), cmp_sj_handles);
+    *out = sjs;
+    return 0;
+}
+
+/* Whether handle h (NUL-terminated) is among pending (open_rewrites). */
+static bool
+pending_has(const struct store_job **pending, size_t npending, const char *h)
+{
+    struct store_job probe = {.handle = h, .handle_len = strlen(h)};
+    const struct store_job *key = &probe;
+
+    return npending > 0 &&
+           bsearch(&key, pending, npending, sizeof(*pending), cmp_sj_handles) != NULL;
+}
+
+/*
+ * Drop queued jobs whose lease this server no longer holds (held: those it
+ * does), but not one whose row the open batch makes live or this server's:
+ * the renew, in an earlier batch, did not see that yet (the next one does).
+ */
 static void
 shared_drop_lost(struct srv *srv, const struct store_lease *ls)
 {
     const char **held = malloc((ls->nheld + 1) * sizeof(*held));
     const char *h = ls->held;
+    const struct store_job **pending;
     struct func *f;
-    size_t i;
+    size_t i, npending;
 
-    if (held == NULL)
+    if (held == NULL || open_rewrites(srv, false, &pending, &npending) < 0) {
+        free(held);
         return; /* the next renew checks again */
+    }
     for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
         held[i] = h;
     qsort(held, ls->nheld, sizeof(*held), store_cmp_strs);
@@ -262,7 +333,8 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
 
                 next = TAILQ_NEXT(j, link);
                 if (!j->stored || job_has_waiters(j) ||
-                    bsearch(&key, held, ls->nheld, sizeof(*held), store_cmp_strs) != NULL)
+                    bsearch(&key, held, ls->nheld, sizeof(*held), store_cmp_strs) != NULL ||
+                    pending_has(pending, npending, key))
                     continue;
                 srv->stats.pg_dropped++;
                 LIFECYCLE_LOG(srv, DSJOB_LOG_NOTICE, "dropped", NULL, j,
@@ -272,6 +344,7 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
             }
         }
     }
+    free(pending);
     free(held);
 }
 
@@ -284,34 +357,40 @@ shared_drop_lost(struct srv *srv, const struct store_lease *ls)
  * after the takes of the same batch are queued. The renewal lists live
  * rows only, and a live job leaves the queue only once its deletion or
  * rewrite commits (it settles first), so no job of this server's is given
- * up.
+ * up; nor one whose row the open batch changes (the renew did not see
+ * that change: its row may be made this server's, or go).
  */
 static void
 shared_find_strays(struct srv *srv, const struct store_lease *ls)
 {
     struct storage *sg = &srv->storage;
     const char *h = ls->held;
-    size_t i, n = 0, bytes = 0;
+    const struct store_job **pending;
+    size_t i, n = 0, bytes = 0, npending;
     char *at;
 
+    if (open_rewrites(srv, true, &pending, &npending) < 0)
+        return; /* the next renew finds them again */
     for (i = 0; i < ls->nheld; i++, h += strlen(h) + 1)
-        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL &&
+            !pending_has(pending, npending, h)) {
             n++;
             bytes += strlen(h) + 1;
         }
-    if (n == 0)
-        return;
-    at = malloc(bytes);
-    if (at == NULL)
-        return; /* the next renew finds them again */
+    if (n == 0 || (at = malloc(bytes)) == NULL) {
+        free(pending);
+        return; /* none, or the next renew finds them again */
+    }
     free(sg->strays);
     sg->strays = at;
     sg->nstrays = n;
     for (i = 0, h = ls->held; i < ls->nheld; i++, h += strlen(h) + 1)
-        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL) {
+        if (queue_find_job(&srv->queue, h, strlen(h)) == NULL &&
+            !pending_has(pending, npending, h)) {
             memcpy(at, h, strlen(h) + 1);
             at += strlen(h) + 1;
         }
+    free(pending);
     log_notice(&srv->log,
                "store: %zu jobs under this server's lease were not in its queue (a batch's answer "
                "was lost with the connection): giving their leases up",

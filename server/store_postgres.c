@@ -3183,22 +3183,59 @@ adds_only(const struct store *st)
  * server took, ran and deleted before this check (at least once). Adds
  * that join batches (add.sql joined them) too: a member whose row is
  * missing from a batch that committed was refused, its batch not open,
- * unless it has a unique key that a live job holds (it coalesced onto
- * that one).
+ * unless its batch was open then and it has a unique key that a live job
+ * holds (it coalesced onto that one), as add.sql says.
  */
 /*
+ * Whether a's batch was open when the adds' statement committed, as
+ * add.sql saw it: an add of the same batch has its row (it was inserted),
+ * or the batch is open now (a batch that closed never opens again).
+ */
+static int
+member_batch_was_open(struct store *st, const struct pend_add *a, bool *open, char *err)
+{
+    struct params p = {0};
+    PGresult *r;
+    size_t i;
+    int rc;
+
+    *open = false;
+    for (i = 0; i < st->nadds; i++) {
+        const struct pend_add *o = &st->adds[i];
+
+        if (o != a && !o->gone && !o->conflict && o->batch != NULL &&
+            strcmp(o->batch, a->batch) == 0) {
+            *open = true;
+            return DSJOB_OK;
+        }
+    }
+    par_text(&p, a->batch, strlen(a->batch));
+    if ((rc = run(st, pg_sql_batch_read, &p, false, PGRES_TUPLES_OK, "reading a batch", &r, err)) !=
+        DSJOB_OK)
+        return rc;
+    /* batch_read.sql's eighth column: closed. */
+    *open = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 7), "f") == 0;
+    PQclear(r);
+    return DSJOB_OK;
+}
+
+/*
  * A batch member missing from a batch of adds that committed: coalesced
- * onto the live job of its unique key (a->conflict stays: pg_flush finds
- * it), or refused, its batch not open.
+ * onto the live job of its unique key if its batch was open (a->conflict
+ * stays: pg_flush finds it), or refused, its batch not open: add.sql
+ * inserts, or lets coalesce, only a member of an open batch.
  */
 static int
 recover_member(struct store *st, struct pend_add *a, char *err)
 {
     struct params p = {0};
     PGresult *r;
+    bool open;
     int rc;
 
-    if (a->uniq != NULL) {
+    if (a->uniq != NULL && (rc = member_batch_was_open(st, a, &open, err)) != DSJOB_OK)
+        return rc;
+    if (a->uniq != NULL && open) {
         par_text(&p, a->func, strlen(a->func));
         par_bytea(&p, a->uniq, a->uniq_len);
         if ((rc = run(st, pg_sql_find_alias, &p, false, PGRES_TUPLES_OK,

@@ -356,6 +356,7 @@ reap
 # ---- kill -9 under load ----------------------------------------------------------
 for n in a b c; do
     ds_worker "$n" ck "ck-$n-ds" 2 0.02
+    [ "$n" = a ] && ds_a=$!
     gm_worker "$n" ck "ck-$n-gm"
     [ "$n" = a ] && gm_a=$GM_PID
 done
@@ -368,16 +369,23 @@ load b ck 1001 1400 -w 5 -d 60
 p2=$LOAD_PID
 load c ck 2001 2400 -w 5 -d 60
 p3=$LOAD_PID
-# a is killed once it holds leases on ck rows (its workers are at work), not
-# after a fixed time that a loaded machine may need for the start alone.
-a_leases() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0")" -gt 0 ]; }
+# a is killed once it holds leases on ck rows, not after a fixed time that a
+# loaded machine may need for the start alone; and surely still holds some
+# then: its workers are stopped first (SIGSTOP), so it ends no job between
+# the look and the kill but those whose end they sent before the stop, one
+# for each job they hold (3 at most: 2 on the dsjob worker, 1 on gearman's).
+# Their idle count stays, so a leases its prefetch (8) meanwhile.
+kill -STOP "$ds_a" "$gm_a"
+a_leases() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0")" -gt 3 ]; }
 poll_s 60 a_leases
+ok $? "kill -9: a holds more leases than its stopped workers hold jobs"
 pgd_kill9 a
 t_kill=$(ms)
 # The gearman CLI worker retries a dead server in a busy loop (100,000s of
 # lines a minute) and would starve the two servers left: it goes. The dsjob
 # worker retries with a pause and stays.
 kill "$gm_a" 2>/dev/null
+kill -CONT "$ds_a" "$gm_a" 2>/dev/null
 # A statement a sent before it died may still commit (a DELETE of a job it
 # ran, a renewal): read its leases once its writer's backend has ended.
 a_gone() { [ -z "$(pgd_writer_pid "$OWN_A")" ]; }

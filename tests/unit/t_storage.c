@@ -758,7 +758,7 @@ hold_done(struct srv *srv, struct storage_wait *w, bool ok, const char *why)
 static void
 test_hold(void)
 {
-    struct storage_wait w1 = {hold_done, NULL, {NULL, NULL}}, w2 = w1, w3 = w1;
+    struct storage_wait w1 = {hold_done, NULL, NULL, {NULL, NULL}}, w2 = w1, w3 = w1;
     struct rig r;
 
     fake_reset();
@@ -2344,6 +2344,62 @@ test_admin_early_commit(void)
     rig_stop(&r);
 }
 
+/*
+ * An end that holds only a waiter (no op of its own) behind ops that a
+ * batch admin op's early flush committed: answered when that batch is
+ * done, though the batch's last flush failed, not at the retry, which is
+ * a minute off here (before, the end waited for it: the worker owed it).
+ */
+static void
+test_end_early_commit(void)
+{
+    struct rig r;
+    int c, c2, w, a;
+
+    fake_reset();
+    fake_admin_ops = fake_ops;
+    fake_admin_ops.name = "fake-admin";
+    fake_admin_ops.batch_admin = fake_batch_admin;
+    rig_extra.ops = &fake_admin_ops;
+    rig_extra.retry_ms = 60000;
+    rig_start(&r, 0, 0);
+    rig_extra.ops = NULL;
+    rig_extra.retry_ms = 0;
+    c = rig_client(&r);
+    c2 = rig_client(&r);
+    w = rig_client(&r);
+    a = rig_client(&r);
+    submit_bg(c, "", "x");
+    expect(&r, c, PACKET_JOB_CREATED, hdl(1), "end early commit: a job submitted");
+    peer_send(w, PACKET_CAN_DO, 1, "f");
+    peer_send(w, PACKET_GRAB_JOB, 0);
+    expect(&r, w, PACKET_JOB_ASSIGN, hdl(1), "end early commit: and assigned");
+    fake_set_hold(true);
+    submit_bg(c2, "", "z");
+    PUMP_UNTIL(&r, fake_holding());
+    tap_ok(fake_holding(), "end early commit: a batch is held in flight");
+    peer_send(w, PACKET_WORK_COMPLETE, 2, hdl(1), "one");
+    PUMP_UNTIL(&r, ending(&r) != NULL && open_ops(&r) == 1);
+    if (write(a, "batch open k\n", 13) != 13)
+        tap_bail("cannot send an admin line");
+    PUMP_UNTIL(&r, open_ops(&r) == 2);
+    tap_is_int((int)open_ops(&r), 2, "end early commit: the end's remove, then a batch open");
+    fail_after_admin = true;
+    fake_set_hold(false);
+    expect(&r, c2, PACKET_JOB_CREATED, hdl(2), "end early commit: the held batch commits");
+    PUMP_UNTIL(&r, fake_get(&fake.flushes) == 4 && r.srv->storage.inflight == NULL);
+    fail_after_admin = false;
+    tap_is_int(fake_get(&fake.flushes), 4, "end early commit: four flushes, the last failed");
+    tap_ok(ending(&r) == NULL && find(&r, hdl(1)) == NULL,
+           "end early commit: the end is answered with its batch, not at the retry");
+    tap_ok(admin_says(&r, a, "", "OK"), "end early commit: the batch open says OK");
+    close(a);
+    close(w);
+    close(c2);
+    close(c);
+    rig_stop(&r);
+}
+
 int
 main(void)
 {
@@ -2361,6 +2417,7 @@ main(void)
     test_lazy_ends();
     test_foreground_told_after_commit();
     test_admin_early_commit();
+    test_end_early_commit();
     pthread_mutex_destroy(&fake.lock);
     pthread_cond_destroy(&fake.cond);
     return tap_done();

@@ -1,0 +1,171 @@
+#!/bin/sh
+# A batch member's add whose statement committed but whose answer was lost
+# with the connection (recover_adds, recover_member in store_postgres.c),
+# on the postgres store: the member, of a batch that was closed when the
+# statement ran, has a unique key that a live job holds. add.sql inserts,
+# or lets coalesce, only a member of an open batch, so the normal path
+# refuses it ("batch ... is not open"); the recovery must say the same,
+# not JOB_CREATED with the live job's handle. And a member of a batch
+# that was open at the commit (another member of it has its row) and was
+# closed before the recovery did coalesce: JOB_CREATED with that handle.
+#
+# dsjobd connects through the test's TCP proxy (tests/integ/pg_gear.py
+# proxy). A first batch of adds is held in flight at a gate (a trigger of
+# the test's waits for an advisory lock a psql session of the test holds),
+# so that the member and a plain job (whose row makes the batch found
+# committed) gather in the next; that one waits at a second gate; the
+# proxy is frozen, the gate opened (the statement commits, its answer
+# stays in the proxy), and the proxy cuts dsjobd's side of the connection.
+# Against a PostgreSQL of the test's own (tests/lib/pg.sh). Every wait is
+# for an event, bounded by 120 s.
+
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+. "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/interop/lib.sh"
+. "$top_srcdir/tests/lib/pg.sh"
+
+skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's proxy"
+PROXY_PID=""
+pg_test_cleanup() {
+    [ -z "$PROXY_PID" ] || kill "$PROXY_PID" 2>/dev/null
+}
+pg_test_start
+CTL=$T/ctl
+mkdir "$CTL"
+"$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$T/proxy.port" "$PG_PORT" "$CTL" &
+PROXY_PID=$!
+poll_s 20 test -s "$T/proxy.port" || {
+    echo "Bail out! the proxy did not start"
+    exit 1
+}
+DIRECT_DSN=$PG_DSN
+PG_DSN="host=127.0.0.1 port=$(cat "$T/proxy.port") dbname=dsjob user=postgres"
+pgd_start_or_bail a --pg-lease 600 --verbose INFO
+PG_DSN=$DIRECT_DSN
+
+ds() { timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
+gate_is() {
+    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
+}
+gate_hold() {
+    mkfifo "$T/gate$1.in"
+    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
+    track $!
+    eval "exec $2>\"\$T/gate$1.in\""
+    echo "SELECT pg_advisory_lock($1);" >&"$2"
+    poll_s 120 gate_is "$1" t
+}
+gate_open() {
+    echo "SELECT pg_advisory_unlock($1);" >&"$2"
+    eval "exec $2>&-"
+}
+# total FUNC N: a's status shows N jobs of FUNC.
+total() {
+    ds status --format tsv 2>/dev/null | awk -F '\t' -v f="$1" -v n="$2" '$1 == f && $2 == n { x = 1 } END { exit !x }'
+}
+
+# --- the live job of key k1, and batch bx, closed ---
+hl=$(ds submit -b -u k1 uf live 2>&1)
+case $hl in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "a live job of uf, unique k1: $hl"
+ds batch open bx >/dev/null && ds batch close bx >/dev/null
+ok $? "batch bx opened and closed"
+"$RAWPEER" "$(pgd_port a)" packets 26 batch=bx -- 18 uf k1 m0 >"$T/m0.out" 2>&1
+case $(tail -1 "$T/m0.out") in "19 "*"not open"*) r=0 ;; *) r=1 ;; esac
+ok $r "the normal path refuses a member of closed bx with k1: $(tail -1 "$T/m0.out")"
+
+# --- the same member, its answer lost after the commit ---
+q "CREATE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'g1' THEN PERFORM pg_advisory_xact_lock(4261); END IF;
+   IF NEW.func = 'sib' THEN PERFORM pg_advisory_xact_lock(4262); END IF;
+   RETURN NEW; END\$\$;
+   CREATE TRIGGER mr_gate BEFORE INSERT ON dsjob.jobs
+   FOR EACH ROW EXECUTE FUNCTION public.mr_gate()" >/dev/null
+ok $? "the gates installed"
+gate_hold 4261 3
+gate_hold 4262 4
+ok $? "the test's sessions hold both gates' locks"
+ds submit -b g1 first >"$T/g1.out" 2>&1 &
+track $!
+poll_s 120 gate_is 4261 f
+ok $? "a first batch of adds waits at the first gate"
+"$RAWPEER" "$(pgd_port a)" packets 26 batch=bx -- 18 uf k1 m1 >"$T/m1.out" 2>&1 &
+m1=$!
+track $m1
+ds submit -b sib plain >"$T/sib.out" 2>&1 &
+track $!
+poll_s 120 total uf 1 && poll_s 120 total sib 1
+ok $? "the member and a plain job wait on a for the next batch"
+gate_open 4261 3
+poll_s 120 gate_is 4262 f
+ok $? "their batch's statement waits at the second gate"
+touch "$CTL/freeze"
+poll_s 120 sh -c "! test -e '$CTL/freeze'"
+gate_open 4262 4
+sib_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib'")" = 1 ]; }
+poll_s 120 sib_row
+ok $? "with the proxy frozen, the statement committed (the plain job's row is there)"
+touch "$CTL/cut"
+poll_s 120 sh -c "! test -e '$CTL/cut'"
+touch "$CTL/thaw"
+wait "$m1"
+out=$(tail -1 "$T/m1.out")
+case $out in "19 "*"not open"*) r=0 ;; *) r=1 ;; esac
+ok $r "the recovery refuses the member of closed bx too: $out"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'uf'")" 1 "uf has one row: the live job's"
+case $(cat "$T/sib.out") in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "the plain job is created: $(cat "$T/sib.out")"
+st=$(ds batch status bx 2>/dev/null | tail -1)
+case $st in *" total=0 "*) r=0 ;; *) r=1 ;; esac
+ok $r "bx counts no member: $st"
+
+# --- a member of a batch open at the commit, closed before the recovery ---
+# Its batch's other member has its row: the batch was open when the
+# statement ran, so the member coalesced onto the live job of its key.
+hl2=$(ds submit -b -u k2 uf live2 2>&1)
+ok $? "a live job of uf, unique k2: $hl2"
+ds batch open by >/dev/null
+ok $? "batch by opened"
+q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'g2' THEN PERFORM pg_advisory_xact_lock(4263); END IF;
+   IF NEW.func = 'sib2' THEN PERFORM pg_advisory_xact_lock(4264); END IF;
+   RETURN NEW; END\$\$" >/dev/null
+gate_hold 4263 5
+gate_hold 4264 6
+ok $? "the test's sessions hold two more gates' locks"
+ds submit -b g2 first >"$T/g2.out" 2>&1 &
+track $!
+poll_s 120 gate_is 4263 f
+ok $? "a first batch of adds waits at the first gate"
+"$RAWPEER" "$(pgd_port a)" packets 26 batch=by -- 18 uf k2 m2 >"$T/m2.out" 2>&1 &
+m2=$!
+track $m2
+"$RAWPEER" "$(pgd_port a)" packets 26 batch=by -- 18 sib2 "" s2 >"$T/s2.out" 2>&1 &
+s2=$!
+track $s2
+poll_s 120 total uf 1 && poll_s 120 total sib2 1
+ok $? "the member and another member of by wait on a for the next batch"
+gate_open 4263 5
+poll_s 120 gate_is 4264 f
+ok $? "their batch's statement waits at the second gate"
+touch "$CTL/freeze"
+poll_s 120 sh -c "! test -e '$CTL/freeze'"
+gate_open 4264 6
+sib2_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib2'")" = 1 ]; }
+poll_s 120 sib2_row
+ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+is "$(q "UPDATE dsjob.batches SET closed = true WHERE id = 'by' RETURNING total")" 1 \
+    "by closed behind a's back (one member counted)"
+touch "$CTL/cut"
+poll_s 120 sh -c "! test -e '$CTL/cut'"
+touch "$CTL/thaw"
+wait "$m2" "$s2"
+is "$(tail -1 "$T/m2.out")" "8 $hl2" "the recovery says the member coalesced onto the live job of k2"
+case $(tail -1 "$T/s2.out") in "8 H:"*) r=0 ;; *) r=1 ;; esac
+ok $r "and the other member is created: $(tail -1 "$T/s2.out")"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k2'")" 1 "k2 has one row"
+reap
+pgd_stop a
+ok $? "a stops on SIGTERM"
+done_testing
