@@ -751,10 +751,11 @@ lifecycle_verbs() {
     wait "$s2" 2>/dev/null
 }
 
-# Once, before the servers, when dsjobd is one of them: the address forms of -s and what dsjob prints
-# with no server up. (These verbs wait only for the server's answers, which
-# dsjob bounds itself: no timeout(1), as ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as with the gearman
-# tools) for the admin verbs and for the libraries alike; 4730 on
+# Once, before the servers, when dsjobd is one of them: the address forms
+# of -s and what dsjob prints with no server up. (These verbs wait only for
+# the server's answers, which dsjob bounds itself: no timeout(1), as
+# ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as
+# with the gearman tools) for the admin verbs and for the libraries alike; 4730 on
 # 127.0.0.1 may be another server's, so this dsjobd listens on a loopback
 # address of its own, picked from our pid.
 address_checks() {
