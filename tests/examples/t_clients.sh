@@ -1,6 +1,7 @@
 #!/bin/sh
 # Example 5, existing Gearman clients reading the dataset from the C
-# producer, against gearmand 1.1.20 and dsjobd: examples/php/consume.php
+# producer, against dsjobd (make check) and gearmand 1.1.20
+# (t_clients_gearmand.sh, make check-long): examples/php/consume.php
 # (php-gearman) and examples/perl/consume.pl (Gearman::Client). Two
 # producers run, one of which fails a shard once after 30 rows, so that
 # each client's own resubmission (PHP: a second run of the failed tasks;

@@ -1,18 +1,18 @@
 #!/bin/sh
-# Examples 1 and 2, the dataset producer and consumer in C, against
-# gearmand 1.1.20 and dsjobd. Every check of the data compares the rows the
-# consumer kept with those `dataset-producer --print` makes locally
-# (tests/examples/lib.sh), so each row of each shard must have arrived
-# exactly once, and the consumer's "ok" lines (count and Adler-32) must be
-# the local summaries. The consumer reads 8 shards of 2000 rows from one
-# producer process and from four; then a producer is killed by its PID in
-# the middle of a shard (it holds there, having claimed a file, until the
-# test kills it): with the server's default retries the server gives the
-# shard to the other producer and the consumer drops the dead attempt's
-# rows; with --job-retries=1 the server fails the job and the consumer
-# resubmits it. A producer that fails a shard makes the consumer resubmit
-# it; a consumer allowed one attempt, and a row damaged on the way, make it
-# exit 1.
+# Examples 1 and 2, the dataset producer and consumer in C, against dsjobd
+# (make check) and gearmand 1.1.20 (t_dataset_gearmand.sh, make check-long).
+# Every check of the data compares the rows the consumer kept with those
+# `dataset-producer --print` makes locally (tests/examples/lib.sh), so each
+# row of each shard must have arrived exactly once, and the consumer's "ok"
+# lines (count and Adler-32) must be the local summaries. The consumer reads
+# 8 shards of 2000 rows from one producer process and from four; then a
+# producer is killed by its PID in the middle of a shard (it holds there,
+# having claimed a file, until the test kills it): with the server's default
+# retries the server gives the shard to the other producer and the consumer
+# drops the dead attempt's rows; with --job-retries=1 the server fails the
+# job and the consumer resubmits it. A producer that fails a shard makes the
+# consumer resubmit it; a consumer allowed one attempt, and a row damaged on
+# the way, make it exit 1.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"

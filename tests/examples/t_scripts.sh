@@ -1,17 +1,19 @@
 #!/bin/sh
 # Example 4, the pipeline with the command line only (examples/scripts/),
-# against gearmand 1.1.20 and dsjobd. produce.sh, the producer in sh and
-# awk, must make byte for byte what `dataset-producer --print` makes for
-# every shard. consume.sh, the consumer in sh, reads the shards from
-# dataset-producer processes and, under `dsjob worker --stream`, from
-# produce.sh, with one worker and with four; so does dataset-consumer, the
-# C consumer, which counts each WORK_DATA as a row. Kept rows are compared
-# with the local ones (tests/examples/lib.sh). nightly.sh, the cron-style
-# script, queues background saves (shard 0 at -p high, the others at -p
-# low): a save.sh worker started afterwards must save shard 0 first, and
-# every file must hold its shard's rows exactly; then nightly.sh --at
-# schedules a full save for tomorrow, which must be queued. The --stream checks are
-# skipped, saying so, only when `dsjob worker --help` has no --stream.
+# against dsjobd (make check; t_scripts_long.sh, make check-long, runs them
+# against gearmand 1.1.20 and dsjobd at a larger size). produce.sh, the
+# producer in sh and awk, must make byte for byte what `dataset-producer
+# --print` makes for every shard. consume.sh, the consumer in sh, reads the
+# shards from dataset-producer processes and, under `dsjob worker --stream`,
+# from produce.sh, with one worker and with four; so does dataset-consumer,
+# the C consumer, which counts each WORK_DATA as a row. Kept rows are
+# compared with the local ones (tests/examples/lib.sh). nightly.sh, the
+# cron-style script, queues background saves (shard 0 at -p high, the others
+# at -p low): a save.sh worker started afterwards must save shard 0 first,
+# and every file must hold its shard's rows exactly; then nightly.sh --at
+# schedules a full save for tomorrow, which must be queued. The --stream
+# checks are skipped, saying so, only when `dsjob worker --help` has no
+# --stream.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"

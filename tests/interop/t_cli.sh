@@ -1,11 +1,12 @@
 #!/bin/sh
 # The `gearman` command-line tool from gearman-tools, as client and as worker,
-# against gearmand 1.1.20 (the reference) and then dsjobd: foreground jobs run
+# against dsjobd (make check) and gearmand 1.1.20, the reference
+# (t_cli_gearmand.sh, make check-long; INTEROP_SERVERS): foreground jobs run
 # through a `gearman -w` worker command, payloads from stdin (with a NUL, and
 # large), background jobs, high/low priorities, `-c N` workers, unique keys,
 # several functions, line mode, failing commands and abandoned jobs. This is
 # what shell scripts built on the CLI see, so dsjobd must give the same
-# answers; every check is first made against gearmand.
+# answers; every check is made against gearmand too.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"

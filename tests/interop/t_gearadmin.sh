@@ -1,8 +1,9 @@
 #!/bin/sh
-# gearadmin (gearman-tools) against gearmand 1.1.20, the reference, and then
-# dsjobd: --status, --priority-status, --workers, --show-jobs,
-# --show-unique-jobs, --getpid, --server-version, --server-verbose,
-# --create-function, --drop-function and --cancel-job. gearadmin is the
+# gearadmin (gearman-tools) against dsjobd (make check) and gearmand 1.1.20,
+# the reference (t_gearadmin_gearmand.sh, make check-long): --status,
+# --priority-status, --workers, --show-jobs, --show-unique-jobs, --getpid,
+# --server-version, --server-verbose, --create-function, --drop-function and
+# --cancel-job. gearadmin is the
 # reference consumer of the text admin protocol, so its parsed output must be
 # the same; the checks assert the content (counts, handles, function lists),
 # and only the shape where the answer legitimately differs (version, pid).

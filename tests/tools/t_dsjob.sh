@@ -1,6 +1,7 @@
 #!/bin/sh
-# The dsjob command line, every verb, against gearmand 1.1.20 (the
-# reference) and then dsjobd, with the helpers of tests/interop/lib.sh:
+# The dsjob command line, every verb, against dsjobd (make check) and
+# gearmand 1.1.20, the reference (t_dsjob_gearmand.sh, make check-long;
+# INTEROP_SERVERS), with the helpers of tests/interop/lib.sh:
 # submit (binary stdin, streamed WORK_DATA, warnings, fail, exception,
 # timeout, no server, usage errors, background, priorities, unique
 # coalescing, --at), worker (fd 3 status, environment, -c 2 overlap proven
@@ -750,10 +751,11 @@ lifecycle_verbs() {
     wait "$s2" 2>/dev/null
 }
 
-# Once, before the servers: the address forms of -s and what dsjob prints
-# with no server up. (These verbs wait only for the server's answers, which
-# dsjob bounds itself: no timeout(1), as ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as with the gearman
-# tools) for the admin verbs and for the libraries alike; 4730 on
+# Once, before the servers, when dsjobd is one of them: the address forms
+# of -s and what dsjob prints with no server up. (These verbs wait only for
+# the server's answers, which dsjob bounds itself: no timeout(1), as
+# ds_bounded in tests/lib/server.sh.) A host without a port means 4730 (as
+# with the gearman tools) for the admin verbs and for the libraries alike; 4730 on
 # 127.0.0.1 may be another server's, so this dsjobd listens on a loopback
 # address of its own, picked from our pid.
 address_checks() {
@@ -809,5 +811,7 @@ server_args() {
     [ "$1" = dsjobd ] && echo "--max-dead 10 --keep-results 600"
 }
 
-address_checks
+if runs_against dsjobd; then
+    address_checks
+fi
 run_servers
