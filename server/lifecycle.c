@@ -684,7 +684,7 @@ lifecycle_revive(struct srv *srv, struct job *j)
     j->ext->outcome = JOB_OUTCOME_NONE;
     j->ext->numerator = j->ext->denominator = 0;
     (void)job_set_error(j, NULL, 0, 0);
-    storage_update(srv, j);
+    storage_revive(srv, j);
     lifecycle_wake(j);
     return 0;
 }

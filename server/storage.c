@@ -480,8 +480,8 @@ storage_settle(struct srv *srv, struct job *j, unsigned outcome, storage_op_fn *
     return true;
 }
 
-void
-storage_update(struct srv *srv, struct job *j)
+static void
+update_op(struct srv *srv, struct job *j, bool revives)
 {
     struct storage *sg = &srv->storage;
     struct store_op *op;
@@ -495,9 +495,22 @@ storage_update(struct srv *srv, struct job *j)
         return;
     }
     op->kind = STORE_OP_UPDATE;
+    op->revives = revives;
     op->job = job_ref(j);
     batch_append(&sg->open, op);
     schedule_lazy(srv);
+}
+
+void
+storage_update(struct srv *srv, struct job *j)
+{
+    update_op(srv, j, false);
+}
+
+void
+storage_revive(struct srv *srv, struct job *j)
+{
+    update_op(srv, j, true);
 }
 
 void
@@ -1017,6 +1030,7 @@ op_again(struct srv *srv, struct store_op *op)
         again = op_add_new(&srv->storage, j, 0, NULL);
         if (again != NULL) {
             again->kind = STORE_OP_UPDATE;
+            again->revives = op->revives;
             again->job = j; /* takes over op's reference */
             free(op);
             return again;

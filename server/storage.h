@@ -70,6 +70,7 @@ struct store_op {
      */
     struct job *job;
     bool settles;           /* the remove or rewrite that ends job's SETTLING */
+    bool revives;           /* an update that makes a dead job live again (storage_revive) */
     storage_op_fn *done;    /* the caller's continuation, or NULL */
     bool failed;            /* set by the writer: the backend refused it */
     bool untried;           /* set by the writer: never given to the backend (a flush before it
@@ -298,6 +299,12 @@ bool storage_settle(struct srv *srv, struct job *j, unsigned outcome, storage_op
  * store then keeps the job as it was.
  */
 void storage_update(struct srv *srv, struct job *j);
+/*
+ * storage_update for a dead job retried by hand: on a shared store its
+ * row, this server's, is live again once the rewrite commits, so a lease
+ * renewal that did not see it keeps the job (storage_lease.c).
+ */
+void storage_revive(struct srv *srv, struct job *j);
 
 /*
  * storage_remove deletes a stored job that is not settling (a dead job or

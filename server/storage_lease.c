@@ -249,17 +249,24 @@ cmp_sj_handles(const void *a, const void *b)
     return c != 0 ? c : (x->handle_len > y->handle_len) - (x->handle_len < y->handle_len);
 }
 
-/* Whether op is a job's row change: an add, a rewrite or (with removes) a remove. */
+/*
+ * Whether op is a job's row change that a renewal may not have seen: an
+ * add or a revive (a dead job retried by hand), which make the row live
+ * and this server's; with removes (strays), any rewrite or remove too. A
+ * plain rewrite (a requeue, a new priority) makes no row this server's:
+ * its update finds another server's row and is lost, so it keeps no job
+ * from being dropped.
+ */
 static bool
 row_change(const struct store_op *op, bool removes)
 {
     return op->sj.handle != NULL && op->sj.handle_len > 0 &&
-           (op->kind == STORE_OP_ADD || op->kind == STORE_OP_UPDATE ||
+           (op->kind == STORE_OP_ADD || (op->kind == STORE_OP_UPDATE && (op->revives || removes)) ||
             (removes && op->kind == STORE_OP_REMOVE));
 }
 
 /*
- * The rows the open batch adds or rewrites (or removes), sorted by handle,
+ * The rows of the open batch's row changes (row_change), sorted by handle,
  * into *out (NULL and 0 when none; -1 when out of memory). Run in a lease
  * op's continuation, when the open batch holds exactly the changes made
  * after the renew's batch was handed over (and those of its batch that

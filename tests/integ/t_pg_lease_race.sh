@@ -6,6 +6,8 @@
 # must not take the job for one another server took (dropped), nor, at the
 # next renewal, the row (now live and this server's) for one its queue
 # lacks (a stray, given up): the job stays queued here under its lease.
+# And a plain rewrite in flight (a new priority) of a job another server
+# took keeps nothing: the job is dropped here, not run on two servers.
 #
 # The renewal is held in flight by a gate: a trigger of the test's on
 # dsjob.servers waits for advisory lock 4250, which a psql session of the
@@ -26,21 +28,6 @@ ds() { # ds SERVER ARG...
     _s=$1
     shift
     timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port "$_s")" "$@"
-}
-gate_is() {
-    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
-}
-gate_hold() {
-    mkfifo "$T/gate$1.in"
-    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
-    track $!
-    eval "exec $2>\"\$T/gate$1.in\""
-    echo "SELECT pg_advisory_lock($1);" >&"$2"
-    poll_s 120 gate_is "$1" t
-}
-gate_open() {
-    echo "SELECT pg_advisory_unlock($1);" >&"$2"
-    eval "exec $2>&-"
 }
 # renewal NAME: a start NAME the renewals take over; true once one has.
 renewal() {
@@ -104,6 +91,63 @@ ran() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h'")" = 0 ] && 
 poll_s 120 ran
 ok $? "a worker runs it on a and its row goes"
 is "$(grep -c . "$T/ran")" 1 "once"
+
+# --- a renewal held in flight while another server has taken a queued job ---
+# The job's row becomes another start's (as when a's lease ran out and b
+# took it) before the renewal lists a's rows, and a rewrites it meanwhile
+# (a new priority): that rewrite makes no row a's, so the renewal's
+# continuation drops the job, and no worker of a's may run it.
+# A worker of lq, stopped once registered: a leases lq's jobs, and none runs.
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f lq -- cat 2>/dev/null >/dev/null &
+w_lq=$!
+track $w_lq
+poll_s 120 pgd_registered a lq
+kill -STOP "$w_lq"
+h2=$(ds a submit -b lq two 2>&1)
+leased_a() { [ "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h2'")" = "$owner" ]; }
+poll_s 120 leased_a
+ok $? "$h2 (its worker stopped) is queued on a under its lease"
+q "UPDATE dsjob.jobs SET owner = 'other.1', lease_until = now() + interval '1 hour'
+   WHERE handle = '$h2'" >/dev/null
+ok $? "its row is now another start's, as a taken lease is"
+q "CREATE FUNCTION public.lr_gate1() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN PERFORM pg_advisory_xact_lock(4252); RETURN OLD; END\$\$;
+   CREATE TRIGGER lr_gate1 BEFORE DELETE ON dsjob.servers FOR EACH ROW
+   WHEN (OLD.owner LIKE 'first%') EXECUTE FUNCTION public.lr_gate1()" >/dev/null
+q "CREATE FUNCTION public.lr_gate2() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN PERFORM pg_advisory_xact_lock(4253); RETURN OLD; END\$\$;
+   CREATE TRIGGER lr_gate2 BEFORE DELETE ON dsjob.servers FOR EACH ROW
+   WHEN (OLD.owner LIKE 'hold%') EXECUTE FUNCTION public.lr_gate2()" >/dev/null
+gate_hold 4252 3
+q "INSERT INTO dsjob.servers (owner, boot) VALUES ('first4', 1234567)" >/dev/null
+poll_s 120 gate_is 4252 f
+ok $? "a's renewal waits at the gate (its leases listed, $h2 not among them)"
+out=$("$RAWPEER" "$(pgd_port a)" admin "priority $h2 high" 2>&1)
+is "$out" "OK" "a moves $h2 to high priority meanwhile (a rewrite in a's open batch)"
+dropped0=$(pgd_stat a dsjob_pg_dropped_total)
+# The next renewal is held at a second gate (lock 4253), so that what the
+# first one's continuation did is seen before any later renewal's.
+gate_hold 4253 4
+q "INSERT INTO dsjob.servers (owner, boot) VALUES ('hold5', 1234567)" >/dev/null
+gate_open 4252 3
+poll_s 120 gone_server first4
+ok $? "the gate opened: the renewal committed"
+poll_s 120 gate_is 4253 f
+ok $? "the next renewal waits at the second gate"
+is "$(pgd_stat a dsjob_pg_dropped_total)" $((${dropped0:-0} + 1)) \
+    "the first renewal's continuation dropped $h2: another server holds it"
+gate_open 4253 4
+poll_s 120 gone_server hold5
+ok $? "the second gate opened"
+lq_gone() {
+    ! ds a status --format tsv 2>/dev/null | awk -F '\t' '$1 == "lq" && $2 > 0 { x = 1 } END { exit !x }'
+}
+poll_s 120 lq_gone
+ok $? "a queues no job of lq"
+is "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h2'")" "other.1" "the row is still the other start's"
+kill -TERM "$w_lq" 2>/dev/null
+kill -CONT "$w_lq" 2>/dev/null
+
 reap
 pgd_stop a
 ok $? "a stops on SIGTERM"
