@@ -45,21 +45,6 @@ pgd_start_or_bail a --pg-lease 600 --verbose INFO
 PG_DSN=$DIRECT_DSN
 
 ds() { timeout -k 2 60 "$DSJOB" -s "127.0.0.1:$(pgd_port a)" "$@"; }
-gate_is() {
-    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
-}
-gate_hold() {
-    mkfifo "$T/gate$1.in"
-    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
-    track $!
-    eval "exec $2>\"\$T/gate$1.in\""
-    echo "SELECT pg_advisory_lock($1);" >&"$2"
-    poll_s 120 gate_is "$1" t
-}
-gate_open() {
-    echo "SELECT pg_advisory_unlock($1);" >&"$2"
-    eval "exec $2>&-"
-}
 # total FUNC N: a's status shows N jobs of FUNC.
 total() {
     ds status --format tsv 2>/dev/null | awk -F '\t' -v f="$1" -v n="$2" '$1 == f && $2 == n { x = 1 } END { exit !x }'
@@ -132,7 +117,7 @@ q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql 
    IF NEW.func = 'sib2' THEN PERFORM pg_advisory_xact_lock(4264); END IF;
    RETURN NEW; END\$\$" >/dev/null
 gate_hold 4263 5
-gate_hold 4264 6
+gate_hold 4264 7
 ok $? "the test's sessions hold two more gates' locks"
 ds submit -b g2 first >"$T/g2.out" 2>&1 &
 track $!
@@ -151,7 +136,7 @@ poll_s 120 gate_is 4264 f
 ok $? "their batch's statement waits at the second gate"
 touch "$CTL/freeze"
 poll_s 120 sh -c "! test -e '$CTL/freeze'"
-gate_open 4264 6
+gate_open 4264 7
 sib2_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib2'")" = 1 ]; }
 poll_s 120 sib2_row
 ok $? "with the proxy frozen, the statement committed (the other member's row is there)"

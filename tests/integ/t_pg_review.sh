@@ -51,26 +51,9 @@ queued() {
         awk -F '\t' -v f="$2" -v n="$3" -v w="$4" '$1 == f && $2 == n && $NF >= w { x = 1 } END { exit !x }'
 }
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-# The gates: a trigger of the test's waits for advisory lock N, which a psql
-# session of the test holds, fed through file descriptor FD, until gate_open.
-# gate_is N t|f: lock N is held (t) or waited for (f).
-gate_is() {
-    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
-}
-# gate_hold N FD: the session takes lock N; true once it holds it.
-gate_hold() {
-    mkfifo "$T/gate$1.in"
-    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
-    track $!
-    eval "exec $2>\"\$T/gate$1.in\""
-    echo "SELECT pg_advisory_lock($1);" >&"$2"
-    poll_s 120 gate_is "$1" t
-}
-# gate_open N FD: the session lets lock N go; what waited at it goes on.
-gate_open() {
-    echo "SELECT pg_advisory_unlock($1);" >&"$2"
-    eval "exec $2>&-"
-}
+# The gates (gate_hold, gate_is, gate_open: tests/lib/pg.sh): a trigger of
+# the test's waits for an advisory lock that a psql session of the test
+# holds until told.
 
 # --- key trigger: made in a transaction of its own ---------------------------
 is "$(q "SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_keyed'")" 0 \

@@ -127,6 +127,10 @@
 #   pgd_writer_pid OWNER
 #                     the backend of that start's writer connection (the one
 #                     holding its advisory lock), empty once it is gone
+#   gate_hold N FD, gate_is N t|f, gate_open N FD
+#                     a psql session of the test holds advisory lock N (for
+#                     a trigger of the test's that waits for it), until
+#                     gate_open; gate_is: N is held (t) or waited for (f)
 
 PG_DIR=""
 PG_PID=""
@@ -670,6 +674,30 @@ pgd_writer_pid() {
     q "SELECT l.pid FROM pg_locks l JOIN dsjob.servers s
         ON l.objid::int8 = s.boot % 2147483647 WHERE l.locktype = 'advisory'
         AND l.classid = 1685285425::oid AND l.objsubid = 2 AND s.owner = '$1'"
+}
+
+# Gates, for a test that holds a statement of dsjobd's at a point of its
+# own (a trigger of the test's that waits for advisory lock N): a psql
+# session of the test holds the lock, fed through file descriptor FD (not
+# 6, 8 or 9: q's session has them), until
+# gate_open; its processes are tracked (track, tests/interop/lib.sh).
+# gate_is N t|f: lock N is held (t) or waited for (f).
+gate_is() {
+    [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted = '$2'")" = 1 ]
+}
+# gate_hold N FD: the session takes lock N; true once it holds it.
+gate_hold() {
+    mkfifo "$T/gate$1.in"
+    pg_psql -f - <"$T/gate$1.in" >"$T/gate$1.out" 2>&1 &
+    track $!
+    eval "exec $2>\"\$T/gate$1.in\""
+    echo "SELECT pg_advisory_lock($1);" >&"$2"
+    poll_s 120 gate_is "$1" t
+}
+# gate_open N FD: the session lets lock N go; what waited at it goes on.
+gate_open() {
+    echo "SELECT pg_advisory_unlock($1);" >&"$2"
+    eval "exec $2>&-"
 }
 
 pgd_registered() {
