@@ -22,6 +22,7 @@
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
+. "$top_srcdir/tests/meta/headers.sh"
 
 T=$(test_tmpdir)
 DEST=$T/dest
@@ -115,26 +116,7 @@ if ldd "$DEST$libdir/libdsjobclient.so" 2>/dev/null | grep -q asan; then
     SAN="-fsanitize=address,undefined"
 fi
 
-for h in common client worker server; do
-    printf '#include <dsjob/%s.h>\nint main(void) { return 0; }\n' "$h" >"$T/h_$h.c"
-    $CC -std=c11 -Wall -Wextra -Werror -pedantic -I"$DEST$includedir" -c -o "$T/h_$h.o" \
-        "$T/h_$h.c" >"$T/h_$h.log" 2>&1
-    rc=$?
-    ok $rc "installed <dsjob/$h.h> compiles alone as C11 with -Wall -Wextra -Werror -pedantic"
-    [ $rc -eq 0 ] || sed 's/^/# /' "$T/h_$h.log"
-done
-if command -v "$CXX" >/dev/null 2>&1; then
-    for h in common client worker server; do
-        printf '#include <dsjob/%s.h>\nint main() { return 0; }\n' "$h" >"$T/hxx_$h.cc"
-        $CXX -std=c++11 -Wall -Wextra -Werror -pedantic -I"$DEST$includedir" -c \
-            -o "$T/hxx_$h.o" "$T/hxx_$h.cc" >"$T/hxx_$h.log" 2>&1
-        rc=$?
-        ok $rc "installed <dsjob/$h.h> compiles alone as C++11 with -Werror -pedantic"
-        [ $rc -eq 0 ] || sed 's/^/# /' "$T/hxx_$h.log"
-    done
-else
-    diag "no C++ compiler ($CXX): the headers are not tried as C++"
-fi
+headers_compile "$DEST$includedir" "installed "
 
 extract() { # extract PAGE OUT: the .Bd -literal block under EXAMPLES
     sed -n '/^\.Sh EXAMPLES/,/^\.Sh /p' "$1" | sed -n '/^\.Bd -literal/,/^\.Ed/p' |
