@@ -103,7 +103,7 @@ is "$(tries)" 2 "after two tries (the take and one retry)"
 grep -q "replaying the store: postgres: taking the dead set and kept results: ERROR:  deadlock injected by the test" \
     "$(pgd_log c).stderr"
 ok $? "and says why on stderr: $(head -1 "$(pgd_log c).stderr")"
-eval "PGD_PID_c="
+! gone || eval "PGD_PID_c=" # gone: nothing for the EXIT trap to stop
 
 # --- recheck --------------------------------------------------------------------------
 # The dead job has no owner, as a server stopped with SIGTERM leaves its
