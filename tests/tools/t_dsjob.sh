@@ -82,9 +82,9 @@ wait_bounded() {
     wait "$1"
 }
 
-# $GO_WAIT FILE, in a worker's command: waits (10 s at most) until the test
+# $GO_WAIT FILE, in a worker's command: waits (120 s at most) until the test
 # makes FILE, in one process (tests/lib/rawpeer.c) rather than a sleep a try.
-GO_WAIT="RAWPEER_UNTIL_S=10 '$RAWPEER' until-file"
+GO_WAIT="RAWPEER_UNTIL_S=120 '$RAWPEER' until-file"
 
 # json EXPR [ARG]... < JSON: true if the perl EXPR holds for the decoded
 # array $j (ARGs in @a).
@@ -407,7 +407,7 @@ checks() {
     same "$(ds status --format tsv | grep '^t_pair	' | cut -f4)" "2" "worker -c 2 registers as two workers"
 
     # SIGTERM while a job runs: it finishes, its result is sent, then exit 0.
-    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/slow.go'; printf finished"
+    dsw -f t_slow -- sh -c "cat >/dev/null; touch '$d/slow.started'; RAWPEER_UNTIL_S=120 '$RAWPEER' until-file '$d/slow.go'; printf finished"
     w_slow=$W
     ds submit t_slow x >"$d/slow.out" &
     c=$!
@@ -574,7 +574,7 @@ checks() {
         rc=$?
         wait_bounded "$s2"
         same "$rc $?" "0 0" "shutdown: exit 0, and the server exits"
-        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; RAWPEER_UNTIL_S=20 '$RAWPEER' until-file '$d/grace.go'; printf graceful"
+        dsw -f t_grace -- sh -c "cat >/dev/null; touch '$d/grace.started'; RAWPEER_UNTIL_S=120 '$RAWPEER' until-file '$d/grace.go'; printf graceful"
         ds submit t_grace x >"$d/grace.out" &
         c=$!
         track $c
