@@ -107,9 +107,6 @@ h2=$(ds a submit -b lq two 2>&1)
 leased_a() { [ "$(q "SELECT owner FROM dsjob.jobs WHERE handle = '$h2'")" = "$owner" ]; }
 poll_s 120 leased_a
 ok $? "$h2 (its worker stopped) is queued on a under its lease"
-q "UPDATE dsjob.jobs SET owner = 'other.1', lease_until = now() + interval '1 hour'
-   WHERE handle = '$h2'" >/dev/null
-ok $? "its row is now another start's, as a taken lease is"
 q "CREATE FUNCTION public.lr_gate1() RETURNS trigger LANGUAGE plpgsql AS
    \$\$BEGIN PERFORM pg_advisory_xact_lock(4252); RETURN OLD; END\$\$;
    CREATE TRIGGER lr_gate1 BEFORE DELETE ON dsjob.servers FOR EACH ROW
@@ -119,7 +116,14 @@ q "CREATE FUNCTION public.lr_gate2() RETURNS trigger LANGUAGE plpgsql AS
    CREATE TRIGGER lr_gate2 BEFORE DELETE ON dsjob.servers FOR EACH ROW
    WHEN (OLD.owner LIKE 'hold%') EXECUTE FUNCTION public.lr_gate2()" >/dev/null
 gate_hold 4252 3
-q "INSERT INTO dsjob.servers (owner, boot) VALUES ('first4', 1234567)" >/dev/null
+# One transaction: the first renewal that does not list the job's row
+# (another start's now) is the one held at the gate, not one before it.
+q "BEGIN;
+   UPDATE dsjob.jobs SET owner = 'other.1', lease_until = now() + interval '1 hour'
+   WHERE handle = '$h2';
+   INSERT INTO dsjob.servers (owner, boot) VALUES ('first4', 1234567);
+   COMMIT" >/dev/null
+ok $? "its row is now another start's, as a taken lease is"
 poll_s 120 gate_is 4252 f
 ok $? "a's renewal waits at the gate (its leases listed, $h2 not among them)"
 out=$("$RAWPEER" "$(pgd_port a)" admin "priority $h2 high" 2>&1)
