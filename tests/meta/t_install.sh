@@ -22,7 +22,7 @@
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
-. "$top_srcdir/tests/meta/headers.sh"
+. "$top_srcdir/tests/meta/lib.sh"
 
 T=$(test_tmpdir)
 DEST=$T/dest
@@ -202,17 +202,7 @@ if [ -n "$unit" ]; then
     [ -x "$DEST$exec" ]; ok $? "its ExecStart names the installed dsjobd ($exec)"
     grep -q -- "--config-file ${conf#"$DEST"}\( \|\$\)" "$unit"
     ok $? "and reads the installed config file"
-    if [ -n "${SYSTEMD_ANALYZE:-}" ] && [ -x "$SYSTEMD_ANALYZE" ]; then
-        mkdir -p "$T/units"
-        sed "s|$exec|$DEST$exec|g" "$unit" >"$T/units/dsjobd.service"
-        out=$("$SYSTEMD_ANALYZE" verify --man=no "$T/units/dsjobd.service" 2>&1)
-        rc=$?
-        [ $rc -eq 0 ] && [ -z "$out" ]
-        ok $? "systemd-analyze verify finds nothing to say about the unit"
-        [ -n "$out" ] && diag "$out"
-    else
-        diag "systemd-analyze not found: the unit is not verified"
-    fi
+    unit_verify "$unit" "$exec" "$DEST$exec"
 fi
 # Every option the sample names, set or in a comment, is one dsjobd takes.
 if [ -n "$sample" ] && [ -n "$DSJOBD" ]; then

@@ -12,7 +12,7 @@
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
 . "$top_srcdir/tests/lib/server.sh"
-. "$top_srcdir/tests/meta/headers.sh"
+. "$top_srcdir/tests/meta/lib.sh"
 
 T=$TEST_TMPDIR
 CC=${CC:-cc}
@@ -39,18 +39,7 @@ if [ -f "$unit" ]; then
     want=forking
     grep -a -q NOTIFY_SOCKET "$DSJOBD" && want=notify
     is "$(sed -n 's/^Type=//p' "$unit")" "$want" "the unit's Type= fits the dsjobd built ($want)"
-    if [ -n "${SYSTEMD_ANALYZE:-}" ] && [ -x "$SYSTEMD_ANALYZE" ]; then
-        exec=$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")
-        mkdir -p "$T/units"
-        sed "s|$exec|$DSJOBD|g" "$unit" >"$T/units/dsjobd.service"
-        out=$("$SYSTEMD_ANALYZE" verify --man=no "$T/units/dsjobd.service" 2>&1)
-        rc=$?
-        [ $rc -eq 0 ] && [ -z "$out" ]
-        ok $? "systemd-analyze verify finds nothing to say about the unit"
-        [ -n "$out" ] && diag "$out"
-    else
-        diag "systemd-analyze not found: the unit is not verified"
-    fi
+    unit_verify "$unit" "$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")" "$DSJOBD"
 fi
 
 # Every option the sample names, set or in a comment, is one dsjobd takes
