@@ -272,8 +272,10 @@ do_job(int fd, int exceptions, const char *func, const char *data)
         type = get32(h + 4);
         n = get32(h + 8);
         d = malloc((size_t)n + 1);
-        if (d == NULL)
+        if (d == NULL) {
+            free(handle);
             return 3;
+        }
         read_all(fd, d, n);
         d[n] = '\0';
         if (type == 8 && handle == NULL) { /* JOB_CREATED */
@@ -285,6 +287,8 @@ do_job(int fd, int exceptions, const char *func, const char *data)
             fputs("ERROR ", stdout);
             show(d, n);
             putchar('\n');
+            free(d);
+            free(handle);
             return 1;
         }
         switch (type) {
@@ -805,62 +809,76 @@ do_until(int argc, char **argv)
     }
 }
 
-/* until-file FILE [TEXT [PID]], until-lines FILE N [-E RE|-x LINE] [-d]
- * [-p PID]: the file waits, bounded by a time in which the file did not
- * change (nothing moved). Exit 1 after it, when PID is gone (after a last
- * look), or (until-lines) when the file shrank; 64 on bad arguments. */
+/* Frees what an until-lines wait holds. */
+static void
+lines_free(struct lines_wait *w)
+{
+    long i;
+
+    if (w->how == 'E')
+        regfree(&w->re);
+    for (i = 0; w->seen != NULL && i < w->count; i++)
+        free(w->seen[i]);
+    free(w->seen);
+    free(w->part);
+}
+
+/* until-lines' arguments after N into w: 0, or 64 when they are bad. */
 static int
-do_until_file(int argc, char **argv)
+lines_parse(struct lines_wait *w, int argc, char **argv, long *pid)
+{
+    char *end;
+    int i, rc;
+
+    w->want = strtol(argv[3], &end, 10);
+    if (*argv[3] == '\0' || *end != '\0')
+        return 64;
+    for (i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "-d") == 0)
+            w->distinct = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "-p") == 0)
+            *pid = strtol(argv[++i], NULL, 10);
+        else if (i + 1 < argc && strcmp(argv[i], "-x") == 0 && w->how == 0) {
+            w->how = 'x';
+            w->text = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "-E") == 0 && w->how == 0) {
+            if ((rc = regcomp(&w->re, argv[++i], REG_EXTENDED | REG_NOSUB)) != 0) {
+                char msg[256];
+
+                regerror(rc, &w->re, msg, sizeof(msg));
+                fprintf(stderr, "rawpeer: until-lines: %s: %s\n", argv[i], msg);
+                return 64;
+            }
+            w->how = 'E'; /* only now has w->re something to free */
+        } else
+            return 64;
+    }
+    return 0;
+}
+
+/* The wait itself: 0 when the file holds what is waited for, 1 after the
+ * bound, when pid is gone, or when the file shrank under until-lines. */
+static int
+until_loop(struct lines_wait *w, int lines, const char *text, long pid)
 {
     struct timespec t0, now, fast = {0, 25 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
-    struct lines_wait w = {0};
-    long bound = until_bound(), pid = 0;
-    int lines = strcmp(argv[1], "until-lines") == 0, tries;
+    long bound = until_bound();
     off_t size = -1;
+    int tries;
 
-    w.path = argv[2];
-    if (lines) {
-        char *end;
-        int i, rc;
-
-        w.want = strtol(argv[3], &end, 10);
-        if (*argv[3] == '\0' || *end != '\0')
-            return 64;
-        for (i = 4; i < argc; i++) {
-            if (strcmp(argv[i], "-d") == 0)
-                w.distinct = 1;
-            else if (i + 1 < argc && strcmp(argv[i], "-p") == 0)
-                pid = strtol(argv[++i], NULL, 10);
-            else if (i + 1 < argc && strcmp(argv[i], "-x") == 0 && w.how == 0) {
-                w.how = 'x';
-                w.text = argv[++i];
-            } else if (i + 1 < argc && strcmp(argv[i], "-E") == 0 && w.how == 0) {
-                w.how = 'E';
-                if ((rc = regcomp(&w.re, argv[++i], REG_EXTENDED | REG_NOSUB)) != 0) {
-                    char msg[256];
-
-                    regerror(rc, &w.re, msg, sizeof(msg));
-                    fprintf(stderr, "rawpeer: until-lines: %s: %s\n", argv[i], msg);
-                    return 64;
-                }
-            } else
-                return 64;
-        }
-    } else if (argc > 4)
-        pid = strtol(argv[4], NULL, 10);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (tries = 0;; tries++) {
-        int dead = pid > 0 && gone(pid), grew;
-        off_t sz = file_size(w.path);
+        int dead = pid > 0 && gone(pid);
+        off_t sz = file_size(w->path);
 
         if (lines) {
-            if ((grew = lines_look(&w)) < 0) {
-                fprintf(stderr, "rawpeer: %s shrank under until-lines\n", w.path);
+            if (lines_look(w) < 0) {
+                fprintf(stderr, "rawpeer: %s shrank under until-lines\n", w->path);
                 return 1;
             }
-            if (w.count >= w.want)
+            if (w->count >= w->want)
                 return 0;
-        } else if (file_has(w.path, argc > 3 ? argv[3] : NULL))
+        } else if (file_has(w->path, text))
             return 0;
         if (dead)
             return 1;
@@ -871,12 +889,34 @@ do_until_file(int argc, char **argv)
         } else if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >=
                    bound * 1000) {
             if (lines)
-                fprintf(stderr, "rawpeer: %s: %ld of %ld lines, none added in %ld s\n", w.path,
-                        w.count, w.want, bound);
+                fprintf(stderr, "rawpeer: %s: %ld of %ld lines, none added in %ld s\n", w->path,
+                        w->count, w->want, bound);
             return 1;
         }
         nanosleep(tries < 40 ? &fast : &slow, NULL);
     }
+}
+
+/* until-file FILE [TEXT [PID]], until-lines FILE N [-E RE|-x LINE] [-d]
+ * [-p PID]: the file waits, bounded by a time in which the file did not
+ * change (nothing moved). Exit 1 after it, when PID is gone (after a last
+ * look), or (until-lines) when the file shrank; 64 on bad arguments. */
+static int
+do_until_file(int argc, char **argv)
+{
+    struct lines_wait w = {0};
+    long pid = 0;
+    int lines = strcmp(argv[1], "until-lines") == 0, rc = 0;
+
+    w.path = argv[2];
+    if (lines)
+        rc = lines_parse(&w, argc, argv, &pid);
+    else if (argc > 4)
+        pid = strtol(argv[4], NULL, 10);
+    if (rc == 0)
+        rc = until_loop(&w, lines, argc > 3 ? argv[3] : NULL, pid);
+    lines_free(&w);
+    return rc;
 }
 
 int
