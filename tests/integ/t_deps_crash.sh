@@ -72,6 +72,13 @@ ENDED='my %s = map { $_ => 1 } @l; !grep { !$s{"end $_"} } qw('"$ENDS"')'
 # until_reached: until the log has $at lines or everything ended; one
 # process watching the log (wait_file), bounded as wait_moving.
 until_reached() { wait_file "$LOG" "@l >= $at || ($ENDED)"; }
+# until_ended: until every one of ENDS has its "end N" line (rawpeer
+# until-lines: a distinct line each), bounded as wait_moving.
+until_ended() {
+    _n=0 _alt=
+    for _e in $ENDS; do _n=$((_n + 1)) _alt=$_alt${_alt:+|}$_e; done
+    await_lines "$LOG" $_n -d -E "^end ($_alt)\$"
+}
 
 ordered() {
     perl -e '
@@ -165,7 +172,7 @@ EOF
             --verbose INFO || exit 1
     done
     start_workers
-    wait_file "$LOG" "$ENDED" && wait_moving done_all
+    until_ended && wait_moving done_all
     ok $? "round $r: after $KILLS kills every acknowledged job ended"
     lost=$((lost + $(not_ended)))
     grep -qx "fail bad-p" "$LOG" || lost=$((lost + 1))

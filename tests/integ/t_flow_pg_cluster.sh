@@ -45,13 +45,9 @@ ds() { # ds SERVER ARG...
 }
 settings_is() { [ "$(ds "$1" limit "$2" --format tsv 2>/dev/null | cut -f2)" = "$3" ]; }
 lines() { cat "$@" 2>/dev/null | wc -l; }
-lines_are() { # lines_are N FILE...
-    _n=$1
-    shift
-    [ "$(lines "$@")" -ge "$_n" ]
-}
-# wait_lines N FILE: until FILE has N lines, bounded by 120 s of none added.
-wait_lines() { poll_moving 120 "lines $2" lines_are "$1" "$2"; }
+# wait_lines N FILE: until FILE has N lines, bounded by 120 s of none added
+# (one process: rawpeer until-lines).
+wait_lines() { await_lines "$2" "$1"; }
 
 # The workers' command: the job's start and end, its label, its payload.
 cat >"$T/rec.sh" <<'EOS'
@@ -202,8 +198,7 @@ for n in b c; do ds "$n" submit -b fp "fp-$n" >/dev/null; done
 for n in b c; do ds "$n" submit -b fm "fm-$n-1" >/dev/null; done
 wait_lines 2 "$T/fpm"
 for n in b c; do ds "$n" submit -b fm "fm-$n-2" >/dev/null; done
-markers_ran() { [ "$(grep -c " fm-" "$T/fpm")" -ge 4 ]; }
-poll_moving 120 "lines $T/fpm" markers_ran
+await_lines "$T/fpm" 4 -E " fm-"
 ok $? "the workers ran the other function's jobs"
 is "$(grep -c " fp-" "$T/fpm")" 0 "and none of the paused function's"
 ds c resume fp >/dev/null
@@ -226,8 +221,7 @@ poll expired_somewhere
 ok $? "it shows in a server's dead set as expired"
 for n in b c; do worker "$n" fd -- "$T/fd" "fd.$n"; done
 ds b submit -b fd fresh >/dev/null
-fresh_ran() { grep -q " fresh\$" "$T/fd" 2>/dev/null; }
-poll_moving 120 "lines $T/fd" fresh_ran
+await_lines "$T/fd" 1 -E " fresh\$"
 ok $? "the workers that came later run the next job"
 ! grep -q " stale\$" "$T/fd"
 ok $? "and no server ran the expired one"

@@ -4,16 +4,18 @@
 # starts a try or a job. On a loaded 2-core machine a test's CPU is mostly
 # process starts, and a poll's tries multiply with the load.
 #
-#   wait_lines FILE N [REGEX]   until FILE holds N lines matching the Perl
-#                  REGEX (default: any line), watched by one perl process
-#                  that reads only what was appended (0.05 s between
-#                  looks, no fork); fails after 120 s in which FILE did not
-#                  grow (nothing moved), or at once when FILE shrank (was
-#                  truncated under it).
-#   wait_line FILE LINE         until LINE is a whole line of FILE.
+#   wait_lines FILE N [REGEX]   until FILE holds N whole lines matching the
+#                  POSIX extended REGEX (default: any line); wait_line FILE
+#                  LINE: until LINE is a whole line of FILE. Both are
+#                  rawpeer until-lines (server.sh's await_lines, where the
+#                  bound and the truncation rule are).
 #   wait_file FILE PERL-EXPR    until the Perl expression is true, with @l
 #                  FILE's lines (chomped), evaluated again each time FILE
-#                  grew; the same one process, the same 120 s bound.
+#                  grew; one perl process (0.05 s between looks), failing
+#                  after 120 s in which FILE did not grow or at once when it
+#                  shrank. The only wait left in Perl: for the conditions a
+#                  line pattern does not say (a captured tick compared with
+#                  `gt`, a line count OR a set of lines).
 #   req METHOD TARGET [FILLER], code, body TARGET, body_post TARGET
 #                  HTTP to HTTP_PORT (rawpeer http): the status, type and
 #                  body; the status; a GET's body; a POST's body.
@@ -30,30 +32,11 @@
 #                  JSON questions.
 
 wait_lines() {
-    perl -e '
-        my ($f, $n, $re, $how) = @ARGV;
-        $re = !defined $re ? qr/^/ : defined $how ? qr/^\Q$re\E$/ : qr/$re/;
-        my ($pos, $c, $part, $last) = (0, 0, "", time);
-        while (1) {
-            if (open(my $h, "<", $f)) {
-                my $size = -s $h;
-                exit 1 if $size < $pos;
-                if ($size > $pos) {
-                    seek($h, $pos, 0);
-                    my $got = read($h, my $d, $size - $pos);
-                    $pos += $got;
-                    $last = time;
-                    $part .= $d;
-                    while ($part =~ s/^([^\n]*)\n//) {
-                        $c++ if $1 =~ $re;
-                    }
-                }
-                close $h;
-            }
-            exit 0 if $c >= $n;
-            exit 1 if time - $last > 120;
-            select(undef, undef, undef, 0.05);
-        }' "$@"
+    if [ $# -gt 2 ]; then
+        "$RAWPEER" until-lines "$1" "$2" -E "$3"
+    else
+        "$RAWPEER" until-lines "$1" "$2"
+    fi
 }
 
 wait_file() {
@@ -86,7 +69,7 @@ wait_file() {
 }
 
 wait_line() {
-    wait_lines "$1" 1 "$2" line
+    "$RAWPEER" until-lines "$1" 1 -x "$2"
 }
 
 submit_bg() {

@@ -40,8 +40,16 @@
  *       the same for a file: until FILE holds TEXT (an empty TEXT: until
  *       it is not empty; no TEXT: until it exists); exit 1 also as soon
  *       as process PID is gone (or a zombie), after a last look at FILE.
- *   rawpeer until-lines FILE N
- *       the same, until FILE has N lines or more.
+ *   rawpeer until-lines FILE N [-E REGEX | -x LINE] [-d] [-p PID]
+ *       until FILE has N whole lines (ended by a newline), or with -E
+ *       N lines matching the POSIX extended REGEX, with -x N lines equal
+ *       to LINE; -d counts each different line once; -p PID as above.
+ *       It reads only what was appended since its last look, and fails
+ *       at once when FILE shrank (was truncated under it).
+ *       The bound of the two file waits is 120 s (or $RAWPEER_UNTIL_S)
+ *       in which FILE did not change (nothing moved): it restarts each
+ *       time FILE grew. They are server.sh's await_file and await_lines
+ *       and integ.sh's wait_lines and wait_line.
  *   rawpeer PORT job [-e] FUNCTION DATA
  *       the packets one foreground job gets, for t_dsjob.sh (the
  *       libraries and the gearman CLI merge or hide them): SUBMIT_JOB of FUNCTION with DATA
@@ -65,6 +73,8 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <regex.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -73,6 +83,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,8 +272,10 @@ do_job(int fd, int exceptions, const char *func, const char *data)
         type = get32(h + 4);
         n = get32(h + 8);
         d = malloc((size_t)n + 1);
-        if (d == NULL)
+        if (d == NULL) {
+            free(handle);
             return 3;
+        }
         read_all(fd, d, n);
         d[n] = '\0';
         if (type == 8 && handle == NULL) { /* JOB_CREATED */
@@ -274,6 +287,8 @@ do_job(int fd, int exceptions, const char *func, const char *data)
             fputs("ERROR ", stdout);
             show(d, n);
             putchar('\n');
+            free(d);
+            free(handle);
             return 1;
         }
         switch (type) {
@@ -575,7 +590,8 @@ do_batchpipe(const char *port, const char *id, unsigned n, const char *func)
     return 0;
 }
 
-/* until-admin, until-packet, until-file: a shell poll loop in one process. */
+/* until-admin, until-packet, until-file, until-lines: a shell poll loop in one
+ * process. */
 #define UNTIL_BOUND_S 120
 
 /* Whether a line of buf (len bytes) is want, where a '*' (the first) stands
@@ -650,22 +666,89 @@ file_has(const char *path, const char *text)
     return *text == '\0' ? n > 0 : memmem(buf, n, text, strlen(text)) != NULL;
 }
 
-/* Whether the file has n lines or more. */
+/* until-lines: what was read of the file, and the lines counted. */
+struct lines_wait {
+    const char *path;
+    long want;    /* lines to count */
+    int how;      /* 0 any line, 'E' matching re, 'x' equal to text */
+    int distinct; /* count a line once however often it comes */
+    regex_t re;
+    const char *text;
+    off_t pos;  /* bytes read so far */
+    char *part; /* the unfinished last line */
+    size_t partlen, partcap;
+    char **seen; /* distinct: the lines counted */
+    long count;
+};
+
+/* One whole line (no newline, NUL-terminated): count it if it is one. */
+static void
+lines_take(struct lines_wait *w, char *line, size_t n)
+{
+    long i;
+
+    if (w->how == 'x' && strcmp(line, w->text) != 0)
+        return;
+    if (w->how == 'E' && regexec(&w->re, line, 0, NULL, 0) != 0)
+        return;
+    if (w->distinct) {
+        for (i = 0; i < w->count; i++)
+            if (strcmp(w->seen[i], line) == 0)
+                return;
+        w->seen = realloc(w->seen, (size_t)(w->count + 1) * sizeof(*w->seen));
+        if (w->seen == NULL || (w->seen[w->count] = strndup(line, n)) == NULL)
+            exit(3);
+    }
+    w->count++;
+}
+
+/* A look at the file: reads what was appended since the last one. Returns
+ * -1 when the file shrank (truncated under the wait), else 1 when it grew,
+ * 0 when not. */
 static int
-file_lines(const char *path, long n)
+lines_look(struct lines_wait *w)
 {
     char buf[65536];
-    size_t r;
-    long lines = 0;
-    FILE *f = fopen(path, "rb");
+    ssize_t r;
+    int fd = open(w->path, O_RDONLY), grew = 0;
 
-    if (f == NULL)
-        return n <= 0;
-    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
-        for (size_t i = 0; i < r; i++)
-            lines += buf[i] == '\n';
-    fclose(f);
-    return lines >= n;
+    if (fd < 0)
+        return 0;
+    if (lseek(fd, 0, SEEK_END) < w->pos) {
+        close(fd);
+        return -1;
+    }
+    lseek(fd, w->pos, SEEK_SET);
+    while ((r = read(fd, buf, sizeof(buf))) > 0) {
+        grew = 1;
+        w->pos += r;
+        for (ssize_t i = 0; i < r; i++) {
+            if (w->partlen + 1 >= w->partcap) {
+                w->partcap = w->partcap ? 2 * w->partcap : 256;
+                if ((w->part = realloc(w->part, w->partcap)) == NULL)
+                    exit(3);
+            }
+            if (buf[i] != '\n') {
+                w->part[w->partlen++] = buf[i];
+                continue;
+            }
+            w->part[w->partlen] = '\0';
+            lines_take(w, w->part, w->partlen);
+            w->partlen = 0;
+        }
+    }
+    close(fd);
+    return grew;
+}
+
+/* The size of the file (-1 when it is not there): a file wait's bound
+ * restarts whenever it changed. */
+static off_t
+file_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
 /* Whether process pid is gone or a zombie. */
@@ -688,13 +771,21 @@ gone(long pid)
     return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
 }
 
+/* The bound of the waits: 120 s, or $RAWPEER_UNTIL_S. */
+static long
+until_bound(void)
+{
+    const char *env = getenv("RAWPEER_UNTIL_S");
+
+    return env != NULL && atol(env) > 0 ? atol(env) : UNTIL_BOUND_S;
+}
+
 static int
 do_until(int argc, char **argv)
 {
     struct timespec t0, now, fast = {0, 25 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
     static char last[65536];
-    const char *env = getenv("RAWPEER_UNTIL_S");
-    long bound = env != NULL && atol(env) > 0 ? atol(env) : UNTIL_BOUND_S;
+    long bound = until_bound();
     int tries;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -702,20 +793,10 @@ do_until(int argc, char **argv)
     for (tries = 0;; tries++) {
         int met;
 
-        if (strcmp(argv[1], "until-lines") == 0) {
-            met = file_lines(argv[2], strtol(argv[3], NULL, 10));
-        } else if (strcmp(argv[1], "until-file") == 0) {
-            long pid = argc > 4 ? strtol(argv[4], NULL, 10) : 0;
-            int dead = pid > 0 && gone(pid);
-
-            met = file_has(argv[2], argc > 3 ? argv[3] : NULL);
-            if (met || dead)
-                return met ? 0 : 1;
-        } else if (strcmp(argv[2], "until-admin") == 0) {
+        if (strcmp(argv[2], "until-admin") == 0)
             met = until_try(argv[1], 1, argv + 3, 1, argv[4], last, sizeof(last)) == 0;
-        } else {
+        else
             met = until_try(argv[1], 0, argv + 4, argc - 4, argv[3], last, sizeof(last)) == 0;
-        }
         if (met)
             return 0;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -728,6 +809,116 @@ do_until(int argc, char **argv)
     }
 }
 
+/* Frees what an until-lines wait holds. */
+static void
+lines_free(struct lines_wait *w)
+{
+    long i;
+
+    if (w->how == 'E')
+        regfree(&w->re);
+    for (i = 0; w->seen != NULL && i < w->count; i++)
+        free(w->seen[i]);
+    free(w->seen);
+    free(w->part);
+}
+
+/* until-lines' arguments after N into w: 0, or 64 when they are bad. */
+static int
+lines_parse(struct lines_wait *w, int argc, char **argv, long *pid)
+{
+    char *end;
+    int i, rc;
+
+    w->want = strtol(argv[3], &end, 10);
+    if (*argv[3] == '\0' || *end != '\0')
+        return 64;
+    for (i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "-d") == 0)
+            w->distinct = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "-p") == 0)
+            *pid = strtol(argv[++i], NULL, 10);
+        else if (i + 1 < argc && strcmp(argv[i], "-x") == 0 && w->how == 0) {
+            w->how = 'x';
+            w->text = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "-E") == 0 && w->how == 0) {
+            if ((rc = regcomp(&w->re, argv[++i], REG_EXTENDED | REG_NOSUB)) != 0) {
+                char msg[256];
+
+                regerror(rc, &w->re, msg, sizeof(msg));
+                fprintf(stderr, "rawpeer: until-lines: %s: %s\n", argv[i], msg);
+                return 64;
+            }
+            w->how = 'E'; /* only now has w->re something to free */
+        } else
+            return 64;
+    }
+    return 0;
+}
+
+/* The wait itself: 0 when the file holds what is waited for, 1 after the
+ * bound, when pid is gone, or when the file shrank under until-lines. */
+static int
+until_loop(struct lines_wait *w, int lines, const char *text, long pid)
+{
+    struct timespec t0, now, fast = {0, 25 * 1000 * 1000}, slow = {0, 100 * 1000 * 1000};
+    long bound = until_bound();
+    off_t size = -1;
+    int tries;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (tries = 0;; tries++) {
+        int dead = pid > 0 && gone(pid);
+        off_t sz = file_size(w->path);
+
+        if (lines) {
+            if (lines_look(w) < 0) {
+                fprintf(stderr, "rawpeer: %s shrank under until-lines\n", w->path);
+                return 1;
+            }
+            if (w->count >= w->want)
+                return 0;
+        } else if (file_has(w->path, text))
+            return 0;
+        if (dead)
+            return 1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (sz != size) {
+            size = sz;
+            t0 = now;
+        } else if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+                   bound * 1000) {
+            if (lines)
+                fprintf(stderr, "rawpeer: %s: %ld of %ld lines, none added in %ld s\n", w->path,
+                        w->count, w->want, bound);
+            return 1;
+        }
+        nanosleep(tries < 40 ? &fast : &slow, NULL);
+    }
+}
+
+/* until-file FILE [TEXT [PID]], until-lines FILE N [-E RE|-x LINE] [-d]
+ * [-p PID]: the file waits, bounded by a time in which the file did not
+ * change (nothing moved). Exit 1 after it, when PID is gone (after a last
+ * look), or (until-lines) when the file shrank; 64 on bad arguments. */
+static int
+do_until_file(int argc, char **argv)
+{
+    struct lines_wait w = {0};
+    long pid = 0;
+    int lines = strcmp(argv[1], "until-lines") == 0, rc = 0;
+
+    w.path = argv[2];
+    if (lines)
+        rc = lines_parse(&w, argc, argv, &pid);
+    else if (argc > 4)
+        pid = strtol(argv[4], NULL, 10);
+    if (rc == 0)
+        rc = until_loop(&w, lines, argc > 3 ? argv[3] : NULL, pid);
+    lines_free(&w);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -738,8 +929,13 @@ main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[2], "listening") == 0)
         return do_listening(argv[1]);
     if ((argc >= 3 && argc <= 5 && strcmp(argv[1], "until-file") == 0) ||
-        (argc == 4 && strcmp(argv[1], "until-lines") == 0) ||
-        (argc == 5 && strcmp(argv[2], "until-admin") == 0) ||
+        (argc >= 4 && strcmp(argv[1], "until-lines") == 0)) {
+        int rc = do_until_file(argc, argv);
+
+        if (rc != 64)
+            return rc; /* else the usage below */
+    }
+    if ((argc == 5 && strcmp(argv[2], "until-admin") == 0) ||
         (argc >= 5 && strcmp(argv[2], "until-packet") == 0))
         return do_until(argc, argv);
     if ((argc == 5 || (argc == 6 && strcmp(argv[3], "-e") == 0)) && strcmp(argv[2], "job") == 0) {
@@ -761,15 +957,15 @@ main(int argc, char **argv)
     }
     if (argc < 4 || (strcmp(argv[2], "packet") != 0 && strcmp(argv[2], "admin") != 0) ||
         (strcmp(argv[2], "admin") == 0 && argc != 4)) {
-        fprintf(stderr,
-                "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
-                "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
-                "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
-                "       rawpeer PORT until-admin LINE WANT |\n"
-                "       rawpeer PORT until-packet WANT TYPE [ARG...] |\n"
-                "       rawpeer until-file FILE [TEXT [PID]] | rawpeer until-lines FILE N |\n"
-                "       rawpeer PORT batchpipe ID N FUNCTION |\n"
-                "       rawpeer PORT listening | rawpeer free-port\n");
+        fprintf(stderr, "usage: rawpeer PORT packet TYPE [ARG...] | rawpeer PORT admin LINE |\n"
+                        "       rawpeer PORT http METHOD TARGET [FILLER-BYTES] |\n"
+                        "       rawpeer PORT packets TYPE [ARG...] [-- TYPE [ARG...]]... |\n"
+                        "       rawpeer PORT until-admin LINE WANT |\n"
+                        "       rawpeer PORT until-packet WANT TYPE [ARG...] |\n"
+                        "       rawpeer until-file FILE [TEXT [PID]] |\n"
+                        "       rawpeer until-lines FILE N [-E REGEX | -x LINE] [-d] [-p PID] |\n"
+                        "       rawpeer PORT batchpipe ID N FUNCTION |\n"
+                        "       rawpeer PORT listening | rawpeer free-port\n");
         return 64;
     }
     signal(SIGALRM, on_alarm);

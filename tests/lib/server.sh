@@ -10,7 +10,8 @@
 #   server_kill9     SIGKILL to SERVER_PID, then wait.
 #   test_tmpdir      a fresh directory, removed at exit.
 #   wait_for SECONDS CMD...  CMD until it succeeds: the tests' wait for an event.
-#   await_file, await_admin, await_packet: such waits in one process.
+#   await_file, await_lines, await_admin, await_packet: such waits in one
+#                    process (rawpeer until-*), the file waits also for integ.sh.
 #   dsjob_test_begin [WHY]   skips unless dsjob and dsjobd (and with WHY, the
 #                    gearman CLI) are there; ds ARG...: dsjob at SERVER_PORT.
 #
@@ -172,17 +173,24 @@ wait_for() {
 }
 
 # await_file FILE [TEXT [PID]]: until FILE holds TEXT (an empty TEXT: until
-# it is not empty; no TEXT: until it exists), at most 120 s, or PID is
-# gone. await_admin LINE WANT: until a line of the reply to admin command
-# LINE on SERVER_PORT is WANT (a '*' in it stands for any characters).
-# await_packet WANT TYPE [ARG...]: until the answer to
-# a binary request, as gpacket prints it, is WANT. The waits of wait_for
-# in one process (tests/lib/rawpeer.c): a poll of the shell starts a sleep
-# and a command a try, and on a loaded machine the tries multiply.
+# it is not empty; no TEXT: until it exists), or PID is gone.
+# await_lines FILE N [-E REGEX | -x LINE] [-d] [-p PID]: until FILE has N
+# whole lines (a last line without its newline is not one yet), of them
+# only those matching the POSIX extended REGEX or equal to LINE, with -d
+# each different line once; fails at once when FILE shrank (truncated) or
+# PID is gone. Both fail after 120 s (or $RAWPEER_UNTIL_S) in which FILE
+# did not change: the bound restarts whenever it grew. (tests/lib/integ.sh's
+# wait_lines and wait_line are these.) await_admin LINE WANT: until a line
+# of the reply to admin command LINE on SERVER_PORT is WANT (a '*' in it
+# stands for any characters), at most 120 s. await_packet WANT TYPE
+# [ARG...]: until the answer to a binary request, as gpacket prints it, is
+# WANT. The waits of wait_for in one process (tests/lib/rawpeer.c): a poll
+# of the shell starts a sleep and a command a try, and on a loaded machine
+# the tries multiply.
 await_file() {
     "$RAWPEER" until-file "$@"
 }
-await_lines() { # await_lines FILE N: until FILE has N lines or more
+await_lines() {
     "$RAWPEER" until-lines "$@"
 }
 await_admin() {
