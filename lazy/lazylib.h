@@ -53,4 +53,35 @@ int lazylib_load(struct lazylib *lib, char *err, size_t errlen);
  */
 lazylib_fn lazylib_get(struct lazylib *lib, size_t i);
 
+/*
+ * The shapes a NAME_lazy.c file is written in. It lists its functions once,
+ * as F(ret, name, params, args), V(name, params, args) for one returning
+ * nothing and FREE(name, type) for a free that does nothing to NULL without
+ * loading the library; expands the list with LAZYLIB_INDEX* into an enum
+ * and with LAZYLIB_NAME* into the names; and, with LAZYLIB_THIS defined as
+ * its struct lazylib, with LAZYLIB_DEFINE* into the functions.
+ */
+#define LAZYLIB_INDEX(ret, name, params, args) LAZYLIB_I_##name,
+#define LAZYLIB_INDEX_V(name, params, args) LAZYLIB_I_##name,
+#define LAZYLIB_INDEX_FREE(name, type) LAZYLIB_I_##name,
+#define LAZYLIB_NAME(ret, name, params, args) #name,
+#define LAZYLIB_NAME_V(name, params, args) #name,
+#define LAZYLIB_NAME_FREE(name, type) #name,
+#define LAZYLIB_DEFINE(ret, name, params, args)                                                    \
+    ret name params                                                                                \
+    {                                                                                              \
+        return ((ret(*) params)lazylib_get(&LAZYLIB_THIS, LAZYLIB_I_##name))args;                  \
+    }
+#define LAZYLIB_DEFINE_V(name, params, args)                                                       \
+    void name params                                                                               \
+    {                                                                                              \
+        ((void(*) params)lazylib_get(&LAZYLIB_THIS, LAZYLIB_I_##name)) args;                       \
+    }
+#define LAZYLIB_DEFINE_FREE(name, type)                                                            \
+    void name(type *p)                                                                             \
+    {                                                                                              \
+        if (p != NULL)                                                                             \
+            ((void (*)(type *))lazylib_get(&LAZYLIB_THIS, LAZYLIB_I_##name))(p);                   \
+    }
+
 #endif

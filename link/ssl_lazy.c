@@ -84,15 +84,10 @@ typedef int (*bio_write_fn)(BIO *, const char *, int);
     F(int, X509_VERIFY_PARAM_set1_ip_asc, (X509_VERIFY_PARAM * p, const char *ip), (p, ip))        \
     F(const char *, X509_verify_cert_error_string, (long n), (n))
 
-#define SSL_INDEX(ret, name, params, args) SSL_I_##name,
-#define SSL_INDEX_V(name, params, args) SSL_I_##name,
-#define SSL_INDEX_FREE(name, type) SSL_I_##name,
-enum { SSL_FUNCS(SSL_INDEX, SSL_INDEX_V, SSL_INDEX_FREE) SSL_N };
+enum { SSL_FUNCS(LAZYLIB_INDEX, LAZYLIB_INDEX_V, LAZYLIB_INDEX_FREE) SSL_N };
 
-#define SSL_NAME(ret, name, params, args) #name,
-#define SSL_NAME_V(name, params, args) #name,
-#define SSL_NAME_FREE(name, type) #name,
-static const char *const ssl_names[SSL_N] = {SSL_FUNCS(SSL_NAME, SSL_NAME_V, SSL_NAME_FREE)};
+static const char *const ssl_names[SSL_N] = {
+    SSL_FUNCS(LAZYLIB_NAME, LAZYLIB_NAME_V, LAZYLIB_NAME_FREE)};
 static lazylib_fn ssl_fns[SSL_N];
 static struct lazylib ssl_lib = LAZYLIB_INIT(LIBSSL_SONAME, ssl_names, ssl_fns, SSL_N);
 
@@ -102,20 +97,5 @@ ssl_lazy_load(char *err, size_t errlen)
     return lazylib_load(&ssl_lib, err, errlen);
 }
 
-#define SSL_DEFINE(ret, name, params, args)                                                        \
-    ret name params                                                                                \
-    {                                                                                              \
-        return ((ret(*) params)lazylib_get(&ssl_lib, SSL_I_##name))args;                           \
-    }
-#define SSL_DEFINE_V(name, params, args)                                                           \
-    void name params                                                                               \
-    {                                                                                              \
-        ((void(*) params)lazylib_get(&ssl_lib, SSL_I_##name)) args;                                \
-    }
-#define SSL_DEFINE_FREE(name, type)                                                                \
-    void name(type *p)                                                                             \
-    {                                                                                              \
-        if (p != NULL)                                                                             \
-            ((void (*)(type *))lazylib_get(&ssl_lib, SSL_I_##name))(p);                            \
-    }
-SSL_FUNCS(SSL_DEFINE, SSL_DEFINE_V, SSL_DEFINE_FREE)
+#define LAZYLIB_THIS ssl_lib
+SSL_FUNCS(LAZYLIB_DEFINE, LAZYLIB_DEFINE_V, LAZYLIB_DEFINE_FREE)

@@ -64,13 +64,9 @@
     F(const char *, memcached_strerror, (const memcached_st *m, memcached_return_t rc), (m, rc))   \
     F(memcached_return_t, memcached_version, (memcached_st * m), (m))
 
-#define MC_INDEX(ret, name, params, args) MC_I_##name,
-#define MC_INDEX_V(name, params, args) MC_I_##name,
-enum { MC_FUNCS(MC_INDEX, MC_INDEX_V) MC_N };
+enum { MC_FUNCS(LAZYLIB_INDEX, LAZYLIB_INDEX_V) MC_N };
 
-#define MC_NAME(ret, name, params, args) #name,
-#define MC_NAME_V(name, params, args) #name,
-static const char *const mc_names[MC_N] = {MC_FUNCS(MC_NAME, MC_NAME_V)};
+static const char *const mc_names[MC_N] = {MC_FUNCS(LAZYLIB_NAME, LAZYLIB_NAME_V)};
 static lazylib_fn mc_fns[MC_N];
 static struct lazylib mc_lib = LAZYLIB_INIT(MEMCACHED_SONAME, mc_names, mc_fns, MC_N);
 
@@ -80,14 +76,5 @@ mc_lazy_load(char *err, size_t errlen)
     return lazylib_load(&mc_lib, err, errlen);
 }
 
-#define MC_DEFINE(ret, name, params, args)                                                         \
-    ret name params                                                                                \
-    {                                                                                              \
-        return ((ret(*) params)lazylib_get(&mc_lib, MC_I_##name))args;                             \
-    }
-#define MC_DEFINE_V(name, params, args)                                                            \
-    void name params                                                                               \
-    {                                                                                              \
-        ((void(*) params)lazylib_get(&mc_lib, MC_I_##name)) args;                                  \
-    }
-MC_FUNCS(MC_DEFINE, MC_DEFINE_V)
+#define LAZYLIB_THIS mc_lib
+MC_FUNCS(LAZYLIB_DEFINE, LAZYLIB_DEFINE_V)

@@ -67,13 +67,9 @@
     F(int, PQsocket, (const PGconn *c), (c))                                                       \
     F(ConnStatusType, PQstatus, (const PGconn *c), (c))
 
-#define PQ_INDEX(ret, name, params, args) PQ_I_##name,
-#define PQ_INDEX_V(name, params, args) PQ_I_##name,
-enum { PQ_FUNCS(PQ_INDEX, PQ_INDEX_V) PQ_N };
+enum { PQ_FUNCS(LAZYLIB_INDEX, LAZYLIB_INDEX_V) PQ_N };
 
-#define PQ_NAME(ret, name, params, args) #name,
-#define PQ_NAME_V(name, params, args) #name,
-static const char *const pq_names[PQ_N] = {PQ_FUNCS(PQ_NAME, PQ_NAME_V)};
+static const char *const pq_names[PQ_N] = {PQ_FUNCS(LAZYLIB_NAME, LAZYLIB_NAME_V)};
 static lazylib_fn pq_fns[PQ_N];
 static struct lazylib pq_lib = LAZYLIB_INIT(LIBPQ_SONAME, pq_names, pq_fns, PQ_N);
 
@@ -83,14 +79,5 @@ pq_lazy_load(char *err, size_t errlen)
     return lazylib_load(&pq_lib, err, errlen);
 }
 
-#define PQ_DEFINE(ret, name, params, args)                                                         \
-    ret name params                                                                                \
-    {                                                                                              \
-        return ((ret(*) params)lazylib_get(&pq_lib, PQ_I_##name))args;                             \
-    }
-#define PQ_DEFINE_V(name, params, args)                                                            \
-    void name params                                                                               \
-    {                                                                                              \
-        ((void(*) params)lazylib_get(&pq_lib, PQ_I_##name)) args;                                  \
-    }
-PQ_FUNCS(PQ_DEFINE, PQ_DEFINE_V)
+#define LAZYLIB_THIS pq_lib
+PQ_FUNCS(LAZYLIB_DEFINE, LAZYLIB_DEFINE_V)
