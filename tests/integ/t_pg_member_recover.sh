@@ -8,16 +8,21 @@
 # not JOB_CREATED with the live job's handle. And a member of a batch
 # that was open at the commit (another member of it has its row) and was
 # closed before the recovery did coalesce: JOB_CREATED with that handle.
+# If the live job it coalesced onto ended before the recovery, the member
+# is inserted again, as after a commit whose answer came (find_alias):
+# into its batch if that is still open (JOB_CREATED with its own handle,
+# counted), else refused as not open, the other member created.
 #
 # dsjobd connects through the test's TCP proxy (tests/integ/pg_gear.py
 # proxy). A first batch of adds is held in flight at a gate (a trigger of
 # the test's waits for an advisory lock a psql session of the test holds),
-# so that the member and a plain job (whose row makes the batch found
-# committed) gather in the next; that one waits at a second gate; the
-# proxy is frozen, the gate opened (the statement commits, its answer
-# stays in the proxy), and the proxy cuts dsjobd's side of the connection.
-# In the second part the second gate is an AFTER INSERT trigger: the store
-# first sends that batch without ON CONFLICT (add_new.sql), which fails on
+# so that the member and a plain job or another member (whose row makes
+# the batch found committed) gather in the next; that one waits at a
+# second gate; the proxy is frozen, the gate opened (the statement
+# commits, its answer stays in the proxy), and the proxy cuts dsjobd's
+# side of the connection. From the second part on, the second gate is an
+# AFTER INSERT trigger: the store may first send the batch without ON
+# CONFLICT (add_new.sql, while no add coalesced lately), which fails on
 # the member's live key and rolls back; only add.sql, sent next, which
 # coalesces the member, gets through its rows to the gate and commits.
 # Against a PostgreSQL of the test's own (tests/lib/pg.sh). Every wait is
@@ -174,6 +179,118 @@ is "$(tail -1 "$T/m2.out")" "$hl2" "the recovery says the member coalesced onto 
 case $(tail -1 "$T/s2.out") in H:*) r=0 ;; *) r=1 ;; esac
 ok $r "and the other member is created: $(tail -1 "$T/s2.out")"
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k2'")" 1 "k2 has one row"
+
+# --- a member of a batch open at the commit, its live job gone before the recovery ---
+# It coalesced onto the live job of k3, which ended (another server ran
+# it) before the recovery: as after a commit whose answer came, the member
+# is inserted again, joining its batch, still open (not "not open").
+hl3=$(ds submit -b -u k3 uf live3 2>&1)
+ok $? "a live job of uf, unique k3: $hl3"
+ds batch open bz >/dev/null
+ok $? "batch bz opened"
+q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'g3' THEN PERFORM pg_advisory_xact_lock(4265); END IF;
+   RETURN NEW; END\$\$;
+   CREATE OR REPLACE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'sib3' THEN PERFORM pg_advisory_xact_lock(4266); END IF;
+   RETURN NULL; END\$\$" >/dev/null
+gate_hold 4265 5
+gate_hold 4266 7
+ok $? "the test's sessions hold two more gates' locks"
+dsw submit -b g3 first >"$T/g3.out" 2>&1 &
+track $!
+poll_s 120 gate_is 4265 f
+ok $? "a first batch of adds waits at the first gate"
+member bz "" sib3 s3 >"$T/s3.out" &
+s3=$!
+track $s3
+poll_s 120 total sib3 1
+ok $? "the other member of bz waits on a for the next batch"
+member bz k3 uf m3 >"$T/m3.out" &
+m3=$!
+track $m3
+poll_s 120 total uf 1
+ok $? "and the member too"
+gate_open 4265 5
+poll_s 120 gate_is 4266 f
+ok $? "their batch's statement waits at the second gate"
+touch "$CTL/freeze"
+poll_s 120 sh -c "! test -e '$CTL/freeze'"
+gate_open 4266 7
+sib3_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib3'")" = 1 ]; }
+poll_s 120 sib3_row
+ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+is "$(q "DELETE FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k3' RETURNING handle")" "$hl3" \
+    "the live job of k3 ends behind a's back (its row goes)"
+touch "$CTL/cut"
+poll_s 120 sh -c "! test -e '$CTL/cut'"
+touch "$CTL/thaw"
+wait "$m3" "$s3"
+out=$(tail -1 "$T/m3.out")
+case $out in H:*) r=0 ;; *) r=1 ;; esac
+[ "$out" != "$hl3" ] || r=1
+ok $r "the recovery inserts the member again, a job of its own: $out"
+is "$(q "SELECT handle || ' ' || batch FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k3'")" "$out bz" \
+    "k3's one row is the member's, of bz"
+case $(tail -1 "$T/s3.out") in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "and the other member is created: $(tail -1 "$T/s3.out")"
+st=$(ds batch status bz 2>/dev/null | tail -1)
+case $st in *" total=2 "*) r=0 ;; *) r=1 ;; esac
+ok $r "bz counts both members: $st"
+
+# --- the same, its batch also closed before the recovery ---
+# Inserted again, the member finds its batch closed: refused, as add.sql
+# refuses it now; the other member stays created.
+hl4=$(ds submit -b -u k4 uf live4 2>&1)
+ok $? "a live job of uf, unique k4: $hl4"
+ds batch open bw >/dev/null
+ok $? "batch bw opened"
+q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'g4' THEN PERFORM pg_advisory_xact_lock(4267); END IF;
+   RETURN NEW; END\$\$;
+   CREATE OR REPLACE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
+   \$\$BEGIN IF NEW.func = 'sib4' THEN PERFORM pg_advisory_xact_lock(4268); END IF;
+   RETURN NULL; END\$\$" >/dev/null
+gate_hold 4267 5
+gate_hold 4268 7
+ok $? "the test's sessions hold two more gates' locks"
+dsw submit -b g4 first >"$T/g4.out" 2>&1 &
+track $!
+poll_s 120 gate_is 4267 f
+ok $? "a first batch of adds waits at the first gate"
+member bw "" sib4 s4 >"$T/s4.out" &
+s4=$!
+track $s4
+poll_s 120 total sib4 1
+ok $? "the other member of bw waits on a for the next batch"
+member bw k4 uf m4 >"$T/m4.out" &
+m4=$!
+track $m4
+poll_s 120 total uf 1
+ok $? "and the member too"
+gate_open 4267 5
+poll_s 120 gate_is 4268 f
+ok $? "their batch's statement waits at the second gate"
+touch "$CTL/freeze"
+poll_s 120 sh -c "! test -e '$CTL/freeze'"
+gate_open 4268 7
+sib4_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib4'")" = 1 ]; }
+poll_s 120 sib4_row
+ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+is "$(q "DELETE FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k4' RETURNING handle")" "$hl4" \
+    "the live job of k4 ends behind a's back"
+is "$(q "UPDATE dsjob.batches SET closed = true WHERE id = 'bw' RETURNING total")" 1 \
+    "and bw is closed behind a's back"
+touch "$CTL/cut"
+poll_s 120 sh -c "! test -e '$CTL/cut'"
+touch "$CTL/thaw"
+wait "$m4" "$s4"
+out=$(tail -1 "$T/m4.out")
+case $out in *"not open"*) r=0 ;; *) r=1 ;; esac
+ok $r "the recovery refuses the member, bw closed now: $out"
+is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k4'")" 0 "k4 has no row"
+case $(tail -1 "$T/s4.out") in H:*) r=0 ;; *) r=1 ;; esac
+ok $r "and the other member is created: $(tail -1 "$T/s4.out")"
 reap
 pgd_stop a
 ok $? "a stops on SIGTERM"
