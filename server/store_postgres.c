@@ -971,6 +971,7 @@ connect_db(struct store *st, bool reset)
 }
 
 static bool conn_lost(const struct store *st);
+static void member_refused(struct pend_add *a);
 
 /* The second key of a start's live lock (advisory locks take two int4 keys). */
 static int
@@ -1618,7 +1619,9 @@ pg_lease(struct store *st, struct store_lease *ls, char *err)
 /*
  * The live job an add coalesced onto: its handle into alias. If that job
  * ended meanwhile, the add is inserted again (it may then coalesce onto a
- * newer one). Runs after the batch committed, in statements of its own.
+ * newer one), joining its batch if that is open; a member whose batch is
+ * not open any more is refused, as add.sql would refuse it now. Runs after
+ * the batch committed, in statements of its own.
  */
 static int
 find_alias(struct store *st, size_t i, char *err)
@@ -1629,7 +1632,7 @@ find_alias(struct store *st, size_t i, char *err)
     for (tries = 0; tries < 3; tries++) {
         struct params p = {0};
         PGresult *r;
-        bool got = false;
+        bool got = false, open = false;
         int k;
 
         par_text(&p, a->func, strlen(a->func));
@@ -1652,11 +1655,17 @@ find_alias(struct store *st, size_t i, char *err)
         if ((rc = run(st, pg_sql_add, &p, false, PGRES_TUPLES_OK, "inserting a job again", &r,
                       err)) != DSJOB_OK)
             return rc;
-        for (k = 0; k < PQntuples(r); k++) /* the handle's row; the others: its open batch */
+        for (k = 0; k < PQntuples(r); k++) { /* the handle's row; the others: its open batch */
             got = got || !PQgetisnull(r, k, 0);
+            open = open || !PQgetisnull(r, k, 1);
+        }
         PQclear(r);
         if (got)
             return DSJOB_OK;
+        if (a->batch != NULL && !open) {
+            member_refused(a); /* its batch closed since: refused, as add.sql refuses it */
+            return DSJOB_OK;
+        }
     }
     return store_say(err, DSJOB_ERR_STORE, "postgres: job %s's unique key keeps changing hands",
                      a->handle);
@@ -3189,7 +3198,10 @@ adds_only(const struct store *st)
 /*
  * Whether a's batch was open when the adds' statement committed, as
  * add.sql saw it: an add of the same batch has its row (it was inserted),
- * or the batch is open now (a batch that closed never opens again).
+ * or the batch is open now. A batch opened since the commit (first, or
+ * again after a drop) counts as open too: the member then gets the answer
+ * add.sql would give it now, which its submitter may get, having had none
+ * before the open (and a member that coalesces is counted in no batch).
  */
 static int
 member_batch_was_open(struct store *st, const struct pend_add *a, bool *open, char *err)
@@ -3222,31 +3234,21 @@ member_batch_was_open(struct store *st, const struct pend_add *a, bool *open, ch
 /*
  * A batch member missing from a batch of adds that committed: coalesced
  * onto the live job of its unique key if its batch was open (a->conflict
- * stays: pg_flush finds it), or refused, its batch not open: add.sql
- * inserts, or lets coalesce, only a member of an open batch.
+ * stays: pg_flush's find_alias finds that job, or, if it ended since,
+ * inserts the member again, joining its batch if open, as after a commit
+ * whose answer came), or refused, its batch not open: add.sql inserts,
+ * or lets coalesce, only a member of an open batch.
  */
 static int
 recover_member(struct store *st, struct pend_add *a, char *err)
 {
-    struct params p = {0};
-    PGresult *r;
-    bool open;
+    bool open = false;
     int rc;
 
     if (a->uniq != NULL && (rc = member_batch_was_open(st, a, &open, err)) != DSJOB_OK)
         return rc;
-    if (a->uniq != NULL && open) {
-        par_text(&p, a->func, strlen(a->func));
-        par_bytea(&p, a->uniq, a->uniq_len);
-        if ((rc = run(st, pg_sql_find_alias, &p, false, PGRES_TUPLES_OK,
-                      "finding a unique key's job", &r, err)) != DSJOB_OK)
-            return rc;
-        rc = PQntuples(r);
-        PQclear(r);
-        if (rc > 0)
-            return DSJOB_OK;
-    }
-    member_refused(a);
+    if (!open)
+        member_refused(a);
     return DSJOB_OK;
 }
 
