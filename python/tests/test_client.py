@@ -305,6 +305,7 @@ def test_schedules(tmp_path, run_worker) -> None:
 
 
 def _schedules(dsjobd, run_worker) -> None:
+    """test_schedules' checks against dsjobd, a server of its own."""
     got: list[bytes] = []
     w = dsjob.Worker(dsjobd.addr)
 
