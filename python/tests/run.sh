@@ -23,6 +23,10 @@ trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/dsjob"
 src=$(cd "$top_srcdir/python/dsjob" && pwd)
 ln -s "$src"/*.py "$src"/*.pyi "$src/py.typed" "$stage/dsjob/"
+# Compiled once, here: each of the dozen Pythons the suite starts (examples,
+# producers, consumers, worker scripts) would compile them again, since
+# PYTHONDONTWRITEBYTECODE (below) keeps caches out of the source tree.
+"$PYTHON" -m compileall -q "$stage/dsjob" >/dev/null
 ln -s "$(cd "$top_builddir" && pwd)/python/.libs/_dsjob.so" "$stage/dsjob/_dsjob.so"
 b=$(cd "$top_builddir" && pwd)
 PYTHONPATH="$stage${PYTHONPATH:+:$PYTHONPATH}"
