@@ -2,10 +2,20 @@
 dsjobd on port 0 with --port-file, as tests/lib/server.sh starts it, and
 gearmand 1.1.20), and workers in threads that are known to be registered
 before a test submits. Every wait is for an event, bounded by a generous
-"nothing moved" timeout (the machines are loaded)."""
+"nothing moved" timeout (the machines are loaded).
+
+make check runs each test that takes the `server` fixture against dsjobd
+alone, at the sizes of make check; python/tests/long.sh (make check-long,
+which CI runs) runs the suite against dsjobd and gearmand 1.1.20, the
+reference, at full size (DSJOB_PY_SERVERS, DSJOB_PY_LONG). The tests that
+leave nothing behind that another could see share one server of each kind
+for the whole run (`server`, `dsjobd`), each with function names of its own
+(`fn`); those that change the server's settings, stop it or count what it
+holds start their own."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -59,6 +69,15 @@ def program(path: str | Path) -> Path:
 DSJOBD = str(program(os.environ.get("DSJOBD") or TOP_BUILDDIR / "server" / "dsjobd"))
 GEARMAND = os.environ.get("GEARMAND") or shutil.which("gearmand", path="/usr/sbin:/usr/bin")
 PATIENCE = 30.0  # seconds without progress before a wait gives up
+#: The servers a test that takes `server` runs against (make check: dsjobd).
+SERVERS = os.environ.get("DSJOB_PY_SERVERS", "dsjobd").split()
+#: make check-long's full sizes rather than make check's (python/tests/long.sh).
+LONG = os.environ.get("DSJOB_PY_LONG", "") == "1"
+
+
+def sized(check: int, long: int) -> int:
+    """A count of make check (check) or, in make check-long, of its full size."""
+    return long if LONG else check
 
 
 def wait_for(cond: Callable[[], object], what: str, timeout: float = PATIENCE) -> object:
@@ -134,12 +153,37 @@ def start_gearmand(tmp: Path, *args: str) -> Proc:
     return Proc("gearmand", p, port, log)
 
 
+SHARED_ARGS = ("--keep-results", "300", "--max-dead", "100")
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Proc]]:
+    """shared(kind): the one dsjobd (with kept results and a dead set, for
+    the admin views) or gearmand of the run, started on first use."""
+    servers: dict[str, Proc] = {}
+
+    def get(kind: str) -> Proc:
+        s = servers.get(kind)
+        if s is None:
+            s = servers[kind] = start_server(kind, tmp_path_factory.mktemp(f"shared-{kind}"))
+        elif s.proc.poll() is not None:
+            pytest.fail(f"the shared {kind} exited {s.proc.returncode}: see {s.log}")
+        return s
+
+    yield get
+    for s in servers.values():
+        s.stop()
+
+
+def start_server(kind: str, tmp: Path) -> Proc:
+    """A dsjobd with kept results and a dead set, or a gearmand 1.1.20."""
+    return start_dsjobd(tmp, *SHARED_ARGS) if kind == "dsjobd" else start_gearmand(tmp)
+
+
 @pytest.fixture
-def dsjobd(tmp_path: Path) -> Iterator[Proc]:
-    """A dsjobd with kept results and a dead set, for the admin views."""
-    s = start_dsjobd(tmp_path, "--keep-results", "300", "--max-dead", "100")
-    yield s
-    s.stop()
+def dsjobd(shared: Callable[[str], Proc]) -> Proc:
+    """The run's dsjobd, with kept results and a dead set, for the admin views."""
+    return shared("dsjobd")
 
 
 @pytest.fixture
@@ -149,15 +193,31 @@ def gearmand(tmp_path: Path) -> Iterator[Proc]:
     s.stop()
 
 
-@pytest.fixture(params=["dsjobd", "gearmand"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proc]:
-    """Each test that takes it runs against dsjobd and against gearmand 1.1.20."""
-    if request.param == "dsjobd":
-        s = start_dsjobd(tmp_path, "--keep-results", "300", "--max-dead", "100")
-    else:
-        s = start_gearmand(tmp_path)
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest, shared: Callable[[str], Proc]) -> Proc:
+    """Each test that takes it runs against the run's dsjobd (and, in make
+    check-long, its gearmand 1.1.20)."""
+    return shared(request.param)
+
+
+@pytest.fixture(params=SERVERS)
+def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proc]:
+    """As `server`, but a server of the test's own, for a test whose workers
+    must be the only ones."""
+    s = start_server(request.param, tmp_path)
     yield s
     s.stop()
+
+
+@pytest.fixture
+def fn() -> Callable[[str], str]:
+    """fn(name): name as the test's own function name on a shared server
+    (name.N, N this test's number), so no test sees another's jobs or workers."""
+    n = next(_test_numbers)
+    return lambda name: f"{name}.{n}"
+
+
+_test_numbers = itertools.count(1)
 
 
 def registered(addr: str, function: str, n: int = 1) -> bool:

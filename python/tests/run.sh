@@ -5,10 +5,13 @@
 # scratch directory, and the three libraries from their .libs. Each pytest
 # test becomes one TAP line (python/tests/junit2tap.py), pytest's own
 # output a TAP comment. Extra arguments go to pytest. DSJOB_PYTEST_FILES
-# names the test files to run (in python/tests), in one pytest run; without
-# it, every file but test_install.py, which pip-installs the package and so
-# compiles the extension again: make check-long runs it
-# (python/tests/install.sh). Those run as two pytest runs side by side.
+# names the test files to run (in python/tests); without it, every file but
+# test_install.py, which pip-installs the package and so compiles the
+# extension again: make check-long runs it (python/tests/install.sh). One
+# pytest run: its start (pytest's own modules) costs half a second of CPU.
+# The tests that take a `server` run against dsjobd; make check-long runs
+# them against gearmand 1.1.20 too, at full size (python/tests/long.sh:
+# DSJOB_PY_SERVERS, DSJOB_PY_LONG, read by conftest.py).
 set -u
 : "${top_srcdir:=.}" "${top_builddir:=.}" "${PYTHON:=python3}"
 if [ "${HAVE_PYTEST:-no}" != yes ]; then
@@ -18,10 +21,12 @@ fi
 stage=$(mktemp -d "${TMPDIR:-/tmp}/dsjob-py.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/dsjob"
-for f in "$top_srcdir"/python/dsjob/*.py "$top_srcdir"/python/dsjob/*.pyi \
-    "$top_srcdir"/python/dsjob/py.typed; do
-    ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$stage/dsjob/"
-done
+src=$(cd "$top_srcdir/python/dsjob" && pwd)
+ln -s "$src"/*.py "$src"/*.pyi "$src/py.typed" "$stage/dsjob/"
+# Compiled once, here: each of the dozen Pythons the suite starts (examples,
+# producers, consumers, worker scripts) would compile them again, since
+# PYTHONDONTWRITEBYTECODE (below) keeps caches out of the source tree.
+"$PYTHON" -m compileall -q "$stage/dsjob" >/dev/null
 ln -s "$(cd "$top_builddir" && pwd)/python/.libs/_dsjob.so" "$stage/dsjob/_dsjob.so"
 b=$(cd "$top_builddir" && pwd)
 PYTHONPATH="$stage${PYTHONPATH:+:$PYTHONPATH}"
@@ -51,17 +56,10 @@ pytest() {
 if [ -n "${DSJOB_PYTEST_FILES:-}" ]; then
     for f in $DSJOB_PYTEST_FILES; do set -- "$tests/$f" "$@"; done
     pytest all "$@"
-    runs=all
 else
-    # Two runs side by side: test_examples.py, whose example programs do
-    # most of the suite's work, and the other files. Each waits on its
-    # servers and programs much of the time; together they take about as
-    # long as the longer one.
-    pytest examples "$tests/test_examples.py" "$@" &
-    pytest rest "$tests" --ignore="$tests/test_install.py" --ignore="$tests/test_examples.py" "$@" &
-    wait
-    runs="examples rest"
+    pytest all "$tests" --ignore="$tests/test_install.py" "$@"
 fi
+runs=all
 reports=
 for r in $runs; do
     sed 's/^/# /' "$stage/$r.out"

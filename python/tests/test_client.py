@@ -14,10 +14,11 @@ import dsjob
 from conftest import PATIENCE, start_dsjobd, wait_for
 
 
-def reverse_worker(addr: str) -> dsjob.Worker:
+def reverse_worker(addr: str, fn) -> dsjob.Worker:
+    """A worker of fn("reverse") (with progress), fn("fail") and fn("raise")."""
     w = dsjob.Worker(addr)
 
-    @w.function("reverse")
+    @w.function(fn("reverse"))
     def reverse(job):
         job.send_status(1, 3)
         job.send_data(b"part:" + job.payload)
@@ -25,11 +26,11 @@ def reverse_worker(addr: str) -> dsjob.Worker:
         job.send_status(3, 3)
         return job.payload[::-1]
 
-    @w.function("fail")
+    @w.function(fn("fail"))
     def fail(job):
         raise dsjob.WorkFail()
 
-    @w.function("raise")
+    @w.function(fn("raise"))
     def boom(job):
         raise ValueError("bad row " + job.payload.decode())
 
@@ -41,28 +42,28 @@ def test_version() -> None:
     assert dsjob.library_version == "0.1.0"
 
 
-def test_submit_and_progress(server, run_worker) -> None:
-    run_worker(reverse_worker(server.addr))
+def test_submit_and_progress(server, run_worker, fn) -> None:
+    run_worker(reverse_worker(server.addr, fn))
     c = dsjob.Client(server.addr)
     seen: list[object] = []
-    r = c.submit("reverse", b"hello", on_data=lambda d: seen.append(("data", d)),
+    r = c.submit(fn("reverse"), b"hello", on_data=lambda d: seen.append(("data", d)),
                  on_status=lambda n, d: seen.append(("status", n, d)),
                  on_warning=lambda w: seen.append(("warning", w)))
     assert r == b"olleh"
     assert seen == [("status", 1, 3), ("data", b"part:hello"), ("warning", b"look out"),
                     ("status", 3, 3)]
-    assert c.submit("reverse", "text") == b"txet"
+    assert c.submit(fn("reverse"), "text") == b"txet"
 
 
-def test_job_exception_text(server, run_worker) -> None:
-    run_worker(reverse_worker(server.addr))
+def test_job_exception_text(server, run_worker, fn) -> None:
+    run_worker(reverse_worker(server.addr, fn))
     c = dsjob.Client(server.addr)
     with pytest.raises(dsjob.JobFailed) as e:
-        c.submit("raise", b"17")
+        c.submit(fn("raise"), b"17")
     assert e.value.text == "ValueError: bad row 17"
     assert str(e.value) == "ValueError: bad row 17"
     with pytest.raises(dsjob.JobFailed) as e:
-        c.submit("fail", b"")
+        c.submit(fn("fail"), b"")
     assert e.value.text is None
 
 
@@ -80,11 +81,11 @@ def test_no_server(tmp_path) -> None:
         dsjob.Client("127.0.0.1:99999")
 
 
-def test_timeout(dsjobd, run_worker) -> None:
+def test_timeout(dsjobd, run_worker, fn) -> None:
     release = threading.Event()
     w = dsjob.Worker(dsjobd.addr)
 
-    @w.function("slow")
+    @w.function(fn("slow"))
     def slow(job):
         release.wait(PATIENCE)
         return b"late"
@@ -93,7 +94,7 @@ def test_timeout(dsjobd, run_worker) -> None:
     c = dsjob.Client(dsjobd.addr, timeout=0.3)
     try:
         with pytest.raises(dsjob.Timeout):
-            c.submit("slow", b"")
+            c.submit(fn("slow"), b"")
     finally:
         release.set()
 
@@ -109,11 +110,11 @@ def test_refused_with_code(tmp_path) -> None:
         s.stop()
 
 
-def test_stream_yields_as_they_arrive(server, run_worker) -> None:
+def test_stream_yields_as_they_arrive(server, run_worker, fn) -> None:
     go_on = threading.Event()
     w = dsjob.Worker(server.addr)
 
-    @w.function("rows")
+    @w.function(fn("rows"))
     def rows(job):
         job.send_data(b"row 1")
         # The second row waits until the consumer has the first one: a
@@ -126,7 +127,7 @@ def test_stream_yields_as_they_arrive(server, run_worker) -> None:
 
     run_worker(w)
     st = dsjob.Stream()
-    it = dsjob.Client(server.addr).stream("rows", b"", state=st)
+    it = dsjob.Client(server.addr).stream(fn("rows"), b"", state=st)
     assert next(it) == b"row 1"
     go_on.set()
     assert list(it) == [b"row 2"]
@@ -134,16 +135,16 @@ def test_stream_yields_as_they_arrive(server, run_worker) -> None:
     assert st.status == (2, 2)
 
 
-def test_stream_raises_the_failure(server, run_worker) -> None:
-    run_worker(reverse_worker(server.addr))
+def test_stream_raises_the_failure(server, run_worker, fn) -> None:
+    run_worker(reverse_worker(server.addr, fn))
     with pytest.raises(dsjob.JobFailed, match="bad row 3"):
-        list(dsjob.Client(server.addr).stream("raise", b"3"))
+        list(dsjob.Client(server.addr).stream(fn("raise"), b"3"))
 
 
-def test_map_ordered_and_failures(server, run_worker) -> None:
+def test_map_ordered_and_failures(server, run_worker, fn) -> None:
     w = dsjob.Worker(server.addr)
 
-    @w.function("square")
+    @w.function(fn("square"))
     def square(job):
         n = int(job.payload)
         if n % 7 == 3:
@@ -152,12 +153,12 @@ def test_map_ordered_and_failures(server, run_worker) -> None:
 
     run_worker(w, concurrency=4)
     c = dsjob.Client(server.addr)
-    got = list(c.map("square", [str(i) for i in range(50) if i % 7 != 3], concurrency=16,
+    got = list(c.map(fn("square"), [str(i) for i in range(50) if i % 7 != 3], concurrency=16,
                      ordered=True))
     assert got == [str(i * i).encode() for i in range(50) if i % 7 != 3]
     results = []
     with pytest.raises(ExceptionGroup) as eg:
-        for r in c.map("square", [str(i) for i in range(30)], concurrency=8):
+        for r in c.map(fn("square"), [str(i) for i in range(30)], concurrency=8):
             results.append(r)
     assert sorted(results) == sorted(str(i * i).encode() for i in range(30) if i % 7 != 3)
     failed = sorted((e.index, e.text) for e in eg.value.exceptions)
@@ -187,112 +188,124 @@ def test_map_resubmits_when_a_server_goes(tmp_path, run_worker) -> None:
         b.stop()
 
 
-def test_background_status_and_result(server, run_worker) -> None:
+def test_background_status_and_result(server, run_worker, fn) -> None:
     c = dsjob.Client(server.addr)
-    job = c.submit("reverse", b"later", background=True)
+    job = c.submit(fn("reverse"), b"later", background=True)
     assert isinstance(job, dsjob.Job) and job.handle
     st = c.status(job)
     assert st.known and not st.running
-    run_worker(reverse_worker(server.addr))
+    run_worker(reverse_worker(server.addr, fn))
     if server.kind == "dsjobd":  # it keeps the outcome: the job stays known
         wait_for(lambda: _done(c, job), "the job to end")
     else:
         wait_for(lambda: not c.status(job).known, "the job to end")
     if server.kind == "dsjobd":
         assert c.result(job) == b"retal"
-        failed = c.submit("raise", b"9", background=True)
+        failed = c.submit(fn("raise"), b"9", background=True)
         wait_for(lambda: any(d["handle"] == failed.handle for d in c.dead()), "the dead job")
         with pytest.raises(dsjob.JobFailed) as e:
             c.result(failed)
         assert e.value.text == "ValueError: bad row 9"
         dead = [d for d in c.dead() if d["handle"] == failed.handle]
-        assert dead[0]["error"] == "ValueError: bad row 9" and dead[0]["function"] == "raise"
+        assert dead[0]["error"] == "ValueError: bad row 9" and dead[0]["function"] == fn("raise")
 
 
 def _done(c: dsjob.Client, job: dsjob.Job) -> bool:
     return any(j["handle"] == job.handle and j["state"] == "done" for j in c.jobs())
 
 
-def test_background_priorities_and_run_at(dsjobd) -> None:
+def test_background_priorities_and_run_at(dsjobd, fn) -> None:
     c = dsjob.Client(dsjobd.addr)
     at = int(time.time()) + 3600
-    later = c.submit("nightly", b"x", at=at)
-    high = c.submit("nightly", b"y", background=True, priority="high")
-    low = c.background("nightly", b"z", priority="low", unique="z-1")
+    later = c.submit(fn("nightly"), b"x", at=at)
+    high = c.submit(fn("nightly"), b"y", background=True, priority="high")
+    low = c.background(fn("nightly"), b"z", priority="low", unique="z-1")
     rows = {j["handle"]: j for j in c.jobs()}
     assert rows[later.handle]["run_at"] == at
     assert rows[high.handle]["priority"] == "high"
     assert rows[low.handle]["priority"] == "low" and rows[low.handle]["unique"] == "z-1"
     assert c.status(unique="z-1").known
     with pytest.raises(ValueError):
-        c.submit("nightly", b"", priority="urgent")
+        c.submit(fn("nightly"), b"", priority="urgent")
 
 
-def test_submit_many_pipelined(server) -> None:
+def test_submit_many_pipelined(server, fn) -> None:
     c = dsjob.Client(server.addr)
-    jobs = c.submit_many("bulk", [b"%d" % i for i in range(200)])
+    jobs = c.submit_many(fn("bulk"), [b"%d" % i for i in range(200)])
     assert len(jobs) == 200 and len({j.handle for j in jobs}) == 200
-    total = [r["total"] for r in c.status() if r["function"] == "bulk"]
+    total = [r["total"] for r in c.status() if r["function"] == fn("bulk")]
     assert total == [200]
     # The payload kinds of submit, and the Jobs (made in C) as submit makes them.
     kinds = [b"b", "s", bytearray(b"a"), memoryview(b"m"), None]
-    jobs = c.submit_many("kinds", kinds, uniques=["u1", None, "u3", "u4", "u5"])
+    kinds_fn = fn("kinds")
+    jobs = c.submit_many(kinds_fn, kinds, uniques=["u1", None, "u3", "u4", "u5"])
     assert [(j.function, j.unique) for j in jobs] == [
-        ("kinds", "u1"), ("kinds", None), ("kinds", "u3"), ("kinds", "u4"), ("kinds", "u5")]
-    assert jobs[0] == dsjob.Job(jobs[0].handle, "kinds", "u1") and "u1" in repr(jobs[0])
+        (kinds_fn, "u1"), (kinds_fn, None), (kinds_fn, "u3"), (kinds_fn, "u4"), (kinds_fn, "u5")]
+    assert jobs[0] == dsjob.Job(jobs[0].handle, kinds_fn, "u1") and "u1" in repr(jobs[0])
     with pytest.raises(TypeError, match="payload must be bytes or str, not int"):
-        c.submit_many("kinds", [b"x", 1])
+        c.submit_many(kinds_fn, [b"x", 1])
 
 
-def test_admin_views(server, run_worker) -> None:
-    w = reverse_worker(server.addr)
-    w.id = "py-admin"
+def test_admin_views(server, run_worker, fn) -> None:
+    w = reverse_worker(server.addr, fn)
+    w.id = fn("py-admin")
     run_worker(w)
     c = dsjob.Client(server.addr)
     status = {r["function"]: r for r in c.status()}
-    assert status["reverse"]["workers"] >= 1
-    mine = [r for r in c.workers() if r["id"] == "py-admin"]
-    assert mine and sorted(mine[0]["functions"]) == ["fail", "raise", "reverse"]
-    c.submit("queued-only", b"", background=True)
+    assert status[fn("reverse")]["workers"] >= 1
+    mine = [r for r in c.workers() if r["id"] == fn("py-admin")]
+    assert mine and sorted(mine[0]["functions"]) == [fn("fail"), fn("raise"), fn("reverse")]
+    c.submit(fn("queued-only"), b"", background=True)
     assert [j for j in c.jobs() if j["handle"]]
 
 
-def test_limit_and_pause(dsjobd, run_worker) -> None:
+def test_limit_and_pause(dsjobd, run_worker, fn) -> None:
     """Flow control from Python: settings set and read back, a paused
     function's job waits while a real worker is there, and runs once resumed."""
     c = dsjob.Client(dsjobd.addr)
-    c.limit("pyflow", "concurrency 2 rate 10/s")
-    row = c.limit("pyflow")
+    pyflow = fn("pyflow")
+    c.limit(pyflow, "concurrency 2 rate 10/s")
+    row = c.limit(pyflow)
     assert row is not None and row["settings"] == "concurrency 2 rate 10/s"
     assert c.limit("unknown-fn") is None
-    assert any(r["function"] == "pyflow" for r in c.limits())
+    assert any(r["function"] == pyflow for r in c.limits())
     with pytest.raises(dsjob.Refused) as e:
-        c.limit("pyflow", "concurrency nine")
+        c.limit(pyflow, "concurrency nine")
     assert e.value.code == "INVALID_ARGUMENTS" and "nine" in e.value.text
     with pytest.raises(ValueError):
         c.limit("py flow", "concurrency 1")
-    c.pause("pyflow")
+    c.pause(pyflow)
     ran = threading.Event()
     w = dsjob.Worker(dsjobd.addr)
 
-    @w.function("pyflow")
-    def pyflow(job):
+    @w.function(pyflow)
+    def handler(job):
         ran.set()
         return b""
 
     run_worker(w)
-    c.submit("pyflow", b"x", background=True)
-    wait_for(lambda: (c.limit("pyflow") or {}).get("queued") == 1, "the job queued")
-    row = c.limit("pyflow")
+    c.submit(pyflow, b"x", background=True)
+    wait_for(lambda: (c.limit(pyflow) or {}).get("queued") == 1, "the job queued")
+    row = c.limit(pyflow)
     assert "paused" in row["settings"] and row["held"] == "paused" and not ran.is_set()
-    c.resume("pyflow")
+    c.resume(pyflow)
     assert ran.wait(PATIENCE), "the resumed function's job ran"
 
 
-def test_schedules(dsjobd, run_worker) -> None:
+def test_schedules(tmp_path, run_worker) -> None:
     """A schedule every second made from Python: its tick's job reaches a
     real worker with the payload, and the schedule is listed, paused and
-    removed; the server's refusal is Refused with its words."""
+    removed; the server's refusal is Refused with its words. (A server of
+    its own: the listing is the server's.)"""
+    dsjobd = start_dsjobd(tmp_path)
+    try:
+        _schedules(dsjobd, run_worker)
+    finally:
+        dsjobd.stop()
+
+
+def _schedules(dsjobd, run_worker) -> None:
+    """test_schedules' checks against dsjobd, a server of its own."""
     got: list[bytes] = []
     w = dsjob.Worker(dsjobd.addr)
 
@@ -336,13 +349,13 @@ def test_schedules(dsjobd, run_worker) -> None:
     assert [(r["name"], r["tz"]) for r in rows] == [("atick", "Europe/Berlin")]
 
 
-def test_gil_released_while_waiting(dsjobd, run_worker) -> None:
+def test_gil_released_while_waiting(dsjobd, run_worker, fn) -> None:
     """The worker's handler runs Python in this process while the client
     waits for its result: a submit that held the GIL would never end."""
-    run_worker(reverse_worker(dsjobd.addr))
+    run_worker(reverse_worker(dsjobd.addr, fn))
     c = dsjob.Client(dsjobd.addr, timeout=PATIENCE)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(c.submit("reverse", b"ab")))
+    threads = [threading.Thread(target=lambda: results.append(c.submit(fn("reverse"), b"ab")))
                for _ in range(8)]
     for t in threads:
         t.start()
@@ -351,34 +364,34 @@ def test_gil_released_while_waiting(dsjobd, run_worker) -> None:
     assert results == [b"ba"] * 8
 
 
-def test_after(server, run_worker) -> None:
+def test_after(server, run_worker, fn) -> None:
     """after=: the child runs once its parents have succeeded (dsjobd); gearmand
     knows no dependencies, and the job is then not submitted at all."""
     c = dsjob.Client(server.addr)
     if server.kind != "dsjobd":
         with pytest.raises(dsjob.Refused):
-            c.submit("merge", b"x", background=True, after=["H:nowhere:1"])
+            c.submit(fn("merge"), b"x", background=True, after=["H:nowhere:1"])
         return
     ran: list[bytes] = []
     w = dsjob.Worker(server.addr)
 
-    @w.function("shard")
+    @w.function(fn("shard"))
     def shard(job):
         ran.append(job.payload)
         return b"r" + job.payload
 
-    @w.function("merge")
+    @w.function(fn("merge"))
     def merge(job):
         ran.append(job.payload)
         return b"".join(c.result(h) for h in job.payload.decode().split(","))
 
-    parents = [c.submit("shard", str(i), background=True) for i in range(3)]
+    parents = [c.submit(fn("shard"), str(i), background=True) for i in range(3)]
     handles = ",".join(p.handle for p in parents)
-    child = c.submit("merge", handles, background=True, after=parents)
+    child = c.submit(fn("merge"), handles, background=True, after=parents)
     with pytest.raises(ValueError):
-        c.submit("merge", b"", after=parents)  # foreground: not with after=
+        c.submit(fn("merge"), b"", after=parents)  # foreground: not with after=
     with pytest.raises(dsjob.Refused) as e:
-        c.submit("merge", b"", background=True, after=["H:nowhere:1"])
+        c.submit(fn("merge"), b"", background=True, after=["H:nowhere:1"])
     assert e.value.code == "DEPENDENCY"
     run_worker(w)
     wait_for(lambda: len(ran) == 4, "the shards and the merge")
@@ -398,10 +411,10 @@ def test_after(server, run_worker) -> None:
         return result
     assert wait_for(kept(child), "the merge's kept result") == b"r0r1r2"
     # A parent named by (function, unique key), escapes and all; it is kept.
-    keyed = c.submit("shard", "k", unique="a:b,c%", background=True)
+    keyed = c.submit(fn("shard"), "k", unique="a:b,c%", background=True)
     wait_for(lambda: len(ran) == 5, "the keyed shard")
-    late = c.submit("merge", keyed.handle, background=True, after=[("shard", "a:b,c%")])
+    late = c.submit(fn("merge"), keyed.handle, background=True, after=[(fn("shard"), "a:b,c%")])
     assert wait_for(kept(late), "the merge after the keyed shard") == b"rk"
     with pytest.raises(dsjob.Refused) as e:
-        c.submit("merge", b"", background=True, after=[("shard", "nosuch")])
+        c.submit(fn("merge"), b"", background=True, after=[(fn("shard"), "nosuch")])
     assert e.value.code == "DEPENDENCY"

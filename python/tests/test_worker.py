@@ -17,21 +17,21 @@ import dsjob
 from conftest import PATIENCE, registered, wait_for
 
 
-def test_concurrency_runs_jobs_at_once(server, run_worker) -> None:
+def test_concurrency_runs_jobs_at_once(server, run_worker, fn) -> None:
     barrier = threading.Barrier(4, timeout=PATIENCE)
     w = dsjob.Worker(server.addr)
 
-    @w.function("meet")
+    @w.function(fn("meet"))
     def meet(job):
         # Returns only once 4 handlers run at the same time.
         return str(barrier.wait())
 
     run_worker(w, concurrency=4)
-    got = list(dsjob.Client(server.addr).map("meet", [b""] * 4, concurrency=4))
+    got = list(dsjob.Client(server.addr).map(fn("meet"), [b""] * 4, concurrency=4))
     assert sorted(got) == [b"0", b"1", b"2", b"3"]
 
 
-def test_threads_keep_their_thread_locals(server, run_worker) -> None:
+def test_threads_keep_their_thread_locals(server, run_worker, fn) -> None:
     # Each of run()'s threads keeps its Python thread state from one job to
     # the next (it was made and dropped per job in the library's threads),
     # so what a handler keeps in a threading.local (a connection, say) lasts.
@@ -39,7 +39,7 @@ def test_threads_keep_their_thread_locals(server, run_worker) -> None:
     local = threading.local()
     w = dsjob.Worker(server.addr)
 
-    @w.function("count")
+    @w.function(fn("count"))
     def count(job):
         local.n = getattr(local, "n", 0) + 1
         barrier.wait()  # each round's two jobs run one in each thread
@@ -47,7 +47,7 @@ def test_threads_keep_their_thread_locals(server, run_worker) -> None:
 
     run_worker(w, concurrency=2)
     c = dsjob.Client(server.addr)
-    got = [int(r) for _ in range(3) for r in c.map("count", [b""] * 2, concurrency=2)]
+    got = [int(r) for _ in range(3) for r in c.map(fn("count"), [b""] * 2, concurrency=2)]
     assert sorted(got) == [1, 1, 2, 2, 3, 3]
 
 
@@ -78,17 +78,17 @@ def test_exception_reaches_dead_set(tmp_path, run_worker) -> None:
         s.stop()
 
 
-def test_job_outlives_its_handler_no_more(dsjobd, run_worker) -> None:
+def test_job_outlives_its_handler_no_more(dsjobd, run_worker, fn) -> None:
     kept = []
     w = dsjob.Worker(dsjobd.addr)
 
-    @w.function("keep")
+    @w.function(fn("keep"))
     def keep(job):
         kept.append(job)
         return job.handle
 
     run_worker(w)
-    handle = dsjob.Client(dsjobd.addr).submit("keep", b"p").decode()
+    handle = dsjob.Client(dsjobd.addr).submit(fn("keep"), b"p").decode()
     assert handle.startswith("H:")
     with pytest.raises(RuntimeError, match="has ended"):
         kept[0].send_data(b"late")
@@ -96,13 +96,13 @@ def test_job_outlives_its_handler_no_more(dsjobd, run_worker) -> None:
         kept[0].payload
 
 
-def test_jobs_a_handler_keeps_stay_its_own(dsjobd, run_worker) -> None:
+def test_jobs_a_handler_keeps_stay_its_own(dsjobd, run_worker, fn) -> None:
     """A Job its handler did not keep serves a later job (no allocation a
     job): each reads its own payload, and a kept one is never reused."""
     kept = []
     w = dsjob.Worker(dsjobd.addr)
 
-    @w.function("echo")
+    @w.function(fn("echo"))
     def echo(job):
         p = job.payload
         if int(p) % 3 == 0:
@@ -112,34 +112,34 @@ def test_jobs_a_handler_keeps_stay_its_own(dsjobd, run_worker) -> None:
     run_worker(w, concurrency=2)
     c = dsjob.Client(dsjobd.addr)
     payloads = [b"%d" % i for i in range(60)]
-    assert [c.submit("echo", p) for p in payloads] == payloads
+    assert [c.submit(fn("echo"), p) for p in payloads] == payloads
     assert len({id(j) for j, _ in kept}) == len(kept) == 20
     assert all(j.payload == p for j, p in kept)
 
 
-def test_work_one_job_in_this_thread(dsjobd) -> None:
+def test_work_one_job_in_this_thread(dsjobd, fn) -> None:
     w = dsjob.Worker(dsjobd.addr)
     seen = []
 
-    @w.function("one")
+    @w.function(fn("one"))
     def one(job):
         seen.append((job.function, job.unique, threading.current_thread().name))
         return b"ok"
 
     c = dsjob.Client(dsjobd.addr)
-    c.background("one", b"", unique="u1")
+    c.background(fn("one"), b"", unique="u1")
     assert w.work(timeout=PATIENCE) is True
-    assert seen == [("one", "u1", threading.current_thread().name)]
+    assert seen == [(fn("one"), "u1", threading.current_thread().name)]
     assert w.work(timeout=0.1) is False
 
 
 WORKER_SCRIPT = textwrap.dedent("""
     import os, sys, time
     import dsjob
-    addr, gate, processes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    addr, gate, processes, suffix = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     w = dsjob.Worker(addr)
 
-    @w.function("long")
+    @w.function("long" + suffix)
     def long(job):
         job.send_data(str(os.getpid()))
         # Finish only once the test has sent SIGTERM and said so.
@@ -147,7 +147,7 @@ WORKER_SCRIPT = textwrap.dedent("""
             time.sleep(0.01)
         return b"finished " + job.payload
 
-    @w.function("pid")
+    @w.function("pid" + suffix)
     def pid(job):
         open(os.path.join(job.payload.decode(), str(os.getpid())), "w").close()
         while len(os.listdir(job.payload.decode())) < 2:
@@ -159,26 +159,28 @@ WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def start_script(tmp_path: Path, addr: str, processes: int = 0) -> tuple[subprocess.Popen, Path]:
+def start_script(tmp_path: Path, addr: str, fn, processes: int = 0
+                 ) -> tuple[subprocess.Popen, Path]:
+    """WORKER_SCRIPT in a process of its own: functions fn("long"), fn("pid")."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
     gate = tmp_path / "gate"
-    p = subprocess.Popen([sys.executable, str(script), addr, str(gate), str(processes)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, str(script), addr, str(gate), str(processes),
+                          fn("")], stdout=subprocess.PIPE, text=True)
     return p, gate
 
 
-def test_sigterm_lets_the_running_job_finish(server, tmp_path) -> None:
-    p, gate = start_script(tmp_path, server.addr)
+def test_sigterm_lets_the_running_job_finish(server, tmp_path, fn) -> None:
+    p, gate = start_script(tmp_path, server.addr, fn)
     try:
-        wait_for(lambda: registered(server.addr, "long"), "the worker process")
+        wait_for(lambda: registered(server.addr, fn("long")), "the worker process")
         c = dsjob.Client(server.addr)
         st = dsjob.Stream()
-        it = c.stream("long", b"job 1", state=st)
+        it = c.stream(fn("long"), b"job 1", state=st)
         assert int(next(it)) == p.pid  # the job runs in the worker process now
         p.send_signal(signal.SIGTERM)
         # The worker stops taking jobs: a job queued now is not taken.
-        queued = c.background("long", b"job 2")
+        queued = c.background(fn("long"), b"job 2")
         gate.touch()
         assert list(it) == [] and st.result == b"finished job 1"
         out, _ = p.communicate(timeout=PATIENCE)
@@ -191,14 +193,14 @@ def test_sigterm_lets_the_running_job_finish(server, tmp_path) -> None:
             p.wait()
 
 
-def test_processes(dsjobd, tmp_path) -> None:
-    p, _ = start_script(tmp_path, dsjobd.addr, processes=2)
+def test_processes(dsjobd, tmp_path, fn) -> None:
+    p, _ = start_script(tmp_path, dsjobd.addr, fn, processes=2)
     try:
-        wait_for(lambda: registered(dsjobd.addr, "pid", 2), "two worker processes")
+        wait_for(lambda: registered(dsjobd.addr, fn("pid"), 2), "two worker processes")
         meet = tmp_path / "meet"
         meet.mkdir()
         c = dsjob.Client(dsjobd.addr)
-        pids = set(c.map("pid", [str(meet)] * 2, concurrency=2))
+        pids = set(c.map(fn("pid"), [str(meet)] * 2, concurrency=2))
         assert len(pids) == 2 and str(p.pid).encode() not in pids
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=PATIENCE)

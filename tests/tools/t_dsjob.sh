@@ -42,12 +42,16 @@ CHECKS=$((104 + LIFECYCLE_CHECKS))
 
 # ds ARG...: dsjob pointed at the server under test, bounded: by dsjob
 # itself when it waits only for the server's answers (ds_bounded in
-# tests/lib/server.sh), else by timeout(1).
+# tests/lib/server.sh), and a foreground submit by its -t (20 s for the
+# job in all; a -t of ARG comes later and wins), which costs no timeout(1)
+# process a submit; a worker (its verb first) by timeout(1).
 ds() {
     if ds_bounded "$@"; then
         "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
-    else
+    elif [ "$1" = worker ]; then
         timeout -k 5 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
+    else
+        "$DSJOB" -s "127.0.0.1:$SERVER_PORT" -t 20000 "$@"
     fi
 }
 

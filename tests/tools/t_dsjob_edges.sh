@@ -21,9 +21,8 @@ if [ ! -x "$DSJOB" ]; then
     exit 0
 fi
 
-ds() {
-    timeout -k 5 60 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" "$@"
-}
+# ds ARG...: dsjob at SERVER_PORT (tests/lib/server.sh): bounded by itself
+# when it waits only for the server's answers, else by timeout(1).
 
 # --- 15: a payload over --max-packet-size; DATA over a packet's limit -----
 server_start dsjobd --max-packet-size 4096 || exit 1
