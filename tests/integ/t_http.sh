@@ -39,6 +39,8 @@ contains() {
     case $1 in *"$2"*) return 0 ;; esac
     return 1
 }
+_nl='
+' # (integ.sh's: a newline, for whole lines)
 # json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body,
 # is true. One perl answers them all (json_begin, tests/lib/integ.sh).
 json() {
