@@ -97,10 +97,10 @@ submit_row() {
         echo "# submit of row $1 failed"
 }
 
-# The rows of jobs of parts 1 (R1) and 3 (R3): 6 and 6 in make check, 15
+# The rows of jobs of parts 1 (R1) and 3 (R3): 6 and 8 in make check, 15
 # and 12 in t_sequence_long.sh (make check-long).
 R1=${SEQUENCE_ROWS1:-6}
-R3=${SEQUENCE_ROWS3:-6}
+R3=${SEQUENCE_ROWS3:-8}
 
 # 1. Order and parallelism: three keys of R1 jobs each, submitted
 # interleaved to four gearman -w workers; a:1 waits until b:1 has started.
