@@ -7,7 +7,14 @@
  * running at the kill, so none may run twice), and jobs completed before
  * the kill must not come back. Run as "t_crash --memcached HOST:PORT" it
  * does the same against the memcached store (memcached itself is not
- * restarted: that store does not survive a memcached restart).
+ * restarted: that store does not survive a memcached restart). With
+ * "--total N" it sends at most N submits (not 40000), N/2 at least before
+ * the kill, which comes once N/4 are acknowledged (the last burst, N/4,
+ * goes out after that, just before the kill): the memcached store
+ * acknowledges a submit a memcached round trip later, rarely reaches
+ * 10000 before all 40000 are sent, and then drains thousands after the
+ * restart, a minute and more on a loaded machine (t_crash_memcached.sh;
+ * t_crash_memcached_long.sh runs it at the full size).
  */
 #include "config.h"
 
@@ -24,9 +31,9 @@
 #include "lib/peer.h"
 #include "tap.h"
 
-#define TOTAL 40000       /* background submits at most */
-#define SENT_BEFORE 20000 /* submits sent before the kill, at least */
-#define KILL_AFTER 10000  /* acknowledgements seen before the kill, at least */
+#define TOTAL 40000       /* background submits at most (--total) */
+#define SENT_BEFORE 20000 /* submits sent before the kill, at least (half of it) */
+#define KILL_AFTER 10000  /* acknowledgements seen before the kill, at least (a quarter) */
 #define DONE_BEFORE 100   /* jobs completed before the flood */
 
 struct seen {
@@ -74,12 +81,12 @@ main(int argc, char **argv)
 {
     char dir[] = "/tmp/dsjob-crash.XXXXXX", wd[300], prefix[64];
     const char *args[5] = {"--work-dir", wd, NULL, NULL, NULL};
-    struct seen acked = {calloc(TOTAL, 32), 0};
-    struct seen before = {calloc(DONE_BEFORE, 32), 0};
-    struct seen after = {calloc(TOTAL + DONE_BEFORE, 32), 0};
+    int total = TOTAL, sent_before = SENT_BEFORE, kill_after = KILL_AFTER, last = 2000;
+    bool hold = false; /* --total: the last burst is kept back for the kill */
+    struct seen acked, before, after;
     struct daemon d;
     int c, sent = 0, i, missing = 0, dup = 0, back = 0;
-    bool killed = false;
+    bool killed = false, stalled = false;
     char payload[64];
     struct peer_pkt p;
 
@@ -87,14 +94,31 @@ main(int argc, char **argv)
     if (mkdtemp(dir) == NULL)
         tap_bail("mkdtemp: %s", strerror(errno));
     snprintf(wd, sizeof(wd), "%s/var", dir);
-    if (argc == 3 && strcmp(argv[1], "--memcached") == 0) {
-        snprintf(prefix, sizeof(prefix), "crash%ld", (long)getpid());
-        args[0] = "--memcached-servers";
-        args[1] = argv[2];
-        args[2] = "--memcached-prefix";
-        args[3] = prefix;
-        tap_diag("store: memcached at %s, prefix %s", argv[2], prefix);
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--memcached") == 0) {
+            snprintf(prefix, sizeof(prefix), "crash%ld", (long)getpid());
+            args[0] = "--memcached-servers";
+            args[1] = argv[i + 1];
+            args[2] = "--memcached-prefix";
+            args[3] = prefix;
+            tap_diag("store: memcached at %s, prefix %s", argv[i + 1], prefix);
+        } else if (strcmp(argv[i], "--total") == 0 && atoi(argv[i + 1]) >= 4) {
+            total = atoi(argv[i + 1]);
+            sent_before = total / 2;
+            kill_after = total / 4;
+            last = total / 4 < last ? total / 4 : last;
+            hold = true;
+        } else {
+            tap_bail("usage: t_crash [--memcached HOST:PORT] [--total N]");
+        }
     }
+    if (i != argc)
+        tap_bail("usage: t_crash [--memcached HOST:PORT] [--total N]");
+    acked = (struct seen){calloc((size_t)total, 32), 0};
+    before = (struct seen){calloc(DONE_BEFORE, 32), 0};
+    after = (struct seen){calloc((size_t)total + DONE_BEFORE, 32), 0};
+    if (acked.handle == NULL || before.handle == NULL || after.handle == NULL)
+        tap_bail("calloc: out of memory");
     daemon_start(&d, args);
 
     /* Jobs that finish before the crash must stay finished. */
@@ -124,22 +148,27 @@ main(int argc, char **argv)
      * they come. Once KILL_AFTER are in, one more burst goes out and dsjobd
      * is killed straight after, with that burst still being read and
      * committed; acknowledgements already on the wire are still counted.
+     * Without --total, all sent is the kill too. With it, that last burst
+     * (a quarter of --total) is kept back: once the rest is sent (a store
+     * that acknowledges slowly), the flood waits for KILL_AFTER, or for a
+     * pause of the acknowledgements, to send it.
      */
     while (!killed) {
         struct pollfd pfd = {c, POLLIN, 0};
-        bool ready = acked.n >= KILL_AFTER && sent >= SENT_BEFORE;
-        int burst, n = ready ? 2000 : 500;
+        bool ready = acked.n >= (size_t)kill_after && sent >= sent_before, waiting;
+        int burst, n = ready ? last : 500, cap = ready || !hold ? total : total - last, pr;
 
-        for (burst = 0; burst < n && sent < TOTAL; burst++, sent++) {
+        for (burst = 0; burst < n && sent < cap; burst++, sent++) {
             snprintf(payload, sizeof(payload), "job %d", sent);
             if (peer_send(c, PACKET_SUBMIT_JOB_BG, 3, "crash", "", payload) < 0)
                 break;
         }
-        if (ready || sent >= TOTAL) {
+        if (ready || stalled || (!hold && sent >= total)) {
             kill(d.pid, SIGKILL);
             killed = true;
         }
-        while (poll(&pfd, 1, killed ? 2000 : 0) > 0) {
+        waiting = !killed && sent >= cap;
+        while ((pr = poll(&pfd, 1, killed ? 2000 : waiting ? PEER_TIMEOUT_MS : 0)) > 0) {
             int t = peer_recv(c, &p, PEER_TIMEOUT_MS);
 
             if (t == PACKET_JOB_CREATED)
@@ -147,11 +176,14 @@ main(int argc, char **argv)
             peer_pkt_release(&p);
             if (t <= 0)
                 goto flood_over;
+            if (waiting && acked.n >= (size_t)kill_after)
+                break;
         }
+        stalled = waiting && pr == 0;
     }
 flood_over:
     close(c);
-    tap_ok(killed && sent >= SENT_BEFORE,
+    tap_ok(killed && sent >= sent_before,
            "dsjobd was killed with SIGKILL after %zu acknowledgements, %d submits sent", acked.n,
            sent);
     tap_ok(sent > (int)acked.n,

@@ -32,6 +32,10 @@ dead_of() { # dead_of FUNC: "HANDLE ERROR" lines of its dead set
     ds dead list "$1" --format tsv 2>/dev/null | awk -F'\t' '$1 ~ /^H:/ { print $1, $9 }'
 }
 has_dead() { dead_of "$1" | grep -q "^$2 expired\$"; }
+# until_dead FUNC HANDLE: until HANDLE is in FUNC's dead set (one rawpeer
+# asking the server, where a poll started a dsjob, an awk and a grep a
+# try), then has_dead: it is there as expired.
+until_dead() { await_admin "show dead $1" "$2	*" && has_dead "$1" "$2"; }
 stat_of() { ds stats --format tsv 2>/dev/null | awk -F'\t' -v n="$1" '$1 == n { print $NF }'; }
 stat_is() { [ "$(stat_of "$1")" = "$2" ]; }
 lines_of() { [ -f "$1" ] && wc -l <"$1" | tr -d ' ' || echo 0; }
@@ -46,7 +50,7 @@ server_start dsjobd --store sqlite --work-dir "$W" --max-dead 100 --verbose INFO
 h1=$(ds submit -b --expire-in 1 fexp stale 2>&1)
 case $h1 in H:*) ok 0 "a background submit with --expire-in 1 is taken ($h1)" ;;
 *) ok 1 "a background submit with --expire-in 1 is taken: $h1" ;; esac
-wait_every 0.25 120 has_dead fexp "$h1"
+until_dead fexp "$h1"
 ok $? "with no worker it lands in the dead set as expired ($(dead_of fexp))"
 is "$(stat_of 'dsjob_jobs_expired_total{function="fexp"}')" 1 "dsjob_jobs_expired_total counts it"
 grep -q 'job expired handle='"$h1" "$SERVER_LOG"
@@ -90,13 +94,12 @@ raw_submit_expired() {
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -w -f fgrab -- sh -c "cat >>'$T/fgrab.log'; echo >>'$T/fgrab.log'" \
     >/dev/null 2>&1 &
 track $!
-grab_worker() { adm --status | grep -q "^fgrab	0	0	1"; }
-wait_for 120 grab_worker
+await_admin status "fgrab	0	0	1*"
 ok $? "a gearman worker for fgrab waits for work"
 h4=$(raw_submit_expired fgrab late)
 case $h4 in H:*) ok 0 "OPTION_REQ deadline=1 then SUBMIT_JOB_BG is taken ($h4)" ;;
 *) ok 1 "OPTION_REQ deadline=1 then SUBMIT_JOB_BG is taken: $h4" ;; esac
-wait_every 0.25 120 has_dead fgrab "$h4"
+until_dead fgrab "$h4"
 ok $? "the job past its deadline lands in the dead set"
 ds submit -b fgrab ontime >/dev/null 2>&1
 wait_line "$T/fgrab.log" ontime
@@ -109,8 +112,7 @@ reap
 ds maxage fage 1 >/dev/null
 is "$(ds maxage fage)" 1 "maxage fage 1 is set and shown"
 gearman -h 127.0.0.1 -p "$SERVER_PORT" -b -f fage -- old >/dev/null 2>&1
-has_any_dead() { [ -n "$(dead_of fage)" ]; }
-wait_every 0.25 120 has_any_dead
+await_admin "show dead fage" "H:*"
 ok $? "a gearman -b job of fage, not started within its maxage, is in the dead set ($(dead_of fage))"
 
 h5=$(ds submit -b --expire-in 3600 fshow x 2>&1)
@@ -123,7 +125,7 @@ server_kill9
 row=$(sqlite3 "$W/dsjobd.db" "SELECT deadline_ms > 0 FROM jobs WHERE handle = '$h3'" 2>&1)
 is "$row" 1 "its SQLite row holds the deadline"
 server_start dsjobd --store sqlite --work-dir "$W" --max-dead 100 --verbose INFO || exit 1
-wait_every 0.25 120 has_dead fcrash "$h3"
+until_dead fcrash "$h3"
 ok $? "after kill -9 and a restart it expires with no worker ($(dead_of fcrash))"
 is "$(ds maxage fage)" 1 "maxage is stored with the function"
 

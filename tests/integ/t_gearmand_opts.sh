@@ -117,54 +117,67 @@ err=$("$DSJOBD" -p 0 --protocol=http 2>&1)
 case $err in *"--protocol: gearmand's 'http' protocol module is not available"*) r=0 ;; *) r=1 ;; esac
 ok $r "dsjobd starts not with --protocol=http, and says why: $err"
 
-# keepalive KIND ARGS...: start KIND with ARGS, hold a connection, print what its
-# accepted socket has: "SO_KEEPALIVE TCP_KEEPIDLE TCP_KEEPINTVL TCP_KEEPCNT".
-keepalive() {
-    kind=$1; shift
-    server_start "$kind" "$@" || return 1
-    "$PYTHON" - "$SERVER_PID" "$SERVER_PORT" <<'PY'
-import ctypes, os, socket, sys
-pid, port = int(sys.argv[1]), int(sys.argv[2])
-libc = ctypes.CDLL(None, use_errno=True)
-c = socket.create_connection(("127.0.0.1", port))
-c.sendall(b"\0REQ\0\0\0\x10\0\0\0\x01x")  # ECHO_REQ: the server has taken the connection
-c.recv(64)
-me = c.getsockname()
-pidfd = os.pidfd_open(pid)
-for name in os.listdir("/proc/%d/fd" % pid):
-    if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
-        continue
-    fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
-    if fd < 0:
-        print("pidfd_getfd: errno %d" % ctypes.get_errno()); sys.exit(1)
-    s = socket.socket(fileno=fd)
-    try:
-        peer = s.getpeername()
-    except OSError:
-        peer = None
-    if peer == me:
-        print(s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
-              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
-              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
-              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT))
-        sys.exit(0)
-    s.close()
-print("no accepted socket for", me); sys.exit(1)
-PY
-    rc=$?
-    server_stop
-    return $rc
+# ka_start KIND ARGS...: start KIND with ARGS (beside the others). Then one
+# python (a start costs a tenth of a second) holds a connection to each and
+# prints, a line a server, what its accepted socket has: "SO_KEEPALIVE
+# TCP_KEEPIDLE TCP_KEEPINTVL TCP_KEEPCNT".
+ka=""
+ka_start() {
+    server_start "$@" || return 1
+    ka="$ka $SERVER_PID $SERVER_PORT"
 }
-is "$(keepalive dsjobd --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4)" "1 7 3 4" \
+ka_start dsjobd --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4
+ka_start dsjobd --keepalive --keepalive-idle=9
+ka_start dsjobd
+if $have_gearmand; then
+    ka_start gearmand --keepalive --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4
+fi
+# shellcheck disable=SC2086 # pids and ports are words
+"$PYTHON" - $ka >"$dir/ka.out" <<'PY'
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def keepalive(pid, port):
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(b"\0REQ\0\0\0\x10\0\0\0\x01x")  # ECHO_REQ: the server has taken the connection
+    c.recv(64)
+    me = c.getsockname()
+    pidfd = os.pidfd_open(pid)
+    for name in os.listdir("/proc/%d/fd" % pid):
+        if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
+            continue
+        fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
+        if fd < 0:
+            return "pidfd_getfd: errno %d" % ctypes.get_errno()
+        s = socket.socket(fileno=fd)
+        try:
+            peer = s.getpeername()
+        except OSError:
+            peer = None
+        if peer == me:
+            return "%d %d %d %d" % (s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT))
+        s.close()
+    return "no accepted socket for %s" % (me,)
+a = sys.argv[1:]
+for i in range(0, len(a), 2):
+    try:
+        print(keepalive(int(a[i]), int(a[i + 1])))
+    except OSError as e:
+        print("error: %s" % e)
+PY
+server_stop_all
+{ read -r ka1; read -r ka2; read -r ka3; read -r ka4; } <"$dir/ka.out"
+is "$ka1" "1 7 3 4" \
     "dsjobd --keepalive-idle=7 --keepalive-interval=3 --keepalive-count=4: on the accepted socket"
 sys_intvl=$(cat /proc/sys/net/ipv4/tcp_keepalive_intvl)
 sys_probes=$(cat /proc/sys/net/ipv4/tcp_keepalive_probes)
-is "$(keepalive dsjobd --keepalive --keepalive-idle=9)" "1 9 $sys_intvl $sys_probes" \
+is "$ka2" "1 9 $sys_intvl $sys_probes" \
     "dsjobd --keepalive --keepalive-idle=9: that one set, the others the system's"
-is "$(keepalive dsjobd | cut -d' ' -f1)" "0" "dsjobd without them: no keepalive, as before"
+is "${ka3%% *}" "0" "dsjobd without them: no keepalive, as before"
 if $have_gearmand; then
-    is "$(keepalive gearmand --keepalive --keepalive-idle=7 --keepalive-interval=3 \
-        --keepalive-count=4)" "1 7 3 4" "gearmand 1.1.20 with the same options: the same socket"
+    is "$ka4" "1 7 3 4" "gearmand 1.1.20 with the same options: the same socket"
 fi
 
 # --file-descriptors sets the open-file limit, as gearmand's does.

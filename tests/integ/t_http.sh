@@ -32,7 +32,15 @@ if ! perl -MJSON::PP -e 1 2>/dev/null; then
 fi
 unset DSJOB_SERVERS DSJOB_PROGRESS
 
-# req, code, body, body_post, promcheck, adm_lines: tests/lib/integ.sh.
+# req, code, body, body_post, line1, line2, from3, promcheck, adm_lines:
+# tests/lib/integ.sh. contains TEXT STRING: TEXT has STRING in it (a case,
+# where a grep was a process).
+contains() {
+    case $1 in *"$2"*) return 0 ;; esac
+    return 1
+}
+_nl='
+' # (integ.sh's: a newline, for whole lines)
 # json TARGET PERL-EXPR: the expression, evaluated with $d the decoded body,
 # is true. One perl answers them all (json_begin, tests/lib/integ.sh).
 json() {
@@ -52,15 +60,15 @@ is "$(cat "$T/off.port")" -1 "without --http-port no HTTP port is opened"
 server_stop
 out=$("$DSJOBD" --http-port 70000 2>&1)
 is $? 2 "--http-port 70000 exits 2"
-echo "$out" | grep -q -- "--http-port"
+contains "$out" "--http-port"
 ok $? "naming the option: $out"
 out=$("$DSJOBD" --http-port 0 --http-listen '' 2>&1)
 is $? 2 "an empty --http-listen exits 2"
-echo "$out" | grep -q -- "--http-listen"
+contains "$out" "--http-listen"
 ok $? "naming the option: $out"
 out=$(timeout 10 "$DSJOBD" -L 127.0.0.1 -p 0 --http-port 0 --http-listen 192.0.2.1 -l stderr 2>&1)
 is $? 1 "an address that is not ours exits 1"
-echo "$out" | grep -q -- "--http-listen 192.0.2.1"
+contains "$out" "--http-listen 192.0.2.1"
 ok $? "saying which: $out"
 
 server_start dsjobd --http-port 0 --http-port-file "$T/http.port" --max-jobs 6
@@ -70,11 +78,11 @@ ok $? "--http-port 0 picks a port and --http-port-file tells it: $HTTP_PORT"
 
 # /healthz
 r=$(req GET /healthz)
-is "$(printf "%s\n" "$r" | head -1)" 200 "/healthz: 200"
-is "$(printf "%s\n" "$r" | sed -n 2p)" application/json "as JSON"
-is "$(printf "%s\n" "$r" | tail -n +3)" '{"status":"ok"}' "saying ok"
-is "$(req HEAD /healthz | head -1)" 200 "HEAD /healthz: 200"
-is "$(req HEAD /healthz | tail -n +3)" "" "without a body"
+is "$(line1 "$r")" 200 "/healthz: 200"
+is "$(line2 "$r")" application/json "as JSON"
+is "$(from3 "$r")" '{"status":"ok"}' "saying ok"
+is "$(code HEAD /healthz)" 200 "HEAD /healthz: 200"
+is "$(from3 "$(req HEAD /healthz)")" "" "without a body"
 
 # Real jobs: a worker that does "up", jobs nobody does, odd function names.
 "$DSJOB" worker -s "127.0.0.1:$SERVER_PORT" -i web-1 -f up -- tr a-z A-Z &
@@ -104,13 +112,13 @@ ok $? "/api/status: connections by kind and bytes"
 
 promcheck /metrics "/metrics passes promtool check metrics"
 r=$(req GET /metrics)
-printf "%s\n" "$r" | sed -n 2p | grep -q '^text/plain; version=0.0.4'
+contains "$_nl$(line2 "$r")" "${_nl}text/plain; version=0.0.4"
 ok $? "/metrics is text/plain version 0.0.4"
-printf "%s\n" "$r" | grep -qx 'dsjob_jobs_queued{function="idle",priority="high"} 1'
+contains "$_nl$r$_nl" "${_nl}dsjob_jobs_queued{function=\"idle\",priority=\"high\"} 1$_nl"
 ok $? "/metrics: queued by function and priority"
-printf "%s\n" "$r" | grep -qF 'dsjob_jobs_submitted_total{function="q\"uote\\back"} 1'
+contains "$r" 'dsjob_jobs_submitted_total{function="q\"uote\\back"} 1'
 ok $? "/metrics: a quote and a backslash in a name are escaped"
-printf "%s\n" "$r" | grep -qx 'dsjob_jobs_completed_total{function="up"} 1'
+contains "$_nl$r$_nl" "${_nl}dsjob_jobs_completed_total{function=\"up\"} 1$_nl"
 ok $? "/metrics: the same counters as stats"
 is "$(printf "%s\n" "$r" | grep -c '^# TYPE dsjob_job_run_seconds histogram$')" 1 \
     "/metrics: one TYPE line per family"
@@ -154,28 +162,30 @@ case $c in '' | 413 | 431 | 400) ok 0 "20000 bytes of headers: closed or refused
 # The dashboard, without --http-admin: the page and its two files, a strict
 # CSP, no token, and POST refused naming --http-admin.
 r=$(HTTP_HEAD_FILE="$T/page.head" req GET /)
-is "$(printf "%s\n" "$r" | head -1)" 200 "GET /: 200"
-is "$(printf "%s\n" "$r" | sed -n 2p)" "text/html; charset=utf-8" "as HTML"
+is "$(line1 "$r")" 200 "GET /: 200"
+is "$(line2 "$r")" "text/html; charset=utf-8" "as HTML"
 grep -qi "^Content-Security-Policy: default-src 'self'; " "$T/page.head"
 ok $? "with a Content-Security-Policy of default-src 'self'"
 grep -qi '^Cache-Control: no-store' "$T/page.head"
 ok $? "and Cache-Control: no-store"
-printf "%s\n" "$r" | grep -q '<meta name="dsjob-csrf" content="">'
+contains "$r" '<meta name="dsjob-csrf" content="">'
 ok $? "without --http-admin the page carries no token"
-printf "%s\n" "$r" | grep -q 'https\?://'
+contains "$r" 'http://' || contains "$r" 'https://'
 ok $((!$?)) "and names no outside URL"
-is "$(req GET /dashboard.js | sed -n 1,2p | tr '\n' ' ')" "200 text/javascript; charset=utf-8 " \
+r=$(req GET /dashboard.js)
+is "$(line1 "$r") $(line2 "$r") " "200 text/javascript; charset=utf-8 " \
     "/dashboard.js: 200, JavaScript"
-is "$(req GET /dashboard.css | sed -n 1,2p | tr '\n' ' ')" "200 text/css; charset=utf-8 " \
+r=$(req GET /dashboard.css)
+is "$(line1 "$r") $(line2 "$r") " "200 text/css; charset=utf-8 " \
     "/dashboard.css: 200, CSS"
-body /dashboard.js | grep -q 'api/status'
+contains "$(body /dashboard.js)" 'api/status'
 ok $? "the script polls /api/status"
-is "$(req HEAD / | tail -n +3)" "" "HEAD /: no body"
+is "$(from3 "$(req HEAD /)")" "" "HEAD /: no body"
 is "$(code GET '/?x=1')" 400 "/ takes no query"
 r=$(req POST "/api/job/$h/cancel")
-is "$(printf "%s\n" "$r" | head -1)" 405 "POST without --http-admin: 405"
-printf "%s\n" "$r" | grep -q -- '--http-admin'
-ok $? "naming --http-admin: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(line1 "$r")" 405 "POST without --http-admin: 405"
+contains "$r" '--http-admin'
+ok $? "naming --http-admin: $(from3 "$r")"
 is "$(code GET "/api/job/$h/cancel")" 404 "GET of a write's path changes nothing: 404"
 is "$(code POST '/api/func/anything/limit?concurrency=1')" 405 \
     "POST limit without --http-admin: 405"
@@ -193,9 +203,9 @@ for i in 1 2 3; do
     timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b idle "more $i" >/dev/null
 done
 r=$(req GET /healthz)
-is "$(printf "%s\n" "$r" | head -1)" 503 "/healthz: 503 at --max-jobs"
-printf "%s\n" "$r" | tail -n +3 | grep -q '"reason":"--max-jobs reached: 6 jobs held"'
-ok $? "with the reason: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(line1 "$r")" 503 "/healthz: 503 at --max-jobs"
+contains "$(from3 "$r")" '"reason":"--max-jobs reached: 6 jobs held"'
+ok $? "with the reason: $(from3 "$r")"
 json /api/status '!$d->{healthy} && $d->{reason} =~ /max-jobs/'
 ok $? "/api/status says so too"
 timeout 20 "$DSJOB" -s "127.0.0.1:$SERVER_PORT" submit -b idle refused >/dev/null 2>&1
@@ -209,7 +219,7 @@ reap
 # --http-admin needs --http-port.
 out=$("$DSJOBD" -p 0 --http-admin 2>&1)
 is $? 2 "--http-admin without --http-port exits 2"
-echo "$out" | grep -q -- "--http-admin needs --http-port"
+contains "$out" "--http-admin needs --http-port"
 ok $? "saying so: $out"
 
 # --http-admin: the page carries a token; the writes take it from an admitted peer.
@@ -228,9 +238,9 @@ hc=$(jval '/api/jobs?function=cancel_me' '$d->{jobs}[0]{handle}')
 adm --show-jobs | grep -q "^$hc	"
 ok $? "gearadmin --show-jobs lists $hc"
 r=$(req POST "/api/job/$hc/cancel")
-is "$(printf "%s\n" "$r" | head -1)" 403 "POST without X-CSRF-Token: 403"
-printf "%s\n" "$r" | grep -q 'X-CSRF-Token'
-ok $? "saying so: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(line1 "$r")" 403 "POST without X-CSRF-Token: 403"
+contains "$r" 'X-CSRF-Token'
+ok $? "saying so: $(from3 "$r")"
 # Wrong in its first character, whatever that is (a fixed "0" was the
 # token itself once in 16 runs).
 case $tok in 0*) wrong=1 ;; *) wrong=0 ;; esac
@@ -243,18 +253,18 @@ is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST "/api/job/$hc/cancel?x=1")" 400
     "POST with a query: 400"
 is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST /api/status)" 404 "POST to a read-only page: 404"
 # DNS rebinding: a page loaded by another name gets no token, and its POSTs are refused.
-HTTP_HOST=rebind.example:$HTTP_PORT body / | grep -q '<meta name="dsjob-csrf" content="">'
+contains "$(HTTP_HOST=rebind.example:$HTTP_PORT body /)" '<meta name="dsjob-csrf" content="">'
 ok $? "a page loaded as rebind.example carries no token"
 is "$(HTTP_HOST=localhost:$HTTP_PORT body / | sed -n 's/.*<meta name="dsjob-csrf" content="\([0-9a-f]*\)">.*/\1/p')" \
     "$tok" "loaded as localhost it does"
 r=$(HTTP_HOST=rebind.example:$HTTP_PORT HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
-is "$(printf "%s\n" "$r" | head -1)" 403 "POST with the token as Host rebind.example: 403"
-printf "%s\n" "$r" | grep -q "not 'rebind.example:$HTTP_PORT'"
-ok $? "naming the Host: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(line1 "$r")" 403 "POST with the token as Host rebind.example: 403"
+contains "$r" "not 'rebind.example:$HTTP_PORT'"
+ok $? "naming the Host: $(from3 "$r")"
 adm --show-jobs | grep -q "^$hc	"
 ok $? "the refused POSTs left $hc alone"
 r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hc/cancel")
-is "$(printf "%s\n" "$r" | head -1) $(printf "%s\n" "$r" | tail -n +3)" \
+is "$(line1 "$r") $(from3 "$r")" \
     "200 {\"cancelled\":\"$hc\"}" "POST /api/job/HANDLE/cancel with the token: cancelled"
 adm --show-jobs | grep -q "^$hc	"
 ok $((!$?)) "gearadmin --show-jobs no longer lists it"
@@ -336,14 +346,14 @@ reap
 server_start dsjobd --http-port 0 --http-port-file "$T/na.port" --http-admin \
     --admin-allow 10.0.0.0/8
 HTTP_PORT=$(cat "$T/na.port")
-body / | grep -q '<meta name="dsjob-csrf" content="">'
+contains "$(body /)" '<meta name="dsjob-csrf" content="">'
 ok $? "outside --admin-allow the page carries no token"
 gm -b -f keep_me x
 hk=$(jval '/api/jobs?function=keep_me' '$d->{jobs}[0]{handle}')
 r=$(HTTP_HEADER="X-CSRF-Token: $tok" req POST "/api/job/$hk/cancel")
-is "$(printf "%s\n" "$r" | head -1)" 403 "POST from 127.0.0.1 outside --admin-allow 10.0.0.0/8: 403"
-printf "%s\n" "$r" | grep -q -- '--admin-allow'
-ok $? "naming --admin-allow: $(printf "%s\n" "$r" | tail -n +3)"
+is "$(line1 "$r")" 403 "POST from 127.0.0.1 outside --admin-allow 10.0.0.0/8: 403"
+contains "$r" '--admin-allow'
+ok $? "naming --admin-allow: $(from3 "$r")"
 json "/api/job/$hk" '$d->{state} eq "queued"'
 ok $? "and the job is still queued"
 is "$(HTTP_HEADER="X-CSRF-Token: $tok" code POST '/api/func/keep_me/limit?concurrency=1')" 403 \
@@ -378,7 +388,7 @@ ok $? "dd<0xff> and dd\\xff read differently in /api/status, each with its exact
 server_stop
 out=$("$DSJOBD" -p 0 --max-unique-size 0 2>&1)
 is $? 2 "--max-unique-size 0 exits 2"
-echo "$out" | grep -q -- "--max-unique-size"
+contains "$out" "--max-unique-size"
 ok $? "naming the option: $out"
 server_start dsjobd
 is "$(gpacket 18 ulong "$(perl -e 'print "k" x 1025')" x | cut -d'|' -f1)" "19 ARGUMENT_TOO_LARGE" \

@@ -47,11 +47,29 @@ submit_bg() {
     case $_sb in "8 "*) printf '%s\n' "${_sb#8 }" ;; esac
 }
 
-# worker FUNCTION FAILS CALLS LOG: start a Perl worker in the background.
+# worker FUNCTION FAILS CALLS LOG [MODE]: a Perl worker in the background,
+# forked by the test's one lifecycle_worker.pl --serve (whose Gearman::Worker
+# is loaded once); reap stops and waits for its workers too.
+mkfifo "$T/.wq" "$T/.wa" || { echo "Bail out! mkfifo"; exit 1; }
+perl "$WORKER" --serve "$T/.wq" "$T/.wa" >/dev/null &
+_ws_pid=$!
+exec 7>"$T/.wq" 6<"$T/.wa"
 worker() {
-    perl "$WORKER" "$SERVER_PORT" "$@" &
-    track $!
+    _wl=$SERVER_PORT
+    for _wa in "$@"; do _wl="$_wl	$_wa"; done
+    printf '%s\n' "$_wl" >&7
+    read -r _wp <&6 || { echo "Bail out! the worker spawner is gone"; exit 1; }
 }
+# reap: lib.sh's, after the spawner's workers.
+reap() {
+    echo reap >&7
+    read -r _wp <&6
+    for _p in $_bg_pids; do kill -TERM "$_p" 2>/dev/null; done
+    for _p in $_bg_pids; do wait "$_p" 2>/dev/null; done
+    _bg_pids=""
+}
+# At the end: the spawner ends its workers and itself at the end of its input.
+trap 'reap; exec 7>&- 6<&-; wait $_ws_pid; server_stop_all; rm -rf "$TEST_TMPDIR"' EXIT
 
 calls() { # calls LOG: its lines, counted by the shell
     _n=0

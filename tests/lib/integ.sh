@@ -19,6 +19,7 @@
 #   req METHOD TARGET [FILLER], code, body TARGET, body_post TARGET
 #                  HTTP to HTTP_PORT (rawpeer http): the status, type and
 #                  body; the status; a GET's body; a POST's body.
+#   line1, line2, from3 TEXT   a req's status, type and body from a variable.
 #   promcheck TARGET DESC   promtool check metrics accepts the page (an ok
 #                  or a skip without promtool).
 #   adm_lines      stdin's admin lines to SERVER_PORT; prints how many OK.
@@ -157,13 +158,29 @@ req() {
     "$RAWPEER" "$HTTP_PORT" http "$@"
 }
 code() { # code METHOD TARGET [FILLER]: the status code alone
-    req "$@" | head -1
+    HTTP_PRINT=code "$RAWPEER" "$HTTP_PORT" http "$@"
 }
 body() { # body TARGET: the body of a GET
-    req GET "$1" | tail -n +3
+    HTTP_PRINT=body "$RAWPEER" "$HTTP_PORT" http GET "$1"
 }
-body_post() { # body_post TARGET: the status and body of a POST
-    req POST "$1" | tail -n +3
+body_post() { # body_post TARGET: the body of a POST
+    HTTP_PRINT=body "$RAWPEER" "$HTTP_PORT" http POST "$1"
+}
+# line1 TEXT, line2 TEXT, from3 TEXT: TEXT's first line, its second, and
+# its lines from the third on (of a req's answer in a variable: the status,
+# the type and the body), cut by the shell, not by head, sed and tail.
+_nl='
+'
+line1() {
+    printf '%s\n' "${1%%"$_nl"*}"
+}
+line2() {
+    case $1 in *"$_nl"*) _l=${1#*"$_nl"} ;; *) _l= ;; esac
+    printf '%s\n' "${_l%%"$_nl"*}"
+}
+from3() {
+    case $1 in *"$_nl"*"$_nl"*) _l=${1#*"$_nl"}; _l=${_l#*"$_nl"} ;; *) _l= ;; esac
+    printf '%s\n' "$_l"
 }
 # promcheck TARGET DESC: promtool check metrics accepts the page (a skip without promtool).
 promcheck() {

@@ -18,7 +18,9 @@
  *       HTTP_HOST, HTTP_HEADER, HTTP_BODY and HTTP_HEAD_FILE); reads the
  *       answer until the server closes or 20 s have passed, then prints the
  *       status code, the Content-Type (empty if none) and the body, each
- *       from a line of its own; exit 1 without a status line.
+ *       from a line of its own; exit 1 without a status line. With
+ *       HTTP_PRINT=code only the status code's line, with HTTP_PRINT=body
+ *       only the body (integ.sh's code and body: no head or tail after it).
  *   rawpeer PORT listening
  *       waits until something accepts on the port: a try every 0.05 s,
  *       1200 tries (a minute and more); exit 0 once it does, else 1.
@@ -409,6 +411,7 @@ do_http(int fd, const char *method, const char *target, const char *filler)
 {
     const char *host = getenv("HTTP_HOST"), *hdr = getenv("HTTP_HEADER");
     const char *body = getenv("HTTP_BODY"), *head_file = getenv("HTTP_HEAD_FILE");
+    const char *only = getenv("HTTP_PRINT");
     char *req = NULL, *resp = NULL, *end, *type = NULL, *l, num[40], in[65536];
     size_t rlen = 0, rcap = 0, len = 0, cap = 0, i, extra = filler ? strtoul(filler, NULL, 10) : 0;
     struct sigaction sa;
@@ -479,7 +482,14 @@ do_http(int fd, const char *method, const char *target, const char *filler)
         if (strncasecmp(l, "Content-Type:", 13) == 0)
             type = l + 13 + strspn(l + 13, " \t");
     }
-    printf("%.3s\n", resp + 9);
+    if (only == NULL || strcmp(only, "body") != 0)
+        printf("%.3s\n", resp + 9);
+    if (only != NULL && *only != '\0') {
+        if (strcmp(only, "body") == 0 && end != NULL)
+            fwrite(end + 4, 1, len - (size_t)(end + 4 - resp), stdout);
+        free(resp);
+        return 0;
+    }
     if (type != NULL)
         fwrite(type, 1, strcspn(type, "\r\n"), stdout);
     putchar('\n');
