@@ -1,11 +1,11 @@
 #!/bin/sh
 # The kill -9 crash test (t_crash) against the memcached store, with a real
 # memcached on a loopback port that this script starts and stops. At most
-# 800 submits (CRASH_TOTAL), where t_crash sends 40000 to SQLite: the
-# memcached store acknowledges each a memcached round trip later, so the
-# kill comes once all are sent, and the restart drains what was stored,
-# thousands of jobs (105 s of wall on a loaded machine). make check-long
-# runs it at the full size (t_crash_memcached_long.sh).
+# 800 submits (CRASH_TOTAL), the kill after 200 acknowledgements: the
+# memcached store acknowledges each a memcached round trip later, and the
+# restart drains one by one what was stored (at 40000, 105 s of wall on a
+# loaded machine). make check-long runs it at the full size
+# (t_crash_memcached_long.sh).
 . "$top_srcdir/tests/lib/server.sh"
 mc=${MEMCACHED_BIN:-/usr/bin/memcached}
 [ -x "$mc" ] || { echo "1..0 # SKIP memcached is not installed"; exit 0; }
