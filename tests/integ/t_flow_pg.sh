@@ -88,18 +88,20 @@ ok $? "it ended: its row is gone, not dead as expired ($(q "SELECT state FROM ds
 q "ALTER SYSTEM SET log_statement = 'mod'" >/dev/null
 q "SELECT pg_reload_conf()" >/dev/null
 # The 40 submits at once (each waits for its commit).
+# The 40 submits on one connection (rawpeer: OPTION_REQ expire-in, then 40
+# SUBMIT_JOB_BG), not a dsjob each; the worker's command appends the
+# payload, one tee a job.
 i=0
-subs=""
+set --
 while [ $i -lt 40 ]; do
     i=$((i + 1))
-    ds submit -b --expire-in 600 fdl "j$i" >/dev/null &
-    subs="$subs $!"
+    set -- "$@" -- 18 fdl "" "j$i"
 done
-for p in $subs; do wait "$p"; done
+is "$("$RAWPEER" "$(pgd_port a)" packets 26 expire-in=600 "$@" | grep -c '^8 H:')" 40 \
+    "40 background submits with expire-in=600 created"
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl' AND deadline IS NOT NULL")" 40 \
     "40 rows with a deadline"
-"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -c 20 -f fdl -- \
-    sh -c "cat >>'$T/fdl.log'; echo >>'$T/fdl.log'" >/dev/null 2>&1 &
+"$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -c 20 -f fdl -- tee -a "$T/fdl.log" >/dev/null 2>&1 &
 track $!
 fdl_done() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'fdl'")" = 0 ]; }
 poll_s 120 fdl_done

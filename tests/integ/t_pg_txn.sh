@@ -106,12 +106,9 @@ poll_s 120 registered txf
 ok $? "a dsjob worker for txf is registered"
 
 # --- rolled back: a handle, but no job ---
-h_rb=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txf', 'rolled-back'::bytea);
-ROLLBACK;
-EOF
-)
+# The transactions here go through q's psql session (tests/lib/pg.sh),
+# not a psql and a backend each.
+h_rb=$(q "BEGIN; SELECT dsjob.submit('txf', 'rolled-back'::bytea); ROLLBACK")
 ok $? "psql: BEGIN; SELECT dsjob.submit(...); ROLLBACK succeeds"
 [ -n "$h_rb" ]
 ok $? "dsjob.submit returned a handle inside the transaction: $h_rb"
@@ -167,12 +164,7 @@ ok $? "once done its row is gone"
 track $!
 poll_s 120 registered txg
 t_commit=$(ns)
-h_g=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txg', 'payload for gearman'::bytea);
-COMMIT;
-EOF
-)
+h_g=$(q "BEGIN; SELECT dsjob.submit('txg', 'payload for gearman'::bytea); COMMIT")
 poll_s 120 test -s "$T/gw.rc"
 is "$(cat "$T/gw.rc" 2>/dev/null)" 0 "gearman -w -c 1 did one job and exited 0 (handle $h_g)"
 is "$(cat "$T/gw.out")" "payload for gearman" "with the payload committed from psql"
@@ -217,12 +209,7 @@ else
 fi
 
 # --- unique keys: the same handle while live, one run, free once done ---
-h_u1=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txu', 'first'::bytea, 'u-1');
-COMMIT;
-EOF
-)
+h_u1=$(q "BEGIN; SELECT dsjob.submit('txu', 'first'::bytea, 'u-1'); COMMIT")
 [ -n "$h_u1" ]
 ok $? "a job with unique u-1 from psql: $h_u1"
 if [ -n "$TXN" ]; then
@@ -249,16 +236,14 @@ poll_s 120 ran "$T/ran.txu" fourth >/dev/null
 ok $? "which runs"
 
 # --- priorities in one transaction, then one worker ---
-pg_psql >/dev/null <<'EOF'
-BEGIN;
+q "BEGIN;
 SELECT dsjob.submit('txp', 'p-low'::bytea, NULL, 'low');
 SELECT dsjob.submit('txp', 'p-normal'::bytea);
 SELECT dsjob.submit('txp', 'p-high'::bytea, NULL, 'high');
 SELECT dsjob.submit('txp', 'p-low2'::bytea, NULL, 'low');
 SELECT dsjob.submit('txp', 'p-high2'::bytea, NULL, 'high');
 SELECT dsjob.submit('txp', 'p-normal2'::bytea, NULL, 'normal');
-COMMIT;
-EOF
+COMMIT" >/dev/null
 ok $? "six txp jobs of three priorities committed in one transaction"
 touch "$T/ran.txp"
 worker txp "$T/ran.txp"
@@ -271,13 +256,10 @@ is "$order" "p-high p-high2 p-normal p-normal2 p-low p-low2 " \
 # --- run_at ahead ---
 touch "$T/ran.txr"
 worker txr "$T/ran.txr"
-out=$(pg_psql -F ' ' <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '2 seconds'),
+out=$(q "BEGIN;
+SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '2 seconds') || ' ' ||
        floor(extract(epoch FROM now() + interval '2 seconds') * 1000)::bigint;
-COMMIT;
-EOF
-)
+COMMIT")
 due_ms=${out#* }
 diag "run_at job ${out% *} due at $due_ms ms since the epoch"
 poll_s 120 ran "$T/ran.txr" later >/dev/null

@@ -11,10 +11,11 @@
 #   admin       a batch opened on one server is known to the others (status,
 #               list); opening it again anywhere is BATCH_EXISTS; a submit
 #               to a batch no server opened is refused, naming it
-#   kill -9     60 members (3 x WF_MEMBERS) submitted through the three servers, b killed
+#   kill -9     30 members (3 x WF_MEMBERS, 10; t_pg_workflow_long.sh
+#               runs 340) submitted through the three servers, b killed
 #               with -9 while its worker is mid-batch, the batch closed on
 #               a third server: every acknowledged member runs, the counts
-#               reach total 60, done 60, and on_complete and on_success each
+#               reach total 30, done 30, and on_complete and on_success each
 #               reach a worker exactly once, with the summary as payload
 #   failures    a batch closed before any member ran (no worker yet): the
 #               end of its last member fires on_complete, with the failed
@@ -39,9 +40,9 @@
 #
 # Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
-# WF_MEMBERS (20) members go through each server: t_pg_workflow_long.sh
+# WF_MEMBERS (10) members go through each server: t_pg_workflow_long.sh
 # (make check-long) runs it with 340, a batch of 1,020.
-N=${WF_MEMBERS:-20}
+N=${WF_MEMBERS:-10}
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
