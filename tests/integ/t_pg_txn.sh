@@ -24,7 +24,8 @@
 # submission order within one); a job with run_at 2 s ahead does not run
 # before it and does run after it; on a server that polls once an hour, a
 # Gearman epoch job and a dsjob.submit() job with a run_at 2-3 s ahead run
-# when due, not before. Each pick-up time is printed.
+# when due, not before. Each pick-up time is printed. And q (pg.sh) does
+# not run a statement twice when its psql session ended after it ran.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -403,6 +404,33 @@ if [ -n "$TXN" ]; then
 else
     skip_n 1 "pg_txn_submit could not be built"
 fi
+# q (tests/lib/pg.sh) does not run a statement again when its session
+# ended after the statement ran: a session of the test's holds advisory
+# lock 4245, q's INSERT commits and its next statement waits for the lock,
+# and that session terminates q's backend there. q says so and returns 1;
+# the INSERT ran once. (q used to send the statement again through a
+# psql, and the INSERT ran twice.) The last of q's session: its queries
+# after this go through a psql each.
+q "CREATE TABLE q_once (n int)" >/dev/null
+pg_psql -c "SELECT pg_advisory_lock(4245)" -c "DO \$\$ BEGIN
+    FOR i IN 1..2400 LOOP
+        EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4245
+                          AND NOT granted);
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    PERFORM pg_terminate_backend(pid) FROM pg_locks
+        WHERE locktype = 'advisory' AND objid = 4245 AND NOT granted;
+END \$\$" >"$T/q_once.out" 2>&1 &
+killer=$!
+track $killer
+poll_s 120 gate_is 4245 t
+out=$(q "INSERT INTO q_once VALUES (1); SELECT pg_advisory_lock(4245)" 2>&1)
+r=$?
+wait $killer
+case $out in *"not run again"*) [ $r -ne 0 ] ;; *) false ;; esac
+ok $? "q: its session ended after the statement ran: refused, not run again: $out"
+is "$(q "SELECT count(*) FROM q_once")" 1 "the INSERT ran once"
+
 grep -q 'STORE_ERROR\|lease' "$T/worker.err" 2>/dev/null && sed 's/^/# worker: /' "$T/worker.err" | head -5
 reap
 pgd_stop a
