@@ -39,12 +39,14 @@ is "$(settings fp)" "concurrency 3 rate 10/m paused" "the settings came back aft
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port a)" -f fp -f fq -- sh -c "cat >>'$T/done'; echo >>'$T/done'" &
 track $!
 ds submit -b fq two >/dev/null
+await_lines "$T/done" 1
 poll_s 120 done_is 1
 ok $? "the worker ran another function's job"
 grep -q "^one" "$T/done"
 ok $([ $? -ne 0 ] && echo 0 || echo 1) "not the paused one"
 ds resume fp
 ok $? "dsjob resume"
+await_lines "$T/done" 2
 poll_s 120 done_is 2
 ok $? "the paused job ran after resume"
 ds limit fp --off
@@ -61,6 +63,7 @@ h=$(ds submit -b --expire-in 2 fst once 2>&1)
     >/dev/null 2>&1 &
 track $!
 started() { grep -q '^once$' "$T/fst.log" 2>/dev/null; }
+await_lines "$T/fst.log" 1 -x once
 poll_s 120 started
 ok $? "a worker started $h before its deadline"
 poll_s 120 eval '[ "$(q "SELECT deadline IS NULL FROM dsjob.jobs WHERE handle = '"'$h'"'")" = t ]'
@@ -75,6 +78,7 @@ pgd_start_or_bail a --verbose NOTICE --pg-lease 3 --max-dead 10
     >/dev/null 2>&1 &
 track $!
 ran_twice() { [ "$(grep -c '^once$' "$T/fst.log")" -ge 2 ]; }
+await_lines "$T/fst.log" 2 -x once
 poll_s 120 ran_twice
 ok $? "after kill -9 past its deadline its lease ran out and it ran again"
 row_gone() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE handle = '$h'")" = 0 ]; }

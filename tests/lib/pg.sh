@@ -102,8 +102,8 @@
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS (60 at least)
 #                     of pauses; between tries it sleeps POLL_S_SLEEP
-#                     seconds if set, else 0.05 s for the first second,
-#                     0.2 s for the next five and 0.5 s after them
+#                     seconds if set, else 0.1 s for the first second,
+#                     0.25 s for the next five and 0.5 s after them
 #   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
 #                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
@@ -781,12 +781,13 @@ poll_s() {
 
 # _poll_s_sleep: the pause between two tries of poll_s and poll_moving,
 # counted in _ps_i and, in hundredths of a second, in _ps_cs (the caller
-# zeroes both): POLL_S_SLEEP if set, else 0.05 s for the first second,
-# 0.2 s for the next five, then 0.5 s. A wait of seconds (a lease, a
-# commit interval) then costs a try every 0.2 s, not every 0.05 s, and
-# one of tens of seconds (a loaded machine) a try every 0.5 s: each try
-# runs a sleep and dsjob, a query or gearadmin, and their CPU is what
-# slows the suite on a shared machine.
+# zeroes both): POLL_S_SLEEP if set, else 0.1 s for the first second,
+# 0.25 s for the next five, then 0.5 s. A wait of seconds (a lease, a
+# commit interval) then costs a try every 0.25 s, and one of tens of
+# seconds (a loaded machine) a try every 0.5 s: each try runs a sleep and
+# dsjob, a query or gearadmin, and their CPU is what slows the suite on a
+# shared machine (where a wait is seconds, and tries at 0.05 s were half
+# of a test's processes).
 _poll_s_sleep() {
     _ps_i=$((_ps_i + 1))
     if [ -n "${POLL_S_SLEEP:-}" ]; then
@@ -797,12 +798,12 @@ _poll_s_sleep() {
         _ps_f=${_ps_f%"${_ps_f#??}"}
         _ps_cs=$((_ps_cs + ${_ps_w:-0} * 100 + 1$_ps_f - 100))
         sleep "$POLL_S_SLEEP"
-    elif [ $_ps_i -le 20 ]; then
-        _ps_cs=$((_ps_cs + 5))
-        sleep 0.05
-    elif [ $_ps_i -le 45 ]; then
-        _ps_cs=$((_ps_cs + 20))
-        sleep 0.2
+    elif [ $_ps_i -le 10 ]; then
+        _ps_cs=$((_ps_cs + 10))
+        sleep 0.1
+    elif [ $_ps_i -le 30 ]; then
+        _ps_cs=$((_ps_cs + 25))
+        sleep 0.25
     else
         _ps_cs=$((_ps_cs + 50))
         sleep 0.5
