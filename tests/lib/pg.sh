@@ -12,7 +12,7 @@
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
 #   pg_start          a copy of the first test's cluster (initdb, then
 #                     CREATE DATABASE dsjob, kept stopped as a tar,
-#                     $top_builddir/tests/pg-template-VERSION-db3.tar) in a
+#                     $top_builddir/tests/pg-template-VERSION-db4.tar) in a
 #                     fresh temp dir (on /dev/shm when it has 1 GB free,
 #                     else in TMPDIR; PG_TMPDIR chooses), owned by the
 #                     `postgres` user when we are root (initdb refuses
@@ -173,7 +173,7 @@ pg_find() {
         return 1
     }
     if [ "$_pg_uid" = 0 ]; then
-        if ! id postgres >/dev/null 2>&1; then
+        if ! _pg_has_user postgres; then
             PG_WHY="running as root and there is no 'postgres' user to run initdb as"
             return 1
         fi
@@ -183,6 +183,15 @@ pg_find() {
         fi
     fi
     return 0
+}
+
+# _pg_has_user NAME: a user NAME, found in /etc/passwd by the shell (no
+# process), else by id (a user of NSS's other sources).
+_pg_has_user() {
+    while IFS=: read -r _pu _pr; do
+        [ "$_pu" = "$1" ] && return 0
+    done </etc/passwd 2>/dev/null
+    id "$1" >/dev/null 2>&1
 }
 
 pg_skip_unless_found() {
@@ -263,13 +272,13 @@ pg_start() {
     # last rename wins. The copy is small
     # (18 MB, not initdb's 46: WAL segments of 1 MB, two of them kept,
     # and no databases postgres and template0).
-    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db3.tar
-    if [ -s "$_pg_tpl" ] && mkdir "$PG_DATA" && tar -C "$PG_DATA" -xf "$_pg_tpl" 2>/dev/null; then
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db4.tar
+    if [ -s "$_pg_tpl" ] && tar -C "$PG_DIR" -xf "$_pg_tpl" 2>/dev/null; then
         :
     else
         rm -rf "$PG_DATA"
         _pg_template_make || return 1
-        if tar -C "$PG_DATA" -cf "$_pg_tpl.$$" . 2>/dev/null; then
+        if tar -C "$PG_DIR" -cf "$_pg_tpl.$$" data 2>/dev/null; then
             mv -f "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -f "$_pg_tpl.$$"
         else
             rm -f "$_pg_tpl.$$"
@@ -421,7 +430,10 @@ _pgq_ended() {
 _PGQ_PID=""
 _pgq_open() {
     _pgq_close
-    rm -f "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" "$TEST_TMPDIR/pgq.ended"
+    # No rm at the first open (a fresh temp dir): a process less a test.
+    if [ -e "$TEST_TMPDIR/pgq.in" ] || [ -e "$TEST_TMPDIR/pgq.ended" ]; then
+        rm -f "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" "$TEST_TMPDIR/pgq.ended"
+    fi
     mkfifo "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" || return 0
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_PORT" -U postgres \
         -d dsjob <"$TEST_TMPDIR/pgq.in" >"$TEST_TMPDIR/pgq.out" 2>"$TEST_TMPDIR/pgq.err" &
