@@ -830,15 +830,18 @@ _poll_s_sleep() {
 poll_moving() {
     _pm_quiet=$1 _pm_probe=$2
     shift 2
+    # COND first: once it holds, no probe (its processes) is run at all.
+    "$@" && return 0
     _pm_last=$(eval "$_pm_probe")
     _ps_i=0 _ps_cs=0 _pm_since=0
-    while ! "$@"; do
+    while :; do
+        [ $((_ps_cs - _pm_since)) -lt $((_pm_quiet * 100)) ] || return 1
+        _poll_s_sleep
+        "$@" && return 0
         _pm_now=$(eval "$_pm_probe")
         if [ "$_pm_now" != "$_pm_last" ]; then
             _pm_last=$_pm_now _pm_since=$_ps_cs
         fi
-        [ $((_ps_cs - _pm_since)) -lt $((_pm_quiet * 100)) ] || return 1
-        _poll_s_sleep
     done
 }
 
