@@ -16,6 +16,9 @@ connections. Only 127.0.0.1.
         prefixed with "KIND "
     python3 pg_gear.py pendings PORT1 FILE1 PORT2 FILE2  pending PORT1 cancel and
         pending PORT2 priority at once, in two threads, into FILE1 and FILE2
+    python3 pg_gear.py submits PORT FUNC OPTION N  OPTION_REQ OPTION and N
+        SUBMIT_JOB_BG of FUNC (payloads j1..jN) in one write; prints "option
+        ANSWER" and "created N"
     python3 pg_gear.py pending PORT cancel|priority  a job still in the open batch
         (the server gathers commits for a while): submit one to learn the
         handles, submit a second without waiting, then "cancel job H2" or
@@ -41,7 +44,7 @@ import time
 
 T = dict(CAN_DO=1, GRAB_JOB=9, NO_JOB=10, JOB_ASSIGN=11, WORK_COMPLETE=13, SUBMIT_JOB_BG=18,
          JOB_CREATED=8, ERROR=19, NOOP=6, PRE_SLEEP=4, GRAB_JOB_UNIQ=30, JOB_ASSIGN_UNIQ=31,
-         SUBMIT_JOB_LOW_BG=34, SUBMIT_JOB_EPOCH=36)
+         SUBMIT_JOB_LOW_BG=34, SUBMIT_JOB_EPOCH=36, OPTION_REQ=26, OPTION_RES=27)
 N = {v: k for k, v in T.items()}
 
 
@@ -296,6 +299,24 @@ def coalesce(port, func, live, tag):
               else "%s:%s" % (r[0] if r else None, h))
 
 
+def submits(port, func, option, n):
+    """OPTION_REQ option, then n SUBMIT_JOB_BG of func (payloads j1..jN), all in
+    one write on one connection: the server gathers them into its commits
+    as it would n clients' at once, where one submit answered before the
+    next goes would wait for a commit each."""
+    c = Conn(port)
+    c.s.sendall(pkt("OPTION_REQ", option) +
+                b"".join(pkt("SUBMIT_JOB_BG", func, "", "j%d" % i) for i in range(1, n + 1)))
+    r = c.recv(120)
+    print("option", r[0] if r else None)
+    res = [c.recv(120) for _ in range(n)]
+    print("created", sum(1 for r in res if r and r[0] == "JOB_CREATED"))
+    for r in res:
+        if not r or r[0] != "JOB_CREATED":
+            print("# not created:", r)
+            break
+
+
 def pending(port, what, out=None):
     def print(*args):  # each line into out, when given
         builtins.print(*args, file=out or sys.stdout)
@@ -395,6 +416,8 @@ if __name__ == "__main__":
                 badrow(int(sys.argv[2]), kind, buf)
                 for line in buf.getvalue().splitlines():
                     print(kind, line)
+    if sys.argv[1] == "submits":
+        submits(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
     if sys.argv[1] == "pendings":
         # pending PORT1 cancel and pending PORT2 priority at once, each into
         # its FILE.
