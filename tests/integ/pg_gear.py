@@ -12,6 +12,13 @@ connections. Only 127.0.0.1.
         unique keys TAG-0..TAG-19, 5 without one, and one with UNIQ, pipelined in
         one write (one batch); prints "created N" (JOB_CREATED answers), "handle
         TAG-I H" for each keyed submit and "live H" for UNIQ's
+    python3 pg_gear.py badrow PORT KIND KIND...  each KIND in turn, its lines
+        prefixed with "KIND "
+    python3 pg_gear.py pendings PORT1 FILE1 PORT2 FILE2  pending PORT1 cancel and
+        pending PORT2 priority at once, in two threads, into FILE1 and FILE2
+    python3 pg_gear.py submits PORT FUNC OPTION N  OPTION_REQ OPTION and N
+        SUBMIT_JOB_BG of FUNC (payloads j1..jN) in one write; prints "option
+        ANSWER" and "created N"
     python3 pg_gear.py pending PORT cancel|priority  a job still in the open batch
         (the server gathers commits for a while): submit one to learn the
         handles, submit a second without waiting, then "cancel job H2" or
@@ -24,17 +31,20 @@ connections. Only 127.0.0.1.
         a word), CONTROL_DIR/thaw starts again. It writes the port it
         listens on to LISTEN_PORT_FILE and runs until killed.
 """
+import builtins
+import io
 import os
 import select
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 T = dict(CAN_DO=1, GRAB_JOB=9, NO_JOB=10, JOB_ASSIGN=11, WORK_COMPLETE=13, SUBMIT_JOB_BG=18,
          JOB_CREATED=8, ERROR=19, NOOP=6, PRE_SLEEP=4, GRAB_JOB_UNIQ=30, JOB_ASSIGN_UNIQ=31,
-         SUBMIT_JOB_LOW_BG=34, SUBMIT_JOB_EPOCH=36)
+         SUBMIT_JOB_LOW_BG=34, SUBMIT_JOB_EPOCH=36, OPTION_REQ=26, OPTION_RES=27)
 N = {v: k for k, v in T.items()}
 
 
@@ -249,7 +259,9 @@ def hostile(port, psql):
     return 1 if fails else 0
 
 
-def badrow(port, kind):
+def badrow(port, kind, out=None):
+    def print(*args):  # each line into out, when given
+        builtins.print(*args, file=out or sys.stdout)
     a, b = Conn(port), Conn(port)
     a.s.sendall(b"".join(pkt("SUBMIT_JOB_BG", "bad_" + kind, "", "job-%d" % i) for i in range(20)))
     time.sleep(0.05)
@@ -287,7 +299,27 @@ def coalesce(port, func, live, tag):
               else "%s:%s" % (r[0] if r else None, h))
 
 
-def pending(port, what):
+def submits(port, func, option, n):
+    """OPTION_REQ option, then n SUBMIT_JOB_BG of func (payloads j1..jN), all in
+    one write on one connection: the server gathers them into its commits
+    as it would n clients' at once, where one submit answered before the
+    next goes would wait for a commit each."""
+    c = Conn(port)
+    c.s.sendall(pkt("OPTION_REQ", option) +
+                b"".join(pkt("SUBMIT_JOB_BG", func, "", "j%d" % i) for i in range(1, n + 1)))
+    r = c.recv(120)
+    print("option", r[0] if r else None)
+    res = [c.recv(120) for _ in range(n)]
+    print("created", sum(1 for r in res if r and r[0] == "JOB_CREATED"))
+    for r in res:
+        if not r or r[0] != "JOB_CREATED":
+            print("# not created:", r)
+            break
+
+
+def pending(port, what, out=None):
+    def print(*args):  # each line into out, when given
+        builtins.print(*args, file=out or sys.stdout)
     c0 = Conn(port)
     t = "SUBMIT_JOB_LOW_BG" if what == "priority" else "SUBMIT_JOB_BG"
     c0.send(t, "pend_" + what, "", "first")
@@ -374,7 +406,31 @@ if __name__ == "__main__":
     if sys.argv[1] == "hostile":
         sys.exit(hostile(int(sys.argv[2]), sys.argv[3:]))
     if sys.argv[1] == "badrow":
-        badrow(int(sys.argv[2]), sys.argv[3])
+        # Several kinds: one after the other, each kind's lines prefixed
+        # with it (one python for them all).
+        if len(sys.argv) == 4:
+            badrow(int(sys.argv[2]), sys.argv[3])
+        else:
+            for kind in sys.argv[3:]:
+                buf = io.StringIO()
+                badrow(int(sys.argv[2]), kind, buf)
+                for line in buf.getvalue().splitlines():
+                    print(kind, line)
+    if sys.argv[1] == "submits":
+        submits(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if sys.argv[1] == "pendings":
+        # pending PORT1 cancel and pending PORT2 priority at once, each into
+        # its FILE.
+        ts = []
+        for port, what, path in ((sys.argv[2], "cancel", sys.argv[3]),
+                                 (sys.argv[4], "priority", sys.argv[5])):
+            f = open(path, "w")
+            t = threading.Thread(target=pending, args=(int(port), what, f))
+            t.start()
+            ts.append((t, f))
+        for t, f in ts:
+            t.join()
+            f.close()
     if sys.argv[1] == "coalesce":
         coalesce(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
     if sys.argv[1] == "pending":

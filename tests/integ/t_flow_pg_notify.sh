@@ -58,6 +58,7 @@ q "BEGIN;
    COMMIT;" >/dev/null
 ok $? "one transaction: fn gets sequence hold, six jobs of key z, NOTIFY flow"
 done6() { [ "$(grep -c '^E ' "$T/ev")" -ge 6 ]; }
+await_lines "$T/ev" 6 -E '^E '
 poll done6
 ok $? "B ran the six"
 is "$(ds b limit fn --format tsv | cut -f2)" "sequence hold" "B follows the stored settings"

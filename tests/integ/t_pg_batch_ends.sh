@@ -51,9 +51,19 @@ ok $? "$N members of each of the four batches submitted through each of a, b, c"
 for k in $BATCHES; do
     ds a batch close "$k" >/dev/null
 done
+# The members' workers: four gearman -w without a command on each server
+# (each answers a job itself, with an empty result: no process a job, where
+# dsjob worker starts its command for each), else dsjob worker -c 12.
 for n in a b c; do
-    "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -c 12 -f be.work -- true 2>>"$T/worker.err" &
-    track $!
+    if [ -n "$GEARMAN" ] && [ -x "$GEARMAN" ]; then
+        for i in 1 2 3 4; do
+            "$GEARMAN" -h 127.0.0.1 -p "$(pgd_port "$n")" -w -f be.work >/dev/null 2>>"$T/worker.err" &
+            track $!
+        done
+    else
+        "$DSJOB" worker -s "127.0.0.1:$(pgd_port "$n")" -c 12 -f be.work -- true 2>>"$T/worker.err" &
+        track $!
+    fi
 done
 # The members not ended yet: their rows that are still live (an end
 # rewrites the row and counts it in its batch in one commit). One psql a

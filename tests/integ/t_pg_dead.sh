@@ -56,7 +56,10 @@ hd2=$(dsn a submit -b pgdead two 2>&1)
 hk=$(dsn a submit -b pgkeep kept 2>&1)
 diag "dead-to-be $hd1 $hd2, kept-to-be $hk"
 want_dead=$(printf '%s\n%s\n' "$hd1" "$hd2" | sort | tr '\n' ' ')
-has_dead() { [ "$(dead_handles "$1")" = "$want_dead" ]; }
+has_dead() { # has_dead NAME: pgdead's dead set there is hd1 and hd2 (a dsjob and an awk a try)
+    dsn "$1" dead list pgdead --format tsv 2>/dev/null | awk -F '\t' -v a="$hd1" -v b="$hd2" '
+        $1 ~ /^H:/ { n++; x += $1 == a; y += $1 == b } END { exit !(n == 2 && x == 1 && y == 1) }'
+}
 poll_s 15 has_dead a
 ok $? "a's dead set holds the two failed jobs ($(dead_handles a))"
 # The kept job runs on another worker than the failing ones: wait for it too.
@@ -111,6 +114,7 @@ poll_s 10 pgd_registered b pgdead
 out=$(dsn b dead retry "$hd1" 2>&1)
 ok $? "b retries $hd1 ($out)"
 ran_one() { grep -qx one "$T/ran"; }
+await_lines "$T/ran" 1 -x one
 poll_s 15 ran_one
 ok $? "it runs on b's worker"
 kept_row() { [ "$(q "SELECT state FROM dsjob.jobs WHERE handle = '$1'")" = 2 ]; }
@@ -168,6 +172,7 @@ track $!
 poll_s 10 pgd_registered d pgretry
 ok $? "then a worker for pgretry comes to d ($(($(date +%s%N) / 1000000 - ${due_ms:-0})) ms from the retry's run-at time)"
 ran_retry() { [ -s "$T/ran.retry" ]; }
+await_file "$T/ran.retry" ""
 poll_s 30 ran_retry
 ok $? "d runs the retry without a poll or a renewal"
 ts=$(head -1 "$T/ran.retry")

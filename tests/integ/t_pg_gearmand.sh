@@ -41,13 +41,18 @@ q 'CREATE TABLE queue_copy AS SELECT * FROM queue' >/dev/null
 # The order the rows call for: by priority, then as written (gearmand's own
 # libpq replay, below, loses the priorities: it reads its rows in binary
 # and parses them as text, so it is the reference for the jobs only).
-for f in q_a q_b; do
-    q "SELECT data FROM queue WHERE function_name = '$f' AND when_to_run = 0
-       ORDER BY priority, ctid" | "$PYTHON" -c '
+# Both functions' rows in one query and one python: "FUNCTION \xDATA" lines.
+q "SELECT function_name || ' ' || data FROM queue WHERE function_name IN ('q_a', 'q_b')
+   AND when_to_run = 0 ORDER BY function_name, priority, ctid" | "$PYTHON" -c '
 import sys
+out = {"q_a": [], "q_b": []}
 for l in sys.stdin.read().split("\n"):
-    if l: print(repr(bytes.fromhex(l[2:])))' >"$dir/want.$f"
-done
+    if l:
+        f, d = l.split(" ", 1)
+        out[f].append(repr(bytes.fromhex(d[2:])))
+for f, lines in out.items():
+    with open(sys.argv[1] + "." + f, "w") as w:
+        w.write("".join(x + "\n" for x in lines))' "$dir/want"
 
 server_start gearmand -q Postgres --libpq-conninfo="$GDSN" || exit 1
 "$PYTHON" "$dir/worker.py" "$SERVER_PORT" 8 >"$dir/ref.out"

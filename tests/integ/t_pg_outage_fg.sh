@@ -22,12 +22,13 @@
 pg_test_start b --pg-lease 2 --pg-prefetch 4 --verbose NOTICE
 
 # The worker's job: its payload on a line of ran, then a background job
-# waits for the gate.
-cat >"$T/rec.sh" <<'EOF'
-p=$(cat)
-echo "$p" >> "$1"
-case $p in bg-*) while [ ! -e "$2" ]; do sleep 0.05; done ;; esac
-echo "did $p"
+# waits for the gate (rawpeer until-file: one process, not a sleep every
+# 0.05 s; again after its 120 s of nothing moving).
+cat >"$T/rec.sh" <<EOF
+p=\$(cat)
+echo "\$p" >> "\$1"
+case \$p in bg-*) until [ -e "\$2" ]; do "$RAWPEER" until-file "\$2"; done ;; esac
+echo "did \$p"
 EOF
 touch "$T/ran"
 "$DSJOB" worker -s "127.0.0.1:$(pgd_port b)" -c 1 -f of -- sh "$T/rec.sh" "$T/ran" "$T/gate" \
@@ -38,6 +39,7 @@ lines_ge() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ]; }
 for i in 1 2 3 4; do
     "$DSJOB" -s "127.0.0.1:$(pgd_port b)" -t 60000 submit -b of "bg-$i" >/dev/null
 done
+await_lines "$T/ran" 1
 poll_s 20 lines_ge "$T/ran" 1
 own=$(q "SELECT DISTINCT owner FROM dsjob.jobs WHERE func = 'of' AND state = 0 AND owner IS NOT NULL")
 held=$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'of' AND state = 0 AND owner = '$own'")
@@ -66,6 +68,7 @@ fg_done() { grep -q '^rc=' "$T/fg.$1" 2>/dev/null; }
 fg 1 &
 track $!
 touch "$T/gate"
+await_lines "$T/fg.1" 1 -E '^rc='
 poll_s 90 fg_done 1
 grep -q '^rc=0' "$T/fg.1" && grep -q 'did fg-1' "$T/fg.1"
 ok $? "a foreground job ran on b while PostgreSQL was down and b's lease had run out"
@@ -74,6 +77,7 @@ sed 's/^/# fg-1: /' "$T/fg.1"
 # (the gate is open) before fg-2, which comes after.
 fg 2 &
 track $!
+await_lines "$T/fg.2" 1 -E '^rc='
 poll_s 90 fg_done 2
 grep -q '^rc=0' "$T/fg.2"
 ok $? "a second foreground job ran too"

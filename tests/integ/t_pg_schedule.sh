@@ -41,6 +41,10 @@ poll_s 120 knows b
 ok $? "b lists it too (read from dsjob.schedules)"
 # From here both fire every tick.
 n0=$(ticks)
+# The waits for lines of RAN are one rawpeer each (until-lines), not an awk
+# and a sleep a try; the count of distinct ticks is then checked (a tick
+# run twice would be a line more, not a tick).
+await_lines "$RAN" $((n0 + 10)) -E '^sched:every:' -d
 poll_s 120 at_least $((n0 + 10))
 ok $? "ten more ticks ran ($(ticks) in all)"
 dups=$(cut -d' ' -f1 "$RAN" | sort | uniq -d)
@@ -56,6 +60,7 @@ is "$rows" 1 "the table holds the schedule with its last tick"
 
 pgd_stop a
 n1=$(ticks)
+await_lines "$RAN" $((n1 + 3)) -E '^sched:every:' -d
 poll_s 120 at_least $((n1 + 3))
 ok $? "with a stopped, b fires on"
 ds b schedule rm every >/dev/null 2>&1
@@ -93,8 +98,7 @@ ok $? "c says its tick was not fired: the store failed"
 lt=$(q "SELECT last_tick FROM dsjob.schedules WHERE name = 'late'")
 is "$lt" 0 "the refused tick is not claimed in the table"
 q "DROP TRIGGER refuse ON dsjob.jobs" >/dev/null
-late_ran() { grep -q '^sched:late:' "$RAN" 2>/dev/null; }
-poll_s 120 late_ran
+await_lines "$RAN" 1 -E '^sched:late:'
 ok $? "once the store takes the job, the tick's job runs"
 lt=$(q "SELECT last_tick > 0 FROM dsjob.schedules WHERE name = 'late'")
 is "$lt" t "and the tick is claimed"

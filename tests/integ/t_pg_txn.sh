@@ -24,7 +24,8 @@
 # submission order within one); a job with run_at 2 s ahead does not run
 # before it and does run after it; on a server that polls once an hour, a
 # Gearman epoch job and a dsjob.submit() job with a run_at 2-3 s ahead run
-# when due, not before. Each pick-up time is printed.
+# when due, not before. Each pick-up time is printed. And q (pg.sh) does
+# not run a statement twice when its psql session ended after it ran.
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -78,6 +79,11 @@ ran() {
     [ "$2" = "${_ran_p-}" ] || _ran_p=$2 _ran_h=$(hex "$2")
     grep " $_ran_h\$" "$1"
 }
+ran_wait() { # ran_wait FILE PAYLOAD: until FILE has a line of PAYLOAD (one rawpeer), then as ran
+    [ "$2" = "${_ran_p-}" ] || _ran_p=$2 _ran_h=$(hex "$2")
+    await_lines "$1" 1 -E " $_ran_h\$"
+    poll_s 120 ran "$1" "$2"
+}
 ran_count() { grep -c " $(hex "$2")\$" "$1" 2>/dev/null; }
 worker() { # worker FUNCTION FILE: a dsjob worker for FUNCTION, recording into FILE
     "$DSJOB" worker -s "127.0.0.1:$PORT" -f "$1" -- sh "$T/rec.sh" "$2" 2>>"$T/worker.err" &
@@ -106,12 +112,9 @@ poll_s 120 registered txf
 ok $? "a dsjob worker for txf is registered"
 
 # --- rolled back: a handle, but no job ---
-h_rb=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txf', 'rolled-back'::bytea);
-ROLLBACK;
-EOF
-)
+# The transactions here go through q's psql session (tests/lib/pg.sh),
+# not a psql and a backend each.
+h_rb=$(q "BEGIN; SELECT dsjob.submit('txf', 'rolled-back'::bytea); ROLLBACK")
 ok $? "psql: BEGIN; SELECT dsjob.submit(...); ROLLBACK succeeds"
 [ -n "$h_rb" ]
 ok $? "dsjob.submit returned a handle inside the transaction: $h_rb"
@@ -133,6 +136,7 @@ SELECT dsjob.submit('txf', 'committed-late'::bytea);
 COMMIT;
 EOF
 psql_pid=$!
+await_file "$T/late.submitted" ""
 poll_s 120 test -s "$T/late.submitted"
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txf'")" 0 \
     "a job in a transaction still open is invisible to another session"
@@ -144,7 +148,7 @@ touch "$T/late.go"
 wait $psql_pid
 ok $? "the transaction commits"
 t_commit=$(cat "$T/late.committing" 2>/dev/null || ns)
-poll_s 120 ran "$T/ran.txf" committed-late >/dev/null
+ran_wait "$T/ran.txf" committed-late >/dev/null
 ok $? "the committed job runs"
 ts=$(ran "$T/ran.txf" committed-late | cut -d' ' -f1)
 [ -n "$ts" ] && [ "$ts" -ge "$t_commit" ]
@@ -167,12 +171,8 @@ ok $? "once done its row is gone"
 track $!
 poll_s 120 registered txg
 t_commit=$(ns)
-h_g=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txg', 'payload for gearman'::bytea);
-COMMIT;
-EOF
-)
+h_g=$(q "BEGIN; SELECT dsjob.submit('txg', 'payload for gearman'::bytea); COMMIT")
+await_file "$T/gw.rc" ""
 poll_s 120 test -s "$T/gw.rc"
 is "$(cat "$T/gw.rc" 2>/dev/null)" 0 "gearman -w -c 1 did one job and exited 0 (handle $h_g)"
 is "$(cat "$T/gw.out")" "payload for gearman" "with the payload committed from psql"
@@ -180,6 +180,7 @@ diag "gearman CLI worker done $(ms_since "$t_commit" "$(ns)") ms after the psql 
 
 t_commit=$(ns)
 h_bin=$(q "SELECT dsjob.submit('txf', '\\x00ff0a41'::bytea)")
+await_lines "$T/ran.txf" 1 -E ' 00ff0a41$'
 poll_s 120 grep -q " 00ff0a41\$" "$T/ran.txf"
 ok $? "a payload with bytes 00 ff 0a from psql reaches the worker whole (autocommit; $h_bin)"
 ts=$(grep " 00ff0a41\$" "$T/ran.txf" | cut -d' ' -f1)
@@ -197,7 +198,7 @@ if [ -n "$TXN" ]; then
     ok $? "it printed a handle and its row: $out"
     is "$(q "SELECT handle FROM pg_txn_app WHERE id = ${row:-0}")" "$h_c" \
         "its application row was committed with the handle"
-    poll_s 120 ran "$T/ran.txf" "$pl" >/dev/null
+    ran_wait "$T/ran.txf" "$pl" >/dev/null
     ok $? "its job runs"
     ts=$(ran "$T/ran.txf" "$pl" | cut -d' ' -f1)
     lat=$(ms_since "$t_commit" "$ts")
@@ -217,12 +218,7 @@ else
 fi
 
 # --- unique keys: the same handle while live, one run, free once done ---
-h_u1=$(pg_psql <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txu', 'first'::bytea, 'u-1');
-COMMIT;
-EOF
-)
+h_u1=$(q "BEGIN; SELECT dsjob.submit('txu', 'first'::bytea, 'u-1'); COMMIT")
 [ -n "$h_u1" ]
 ok $? "a job with unique u-1 from psql: $h_u1"
 if [ -n "$TXN" ]; then
@@ -237,7 +233,7 @@ is "$h_u3" "$h_u1" "SUBMIT_JOB_BG with unique u-1 to dsjobd gets it too"
 is "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'txu'")" 1 "one row for txu"
 touch "$T/ran.txu"
 worker txu "$T/ran.txu"
-poll_s 120 ran "$T/ran.txu" first >/dev/null
+ran_wait "$T/ran.txu" first >/dev/null
 ok $? "the worker runs it, with the first payload"
 poll_s 120 gone "$h_u1"
 sleep 0.5
@@ -245,24 +241,23 @@ is "$(wc -l <"$T/ran.txu" | tr -d ' ')" 1 "once"
 h_u4=$(q "SELECT dsjob.submit('txu', 'fourth'::bytea, 'u-1')")
 [ -n "$h_u4" ] && [ "$h_u4" != "$h_u1" ]
 ok $? "once it is done, u-1 makes a new job: $h_u4"
-poll_s 120 ran "$T/ran.txu" fourth >/dev/null
+ran_wait "$T/ran.txu" fourth >/dev/null
 ok $? "which runs"
 
 # --- priorities in one transaction, then one worker ---
-pg_psql >/dev/null <<'EOF'
-BEGIN;
+q "BEGIN;
 SELECT dsjob.submit('txp', 'p-low'::bytea, NULL, 'low');
 SELECT dsjob.submit('txp', 'p-normal'::bytea);
 SELECT dsjob.submit('txp', 'p-high'::bytea, NULL, 'high');
 SELECT dsjob.submit('txp', 'p-low2'::bytea, NULL, 'low');
 SELECT dsjob.submit('txp', 'p-high2'::bytea, NULL, 'high');
 SELECT dsjob.submit('txp', 'p-normal2'::bytea, NULL, 'normal');
-COMMIT;
-EOF
+COMMIT" >/dev/null
 ok $? "six txp jobs of three priorities committed in one transaction"
 touch "$T/ran.txp"
 worker txp "$T/ran.txp"
 lines_ge() { [ "$(wc -l <"$1")" -ge "$2" ]; }
+await_lines "$T/ran.txp" 6
 poll_s 120 lines_ge "$T/ran.txp" 6
 order=$(sort -n "$T/ran.txp" | cut -d' ' -f3 | perl -ne 'chomp; print pack("H*", $_), " "')
 is "$order" "p-high p-high2 p-normal p-normal2 p-low p-low2 " \
@@ -271,16 +266,13 @@ is "$order" "p-high p-high2 p-normal p-normal2 p-low p-low2 " \
 # --- run_at ahead ---
 touch "$T/ran.txr"
 worker txr "$T/ran.txr"
-out=$(pg_psql -F ' ' <<'EOF'
-BEGIN;
-SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '2 seconds'),
+out=$(q "BEGIN;
+SELECT dsjob.submit('txr', 'later'::bytea, NULL, 'normal', now() + interval '2 seconds') || ' ' ||
        floor(extract(epoch FROM now() + interval '2 seconds') * 1000)::bigint;
-COMMIT;
-EOF
-)
+COMMIT")
 due_ms=${out#* }
 diag "run_at job ${out% *} due at $due_ms ms since the epoch"
-poll_s 120 ran "$T/ran.txr" later >/dev/null
+ran_wait "$T/ran.txr" later >/dev/null
 ts=$(ran "$T/ran.txr" later | cut -d' ' -f1)
 [ -n "$ts" ]
 ok $? "it runs, without a poll (once an hour)"
@@ -305,7 +297,7 @@ out=$(printf x | timeout 20 gearman -h 127.0.0.1 -p "$PORT" -b -f "$(printf 'bad
 case $out in *UTF-8*) true ;; *) false ;; esac
 ok $? "a background submit of a function that is not UTF-8 is refused by name ($out)"
 h_8=$(q "SELECT dsjob.submit('txn8', convert_to('beside-bad', 'UTF8'))")
-poll_s 120 ran "$T/ran.txn8" beside-bad >/dev/null
+ran_wait "$T/ran.txn8" beside-bad >/dev/null
 ok $? "with a worker for that name connected, a job of another function still runs ($h_8)"
 kill "$bad_w" 2>/dev/null
 wait "$bad_w" 2>/dev/null
@@ -337,7 +329,7 @@ ok $? "a logged that it gave up leases on jobs it lacked"
 touch "$T/ran.txs"
 t0=$(ns)
 worker txs "$T/ran.txs"
-poll_s 120 ran "$T/ran.txs" stray >/dev/null
+ran_wait "$T/ran.txs" stray >/dev/null
 ok $? "a worker for txs gets it ($(ms_since "$t0" "$(ran "$T/ran.txs" stray | cut -d' ' -f1)") ms after it started)"
 is "$(ran "$T/ran.txs" stray | cut -d' ' -f2)" "$h_s" "under the handle dsjob.submit returned"
 poll_s 120 gone "$h_s"
@@ -378,7 +370,7 @@ killed=$(q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 k4=$("$DSJOB" -s "127.0.0.1:$(pgd_port k)" submit -b txk2 mixed 2>&1)
 case $k4 in H:*) r=0 ;; *) r=1 ;; esac
 ok $r "k takes a submit with a worker waiting, right after $killed connections were killed ($k4)"
-poll_s 120 ran "$T/ran.txk2" mixed >/dev/null
+ran_wait "$T/ran.txk2" mixed >/dev/null
 ok $? "and that worker runs it"
 is "$(ran_count "$T/ran.txk2" mixed)" 1 "once"
 pgd_stop k
@@ -404,7 +396,7 @@ sql_ms=$(q "SELECT floor(extract(epoch FROM run_at) * 1000)::bigint FROM dsjob.j
             WHERE handle = '$hs'")
 for p in epoch sql-run-at; do
     if [ $p = epoch ]; then due=$((at * 1000)) h=$he; else due=${sql_ms:-0} h=$hs; fi
-    poll_s 120 ran "$T/ran.txe" $p >/dev/null
+    ran_wait "$T/ran.txe" $p >/dev/null
     ok $? "$p ($h) runs on e without a poll ($(ms_since "${due}000000" \
         "$(ran "$T/ran.txe" $p | cut -d' ' -f1)") ms after its run-at time)"
     ts=$(ran "$T/ran.txe" $p | cut -d' ' -f1)
@@ -421,6 +413,33 @@ if [ -n "$TXN" ]; then
 else
     skip_n 1 "pg_txn_submit could not be built"
 fi
+# q (tests/lib/pg.sh) does not run a statement again when its session
+# ended after the statement ran: a session of the test's holds advisory
+# lock 4245, q's INSERT commits and its next statement waits for the lock,
+# and that session terminates q's backend there. q says so and returns 1;
+# the INSERT ran once. (q used to send the statement again through a
+# psql, and the INSERT ran twice.) The last of q's session: its queries
+# after this go through a psql each.
+q "CREATE TABLE q_once (n int)" >/dev/null
+pg_psql -c "SELECT pg_advisory_lock(4245)" -c "DO \$\$ BEGIN
+    FOR i IN 1..2400 LOOP
+        EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4245
+                          AND NOT granted);
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    PERFORM pg_terminate_backend(pid) FROM pg_locks
+        WHERE locktype = 'advisory' AND objid = 4245 AND NOT granted;
+END \$\$" >"$T/q_once.out" 2>&1 &
+killer=$!
+track $killer
+poll_s 120 gate_is 4245 t
+out=$(q "INSERT INTO q_once VALUES (1); SELECT pg_advisory_lock(4245)" 2>&1)
+r=$?
+wait $killer
+case $out in *"not run again"*) [ $r -ne 0 ] ;; *) false ;; esac
+ok $? "q: its session ended after the statement ran: refused, not run again: $out"
+is "$(q "SELECT count(*) FROM q_once")" 1 "the INSERT ran once"
+
 grep -q 'STORE_ERROR\|lease' "$T/worker.err" 2>/dev/null && sed 's/^/# worker: /' "$T/worker.err" | head -5
 reap
 pgd_stop a

@@ -11,10 +11,11 @@
 #   admin       a batch opened on one server is known to the others (status,
 #               list); opening it again anywhere is BATCH_EXISTS; a submit
 #               to a batch no server opened is refused, naming it
-#   kill -9     60 members (3 x WF_MEMBERS) submitted through the three servers, b killed
+#   kill -9     30 members (3 x WF_MEMBERS, 10; t_pg_workflow_long.sh
+#               runs 340) submitted through the three servers, b killed
 #               with -9 while its worker is mid-batch, the batch closed on
 #               a third server: every acknowledged member runs, the counts
-#               reach total 60, done 60, and on_complete and on_success each
+#               reach total 30, done 30, and on_complete and on_success each
 #               reach a worker exactly once, with the summary as payload
 #   failures    a batch closed before any member ran (no worker yet): the
 #               end of its last member fires on_complete, with the failed
@@ -37,11 +38,13 @@
 #               in its parent's key and an epoch job not yet due hold no
 #               place: the parent, and the job behind the epoch job, run
 #
-# Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
+# A wait for lines of a file is one rawpeer (await_lines, until-lines: 120
+# s in which the file did not grow), the condition then checked by poll_s
+# or poll_moving, which bound every other wait (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
-# WF_MEMBERS (20) members go through each server: t_pg_workflow_long.sh
+# WF_MEMBERS (10) members go through each server: t_pg_workflow_long.sh
 # (make check-long) runs it with 340, a batch of 1,020.
-N=${WF_MEMBERS:-20}
+N=${WF_MEMBERS:-10}
 
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -115,6 +118,7 @@ ok $? "$N members submitted through b"
 hb=$(head -1 "$ACKED")
 pb=${hb%:*}
 b_ran() { [ "$(grep -c "^$pb:" "$RAN")" -ge 2 ]; }
+await_lines "$RAN" 2 -E "^$pb:"
 poll_s 60 b_ran
 ok $? "b's worker is running b's members ($(grep -c "^$pb:" "$RAN") ran)"
 pgd_kill9 b
@@ -135,9 +139,11 @@ ok $? "b1 closed on c: $out"
 all_ran() { # no acknowledged handle missing from RAN (one grep, not one a handle)
     ! grep -qvxFf "$RAN" "$ACKED"
 }
+await_lines "$RAN" $((3 * N)) -d
 poll_moving 60 "wc -l <'$RAN'" all_ran
 ok $? "every acknowledged member ran ($(sort -u "$RAN" | wc -l | tr -d ' ') distinct runs of $(wc -l <"$RAN" | tr -d ' '))"
 fired() { [ "$(cb_count b1 complete)" -ge 1 ] && [ "$(cb_count b1 success)" -ge 1 ]; }
+await_lines "$CB" 2 -E '^batch:b1:(complete|success) ' -d
 poll_moving 60 "cat '$CB'; status_of a b1" fired
 ok $? "b1's on_complete and on_success reached a worker"
 is "$(counts_of a b1)" "$((3 * N)) 0 $((3 * N)) 0 0" "b1's counts (total pending done failed dead): $(status_of a b1)"
@@ -167,6 +173,7 @@ is "$(counts_of c b2)" "5 5 0 0 0" "b2: 5 members pending"
     2>>"$T/worker.err" &
 track $!
 fired2() { [ "$(cb_count b2 complete)" -ge 1 ]; }
+await_lines "$CB" 1 -E '^batch:b2:complete '
 poll_moving 60 "cat '$RAN'; status_of a b2" fired2
 ok $? "b2's on_complete reached a worker once its last member ended"
 is "$(counts_of a b2)" "5 0 3 0 2" "b2: 5 members, none pending, 3 done, 2 dead (--job-retries 1): $(status_of a b2)"
@@ -181,6 +188,7 @@ hf=$(head -1 "$T/b2.fail")
 out=$(ds c dead retry "$hf" 2>&1)
 ok $? "a dead member retried by hand on c: $out"
 twice() { [ "$(grep -c "^$hf\$" "$RAN")" -ge 2 ] && [ "$(q "SELECT state FROM dsjob.jobs WHERE handle = '$hf'")" = 1 ]; }
+await_lines "$RAN" 2 -x "$hf"
 poll_moving 60 "cat '$RAN'" twice
 ok $? "it ran again and went back to the dead set"
 is "$(counts_of a b2)" "5 0 3 0 2" "and is not counted again"
@@ -233,6 +241,7 @@ ok $? "a child of an unknown handle is refused, naming it: $out"
 wd=$!
 track $wd
 started_d() { grep -q "^start .* d\$" "$LOG"; }
+await_lines "$LOG" 1 -E '^start .* d$'
 poll_s 60 started_d
 ok $? "d's worker runs a first-level job"
 pgd_kill9 d
@@ -244,6 +253,7 @@ for n in a c; do
     track $!
 done
 done3() { grep -q "^end $l3 " "$LOG"; }
+await_lines "$LOG" 1 -E "^end $l3 "
 poll_moving 60 "cat '$LOG'" done3
 ok $? "the graph runs to its end, through d's kill"
 # No job started before each of its parents' last end on a or c: d's worker
@@ -289,6 +299,7 @@ ok $? "children with after-fail fail, cancel and run, and a grandchild"
     2>>"$T/worker.err" &
 track $!
 ran_run() { grep -q "^end $rchild " "$LOG"; }
+await_lines "$LOG" 1 -E "^end $rchild "
 poll_moving 60 "cat '$LOG'" ran_run
 ok $? "the after-fail=run child runs once its parent failed"
 is "$(q "SELECT state || ' ' || convert_from(result, 'UTF8') FROM dsjob.jobs WHERE handle = '$fchild'")" \
@@ -310,12 +321,14 @@ ok $? "a parent and its child in one key of dep.sq"
     2>>"$T/worker.err" &
 track $!
 ran_sq() { grep -q "^end $sc " "$LOG"; }
+await_lines "$LOG" 1 -E "^end $sc "
 poll_moving 60 "cat '$LOG'" ran_sq
 ok $? "the parent ran, then its held child: the child did not hold up its key"
 # An epoch job not due yet holds no place in its key's sequence either.
 later=$(sub a -u k2:1 --at $(($(date +%s) + 3600)) dep.sq later) && now=$(sub a -u k2:2 dep.sq now)
 ok $? "an epoch job due in an hour, then a job of the same key"
 ran_now() { grep -q "^end $now " "$LOG"; }
+await_lines "$LOG" 1 -E "^end $now "
 poll_moving 60 "cat '$LOG'" ran_now
 ok $? "the later-submitted job ran first: the epoch job holds no place until due"
 ! grep -q "^start $later " "$LOG"

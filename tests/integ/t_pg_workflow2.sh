@@ -33,7 +33,8 @@
 #   own key           a submit after unique:F:K of its own F and K, when no
 #                     other job holds it: refused, not held after itself
 #
-# Every wait is for an event, bounded by poll_s / poll_moving (at least 60 s
+# A wait for lines of a file is one rawpeer (await_lines), its condition
+# then checked by poll_s or poll_moving, which bound every wait (at least 60 s
 # of nothing moving); every process is started here and stopped by its pid.
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -145,11 +146,13 @@ for n in a b; do
     eval "C_$n=\$!"
 done
 child_ran() { grep -qx "$hc" "$RAN"; }
+await_lines "$RAN" 1 -x "$hc"
 poll_moving 60 "cat '$RAN'" child_ran
 ok $? "the child ran"
 is "$(grep -x -e "$hp" -e "$hc" "$RAN" | tr '\n' ' ')" "$hp $hc " "after its parent"
 cbs() { grep -c "^batch:bd:$1 " "$TEST_TMPDIR/cb" 2>/dev/null; }
 fired() { [ "$(cbs complete)" -ge 1 ] && [ "$(cbs success)" -ge 1 ]; }
+await_lines "$TEST_TMPDIR/cb" 2 -E '^batch:bd:(complete|success) ' -d
 poll_moving 60 "cat '$RAN' '$TEST_TMPDIR/cb'" fired
 ok $? "bd's on_complete and on_success reached a worker"
 is "$(counts_of b bd)" "2 0 2 0 0 yes" "bd: 2 members, both done"
@@ -160,6 +163,7 @@ ok $? "the held member ran"
 # Exactly once: one more job through a callbacks' worker, then count.
 ds a submit -b -u last wf2.cb end >/dev/null
 last_seen() { grep -q "^last end" "$TEST_TMPDIR/cb"; }
+await_lines "$TEST_TMPDIR/cb" 1 -E '^last end'
 poll_s 60 last_seen
 is "$(cbs complete) $(cbs success)" "1 1" "each of bd's callbacks ran once"
 kill "$W_a" "$W_b" "$C_a" "$C_b" 2>/dev/null

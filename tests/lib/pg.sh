@@ -11,12 +11,13 @@
 #   pg_skip_unless_found
 #                     prints `1..0 # SKIP <why>` and exits 0 when pg_find fails
 #   pg_start          a copy of the first test's cluster (initdb, then
-#                     CREATE DATABASE dsjob, kept stopped in
-#                     $top_builddir/tests/pg-template-VERSION-db2) in a fresh
-#                     temp dir (owned by the `postgres` user when we are
-#                     root, since initdb refuses root; initdb, pg_ctl and
-#                     postgres then run as `postgres` through setpriv, else
-#                     runuser),
+#                     CREATE DATABASE dsjob, kept stopped as a tar,
+#                     $top_builddir/tests/pg-template-VERSION-db4.tar) in a
+#                     fresh temp dir (on /dev/shm when it has 1 GB free,
+#                     else in TMPDIR; PG_TMPDIR chooses), owned by the
+#                     `postgres` user when we are root (initdb refuses
+#                     root; initdb, pg_ctl and postgres then run as
+#                     `postgres` through setpriv, else runuser),
 #                     started on 127.0.0.1 only, on a port that was free
 #                     (tried again on another port if the start fails), its
 #                     unix socket in the temp dir. fsync is off (no test
@@ -24,7 +25,9 @@
 #                     kill -9 or an immediate shutdown of PostgreSQL in
 #                     the page cache); synchronous_commit and
 #                     full_page_writes are on, as by default; shared_buffers
-#                     is small.
+#                     is small; no autovacuum. Started without pg_ctl
+#                     (postgres itself, waited for by one rawpeer until
+#                     postmaster.pid says ready).
 #                     Sets PG_DIR, PG_DATA, PG_LOG, PG_PORT, PG_PID (from
 #                     postmaster.pid), PG_DSN (libpq conninfo for dsjobd's
 #                     --pg-dsn). Returns 1, with the server log on stderr,
@@ -99,8 +102,8 @@
 #   poll_s SECONDS CMD...
 #                     CMD until it succeeds, at most SECONDS (60 at least)
 #                     of pauses; between tries it sleeps POLL_S_SLEEP
-#                     seconds if set, else 0.05 s for the first second,
-#                     0.2 s for the next five and 0.5 s after them
+#                     seconds if set, else 0.1 s for the first second,
+#                     0.25 s for the next five and 0.5 s after them
 #   pg_test_begin     a test's first steps: skips when tools/dsjob ($DSJOB,
 #                     set by server.sh) is not built and as pg_skip_unless_found and
 #                     pg_skip_unless_store do, unsets DSJOB_SERVERS and
@@ -110,8 +113,11 @@
 #   q SQL             SQL's value(s), one a line, as pg_psql -c SQL prints
 #                     them, through one psql session the test keeps open
 #                     (opened when PostgreSQL has started: pg_start,
-#                     pg_start_again, pg_restart_immediate; if it ends
-#                     otherwise, q runs a psql a query): a
+#                     pg_start_again, pg_restart_immediate; once it has
+#                     ended otherwise, q runs a psql a query; a statement
+#                     sent to the session as it ended is not run again:
+#                     q says so on stderr and returns 1, as it may have
+#                     run): a
 #                     psql and its backend cost ~80 ms of CPU to start on
 #                     a loaded machine, a query in the session ~4 ms, and
 #                     polls run q many times. Not ON_ERROR_STOP: a failed
@@ -167,7 +173,7 @@ pg_find() {
         return 1
     }
     if [ "$_pg_uid" = 0 ]; then
-        if ! id postgres >/dev/null 2>&1; then
+        if ! _pg_has_user postgres; then
             PG_WHY="running as root and there is no 'postgres' user to run initdb as"
             return 1
         fi
@@ -177,6 +183,15 @@ pg_find() {
         fi
     fi
     return 0
+}
+
+# _pg_has_user NAME: a user NAME, found in /etc/passwd by the shell (no
+# process), else by id (a user of NSS's other sources).
+_pg_has_user() {
+    while IFS=: read -r _pu _pr; do
+        [ "$_pu" = "$1" ] && return 0
+    done </etc/passwd 2>/dev/null
+    id "$1" >/dev/null 2>&1
 }
 
 pg_skip_unless_found() {
@@ -209,6 +224,27 @@ if [ "$_pg_uid" = 0 ] && command -v setpriv >/dev/null 2>&1; then
     _pg_setpriv=1
 fi
 
+# _pg_base: the directory the clusters go in: /dev/shm when it is a
+# writable tmpfs with 1 GB free (a copy of the template there, and its
+# removal, cost a fifth of what they cost on a disk's file system: no
+# journal, no block allocation), else ${TMPDIR:-/tmp}; PG_TMPDIR, if set,
+# wins. Nothing in a test's cluster needs a disk: fsync is off.
+_pg_base() {
+    if [ -n "${PG_TMPDIR:-}" ]; then
+        echo "$PG_TMPDIR"
+        return
+    fi
+    if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+        # df -P: "Filesystem 1024-blocks Used Available Capacity Mounted".
+        set -- $(df -Pk /dev/shm 2>/dev/null) ""
+        if [ "${1:-}" = Filesystem ] && [ "${11:-0}" -ge 1048576 ] 2>/dev/null; then
+            echo /dev/shm
+            return
+        fi
+    fi
+    echo "${TMPDIR:-/tmp}"
+}
+
 pg_start() {
     [ -n "$PG_BIN" ] || pg_find || {
         echo "pg_start: $PG_WHY" >&2
@@ -216,36 +252,42 @@ pg_start() {
     }
     # Not inside the test's own temp dir: that one is root's and mode 700
     # when we are root, and the postgres user must reach its data directory.
-    PG_DIR=$(mktemp -d /tmp/dsjob-pg.XXXXXX) || return 1
+    PG_DIR=$(mktemp -d "$(_pg_base)/dsjob-pg.XXXXXX") || return 1
     PG_DATA=$PG_DIR/data
     PG_LOG=$PG_DIR/postgres.log
+    # The server log is the postgres user's: _pg_launch's postgres writes it
+    # through the descriptor we open, pg_ctl (pg_start_again) opens it as
+    # postgres.
+    : >"$PG_LOG" || return 1
     if [ "$_pg_uid" = 0 ]; then
-        chown postgres "$PG_DIR" || return 1
+        chown postgres "$PG_DIR" "$PG_LOG" || return 1
     fi
     # Every test's cluster starts the same: initdb, then database dsjob. The
     # first test makes that (_pg_template_make, about 2 s of CPU and a
     # CREATE DATABASE that writes and syncs a copy of template1) and keeps
-    # a copy of the stopped data directory in the build tree (removed by
-    # make clean); the others copy that (cp -a keeps the owner and modes)
-    # and only start it. Two tests that both find none both make one; the
-    # first rename wins and the other drops its copy. The copy is small
+    # a tar of the stopped data directory in the build tree (removed by
+    # make clean); the others unpack it (tar keeps the owner and modes
+    # when we are root; one archive file to read, not 700) and only start
+    # it. Two tests that both find none both make one; the
+    # last rename wins. The copy is small
     # (18 MB, not initdb's 46: WAL segments of 1 MB, two of them kept,
-    # and no databases postgres and template0): cp and rm of it cost a second of CPU a
-    # test on a loaded machine.
-    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db2
-    if [ -d "$_pg_tpl" ] && cp -a "$_pg_tpl" "$PG_DATA" 2>/dev/null; then
+    # and no databases postgres and template0).
+    _pg_tpl=${top_builddir:-.}/tests/pg-template-$PG_VERSION-db4.tar
+    if [ -s "$_pg_tpl" ] && tar -C "$PG_DIR" -xf "$_pg_tpl" 2>/dev/null; then
         :
     else
         rm -rf "$PG_DATA"
         _pg_template_make || return 1
-        if cp -a "$PG_DATA" "$_pg_tpl.$$" 2>/dev/null; then
-            mv -T "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -rf "$_pg_tpl.$$"
+        if tar -C "$PG_DIR" -cf "$_pg_tpl.$$" data 2>/dev/null; then
+            mv -f "$_pg_tpl.$$" "$_pg_tpl" 2>/dev/null || rm -f "$_pg_tpl.$$"
         else
-            rm -rf "$_pg_tpl.$$"
+            rm -f "$_pg_tpl.$$"
         fi
     fi
     # Appended by us, root or not: an append keeps the file's owner (and a
-    # runuser costs a tenth of a second on a loaded machine).
+    # runuser costs a tenth of a second on a loaded machine). No
+    # autovacuum: no test waits for it, and its launcher and workers
+    # (every database, every minute) are CPU a test does not need.
     {
         echo "listen_addresses = '127.0.0.1'"
         echo "unix_socket_directories = '$PG_DIR'"
@@ -253,27 +295,56 @@ pg_start() {
         echo "fsync = off"
         echo "max_connections = 60"
         echo "log_min_messages = warning"
+        echo "autovacuum = off"
+        # On /dev/shm, its dynamic shared memory in files of the cluster's
+        # (removed with it), not in segments of /dev/shm's own that an
+        # immediate shutdown leaves behind.
+        case $PG_DIR in /dev/shm/*) echo "dynamic_shared_memory_type = mmap" ;; esac
     } >>"$PG_DATA/postgresql.conf"
     _try=0
     while :; do
         _try=$((_try + 1))
         PG_PORT=$(free_port)
         echo "port = $PG_PORT" >>"$PG_DATA/postgresql.conf"
-        if _pg_as "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >"$PG_DIR/pg_ctl.log" 2>&1; then
+        if _pg_launch; then
             break
         fi
         if [ $_try -ge 5 ]; then
             echo "pg_start: PostgreSQL did not start after $_try tries:" >&2
-            cat "$PG_DIR/pg_ctl.log" "$PG_LOG" >&2
+            cat "$PG_LOG" >&2
             return 1
         fi
         sleep 0.2
     done
-    _pg_read_pid
     PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=dsjob user=postgres connect_timeout=5"
     export PG_PORT PG_DSN PG_PID
     _pgq_open
     return 0
+}
+
+# _pg_launch: the postmaster started on PG_DATA as pg_ctl start -w would
+# (in the background, not our child: a subshell's, which exits), without
+# pg_ctl's own processes (a shell and a postgres -V before the start, a
+# shell for it); true once postmaster.pid says "ready" (one rawpeer
+# waits), false if the postmaster ended first or nothing moved for 120 s.
+# Sets PG_PID.
+_pg_nl='
+'
+_pg_launch() {
+    _pm=$(
+        if [ "$_pg_uid" != 0 ]; then
+            "$PG_BIN/postgres" -D "$PG_DATA" </dev/null >>"$PG_LOG" 2>&1 &
+        elif [ -n "$_pg_setpriv" ]; then
+            setpriv --reuid=postgres --regid=postgres --clear-groups -- \
+                "$PG_BIN/postgres" -D "$PG_DATA" </dev/null >>"$PG_LOG" 2>&1 &
+        else
+            runuser -u postgres -- "$PG_BIN/postgres" -D "$PG_DATA" </dev/null >>"$PG_LOG" 2>&1 &
+        fi
+        echo $!
+    )
+    "$RAWPEER" until-file "$PG_DATA/postmaster.pid" "${_pg_nl}ready" "$_pm" || return 1
+    _pg_read_pid
+    [ -n "$PG_PID" ]
 }
 
 # _pg_template_make: a stopped cluster in PG_DATA with database dsjob.
@@ -313,13 +384,17 @@ _pg_template_make() {
 }
 
 q() {
+    # A session that ended before this statement (its psql gone or a
+    # zombie: nothing of SQL reached it) hands q over to a psql a query.
+    if [ -n "$_PGQ_PID" ] && [ ! -e "$TEST_TMPDIR/pgq.ended" ] && _pgd_gone "$_PGQ_PID"; then
+        _pgq_ended
+    fi
     if [ -z "$_PGQ_PID" ] || [ -e "$TEST_TMPDIR/pgq.ended" ]; then
         pg_psql -c "$1"
         return
     fi
     printf '\\set LAST_ERROR_SQLSTATE 00000\n%s\n;\n\\echo @@pgq@@ :LAST_ERROR_SQLSTATE :LAST_ERROR_MESSAGE\n' \
         "$1" >&8
-    _pgq_n=0
     while IFS= read -r _pgq_l <&9; do
         case $_pgq_l in
         "@@pgq@@ 00000 "*) return 0 ;;
@@ -329,14 +404,22 @@ q() {
             ;;
         esac
         printf '%s\n' "$_pgq_l"
-        _pgq_n=1
     done
-    # The session ended (its connection was lost): q goes on with a psql
-    # a query, and the query, if it printed nothing yet, goes that way.
+    # The session ended after SQL went to it: it may have run SQL, in whole
+    # or in part, before it ended (its connection lost in the middle or
+    # after the commit), and a statement run again (an UPDATE, an INSERT)
+    # would run twice. q refuses; the queries after it go through a psql
+    # each.
+    _pgq_ended
+    echo "q: the psql session ended with this statement sent to it; not run again (it may have run): $1" >&2
+    return 1
+}
+
+# _pgq_ended: q's session is over (its psql ended): the queries after it
+# go through a psql each.
+_pgq_ended() {
     : >"$TEST_TMPDIR/pgq.ended"
     echo "# q: the psql session ended: $(tr '\n' ' ' <"$TEST_TMPDIR/pgq.err" 2>/dev/null)" >&2
-    [ $_pgq_n = 0 ] || return 1
-    pg_psql -c "$1"
 }
 
 # _pgq_open: q's session, opened (again) in the test's shell (not in a
@@ -347,7 +430,10 @@ q() {
 _PGQ_PID=""
 _pgq_open() {
     _pgq_close
-    rm -f "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" "$TEST_TMPDIR/pgq.ended"
+    # No rm at the first open (a fresh temp dir): a process less a test.
+    if [ -e "$TEST_TMPDIR/pgq.in" ] || [ -e "$TEST_TMPDIR/pgq.ended" ]; then
+        rm -f "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" "$TEST_TMPDIR/pgq.ended"
+    fi
     mkfifo "$TEST_TMPDIR/pgq.in" "$TEST_TMPDIR/pgq.out" || return 0
     PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -A -t -h 127.0.0.1 -p "$PG_PORT" -U postgres \
         -d dsjob <"$TEST_TMPDIR/pgq.in" >"$TEST_TMPDIR/pgq.out" 2>"$TEST_TMPDIR/pgq.err" &
@@ -406,33 +492,21 @@ _pg_signal() {
     _pg_cpu_note
     _pgq_close
     kill -"$1" "$PG_PID" 2>/dev/null
-    _nap_i=0 _nap_cs=0 _quit=""
-    while ! _pgd_gone "$PG_PID"; do
-        if [ $_nap_cs -ge 2000 ] && [ -z "$_quit" ]; then
-            kill -QUIT "$PG_PID" 2>/dev/null
-            _quit=1
-        elif [ $_nap_cs -ge 3000 ]; then
-            kill -KILL "$PG_PID" 2>/dev/null
-            break
-        fi
-        _pg_nap
-    done
+    if ! _pg_await_gone "$PG_PID" 20; then
+        kill -QUIT "$PG_PID" 2>/dev/null
+        _pg_await_gone "$PG_PID" 10 || kill -KILL "$PG_PID" 2>/dev/null
+    fi
     PG_PID=""
 }
 
-# _pg_nap: a pause of a wait for a process to start or go, counted in
-# _nap_i and, in hundredths of a second, in _nap_cs (the caller zeroes
-# both): 0.05 s for the first second, then 0.2 s (a sleep a try: at 0.05 s
-# a stop of a few seconds on a loaded machine costs a hundred of them).
-_pg_nap() {
-    _nap_i=$((_nap_i + 1))
-    if [ $_nap_i -le 20 ]; then
-        _nap_cs=$((_nap_cs + 5))
-        sleep 0.05
-    else
-        _nap_cs=$((_nap_cs + 20))
-        sleep 0.2
-    fi
+# _pg_await_gone PID SECONDS: true once process PID is gone or a zombie,
+# false if it is still there after SECONDS. The wait is one rawpeer
+# (until-file of a file that never comes, given PID: it ends when PID
+# goes), not a sleep and a look per try.
+_pg_await_gone() {
+    _pgd_gone "$1" && return 0
+    RAWPEER_UNTIL_S=$2 "$RAWPEER" until-file "$TEST_TMPDIR/.never" "" "$1" 2>/dev/null
+    _pgd_gone "$1"
 }
 
 # _pg_cpu_note: with PG_CPUTIME_FILE set (a measurement, as tests/cputime.sh
@@ -465,7 +539,7 @@ pg_skip_unless_store() {
     # The answer (one line) is kept in the build tree beside the cluster
     # template, for the tests after the first as long as dsjobd is older.
     _ans=${top_builddir:-.}/tests/pg-template-dsjobd-answer
-    if [ -s "$_ans" ] && [ -n "$(find "$_ans" -newer "$DSJOBD" 2>/dev/null)" ] &&
+    if [ -s "$_ans" ] && [ "$_ans" -nt "$DSJOBD" ] &&
         read -r _out <"$_ans"; then
         :
     else
@@ -510,10 +584,9 @@ pgd_wait() {
     _pgd_unwaited=$_w_left
     eval "_pid=\$PGD_PID_$_n _log=\$PGD_LOG_$_n"
     _pf=$_log.port
-    _nap_i=0 _nap_cs=0
-    while [ ! -s "$_pf" ] && [ $_nap_cs -lt 12000 ] && kill -0 "$_pid" 2>/dev/null; do
-        _pg_nap
-    done
+    # One rawpeer waits (until the file is not empty, or dsjobd is gone, or
+    # nothing moved for 120 s), not a sleep and a look per try.
+    "$RAWPEER" until-file "$_pf" "" "$_pid" 2>/dev/null
     if [ ! -s "$_pf" ]; then
         # On stdout, as TAP comments: the test's log (and CI's tail of it)
         # then says why, next to the check that failed.
@@ -606,12 +679,8 @@ pgd_stop() {
     [ -n "$_pid" ] || return 0
     kill -CONT "$_pid" 2>/dev/null
     kill -TERM "$_pid" 2>/dev/null
-    _nap_i=0 _nap_cs=0
     _rc=0
-    while ! _pgd_gone "$_pid" && [ $_nap_cs -lt 1500 ]; do
-        _pg_nap
-    done
-    if ! _pgd_gone "$_pid"; then
+    if ! _pg_await_gone "$_pid" 15; then
         echo "# dsjobd $1 (pid $_pid) did not stop within 15 s of SIGTERM: SIGKILL" >&2
         kill -KILL "$_pid" 2>/dev/null
         _rc=1
@@ -724,12 +793,13 @@ poll_s() {
 
 # _poll_s_sleep: the pause between two tries of poll_s and poll_moving,
 # counted in _ps_i and, in hundredths of a second, in _ps_cs (the caller
-# zeroes both): POLL_S_SLEEP if set, else 0.05 s for the first second,
-# 0.2 s for the next five, then 0.5 s. A wait of seconds (a lease, a
-# commit interval) then costs a try every 0.2 s, not every 0.05 s, and
-# one of tens of seconds (a loaded machine) a try every 0.5 s: each try
-# runs a sleep and dsjob, a query or gearadmin, and their CPU is what
-# slows the suite on a shared machine.
+# zeroes both): POLL_S_SLEEP if set, else 0.1 s for the first second,
+# 0.25 s for the next five, then 0.5 s. A wait of seconds (a lease, a
+# commit interval) then costs a try every 0.25 s, and one of tens of
+# seconds (a loaded machine) a try every 0.5 s: each try runs a sleep and
+# dsjob, a query or gearadmin, and their CPU is what slows the suite on a
+# shared machine (where a wait is seconds, and tries at 0.05 s were half
+# of a test's processes).
 _poll_s_sleep() {
     _ps_i=$((_ps_i + 1))
     if [ -n "${POLL_S_SLEEP:-}" ]; then
@@ -740,12 +810,12 @@ _poll_s_sleep() {
         _ps_f=${_ps_f%"${_ps_f#??}"}
         _ps_cs=$((_ps_cs + ${_ps_w:-0} * 100 + 1$_ps_f - 100))
         sleep "$POLL_S_SLEEP"
-    elif [ $_ps_i -le 20 ]; then
-        _ps_cs=$((_ps_cs + 5))
-        sleep 0.05
-    elif [ $_ps_i -le 45 ]; then
-        _ps_cs=$((_ps_cs + 20))
-        sleep 0.2
+    elif [ $_ps_i -le 10 ]; then
+        _ps_cs=$((_ps_cs + 10))
+        sleep 0.1
+    elif [ $_ps_i -le 30 ]; then
+        _ps_cs=$((_ps_cs + 25))
+        sleep 0.25
     else
         _ps_cs=$((_ps_cs + 50))
         sleep 0.5
@@ -760,15 +830,18 @@ _poll_s_sleep() {
 poll_moving() {
     _pm_quiet=$1 _pm_probe=$2
     shift 2
+    # COND first: once it holds, no probe (its processes) is run at all.
+    "$@" && return 0
     _pm_last=$(eval "$_pm_probe")
     _ps_i=0 _ps_cs=0 _pm_since=0
-    while ! "$@"; do
+    while :; do
+        [ $((_ps_cs - _pm_since)) -lt $((_pm_quiet * 100)) ] || return 1
+        _poll_s_sleep
+        "$@" && return 0
         _pm_now=$(eval "$_pm_probe")
         if [ "$_pm_now" != "$_pm_last" ]; then
             _pm_last=$_pm_now _pm_since=$_ps_cs
         fi
-        [ $((_ps_cs - _pm_since)) -lt $((_pm_quiet * 100)) ] || return 1
-        _poll_s_sleep
     done
 }
 
