@@ -37,6 +37,8 @@ queued() {
 queued_is() { [ "$(queued "$1")" = "$2" ]; }
 # held_is FUNC N: the server holds N jobs of FUNC, queued or running.
 held_is() { [ "$(admin status | awk -F '\t' -v f="$1" '$1 == f { print $2 }')" = "$2" ]; }
+# workers_are FUNC N: N workers can do FUNC.
+workers_are() { [ "$(admin status | awk -F '\t' -v f="$1" '$1 == f { print $4 }')" = "$2" ]; }
 
 # A worker's command: log "S" at the start and "E" at the end of each job.
 cat >"$T/job.sh" <<EOF
@@ -71,6 +73,13 @@ ok $? "limit f shows the setting and the counts"
 # 2. Rate: 5 a second, burst 2: in any second at most 2 + 5 starts.
 admin "limit f concurrency off rate 5/s burst 2" | grep -q '^OK'
 ok $? "a rate is set"
+# Nine workers more, one a job: on a loaded machine the six, each starting
+# a process a job, could start fewer than a server without the rate would.
+for i in 1 2 3 4 5 6 7 8 9; do
+    "$GEARMAN" -h 127.0.0.1 -p "$SERVER_PORT" -w -f f -- "$T/job.sh" >/dev/null 2>&1 &
+    track $!
+done
+poll workers_are f 15 || echo "# the fifteen workers did not all register"
 : >"$T/ev"
 mark=$(wc -l <"$SERVER_LOG")
 # The 15 jobs queued at once (one connection, submit_bg), so that only the
