@@ -376,8 +376,39 @@ p3=$LOAD_PID
 # for each job they hold (3 at most: 2 on the dsjob worker, 1 on gearman's).
 # Their idle count stays, so a leases its prefetch (8) meanwhile.
 kill -STOP "$ds_a" "$gm_a"
-a_leases() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0")" -gt 3 ]; }
-poll_s 60 a_leases
+# a's leases are read and locked in one statement (SELECT ... FOR UPDATE)
+# by a session of the test's, which holds them until a and its backend are
+# gone: from that statement on a can neither end nor renew them (its
+# statement waits for the lock, and ends with its backend, rolled back),
+# and b and c skip them (their take is FOR UPDATE SKIP LOCKED), though
+# their lease_until pass. So the rows read are the ones a held when it
+# died, with the lease_until it gave them, however long a loaded machine
+# takes from the read to the kill and to the end of a's backend. (Read
+# after the kill without it, a's 3 s lease could run out first, and b and
+# c had its rows.) The session's psql, on fd 7 (fd 5, a reader the test
+# never reads, keeps a write to an ended session from a SIGPIPE), goes on
+# past an error: a deadlock with a's statement is one more try.
+mkfifo "$T/hold.in"
+pg_psql -v ON_ERROR_STOP=0 -F ' ' -f - <"$T/hold.in" >"$T/hold.out" 2>&1 &
+hold_pid=$!
+track $hold_pid
+exec 7>"$T/hold.in" 5<"$T/hold.in"
+hold_n=0
+# a_locked: the session locks a's live ck rows into $T/ck.leased ("HANDLE
+# LEASE_UNTIL_MS" lines), and keeps them if there are more than its stopped
+# workers can hold (3), else lets them go.
+a_locked() {
+    hold_n=$((hold_n + 1))
+    printf '%s\n' 'BEGIN;' "\\o $T/ck.leased" \
+        "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
+         WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0 ORDER BY id FOR UPDATE;" \
+        '\o' "\\echo @@locked $hold_n@@" >&7
+    await_file "$T/hold.out" "@@locked $hold_n@@" "$hold_pid" &&
+        [ "$(wc -l <"$T/ck.leased")" -gt 3 ] && return 0
+    echo 'ROLLBACK;' >&7
+    return 1
+}
+poll_s 60 a_locked
 ok $? "kill -9: a holds more leases than its stopped workers hold jobs"
 pgd_kill9 a
 t_kill=$(ms)
@@ -386,12 +417,21 @@ t_kill=$(ms)
 # worker retries with a pause and stays.
 kill "$gm_a" 2>/dev/null
 kill -CONT "$ds_a" "$gm_a" 2>/dev/null
-# A statement a sent before it died may still commit (a DELETE of a job it
-# ran, a renewal): read its leases once its writer's backend has ended.
+# A statement a sent before it died (an end, a renewal) may wait for the
+# session's locks, and would run once they go: its backend is ended, which
+# rolls it back (a backend whose client died and that waits for nothing
+# ends by itself).
+a_pg=$(pgd_writer_pid "$OWN_A")
+[ -z "$a_pg" ] || q "SELECT pg_terminate_backend($a_pg)" >/dev/null 2>&1
 a_gone() { [ -z "$(pgd_writer_pid "$OWN_A")" ]; }
 poll_s 10 a_gone
-q "SELECT handle, (extract(epoch FROM lease_until) * 1000)::bigint FROM dsjob.jobs
-   WHERE owner = '$OWN_A' AND func = 'ck' AND state = 0" | tr '|' ' ' >"$T/ck.leased"
+echo 'COMMIT;' >&7
+exec 7>&- 5<&-
+wait $hold_pid
+# How long the first of them had run out when the session let them go: a
+# read there without the lock could have found them b's or c's already.
+first=$(sort -k2,2n "$T/ck.leased" | awk 'NR == 1 { print $2 }')
+[ -z "$first" ] || diag "kill -9: the session let a's rows go $(($(ms) - first)) ms after the first of their leases ran out"
 diag "kill -9 a at $t_kill ms: it held $(wc -l <"$T/ck.leased" | tr -d ' ') leases"
 diag "live ck rows by owner (owner|rows|lowest id) just after: $(q "SELECT coalesce(owner, 'none'), count(*), min(id)
     FROM dsjob.jobs WHERE func = 'ck' AND state = 0 GROUP BY owner ORDER BY 1" | tr '\n' ' ')"
