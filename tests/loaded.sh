@@ -3,7 +3,7 @@
 # machine. LOADED_LOOPS (default 20) shell loops spin for the whole run (a
 # load average near 25 on 2 cores), each bounded by LOADED_MAX_S (default
 # 5400 s) through timeout(1), and stopped by their PIDs when the suite ends.
-# Every argument is the command to run, e.g. tests/loaded.sh make check -j2.
+# Every argument is the command to run, e.g. tests/loaded.sh make check -j4.
 # Its exit status is the command's.
 set -u
 loops=${LOADED_LOOPS:-20}
