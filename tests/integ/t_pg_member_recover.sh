@@ -68,6 +68,64 @@ total() {
     ds status --format tsv 2>/dev/null | awk -F '\t' -v f="$1" -v n="$2" '$1 == f && $2 == n { x = 1 } END { exit !x }'
 }
 
+# held_commit N BATCH KEY: a first batch of adds (function gN) held at gate
+# 4259+2N while BATCH's other member (function sibN, no key) and then its
+# member (function uf, unique KEY) wait on a for the next batch; that
+# batch's statement, held after its rows at gate 4260+2N (an AFTER
+# trigger: see the head comment), commits with the proxy frozen, its
+# answer kept there. The members' dsjob write $T/sN.out and $T/mN.out;
+# MEMBERS has their PIDs. Six checks.
+held_commit() {
+    _g1=$((4259 + 2 * $1)) _g2=$((4260 + 2 * $1)) _trig=""
+    [ "$1" != 2 ] || _trig="CREATE TRIGGER mr_gate_after AFTER INSERT ON dsjob.jobs
+        FOR EACH ROW EXECUTE FUNCTION public.mr_gate_after()"
+    q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
+       \$\$BEGIN IF NEW.func = 'g$1' THEN PERFORM pg_advisory_xact_lock($_g1); END IF;
+       RETURN NEW; END\$\$;
+       CREATE OR REPLACE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
+       \$\$BEGIN IF NEW.func = 'sib$1' THEN PERFORM pg_advisory_xact_lock($_g2); END IF;
+       RETURN NULL; END\$\$;
+       $_trig" >/dev/null
+    gate_hold $_g1 5
+    gate_hold $_g2 7
+    ok $? "the test's sessions hold two more gates' locks"
+    dsw submit -b "g$1" first >"$T/g$1.out" 2>&1 &
+    track $!
+    poll_s 120 gate_is $_g1 f
+    ok $? "a first batch of adds waits at the first gate"
+    # The other member first, then the member: the order in which a
+    # BEFORE gate held the statement that fails.
+    member "$2" "" "sib$1" "s$1" >"$T/s$1.out" &
+    MEMBERS=$!
+    track $!
+    poll_s 120 total "sib$1" 1
+    ok $? "the other member of $2 waits on a for the next batch"
+    member "$2" "$3" uf "m$1" >"$T/m$1.out" &
+    MEMBERS="$MEMBERS $!"
+    track $!
+    poll_s 120 total uf 1
+    ok $? "and the member too (uf's live jobs are in the table, not in a's queue)"
+    gate_open $_g1 5
+    poll_s 120 gate_is $_g2 f
+    ok $? "their batch's statement waits at the second gate"
+    touch "$CTL/freeze"
+    poll_s 120 sh -c "! test -e '$CTL/freeze'"
+    gate_open $_g2 7
+    poll_s 120 row_of "sib$1"
+    ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+}
+# row_of FUNC: FUNC has one row.
+row_of() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = '$1'")" = 1 ]; }
+# cut_wait: the proxy cuts a's side of the connection and thaws; then the
+# members' answers.
+cut_wait() {
+    touch "$CTL/cut"
+    poll_s 120 sh -c "! test -e '$CTL/cut'"
+    touch "$CTL/thaw"
+    # shellcheck disable=SC2086
+    wait $MEMBERS
+}
+
 # --- the live job of key k1, and batch bx, closed ---
 hl=$(ds submit -b -u k1 uf live 2>&1)
 case $hl in H:*) r=0 ;; *) r=1 ;; esac
@@ -130,51 +188,10 @@ hl2=$(ds submit -b -u k2 uf live2 2>&1)
 ok $? "a live job of uf, unique k2: $hl2"
 ds batch open by >/dev/null
 ok $? "batch by opened"
-# The second gate is an AFTER trigger (see the head comment): a BEFORE one
-# held add_new.sql at sib2's row when sib2's row came first, then let it
-# fail on the member's, and the frozen proxy kept a failure, not a commit.
-q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'g2' THEN PERFORM pg_advisory_xact_lock(4263); END IF;
-   RETURN NEW; END\$\$;
-   CREATE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'sib2' THEN PERFORM pg_advisory_xact_lock(4264); END IF;
-   RETURN NULL; END\$\$;
-   CREATE TRIGGER mr_gate_after AFTER INSERT ON dsjob.jobs
-   FOR EACH ROW EXECUTE FUNCTION public.mr_gate_after()" >/dev/null
-gate_hold 4263 5
-gate_hold 4264 7
-ok $? "the test's sessions hold two more gates' locks"
-dsw submit -b g2 first >"$T/g2.out" 2>&1 &
-track $!
-poll_s 120 gate_is 4263 f
-ok $? "a first batch of adds waits at the first gate"
-# The other member first, then the member: the order in which a BEFORE
-# gate held the statement that fails.
-member by "" sib2 s2 >"$T/s2.out" &
-s2=$!
-track $s2
-poll_s 120 total sib2 1
-ok $? "the other member of by waits on a for the next batch"
-member by k2 uf m2 >"$T/m2.out" &
-m2=$!
-track $m2
-poll_s 120 total uf 1
-ok $? "and the member too (uf's live jobs are in the table, not in a's queue)"
-gate_open 4263 5
-poll_s 120 gate_is 4264 f
-ok $? "their batch's statement waits at the second gate"
-touch "$CTL/freeze"
-poll_s 120 sh -c "! test -e '$CTL/freeze'"
-gate_open 4264 7
-sib2_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib2'")" = 1 ]; }
-poll_s 120 sib2_row
-ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+held_commit 2 by k2
 is "$(q "UPDATE dsjob.batches SET closed = true WHERE id = 'by' RETURNING total")" 1 \
     "by closed behind a's back (one member counted)"
-touch "$CTL/cut"
-poll_s 120 sh -c "! test -e '$CTL/cut'"
-touch "$CTL/thaw"
-wait "$m2" "$s2"
+cut_wait
 is "$(tail -1 "$T/m2.out")" "$hl2" "the recovery says the member coalesced onto the live job of k2"
 case $(tail -1 "$T/s2.out") in H:*) r=0 ;; *) r=1 ;; esac
 ok $r "and the other member is created: $(tail -1 "$T/s2.out")"
@@ -188,44 +205,10 @@ hl3=$(ds submit -b -u k3 uf live3 2>&1)
 ok $? "a live job of uf, unique k3: $hl3"
 ds batch open bz >/dev/null
 ok $? "batch bz opened"
-q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'g3' THEN PERFORM pg_advisory_xact_lock(4265); END IF;
-   RETURN NEW; END\$\$;
-   CREATE OR REPLACE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'sib3' THEN PERFORM pg_advisory_xact_lock(4266); END IF;
-   RETURN NULL; END\$\$" >/dev/null
-gate_hold 4265 5
-gate_hold 4266 7
-ok $? "the test's sessions hold two more gates' locks"
-dsw submit -b g3 first >"$T/g3.out" 2>&1 &
-track $!
-poll_s 120 gate_is 4265 f
-ok $? "a first batch of adds waits at the first gate"
-member bz "" sib3 s3 >"$T/s3.out" &
-s3=$!
-track $s3
-poll_s 120 total sib3 1
-ok $? "the other member of bz waits on a for the next batch"
-member bz k3 uf m3 >"$T/m3.out" &
-m3=$!
-track $m3
-poll_s 120 total uf 1
-ok $? "and the member too"
-gate_open 4265 5
-poll_s 120 gate_is 4266 f
-ok $? "their batch's statement waits at the second gate"
-touch "$CTL/freeze"
-poll_s 120 sh -c "! test -e '$CTL/freeze'"
-gate_open 4266 7
-sib3_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib3'")" = 1 ]; }
-poll_s 120 sib3_row
-ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+held_commit 3 bz k3
 is "$(q "DELETE FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k3' RETURNING handle")" "$hl3" \
     "the live job of k3 ends behind a's back (its row goes)"
-touch "$CTL/cut"
-poll_s 120 sh -c "! test -e '$CTL/cut'"
-touch "$CTL/thaw"
-wait "$m3" "$s3"
+cut_wait
 out=$(tail -1 "$T/m3.out")
 case $out in H:*) r=0 ;; *) r=1 ;; esac
 [ "$out" != "$hl3" ] || r=1
@@ -245,46 +228,12 @@ hl4=$(ds submit -b -u k4 uf live4 2>&1)
 ok $? "a live job of uf, unique k4: $hl4"
 ds batch open bw >/dev/null
 ok $? "batch bw opened"
-q "CREATE OR REPLACE FUNCTION public.mr_gate() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'g4' THEN PERFORM pg_advisory_xact_lock(4267); END IF;
-   RETURN NEW; END\$\$;
-   CREATE OR REPLACE FUNCTION public.mr_gate_after() RETURNS trigger LANGUAGE plpgsql AS
-   \$\$BEGIN IF NEW.func = 'sib4' THEN PERFORM pg_advisory_xact_lock(4268); END IF;
-   RETURN NULL; END\$\$" >/dev/null
-gate_hold 4267 5
-gate_hold 4268 7
-ok $? "the test's sessions hold two more gates' locks"
-dsw submit -b g4 first >"$T/g4.out" 2>&1 &
-track $!
-poll_s 120 gate_is 4267 f
-ok $? "a first batch of adds waits at the first gate"
-member bw "" sib4 s4 >"$T/s4.out" &
-s4=$!
-track $s4
-poll_s 120 total sib4 1
-ok $? "the other member of bw waits on a for the next batch"
-member bw k4 uf m4 >"$T/m4.out" &
-m4=$!
-track $m4
-poll_s 120 total uf 1
-ok $? "and the member too"
-gate_open 4267 5
-poll_s 120 gate_is 4268 f
-ok $? "their batch's statement waits at the second gate"
-touch "$CTL/freeze"
-poll_s 120 sh -c "! test -e '$CTL/freeze'"
-gate_open 4268 7
-sib4_row() { [ "$(q "SELECT count(*) FROM dsjob.jobs WHERE func = 'sib4'")" = 1 ]; }
-poll_s 120 sib4_row
-ok $? "with the proxy frozen, the statement committed (the other member's row is there)"
+held_commit 4 bw k4
 is "$(q "DELETE FROM dsjob.jobs WHERE func = 'uf' AND uniq = 'k4' RETURNING handle")" "$hl4" \
     "the live job of k4 ends behind a's back"
 is "$(q "UPDATE dsjob.batches SET closed = true WHERE id = 'bw' RETURNING total")" 1 \
     "and bw is closed behind a's back"
-touch "$CTL/cut"
-poll_s 120 sh -c "! test -e '$CTL/cut'"
-touch "$CTL/thaw"
-wait "$m4" "$s4"
+cut_wait
 out=$(tail -1 "$T/m4.out")
 case $out in *"not open"*) r=0 ;; *) r=1 ;; esac
 ok $r "the recovery refuses the member, bw closed now: $out"
