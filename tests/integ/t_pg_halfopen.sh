@@ -24,21 +24,11 @@
 
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's proxy"
 skip_unless_cmd curl
-PROXY_PID=""
-pg_test_cleanup() {
-    [ -z "$PROXY_PID" ] || kill "$PROXY_PID" 2>/dev/null
-}
 pg_test_start
-CTL=$TEST_TMPDIR/ctl
-mkdir "$CTL"
-"$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$TEST_TMPDIR/proxy.port" "$PG_PORT" "$CTL" &
-PROXY_PID=$!
-poll_s 20 test -s "$TEST_TMPDIR/proxy.port" || {
-    echo "Bail out! the proxy did not start"
-    exit 1
-}
-PROXY_PORT=$(cat "$TEST_TMPDIR/proxy.port")
-diag "proxy on 127.0.0.1:$PROXY_PORT (pid $PROXY_PID) to PostgreSQL's $PG_PORT"
+pg_proxy_start
+CTL=$PG_PROXY_CTL
+PROXY_PORT=$PG_PROXY_PORT
+diag "proxy on 127.0.0.1:$PROXY_PORT (pid $PG_PROXY_PID) to PostgreSQL's $PG_PORT"
 DIRECT_DSN=$PG_DSN
 PG_DSN="host=127.0.0.1 port=$PROXY_PORT dbname=dsjob user=postgres"
 pgd_start_or_bail a --verbose INFO --http-port 0 --http-port-file "$TEST_TMPDIR/http.port" \

@@ -36,21 +36,11 @@
 . "$top_srcdir/tests/lib/pg.sh"
 
 skip_unless_cmd "$PYTHON" "tests/integ/pg_gear.py is the test's proxy"
-PROXY_PID=""
-pg_test_cleanup() {
-    [ -z "$PROXY_PID" ] || kill "$PROXY_PID" 2>/dev/null
-}
 pg_test_start
-CTL=$T/ctl
-mkdir "$CTL"
-"$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$T/proxy.port" "$PG_PORT" "$CTL" &
-PROXY_PID=$!
-poll_s 20 test -s "$T/proxy.port" || {
-    echo "Bail out! the proxy did not start"
-    exit 1
-}
+pg_proxy_start
+CTL=$PG_PROXY_CTL
 DIRECT_DSN=$PG_DSN
-PG_DSN="host=127.0.0.1 port=$(cat "$T/proxy.port") dbname=dsjob user=postgres"
+PG_DSN="host=127.0.0.1 port=$PG_PROXY_PORT dbname=dsjob user=postgres"
 pgd_start_or_bail a --pg-lease 600 --verbose INFO
 PG_DSN=$DIRECT_DSN
 

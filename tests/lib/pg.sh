@@ -850,13 +850,32 @@ pgd_stat() {
         awk -F '\t' -v n="$2" '$1 == n { print $2 }'
 }
 
+# pg_proxy_start: tests/integ/pg_gear.py's TCP proxy in front of the
+# test's PostgreSQL, steered by files in $PG_PROXY_CTL (freeze, thaw, cut:
+# see pg_gear.py); sets PG_PROXY_CTL, PG_PROXY_PID and PG_PROXY_PORT (the
+# EXIT trap stops it). Bails out if it did not start. Needs $PYTHON.
+PG_PROXY_PID=""
+pg_proxy_start() {
+    PG_PROXY_CTL=$TEST_TMPDIR/ctl
+    mkdir "$PG_PROXY_CTL" || exit 1
+    "$PYTHON" "$top_srcdir/tests/integ/pg_gear.py" proxy "$TEST_TMPDIR/proxy.port" "$PG_PORT" \
+        "$PG_PROXY_CTL" &
+    PG_PROXY_PID=$!
+    poll_s 20 test -s "$TEST_TMPDIR/proxy.port" || {
+        echo "Bail out! the proxy did not start"
+        exit 1
+    }
+    read -r PG_PROXY_PORT <"$TEST_TMPDIR/proxy.port"
+}
+
 # The EXIT trap: the test's own pg_test_cleanup if it defines one (say, to
-# SIGCONT a server it stopped), the test's processes (they hold connections to
+# SIGCONT a server it stopped), the proxy, the test's processes (they hold connections to
 # PostgreSQL), then PostgreSQL, then the test's temp dir.
 _pg_exit() {
     if command -v pg_test_cleanup >/dev/null 2>&1; then
         pg_test_cleanup
     fi
+    [ -z "$PG_PROXY_PID" ] || kill "$PG_PROXY_PID" 2>/dev/null
     pgd_stop_all
     if command -v interop_cleanup >/dev/null 2>&1; then
         interop_cleanup
